@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# Throughput/latency comparison of Strata against the reference Apache Kafka broker, using
+# Kafka's own perf tools (org.apache.kafka.tools.ProducerPerformance / ConsumerPerformance)
+# with identical settings on both. Each (target, acks) row runs on a freshly started broker
+# with an empty data dir:
+#   1. create topic with BENCH_PARTITIONS partitions (Java admin client)
+#   2. ProducerPerformance: BENCH_RECORDS records of BENCH_RECORD_SIZE bytes, unthrottled,
+#      acks=<1|all>, compression.type=BENCH_COMPRESSION
+#   3. ConsumerPerformance: read the same records back
+#   4. broker peak RSS (VmHWM from /proc/<pid>/status) and CPU time; stop the broker
+#
+#   benches/compare.sh                       # both targets
+#   BENCH_RECORDS=200000 benches/compare.sh  # shorter run
+#
+# Environment:
+#   STRATA_BIN            Strata binary (default target/release/strata); if missing, only
+#                         Kafka runs. Started as: $STRATA_BIN serve --config <server.properties>
+#   BENCH_TARGETS         default "strata kafka"
+#   BENCH_RECORDS         records per producer run (default 2000000)
+#   BENCH_RECORD_SIZE     bytes per record (default 1024)
+#   BENCH_PARTITIONS      topic partitions (default 6)
+#   BENCH_ACKS            default "1 all"
+#   BENCH_COMPRESSION     default lz4
+#   BENCH_PRODUCER_PROPS  extra producer properties, space-separated k=v (both targets)
+#   BENCH_STRATA_EXTRA    extra lines for Strata's server.properties (newline-separated k=v)
+#   BENCH_DIR             work dir (default: a new /tmp/strata-bench.XXXXXX); results.tsv and
+#                         the tools' output stay there
+#   BENCH_KEEP_DATA=1     keep broker data dirs (default: deleted after each row)
+#   BENCH_START_TIMEOUT   seconds to wait for a broker to become ready (default 60)
+#   BENCH_TOOL_HEAP       heap of the perf tool JVMs (default -Xmx512m)
+set -euo pipefail
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/common.sh"
+ROOT="$STRATA_REPO_ROOT"
+
+case "${1:-}" in
+  "") ;;
+  -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "usage: $0   (configured through environment variables; see $0 --help)" >&2; exit 2 ;;
+esac
+
+RECORDS="${BENCH_RECORDS:-2000000}"
+RECORD_SIZE="${BENCH_RECORD_SIZE:-1024}"
+PARTITIONS="${BENCH_PARTITIONS:-6}"
+ACKS_LIST="${BENCH_ACKS:-1 all}"
+COMPRESSION="${BENCH_COMPRESSION:-lz4}"
+TARGETS="${BENCH_TARGETS:-strata kafka}"
+START_TIMEOUT="${BENCH_START_TIMEOUT:-60}"
+TOOL_HEAP="${BENCH_TOOL_HEAP:--Xmx512m}"
+STRATA_BIN="${STRATA_BIN:-$ROOT/target/release/strata}"
+[[ "$STRATA_BIN" == /* ]] || STRATA_BIN="$ROOT/$STRATA_BIN"
+for v in RECORDS RECORD_SIZE PARTITIONS START_TIMEOUT; do
+  [[ "${!v}" =~ ^[0-9]+$ ]] || strata_die "$v must be a positive integer, got '${!v}'"
+done
+
+if [[ -n "${BENCH_DIR:-}" ]]; then
+  WORK="$BENCH_DIR"
+  mkdir -p "$WORK"
+else
+  WORK="$(mktemp -d /tmp/strata-bench.XXXXXX)"
+fi
+WORK="$(cd "$WORK" && pwd)"
+RESULTS="$WORK/results.tsv"
+
+# ------------------------------------------------------------------ cleanup
+CUR_KIND="" CUR_PID="" CUR_DIR="" TOOL_PID=""
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [[ -n "$TOOL_PID" ]]; then strata_stop_pid "$TOOL_PID" 5 || true; fi
+  stop_target || true
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+stop_target() {
+  case "$CUR_KIND" in
+    kafka) "$ROOT/scripts/kafka-ref.sh" stop "$CUR_DIR" ;;
+    strata)
+      strata_log "stopping Strata (pid $CUR_PID)"
+      strata_stop_pid "$CUR_PID" 30 || true
+      wait "$CUR_PID" 2>/dev/null || true ;;
+  esac
+  if [[ -n "$CUR_DIR" && "${BENCH_KEEP_DATA:-0}" != 1 ]]; then rm -rf "$CUR_DIR/data"; fi
+  CUR_KIND="" CUR_PID="" CUR_DIR=""
+}
+
+# Run a command in the background and wait for it, so that signals reach our traps promptly.
+run_tool() {
+  local out="$1"
+  shift
+  "$@" >"$out" 2>&1 &
+  TOOL_PID=$!
+  local rc=0
+  wait "$TOOL_PID" || rc=$?
+  TOOL_PID=""
+  return "$rc"
+}
+
+# ------------------------------------------------------------------ setup
+"$ROOT/scripts/install-test-deps.sh" >/dev/null
+TOOLS_CP="$("$ROOT/scripts/java-classpath.sh" tools)"
+INTEROP_CP="$("$ROOT/scripts/java-classpath.sh" interop)"
+JAVA="$(strata_java)"
+read -r -a TOOL_HEAP_ARGS <<<"$TOOL_HEAP"
+JAVA_TOOL=("$JAVA" "${TOOL_HEAP_ARGS[@]}" -Dorg.slf4j.simpleLogger.defaultLogLevel=warn)
+
+# Options were renamed during 4.x (--producer-props -> --command-property, --messages -> --num-records).
+PP_HELP="$("${JAVA_TOOL[@]}" -cp "$TOOLS_CP" org.apache.kafka.tools.ProducerPerformance --help 2>&1 || true)"
+if grep -q -- '--command-property' <<<"$PP_HELP"; then PROPS_OPT=--command-property; else PROPS_OPT=--producer-props; fi
+CP_HELP="$("${JAVA_TOOL[@]}" -cp "$TOOLS_CP" org.apache.kafka.tools.ConsumerPerformance --help 2>&1 || true)"
+if grep -q -- '--num-records' <<<"$CP_HELP"; then NUM_OPT=--num-records; else NUM_OPT=--messages; fi
+
+STRATA_OK=0
+if [[ " $TARGETS " == *" strata "* ]]; then
+  if [[ -x "$STRATA_BIN" ]]; then
+    STRATA_OK=1
+  else
+    echo "NOTE: Strata binary not found at $STRATA_BIN (set STRATA_BIN or run 'cargo build --release');"
+    echo "      running the Kafka side only."
+  fi
+fi
+
+echo "bench: records=$RECORDS size=${RECORD_SIZE}B partitions=$PARTITIONS acks=[$ACKS_LIST]" \
+     "compression=$COMPRESSION kafka=$KAFKA_VERSION targets=[$TARGETS] work=$WORK"
+printf 'target\tacks\tprod_rps\tprod_mbps\tp50\tp99\tp999\tavg\tmax\tcons_mbps\tcons_rps\trss_mib\tcpu_s\tstatus\n' >"$RESULTS"
+
+# ------------------------------------------------------------------ targets
+start_kafka() {
+  local port="$1" dir="$2"
+  CUR_KIND=kafka CUR_DIR="$dir"
+  KAFKA_REF_EXTRA="num.partitions=$PARTITIONS${KAFKA_REF_EXTRA:+
+$KAFKA_REF_EXTRA}" KAFKA_REF_TIMEOUT="$START_TIMEOUT" \
+    "$ROOT/scripts/kafka-ref.sh" start "$port" "$dir" || return 1
+  CUR_PID="$(cat "$dir/kafka.pid")" || return 1
+}
+
+start_strata() {
+  local port="$1" dir="$2" admin_port
+  admin_port="$(strata_free_port)"
+  mkdir -p "$dir/data"
+  cat >"$dir/server.properties" <<EOF
+# generated by benches/compare.sh
+listeners=PLAINTEXT://127.0.0.1:$port
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+log.dirs=$dir/data
+strata.admin.listener=127.0.0.1:$admin_port
+num.partitions=$PARTITIONS
+EOF
+  if [[ -n "${BENCH_STRATA_EXTRA:-}" ]]; then
+    printf '%s\n' "$BENCH_STRATA_EXTRA" >>"$dir/server.properties"
+  fi
+  strata_log "starting Strata on 127.0.0.1:$port (admin :$admin_port): $STRATA_BIN serve --config $dir/server.properties"
+  "$STRATA_BIN" serve --config "$dir/server.properties" >"$dir/strata.log" 2>&1 </dev/null &
+  CUR_KIND=strata CUR_PID=$! CUR_DIR="$dir"
+  local start=$SECONDS code
+  while :; do
+    if ! strata_alive "$CUR_PID"; then
+      tail -n 40 "$dir/strata.log" >&2 || true
+      strata_log "Strata exited during startup"
+      return 1
+    fi
+    code="$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$admin_port/health" || true)"
+    [[ "$code" == 200 ]] && break
+    if ((SECONDS - start >= START_TIMEOUT)); then
+      tail -n 40 "$dir/strata.log" >&2 || true
+      strata_log "Strata not healthy after ${START_TIMEOUT}s (last /health status: ${code:-none})"
+      return 1
+    fi
+    sleep 0.5
+  done
+  strata_log "Strata ready after $((SECONDS - start))s (pid $CUR_PID)"
+}
+
+# Peak RSS in MiB and CPU seconds (user+sys) of a live process.
+proc_stats() {
+  local pid="$1" hwm ticks hz
+  hwm="$(awk '/^VmHWM:/{print $2}' "/proc/$pid/status" 2>/dev/null || true)"
+  ticks="$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | awk '{print $12 + $13}' || true)"
+  hz="$(getconf CLK_TCK)"
+  awk -v k="${hwm:-}" -v t="${ticks:-}" -v hz="$hz" \
+    'BEGIN { printf "%s %s\n", (k == "" ? "-" : sprintf("%.1f", k / 1024)), (t == "" ? "-" : sprintf("%.1f", t / hz)) }'
+}
+
+run_row() {
+  local target="$1" acks="$2"
+  local dir="$WORK/$target-acks$acks" port topic="bench-$PARTITIONS-$acks" p c
+  local status=ok prod="- - - - - - - -" cons="- - -" stats="- -"
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  port="$(strata_free_port)"
+  echo
+  echo "=== $target, acks=$acks ==="
+  if ! "start_$target" "$port" "$dir"; then
+    status="start-failed"
+  fi
+  local bootstrap="127.0.0.1:$port"
+
+  if [[ $status == ok ]] && ! run_tool "$dir/create-topic.out" "${JAVA_TOOL[@]}" -cp "$INTEROP_CP" \
+      io.strata.interop.InteropClient admin-create --bootstrap "$bootstrap" --topic "$topic" \
+      --partitions "$PARTITIONS" --if-not-exists; then
+    cat "$dir/create-topic.out" >&2
+    status="create-topic-failed"
+  fi
+
+  if [[ $status == ok ]]; then
+    # shellcheck disable=SC2086
+    if run_tool "$dir/producer.out" "${JAVA_TOOL[@]}" -cp "$TOOLS_CP" org.apache.kafka.tools.ProducerPerformance \
+        --bootstrap-server "$bootstrap" --topic "$topic" --num-records "$RECORDS" \
+        --record-size "$RECORD_SIZE" --throughput -1 \
+        "$PROPS_OPT" acks="$acks" compression.type="$COMPRESSION" ${BENCH_PRODUCER_PROPS:-}; then
+      grep 'records sent' "$dir/producer.out" | tail -n 1 || true
+      prod="$(python3 "$ROOT/benches/perf_report.py" producer "$dir/producer.out")" || { status="producer-failed"; prod="- - - - - - - -"; }
+      read -r -a p <<<"$prod"
+      [[ $status != ok || "${p[7]}" == "$RECORDS" ]] || status="producer-acked-${p[7]}-of-$RECORDS"
+    else
+      tail -n 20 "$dir/producer.out" >&2
+      status="producer-failed"
+    fi
+  fi
+
+  if [[ $status == ok ]]; then
+    if run_tool "$dir/consumer.out" "${JAVA_TOOL[@]}" -cp "$TOOLS_CP" org.apache.kafka.tools.ConsumerPerformance \
+        --bootstrap-server "$bootstrap" --topic "$topic" "$NUM_OPT" "$RECORDS" --timeout 30000 \
+        --group "bench-consumer-$acks"; then
+      grep -A1 'MB.sec' "$dir/consumer.out" | tail -n 1 || true
+      cons="$(python3 "$ROOT/benches/perf_report.py" consumer "$dir/consumer.out")" || { status="consumer-failed"; cons="- - -"; }
+      read -r -a c <<<"$cons"
+      [[ $status != ok || "${c[2]}" == "$RECORDS" ]] || status="consumer-read-${c[2]}-of-$RECORDS"
+    else
+      tail -n 20 "$dir/consumer.out" >&2
+      status="consumer-failed"
+    fi
+  fi
+
+  if [[ -n "$CUR_PID" ]] && strata_alive "$CUR_PID"; then
+    stats="$(proc_stats "$CUR_PID")"
+  elif [[ $status == ok ]]; then
+    status="broker-died"
+  fi
+  stop_target
+
+  local s
+  read -r -a p <<<"$prod"
+  read -r -a c <<<"$cons"
+  read -r -a s <<<"$stats"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$target" "$acks" \
+    "${p[0]}" "${p[1]}" "${p[2]}" "${p[3]}" "${p[4]}" "${p[5]}" "${p[6]}" \
+    "${c[0]}" "${c[1]}" "${s[0]}" "${s[1]}" "$status" >>"$RESULTS"
+  echo "peak RSS MiB / CPU s: ${stats}   status: $status"
+}
+
+for acks in $ACKS_LIST; do
+  for target in $TARGETS; do
+    case "$target" in
+      strata) [[ $STRATA_OK == 1 ]] || continue ;;
+      kafka) ;;
+      *) strata_die "unknown target '$target' in BENCH_TARGETS" ;;
+    esac
+    run_row "$target" "$acks"
+  done
+done
+
+echo
+echo "Results ($RECORDS x ${RECORD_SIZE}B records, $PARTITIONS partitions, compression=$COMPRESSION," \
+     "Kafka $KAFKA_VERSION perf tools; raw: $RESULTS)"
+if [[ " $TARGETS " == *" strata "* && $STRATA_OK == 0 ]]; then
+  echo "NOTE: Strata was not run (no binary at $STRATA_BIN): Kafka side only."
+fi
+python3 "$ROOT/benches/perf_report.py" table "$RESULTS"

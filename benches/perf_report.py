@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Helpers for benches/compare.sh (standard library only).
+
+  perf_report.py producer FILE   -> "records_per_sec mb_per_sec p50 p99 p999 avg max records"
+                                    from ProducerPerformance output (its final summary line)
+  perf_report.py consumer FILE   -> "mb_per_sec records_per_sec records" from ConsumerPerformance
+                                    output
+  perf_report.py table RESULTS   -> prints the comparison table for results.tsv
+"""
+import re
+import sys
+
+PRODUCER_RE = re.compile(
+    r"(?P<n>\d+) records sent, (?P<rps>[\d.]+) records/sec \((?P<mbps>[\d.]+) MB/sec\), "
+    r"(?P<avg>[\d.]+) ms avg latency, (?P<max>[\d.]+) ms max latency, "
+    r"(?P<p50>[\d.]+) ms 50th, (?P<p95>[\d.]+) ms 95th, (?P<p99>[\d.]+) ms 99th, "
+    r"(?P<p999>[\d.]+) ms 99\.9th"
+)
+
+
+def producer(path):
+    last = None
+    with open(path, errors="replace") as f:
+        for line in f:
+            m = PRODUCER_RE.search(line)
+            if m:
+                last = m
+    if not last:
+        sys.exit("no ProducerPerformance summary line in " + path)
+    print(" ".join(last.group(k) for k in ("rps", "mbps", "p50", "p99", "p999", "avg", "max", "n")))
+
+
+def consumer(path):
+    # Header: start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, ...
+    header = None
+    with open(path, errors="replace") as f:
+        for line in f:
+            cols = [c.strip() for c in line.split(",")]
+            if "MB.sec" in cols:
+                header = cols
+                continue
+            if header and len(cols) >= len(header) - 1:
+                try:
+                    row = dict(zip(header, cols))
+                    print(float(row["MB.sec"]), float(row["nMsg.sec"]),
+                          int(float(row["data.consumed.in.nMsg"])))
+                    return
+                except (KeyError, ValueError):
+                    continue
+    sys.exit("no ConsumerPerformance result line in " + path)
+
+
+COLS = [
+    # key, heading, format
+    ("prod_mbps", "MB/s", "{:.1f}"),
+    ("prod_rps", "records/s", "{:.0f}"),
+    ("p50", "p50 ms", "{:.0f}"),
+    ("p99", "p99 ms", "{:.0f}"),
+    ("p999", "p99.9 ms", "{:.0f}"),
+    ("cons_mbps", "cons MB/s", "{:.1f}"),
+    ("rss_mib", "peak RSS MiB", "{:.0f}"),
+    ("cpu_s", "broker CPU s", "{:.1f}"),
+]
+
+
+def num(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def table(path):
+    rows = []
+    with open(path) as f:
+        header = f.readline().rstrip("\n").split("\t")
+        for line in f:
+            if line.strip():
+                rows.append(dict(zip(header, line.rstrip("\n").split("\t"))))
+    if not rows:
+        print("(no results)")
+        return
+
+    out = []
+    heads = ["target", "acks"] + [c[1] for c in COLS] + ["status"]
+
+    def fmt_row(r):
+        cells = [r["target"], r["acks"]]
+        for key, _, f in COLS:
+            v = num(r.get(key))
+            cells.append(f.format(v) if v is not None else "-")
+        cells.append(r.get("status", ""))
+        return cells
+
+    acks_order = []
+    for r in rows:
+        if r["acks"] not in acks_order:
+            acks_order.append(r["acks"])
+    for acks in acks_order:
+        by_target = {r["target"]: r for r in rows if r["acks"] == acks}
+        for r in rows:
+            if r["acks"] == acks:
+                out.append(fmt_row(r))
+        s, k = by_target.get("strata"), by_target.get("kafka")
+        if s and k and s.get("status") == "ok" and k.get("status") == "ok":
+            cells = ["strata/kafka", acks]
+            for key, _, _ in COLS:
+                a, b = num(s.get(key)), num(k.get(key))
+                cells.append("{:.2f}x".format(a / b) if a is not None and b else "-")
+            cells.append("")
+            out.append(cells)
+
+    widths = [max(len(str(x)) for x in col) for col in zip(heads, *out)]
+    line = "  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(heads, widths)))
+    print(line)
+    print("-" * len(line))
+    for cells in out:
+        print("  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w)
+                        for i, (c, w) in enumerate(zip(cells, widths))))
+    print("ratios: higher is better for MB/s, records/s, cons MB/s; lower is better for"
+          " latency, RSS and CPU.")
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[1] not in ("producer", "consumer", "table"):
+        sys.exit(__doc__)
+    {"producer": producer, "consumer": consumer, "table": table}[sys.argv[1]](sys.argv[2])
+
+
+if __name__ == "__main__":
+    main()

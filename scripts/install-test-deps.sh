@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Install everything Strata's interop tests and benchmarks need, on a fresh machine.
+# Idempotent: each step is skipped when its stamp says it is already done.
+#
+#   scripts/install-test-deps.sh            # all steps
+#   scripts/install-test-deps.sh --force    # redo every step
+#
+# Steps:
+#   1. Debian packages: kcat (or kafkacat), plus java/javac/mvn/curl/python3 if missing
+#   2. Python virtualenv $STRATA_VENV with scripts/requirements-test.txt
+#   3. Java jars from Maven Central into $STRATA_CACHE/jars/kafka-$KAFKA_VERSION/{clients,tools,broker}
+#   4. The Java interop client (scripts/build-java-tests.sh)
+#
+# Environment: STRATA_CACHE (default ~/.cache/strata), STRATA_VENV (default $STRATA_CACHE/venv),
+#              KAFKA_VERSION (default in scripts/lib/common.sh).
+set -euo pipefail
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+
+FORCE=0
+case "${1:-}" in
+  "") ;;
+  --force) FORCE=1 ;;
+  -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) strata_die "unknown argument '$1' (usage: $0 [--force])" ;;
+esac
+
+mkdir -p "$STRATA_CACHE"
+
+# --------------------------------------------------------------------------- apt
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null; then SUDO="sudo"; fi
+fi
+APT_UPDATED=0
+apt_update_once() {
+  if [[ $APT_UPDATED -eq 0 ]]; then
+    strata_log "apt-get update"
+    $SUDO apt-get update -qq
+    APT_UPDATED=1
+  fi
+}
+# True if apt knows an installable candidate for package $1.
+apt_has_candidate() {
+  local c
+  c="$(apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/{print $2}')"
+  [[ -n "$c" && "$c" != "(none)" ]]
+}
+apt_install() {
+  # $@: packages. Runs apt-get update first only if apt doesn't know one of them.
+  local p
+  for p in "$@"; do
+    apt_has_candidate "$p" || { apt_update_once; break; }
+  done
+  strata_log "apt-get install -y $*"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+}
+
+need_pkgs=()
+command -v curl >/dev/null || need_pkgs+=(curl)
+command -v python3 >/dev/null || need_pkgs+=(python3 python3-venv)
+command -v javac >/dev/null || need_pkgs+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null || need_pkgs+=(maven)
+if ((${#need_pkgs[@]})); then
+  apt_install "${need_pkgs[@]}"
+fi
+
+if command -v kcat >/dev/null || command -v kafkacat >/dev/null; then
+  :
+else
+  if apt_has_candidate kcat || { apt_update_once; apt_has_candidate kcat; }; then
+    apt_install kcat
+  else
+    apt_install kafkacat
+  fi
+fi
+KCAT="$(command -v kcat || command -v kafkacat)"
+
+# --------------------------------------------------------------------------- venv
+REQ="$STRATA_REPO_ROOT/scripts/requirements-test.txt"
+venv_stamp="$( { cat "$REQ"; python3 --version 2>&1; } | strata_hash)"
+if [[ $FORCE -eq 0 && -x "$STRATA_VENV/bin/python" && "$(cat "$STRATA_VENV/.strata-stamp" 2>/dev/null)" == "$venv_stamp" ]]; then
+  strata_log "venv up to date: $STRATA_VENV"
+else
+  strata_log "creating virtualenv $STRATA_VENV"
+  if ! python3 -m venv --clear "$STRATA_VENV" 2>/dev/null; then
+    apt_install python3-venv
+    python3 -m venv --clear "$STRATA_VENV"
+  fi
+  "$STRATA_VENV/bin/python" -m pip install -q --upgrade pip
+  "$STRATA_VENV/bin/python" -m pip install -q -r "$REQ"
+  "$STRATA_VENV/bin/python" -c 'import pytest, confluent_kafka, kafka' \
+    || strata_die "python packages failed to import"
+  echo "$venv_stamp" >"$STRATA_VENV/.strata-stamp"
+fi
+
+# --------------------------------------------------------------------------- jars
+# One dependency set per pom under scripts/maven/<set>/.
+resolve_set() {
+  local set="$1" pom="$STRATA_REPO_ROOT/scripts/maven/$1/pom.xml"
+  local dest="$STRATA_JARS_DIR/$set" stamp tmp
+  stamp="$( { cat "$pom"; echo "$KAFKA_VERSION"; } | strata_hash)"
+  if [[ $FORCE -eq 0 && -f "$dest/.strata-stamp" && "$(cat "$dest/.strata-stamp")" == "$stamp" ]]; then
+    strata_log "jars up to date: $dest"
+    return
+  fi
+  strata_log "resolving $set jars (kafka $KAFKA_VERSION) with mvn"
+  tmp="$dest.tmp.$$"
+  mkdir -p "$(dirname "$dest")"
+  rm -rf "$tmp"
+  if ! mvn -B -q -Dstyle.color=never -f "$pom" -Dkafka.version="$KAFKA_VERSION" \
+      dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp" \
+      >"$tmp.log" 2>&1; then
+    cat "$tmp.log" >&2
+    rm -rf "$tmp" "$tmp.log"
+    strata_die "mvn failed to resolve the $set set"
+  fi
+  rm -f "$tmp.log"
+  ls "$tmp"/*.jar >/dev/null 2>&1 || strata_die "no jars resolved for $set"
+  echo "$stamp" >"$tmp/.strata-stamp"
+  rm -rf "$dest"
+  mv "$tmp" "$dest"
+}
+for set in clients tools broker; do
+  resolve_set "$set"
+done
+
+# --------------------------------------------------------------------------- java
+if [[ $FORCE -eq 1 ]]; then
+  "$STRATA_REPO_ROOT/scripts/build-java-tests.sh" --force
+else
+  "$STRATA_REPO_ROOT/scripts/build-java-tests.sh"
+fi
+
+cat <<EOF
+Strata test dependencies ready:
+  kcat:            $KCAT
+  python venv:     $STRATA_VENV  (activate: source $STRATA_VENV/bin/activate)
+  kafka version:   $KAFKA_VERSION
+  client jars:     $STRATA_JARS_DIR/clients   (scripts/java-classpath.sh clients)
+  tools jars:      $STRATA_JARS_DIR/tools     (scripts/java-classpath.sh tools)
+  broker jars:     $STRATA_JARS_DIR/broker    (scripts/java-classpath.sh broker)
+  java test client: $STRATA_JAVA_CLASSES  (scripts/java-classpath.sh interop)
+EOF

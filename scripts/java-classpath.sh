@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Print a Java classpath (colon-separated jar list) for one dependency set.
+#
+#   scripts/java-classpath.sh clients   # kafka-clients + slf4j-simple
+#   scripts/java-classpath.sh tools     # kafka-tools (ProducerPerformance, TopicCommand, ...)
+#   scripts/java-classpath.sh broker    # kafka_2.13 broker + kafka-tools + log4j2
+#   scripts/java-classpath.sh interop   # clients + the compiled InteropClient classes
+#
+# The jars are installed by scripts/install-test-deps.sh.
+set -euo pipefail
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+
+usage() { echo "usage: $0 <clients|tools|broker|interop>" >&2; exit 2; }
+[[ $# -eq 1 ]] || usage
+
+jars_of() {
+  local dir="$STRATA_JARS_DIR/$1"
+  [[ -f "$dir/.strata-stamp" ]] \
+    || strata_die "$dir is missing; run scripts/install-test-deps.sh"
+  local out="" j
+  for j in "$dir"/*.jar; do out+="${out:+:}$j"; done
+  printf '%s' "$out"
+}
+
+case "$1" in
+  clients|tools|broker) jars_of "$1"; echo ;;
+  interop)
+    [[ -f "$STRATA_JAVA_CLASSES/.strata-stamp" ]] \
+      || strata_die "$STRATA_JAVA_CLASSES is missing; run scripts/build-java-tests.sh"
+    printf '%s:%s\n' "$STRATA_JAVA_CLASSES" "$(jars_of clients)" ;;
+  -h|--help) usage ;;
+  *) usage ;;
+esac

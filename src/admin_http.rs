@@ -1,0 +1,71 @@
+//! The admin HTTP listener: `GET /health` (200 once the broker serves) and `GET /metrics`
+//! (Prometheus text format). A deliberately tiny HTTP/1.1 responder: one request per
+//! connection, bounded header size, no bodies accepted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::broker::Broker;
+
+pub async fn serve(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+) {
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            a = listener.accept() => a,
+        };
+        let Ok((stream, _)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let broker = broker.clone();
+        tracker.spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(10), respond(stream, broker)).await;
+        });
+    }
+}
+
+async fn respond(mut stream: TcpStream, broker: Arc<Broker>) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 || buf.len() > 16 * 1024 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let line = String::from_utf8_lossy(&buf);
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or("");
+    let path = parts.next().unwrap_or("").split('?').next().unwrap_or("");
+    let (status, content_type, body) = match (method, path) {
+        ("GET", "/health") => ("200 OK", "text/plain", "ok\n".to_string()),
+        ("GET", "/metrics") => {
+            let b = broker.clone();
+            let text = tokio::task::spawn_blocking(move || b.metrics.render(&b.partition_gauges()))
+                .await
+                .unwrap_or_default();
+            ("200 OK", "text/plain; version=0.0.4", text)
+        }
+        ("GET", _) => ("404 Not Found", "text/plain", "not found\n".to_string()),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "method not allowed\n".to_string(),
+        ),
+    };
+    let head = format!("HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
+}

@@ -1,0 +1,43 @@
+//! CreatePartitions: grows topics; shrinking, no-op counts and bad assignments are refused
+//! with INVALID_PARTITIONS / INVALID_REPLICA_ASSIGNMENT as Kafka does.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::api::{blocking, errors};
+use crate::broker::Broker;
+
+pub async fn handle(broker: Arc<Broker>, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
+    let b = broker.clone();
+    let results = blocking(move || {
+        let mut out = Vec::new();
+        for t in req.topics {
+            let name = t.name.0.to_string();
+            let result = CreatePartitionsTopicResult::default().with_name(t.name.clone());
+            if let Some(assignments) = &t.assignments {
+                let current = b.topic(&name).map(|x| x.partitions.len() as i32).unwrap_or(0);
+                let me = b.config.node_id;
+                if assignments.len() as i32 != t.count - current || assignments.iter().any(|a| a.broker_ids.is_empty() || a.broker_ids.iter().any(|id| id.0 != me)) {
+                    out.push(result.with_error_code(ResponseError::InvalidReplicaAssignment.code()).with_error_message(Some(StrBytes::from_string(format!(
+                        "Increasing the number of partitions by {} but {} assignments provided, or an assignment names a broker other than {me}.",
+                        t.count - current,
+                        assignments.len()
+                    )))));
+                    continue;
+                }
+            }
+            match b.create_partitions(&name, t.count, req.validate_only) {
+                Ok(()) => out.push(result),
+                Err(e) => out.push(result.with_error_code(errors::topic_error(&e).code()).with_error_message(Some(StrBytes::from_string(e.to_string())))),
+            }
+        }
+        out
+    })
+    .await
+    .unwrap_or_default();
+    CreatePartitionsResponse::default().with_results(results)
+}

@@ -1,0 +1,154 @@
+//! CreateTopics: validates names, partition counts, replication factors and configs with the
+//! error codes Kafka returns; `validate_only` checks without creating.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
+use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::api::{blocking, errors};
+use crate::broker::{Broker, TopicError};
+use crate::config::topic::{effective, TOPIC_CONFIGS};
+
+pub async fn handle(
+    broker: Arc<Broker>,
+    req: CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
+    let b = broker.clone();
+    match blocking(move || create(&b, req, version)).await {
+        Ok(topics) => CreateTopicsResponse::default().with_topics(topics),
+        Err(e) => {
+            tracing::error!(error = %e, "create topics task failed");
+            CreateTopicsResponse::default()
+        }
+    }
+}
+
+fn create(broker: &Broker, req: CreateTopicsRequest, version: i16) -> Vec<CreatableTopicResult> {
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for t in &req.topics {
+        *counts.entry(t.name.0.to_string()).or_default() += 1;
+    }
+    let mut out = Vec::new();
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let fail = |error: ResponseError, message: String| {
+            CreatableTopicResult::default()
+                .with_name(t.name.clone())
+                .with_error_code(error.code())
+                .with_error_message(Some(StrBytes::from_string(message)))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1)
+        };
+        if counts.get(&name).copied().unwrap_or(0) > 1 {
+            out.push(fail(ResponseError::InvalidRequest, format!("Create topics request from client contains multiple entries for the following topics: {name}")));
+            continue;
+        }
+        let mut configs = BTreeMap::new();
+        let mut null_value = None;
+        for c in &t.configs {
+            match &c.value {
+                Some(v) => {
+                    configs.insert(c.name.to_string(), v.to_string());
+                }
+                None => null_value = Some(c.name.to_string()),
+            }
+        }
+        if let Some(k) = null_value {
+            out.push(fail(
+                ResponseError::InvalidConfig,
+                format!("Null value not supported for topic configs: {k}"),
+            ));
+            continue;
+        }
+        let (partitions, rf) = if !t.assignments.is_empty() {
+            if t.num_partitions != -1 || t.replication_factor != -1 {
+                out.push(fail(ResponseError::InvalidRequest, "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into()));
+                continue;
+            }
+            let me = broker.config.node_id;
+            let bad = t.assignments.iter().enumerate().find(|(i, a)| {
+                a.partition_index != *i as i32
+                    || a.broker_ids.iter().any(|b| b.0 != me)
+                    || a.broker_ids.is_empty()
+            });
+            if let Some((_, a)) = bad {
+                out.push(fail(
+                    ResponseError::InvalidReplicaAssignment,
+                    format!(
+                        "Invalid replica assignment for partition {}: only broker {me} exists.",
+                        a.partition_index
+                    ),
+                ));
+                continue;
+            }
+            (
+                t.assignments.len() as i32,
+                t.assignments[0].broker_ids.len() as i16,
+            )
+        } else {
+            (
+                if t.num_partitions == -1 {
+                    broker.config.num_partitions
+                } else {
+                    t.num_partitions
+                },
+                if t.replication_factor == -1 {
+                    broker.config.default_replication_factor
+                } else {
+                    t.replication_factor
+                },
+            )
+        };
+        let result = if req.validate_only {
+            broker
+                .check_new_topic(&name, partitions, rf, &configs)
+                .map(|_| None)
+        } else {
+            broker
+                .create_topic(&name, partitions, rf, configs.clone())
+                .map(Some)
+        };
+        match result {
+            Ok(created) => {
+                let mut r = CreatableTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(rf);
+                if let Some(topic) = &created {
+                    r = r.with_topic_id(topic.id);
+                }
+                if version >= 5 {
+                    let topic_configs = TOPIC_CONFIGS
+                        .iter()
+                        .filter_map(|d| {
+                            let (value, source) =
+                                effective(d.name, &configs, &broker.config.topic_defaults)?;
+                            Some(
+                                CreatableTopicConfigs::default()
+                                    .with_name(StrBytes::from_static_str(d.name))
+                                    .with_value(Some(StrBytes::from_string(value.to_string())))
+                                    .with_config_source(source.code()),
+                            )
+                        })
+                        .collect();
+                    r = r.with_configs(Some(topic_configs));
+                }
+                out.push(r);
+            }
+            Err(e) => {
+                if matches!(e, TopicError::Io(_)) {
+                    tracing::error!(topic = %name, error = %e, "topic creation failed");
+                }
+                out.push(fail(errors::topic_error(&e), e.to_string()));
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,50 @@
+//! DeleteRecords: moves the log start offset forward (offset -1 means the high watermark).
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
+use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+use kafka_protocol::ResponseError;
+
+use crate::api::blocking;
+use crate::broker::Broker;
+
+pub async fn handle(broker: Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    let b = broker.clone();
+    let topics = blocking(move || {
+        req.topics
+            .into_iter()
+            .map(|t| {
+                let topic = b.topic(t.name.0.as_str());
+                let partitions = t
+                    .partitions
+                    .into_iter()
+                    .map(|p| {
+                        let r = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index).with_low_watermark(-1);
+                        let Some(part) = topic.as_ref().and_then(|x| x.partitions.get(usize::try_from(p.partition_index).ok()?)).cloned() else {
+                            return r.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                        };
+                        let hw = part.offsets().high_watermark;
+                        let target = if p.offset == -1 { hw } else { p.offset };
+                        if target < 0 || target > hw {
+                            return r.with_error_code(ResponseError::OffsetOutOfRange.code());
+                        }
+                        match part.with_log(|l| l.delete_records_before(target)) {
+                            Ok(low) => r.with_low_watermark(low),
+                            Err(e) => {
+                                tracing::error!(topic = %part.topic, partition = part.index, error = %e, "delete records failed");
+                                r.with_error_code(ResponseError::KafkaStorageError.code())
+                            }
+                        }
+                    })
+                    .collect();
+                DeleteRecordsTopicResult::default().with_name(t.name).with_partitions(partitions)
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_default();
+    DeleteRecordsResponse::default().with_topics(topics)
+}

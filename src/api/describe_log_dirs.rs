@@ -1,0 +1,77 @@
+//! DescribeLogDirs: partition sizes per log dir.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
+use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::api::blocking;
+use crate::broker::Broker;
+
+pub async fn handle(broker: Arc<Broker>, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
+    let b = broker.clone();
+    let results = blocking(move || {
+        let wanted = |topic: &str, p: i32| match &req.topics {
+            None => true,
+            Some(ts) => ts
+                .iter()
+                .any(|t| t.topic.0.as_str() == topic && t.partitions.contains(&p)),
+        };
+        // dir -> topic -> partitions
+        let mut by_dir: BTreeMap<String, BTreeMap<String, Vec<DescribeLogDirsPartition>>> =
+            BTreeMap::new();
+        for d in &b.config.log_dirs {
+            by_dir.entry(d.display().to_string()).or_default();
+        }
+        for p in b.all_partitions() {
+            if !wanted(&p.topic, p.index) {
+                continue;
+            }
+            let (dir, size) = p.with_log(|l| {
+                (
+                    l.dir()
+                        .parent()
+                        .map(|d| d.display().to_string())
+                        .unwrap_or_default(),
+                    l.size_bytes(),
+                )
+            });
+            by_dir
+                .entry(dir)
+                .or_default()
+                .entry(p.topic.clone())
+                .or_default()
+                .push(
+                    DescribeLogDirsPartition::default()
+                        .with_partition_index(p.index)
+                        .with_partition_size(size as i64),
+                );
+        }
+        by_dir
+            .into_iter()
+            .map(|(dir, topics)| {
+                DescribeLogDirsResult::default()
+                    .with_log_dir(StrBytes::from_string(dir))
+                    .with_total_bytes(-1)
+                    .with_usable_bytes(-1)
+                    .with_topics(
+                        topics
+                            .into_iter()
+                            .map(|(t, parts)| {
+                                DescribeLogDirsTopic::default()
+                                    .with_name(TopicName(StrBytes::from_string(t)))
+                                    .with_partitions(parts)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_default();
+    DescribeLogDirsResponse::default().with_results(results)
+}

@@ -1,0 +1,48 @@
+//! The one place where internal errors become Kafka error codes.
+
+use kafka_protocol::ResponseError;
+
+use crate::broker::TopicError;
+use crate::log::producer_state::ProducerError;
+use crate::log::{AppendError, ReadError};
+
+pub fn append_error(e: &AppendError) -> ResponseError {
+    match e {
+        AppendError::Corrupt(_) => ResponseError::CorruptMessage,
+        AppendError::InvalidRecord(_) => ResponseError::InvalidRecord,
+        AppendError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
+        AppendError::InvalidTimestamp { .. } => ResponseError::InvalidTimestamp,
+        AppendError::Producer(ProducerError::InvalidProducerEpoch { .. }) => {
+            ResponseError::InvalidProducerEpoch
+        }
+        AppendError::Producer(ProducerError::OutOfOrderSequence { .. }) => {
+            ResponseError::OutOfOrderSequenceNumber
+        }
+        AppendError::Io(_) => ResponseError::KafkaStorageError,
+    }
+}
+
+pub fn read_error(e: &ReadError) -> ResponseError {
+    match e {
+        ReadError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        ReadError::Io(_) => ResponseError::KafkaStorageError,
+    }
+}
+
+pub fn topic_error(e: &TopicError) -> ResponseError {
+    match e {
+        TopicError::AlreadyExists(_) => ResponseError::TopicAlreadyExists,
+        TopicError::InvalidName(_) => ResponseError::InvalidTopicException,
+        TopicError::Unknown => ResponseError::UnknownTopicOrPartition,
+        TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+        TopicError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
+        TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
+        TopicError::DeletionDisabled => ResponseError::TopicDeletionDisabled,
+        TopicError::Io(_) => ResponseError::KafkaStorageError,
+    }
+}
+
+/// Error code for a failed blocking task (a bug, reported rather than propagated).
+pub fn internal() -> ResponseError {
+    ResponseError::UnknownServerError
+}

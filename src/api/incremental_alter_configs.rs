@@ -1,0 +1,227 @@
+//! AlterConfigs (replace all overrides) and IncrementalAlterConfigs (SET, DELETE, APPEND,
+//! SUBTRACT) for topics. Every change is validated before anything is applied.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::messages::{
+    AlterConfigsRequest, AlterConfigsResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::api::blocking;
+use crate::api::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use crate::broker::Broker;
+use crate::config::topic;
+use crate::config::value::Kind;
+
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+const OP_APPEND: i8 = 2;
+const OP_SUBTRACT: i8 = 3;
+
+type Outcome = Result<(), (ResponseError, String)>;
+
+/// Applies new overrides for a topic after validating each.
+fn apply(
+    broker: &Broker,
+    topic_name: &str,
+    overrides: BTreeMap<String, String>,
+    validate_only: bool,
+) -> Outcome {
+    for (k, v) in &overrides {
+        topic::validate(k, v).map_err(|e| (ResponseError::InvalidConfig, e.to_string()))?;
+    }
+    if validate_only {
+        return Ok(());
+    }
+    broker
+        .set_topic_configs(topic_name, overrides)
+        .map_err(|e| (crate::api::errors::topic_error(&e), e.to_string()))
+}
+
+fn unsupported_broker_change() -> (ResponseError, String) {
+    (
+        ResponseError::InvalidRequest,
+        "Dynamic broker configs are not supported yet; change the broker's config file and restart"
+            .into(),
+    )
+}
+
+fn incremental(
+    broker: &Broker,
+    resource_type: i8,
+    name: &str,
+    ops: Vec<(String, i8, Option<String>)>,
+    validate_only: bool,
+) -> Outcome {
+    match resource_type {
+        RESOURCE_TOPIC => {}
+        RESOURCE_BROKER => return Err(unsupported_broker_change()),
+        other => {
+            return Err((
+                ResponseError::InvalidRequest,
+                format!("Unsupported resource type {other}"),
+            ))
+        }
+    }
+    let t = broker.topic(name).ok_or((
+        ResponseError::UnknownTopicOrPartition,
+        "Topic does not exist".to_string(),
+    ))?;
+    let mut overrides = t.overrides.clone();
+    for (key, op, value) in ops {
+        let def = topic::def(&key).ok_or((
+            ResponseError::InvalidConfig,
+            format!("Unknown topic config name: {key}"),
+        ))?;
+        match op {
+            OP_SET => {
+                let v = value.ok_or((
+                    ResponseError::InvalidRequest,
+                    format!("Null value not supported for : {key}"),
+                ))?;
+                overrides.insert(key, v);
+            }
+            OP_DELETE => {
+                overrides.remove(&key);
+            }
+            OP_APPEND | OP_SUBTRACT => {
+                if def.kind != Kind::List {
+                    return Err((
+                        ResponseError::InvalidConfig,
+                        format!("Config value append is not allowed for config key: {key}"),
+                    ));
+                }
+                let current = overrides.get(&key).cloned().unwrap_or_else(|| {
+                    topic::effective(&key, &t.overrides, &broker.config.topic_defaults)
+                        .map(|(v, _)| v.to_string())
+                        .unwrap_or_default()
+                });
+                let mut items: Vec<String> = current
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                for v in value
+                    .unwrap_or_default()
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                {
+                    if op == OP_APPEND {
+                        if !items.iter().any(|i| i == v) {
+                            items.push(v.to_string());
+                        }
+                    } else {
+                        items.retain(|i| i != v);
+                    }
+                }
+                overrides.insert(key, items.join(","));
+            }
+            other => {
+                return Err((
+                    ResponseError::InvalidRequest,
+                    format!("Unknown config operation {other}"),
+                ))
+            }
+        }
+    }
+    apply(broker, name, overrides, validate_only)
+}
+
+pub async fn handle(
+    broker: Arc<Broker>,
+    req: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
+    let b = broker.clone();
+    let responses = blocking(move || {
+        req.resources
+            .into_iter()
+            .map(|r| {
+                let ops = r
+                    .configs
+                    .into_iter()
+                    .map(|c| {
+                        (
+                            c.name.to_string(),
+                            c.config_operation,
+                            c.value.map(|v| v.to_string()),
+                        )
+                    })
+                    .collect();
+                let outcome = incremental(
+                    &b,
+                    r.resource_type,
+                    r.resource_name.as_str(),
+                    ops,
+                    req.validate_only,
+                );
+                let resp = AlterConfigsResourceResponse::default()
+                    .with_resource_type(r.resource_type)
+                    .with_resource_name(r.resource_name);
+                match outcome {
+                    Ok(()) => resp,
+                    Err((code, msg)) => resp
+                        .with_error_code(code.code())
+                        .with_error_message(Some(StrBytes::from_string(msg))),
+                }
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_default();
+    IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+pub async fn handle_legacy(broker: Arc<Broker>, req: AlterConfigsRequest) -> AlterConfigsResponse {
+    use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
+    let b = broker.clone();
+    let responses = blocking(move || {
+        req.resources
+            .into_iter()
+            .map(|r| {
+                let outcome: Outcome = match r.resource_type {
+                    RESOURCE_TOPIC => {
+                        if b.topic(r.resource_name.as_str()).is_none() {
+                            Err((
+                                ResponseError::UnknownTopicOrPartition,
+                                "Topic does not exist".to_string(),
+                            ))
+                        } else {
+                            let overrides = r
+                                .configs
+                                .iter()
+                                .filter_map(|c| {
+                                    Some((c.name.to_string(), c.value.as_ref()?.to_string()))
+                                })
+                                .collect();
+                            apply(&b, r.resource_name.as_str(), overrides, req.validate_only)
+                        }
+                    }
+                    RESOURCE_BROKER => Err(unsupported_broker_change()),
+                    other => Err((
+                        ResponseError::InvalidRequest,
+                        format!("Unsupported resource type {other}"),
+                    )),
+                };
+                let resp = AlterConfigsResourceResponse::default()
+                    .with_resource_type(r.resource_type)
+                    .with_resource_name(r.resource_name);
+                match outcome {
+                    Ok(()) => resp,
+                    Err((code, msg)) => resp
+                        .with_error_code(code.code())
+                        .with_error_message(Some(StrBytes::from_string(msg))),
+                }
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_default();
+    AlterConfigsResponse::default().with_responses(responses)
+}

@@ -1,0 +1,113 @@
+//! ListOffsets: earliest (-2), latest (-1), max timestamp (-3), earliest local (-4) and by
+//! timestamp through the time index.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use kafka_protocol::ResponseError;
+
+use crate::api::{blocking, errors};
+use crate::broker::Broker;
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
+const LATEST_TIERED: i64 = -5;
+
+pub async fn handle(
+    broker: Arc<Broker>,
+    req: ListOffsetsRequest,
+    version: i16,
+) -> ListOffsetsResponse {
+    let b = broker.clone();
+    match blocking(move || list(&b, req, version)).await {
+        Ok(topics) => ListOffsetsResponse::default().with_topics(topics),
+        Err(e) => {
+            tracing::error!(error = %e, "list offsets task failed");
+            ListOffsetsResponse::default()
+        }
+    }
+}
+
+fn answer(index: i32, error: ResponseError) -> ListOffsetsPartitionResponse {
+    ListOffsetsPartitionResponse::default()
+        .with_partition_index(index)
+        .with_error_code(error.code())
+        .with_timestamp(-1)
+        .with_offset(-1)
+        .with_leader_epoch(-1)
+}
+
+fn list(broker: &Broker, req: ListOffsetsRequest, version: i16) -> Vec<ListOffsetsTopicResponse> {
+    // leader_epoch exists from v4; older versions must leave it at its default.
+    let epoch_field = |e: i32| if version >= 4 { e } else { -1 };
+    let mut out = Vec::new();
+    for t in req.topics {
+        let topic = broker.topic(t.name.0.as_str());
+        let mut partitions = Vec::new();
+        for p in t.partitions {
+            let Some(partition) = topic
+                .as_ref()
+                .and_then(|tp| tp.partitions.get(usize::try_from(p.partition_index).ok()?))
+                .cloned()
+            else {
+                partitions.push(answer(
+                    p.partition_index,
+                    ResponseError::UnknownTopicOrPartition,
+                ));
+                continue;
+            };
+            let epoch = partition.leader_epoch();
+            if p.current_leader_epoch >= 0 && p.current_leader_epoch != epoch {
+                let e = if p.current_leader_epoch > epoch {
+                    ResponseError::UnknownLeaderEpoch
+                } else {
+                    ResponseError::FencedLeaderEpoch
+                };
+                partitions.push(answer(p.partition_index, e));
+                continue;
+            }
+            let offsets = partition.offsets();
+            let found = |offset: i64, timestamp: i64, leader_epoch: i32| {
+                ListOffsetsPartitionResponse::default()
+                    .with_partition_index(p.partition_index)
+                    .with_timestamp(timestamp)
+                    .with_offset(offset)
+                    .with_leader_epoch(epoch_field(leader_epoch))
+            };
+            let resp = match p.timestamp {
+                LATEST => found(offsets.high_watermark, -1, epoch),
+                EARLIEST | EARLIEST_LOCAL => found(offsets.log_start_offset, -1, epoch),
+                LATEST_TIERED => found(-1, -1, -1),
+                MAX_TIMESTAMP => match partition.with_log(|l| l.max_timestamp_offset()) {
+                    Ok(Some(t)) => found(t.offset, t.timestamp, t.leader_epoch),
+                    Ok(None) => found(-1, -1, -1),
+                    Err(e) => {
+                        tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "max timestamp lookup failed");
+                        answer(p.partition_index, errors::read_error(&e.into()))
+                    }
+                },
+                ts if ts >= 0 => match partition.with_log(|l| l.offset_for_timestamp(ts)) {
+                    Ok(Some(t)) => found(t.offset, t.timestamp, t.leader_epoch),
+                    Ok(None) => found(-1, -1, -1),
+                    Err(e) => {
+                        tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "timestamp lookup failed");
+                        answer(p.partition_index, errors::read_error(&e.into()))
+                    }
+                },
+                _ => answer(p.partition_index, ResponseError::InvalidRequest),
+            };
+            partitions.push(resp);
+        }
+        out.push(
+            ListOffsetsTopicResponse::default()
+                .with_name(t.name)
+                .with_partitions(partitions),
+        );
+    }
+    out
+}

@@ -1,0 +1,171 @@
+//! Metadata: brokers, cluster id, controller and topic/partition leadership, with topic
+//! auto-creation per `auto.create.topics.enable`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+use crate::api::{blocking, errors};
+use crate::broker::{validate_topic_name, Broker, Topic};
+
+/// Without an authorizer every operation is allowed: READ, WRITE, CREATE, DELETE, ALTER,
+/// DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS as bits, as Kafka reports them.
+pub const TOPIC_AUTHORIZED_OPERATIONS: i32 =
+    (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
+/// CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE,
+/// CREATE_TOKENS, DESCRIBE_TOKENS.
+pub const CLUSTER_AUTHORIZED_OPERATIONS: i32 = (1 << 5)
+    | (1 << 7)
+    | (1 << 8)
+    | (1 << 9)
+    | (1 << 10)
+    | (1 << 11)
+    | (1 << 12)
+    | (1 << 13)
+    | (1 << 14);
+
+pub fn topic_metadata(broker: &Broker, topic: &Topic, include_ops: bool) -> MetadataResponseTopic {
+    let node = broker.config.node_id;
+    let partitions = topic
+        .partitions
+        .iter()
+        .map(|p| {
+            MetadataResponsePartition::default()
+                .with_partition_index(p.index)
+                .with_leader_id(node.into())
+                .with_leader_epoch(p.leader_epoch())
+                .with_replica_nodes(vec![node.into()])
+                .with_isr_nodes(vec![node.into()])
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_string(topic.name.clone()))))
+        .with_topic_id(topic.id)
+        .with_is_internal(topic.is_internal())
+        .with_partitions(partitions)
+        .with_topic_authorized_operations(if include_ops {
+            TOPIC_AUTHORIZED_OPERATIONS
+        } else {
+            i32::MIN
+        })
+}
+
+fn error_topic(name: Option<&str>, id: Uuid, error: ResponseError) -> MetadataResponseTopic {
+    MetadataResponseTopic::default()
+        .with_error_code(error.code())
+        .with_name(name.map(|n| TopicName(StrBytes::from_string(n.to_string()))))
+        .with_topic_id(id)
+        .with_topic_authorized_operations(i32::MIN)
+}
+
+pub async fn handle(broker: Arc<Broker>, req: MetadataRequest, version: i16) -> MetadataResponse {
+    let l = &broker.config.listener;
+    let me = MetadataResponseBroker::default()
+        .with_node_id(broker.config.node_id.into())
+        .with_host(StrBytes::from_string(l.advertised_host.clone()))
+        .with_port(l.advertised_port as i32)
+        .with_rack(broker.config.rack.clone().map(StrBytes::from_string));
+    let include_ops = req.include_topic_authorized_operations && version >= 8;
+    // v0: an empty list means all topics; v1+: null means all topics.
+    let all = match &req.topics {
+        None => true,
+        Some(t) => t.is_empty() && version == 0,
+    };
+    // Before v4 auto-creation was implied.
+    let allow_auto_create =
+        (version < 4 || req.allow_auto_topic_creation) && broker.config.auto_create_topics_enable;
+    let mut topics = Vec::new();
+    if all {
+        for t in broker.topics() {
+            topics.push(topic_metadata(&broker, &t, include_ops));
+        }
+    } else {
+        for requested in req.topics.unwrap_or_default() {
+            let name = requested.name.as_ref().map(|n| n.0.as_str().to_string());
+            match name {
+                None => match broker.topic_by_id(&requested.topic_id) {
+                    Some(t) => topics.push(topic_metadata(&broker, &t, include_ops)),
+                    None => topics.push(error_topic(
+                        None,
+                        requested.topic_id,
+                        ResponseError::UnknownTopicId,
+                    )),
+                },
+                Some(name) => {
+                    if let Some(t) = broker.topic(&name) {
+                        topics.push(topic_metadata(&broker, &t, include_ops));
+                        continue;
+                    }
+                    if validate_topic_name(&name).is_err() {
+                        topics.push(error_topic(
+                            Some(&name),
+                            Uuid::nil(),
+                            ResponseError::InvalidTopicException,
+                        ));
+                        continue;
+                    }
+                    if !allow_auto_create {
+                        topics.push(error_topic(
+                            Some(&name),
+                            Uuid::nil(),
+                            ResponseError::UnknownTopicOrPartition,
+                        ));
+                        continue;
+                    }
+                    let b = broker.clone();
+                    let n = name.clone();
+                    let created = blocking(move || {
+                        let partitions = b.config.num_partitions;
+                        let rf = b.config.default_replication_factor;
+                        b.create_topic(&n, partitions, rf, BTreeMap::new())
+                    })
+                    .await;
+                    match created {
+                        Ok(Ok(t)) => topics.push(topic_metadata(&broker, &t, include_ops)),
+                        // Lost a race with another creator: serve what exists.
+                        Ok(Err(crate::broker::TopicError::AlreadyExists(_))) => {
+                            match broker.topic(&name) {
+                                Some(t) => topics.push(topic_metadata(&broker, &t, include_ops)),
+                                None => topics.push(error_topic(
+                                    Some(&name),
+                                    Uuid::nil(),
+                                    ResponseError::LeaderNotAvailable,
+                                )),
+                            }
+                        }
+                        Ok(Err(e)) => {
+                            tracing::warn!(topic = %name, error = %e, "auto-creation failed");
+                            topics.push(error_topic(
+                                Some(&name),
+                                Uuid::nil(),
+                                errors::topic_error(&e),
+                            ));
+                        }
+                        Err(_) => {
+                            topics.push(error_topic(Some(&name), Uuid::nil(), errors::internal()))
+                        }
+                    }
+                }
+            }
+        }
+    }
+    MetadataResponse::default()
+        .with_brokers(vec![me])
+        .with_cluster_id(Some(StrBytes::from_string(broker.cluster_id.clone())))
+        .with_controller_id(broker.config.node_id.into())
+        .with_topics(topics)
+        .with_cluster_authorized_operations(
+            if req.include_cluster_authorized_operations && (8..=10).contains(&version) {
+                CLUSTER_AUTHORIZED_OPERATIONS
+            } else {
+                i32::MIN
+            },
+        )
+}

@@ -1,0 +1,51 @@
+//! OffsetForLeaderEpoch: the end offset of a leader epoch, from the leader epoch cache.
+
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
+use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
+use kafka_protocol::ResponseError;
+
+use crate::broker::Broker;
+
+pub fn handle(broker: &Broker, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let topic = broker.topic(t.topic.0.as_str());
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|p| {
+                    let r = EpochEndOffset::default()
+                        .with_partition(p.partition)
+                        .with_leader_epoch(-1)
+                        .with_end_offset(-1);
+                    let Some(part) = topic
+                        .as_ref()
+                        .and_then(|x| x.partitions.get(usize::try_from(p.partition).ok()?))
+                        .cloned()
+                    else {
+                        return r.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                    };
+                    let current = part.leader_epoch();
+                    if p.current_leader_epoch >= 0 && p.current_leader_epoch != current {
+                        let e = if p.current_leader_epoch > current {
+                            ResponseError::UnknownLeaderEpoch
+                        } else {
+                            ResponseError::FencedLeaderEpoch
+                        };
+                        return r.with_error_code(e.code());
+                    }
+                    let (epoch, end) = part.with_log(|l| l.end_offset_for_epoch(p.leader_epoch));
+                    r.with_leader_epoch(epoch).with_end_offset(end)
+                })
+                .collect();
+            OffsetForLeaderTopicResult::default()
+                .with_topic(t.topic)
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetForLeaderEpochResponse::default().with_topics(topics)
+}

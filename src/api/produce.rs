@@ -1,0 +1,123 @@
+//! Produce: validate each partition's batch (CRC, size, timestamps, producer sequence) and
+//! append it, without decompressing. All partitions of a request are appended in one trip to
+//! the blocking pool; acks=0 gets no response.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::api::{blocking, errors};
+use crate::broker::Broker;
+
+pub async fn handle(
+    broker: Arc<Broker>,
+    req: ProduceRequest,
+    _version: i16,
+) -> Option<ProduceResponse> {
+    let acks = req.acks;
+    let b = broker.clone();
+    let result = blocking(move || append_all(&b, req)).await;
+    let responses = match result {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "produce task failed");
+            Vec::new()
+        }
+    };
+    if acks == 0 {
+        return None;
+    }
+    Some(ProduceResponse::default().with_responses(responses))
+}
+
+fn partition_error(
+    index: i32,
+    error: ResponseError,
+    message: Option<String>,
+) -> PartitionProduceResponse {
+    PartitionProduceResponse::default()
+        .with_index(index)
+        .with_error_code(error.code())
+        .with_base_offset(-1)
+        .with_log_append_time_ms(-1)
+        .with_log_start_offset(-1)
+        .with_error_message(message.map(StrBytes::from_string))
+}
+
+fn append_all(broker: &Broker, req: ProduceRequest) -> Vec<TopicProduceResponse> {
+    let acks_valid = matches!(req.acks, -1..=1);
+    let mut out = Vec::with_capacity(req.topic_data.len());
+    for topic_data in req.topic_data {
+        let topic = if topic_data.name.0.is_empty() {
+            broker.topic_by_id(&topic_data.topic_id)
+        } else {
+            broker.topic(topic_data.name.0.as_str())
+        };
+        let missing = if topic_data.name.0.is_empty() {
+            ResponseError::UnknownTopicId
+        } else {
+            ResponseError::UnknownTopicOrPartition
+        };
+        let mut partitions = Vec::with_capacity(topic_data.partition_data.len());
+        for pd in topic_data.partition_data {
+            if !acks_valid {
+                partitions.push(partition_error(
+                    pd.index,
+                    ResponseError::InvalidRequiredAcks,
+                    None,
+                ));
+                continue;
+            }
+            let Some(partition) = topic
+                .as_ref()
+                .and_then(|t| t.partitions.get(usize::try_from(pd.index).ok()?))
+            else {
+                partitions.push(partition_error(pd.index, missing, None));
+                continue;
+            };
+            let records = pd.records.unwrap_or_default();
+            match partition.append(&records) {
+                Ok(info) => {
+                    if !info.duplicate {
+                        broker
+                            .metrics
+                            .produce_bytes
+                            .fetch_add(info.bytes as u64, Ordering::Relaxed);
+                        broker
+                            .metrics
+                            .produce_records
+                            .fetch_add(info.records as u64, Ordering::Relaxed);
+                    }
+                    partitions.push(
+                        PartitionProduceResponse::default()
+                            .with_index(pd.index)
+                            .with_base_offset(info.base_offset)
+                            .with_log_append_time_ms(info.log_append_time)
+                            .with_log_start_offset(partition.offsets().log_start_offset),
+                    );
+                }
+                Err(e) => {
+                    let code = errors::append_error(&e);
+                    broker.metrics.record_error(0, code.code());
+                    if matches!(e, crate::log::AppendError::Io(_)) {
+                        tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "append failed");
+                    } else {
+                        tracing::debug!(topic = %partition.topic, partition = partition.index, error = %e, "rejected batch");
+                    }
+                    partitions.push(partition_error(pd.index, code, Some(e.to_string())));
+                }
+            }
+        }
+        out.push(
+            TopicProduceResponse::default()
+                .with_name(topic_data.name)
+                .with_topic_id(topic_data.topic_id)
+                .with_partition_responses(partitions),
+        );
+    }
+    out
+}

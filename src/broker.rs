@@ -1,0 +1,861 @@
+//! Broker state: the topic catalog, the partitions it hosts, and producer-id allocation.
+//!
+//! Concurrency: the catalog is behind a `RwLock` that is held only to look up or swap
+//! `Arc<Topic>` values (never across `.await` or I/O). Each partition owns its log behind a
+//! mutex; appends, reads of segment metadata, retention and flushes take it from blocking
+//! threads. Long-polling fetches park on a `Notify` that the partition wakes after each append.
+//!
+//! Persistence: the topic catalog (names, ids, partition counts, config overrides) and the
+//! producer-id block live in `strata-metadata.toml` in the first log dir, written atomically on
+//! every change; each partition dir also carries Kafka's `partition.metadata` (its topic id).
+//! Per-dir checkpoints (recovery point, log start offset, high watermark) and the clean-shutdown
+//! marker follow Kafka's names. The Raft metadata quorum will replace the catalog file.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use crate::config::{BrokerConfig, TopicConfig};
+use crate::log::checkpoint;
+use crate::log::segment::FileSlice;
+use crate::log::{AppendError, AppendInfo, LoadOptions, Log, ReadError};
+use crate::metrics::{Metrics, PartitionGauges};
+
+const METADATA_FILE: &str = "strata-metadata.toml";
+const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
+const RECOVERY_POINT_FILE: &str = "recovery-point-offset-checkpoint";
+const LOG_START_FILE: &str = "log-start-offset-checkpoint";
+const HIGH_WATERMARK_FILE: &str = "replication-offset-checkpoint";
+const PRODUCER_ID_BLOCK: i64 = 1000;
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Errors of catalog operations, mapped to Kafka codes by the API layer.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    #[error("Topic '{0}' already exists.")]
+    AlreadyExists(String),
+    #[error("{0}")]
+    InvalidName(String),
+    #[error("This server does not host this topic-partition.")]
+    Unknown,
+    #[error("{0}")]
+    InvalidPartitions(String),
+    #[error("{0}")]
+    InvalidReplicationFactor(String),
+    #[error("{0}")]
+    InvalidConfig(String),
+    #[error("Topic deletion is disabled.")]
+    DeletionDisabled,
+    #[error("storage error: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Kafka's topic name rules.
+pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
+    if name.is_empty() {
+        return Err(TopicError::InvalidName(
+            "Topic name is illegal, it can't be empty".into(),
+        ));
+    }
+    if name == "." || name == ".." {
+        return Err(TopicError::InvalidName(
+            "Topic name cannot be \".\" or \"..\"".into(),
+        ));
+    }
+    if name.len() > 249 {
+        return Err(TopicError::InvalidName(format!(
+            "Topic name is illegal, it can't be longer than 249 characters, topic name: {name}"
+        )));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-')
+    {
+        return Err(TopicError::InvalidName(format!(
+            "Topic name {name} is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+        )));
+    }
+    Ok(())
+}
+
+pub struct Partition {
+    pub topic: String,
+    pub index: i32,
+    log: Mutex<Log>,
+    leader_epoch: i32,
+    waiters: Mutex<Vec<Arc<Notify>>>,
+    high_watermark: AtomicI64,
+    log_end_offset: AtomicI64,
+    log_start_offset: AtomicI64,
+}
+
+/// Offsets of a partition without taking its log lock.
+#[derive(Debug, Clone, Copy)]
+pub struct PartitionOffsets {
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    pub log_end_offset: i64,
+}
+
+impl Partition {
+    fn new(topic: &str, index: i32, log: Log) -> Partition {
+        let p = Partition {
+            topic: topic.to_string(),
+            index,
+            leader_epoch: log.latest_epoch().unwrap_or(0).max(0),
+            high_watermark: AtomicI64::new(log.high_watermark()),
+            log_end_offset: AtomicI64::new(log.log_end_offset()),
+            log_start_offset: AtomicI64::new(log.log_start_offset()),
+            log: Mutex::new(log),
+            waiters: Mutex::new(Vec::new()),
+        };
+        p
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
+        // A panic while holding the lock would poison it; the log's state is still the
+        // on-disk truth, so keep serving rather than cascade the panic.
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn publish(&self, log: &Log) {
+        self.log_start_offset
+            .store(log.log_start_offset(), Ordering::Release);
+        self.log_end_offset
+            .store(log.log_end_offset(), Ordering::Release);
+        self.high_watermark
+            .store(log.high_watermark(), Ordering::Release);
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+    }
+
+    pub fn offsets(&self) -> PartitionOffsets {
+        PartitionOffsets {
+            log_start_offset: self.log_start_offset.load(Ordering::Acquire),
+            high_watermark: self.high_watermark.load(Ordering::Acquire),
+            log_end_offset: self.log_end_offset.load(Ordering::Acquire),
+        }
+    }
+
+    /// Appends a produce batch as leader. Blocking: call from a blocking thread.
+    pub fn append(&self, records: &[u8]) -> Result<AppendInfo, AppendError> {
+        let info = {
+            let mut log = self.lock();
+            let info = log.append_as_leader(records, self.leader_epoch, now_ms())?;
+            // A single replica is the whole ISR: the high watermark follows the log end.
+            let leo = log.log_end_offset();
+            log.update_high_watermark(leo);
+            self.publish(&log);
+            info
+        };
+        if !info.duplicate {
+            self.wake_waiters();
+        }
+        Ok(info)
+    }
+
+    /// Finds the file range to serve for a fetch. Blocking (may read segment headers).
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one: bool,
+    ) -> Result<Option<FileSlice>, ReadError> {
+        self.lock().read(offset, max_bytes, max_offset, min_one)
+    }
+
+    pub fn with_log<R>(&self, f: impl FnOnce(&mut Log) -> R) -> R {
+        let mut log = self.lock();
+        let r = f(&mut log);
+        self.publish(&log);
+        r
+    }
+
+    /// Registers a fetch waiting for data; it is woken (once) by the next append.
+    pub fn add_waiter(&self, n: Arc<Notify>) {
+        if let Ok(mut w) = self.waiters.lock() {
+            w.retain(|x| Arc::strong_count(x) > 1);
+            w.push(n);
+        }
+    }
+
+    fn wake_waiters(&self) {
+        let waiters = match self.waiters.lock() {
+            Ok(mut w) => std::mem::take(&mut *w),
+            Err(_) => return,
+        };
+        for w in waiters {
+            w.notify_one();
+        }
+    }
+
+    fn gauges(&self) -> PartitionGauges {
+        let log = self.lock();
+        PartitionGauges {
+            topic: self.topic.clone(),
+            partition: self.index,
+            log_start_offset: log.log_start_offset(),
+            log_end_offset: log.log_end_offset(),
+            high_watermark: log.high_watermark(),
+            size_bytes: log.size_bytes(),
+            segments: log.segment_count(),
+        }
+    }
+}
+
+pub struct Topic {
+    pub name: String,
+    pub id: Uuid,
+    pub overrides: BTreeMap<String, String>,
+    pub config: TopicConfig,
+    pub partitions: Vec<Arc<Partition>>,
+}
+
+impl Topic {
+    pub fn is_internal(&self) -> bool {
+        self.name.starts_with("__")
+    }
+}
+
+#[derive(Serialize, Deserialize, Default)]
+struct MetadataFile {
+    cluster_id: String,
+    next_producer_id_block: i64,
+    #[serde(default)]
+    topics: Vec<TopicRecord>,
+}
+
+#[derive(Serialize, Deserialize, Clone)]
+struct TopicRecord {
+    name: String,
+    id: String,
+    partitions: i32,
+    #[serde(default)]
+    configs: BTreeMap<String, String>,
+}
+
+struct ProducerIds {
+    next: i64,
+    block_end: i64,
+}
+
+#[derive(Default)]
+struct Catalog {
+    by_name: HashMap<String, Arc<Topic>>,
+    by_id: HashMap<Uuid, Arc<Topic>>,
+}
+
+pub struct Broker {
+    pub config: BrokerConfig,
+    pub cluster_id: String,
+    pub metrics: Metrics,
+    catalog: RwLock<Catalog>,
+    /// Serializes catalog changes and writes of the metadata file.
+    catalog_writes: Mutex<()>,
+    producer_ids: Mutex<ProducerIds>,
+}
+
+fn partition_dir_name(topic: &str, partition: i32) -> String {
+    format!("{topic}-{partition}")
+}
+
+/// Kafka's `partition.metadata`: the topic id, base64url without padding... Kafka writes the
+/// id with `Uuid.toString()`, which is exactly that encoding.
+fn write_partition_metadata(dir: &Path, id: Uuid) -> io::Result<()> {
+    let text = format!("version: 0\ntopic_id: {}\n", kafka_uuid_string(id));
+    let tmp = dir.join("partition.metadata.tmp");
+    fs::write(&tmp, text)?;
+    fs::rename(tmp, dir.join("partition.metadata"))
+}
+
+/// Kafka's textual topic id (URL-safe base64 of the 16 bytes, no padding).
+pub fn kafka_uuid_string(id: Uuid) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes = id.as_bytes();
+    let mut out = String::with_capacity(22);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = ((b[0] as u32) << 16) | ((b[1] as u32) << 8) | b[2] as u32;
+        let chars = chunk.len() + 1;
+        for i in 0..chars {
+            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+impl Broker {
+    /// Opens every log dir, loads the catalog and all partitions (recovering after a crash).
+    pub fn open(config: BrokerConfig) -> anyhow::Result<Arc<Broker>> {
+        for d in &config.log_dirs {
+            fs::create_dir_all(d)
+                .map_err(|e| anyhow::anyhow!("cannot create log dir {}: {e}", d.display()))?;
+        }
+        let primary = &config.log_dirs[0];
+        let meta_path = primary.join(METADATA_FILE);
+        let mut meta: MetadataFile = match fs::read_to_string(&meta_path) {
+            Ok(text) => toml::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", meta_path.display()))?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => MetadataFile::default(),
+            Err(e) => return Err(anyhow::anyhow!("cannot read {}: {e}", meta_path.display())),
+        };
+        if meta.cluster_id.is_empty() {
+            meta.cluster_id = config
+                .cluster_id
+                .clone()
+                .unwrap_or_else(|| kafka_uuid_string(Uuid::new_v4()));
+        }
+        let clean = config
+            .log_dirs
+            .iter()
+            .all(|d| d.join(CLEAN_SHUTDOWN_FILE).exists());
+        if clean {
+            tracing::info!("clean shutdown marker found: skipping log recovery");
+        } else {
+            tracing::info!("no clean shutdown marker: recovering logs from their recovery points");
+        }
+        let mut recovery_points = HashMap::new();
+        let mut log_starts = HashMap::new();
+        for d in &config.log_dirs {
+            for (t, p, o) in
+                checkpoint::read_offsets(&d.join(RECOVERY_POINT_FILE)).unwrap_or_default()
+            {
+                recovery_points.insert((t, p), o);
+            }
+            for (t, p, o) in checkpoint::read_offsets(&d.join(LOG_START_FILE)).unwrap_or_default() {
+                log_starts.insert((t, p), o);
+            }
+        }
+        // Finish deletions interrupted by a crash.
+        for d in &config.log_dirs {
+            if let Ok(entries) = fs::read_dir(d) {
+                for e in entries.flatten() {
+                    if e.file_name().to_string_lossy().ends_with("-delete") {
+                        let _ = fs::remove_dir_all(e.path());
+                    }
+                }
+            }
+        }
+        // Next producer id: start a fresh block so ids are never reused after a crash.
+        let next_pid = meta.next_producer_id_block.max(0);
+        meta.next_producer_id_block = next_pid + PRODUCER_ID_BLOCK;
+        let broker = Broker {
+            cluster_id: meta.cluster_id.clone(),
+            metrics: Metrics::default(),
+            catalog: RwLock::new(Catalog::default()),
+            catalog_writes: Mutex::new(()),
+            producer_ids: Mutex::new(ProducerIds {
+                next: next_pid,
+                block_end: next_pid + PRODUCER_ID_BLOCK,
+            }),
+            config,
+        };
+        let now = now_ms();
+        let mut catalog = Catalog::default();
+        for rec in &meta.topics {
+            let id = Uuid::parse_str(&rec.id)
+                .map_err(|e| anyhow::anyhow!("bad topic id for {}: {e}", rec.name))?;
+            let config = broker.config.topic_config(&rec.configs);
+            let mut partitions = Vec::new();
+            for p in 0..rec.partitions {
+                let dir = broker.find_or_place_partition_dir(&rec.name, p);
+                let key = (rec.name.clone(), p);
+                let opts = LoadOptions {
+                    clean_shutdown: clean,
+                    recovery_point: recovery_points.get(&key).copied(),
+                    log_start_offset: log_starts.get(&key).copied(),
+                    now_ms: now,
+                };
+                let log = Log::open(&dir, config.clone(), opts)
+                    .map_err(|e| anyhow::anyhow!("cannot open log {}: {e}", dir.display()))?;
+                write_partition_metadata(&dir, id)?;
+                partitions.push(Arc::new(Partition::new(&rec.name, p, log)));
+            }
+            let topic = Arc::new(Topic {
+                name: rec.name.clone(),
+                id,
+                overrides: rec.configs.clone(),
+                config,
+                partitions,
+            });
+            catalog.by_id.insert(id, topic.clone());
+            catalog.by_name.insert(rec.name.clone(), topic);
+        }
+        *broker.catalog.write().unwrap_or_else(|e| e.into_inner()) = catalog;
+        broker.save_metadata_with(meta.next_producer_id_block)?;
+        for d in &broker.config.log_dirs {
+            write_meta_properties(d, &broker.cluster_id, broker.config.node_id)?;
+            let _ = fs::remove_file(d.join(CLEAN_SHUTDOWN_FILE));
+        }
+        Ok(Arc::new(broker))
+    }
+
+    fn find_or_place_partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
+        let name = partition_dir_name(topic, partition);
+        for d in &self.config.log_dirs {
+            if d.join(&name).is_dir() {
+                return d.join(name);
+            }
+        }
+        // New partition: the dir hosting the fewest partitions.
+        let least = self
+            .config
+            .log_dirs
+            .iter()
+            .min_by_key(|d| {
+                fs::read_dir(d)
+                    .map(|r| r.flatten().filter(|e| e.path().is_dir()).count())
+                    .unwrap_or(0)
+            })
+            .unwrap_or(&self.config.log_dirs[0]);
+        least.join(name)
+    }
+
+    fn save_metadata_with(&self, next_producer_id_block: i64) -> io::Result<()> {
+        let catalog = self.catalog.read().unwrap_or_else(|e| e.into_inner());
+        let mut topics: Vec<TopicRecord> = catalog
+            .by_name
+            .values()
+            .map(|t| TopicRecord {
+                name: t.name.clone(),
+                id: t.id.to_string(),
+                partitions: t.partitions.len() as i32,
+                configs: t.overrides.clone(),
+            })
+            .collect();
+        drop(catalog);
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        let file = MetadataFile {
+            cluster_id: self.cluster_id.clone(),
+            next_producer_id_block,
+            topics,
+        };
+        let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
+        let path = self.config.log_dirs[0].join(METADATA_FILE);
+        let tmp = path.with_extension("toml.tmp");
+        {
+            let f = fs::File::create(&tmp)?;
+            io::Write::write_all(&mut &f, text.as_bytes())?;
+            f.sync_all()?;
+        }
+        fs::rename(&tmp, &path)
+    }
+
+    fn save_metadata(&self) -> io::Result<()> {
+        let block_end = self
+            .producer_ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .block_end;
+        self.save_metadata_with(block_end)
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.catalog
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_name
+            .get(name)
+            .cloned()
+    }
+
+    pub fn topic_by_id(&self, id: &Uuid) -> Option<Arc<Topic>> {
+        self.catalog
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_id
+            .get(id)
+            .cloned()
+    }
+
+    pub fn topics(&self) -> Vec<Arc<Topic>> {
+        let mut v: Vec<_> = self
+            .catalog
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_name
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
+        self.topic(topic)
+            .and_then(|t| t.partitions.get(usize::try_from(partition).ok()?).cloned())
+    }
+
+    /// Validates a new topic without creating it (CreateTopics validate_only, and the first
+    /// step of creation).
+    pub fn check_new_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<(), TopicError> {
+        validate_topic_name(name)?;
+        if self.topic(name).is_some() {
+            return Err(TopicError::AlreadyExists(name.to_string()));
+        }
+        if partitions < 1 {
+            return Err(TopicError::InvalidPartitions(
+                "Number of partitions must be larger than 0.".into(),
+            ));
+        }
+        if partitions > 100_000 {
+            return Err(TopicError::InvalidPartitions(format!(
+                "Number of partitions {partitions} is too large."
+            )));
+        }
+        if replication_factor < 1 {
+            return Err(TopicError::InvalidReplicationFactor(
+                "Replication factor must be larger than 0.".into(),
+            ));
+        }
+        if replication_factor > 1 {
+            return Err(TopicError::InvalidReplicationFactor(format!(
+                "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered."
+            )));
+        }
+        for (k, v) in configs {
+            crate::config::topic::validate(k, v)
+                .map_err(|e| TopicError::InvalidConfig(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Creates a topic. Blocking (creates directories and files).
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<Topic>, TopicError> {
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        self.check_new_topic(name, partitions, replication_factor, &configs)?;
+        let id = Uuid::new_v4();
+        let config = self.config.topic_config(&configs);
+        let mut parts = Vec::with_capacity(partitions as usize);
+        for p in 0..partitions {
+            parts.push(Arc::new(self.open_new_partition(name, p, id, &config)?));
+        }
+        let topic = Arc::new(Topic {
+            name: name.to_string(),
+            id,
+            overrides: configs,
+            config,
+            partitions: parts,
+        });
+        {
+            let mut c = self.catalog.write().unwrap_or_else(|e| e.into_inner());
+            c.by_name.insert(name.to_string(), topic.clone());
+            c.by_id.insert(id, topic.clone());
+        }
+        self.save_metadata()?;
+        tracing::info!(topic = name, partitions, "created topic");
+        Ok(topic)
+    }
+
+    fn open_new_partition(
+        &self,
+        topic: &str,
+        p: i32,
+        id: Uuid,
+        config: &TopicConfig,
+    ) -> io::Result<Partition> {
+        let dir = self.find_or_place_partition_dir(topic, p);
+        if dir.exists() {
+            // Leftover from a topic of the same name whose deletion did not finish.
+            fs::remove_dir_all(&dir)?;
+        }
+        let log = Log::open(
+            &dir,
+            config.clone(),
+            LoadOptions {
+                clean_shutdown: true,
+                recovery_point: None,
+                log_start_offset: None,
+                now_ms: now_ms(),
+            },
+        )?;
+        write_partition_metadata(&dir, id)?;
+        Ok(Partition::new(topic, p, log))
+    }
+
+    /// Deletes a topic and its data. Blocking.
+    pub fn delete_topic(&self, name: &str) -> Result<Uuid, TopicError> {
+        if !self.config.delete_topic_enable {
+            return Err(TopicError::DeletionDisabled);
+        }
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let topic = {
+            let mut c = self.catalog.write().unwrap_or_else(|e| e.into_inner());
+            let t = c.by_name.remove(name).ok_or(TopicError::Unknown)?;
+            c.by_id.remove(&t.id);
+            t
+        };
+        self.save_metadata()?;
+        for p in &topic.partitions {
+            let dir = p.with_log(|l| l.dir().to_path_buf());
+            let doomed = dir.with_file_name(format!(
+                "{}.{}-delete",
+                dir.file_name()
+                    .map(|f| f.to_string_lossy().to_string())
+                    .unwrap_or_default(),
+                topic.id.simple()
+            ));
+            fs::rename(&dir, &doomed)?;
+            fs::remove_dir_all(&doomed)?;
+        }
+        tracing::info!(topic = name, "deleted topic");
+        Ok(topic.id)
+    }
+
+    /// Grows a topic to `count` partitions. Blocking.
+    pub fn create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let topic = self.topic(name).ok_or(TopicError::Unknown)?;
+        let current = topic.partitions.len() as i32;
+        if count < current {
+            return Err(TopicError::InvalidPartitions(format!("Topic currently has {current} partitions, which is higher than the requested {count}.")));
+        }
+        if count == current {
+            return Err(TopicError::InvalidPartitions(format!(
+                "Topic already has {current} partitions."
+            )));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let mut parts = topic.partitions.clone();
+        for p in current..count {
+            parts.push(Arc::new(self.open_new_partition(
+                name,
+                p,
+                topic.id,
+                &topic.config,
+            )?));
+        }
+        self.replace_topic(Topic {
+            name: topic.name.clone(),
+            id: topic.id,
+            overrides: topic.overrides.clone(),
+            config: topic.config.clone(),
+            partitions: parts,
+        });
+        self.save_metadata()?;
+        Ok(())
+    }
+
+    /// Replaces a topic's config overrides (validated by the caller). Blocking.
+    pub fn set_topic_configs(
+        &self,
+        name: &str,
+        overrides: BTreeMap<String, String>,
+    ) -> Result<(), TopicError> {
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let topic = self.topic(name).ok_or(TopicError::Unknown)?;
+        let config = self.config.topic_config(&overrides);
+        for p in &topic.partitions {
+            p.with_log(|l| l.set_config(config.clone()));
+        }
+        self.replace_topic(Topic {
+            name: topic.name.clone(),
+            id: topic.id,
+            overrides,
+            config,
+            partitions: topic.partitions.clone(),
+        });
+        self.save_metadata()?;
+        Ok(())
+    }
+
+    fn replace_topic(&self, topic: Topic) {
+        let topic = Arc::new(topic);
+        let mut c = self.catalog.write().unwrap_or_else(|e| e.into_inner());
+        c.by_id.insert(topic.id, topic.clone());
+        c.by_name.insert(topic.name.clone(), topic);
+    }
+
+    /// Allocates a producer id for an idempotent producer. Blocking (may persist a new block).
+    pub fn allocate_producer_id(&self) -> io::Result<i64> {
+        let mut ids = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
+        if ids.next >= ids.block_end {
+            ids.block_end = ids.next + PRODUCER_ID_BLOCK;
+            let end = ids.block_end;
+            drop(ids);
+            self.save_metadata_with(end)?;
+            ids = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
+        }
+        let id = ids.next;
+        ids.next += 1;
+        Ok(id)
+    }
+
+    pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
+        self.topics()
+            .iter()
+            .flat_map(|t| t.partitions.iter().cloned())
+            .collect()
+    }
+
+    pub fn partition_gauges(&self) -> Vec<PartitionGauges> {
+        self.all_partitions().iter().map(|p| p.gauges()).collect()
+    }
+
+    /// Applies retention and expires idle producers on every partition. Blocking.
+    pub fn enforce_retention(&self) {
+        let now = now_ms();
+        for p in self.all_partitions() {
+            let deleted = p.with_log(|log| {
+                log.expire_producers(now, self.config.producer_id_expiration_ms);
+                log.apply_retention(now)
+            });
+            match deleted {
+                Ok(0) => {}
+                Ok(n) => {
+                    self.metrics
+                        .segments_deleted
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                    tracing::info!(topic = %p.topic, partition = p.index, segments = n, "deleted segments past retention");
+                }
+                Err(e) => {
+                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "retention failed")
+                }
+            }
+        }
+    }
+
+    /// Flushes partitions whose flush.ms has elapsed. Blocking.
+    pub fn flush_on_time(&self) {
+        let now = now_ms();
+        for p in self.all_partitions() {
+            if let Err(e) = p.with_log(|log| log.maybe_flush_on_time(now)) {
+                tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush failed");
+            }
+        }
+    }
+
+    /// Writes the per-dir recovery point, log start and high watermark checkpoints. Blocking.
+    pub fn write_checkpoints(&self) -> io::Result<()> {
+        let mut per_dir: HashMap<PathBuf, (Vec<String>, Vec<String>, Vec<String>)> = HashMap::new();
+        for p in self.all_partitions() {
+            let (dir, rp, lso, hw) = p.with_log(|l| {
+                (
+                    l.dir().parent().map(Path::to_path_buf).unwrap_or_default(),
+                    l.recovery_point(),
+                    l.log_start_offset(),
+                    l.high_watermark(),
+                )
+            });
+            let e = per_dir.entry(dir).or_default();
+            e.0.push(format!("{} {} {rp}", p.topic, p.index));
+            e.1.push(format!("{} {} {lso}", p.topic, p.index));
+            e.2.push(format!("{} {} {hw}", p.topic, p.index));
+        }
+        for d in &self.config.log_dirs {
+            let (rp, lso, hw) = per_dir.remove(d).unwrap_or_default();
+            checkpoint::write(&d.join(RECOVERY_POINT_FILE), &rp)?;
+            checkpoint::write(&d.join(LOG_START_FILE), &lso)?;
+            checkpoint::write(&d.join(HIGH_WATERMARK_FILE), &hw)?;
+        }
+        Ok(())
+    }
+
+    /// Clean shutdown: flush every log, write producer snapshots and checkpoints, then the
+    /// marker that lets the next start skip recovery. Blocking.
+    pub fn close(&self) -> io::Result<()> {
+        let now = now_ms();
+        let mut result = Ok(());
+        for p in self.all_partitions() {
+            if let Err(e) = p.with_log(|l| l.close(now)) {
+                tracing::error!(topic = %p.topic, partition = p.index, error = %e, "failed to close log");
+                result = Err(e);
+            }
+        }
+        result?;
+        self.write_checkpoints()?;
+        self.save_metadata()?;
+        for d in &self.config.log_dirs {
+            fs::write(d.join(CLEAN_SHUTDOWN_FILE), b"")?;
+            fs::File::open(d)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+/// Kafka's `meta.properties` in each log dir.
+fn write_meta_properties(dir: &Path, cluster_id: &str, node_id: i32) -> io::Result<()> {
+    let path = dir.join("meta.properties");
+    let directory_id = match fs::read_to_string(&path) {
+        Ok(t) => t
+            .lines()
+            .find_map(|l| l.strip_prefix("directory.id=").map(str::to_string)),
+        Err(_) => None,
+    }
+    .unwrap_or_else(|| kafka_uuid_string(Uuid::new_v4()));
+    let text = format!("#Written by Strata\ncluster.id={cluster_id}\ndirectory.id={directory_id}\nnode.id={node_id}\nversion=1\n");
+    fs::write(path, text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_ids_print_like_kafka() {
+        let id = Uuid::from_bytes([0; 16]);
+        assert_eq!(kafka_uuid_string(id), "AAAAAAAAAAAAAAAAAAAAAA");
+        assert_eq!(kafka_uuid_string(Uuid::new_v4()).len(), 22);
+    }
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(validate_topic_name("orders.v1_x-2").is_ok());
+        assert!(validate_topic_name("").is_err());
+        assert!(validate_topic_name("..").is_err());
+        assert!(validate_topic_name("a b").is_err());
+        assert!(validate_topic_name(&"x".repeat(250)).is_err());
+    }
+}

@@ -1,0 +1,744 @@
+//! Broker configuration: Kafka's own setting names, from a `server.properties` or TOML file,
+//! `STRATA_*` environment variables and `--override key=value` flags (later sources win).
+//!
+//! Every source is flattened to `key -> string`, then validated against [`BROKER_CONFIGS`] and
+//! the topic-config table (for `log.*` synonyms) and turned into a typed [`BrokerConfig`].
+//! Unknown Kafka keys are accepted with a warning, as Kafka does; unknown `strata.*` keys and
+//! bad values are errors that name the key.
+
+pub mod topic;
+pub mod value;
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+
+pub use topic::{BrokerDefaults, ConfigSource, TopicConfig};
+use value::Kind;
+
+/// Broker settings that are not topic-config synonyms.
+pub struct BrokerConfigDef {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub default: &'static str,
+}
+
+pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
+    BrokerConfigDef {
+        name: "node.id",
+        kind: Kind::Int,
+        default: "1",
+    },
+    BrokerConfigDef {
+        name: "broker.id",
+        kind: Kind::Int,
+        default: "-1",
+    },
+    BrokerConfigDef {
+        name: "broker.rack",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "cluster.id",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "listeners",
+        kind: Kind::List,
+        default: "PLAINTEXT://127.0.0.1:9092",
+    },
+    BrokerConfigDef {
+        name: "advertised.listeners",
+        kind: Kind::List,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "log.dirs",
+        kind: Kind::List,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "log.dir",
+        kind: Kind::String,
+        default: "./strata-data",
+    },
+    BrokerConfigDef {
+        name: "num.partitions",
+        kind: Kind::Int,
+        default: "1",
+    },
+    BrokerConfigDef {
+        name: "default.replication.factor",
+        kind: Kind::Int,
+        default: "1",
+    },
+    BrokerConfigDef {
+        name: "auto.create.topics.enable",
+        kind: Kind::Boolean,
+        default: "true",
+    },
+    BrokerConfigDef {
+        name: "delete.topic.enable",
+        kind: Kind::Boolean,
+        default: "true",
+    },
+    BrokerConfigDef {
+        name: "socket.request.max.bytes",
+        kind: Kind::Int,
+        default: "104857600",
+    },
+    BrokerConfigDef {
+        name: "connections.max.idle.ms",
+        kind: Kind::Long,
+        default: "600000",
+    },
+    BrokerConfigDef {
+        name: "fetch.max.bytes",
+        kind: Kind::Int,
+        default: "57671680",
+    },
+    BrokerConfigDef {
+        name: "log.retention.check.interval.ms",
+        kind: Kind::Long,
+        default: "300000",
+    },
+    BrokerConfigDef {
+        name: "log.retention.minutes",
+        kind: Kind::Int,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "log.retention.hours",
+        kind: Kind::Int,
+        default: "168",
+    },
+    BrokerConfigDef {
+        name: "log.roll.hours",
+        kind: Kind::Int,
+        default: "168",
+    },
+    BrokerConfigDef {
+        name: "log.roll.jitter.hours",
+        kind: Kind::Int,
+        default: "0",
+    },
+    BrokerConfigDef {
+        name: "log.flush.scheduler.interval.ms",
+        kind: Kind::Long,
+        default: "9223372036854775807",
+    },
+    BrokerConfigDef {
+        name: "log.flush.offset.checkpoint.interval.ms",
+        kind: Kind::Int,
+        default: "60000",
+    },
+    BrokerConfigDef {
+        name: "log.flush.start.offset.checkpoint.interval.ms",
+        kind: Kind::Int,
+        default: "60000",
+    },
+    BrokerConfigDef {
+        name: "producer.id.expiration.ms",
+        kind: Kind::Int,
+        default: "86400000",
+    },
+    BrokerConfigDef {
+        name: "strata.admin.listener",
+        kind: Kind::String,
+        default: "127.0.0.1:9644",
+    },
+];
+
+/// Kafka settings Strata reads but does not need (KRaft roles, thread pools, buffer sizes).
+const IGNORED_KAFKA_KEYS: &[&str] = &[
+    "process.roles",
+    "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers",
+    "controller.listener.names",
+    "listener.security.protocol.map",
+    "inter.broker.listener.name",
+    "num.network.threads",
+    "num.io.threads",
+    "socket.send.buffer.bytes",
+    "socket.receive.buffer.bytes",
+    "num.recovery.threads.per.data.dir",
+    "offsets.topic.replication.factor",
+    "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr",
+    "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr",
+    "group.initial.rebalance.delay.ms",
+    "log.cleaner.enable",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {message}")]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("invalid value {value:?} for {key}: {reason}")]
+    InvalidValue {
+        key: String,
+        value: String,
+        reason: String,
+    },
+    #[error("unknown setting {0}: Strata has no such setting (check the spelling)")]
+    UnknownStrataKey(String),
+    #[error("bad override {0:?}: expected key=value")]
+    BadOverride(String),
+}
+
+/// A listener address and how clients should reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    pub name: String,
+    pub bind: SocketAddr,
+    pub advertised_host: String,
+    pub advertised_port: u16,
+}
+
+/// The validated broker configuration.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub node_id: i32,
+    pub rack: Option<String>,
+    pub cluster_id: Option<String>,
+    pub listener: Listener,
+    pub admin_listener: SocketAddr,
+    pub log_dirs: Vec<PathBuf>,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub auto_create_topics_enable: bool,
+    pub delete_topic_enable: bool,
+    pub socket_request_max_bytes: usize,
+    pub connections_max_idle_ms: u64,
+    pub fetch_max_bytes: usize,
+    pub log_retention_check_interval_ms: u64,
+    pub log_flush_scheduler_interval_ms: u64,
+    pub log_flush_offset_checkpoint_interval_ms: u64,
+    pub producer_id_expiration_ms: i64,
+    /// The `log.*` and other topic-config synonyms as set, for topic defaults.
+    pub topic_defaults: BrokerDefaults,
+    /// Every explicitly set key (for DescribeConfigs on the broker resource).
+    pub explicit: BTreeMap<String, String>,
+}
+
+/// Parses a Kafka `server.properties` file: `key=value` or `key: value`, `#`/`!` comments,
+/// backslash line continuations.
+pub fn parse_properties(text: &str, path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut out = BTreeMap::new();
+    let mut pending = String::new();
+    let mut start_line = 0;
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if pending.is_empty() {
+            if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('!') {
+                continue;
+            }
+            start_line = i + 1;
+        }
+        if let Some(cont) = trimmed.strip_suffix('\\') {
+            pending.push_str(cont);
+            continue;
+        }
+        pending.push_str(trimmed);
+        let entry = std::mem::take(&mut pending);
+        let sep = entry.find(['=', ':']).ok_or_else(|| ConfigError::Syntax {
+            path: path.into(),
+            line: start_line,
+            message: format!("expected key=value, got {entry:?}"),
+        })?;
+        let key = entry[..sep].trim().to_string();
+        let value = entry[sep + 1..].trim().to_string();
+        if key.is_empty() {
+            return Err(ConfigError::Syntax {
+                path: path.into(),
+                line: start_line,
+                message: "empty key".into(),
+            });
+        }
+        out.insert(key, value);
+    }
+    Ok(out)
+}
+
+/// Parses a TOML file whose (possibly nested) keys are Kafka setting names:
+/// `log.retention.ms = "7d"` and `[log] retention.ms = 604800000` mean the same.
+pub fn parse_toml(text: &str, path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| ConfigError::Syntax {
+            path: path.into(),
+            line: e
+                .span()
+                .map(|s| text[..s.start].lines().count().max(1))
+                .unwrap_or(0),
+            message: e.message().to_string(),
+        })?;
+    let mut out = BTreeMap::new();
+    fn flatten(prefix: &str, t: &toml::Table, out: &mut BTreeMap<String, String>) {
+        for (k, v) in t {
+            let key = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            match v {
+                toml::Value::Table(inner) => flatten(&key, inner, out),
+                toml::Value::String(s) => {
+                    out.insert(key, s.clone());
+                }
+                toml::Value::Array(items) => {
+                    let joined: Vec<String> = items
+                        .iter()
+                        .map(|i| match i {
+                            toml::Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        })
+                        .collect();
+                    out.insert(key, joined.join(","));
+                }
+                other => {
+                    out.insert(key, other.to_string());
+                }
+            }
+        }
+    }
+    flatten("", &table, &mut out);
+    Ok(out)
+}
+
+/// Reads a config file, choosing the format by extension (`.toml`, else properties).
+pub fn read_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: path.into(),
+        source,
+    })?;
+    if path.extension().is_some_and(|e| e == "toml") {
+        parse_toml(&text, path)
+    } else {
+        parse_properties(&text, path)
+    }
+}
+
+/// `STRATA_LOG_DIRS=/x` -> `log.dirs=/x`. `STRATA_` alone, and non-setting variables such as
+/// `STRATA_BIN` or `STRATA_TEST_TARGET`, are not settings: only keys that name a known setting
+/// (or a `strata.` setting) are taken.
+pub fn from_env(vars: impl Iterator<Item = (String, String)>) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (k, v) in vars {
+        let Some(rest) = k.strip_prefix("STRATA_") else {
+            continue;
+        };
+        if rest.is_empty() {
+            continue;
+        }
+        let key = rest.to_ascii_lowercase().replace('_', ".");
+        let strata_key = format!("strata.{key}");
+        if is_known(&key) {
+            out.insert(key, v);
+        } else if is_known(&strata_key) {
+            out.insert(strata_key, v);
+        }
+    }
+    out
+}
+
+fn is_known(key: &str) -> bool {
+    BROKER_CONFIGS.iter().any(|d| d.name == key)
+        || topic::TOPIC_CONFIGS.iter().any(|d| d.broker_synonym == key)
+        || IGNORED_KAFKA_KEYS.contains(&key)
+}
+
+/// Parses `key=value` flag overrides.
+pub fn parse_overrides(items: &[String]) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for item in items {
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| ConfigError::BadOverride(item.clone()))?;
+        if k.trim().is_empty() {
+            return Err(ConfigError::BadOverride(item.clone()));
+        }
+        out.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(out)
+}
+
+fn invalid(key: &str, value: &str, reason: impl ToString) -> ConfigError {
+    ConfigError::InvalidValue {
+        key: key.into(),
+        value: value.into(),
+        reason: reason.to_string(),
+    }
+}
+
+fn parse_listener(key: &str, spec: &str) -> Result<(String, String, u16), ConfigError> {
+    let (name, addr) = spec
+        .split_once("://")
+        .ok_or_else(|| invalid(key, spec, "expected NAME://host:port"))?;
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| invalid(key, spec, "expected NAME://host:port"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| invalid(key, spec, "port is not a number in 0..65535"))?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    Ok((name.trim().to_string(), host, port))
+}
+
+impl BrokerConfig {
+    /// Merges the sources (file < env < overrides) and validates the result.
+    pub fn build(layers: &[BTreeMap<String, String>]) -> Result<BrokerConfig, ConfigError> {
+        let mut explicit = BTreeMap::new();
+        for layer in layers {
+            for (k, v) in layer {
+                explicit.insert(k.clone(), v.clone());
+            }
+        }
+        // Validate every explicit key.
+        for (k, v) in &explicit {
+            if let Some(d) = BROKER_CONFIGS.iter().find(|d| d.name == k) {
+                value::check(k, d.kind, v).map_err(|e| invalid(k, v, e))?;
+            } else if let Some(d) = topic::TOPIC_CONFIGS.iter().find(|d| d.broker_synonym == k) {
+                topic::validate(d.name, v).map_err(|e| match e {
+                    topic::TopicConfigError::Invalid { reason, .. } => invalid(k, v, reason),
+                    other => invalid(k, v, other),
+                })?;
+            } else if k.starts_with("strata.") {
+                return Err(ConfigError::UnknownStrataKey(k.clone()));
+            } else if !IGNORED_KAFKA_KEYS.contains(&k.as_str()) {
+                tracing::warn!(key = %k, "unknown setting ignored");
+            }
+        }
+        let get = |k: &str| -> String {
+            explicit
+                .get(k)
+                .cloned()
+                .or_else(|| {
+                    BROKER_CONFIGS
+                        .iter()
+                        .find(|d| d.name == k)
+                        .map(|d| d.default.to_string())
+                })
+                .unwrap_or_default()
+        };
+        let long = |k: &str| value::parse_long(k, &get(k)).map_err(|e| invalid(k, &get(k), e));
+
+        // Topic defaults from log.* synonyms, with Kafka's hours/minutes fallbacks.
+        let mut topic_defaults = BrokerDefaults::new();
+        for d in topic::TOPIC_CONFIGS {
+            if let Some(v) = explicit.get(d.broker_synonym) {
+                topic_defaults.insert(
+                    d.broker_synonym.to_string(),
+                    (v.clone(), ConfigSource::StaticBroker),
+                );
+            }
+        }
+        if !explicit.contains_key("log.retention.ms") {
+            let ms = if explicit.contains_key("log.retention.minutes") {
+                Some(long("log.retention.minutes")? * 60_000)
+            } else if explicit.contains_key("log.retention.hours") {
+                Some(long("log.retention.hours")? * 3_600_000)
+            } else {
+                None
+            };
+            if let Some(ms) = ms {
+                topic_defaults.insert(
+                    "log.retention.ms".into(),
+                    (ms.to_string(), ConfigSource::StaticBroker),
+                );
+            }
+        }
+        if !explicit.contains_key("log.roll.ms") && explicit.contains_key("log.roll.hours") {
+            let ms = long("log.roll.hours")? * 3_600_000;
+            topic_defaults.insert(
+                "log.roll.ms".into(),
+                (ms.to_string(), ConfigSource::StaticBroker),
+            );
+        }
+
+        let node_id = {
+            let broker_id = long("broker.id")?;
+            let node = long("node.id")?;
+            if explicit.contains_key("node.id") || broker_id < 0 {
+                node
+            } else {
+                broker_id
+            }
+        };
+        if node_id < 0 || node_id > i32::MAX as i64 {
+            return Err(invalid(
+                "node.id",
+                &get("node.id"),
+                "must be a non-negative integer",
+            ));
+        }
+
+        let listeners = get("listeners");
+        let mut plaintext = None;
+        for spec in listeners
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            let (name, host, port) = parse_listener("listeners", spec)?;
+            if name != "PLAINTEXT" {
+                return Err(invalid(
+                    "listeners",
+                    spec,
+                    "only PLAINTEXT listeners are supported so far",
+                ));
+            }
+            plaintext = Some((name, host, port));
+        }
+        let (name, host, port) =
+            plaintext.ok_or_else(|| invalid("listeners", &listeners, "no PLAINTEXT listener"))?;
+        let bind_host = if host.is_empty() {
+            "0.0.0.0".to_string()
+        } else {
+            host.clone()
+        };
+        let bind = (bind_host.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| invalid("listeners", &listeners, e))?
+            .next()
+            .ok_or_else(|| invalid("listeners", &listeners, "host does not resolve"))?;
+        let mut advertised_host = if host.is_empty() || host == "0.0.0.0" {
+            "127.0.0.1".to_string()
+        } else {
+            host
+        };
+        let mut advertised_port = port;
+        let adv = get("advertised.listeners");
+        for spec in adv.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (n, h, p) = parse_listener("advertised.listeners", spec)?;
+            if n == name {
+                advertised_host = h;
+                advertised_port = p;
+            }
+        }
+
+        let admin = get("strata.admin.listener");
+        let admin_listener = admin
+            .to_socket_addrs()
+            .map_err(|e| invalid("strata.admin.listener", &admin, e))?
+            .next()
+            .ok_or_else(|| invalid("strata.admin.listener", &admin, "does not resolve"))?;
+
+        let dirs = if explicit.contains_key("log.dirs") {
+            get("log.dirs")
+        } else {
+            get("log.dir")
+        };
+        let log_dirs: Vec<PathBuf> = dirs
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        if log_dirs.is_empty() {
+            return Err(invalid(
+                "log.dirs",
+                &dirs,
+                "at least one directory is required",
+            ));
+        }
+
+        let num_partitions = long("num.partitions")?;
+        if num_partitions < 1 {
+            return Err(invalid(
+                "num.partitions",
+                &get("num.partitions"),
+                "must be at least 1",
+            ));
+        }
+        let rf = long("default.replication.factor")?;
+        if rf < 1 || rf > i16::MAX as i64 {
+            return Err(invalid(
+                "default.replication.factor",
+                &get("default.replication.factor"),
+                "must be at least 1",
+            ));
+        }
+        let positive = |k: &str| -> Result<u64, ConfigError> {
+            let v = long(k)?;
+            if v < 1 {
+                return Err(invalid(k, &get(k), "must be positive"));
+            }
+            Ok(v as u64)
+        };
+        let bool_of = |k: &str| value::parse_bool(&get(k)).map_err(|e| invalid(k, &get(k), e));
+
+        Ok(BrokerConfig {
+            node_id: node_id as i32,
+            rack: Some(get("broker.rack")).filter(|r| !r.is_empty()),
+            cluster_id: Some(get("cluster.id")).filter(|r| !r.is_empty()),
+            listener: Listener {
+                name,
+                bind,
+                advertised_host,
+                advertised_port,
+            },
+            admin_listener,
+            log_dirs,
+            num_partitions: num_partitions as i32,
+            default_replication_factor: rf as i16,
+            auto_create_topics_enable: bool_of("auto.create.topics.enable")?,
+            delete_topic_enable: bool_of("delete.topic.enable")?,
+            socket_request_max_bytes: positive("socket.request.max.bytes")? as usize,
+            connections_max_idle_ms: positive("connections.max.idle.ms")?,
+            fetch_max_bytes: positive("fetch.max.bytes")? as usize,
+            log_retention_check_interval_ms: positive("log.retention.check.interval.ms")?,
+            log_flush_scheduler_interval_ms: positive("log.flush.scheduler.interval.ms")?,
+            log_flush_offset_checkpoint_interval_ms: positive(
+                "log.flush.offset.checkpoint.interval.ms",
+            )?,
+            producer_id_expiration_ms: positive("producer.id.expiration.ms")? as i64,
+            topic_defaults,
+            explicit,
+        })
+    }
+
+    /// Loads from an optional file, the process environment and flag overrides.
+    pub fn load(file: Option<&Path>, overrides: &[String]) -> Result<BrokerConfig, ConfigError> {
+        let file_layer = match file {
+            Some(p) => read_file(p)?,
+            None => BTreeMap::new(),
+        };
+        let env_layer = from_env(std::env::vars());
+        let flag_layer = parse_overrides(overrides)?;
+        BrokerConfig::build(&[file_layer, env_layer, flag_layer])
+    }
+
+    /// The effective config of a topic with the given overrides.
+    pub fn topic_config(&self, overrides: &BTreeMap<String, String>) -> TopicConfig {
+        TopicConfig::resolve(overrides, &self.topic_defaults)
+    }
+
+    /// Effective broker-level values for DescribeConfigs: (name, value, source, kind).
+    pub fn describe(&self) -> Vec<(String, String, ConfigSource, Kind)> {
+        let mut out = Vec::new();
+        for d in BROKER_CONFIGS {
+            let (v, src) = match self.explicit.get(d.name) {
+                Some(v) => (v.clone(), ConfigSource::StaticBroker),
+                None => (d.default.to_string(), ConfigSource::Default),
+            };
+            out.push((d.name.to_string(), v, src, d.kind));
+        }
+        for d in topic::TOPIC_CONFIGS {
+            let (v, src) = match self.topic_defaults.get(d.broker_synonym) {
+                Some((v, s)) => (v.clone(), *s),
+                None => (d.default.to_string(), ConfigSource::Default),
+            };
+            if !out.iter().any(|(n, ..)| n == d.broker_synonym) {
+                out.push((d.broker_synonym.to_string(), v, src, d.kind));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(s: &str) -> BTreeMap<String, String> {
+        parse_properties(s, Path::new("server.properties")).unwrap()
+    }
+
+    #[test]
+    fn zero_config_is_a_local_broker() {
+        let c = BrokerConfig::build(&[]).unwrap();
+        assert_eq!(c.listener.bind, "127.0.0.1:9092".parse().unwrap());
+        assert_eq!(
+            (
+                c.listener.advertised_host.as_str(),
+                c.listener.advertised_port
+            ),
+            ("127.0.0.1", 9092)
+        );
+        assert_eq!(c.log_dirs, vec![PathBuf::from("./strata-data")]);
+        assert!(c.auto_create_topics_enable);
+    }
+
+    #[test]
+    fn kafka_server_properties_carry_over() {
+        let p = props(
+            "# Kafka config\nprocess.roles=broker,controller\nnode.id=3\nlisteners=PLAINTEXT://:19092\n\
+             advertised.listeners=PLAINTEXT://kafka-1.example:19092\nlog.dirs=/a,/b\nlog.retention.hours=24\n\
+             num.partitions=6\nlog.segment.bytes=1048576\n",
+        );
+        let c = BrokerConfig::build(&[p]).unwrap();
+        assert_eq!(c.node_id, 3);
+        assert_eq!(c.listener.bind.port(), 19092);
+        assert_eq!(c.listener.advertised_host, "kafka-1.example");
+        assert_eq!(c.log_dirs.len(), 2);
+        let t = c.topic_config(&BTreeMap::new());
+        assert_eq!(t.retention_ms, 86_400_000);
+        assert_eq!(t.segment_bytes, 1_048_576);
+    }
+
+    #[test]
+    fn toml_nested_keys_flatten_to_kafka_names() {
+        let t = parse_toml("listeners = \"PLAINTEXT://127.0.0.1:1\"\n[log]\nretention.ms = \"3d\"\ndirs = [\"/x\"]\n", Path::new("s.toml")).unwrap();
+        assert_eq!(t.get("log.retention.ms").unwrap(), "3d");
+        assert_eq!(t.get("log.dirs").unwrap(), "/x");
+        let c = BrokerConfig::build(&[t]).unwrap();
+        assert_eq!(
+            c.topic_config(&BTreeMap::new()).retention_ms,
+            3 * 86_400_000
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let e = BrokerConfig::build(&[props("num.partitions=zero\n")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("num.partitions"), "{e}");
+        let e = BrokerConfig::build(&[props("log.cleanup.policy=forever\n")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("log.cleanup.policy"), "{e}");
+        let e = BrokerConfig::build(&[props("strata.admin.listenr=1\n")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("strata.admin.listenr"), "{e}");
+        let e = BrokerConfig::build(&[props("listeners=PLAINTEXT://127.0.0.1:notaport\n")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("listeners"), "{e}");
+    }
+
+    #[test]
+    fn later_layers_win_and_env_maps_to_kafka_names() {
+        let env = from_env(
+            vec![
+                ("STRATA_LOG_DIRS".to_string(), "/env".to_string()),
+                ("STRATA_BIN".into(), "x".into()),
+                ("STRATA_ADMIN_LISTENER".into(), "127.0.0.1:1".into()),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(env.get("log.dirs").unwrap(), "/env");
+        assert_eq!(env.get("strata.admin.listener").unwrap(), "127.0.0.1:1");
+        assert!(!env.contains_key("bin"));
+        let flags = parse_overrides(&["log.dirs=/flag".to_string()]).unwrap();
+        let c = BrokerConfig::build(&[props("log.dirs=/file\n"), env, flags]).unwrap();
+        assert_eq!(c.log_dirs, vec![PathBuf::from("/flag")]);
+    }
+}

@@ -1,0 +1,500 @@
+//! Topic configs with Kafka's names, defaults and broker-level synonyms.
+//!
+//! A topic's effective value is its override (set by CreateTopics / AlterConfigs), else the
+//! broker's `log.*` synonym when the operator set it, else Kafka's default. [`TOPIC_CONFIGS`] is
+//! the single table that drives validation, resolution and DescribeConfigs.
+
+use std::collections::BTreeMap;
+
+use super::value::{self, Kind, ValueError};
+
+pub struct TopicConfigDef {
+    pub name: &'static str,
+    /// The broker config that supplies the default (Kafka's "synonym").
+    pub broker_synonym: &'static str,
+    pub kind: Kind,
+    pub default: &'static str,
+    validate: fn(&str, &str) -> Result<(), ValueError>,
+}
+
+fn any(_: &str, _: &str) -> Result<(), ValueError> {
+    Ok(())
+}
+
+fn long_at_least(min: i64) -> impl Fn(&str, &str) -> Result<(), ValueError> {
+    move |k, v| {
+        let n = value::parse_long(k, v)?;
+        if n < min {
+            return Err(ValueError::Range {
+                got: v.into(),
+                range: format!("[{min},...]"),
+            });
+        }
+        Ok(())
+    }
+}
+
+macro_rules! at_least {
+    ($min:expr) => {{
+        fn f(k: &str, v: &str) -> Result<(), ValueError> {
+            long_at_least($min)(k, v)
+        }
+        f
+    }};
+}
+
+fn one_of(v: &str, allowed: &[&str]) -> Result<(), ValueError> {
+    if allowed.contains(&v.trim()) {
+        Ok(())
+    } else {
+        Err(ValueError::NotAllowed {
+            got: v.into(),
+            allowed: allowed.join(", "),
+        })
+    }
+}
+
+fn cleanup_policy(_: &str, v: &str) -> Result<(), ValueError> {
+    for p in v.split(',') {
+        one_of(p, &["delete", "compact"])?;
+    }
+    Ok(())
+}
+fn compression_type(_: &str, v: &str) -> Result<(), ValueError> {
+    one_of(
+        v,
+        &["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"],
+    )
+}
+fn timestamp_type(_: &str, v: &str) -> Result<(), ValueError> {
+    one_of(v, &["CreateTime", "LogAppendTime"])
+}
+fn ratio(_: &str, v: &str) -> Result<(), ValueError> {
+    let d = value::parse_double(v)?;
+    if (0.0..=1.0).contains(&d) {
+        Ok(())
+    } else {
+        Err(ValueError::Range {
+            got: v.into(),
+            range: "[0,...,1]".into(),
+        })
+    }
+}
+fn boolean(_: &str, v: &str) -> Result<(), ValueError> {
+    value::parse_bool(v).map(drop)
+}
+fn int_at_least_one(k: &str, v: &str) -> Result<(), ValueError> {
+    let n = value::parse_int(k, v)?;
+    if n < 1 {
+        return Err(ValueError::Range {
+            got: v.into(),
+            range: "[1,...]".into(),
+        });
+    }
+    Ok(())
+}
+fn int_at_least_zero(k: &str, v: &str) -> Result<(), ValueError> {
+    let n = value::parse_int(k, v)?;
+    if n < 0 {
+        return Err(ValueError::Range {
+            got: v.into(),
+            range: "[0,...]".into(),
+        });
+    }
+    Ok(())
+}
+fn segment_bytes(k: &str, v: &str) -> Result<(), ValueError> {
+    let n = value::parse_int(k, v)?;
+    if n < 14 {
+        return Err(ValueError::Range {
+            got: v.into(),
+            range: "[14,...]".into(),
+        });
+    }
+    Ok(())
+}
+
+const LONG_MAX: &str = "9223372036854775807";
+
+pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
+    TopicConfigDef {
+        name: "cleanup.policy",
+        broker_synonym: "log.cleanup.policy",
+        kind: Kind::List,
+        default: "delete",
+        validate: cleanup_policy,
+    },
+    TopicConfigDef {
+        name: "compression.type",
+        broker_synonym: "compression.type",
+        kind: Kind::String,
+        default: "producer",
+        validate: compression_type,
+    },
+    TopicConfigDef {
+        name: "compression.gzip.level",
+        broker_synonym: "compression.gzip.level",
+        kind: Kind::Int,
+        default: "-1",
+        validate: any,
+    },
+    TopicConfigDef {
+        name: "compression.lz4.level",
+        broker_synonym: "compression.lz4.level",
+        kind: Kind::Int,
+        default: "9",
+        validate: any,
+    },
+    TopicConfigDef {
+        name: "compression.zstd.level",
+        broker_synonym: "compression.zstd.level",
+        kind: Kind::Int,
+        default: "3",
+        validate: any,
+    },
+    TopicConfigDef {
+        name: "delete.retention.ms",
+        broker_synonym: "log.cleaner.delete.retention.ms",
+        kind: Kind::Long,
+        default: "86400000",
+        validate: at_least!(0),
+    },
+    TopicConfigDef {
+        name: "file.delete.delay.ms",
+        broker_synonym: "log.segment.delete.delay.ms",
+        kind: Kind::Long,
+        default: "60000",
+        validate: at_least!(0),
+    },
+    TopicConfigDef {
+        name: "flush.messages",
+        broker_synonym: "log.flush.interval.messages",
+        kind: Kind::Long,
+        default: LONG_MAX,
+        validate: at_least!(1),
+    },
+    TopicConfigDef {
+        name: "flush.ms",
+        broker_synonym: "log.flush.interval.ms",
+        kind: Kind::Long,
+        default: LONG_MAX,
+        validate: at_least!(0),
+    },
+    TopicConfigDef {
+        name: "index.interval.bytes",
+        broker_synonym: "log.index.interval.bytes",
+        kind: Kind::Int,
+        default: "4096",
+        validate: int_at_least_zero,
+    },
+    TopicConfigDef {
+        name: "local.retention.bytes",
+        broker_synonym: "log.local.retention.bytes",
+        kind: Kind::Long,
+        default: "-2",
+        validate: at_least!(-2),
+    },
+    TopicConfigDef {
+        name: "local.retention.ms",
+        broker_synonym: "log.local.retention.ms",
+        kind: Kind::Long,
+        default: "-2",
+        validate: at_least!(-2),
+    },
+    TopicConfigDef {
+        name: "max.compaction.lag.ms",
+        broker_synonym: "log.cleaner.max.compaction.lag.ms",
+        kind: Kind::Long,
+        default: LONG_MAX,
+        validate: at_least!(1),
+    },
+    TopicConfigDef {
+        name: "max.message.bytes",
+        broker_synonym: "message.max.bytes",
+        kind: Kind::Int,
+        default: "1048588",
+        validate: int_at_least_zero,
+    },
+    TopicConfigDef {
+        name: "message.timestamp.after.max.ms",
+        broker_synonym: "log.message.timestamp.after.max.ms",
+        kind: Kind::Long,
+        default: "3600000",
+        validate: at_least!(0),
+    },
+    TopicConfigDef {
+        name: "message.timestamp.before.max.ms",
+        broker_synonym: "log.message.timestamp.before.max.ms",
+        kind: Kind::Long,
+        default: LONG_MAX,
+        validate: at_least!(0),
+    },
+    TopicConfigDef {
+        name: "message.timestamp.type",
+        broker_synonym: "log.message.timestamp.type",
+        kind: Kind::String,
+        default: "CreateTime",
+        validate: timestamp_type,
+    },
+    TopicConfigDef {
+        name: "min.cleanable.dirty.ratio",
+        broker_synonym: "log.cleaner.min.cleanable.ratio",
+        kind: Kind::Double,
+        default: "0.5",
+        validate: ratio,
+    },
+    TopicConfigDef {
+        name: "min.compaction.lag.ms",
+        broker_synonym: "log.cleaner.min.compaction.lag.ms",
+        kind: Kind::Long,
+        default: "0",
+        validate: at_least!(0),
+    },
+    TopicConfigDef {
+        name: "min.insync.replicas",
+        broker_synonym: "min.insync.replicas",
+        kind: Kind::Int,
+        default: "1",
+        validate: int_at_least_one,
+    },
+    TopicConfigDef {
+        name: "preallocate",
+        broker_synonym: "log.preallocate",
+        kind: Kind::Boolean,
+        default: "false",
+        validate: boolean,
+    },
+    TopicConfigDef {
+        name: "remote.storage.enable",
+        broker_synonym: "remote.log.storage.system.enable",
+        kind: Kind::Boolean,
+        default: "false",
+        validate: boolean,
+    },
+    TopicConfigDef {
+        name: "retention.bytes",
+        broker_synonym: "log.retention.bytes",
+        kind: Kind::Long,
+        default: "-1",
+        validate: any,
+    },
+    TopicConfigDef {
+        name: "retention.ms",
+        broker_synonym: "log.retention.ms",
+        kind: Kind::Long,
+        default: "604800000",
+        validate: at_least!(-1),
+    },
+    TopicConfigDef {
+        name: "segment.bytes",
+        broker_synonym: "log.segment.bytes",
+        kind: Kind::Int,
+        default: "1073741824",
+        validate: segment_bytes,
+    },
+    TopicConfigDef {
+        name: "segment.index.bytes",
+        broker_synonym: "log.index.size.max.bytes",
+        kind: Kind::Int,
+        default: "10485760",
+        validate: int_at_least_zero,
+    },
+    TopicConfigDef {
+        name: "segment.jitter.ms",
+        broker_synonym: "log.roll.jitter.ms",
+        kind: Kind::Long,
+        default: "0",
+        validate: at_least!(0),
+    },
+    TopicConfigDef {
+        name: "segment.ms",
+        broker_synonym: "log.roll.ms",
+        kind: Kind::Long,
+        default: "604800000",
+        validate: at_least!(1),
+    },
+    TopicConfigDef {
+        name: "unclean.leader.election.enable",
+        broker_synonym: "unclean.leader.election.enable",
+        kind: Kind::Boolean,
+        default: "false",
+        validate: boolean,
+    },
+];
+
+pub fn def(name: &str) -> Option<&'static TopicConfigDef> {
+    TOPIC_CONFIGS.iter().find(|d| d.name == name)
+}
+
+/// Why a topic config was refused. Maps to INVALID_CONFIG.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopicConfigError {
+    #[error("Unknown topic config name: {0}")]
+    Unknown(String),
+    #[error("Invalid value {value} for configuration {name}: {reason}")]
+    Invalid {
+        name: String,
+        value: String,
+        reason: ValueError,
+    },
+}
+
+/// Validates one override.
+pub fn validate(name: &str, raw: &str) -> Result<(), TopicConfigError> {
+    let d = def(name).ok_or_else(|| TopicConfigError::Unknown(name.to_string()))?;
+    value::check(name, d.kind, raw)
+        .and_then(|_| (d.validate)(name, raw))
+        .map_err(|reason| TopicConfigError::Invalid {
+            name: name.into(),
+            value: raw.into(),
+            reason,
+        })
+}
+
+/// Where an effective value came from (DescribeConfigs `config_source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigSource {
+    DynamicTopic,
+    DynamicBroker,
+    StaticBroker,
+    Default,
+}
+
+impl ConfigSource {
+    pub fn code(self) -> i8 {
+        match self {
+            ConfigSource::DynamicTopic => 1,
+            ConfigSource::DynamicBroker => 2,
+            ConfigSource::StaticBroker => 4,
+            ConfigSource::Default => 5,
+        }
+    }
+}
+
+/// The broker values a topic falls back to: key -> (value, source).
+pub type BrokerDefaults = BTreeMap<String, (String, ConfigSource)>;
+
+/// The typed, effective configuration of one topic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicConfig {
+    pub cleanup_policy_compact: bool,
+    pub cleanup_policy_delete: bool,
+    pub compression_type: String,
+    pub flush_messages: i64,
+    pub flush_ms: i64,
+    pub index_interval_bytes: usize,
+    pub max_message_bytes: usize,
+    pub message_timestamp_after_max_ms: i64,
+    pub message_timestamp_before_max_ms: i64,
+    pub log_append_time: bool,
+    pub min_insync_replicas: i32,
+    pub retention_bytes: i64,
+    pub retention_ms: i64,
+    pub segment_bytes: u64,
+    pub segment_index_bytes: usize,
+    pub segment_ms: i64,
+    pub segment_jitter_ms: i64,
+    pub file_delete_delay_ms: i64,
+}
+
+/// Looks up the effective raw value and its source.
+pub fn effective<'a>(
+    name: &str,
+    overrides: &'a BTreeMap<String, String>,
+    broker: &'a BrokerDefaults,
+) -> Option<(&'a str, ConfigSource)> {
+    let d = def(name)?;
+    if let Some(v) = overrides.get(name) {
+        return Some((v.as_str(), ConfigSource::DynamicTopic));
+    }
+    if let Some((v, src)) = broker.get(d.broker_synonym) {
+        return Some((v.as_str(), *src));
+    }
+    Some((d.default, ConfigSource::Default))
+}
+
+impl TopicConfig {
+    /// Resolves the effective config. Overrides were validated when set; a value that still
+    /// fails to parse falls back to Kafka's default rather than failing the partition.
+    pub fn resolve(overrides: &BTreeMap<String, String>, broker: &BrokerDefaults) -> TopicConfig {
+        let raw = |name: &str| {
+            effective(name, overrides, broker)
+                .map(|(v, _)| v.to_string())
+                .unwrap_or_default()
+        };
+        let default = |name: &str| def(name).map(|d| d.default).unwrap_or("0");
+        let long = |name: &str| {
+            value::parse_long(name, &raw(name))
+                .unwrap_or_else(|_| value::parse_long(name, default(name)).unwrap_or(0))
+        };
+        let policy = raw("cleanup.policy");
+        TopicConfig {
+            cleanup_policy_compact: policy.split(',').any(|p| p.trim() == "compact"),
+            cleanup_policy_delete: policy.split(',').any(|p| p.trim() == "delete"),
+            compression_type: raw("compression.type"),
+            flush_messages: long("flush.messages"),
+            flush_ms: long("flush.ms"),
+            index_interval_bytes: long("index.interval.bytes").max(0) as usize,
+            max_message_bytes: long("max.message.bytes").max(0) as usize,
+            message_timestamp_after_max_ms: long("message.timestamp.after.max.ms"),
+            message_timestamp_before_max_ms: long("message.timestamp.before.max.ms"),
+            log_append_time: raw("message.timestamp.type") == "LogAppendTime",
+            min_insync_replicas: long("min.insync.replicas") as i32,
+            retention_bytes: long("retention.bytes"),
+            retention_ms: long("retention.ms"),
+            segment_bytes: long("segment.bytes").max(14) as u64,
+            segment_index_bytes: long("segment.index.bytes").max(8) as usize,
+            segment_ms: long("segment.ms").max(1),
+            segment_jitter_ms: long("segment.jitter.ms"),
+            file_delete_delay_ms: long("file.delete.delay.ms"),
+        }
+    }
+}
+
+impl Default for TopicConfig {
+    fn default() -> Self {
+        TopicConfig::resolve(&BTreeMap::new(), &BrokerDefaults::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_beat_broker_synonyms_which_beat_defaults() {
+        let mut broker = BrokerDefaults::new();
+        broker.insert(
+            "log.retention.ms".into(),
+            ("1000".into(), ConfigSource::StaticBroker),
+        );
+        broker.insert(
+            "log.segment.bytes".into(),
+            ("2048".into(), ConfigSource::StaticBroker),
+        );
+        let mut o = BTreeMap::new();
+        o.insert("retention.ms".to_string(), "5".to_string());
+        let c = TopicConfig::resolve(&o, &broker);
+        assert_eq!(c.retention_ms, 5);
+        assert_eq!(c.segment_bytes, 2048);
+        assert_eq!(c.max_message_bytes, 1048588);
+        assert_eq!(
+            effective("segment.bytes", &o, &broker).unwrap().1,
+            ConfigSource::StaticBroker
+        );
+    }
+
+    #[test]
+    fn bad_overrides_name_the_key() {
+        assert_eq!(
+            validate("retention.mss", "1").unwrap_err().to_string(),
+            "Unknown topic config name: retention.mss"
+        );
+        let e = validate("cleanup.policy", "forever")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cleanup.policy"), "{e}");
+        assert!(validate("retention.ms", "3d").is_ok());
+        assert!(validate("min.cleanable.dirty.ratio", "1.5").is_err());
+    }
+}

@@ -1,0 +1,40 @@
+//! Strata: a Kafka-compatible, tiered-storage log service.
+//!
+//! # Architecture
+//!
+//! ```text
+//!  Kafka clients ──TCP──▶ server (one task per connection, requests in order)
+//!                            │ protocol: frames ⇄ kafka-protocol messages
+//!                            ▼
+//!                          api/ (one file per Kafka API)
+//!                            │
+//!                            ▼
+//!                          broker: topic catalog, partitions, producer ids
+//!                            │  (blocking pool for all file I/O)
+//!                            ▼
+//!                          log/: segments (.log/.index/.timeindex), producer state,
+//!                                leader epochs, checkpoints, recovery, retention
+//! ```
+//!
+//! Records stay as the producer's RecordBatch v2 bytes from socket to disk to socket: the
+//! broker checks the CRC and header fields and rewrites only base offset and leader epoch.
+//!
+//! # Modules
+//! - [`config`]: Kafka-named settings from properties/TOML files, env and flags.
+//! - [`protocol`]: framing, request decoding, ApiVersions table.
+//! - [`server`]: the Kafka listener and connection loop.
+//! - [`api`]: request handlers.
+//! - [`broker`]: catalog and partitions.
+//! - [`log`]: the storage engine.
+//! - [`metrics`], [`admin_http`]: Prometheus metrics and health.
+//! - [`runtime`]: start-up, background services and the shutdown order.
+
+pub mod admin_http;
+pub mod api;
+pub mod broker;
+pub mod config;
+pub mod log;
+pub mod metrics;
+pub mod protocol;
+pub mod runtime;
+pub mod server;

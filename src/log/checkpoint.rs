@@ -1,0 +1,106 @@
+//! Kafka's text checkpoint files: a version line, a count line, then one entry per line.
+//! Used for `leader-epoch-checkpoint` (per partition) and the per-log-dir
+//! `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` and
+//! `replication-offset-checkpoint`. Written to a temp file, fsynced, then renamed.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::Path;
+
+/// Writes `lines` in checkpoint format atomically.
+pub fn write(path: &Path, lines: &[String]) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = File::create(&tmp)?;
+        let mut text = format!("0\n{}\n", lines.len());
+        for l in lines {
+            text.push_str(l);
+            text.push('\n');
+        }
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// Reads the entry lines of a checkpoint file; a missing file reads as empty.
+pub fn read(path: &Path) -> io::Result<Vec<String>> {
+    let text = match fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let bad = |m: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: {m}", path.display()),
+        )
+    };
+    let mut lines = text.lines();
+    match lines.next() {
+        Some("0") => {}
+        _ => return Err(bad("unsupported checkpoint version")),
+    }
+    let count: usize = lines
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .ok_or_else(|| bad("missing entry count"))?;
+    let entries: Vec<String> = lines
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_string)
+        .collect();
+    if entries.len() != count {
+        return Err(bad("entry count does not match"));
+    }
+    Ok(entries)
+}
+
+/// Parses `topic partition offset` entries.
+pub fn read_offsets(path: &Path) -> io::Result<Vec<(String, i32, i64)>> {
+    let mut out = Vec::new();
+    for line in read(path)? {
+        let mut parts = line.rsplitn(3, ' ');
+        let (Some(off), Some(part), Some(topic)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("bad checkpoint line {line:?}"),
+            ));
+        };
+        match (part.parse(), off.parse()) {
+            (Ok(p), Ok(o)) => out.push((topic.to_string(), p, o)),
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("bad checkpoint line {line:?}"),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("recovery-point-offset-checkpoint");
+        write(&p, &["a 0 5".into(), "my topic 3 77".into()]).unwrap();
+        assert_eq!(
+            read_offsets(&p).unwrap(),
+            vec![("a".into(), 0, 5), ("my topic".into(), 3, 77)]
+        );
+        assert!(read_offsets(&dir.path().join("missing"))
+            .unwrap()
+            .is_empty());
+    }
+}

@@ -1,0 +1,150 @@
+//! The leader epoch cache: for each leader epoch, the first offset written in it. Persisted as
+//! `leader-epoch-checkpoint` (`epoch start_offset` lines). Answers OffsetForLeaderEpoch, which
+//! followers use to truncate divergent logs after a leader change.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::checkpoint;
+
+pub const FILE_NAME: &str = "leader-epoch-checkpoint";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochEntry {
+    pub epoch: i32,
+    pub start_offset: i64,
+}
+
+pub struct LeaderEpochCache {
+    path: PathBuf,
+    entries: Vec<EpochEntry>,
+}
+
+impl LeaderEpochCache {
+    pub fn load(dir: &Path) -> io::Result<LeaderEpochCache> {
+        let path = dir.join(FILE_NAME);
+        let mut entries = Vec::new();
+        for line in checkpoint::read(&path)? {
+            let mut it = line.split_whitespace();
+            match (
+                it.next().and_then(|e| e.parse().ok()),
+                it.next().and_then(|o| o.parse().ok()),
+            ) {
+                (Some(epoch), Some(start_offset)) => entries.push(EpochEntry {
+                    epoch,
+                    start_offset,
+                }),
+                _ => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("bad leader epoch line {line:?}"),
+                    ))
+                }
+            }
+        }
+        Ok(LeaderEpochCache { path, entries })
+    }
+
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.entries.last().map(|e| e.epoch)
+    }
+
+    /// Records that `epoch` starts at `start_offset` if it is newer than the latest epoch.
+    pub fn assign(&mut self, epoch: i32, start_offset: i64) -> io::Result<()> {
+        if epoch < 0 || self.latest_epoch().is_some_and(|l| l >= epoch) {
+            return Ok(());
+        }
+        self.entries.push(EpochEntry {
+            epoch,
+            start_offset,
+        });
+        self.flush()
+    }
+
+    /// Kafka's `endOffsetFor`: the (epoch, end offset) pair for the largest epoch <= `epoch`,
+    /// where the end offset is the start of the next epoch, or `log_end_offset` for the latest.
+    /// `(-1, -1)` when the requested epoch predates every entry.
+    pub fn end_offset_for(&self, epoch: i32, log_end_offset: i64) -> (i32, i64) {
+        match self.entries.iter().rposition(|e| e.epoch <= epoch) {
+            None => (-1, -1),
+            Some(i) if i + 1 == self.entries.len() => (self.entries[i].epoch, log_end_offset),
+            Some(i) => {
+                if self.entries[i].epoch == epoch {
+                    (epoch, self.entries[i + 1].start_offset)
+                } else {
+                    (self.entries[i].epoch, self.entries[i + 1].start_offset)
+                }
+            }
+        }
+    }
+
+    /// Drops entries starting at or after `offset` (log truncation).
+    pub fn truncate_from_end(&mut self, offset: i64) -> io::Result<()> {
+        let before = self.entries.len();
+        self.entries.retain(|e| e.start_offset < offset);
+        if self.entries.len() != before {
+            self.flush()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Moves the first entry's start up to the new log start offset.
+    pub fn truncate_from_start(&mut self, log_start_offset: i64) -> io::Result<()> {
+        let keep_from = self
+            .entries
+            .iter()
+            .rposition(|e| e.start_offset <= log_start_offset);
+        if let Some(i) = keep_from {
+            if i > 0 || self.entries[0].start_offset < log_start_offset {
+                self.entries.drain(..i);
+                self.entries[0].start_offset = log_start_offset;
+                return self.flush();
+            }
+        }
+        Ok(())
+    }
+
+    pub fn entries(&self) -> &[EpochEntry] {
+        &self.entries
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        let lines: Vec<String> = self
+            .entries
+            .iter()
+            .map(|e| format!("{} {}", e.epoch, e.start_offset))
+            .collect();
+        checkpoint::write(&self.path, &lines)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn end_offsets_follow_kafka_semantics() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = LeaderEpochCache::load(dir.path()).unwrap();
+        c.assign(0, 0).unwrap();
+        c.assign(2, 10).unwrap();
+        c.assign(5, 30).unwrap();
+        c.assign(4, 40).unwrap(); // older epoch: ignored
+        assert_eq!(c.end_offset_for(0, 50), (0, 10));
+        assert_eq!(c.end_offset_for(1, 50), (0, 10));
+        assert_eq!(c.end_offset_for(2, 50), (2, 30));
+        assert_eq!(c.end_offset_for(7, 50), (5, 50));
+        let c2 = LeaderEpochCache::load(dir.path()).unwrap();
+        assert_eq!(c2.entries(), c.entries());
+        let mut c3 = c2;
+        c3.truncate_from_start(15).unwrap();
+        assert_eq!(
+            c3.entries()[0],
+            EpochEntry {
+                epoch: 2,
+                start_offset: 15
+            }
+        );
+    }
+}

@@ -1,0 +1,741 @@
+//! The partition log: an ordered set of segments in Kafka's on-disk layout.
+//!
+//! Invariants:
+//! - `log_start_offset <= high_watermark <= log_end_offset`; offsets never go backwards except
+//!   by an explicit truncation (replica divergence), and batches are stored byte-for-byte as
+//!   produced except for base offset, partition leader epoch and (LogAppendTime) max timestamp.
+//! - Only the last segment (the active one) is appended to; a segment is sealed when rolled.
+//! - One writer: the owning partition holds the log behind a mutex and calls it from a blocking
+//!   thread; readers receive file slices and read them outside the lock.
+//!
+//! Crash consistency: appends go to the page cache and are fsynced per `flush.messages` /
+//! `flush.ms` (by default never: durability comes from replication, as in Kafka). After an
+//! unclean shutdown every segment from the recovery point on is rescanned: CRCs validated, a
+//! torn tail truncated, indexes rebuilt, producer state replayed from the last snapshot.
+
+pub mod batch;
+pub mod checkpoint;
+pub mod index;
+pub mod leader_epoch;
+pub mod producer_state;
+pub mod segment;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+};
+
+use crate::config::TopicConfig;
+use batch::{BatchError, BatchHeader, BatchIter, Codec};
+use leader_epoch::LeaderEpochCache;
+use producer_state::{ProducerError, ProducerStateManager, SequenceCheck};
+use segment::{FileSlice, Segment, SegmentLimits};
+
+/// Where an append came from; clients are validated, replicas are not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendOrigin {
+    Client,
+    Replication,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    #[error("corrupt record batch: {0}")]
+    Corrupt(BatchError),
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+    #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
+    MessageTooLarge { size: usize, max: usize },
+    #[error("timestamp {timestamp} of the batch is out of range (now {now})")]
+    InvalidTimestamp { timestamp: i64, now: i64 },
+    #[error(transparent)]
+    Producer(#[from] ProducerError),
+    #[error("storage error: {0}")]
+    Io(#[from] io::Error),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("offset {offset} is out of range [{log_start_offset}, {log_end_offset}]")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start_offset: i64,
+        log_end_offset: i64,
+    },
+    #[error("storage error: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Result of a successful append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// The broker time stamped on the batch for LogAppendTime topics, else -1.
+    pub log_append_time: i64,
+    /// The batch was a retry of one already in the log; nothing was written.
+    pub duplicate: bool,
+    pub records: i32,
+    pub bytes: usize,
+}
+
+/// A (timestamp, offset, leader epoch) answer to ListOffsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampAndOffset {
+    pub timestamp: i64,
+    pub offset: i64,
+    pub leader_epoch: i32,
+}
+
+/// Options that come from the broker rather than the topic.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadOptions {
+    pub clean_shutdown: bool,
+    pub recovery_point: Option<i64>,
+    pub log_start_offset: Option<i64>,
+    pub now_ms: i64,
+}
+
+pub struct Log {
+    dir: PathBuf,
+    config: TopicConfig,
+    segments: BTreeMap<i64, Segment>,
+    log_start_offset: i64,
+    log_end_offset: i64,
+    high_watermark: i64,
+    recovery_point: i64,
+    epochs: LeaderEpochCache,
+    producers: ProducerStateManager,
+    unflushed_messages: i64,
+    last_flush_ms: i64,
+}
+
+fn limits(config: &TopicConfig) -> SegmentLimits {
+    SegmentLimits {
+        index_interval_bytes: config.index_interval_bytes,
+        max_index_bytes: config.segment_index_bytes,
+    }
+}
+
+fn compression_for(name: &str) -> Option<Compression> {
+    match name {
+        "uncompressed" => Some(Compression::None),
+        "gzip" => Some(Compression::Gzip),
+        "snappy" => Some(Compression::Snappy),
+        "lz4" => Some(Compression::Lz4),
+        "zstd" => Some(Compression::Zstd),
+        _ => None,
+    }
+}
+
+fn codec_matches(codec: Codec, target: Compression) -> bool {
+    matches!(
+        (codec, target),
+        (Codec::None, Compression::None)
+            | (Codec::Gzip, Compression::Gzip)
+            | (Codec::Snappy, Compression::Snappy)
+            | (Codec::Lz4, Compression::Lz4)
+            | (Codec::Zstd, Compression::Zstd)
+    )
+}
+
+impl Log {
+    /// Opens (creating if needed) the log in `dir`.
+    pub fn open(dir: &Path, config: TopicConfig, opts: LoadOptions) -> io::Result<Log> {
+        fs::create_dir_all(dir)?;
+        let mut bases = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().to_string();
+            if name.ends_with(".tmp")
+                || name.ends_with(".deleted")
+                || name.ends_with(".cleaned")
+                || name.ends_with(".swap")
+            {
+                let _ = fs::remove_file(entry.path());
+                continue;
+            }
+            if let Some(stem) = name.strip_suffix(".log") {
+                if let Ok(base) = stem.parse::<i64>() {
+                    bases.push(base);
+                }
+            }
+        }
+        bases.sort_unstable();
+        let limits = limits(&config);
+        let recovery_point = opts.recovery_point.unwrap_or(0);
+        // Segments from the one holding the recovery point on are rescanned after a crash.
+        let recover_from = bases
+            .iter()
+            .rev()
+            .find(|&&b| b <= recovery_point)
+            .copied()
+            .unwrap_or(i64::MIN);
+        let mut segments = BTreeMap::new();
+        let mut truncated = false;
+        for base in bases {
+            if truncated {
+                // Everything after a corrupt segment is unreachable: Kafka deletes it too.
+                tracing::warn!(dir = %dir.display(), base, "deleting segment after a corrupt one");
+                let (seg, _) = Segment::open(dir, base, limits, false)?;
+                seg.delete()?;
+                continue;
+            }
+            let recover = !opts.clean_shutdown && base >= recover_from;
+            let (seg, result) = Segment::open(dir, base, limits, recover)?;
+            if let Some(r) = result {
+                if r.truncated_bytes > 0 {
+                    tracing::warn!(dir = %dir.display(), base, truncated = r.truncated_bytes, "truncated a torn or corrupt segment tail");
+                    truncated = true;
+                }
+            }
+            segments.insert(base, seg);
+        }
+        let initial = opts.log_start_offset.unwrap_or(0).max(0);
+        if segments.is_empty() {
+            segments.insert(initial, Segment::create(dir, initial, limits, opts.now_ms)?);
+        }
+        let first_base = *segments.keys().next().unwrap_or(&0);
+        let log_end_offset = segments
+            .values()
+            .next_back()
+            .map(|s| s.next_offset())
+            .unwrap_or(initial);
+        let log_start_offset = opts
+            .log_start_offset
+            .unwrap_or(first_base)
+            .max(first_base)
+            .min(log_end_offset);
+        let mut epochs = LeaderEpochCache::load(dir)?;
+        epochs.truncate_from_end(log_end_offset)?;
+        let mut log = Log {
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            log_start_offset,
+            log_end_offset,
+            high_watermark: log_end_offset,
+            recovery_point: log_end_offset,
+            epochs,
+            producers: ProducerStateManager::new(),
+            unflushed_messages: 0,
+            last_flush_ms: opts.now_ms,
+        };
+        log.load_producer_state()?;
+        Ok(log)
+    }
+
+    /// Loads the newest usable snapshot at or below the log end and replays the rest.
+    fn load_producer_state(&mut self) -> io::Result<()> {
+        let snapshots = ProducerStateManager::list_snapshots(&self.dir)?;
+        let mut replay_from = self.log_start_offset;
+        for &offset in snapshots.iter().rev() {
+            if offset > self.log_end_offset {
+                let _ = fs::remove_file(ProducerStateManager::snapshot_path(&self.dir, offset));
+                continue;
+            }
+            match ProducerStateManager::read_snapshot(&ProducerStateManager::snapshot_path(
+                &self.dir, offset,
+            )) {
+                Ok(state) => {
+                    self.producers = state;
+                    replay_from = offset.max(self.log_start_offset);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %self.dir.display(), offset, error = %e, "ignoring unreadable producer snapshot")
+                }
+            }
+        }
+        for seg in self.segments.values() {
+            if seg.next_offset() <= replay_from {
+                continue;
+            }
+            for (_, h) in seg.headers_from(replay_from)? {
+                if h.base_offset >= replay_from {
+                    self.producers.update(&h);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn active(&mut self) -> &mut Segment {
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has an active segment")
+    }
+
+    /// Validates, assigns offsets to, and appends the batch(es) of one produce request
+    /// partition.
+    pub fn append_as_leader(
+        &mut self,
+        records: &[u8],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, AppendError> {
+        let mut batches = Vec::new();
+        for item in BatchIter::new(records) {
+            let (_, h, bytes) = item.map_err(|e| match e {
+                BatchError::UnsupportedMagic(m) => AppendError::InvalidRecord(format!(
+                    "Produce requests are only allowed to contain record batches with magic version 2, got {m}"
+                )),
+                other => AppendError::Corrupt(other),
+            })?;
+            batches.push((h, bytes));
+        }
+        let [(header, bytes)] = batches.as_slice() else {
+            return Err(AppendError::InvalidRecord(if batches.is_empty() {
+                "Produce requests must have at least one record batch per partition".into()
+            } else {
+                "Produce requests are only allowed to contain exactly one record batch per partition".into()
+            }));
+        };
+        let (header, bytes) = (*header, *bytes);
+        if bytes.len() > self.config.max_message_bytes {
+            return Err(AppendError::MessageTooLarge {
+                size: bytes.len(),
+                max: self.config.max_message_bytes,
+            });
+        }
+        header.validate(bytes).map_err(AppendError::Corrupt)?;
+        if header.records_count == 0 {
+            return Err(AppendError::InvalidRecord(
+                "record batch has no records".into(),
+            ));
+        }
+        if header.is_control() {
+            return Err(AppendError::InvalidRecord(
+                "clients may not write control batches".into(),
+            ));
+        }
+        if header.is_transactional() {
+            return Err(AppendError::InvalidRecord(
+                "transactional writes are not supported by this broker yet".into(),
+            ));
+        }
+        if !self.config.log_append_time {
+            let after = self.config.message_timestamp_after_max_ms;
+            let before = self.config.message_timestamp_before_max_ms;
+            if header.max_timestamp > now_ms.saturating_add(after) {
+                return Err(AppendError::InvalidTimestamp {
+                    timestamp: header.max_timestamp,
+                    now: now_ms,
+                });
+            }
+            if header.base_timestamp >= 0 && header.base_timestamp < now_ms.saturating_sub(before) {
+                return Err(AppendError::InvalidTimestamp {
+                    timestamp: header.base_timestamp,
+                    now: now_ms,
+                });
+            }
+        }
+        if let SequenceCheck::Duplicate(dup) = self.producers.check(&header)? {
+            return Ok(AppendInfo {
+                base_offset: dup.first_offset,
+                last_offset: dup.last_offset,
+                log_append_time: if self.config.log_append_time {
+                    dup.timestamp
+                } else {
+                    -1
+                },
+                duplicate: true,
+                records: header.records_count,
+                bytes: 0,
+            });
+        }
+        // Recompress only when the topic pins a codec the batch does not use.
+        let mut owned = match compression_for(&self.config.compression_type) {
+            Some(target)
+                if !codec_matches(header.codec().map_err(AppendError::Corrupt)?, target) =>
+            {
+                recompress(bytes, target)?
+            }
+            _ => bytes.to_vec(),
+        };
+        let base_offset = self.log_end_offset;
+        batch::assign_offset_and_epoch(&mut owned, base_offset, leader_epoch);
+        let log_append_time = if self.config.log_append_time {
+            batch::set_log_append_time(&mut owned, now_ms);
+            now_ms
+        } else {
+            -1
+        };
+        let header = BatchHeader::parse(&owned).map_err(AppendError::Corrupt)?;
+        self.append_batch(&header, &owned, leader_epoch, now_ms)?;
+        Ok(AppendInfo {
+            base_offset,
+            last_offset: header.last_offset(),
+            log_append_time,
+            duplicate: false,
+            records: header.records_count,
+            bytes: owned.len(),
+        })
+    }
+
+    /// Appends a batch whose offsets are final (leader path after assignment, or replication).
+    fn append_batch(
+        &mut self,
+        header: &BatchHeader,
+        bytes: &[u8],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> io::Result<()> {
+        let roll_ms = self.config.segment_ms.saturating_sub(
+            self.config
+                .segment_jitter_ms
+                .min(self.config.segment_ms / 2),
+        );
+        let segment_bytes = self.config.segment_bytes;
+        if self
+            .active()
+            .should_roll(bytes.len(), segment_bytes, roll_ms, now_ms)
+        {
+            self.roll(now_ms)?;
+        }
+        self.active().append(header, bytes)?;
+        self.epochs.assign(leader_epoch, header.base_offset)?;
+        self.producers.update(header);
+        self.log_end_offset = header.last_offset() + 1;
+        self.unflushed_messages += header.records_count as i64;
+        if self.unflushed_messages >= self.config.flush_messages {
+            self.flush(now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Seals the active segment and starts a new one at the log end offset.
+    pub fn roll(&mut self, now_ms: i64) -> io::Result<()> {
+        let base = self.log_end_offset;
+        if self.segments.contains_key(&base) {
+            return Ok(());
+        }
+        // The sealed segment's data must be durable before a later flush moves the recovery
+        // point past it, so flush it now (Kafka does this asynchronously).
+        self.active().flush()?;
+        self.producers.write_snapshot(&self.dir, base)?;
+        self.prune_snapshots()?;
+        let limits = limits(&self.config);
+        self.segments
+            .insert(base, Segment::create(&self.dir, base, limits, now_ms)?);
+        Ok(())
+    }
+
+    fn prune_snapshots(&self) -> io::Result<()> {
+        let snapshots = ProducerStateManager::list_snapshots(&self.dir)?;
+        // Keep two snapshots, and none below the log start (except the newest such one).
+        if snapshots.len() > 2 {
+            for &o in &snapshots[..snapshots.len() - 2] {
+                let _ = fs::remove_file(ProducerStateManager::snapshot_path(&self.dir, o));
+            }
+        }
+        Ok(())
+    }
+
+    /// fsyncs the active segment and moves the recovery point to the log end.
+    pub fn flush(&mut self, now_ms: i64) -> io::Result<()> {
+        if self.recovery_point < self.log_end_offset {
+            // Segments below the active one were flushed when they were rolled.
+            self.active().flush()?;
+            self.recovery_point = self.log_end_offset;
+        }
+        self.unflushed_messages = 0;
+        self.last_flush_ms = now_ms;
+        Ok(())
+    }
+
+    /// Flushes when `flush.ms` has elapsed since the last flush.
+    pub fn maybe_flush_on_time(&mut self, now_ms: i64) -> io::Result<()> {
+        if self.recovery_point < self.log_end_offset
+            && now_ms - self.last_flush_ms >= self.config.flush_ms
+        {
+            self.flush(now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Reads batches from `offset`, never past `max_offset` (the high watermark for consumers).
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one: bool,
+    ) -> Result<Option<FileSlice>, ReadError> {
+        if offset < self.log_start_offset || offset > self.log_end_offset {
+            return Err(ReadError::OffsetOutOfRange {
+                offset,
+                log_start_offset: self.log_start_offset,
+                log_end_offset: self.log_end_offset,
+            });
+        }
+        if offset >= max_offset {
+            return Ok(None);
+        }
+        let start_base = self
+            .segments
+            .range(..=offset)
+            .next_back()
+            .map(|(b, _)| *b)
+            .unwrap_or(i64::MIN);
+        for (_, seg) in self.segments.range(start_base..) {
+            let max_position =
+                if max_offset >= self.log_end_offset || max_offset >= seg.next_offset() {
+                    u64::MAX
+                } else {
+                    seg.position_of(max_offset)?
+                };
+            if let Some(slice) = seg.read(offset, max_bytes, max_position, min_one)? {
+                return Ok(Some(slice).filter(|s| s.len > 0));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Kafka's offsetsForTimes: the first record with timestamp >= `timestamp`, below the high
+    /// watermark. Decompresses only the one batch that holds the answer.
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> io::Result<Option<TimestampAndOffset>> {
+        for seg in self.segments.values() {
+            if seg.max_timestamp() < timestamp || seg.base_offset() >= self.high_watermark {
+                continue;
+            }
+            let start = seg.time_lookup_offset(timestamp).max(self.log_start_offset);
+            for (pos, h) in seg.headers_from(start)? {
+                if h.base_offset >= self.high_watermark {
+                    return Ok(None);
+                }
+                if h.max_timestamp < timestamp {
+                    continue;
+                }
+                if h.is_log_append_time() || h.is_control() {
+                    return Ok(Some(TimestampAndOffset {
+                        timestamp: h.max_timestamp,
+                        offset: h.base_offset,
+                        leader_epoch: h.partition_leader_epoch,
+                    }));
+                }
+                let raw = seg.read_batch_at(pos, &h)?;
+                if let Some(r) = decode_records(&raw)?
+                    .into_iter()
+                    .find(|r| r.timestamp >= timestamp && r.offset >= self.log_start_offset)
+                {
+                    return Ok(Some(TimestampAndOffset {
+                        timestamp: r.timestamp,
+                        offset: r.offset,
+                        leader_epoch: h.partition_leader_epoch,
+                    }));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// ListOffsets MAX_TIMESTAMP: the record with the largest timestamp (first one on ties).
+    pub fn max_timestamp_offset(&self) -> io::Result<Option<TimestampAndOffset>> {
+        let Some(seg) = self
+            .segments
+            .values()
+            .filter(|s| s.max_timestamp() >= 0)
+            .fold(None::<&Segment>, |best, s| match best {
+                Some(b) if b.max_timestamp() >= s.max_timestamp() => Some(b),
+                _ => Some(s),
+            })
+        else {
+            return Ok(None);
+        };
+        let target = seg.max_timestamp();
+        for (pos, h) in seg.headers_from(seg.base_offset())? {
+            if h.max_timestamp != target {
+                continue;
+            }
+            if h.is_log_append_time() || h.is_control() {
+                return Ok(Some(TimestampAndOffset {
+                    timestamp: target,
+                    offset: h.base_offset,
+                    leader_epoch: h.partition_leader_epoch,
+                }));
+            }
+            let raw = seg.read_batch_at(pos, &h)?;
+            if let Some(r) = decode_records(&raw)?
+                .into_iter()
+                .find(|r| r.timestamp == target)
+            {
+                return Ok(Some(TimestampAndOffset {
+                    timestamp: target,
+                    offset: r.offset,
+                    leader_epoch: h.partition_leader_epoch,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes whole segments past retention.ms / retention.bytes (never above the high
+    /// watermark). Returns the number of segments deleted.
+    pub fn apply_retention(&mut self, now_ms: i64) -> io::Result<usize> {
+        if !self.config.cleanup_policy_delete {
+            return Ok(0);
+        }
+        let retention_ms = self.config.retention_ms;
+        let retention_bytes = self.config.retention_bytes;
+        let mut total: i64 = self.segments.values().map(|s| s.size() as i64).sum();
+        let mut doomed = Vec::new();
+        for seg in self.segments.values() {
+            if seg.next_offset() > self.high_watermark || seg.size() == 0 {
+                break;
+            }
+            let by_time = retention_ms >= 0 && now_ms - seg.retention_timestamp() > retention_ms;
+            let by_size = retention_bytes >= 0 && total - seg.size() as i64 >= retention_bytes;
+            if !(by_time || by_size) {
+                break;
+            }
+            total -= seg.size() as i64;
+            doomed.push(seg.base_offset());
+        }
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        if doomed.len() == self.segments.len() {
+            // The active segment is expiring too: roll so the log keeps a segment to append to.
+            self.roll(now_ms)?;
+        }
+        let n = doomed.len();
+        for base in doomed {
+            if let Some(seg) = self.segments.remove(&base) {
+                seg.delete()?;
+            }
+        }
+        let new_start = *self.segments.keys().next().unwrap_or(&self.log_end_offset);
+        self.set_log_start_offset(new_start.max(self.log_start_offset))?;
+        Ok(n)
+    }
+
+    /// DeleteRecords: moves the log start offset to `offset` (<= high watermark) and deletes
+    /// segments wholly below it.
+    pub fn delete_records_before(&mut self, offset: i64) -> io::Result<i64> {
+        let new_start = offset.min(self.high_watermark);
+        if new_start <= self.log_start_offset {
+            return Ok(self.log_start_offset);
+        }
+        let doomed: Vec<i64> = self
+            .segments
+            .values()
+            .filter(|s| s.next_offset() <= new_start && s.base_offset() != self.active_base())
+            .map(|s| s.base_offset())
+            .collect();
+        for base in doomed {
+            if let Some(seg) = self.segments.remove(&base) {
+                seg.delete()?;
+            }
+        }
+        self.set_log_start_offset(new_start)?;
+        Ok(self.log_start_offset)
+    }
+
+    fn active_base(&self) -> i64 {
+        *self.segments.keys().next_back().unwrap_or(&0)
+    }
+
+    fn set_log_start_offset(&mut self, offset: i64) -> io::Result<()> {
+        self.log_start_offset = offset;
+        self.epochs.truncate_from_start(offset)
+    }
+
+    /// Writes the producer snapshot and flushes everything (clean shutdown).
+    pub fn close(&mut self, now_ms: i64) -> io::Result<()> {
+        self.flush(now_ms)?;
+        for seg in self.segments.values() {
+            seg.flush()?;
+        }
+        self.producers
+            .write_snapshot(&self.dir, self.log_end_offset)?;
+        self.prune_snapshots()
+    }
+
+    pub fn expire_producers(&mut self, now_ms: i64, expiration_ms: i64) {
+        self.producers.expire(now_ms, expiration_ms);
+    }
+
+    pub fn set_config(&mut self, config: TopicConfig) {
+        self.config = config;
+    }
+
+    pub fn update_high_watermark(&mut self, hw: i64) {
+        self.high_watermark = hw.clamp(self.log_start_offset, self.log_end_offset);
+    }
+
+    /// OffsetForLeaderEpoch: (epoch, end offset) for the largest epoch <= `epoch`.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        self.epochs.end_offset_for(epoch, self.log_end_offset)
+    }
+
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.epochs.latest_epoch()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn config(&self) -> &TopicConfig {
+        &self.config
+    }
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset
+    }
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark
+    }
+    pub fn recovery_point(&self) -> i64 {
+        self.recovery_point
+    }
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.size()).sum()
+    }
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+    pub fn producer_count(&self) -> usize {
+        self.producers.len()
+    }
+}
+
+/// Decodes the records of one batch (used only off the hot path: timestamp lookups).
+fn decode_records(raw: &[u8]) -> io::Result<Vec<kafka_protocol::records::Record>> {
+    let mut buf = Bytes::copy_from_slice(raw);
+    RecordBatchDecoder::decode(&mut buf)
+        .map(|set| set.records)
+        .map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("cannot decode batch: {e}"),
+            )
+        })
+}
+
+/// Re-encodes a batch with another codec (topic compression.type differs from the producer's).
+fn recompress(bytes: &[u8], target: Compression) -> Result<Vec<u8>, AppendError> {
+    let records = decode_records(bytes).map_err(|e| AppendError::InvalidRecord(e.to_string()))?;
+    let mut out = BytesMut::with_capacity(bytes.len());
+    RecordBatchEncoder::encode(
+        &mut out,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: target,
+        },
+    )
+    .map_err(|e| AppendError::InvalidRecord(format!("cannot re-encode batch: {e}")))?;
+    Ok(out.to_vec())
+}
+
+#[cfg(test)]
+mod tests;

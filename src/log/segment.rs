@@ -1,0 +1,512 @@
+//! One segment of a partition log: `<base_offset:020>.log` with its `.index` and `.timeindex`.
+//!
+//! The segment owns the append side (one writer: the partition); readers get an
+//! `Arc<File>` and a byte range and read with `pread` outside any lock. A reader may hold the
+//! file after the segment is deleted (unlinked); that is safe on Unix.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::batch::{self, BatchHeader, BATCH_HEADER_LEN, LOG_OVERHEAD};
+use super::index::{OffsetIndex, TimeIndex, TimestampOffset};
+
+/// File name stem of a segment: the base offset padded to 20 digits, as Kafka names it.
+pub fn file_stem(base_offset: i64) -> String {
+    format!("{base_offset:020}")
+}
+
+/// Sizes that shape a segment's indexes.
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentLimits {
+    pub index_interval_bytes: usize,
+    pub max_index_bytes: usize,
+}
+
+/// A contiguous range of a segment file to send to a reader.
+#[derive(Clone)]
+pub struct FileSlice {
+    pub file: Arc<File>,
+    pub position: u64,
+    pub len: usize,
+}
+
+impl FileSlice {
+    pub fn read(&self) -> io::Result<bytes::Bytes> {
+        let mut buf = vec![0u8; self.len];
+        self.file.read_exact_at(&mut buf, self.position)?;
+        Ok(bytes::Bytes::from(buf))
+    }
+}
+
+pub struct Segment {
+    base_offset: i64,
+    dir: PathBuf,
+    file: Arc<File>,
+    size: u64,
+    /// Offset after the last batch in this segment (== base_offset when empty).
+    next_offset: i64,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    bytes_since_last_index_entry: usize,
+    limits: SegmentLimits,
+    max_timestamp: i64,
+    offset_of_max_timestamp: i64,
+    /// Timestamp of the first batch (for segment.ms), or the creation time when empty.
+    rolling_base_timestamp: Option<i64>,
+    created_ms: i64,
+}
+
+/// What a recovery scan found.
+pub struct RecoveryResult {
+    pub valid_bytes: u64,
+    pub truncated_bytes: u64,
+}
+
+impl Segment {
+    pub fn log_path(dir: &Path, base_offset: i64) -> PathBuf {
+        dir.join(format!("{}.log", file_stem(base_offset)))
+    }
+    fn index_path(dir: &Path, base_offset: i64) -> PathBuf {
+        dir.join(format!("{}.index", file_stem(base_offset)))
+    }
+    fn time_index_path(dir: &Path, base_offset: i64) -> PathBuf {
+        dir.join(format!("{}.timeindex", file_stem(base_offset)))
+    }
+
+    /// Creates a new, empty segment.
+    pub fn create(
+        dir: &Path,
+        base_offset: i64,
+        limits: SegmentLimits,
+        now_ms: i64,
+    ) -> io::Result<Segment> {
+        let path = Self::log_path(dir, base_offset);
+        let file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(&path)?;
+        file.set_len(0)?;
+        let _ = fs::remove_file(Self::index_path(dir, base_offset));
+        let _ = fs::remove_file(Self::time_index_path(dir, base_offset));
+        let offset_index = OffsetIndex::open(
+            &Self::index_path(dir, base_offset),
+            base_offset,
+            limits.max_index_bytes,
+        )?;
+        let time_index = TimeIndex::open(
+            &Self::time_index_path(dir, base_offset),
+            base_offset,
+            limits.max_index_bytes,
+        )?;
+        Ok(Segment {
+            base_offset,
+            dir: dir.to_path_buf(),
+            file: Arc::new(file),
+            size: 0,
+            next_offset: base_offset,
+            offset_index,
+            time_index,
+            bytes_since_last_index_entry: 0,
+            limits,
+            max_timestamp: -1,
+            offset_of_max_timestamp: -1,
+            rolling_base_timestamp: None,
+            created_ms: now_ms,
+        })
+    }
+
+    /// Opens an existing segment. With `recover` the whole file is scanned, CRCs checked, a
+    /// torn or corrupt tail truncated and both indexes rebuilt; otherwise the indexes are
+    /// trusted if they load (and rebuilt if they do not) and only the tail after the last
+    /// index entry is scanned to find the next offset.
+    pub fn open(
+        dir: &Path,
+        base_offset: i64,
+        limits: SegmentLimits,
+        recover: bool,
+    ) -> io::Result<(Segment, Option<RecoveryResult>)> {
+        let path = Self::log_path(dir, base_offset);
+        let file = OpenOptions::new().read(true).append(true).open(&path)?;
+        let size = file.metadata()?.len();
+        let created_ms = file
+            .metadata()?
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let indexes = if recover {
+            None
+        } else {
+            match (
+                OffsetIndex::open(
+                    &Self::index_path(dir, base_offset),
+                    base_offset,
+                    limits.max_index_bytes,
+                ),
+                TimeIndex::open(
+                    &Self::time_index_path(dir, base_offset),
+                    base_offset,
+                    limits.max_index_bytes,
+                ),
+            ) {
+                (Ok(o), Ok(t)) if o.last().is_none_or(|e| (e.position as u64) < size) => {
+                    Some((o, t))
+                }
+                _ => None,
+            }
+        };
+        let rebuild = indexes.is_none();
+        let (offset_index, time_index) = match indexes {
+            Some(pair) => pair,
+            None => {
+                let _ = fs::remove_file(Self::index_path(dir, base_offset));
+                let _ = fs::remove_file(Self::time_index_path(dir, base_offset));
+                (
+                    OffsetIndex::open(
+                        &Self::index_path(dir, base_offset),
+                        base_offset,
+                        limits.max_index_bytes,
+                    )?,
+                    TimeIndex::open(
+                        &Self::time_index_path(dir, base_offset),
+                        base_offset,
+                        limits.max_index_bytes,
+                    )?,
+                )
+            }
+        };
+        let mut seg = Segment {
+            base_offset,
+            dir: dir.to_path_buf(),
+            file: Arc::new(file),
+            size: 0,
+            next_offset: base_offset,
+            offset_index,
+            time_index,
+            bytes_since_last_index_entry: 0,
+            limits,
+            max_timestamp: -1,
+            offset_of_max_timestamp: -1,
+            rolling_base_timestamp: None,
+            created_ms,
+        };
+        if rebuild {
+            let result = seg.rebuild(size)?;
+            Ok((seg, Some(result)))
+        } else {
+            // Trusted indexes: read the first header (for segment.ms) and scan only from the
+            // last index entry to find the end of the log.
+            let mut header_buf = [0u8; BATCH_HEADER_LEN];
+            if size >= BATCH_HEADER_LEN as u64 {
+                seg.file.read_exact_at(&mut header_buf, 0)?;
+                if let Ok(h) = BatchHeader::parse(&header_buf) {
+                    seg.rolling_base_timestamp = Some(h.max_timestamp);
+                }
+            }
+            if let Some(TimestampOffset { timestamp, offset }) = seg.time_index.last() {
+                seg.max_timestamp = timestamp;
+                seg.offset_of_max_timestamp = offset;
+            }
+            let mut pos = seg
+                .offset_index
+                .last()
+                .map(|e| e.position as u64)
+                .unwrap_or(0);
+            while pos + BATCH_HEADER_LEN as u64 <= size {
+                seg.file.read_exact_at(&mut header_buf, pos)?;
+                let h = match BatchHeader::parse(&header_buf) {
+                    Ok(h) => h,
+                    Err(_) => break,
+                };
+                if pos + h.total_size() as u64 > size {
+                    break;
+                }
+                if h.max_timestamp > seg.max_timestamp {
+                    seg.max_timestamp = h.max_timestamp;
+                    seg.offset_of_max_timestamp = h.last_offset();
+                }
+                seg.next_offset = h.last_offset() + 1;
+                seg.bytes_since_last_index_entry += h.total_size();
+                pos += h.total_size() as u64;
+            }
+            if pos < size {
+                // Bytes past the last whole batch after a clean shutdown cannot come from us;
+                // drop them rather than serve them.
+                seg.file.set_len(pos)?;
+            }
+            seg.size = pos;
+            Ok((seg, None))
+        }
+    }
+
+    /// Scans the file from the start, validating each batch, rebuilding the indexes and
+    /// truncating at the first invalid batch.
+    fn rebuild(&mut self, size: u64) -> io::Result<RecoveryResult> {
+        let mut pos = 0u64;
+        let mut header_buf = [0u8; BATCH_HEADER_LEN];
+        let mut body = Vec::new();
+        while pos + BATCH_HEADER_LEN as u64 <= size {
+            self.file.read_exact_at(&mut header_buf, pos)?;
+            let h = match BatchHeader::parse(&header_buf) {
+                Ok(h) => h,
+                Err(_) => break,
+            };
+            let total = h.total_size() as u64;
+            if pos + total > size
+                || h.base_offset < self.next_offset.max(self.base_offset) && pos > 0
+            {
+                break;
+            }
+            body.resize(total as usize, 0);
+            self.file.read_exact_at(&mut body, pos)?;
+            if !batch::crc_matches(&body) {
+                break;
+            }
+            self.index_batch(&h, pos as u32, total as usize)?;
+            self.next_offset = h.last_offset() + 1;
+            pos += total;
+        }
+        if pos < size {
+            self.file.set_len(pos)?;
+        }
+        self.size = pos;
+        Ok(RecoveryResult {
+            valid_bytes: pos,
+            truncated_bytes: size - pos,
+        })
+    }
+
+    fn index_batch(&mut self, h: &BatchHeader, position: u32, len: usize) -> io::Result<()> {
+        if self.rolling_base_timestamp.is_none() {
+            self.rolling_base_timestamp = Some(h.max_timestamp);
+        }
+        if h.max_timestamp > self.max_timestamp {
+            self.max_timestamp = h.max_timestamp;
+            self.offset_of_max_timestamp = h.last_offset();
+        }
+        if self.bytes_since_last_index_entry >= self.limits.index_interval_bytes {
+            self.offset_index.append(h.base_offset, position)?;
+            self.time_index
+                .maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
+            self.bytes_since_last_index_entry = 0;
+        }
+        self.bytes_since_last_index_entry += len;
+        Ok(())
+    }
+
+    /// Appends one batch whose offsets are already assigned.
+    pub fn append(&mut self, header: &BatchHeader, bytes: &[u8]) -> io::Result<()> {
+        debug_assert_eq!(bytes.len(), header.total_size());
+        let position = self.size as u32;
+        (&*self.file).write_all(bytes)?;
+        self.index_batch(header, position, bytes.len())?;
+        self.size += bytes.len() as u64;
+        self.next_offset = header.last_offset() + 1;
+        Ok(())
+    }
+
+    /// Whether appending `len` more bytes would overflow this segment or its indexes, or the
+    /// segment is older than `segment_ms`.
+    pub fn should_roll(
+        &self,
+        len: usize,
+        segment_bytes: u64,
+        segment_ms: i64,
+        now_ms: i64,
+    ) -> bool {
+        if self.size == 0 {
+            return false;
+        }
+        let too_big = self.size + len as u64 > segment_bytes;
+        let too_old = now_ms - self.rolling_base_timestamp.unwrap_or(self.created_ms) > segment_ms;
+        too_big
+            || too_old
+            || self.offset_index.is_full()
+            || self.time_index.is_full()
+            || (self.size + len as u64) > u32::MAX as u64
+    }
+
+    /// Position of the first batch containing an offset >= `offset`, scanning headers forward
+    /// from the index entry. Returns `None` when the segment has no such batch.
+    pub fn translate_offset(&self, offset: i64) -> io::Result<Option<(u64, BatchHeader)>> {
+        self.translate_offset_from(offset, self.offset_index.lookup(offset).position as u64)
+    }
+
+    fn translate_offset_from(
+        &self,
+        offset: i64,
+        start: u64,
+    ) -> io::Result<Option<(u64, BatchHeader)>> {
+        let mut pos = start;
+        let mut header_buf = [0u8; BATCH_HEADER_LEN];
+        while pos + BATCH_HEADER_LEN as u64 <= self.size {
+            self.file.read_exact_at(&mut header_buf, pos)?;
+            let h = BatchHeader::parse(&header_buf)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if h.last_offset() >= offset {
+                return Ok(Some((pos, h)));
+            }
+            pos += h.total_size() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Reads whole batches starting at the batch containing `offset`: up to `max_bytes` (at
+    /// least one batch when `min_one` is set) and never past `max_position`.
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_position: u64,
+        min_one: bool,
+    ) -> io::Result<Option<FileSlice>> {
+        let Some((start, first)) = self.translate_offset(offset)? else {
+            return Ok(None);
+        };
+        if start >= max_position {
+            return Ok(Some(FileSlice {
+                file: self.file.clone(),
+                position: start,
+                len: 0,
+            }));
+        }
+        let limit = max_position.min(self.size);
+        let first_len = first.total_size() as u64;
+        let mut end = start + first_len;
+        if first_len as usize > max_bytes && !min_one {
+            return Ok(Some(FileSlice {
+                file: self.file.clone(),
+                position: start,
+                len: 0,
+            }));
+        }
+        // Extend whole batches while they fit.
+        let mut header_buf = [0u8; LOG_OVERHEAD];
+        while end + LOG_OVERHEAD as u64 <= limit {
+            self.file.read_exact_at(&mut header_buf, end)?;
+            let len =
+                i32::from_be_bytes([header_buf[8], header_buf[9], header_buf[10], header_buf[11]]);
+            let next = end + LOG_OVERHEAD as u64 + len as u64;
+            if len <= 0 || next > limit || (next - start) as usize > max_bytes {
+                break;
+            }
+            end = next;
+        }
+        let end = end.min(limit);
+        Ok(Some(FileSlice {
+            file: self.file.clone(),
+            position: start,
+            len: (end - start) as usize,
+        }))
+    }
+
+    /// The position where `offset` starts in this segment (a batch boundary), or the end.
+    pub fn position_of(&self, offset: i64) -> io::Result<u64> {
+        Ok(self
+            .translate_offset(offset)?
+            .map(|(p, _)| p)
+            .unwrap_or(self.size))
+    }
+
+    /// Reads the batch that starts at `position` in full.
+    pub fn read_batch_at(&self, position: u64, header: &BatchHeader) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; header.total_size()];
+        self.file.read_exact_at(&mut buf, position)?;
+        Ok(buf)
+    }
+
+    /// Iterates batch headers with positions, from `offset` on.
+    pub fn headers_from(&self, offset: i64) -> io::Result<Vec<(u64, BatchHeader)>> {
+        let mut out = Vec::new();
+        let Some((mut pos, _)) = self.translate_offset(offset)? else {
+            return Ok(out);
+        };
+        let mut header_buf = [0u8; BATCH_HEADER_LEN];
+        while pos + BATCH_HEADER_LEN as u64 <= self.size {
+            self.file.read_exact_at(&mut header_buf, pos)?;
+            let h = BatchHeader::parse(&header_buf)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            out.push((pos, h));
+            pos += h.total_size() as u64;
+        }
+        Ok(out)
+    }
+
+    /// Position in the file from which to scan for the first timestamp >= `timestamp`.
+    pub fn time_lookup_offset(&self, timestamp: i64) -> i64 {
+        self.time_index.lookup(timestamp).offset
+    }
+
+    /// Drops every batch at or after `offset`.
+    pub fn truncate_to(&mut self, offset: i64) -> io::Result<()> {
+        let pos = self.position_of(offset)?;
+        self.file.set_len(pos)?;
+        self.size = pos;
+        self.offset_index.truncate_to(offset)?;
+        self.time_index.truncate_to(offset)?;
+        self.next_offset = offset.min(self.next_offset).max(self.base_offset);
+        // Recompute max timestamp from what is left (headers only).
+        self.max_timestamp = -1;
+        self.offset_of_max_timestamp = -1;
+        self.rolling_base_timestamp = None;
+        self.bytes_since_last_index_entry = 0;
+        for (_, h) in self.headers_from(self.base_offset)? {
+            if self.rolling_base_timestamp.is_none() {
+                self.rolling_base_timestamp = Some(h.max_timestamp);
+            }
+            if h.max_timestamp > self.max_timestamp {
+                self.max_timestamp = h.max_timestamp;
+                self.offset_of_max_timestamp = h.last_offset();
+            }
+        }
+        Ok(())
+    }
+
+    pub fn flush(&self) -> io::Result<()> {
+        self.file.sync_data()?;
+        self.offset_index.flush()?;
+        self.time_index.flush()
+    }
+
+    /// Deletes the segment's files.
+    pub fn delete(self) -> io::Result<()> {
+        let stem = file_stem(self.base_offset);
+        for ext in ["log", "index", "timeindex", "txnindex"] {
+            match fs::remove_file(self.dir.join(format!("{stem}.{ext}"))) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    pub fn max_timestamp(&self) -> i64 {
+        self.max_timestamp
+    }
+    pub fn offset_of_max_timestamp(&self) -> i64 {
+        self.offset_of_max_timestamp
+    }
+    /// The time that retention.ms is measured from: the newest record, or the file's mtime.
+    pub fn retention_timestamp(&self) -> i64 {
+        if self.max_timestamp >= 0 {
+            self.max_timestamp
+        } else {
+            self.created_ms
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! Broker metrics, rendered in the Prometheus text exposition format by the admin listener.
+//!
+//! Counters are lock-free atomics indexed by API key; per-error counters use a small mutexed
+//! map (errors are rare); partition gauges are read from the partitions when scraped.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kafka_protocol::messages::ApiKey;
+
+const MAX_API_KEY: usize = 100;
+/// Upper bounds (seconds) of the request latency histogram buckets.
+const LATENCY_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+struct Histogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    fn new() -> Self {
+        Histogram {
+            buckets: Default::default(),
+            count: AtomicU64::new(0),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+    fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
+            if s <= *b {
+                self.buckets[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+}
+
+pub struct Metrics {
+    requests: Vec<AtomicU64>,
+    latency: Vec<Histogram>,
+    errors: Mutex<BTreeMap<(i16, i16), u64>>,
+    pub connections_active: AtomicI64,
+    pub connections_total: AtomicU64,
+    pub connections_closed_bad_request: AtomicU64,
+    pub produce_bytes: AtomicU64,
+    pub produce_records: AtomicU64,
+    pub fetch_bytes: AtomicU64,
+    pub segments_deleted: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            requests: (0..MAX_API_KEY).map(|_| AtomicU64::new(0)).collect(),
+            latency: (0..MAX_API_KEY).map(|_| Histogram::new()).collect(),
+            errors: Mutex::new(BTreeMap::new()),
+            connections_active: AtomicI64::new(0),
+            connections_total: AtomicU64::new(0),
+            connections_closed_bad_request: AtomicU64::new(0),
+            produce_bytes: AtomicU64::new(0),
+            produce_records: AtomicU64::new(0),
+            fetch_bytes: AtomicU64::new(0),
+            segments_deleted: AtomicU64::new(0),
+        }
+    }
+}
+
+fn api_name(key: i16) -> String {
+    ApiKey::try_from(key)
+        .map(|k| format!("{k:?}"))
+        .unwrap_or_else(|_| key.to_string())
+}
+
+/// One partition's gauges for a scrape.
+pub struct PartitionGauges {
+    pub topic: String,
+    pub partition: i32,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    pub high_watermark: i64,
+    pub size_bytes: u64,
+    pub segments: usize,
+}
+
+impl Metrics {
+    pub fn record_request(&self, api_key: i16, elapsed: Duration) {
+        if let Some(c) = self.requests.get(api_key as usize) {
+            c.fetch_add(1, Ordering::Relaxed);
+            self.latency[api_key as usize].observe(elapsed);
+        }
+    }
+
+    pub fn record_error(&self, api_key: i16, error_code: i16) {
+        if let Ok(mut m) = self.errors.lock() {
+            *m.entry((api_key, error_code)).or_default() += 1;
+        }
+    }
+
+    pub fn render(&self, partitions: &[PartitionGauges]) -> String {
+        let mut out = String::with_capacity(8192);
+        let _ = writeln!(out, "# HELP strata_requests_total Requests handled, by API.\n# TYPE strata_requests_total counter");
+        for (k, c) in self.requests.iter().enumerate() {
+            let v = c.load(Ordering::Relaxed);
+            if v > 0 {
+                let _ = writeln!(
+                    out,
+                    "strata_requests_total{{api=\"{}\"}} {v}",
+                    api_name(k as i16)
+                );
+            }
+        }
+        let _ = writeln!(out, "# HELP strata_request_duration_seconds Time from request decoded to response written.\n# TYPE strata_request_duration_seconds histogram");
+        for (k, h) in self.latency.iter().enumerate() {
+            let count = h.count.load(Ordering::Relaxed);
+            if count == 0 {
+                continue;
+            }
+            let api = api_name(k as i16);
+            for (i, b) in LATENCY_BUCKETS.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "strata_request_duration_seconds_bucket{{api=\"{api}\",le=\"{b}\"}} {}",
+                    h.buckets[i].load(Ordering::Relaxed)
+                );
+            }
+            let _ = writeln!(
+                out,
+                "strata_request_duration_seconds_bucket{{api=\"{api}\",le=\"+Inf\"}} {count}"
+            );
+            let _ = writeln!(
+                out,
+                "strata_request_duration_seconds_sum{{api=\"{api}\"}} {}",
+                h.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+            );
+            let _ = writeln!(
+                out,
+                "strata_request_duration_seconds_count{{api=\"{api}\"}} {count}"
+            );
+        }
+        let _ = writeln!(out, "# HELP strata_request_errors_total Error codes returned, by API and error.\n# TYPE strata_request_errors_total counter");
+        if let Ok(m) = self.errors.lock() {
+            for ((k, code), v) in m.iter() {
+                let err = kafka_protocol::ResponseError::try_from_code(*code)
+                    .map(|e| format!("{e:?}"))
+                    .unwrap_or_else(|| code.to_string());
+                let _ = writeln!(
+                    out,
+                    "strata_request_errors_total{{api=\"{}\",error=\"{err}\"}} {v}",
+                    api_name(*k)
+                );
+            }
+        }
+        let gauges: [(&str, &str, i64); 8] = [
+            (
+                "strata_connections_active",
+                "Open client connections.",
+                self.connections_active.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_connections_total",
+                "Client connections accepted.",
+                self.connections_total.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "strata_connections_closed_bad_request_total",
+                "Connections closed for a malformed, oversized or unsupported request.",
+                self.connections_closed_bad_request.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "strata_produce_bytes_total",
+                "Record batch bytes appended.",
+                self.produce_bytes.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "strata_produce_records_total",
+                "Records appended.",
+                self.produce_records.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "strata_fetch_bytes_total",
+                "Record bytes returned to fetchers.",
+                self.fetch_bytes.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "strata_log_segments_deleted_total",
+                "Segments deleted by retention or DeleteRecords.",
+                self.segments_deleted.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "strata_partitions",
+                "Partitions hosted.",
+                partitions.len() as i64,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            let kind = if name.ends_with("_total") {
+                "counter"
+            } else {
+                "gauge"
+            };
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+            );
+        }
+        type Getter = fn(&PartitionGauges) -> String;
+        let per_partition: [(&str, &str, Getter); 5] = [
+            (
+                "strata_partition_log_start_offset",
+                "First offset of the partition log.",
+                |p| p.log_start_offset.to_string(),
+            ),
+            (
+                "strata_partition_log_end_offset",
+                "Next offset to be written.",
+                |p| p.log_end_offset.to_string(),
+            ),
+            (
+                "strata_partition_high_watermark",
+                "Offset up to which records are committed.",
+                |p| p.high_watermark.to_string(),
+            ),
+            (
+                "strata_partition_size_bytes",
+                "Bytes in local segments.",
+                |p| p.size_bytes.to_string(),
+            ),
+            ("strata_partition_segments", "Local segments.", |p| {
+                p.segments.to_string()
+            }),
+        ];
+        for (name, help, get) in per_partition {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for p in partitions {
+                let _ = writeln!(
+                    out,
+                    "{name}{{topic=\"{}\",partition=\"{}\"}} {}",
+                    p.topic,
+                    p.partition,
+                    get(p)
+                );
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,158 @@
+//! Start-up and shutdown of a broker process.
+//!
+//! Shutdown order (each step bounded): stop accepting connections; let in-flight requests
+//! finish (up to 10 s); stop background services; flush and close every log, write
+//! checkpoints and the clean-shutdown marker.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::broker::Broker;
+use crate::config::BrokerConfig;
+
+/// A running broker.
+pub struct Running {
+    pub broker: Arc<Broker>,
+    pub kafka_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    shutdown: CancellationToken,
+    connections: TaskTracker,
+    services: TaskTracker,
+}
+
+/// Opens the logs, binds the listeners and spawns the servers and background services.
+pub async fn start(config: BrokerConfig) -> anyhow::Result<Running> {
+    let kafka_bind = config.listener.bind;
+    let admin_bind = config.admin_listener;
+    let broker = tokio::task::spawn_blocking(move || Broker::open(config))
+        .await
+        .context("broker start-up task")??;
+    let kafka = TcpListener::bind(kafka_bind)
+        .await
+        .with_context(|| format!("cannot listen on {kafka_bind} (listeners)"))?;
+    let admin = TcpListener::bind(admin_bind)
+        .await
+        .with_context(|| format!("cannot listen on {admin_bind} (strata.admin.listener)"))?;
+    let kafka_addr = kafka.local_addr()?;
+    let admin_addr = admin.local_addr()?;
+    let shutdown = CancellationToken::new();
+    let connections = TaskTracker::new();
+    let services = TaskTracker::new();
+    services.spawn(crate::server::serve(
+        kafka,
+        broker.clone(),
+        shutdown.clone(),
+        connections.clone(),
+    ));
+    services.spawn(crate::admin_http::serve(
+        admin,
+        broker.clone(),
+        shutdown.clone(),
+        connections.clone(),
+    ));
+    spawn_periodic(
+        &services,
+        &shutdown,
+        Duration::from_millis(broker.config.log_retention_check_interval_ms),
+        broker.clone(),
+        "retention",
+        |b| b.enforce_retention(),
+    );
+    spawn_periodic(
+        &services,
+        &shutdown,
+        Duration::from_millis(broker.config.log_flush_offset_checkpoint_interval_ms),
+        broker.clone(),
+        "checkpoint",
+        |b| {
+            if let Err(e) = b.write_checkpoints() {
+                tracing::error!(error = %e, "writing checkpoints failed");
+            }
+        },
+    );
+    let flush_every =
+        Duration::from_millis(broker.config.log_flush_scheduler_interval_ms.min(1000));
+    spawn_periodic(
+        &services,
+        &shutdown,
+        flush_every,
+        broker.clone(),
+        "flush",
+        |b| b.flush_on_time(),
+    );
+    tracing::info!(%kafka_addr, %admin_addr, node_id = broker.config.node_id, cluster_id = %broker.cluster_id, "strata broker started");
+    Ok(Running {
+        broker,
+        kafka_addr,
+        admin_addr,
+        shutdown,
+        connections,
+        services,
+    })
+}
+
+fn spawn_periodic(
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+    every: Duration,
+    broker: Arc<Broker>,
+    name: &'static str,
+    job: fn(&Broker),
+) {
+    let shutdown = shutdown.clone();
+    tracker.spawn(async move {
+        let mut ticker = tokio::time::interval(every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = ticker.tick() => {}
+            }
+            let b = broker.clone();
+            if tokio::task::spawn_blocking(move || job(&b)).await.is_err() {
+                tracing::error!(job = name, "background job panicked");
+            }
+        }
+    });
+}
+
+impl Running {
+    /// Shuts down in order; returns once the logs are closed.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        tracing::info!("shutting down");
+        self.shutdown.cancel();
+        self.services.close();
+        self.connections.close();
+        if tokio::time::timeout(Duration::from_secs(10), self.connections.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("connections still busy after 10s; closing logs anyway");
+        }
+        if tokio::time::timeout(Duration::from_secs(30), self.services.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("background services did not stop within 30s");
+        }
+        let b = self.broker.clone();
+        tokio::task::spawn_blocking(move || b.close())
+            .await
+            .context("close task")?
+            .context("closing logs")?;
+        tracing::info!("shutdown complete");
+        Ok(())
+    }
+
+    /// Cancels the broker from elsewhere (tests).
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+}
