@@ -337,11 +337,14 @@ pub(crate) mod tests {
                 producer_epoch: -1,
                 timestamp_type: TimestampType::Creation,
                 offset: i as i64,
-                sequence: -1,
+                // The encoder keeps records in one batch only while offset - sequence is
+                // constant, so give each record its index as sequence.
+                sequence: i as i32,
                 timestamp: timestamp + i as i64,
                 key: Some(bytes::Bytes::from(format!("k{i}"))),
                 value: Some(bytes::Bytes::copy_from_slice(v)),
                 headers: Default::default(),
+                delete_horizon: false,
             })
             .collect();
         let mut buf = BytesMut::new();

@@ -1,1 +1,388 @@
+//! Log invariants: offsets assigned densely and never reused, reads return whole batches,
+//! recovery keeps every complete batch and drops a torn tail, retention moves the log start.
 
+use std::collections::BTreeMap;
+
+use kafka_protocol::records::Compression;
+use proptest::prelude::*;
+
+use super::batch::tests::encode_batch;
+use super::batch::{BatchHeader, BatchIter};
+use super::*;
+
+fn config(overrides: &[(&str, &str)]) -> TopicConfig {
+    let o: BTreeMap<String, String> = overrides
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    TopicConfig::resolve(&o, &Default::default())
+}
+
+fn open(dir: &Path, cfg: TopicConfig, clean: bool) -> Log {
+    Log::open(
+        dir,
+        cfg,
+        LoadOptions {
+            clean_shutdown: clean,
+            recovery_point: None,
+            log_start_offset: None,
+            now_ms: now(),
+        },
+    )
+    .unwrap()
+}
+
+fn now() -> i64 {
+    crate::broker::now_ms()
+}
+
+fn append(log: &mut Log, values: &[&[u8]]) -> AppendInfo {
+    let b = encode_batch(values, Compression::None, now());
+    let info = log.append_as_leader(&b, 0, now()).unwrap();
+    let leo = log.log_end_offset();
+    log.update_high_watermark(leo);
+    info
+}
+
+/// All (offset of first record, record count) pairs readable from `from`.
+fn read_all(log: &Log, from: i64) -> Vec<(i64, i32)> {
+    let mut out = Vec::new();
+    let mut offset = from;
+    while let Some(slice) = log
+        .read(offset, 1 << 20, log.high_watermark(), true)
+        .unwrap()
+    {
+        let bytes = slice.read().unwrap();
+        for item in BatchIter::new(&bytes) {
+            let (_, h, _) = item.unwrap();
+            out.push((h.base_offset, h.records_count));
+            offset = h.last_offset() + 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn offsets_are_assigned_densely_and_reads_return_whole_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), config(&[]), true);
+    assert_eq!(append(&mut log, &[b"a", b"b"]).base_offset, 0);
+    assert_eq!(append(&mut log, &[b"c"]).base_offset, 2);
+    assert_eq!(append(&mut log, &[b"d", b"e", b"f"]).base_offset, 3);
+    assert_eq!(log.log_end_offset(), 6);
+    assert_eq!(read_all(&log, 0), vec![(0, 2), (2, 1), (3, 3)]);
+    // A read starting inside a batch returns that whole batch.
+    assert_eq!(read_all(&log, 4), vec![(3, 3)]);
+    assert!(matches!(
+        log.read(7, 100, 6, true),
+        Err(ReadError::OffsetOutOfRange { .. })
+    ));
+    assert!(log.read(6, 100, 6, true).unwrap().is_none());
+}
+
+#[test]
+fn reads_stop_at_the_high_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), config(&[]), true);
+    append(&mut log, &[b"a"]);
+    append(&mut log, &[b"b"]);
+    log.update_high_watermark(1);
+    assert_eq!(read_all(&log, 0), vec![(0, 1)]);
+}
+
+#[test]
+fn segments_roll_on_size_and_reads_cross_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), config(&[("segment.bytes", "300")]), true);
+    for i in 0..20 {
+        append(&mut log, &[format!("value-{i:03}").as_bytes()]);
+    }
+    assert!(log.segment_count() > 3, "{} segments", log.segment_count());
+    let all = read_all(&log, 0);
+    assert_eq!(all.len(), 20);
+    assert!(all.iter().enumerate().all(|(i, (o, _))| *o == i as i64));
+    let logs = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
+        .count();
+    assert_eq!(logs, log.segment_count());
+}
+
+#[test]
+fn a_clean_reopen_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut log = open(dir.path(), config(&[("segment.bytes", "500")]), true);
+        for i in 0..30 {
+            append(&mut log, &[format!("v{i}").as_bytes(), b"x"]);
+        }
+        log.close(now()).unwrap();
+    }
+    let log = open(dir.path(), config(&[("segment.bytes", "500")]), true);
+    assert_eq!(log.log_end_offset(), 60);
+    assert_eq!(read_all(&log, 0).len(), 30);
+}
+
+#[test]
+fn recovery_truncates_a_torn_tail_and_keeps_complete_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let path;
+    {
+        let mut log = open(dir.path(), config(&[]), true);
+        for _ in 0..5 {
+            append(&mut log, &[b"complete"]);
+        }
+        path = segment::Segment::log_path(dir.path(), 0);
+    }
+    // Simulate a crash mid-write: half a batch at the end.
+    let b = encode_batch(&[b"torn"], Compression::None, now());
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    std::io::Write::write_all(&mut f, &b[..b.len() / 2]).unwrap();
+    drop(f);
+    let mut log = open(dir.path(), config(&[]), false);
+    assert_eq!(log.log_end_offset(), 5);
+    assert_eq!(read_all(&log, 0).len(), 5);
+    // And the log is appendable right after the truncation point.
+    assert_eq!(append(&mut log, &[b"next"]).base_offset, 5);
+}
+
+#[test]
+fn recovery_drops_a_batch_with_a_bad_crc() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut log = open(dir.path(), config(&[]), true);
+        for _ in 0..3 {
+            append(&mut log, &[b"payload"]);
+        }
+    }
+    let path = segment::Segment::log_path(dir.path(), 0);
+    let mut raw = std::fs::read(&path).unwrap();
+    let last = raw.len() - 1;
+    raw[last] ^= 0xff;
+    std::fs::write(&path, raw).unwrap();
+    let log = open(dir.path(), config(&[]), false);
+    assert_eq!(log.log_end_offset(), 2);
+}
+
+#[test]
+fn retention_by_size_deletes_whole_old_segments_and_moves_the_log_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(
+        dir.path(),
+        config(&[("segment.bytes", "300"), ("retention.bytes", "600")]),
+        true,
+    );
+    for i in 0..20 {
+        append(&mut log, &[format!("value-{i:03}").as_bytes()]);
+    }
+    let before = log.segment_count();
+    let deleted = log.apply_retention(now()).unwrap();
+    assert!(deleted > 0 && log.segment_count() == before - deleted);
+    assert!(log.size_bytes() <= 600 + 300);
+    let start = log.log_start_offset();
+    assert!(start > 0);
+    assert!(matches!(
+        log.read(0, 100, log.high_watermark(), true),
+        Err(ReadError::OffsetOutOfRange { .. })
+    ));
+    assert_eq!(read_all(&log, start).first().map(|b| b.0), Some(start));
+}
+
+#[test]
+fn retention_by_time_can_empty_the_log_and_appends_continue_at_the_same_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), config(&[("retention.ms", "1000")]), true);
+    let old = encode_batch(&[b"old"], Compression::None, now() - 10_000);
+    log.append_as_leader(&old, 0, now()).unwrap();
+    log.update_high_watermark(1);
+    assert_eq!(log.apply_retention(now()).unwrap(), 1);
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (1, 1));
+    assert_eq!(append(&mut log, &[b"new"]).base_offset, 1);
+}
+
+#[test]
+fn idempotent_retries_are_deduplicated_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = encode_batch(&[b"x", b"y"], Compression::Lz4, now());
+    // producer id 9, epoch 0, base sequence 0
+    b[43..51].copy_from_slice(&9i64.to_be_bytes());
+    b[51..53].copy_from_slice(&0i16.to_be_bytes());
+    b[53..57].copy_from_slice(&0i32.to_be_bytes());
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    {
+        let mut log = open(dir.path(), config(&[]), true);
+        let first = log.append_as_leader(&b, 0, now()).unwrap();
+        let again = log.append_as_leader(&b, 0, now()).unwrap();
+        assert!(again.duplicate && again.base_offset == first.base_offset);
+        log.close(now()).unwrap();
+    }
+    let mut log = open(dir.path(), config(&[]), true);
+    let again = log.append_as_leader(&b, 0, now()).unwrap();
+    assert!(again.duplicate);
+    assert_eq!(log.log_end_offset(), 2);
+}
+
+#[test]
+fn oversized_and_corrupt_batches_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), config(&[("max.message.bytes", "100")]), true);
+    let big = encode_batch(&[&[7u8; 200]], Compression::None, now());
+    assert!(matches!(
+        log.append_as_leader(&big, 0, now()),
+        Err(AppendError::MessageTooLarge { .. })
+    ));
+    let mut bad = encode_batch(&[b"x"], Compression::None, now());
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    assert!(matches!(
+        log.append_as_leader(&bad, 0, now()),
+        Err(AppendError::Corrupt(_))
+    ));
+    assert!(matches!(
+        log.append_as_leader(&[], 0, now()),
+        Err(AppendError::InvalidRecord(_))
+    ));
+    assert_eq!(log.log_end_offset(), 0);
+}
+
+#[test]
+fn timestamps_far_in_the_future_are_refused_under_create_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), config(&[]), true);
+    let future = encode_batch(&[b"x"], Compression::None, now() + 2 * 3_600_000);
+    assert!(matches!(
+        log.append_as_leader(&future, 0, now()),
+        Err(AppendError::InvalidTimestamp { .. })
+    ));
+}
+
+#[test]
+fn log_append_time_stamps_the_batch_without_recompressing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(
+        dir.path(),
+        config(&[("message.timestamp.type", "LogAppendTime")]),
+        true,
+    );
+    let b = encode_batch(&[b"x", b"y"], Compression::Snappy, 5);
+    let t = now();
+    let info = log.append_as_leader(&b, 0, t).unwrap();
+    assert_eq!(info.log_append_time, t);
+    log.update_high_watermark(2);
+    let bytes = log
+        .read(0, 1 << 20, 2, true)
+        .unwrap()
+        .unwrap()
+        .read()
+        .unwrap();
+    let h = BatchHeader::parse(&bytes).unwrap();
+    assert!(h.is_log_append_time() && h.max_timestamp == t);
+    assert_eq!(h.codec().unwrap(), batch::Codec::Snappy);
+    assert_eq!(bytes.len(), b.len());
+}
+
+#[test]
+fn a_topic_codec_recompresses_only_batches_that_differ() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), config(&[("compression.type", "zstd")]), true);
+    let b = encode_batch(
+        &[b"aaaaaaaaaaaaaaaaaaaa", b"bbbbbbbbbbbbbbbbbbbb"],
+        Compression::Gzip,
+        now(),
+    );
+    log.append_as_leader(&b, 0, now()).unwrap();
+    log.update_high_watermark(2);
+    let bytes = log
+        .read(0, 1 << 20, 2, true)
+        .unwrap()
+        .unwrap()
+        .read()
+        .unwrap();
+    let h = BatchHeader::parse(&bytes).unwrap();
+    assert_eq!(h.codec().unwrap(), batch::Codec::Zstd);
+    h.validate(&bytes).unwrap();
+    let values: Vec<_> = decode_records(&bytes)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.value.unwrap())
+        .collect();
+    assert_eq!(
+        values,
+        vec![
+            bytes::Bytes::from_static(b"aaaaaaaaaaaaaaaaaaaa"),
+            bytes::Bytes::from_static(b"bbbbbbbbbbbbbbbbbbbb")
+        ]
+    );
+}
+
+#[test]
+fn offsets_for_timestamps_find_the_first_record_at_or_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), config(&[("index.interval.bytes", "1")]), true);
+    let base = now() - 100_000;
+    for i in 0..10i64 {
+        let b = encode_batch(&[b"a", b"b"], Compression::Lz4, base + i * 1000);
+        log.append_as_leader(&b, 0, now()).unwrap();
+    }
+    log.update_high_watermark(20);
+    // Batch i holds offsets 2i, 2i+1 with timestamps base+1000i, base+1000i+1.
+    let r = log.offset_for_timestamp(base + 3001).unwrap().unwrap();
+    assert_eq!((r.offset, r.timestamp), (7, base + 3001));
+    let r = log.offset_for_timestamp(base + 3002).unwrap().unwrap();
+    assert_eq!(r.offset, 8);
+    assert!(log
+        .offset_for_timestamp(base + 1_000_000)
+        .unwrap()
+        .is_none());
+    let m = log.max_timestamp_offset().unwrap().unwrap();
+    assert_eq!((m.offset, m.timestamp), (19, base + 9001));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// Whatever the segment size and however much of the tail is torn off, recovery keeps a
+    /// prefix of the batches with dense offsets and the log accepts new appends after it.
+    #[test]
+    fn recovery_keeps_a_dense_prefix(
+        sizes in proptest::collection::vec(1usize..400, 1..30),
+        segment_bytes in 200u64..4000,
+        tear in 0usize..200,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(&[("segment.bytes", &segment_bytes.to_string())]);
+        let mut expected_end = 0;
+        {
+            let mut log = open(dir.path(), cfg.clone(), true);
+            for s in &sizes {
+                let v = vec![b'x'; *s];
+                append(&mut log, &[&v]);
+                expected_end += 1;
+            }
+        }
+        // Tear bytes off the last segment file.
+        let mut logs: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "log")).collect();
+        logs.sort();
+        let last = logs.last().unwrap();
+        let len = std::fs::metadata(last).unwrap().len();
+        let cut = (tear as u64).min(len);
+        std::fs::OpenOptions::new().write(true).open(last).unwrap().set_len(len - cut).unwrap();
+        let mut log = open(dir.path(), cfg, false);
+        let end = log.log_end_offset();
+        prop_assert!(end <= expected_end);
+        if cut == 0 { prop_assert_eq!(end, expected_end); }
+        let batches = read_all(&log, 0);
+        prop_assert_eq!(batches.len() as i64, end);
+        for (i, (o, _)) in batches.iter().enumerate() { prop_assert_eq!(*o, i as i64); }
+        prop_assert_eq!(append(&mut log, &[b"after"]).base_offset, end);
+    }
+}
