@@ -24,6 +24,7 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::config::{BrokerConfig, TopicConfig};
+use crate::fetch_session::FetchSessionCache;
 use crate::log::checkpoint;
 use crate::log::segment::FileSlice;
 use crate::log::{AppendError, AppendInfo, LoadOptions, Log, ReadError};
@@ -35,6 +36,8 @@ const RECOVERY_POINT_FILE: &str = "recovery-point-offset-checkpoint";
 const LOG_START_FILE: &str = "log-start-offset-checkpoint";
 const HIGH_WATERMARK_FILE: &str = "replication-offset-checkpoint";
 const PRODUCER_ID_BLOCK: i64 = 1000;
+/// Kafka's `max.incremental.fetch.session.cache.slots` default.
+const FETCH_SESSION_SLOTS: usize = 1000;
 
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -270,6 +273,7 @@ pub struct Broker {
     /// Serializes catalog changes and writes of the metadata file.
     catalog_writes: Mutex<()>,
     producer_ids: Mutex<ProducerIds>,
+    fetch_sessions: Mutex<FetchSessionCache>,
 }
 
 fn partition_dir_name(topic: &str, partition: i32) -> String {
@@ -369,6 +373,7 @@ impl Broker {
                 next: next_pid,
                 block_end: next_pid + PRODUCER_ID_BLOCK,
             }),
+            fetch_sessions: Mutex::new(FetchSessionCache::new(FETCH_SESSION_SLOTS)),
             config,
         };
         let now = now_ms();
@@ -469,6 +474,13 @@ impl Broker {
             .unwrap_or_else(|e| e.into_inner())
             .block_end;
         self.save_metadata_with(block_end)
+    }
+
+    /// The incremental fetch session cache; hold the guard only briefly.
+    pub fn fetch_sessions(&self) -> std::sync::MutexGuard<'_, FetchSessionCache> {
+        self.fetch_sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {

@@ -3,8 +3,8 @@
 //!
 //! Limits follow KIP-74: `partition_max_bytes` per partition and `max_bytes` overall, except
 //! that the first batch of the first partition with data is returned whole even when larger,
-//! so a consumer always makes progress. Fetch sessions (KIP-227) are answered sessionless
-//! (session id 0), which clients handle by sending full fetch requests.
+//! so a consumer always makes progress. Incremental fetch sessions (KIP-227) are kept in
+//! [`crate::fetch_session`].
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::api::{blocking, errors};
 use crate::broker::{Broker, Partition};
+use crate::fetch_session::{FetchPosition, PartitionKey, SentState, SessionMode};
 
 struct Wanted {
     topic_name: TopicName,
@@ -35,36 +36,62 @@ struct Pass {
 }
 
 pub async fn handle(broker: Arc<Broker>, req: FetchRequest, _version: i16) -> FetchResponse {
-    if req.session_id != 0 {
-        return FetchResponse::default()
-            .with_error_code(ResponseError::FetchSessionIdNotFound.code());
+    let position = |p: &kafka_protocol::messages::fetch_request::FetchPartition| FetchPosition {
+        fetch_offset: p.fetch_offset,
+        partition_max_bytes: p.partition_max_bytes,
+        current_leader_epoch: p.current_leader_epoch,
+    };
+    let requested: Vec<(PartitionKey, FetchPosition)> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(move |p| ((t.topic.clone(), t.topic_id, p.partition), position(p)))
+        })
+        .collect();
+    let forgotten: Vec<PartitionKey> = req
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(move |&p| (t.topic.clone(), t.topic_id, p))
+        })
+        .collect();
+    let begun =
+        broker
+            .fetch_sessions()
+            .begin(req.session_id, req.session_epoch, requested, &forgotten);
+    let (mode, parts) = match begun {
+        Ok(x) => x,
+        Err(code) => return FetchResponse::default().with_error_code(code.code()),
+    };
+    let mut wanted: Vec<Wanted> = Vec::new();
+    for ((name, id, partition), pos) in parts {
+        match wanted.last_mut() {
+            Some(w) if w.topic_name == name && w.topic_id == id => {}
+            _ => wanted.push(Wanted {
+                topic_name: name,
+                topic_id: id,
+                partitions: Vec::new(),
+            }),
+        }
+        if let Some(w) = wanted.last_mut() {
+            w.partitions.push((
+                partition,
+                pos.fetch_offset,
+                pos.partition_max_bytes,
+                pos.current_leader_epoch,
+            ));
+        }
     }
-    let wanted: Arc<Vec<Wanted>> = Arc::new(
-        req.topics
-            .into_iter()
-            .map(|t| Wanted {
-                topic_name: t.topic,
-                topic_id: t.topic_id,
-                partitions: t
-                    .partitions
-                    .iter()
-                    .map(|p| {
-                        (
-                            p.partition,
-                            p.fetch_offset,
-                            p.partition_max_bytes,
-                            p.current_leader_epoch,
-                        )
-                    })
-                    .collect(),
-            })
-            .collect(),
-    );
+    let wanted = Arc::new(wanted);
     let max_bytes = (req.max_bytes.max(0) as usize).min(broker.config.fetch_max_bytes);
     let min_bytes = req.min_bytes.max(0) as usize;
     let read_committed = req.isolation_level == 1;
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
-    loop {
+    let pass = loop {
         let b = broker.clone();
         let w = wanted.clone();
         let pass = match blocking(move || read_pass(&b, &w, max_bytes, read_committed)).await {
@@ -79,11 +106,7 @@ pub async fn handle(broker: Arc<Broker>, req: FetchRequest, _version: i16) -> Fe
             || Instant::now() >= deadline
             || pass.watched.is_empty()
         {
-            broker
-                .metrics
-                .fetch_bytes
-                .fetch_add(pass.bytes as u64, Ordering::Relaxed);
-            return FetchResponse::default().with_responses(pass.topics);
+            break pass;
         }
         let notify = Arc::new(Notify::new());
         for (p, _) in &pass.watched {
@@ -104,19 +127,63 @@ pub async fn handle(broker: Arc<Broker>, req: FetchRequest, _version: i16) -> Fe
             // Deadline: one last pass returns whatever has arrived.
             let b = broker.clone();
             let w = wanted.clone();
-            let pass = blocking(move || read_pass(&b, &w, max_bytes, read_committed)).await;
-            return match pass {
-                Ok(p) => {
-                    broker
-                        .metrics
-                        .fetch_bytes
-                        .fetch_add(p.bytes as u64, Ordering::Relaxed);
-                    FetchResponse::default().with_responses(p.topics)
+            match blocking(move || read_pass(&b, &w, max_bytes, read_committed)).await {
+                Ok(p) => break p,
+                Err(_) => {
+                    return FetchResponse::default().with_error_code(errors::internal().code())
                 }
-                Err(_) => FetchResponse::default().with_error_code(errors::internal().code()),
-            };
+            }
         }
+    };
+    broker
+        .metrics
+        .fetch_bytes
+        .fetch_add(pass.bytes as u64, Ordering::Relaxed);
+    respond(&broker, mode, pass.topics)
+}
+
+/// Records what is sent in the session and, for incremental sessions, drops partitions with
+/// nothing new.
+fn respond(
+    broker: &Broker,
+    mode: SessionMode,
+    mut topics: Vec<FetchableTopicResponse>,
+) -> FetchResponse {
+    let sent: Vec<(PartitionKey, SentState, bool)> = topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(move |p| {
+                let state = SentState {
+                    high_watermark: p.high_watermark,
+                    last_stable_offset: p.last_stable_offset,
+                    log_start_offset: p.log_start_offset,
+                };
+                let has_news =
+                    p.error_code != 0 || p.records.as_ref().is_some_and(|r| !r.is_empty());
+                (
+                    (t.topic.clone(), t.topic_id, p.partition_index),
+                    state,
+                    has_news,
+                )
+            })
+        })
+        .collect();
+    let include = broker.fetch_sessions().finish(&mode, &sent);
+    let mut flags = include.into_iter();
+    for t in &mut topics {
+        t.partitions.retain(|_| flags.next().unwrap_or(true));
     }
+    let session_id = match mode {
+        SessionMode::Sessionless => 0,
+        SessionMode::New(id) => id,
+        SessionMode::Incremental(id) => {
+            topics.retain(|t| !t.partitions.is_empty());
+            id
+        }
+    };
+    FetchResponse::default()
+        .with_session_id(session_id)
+        .with_responses(topics)
 }
 
 fn partition_response(index: i32, error: ResponseError) -> PartitionData {
