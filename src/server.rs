@@ -50,8 +50,11 @@ pub async fn serve(
                         .metrics
                         .connections_active
                         .fetch_add(1, Ordering::Relaxed);
-                    if let Err(reason) = serve_connection(stream, peer, &broker, &shutdown).await {
-                        tracing::debug!(%peer, %reason, "closing connection");
+                    match serve_connection(stream, peer, &broker, &shutdown).await {
+                        Ok(()) => {}
+                        // A response we cannot encode is a bug in a handler, not the client's fault.
+                        Err(reason @ ConnectionEnd::Encode(_)) => tracing::error!(%peer, %reason, "closing connection"),
+                        Err(reason) => tracing::debug!(%peer, %reason, "closing connection"),
                     }
                     broker
                         .metrics

@@ -48,6 +48,10 @@ fn partition_error(
         .with_error_message(message.map(StrBytes::from_string))
 }
 
+fn partition_config_min_isr(topic: Option<&crate::broker::Topic>) -> i32 {
+    topic.map(|t| t.config.min_insync_replicas).unwrap_or(1)
+}
+
 fn append_all(broker: &Broker, req: ProduceRequest) -> Vec<TopicProduceResponse> {
     let acks_valid = matches!(req.acks, -1..=1);
     let mut out = Vec::with_capacity(req.topic_data.len());
@@ -79,6 +83,12 @@ fn append_all(broker: &Broker, req: ProduceRequest) -> Vec<TopicProduceResponse>
                 partitions.push(partition_error(pd.index, missing, None));
                 continue;
             };
+            // The ISR of a single broker is one replica; acks=all needs min.insync.replicas.
+            let isr_size = 1;
+            if req.acks == -1 && isr_size < partition_config_min_isr(topic.as_deref()) {
+                partitions.push(partition_error(pd.index, ResponseError::NotEnoughReplicas, None));
+                continue;
+            }
             let records = pd.records.unwrap_or_default();
             match partition.append(&records) {
                 Ok(info) => {
