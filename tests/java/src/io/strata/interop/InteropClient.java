@@ -112,6 +112,7 @@ public final class InteropClient {
         switch (cmd) {
             case "produce": return produce(a);
             case "consume": return consume(a);
+            case "consume-perf": return consumePerf(a);
             case "admin-create": return adminCreate(a);
             case "admin-describe": return adminDescribe(a);
             case "admin-list": return adminList(a);
@@ -195,6 +196,48 @@ public final class InteropClient {
     }
 
     // ------------------------------------------------------------------ consume
+
+    /**
+     * Reads --count records from the start of every partition with assign() (no consumer
+     * group) as fast as possible and prints ConsumerPerformance's CSV header and result line,
+     * so benches/perf_report.py parses either.
+     */
+    static int consumePerf(Args a) throws Exception {
+        String topic = a.required("topic");
+        long count = a.intOpt("count", 1);
+        long timeoutMs = a.intOpt("timeout-ms", 60000);
+        Properties p = a.clientProps();
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG, "1048576");
+        a.applyExtraConfig(p);
+        a.checkAllUsed();
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
+        long seen = 0, bytes = 0;
+        long start, end;
+        try (KafkaConsumer<byte[], byte[]> consumer =
+                 new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            List<PartitionInfo> infos = consumer.partitionsFor(topic, Duration.ofMillis(timeoutMs));
+            List<TopicPartition> tps = new ArrayList<>();
+            for (PartitionInfo pi : infos) tps.add(new TopicPartition(topic, pi.partition()));
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            start = System.currentTimeMillis();
+            while (seen < count && remainingMs(deadline) > 0) {
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(500))) {
+                    seen++;
+                    bytes += r.serializedValueSize() + Math.max(0, r.serializedKeySize());
+                }
+            }
+            end = System.currentTimeMillis();
+        }
+        double secs = Math.max(1, end - start) / 1000.0;
+        double mb = bytes / (1024.0 * 1024.0);
+        java.text.SimpleDateFormat f = new java.text.SimpleDateFormat("yyyy-MM-dd HH:mm:ss:SSS");
+        System.out.println("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec");
+        System.out.printf("%s, %s, %.4f, %.4f, %d, %.4f, 0, %d, %.4f, %.4f%n", f.format(new java.util.Date(start)),
+            f.format(new java.util.Date(end)), mb, mb / secs, seen, seen / secs, end - start, mb / secs, seen / secs);
+        return seen >= count ? 0 : 3;
+    }
 
     static int consume(Args a) throws Exception {
         String topic = a.required("topic");
