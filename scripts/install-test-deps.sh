@@ -77,7 +77,7 @@ fi
 KCAT="$(command -v kcat || command -v kafkacat)"
 
 # --------------------------------------------------------------------------- venv
-REQ="$STRATA_REPO_ROOT/scripts/requirements-test.txt"
+REQ="$STRATA_REPO_ROOT/tests/interop/requirements.txt"
 venv_stamp="$( { cat "$REQ"; python3 --version 2>&1; } | strata_hash)"
 if [[ $FORCE -eq 0 && -x "$STRATA_VENV/bin/python" && "$(cat "$STRATA_VENV/.strata-stamp" 2>/dev/null)" == "$venv_stamp" ]]; then
   strata_log "venv up to date: $STRATA_VENV"
