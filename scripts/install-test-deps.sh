@@ -7,7 +7,7 @@
 #
 # Steps:
 #   1. Debian packages: kcat (or kafkacat), plus java/javac/mvn/curl/python3 if missing
-#   2. Python virtualenv $STRATA_VENV with scripts/requirements-test.txt
+#   2. Python virtualenv $STRATA_VENV with tests/interop/requirements.txt
 #   3. Java jars from Maven Central into $STRATA_CACHE/jars/kafka-$KAFKA_VERSION/{clients,tools,broker}
 #   4. The Java interop client (scripts/build-java-tests.sh)
 #

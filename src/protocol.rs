@@ -130,22 +130,147 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, FrameError> {
     })
 }
 
-/// Encodes a response frame, size prefix included.
+/// Encodes a response frame, size prefix included, as a list of chunks to write in order.
+///
+/// Fetched record bytes are not copied into the frame: [`SpliceBuf`] recognises them when the
+/// encoder writes them and emits them as their own chunks, so a fetch response goes from the
+/// segment file to the socket with one copy (the file read).
 pub fn encode_response(
     api_key: ApiKey,
     version: i16,
     correlation_id: i32,
     body: &ResponseKind,
-) -> anyhow::Result<BytesMut> {
-    let mut buf = BytesMut::with_capacity(256);
-    buf.put_i32(0);
+) -> anyhow::Result<Vec<Bytes>> {
+    let mut buf = SpliceBuf::new(records_of(body));
     let mut header = ResponseHeader::default();
     header.correlation_id = correlation_id;
     header.encode(&mut buf, api_key.response_header_version(version))?;
-    body.encode(&mut buf, version)?;
-    let len = (buf.len() - 4) as i32;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
-    Ok(buf)
+    body.encode_into(&mut buf, version)?;
+    Ok(buf.finish())
+}
+
+/// The record sets of a fetch response, to be spliced rather than copied.
+fn records_of(body: &ResponseKind) -> Vec<Bytes> {
+    match body {
+        ResponseKind::Fetch(f) => f
+            .responses
+            .iter()
+            .flat_map(|t| t.partitions.iter().filter_map(|p| p.records.clone()))
+            .filter(|r| r.len() >= SpliceBuf::MIN_SPLICE)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Encodes one response body; the crate's `ResponseKind::encode` only targets `BytesMut`.
+trait EncodeInto {
+    fn encode_into(&self, buf: &mut SpliceBuf, version: i16) -> anyhow::Result<()>;
+}
+
+impl EncodeInto for ResponseKind {
+    fn encode_into(&self, buf: &mut SpliceBuf, version: i16) -> anyhow::Result<()> {
+        match self {
+            ResponseKind::Fetch(f) => f.encode(buf, version),
+            other => {
+                let mut tmp = BytesMut::with_capacity(256);
+                other.encode(&mut tmp, version)?;
+                buf.put_slice(&tmp);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// An encode target that copies small writes into a buffer but takes registered `Bytes`
+/// (fetched record sets) by reference, as separate chunks.
+///
+/// kafka-protocol's message encoders write sequentially (they never seek back to fill gaps),
+/// which is what makes this possible; `seek`/`range` only support the unflushed tail.
+pub struct SpliceBuf {
+    head: BytesMut,
+    chunks: Vec<Bytes>,
+    flushed: usize,
+    splice: Vec<Bytes>,
+}
+
+impl SpliceBuf {
+    /// Record sets smaller than this are cheaper to copy than to send as their own chunk.
+    pub const MIN_SPLICE: usize = 4096;
+
+    pub fn new(splice: Vec<Bytes>) -> Self {
+        SpliceBuf {
+            head: BytesMut::with_capacity(256),
+            chunks: Vec::new(),
+            flushed: 0,
+            splice,
+        }
+    }
+
+    fn flush_head(&mut self) {
+        if !self.head.is_empty() {
+            let h = self.head.split().freeze();
+            self.flushed += h.len();
+            self.chunks.push(h);
+        }
+    }
+
+    /// The frame: a size prefix followed by the chunks.
+    pub fn finish(mut self) -> Vec<Bytes> {
+        self.flush_head();
+        let len = self.flushed as i32;
+        let mut out = Vec::with_capacity(self.chunks.len() + 1);
+        out.push(Bytes::copy_from_slice(&len.to_be_bytes()));
+        out.extend(self.chunks);
+        out
+    }
+}
+
+unsafe impl BufMut for SpliceBuf {
+    fn remaining_mut(&self) -> usize {
+        self.head.remaining_mut()
+    }
+    unsafe fn advance_mut(&mut self, cnt: usize) {
+        // SAFETY: forwarded to the inner BytesMut, whose chunk_mut we handed out.
+        unsafe { self.head.advance_mut(cnt) }
+    }
+    fn chunk_mut(&mut self) -> &mut bytes::buf::UninitSlice {
+        self.head.chunk_mut()
+    }
+    fn put_slice(&mut self, src: &[u8]) {
+        if src.len() >= Self::MIN_SPLICE {
+            if let Some(b) = self
+                .splice
+                .iter()
+                .find(|b| b.as_ptr() == src.as_ptr() && b.len() == src.len())
+                .cloned()
+            {
+                self.flush_head();
+                self.flushed += b.len();
+                self.chunks.push(b);
+                return;
+            }
+        }
+        self.head.extend_from_slice(src);
+    }
+}
+
+impl kafka_protocol::protocol::buf::ByteBufMut for SpliceBuf {
+    fn offset(&self) -> usize {
+        self.flushed + self.head.len()
+    }
+    fn seek(&mut self, offset: usize) {
+        debug_assert!(offset >= self.flushed, "seek into a flushed chunk");
+        self.head.resize(offset.saturating_sub(self.flushed), 0);
+    }
+    fn range(&mut self, r: std::ops::Range<usize>) -> &mut [u8] {
+        debug_assert!(r.start >= self.flushed, "range in a flushed chunk");
+        let start = r.start.saturating_sub(self.flushed).min(self.head.len());
+        let end = r
+            .end
+            .saturating_sub(self.flushed)
+            .clamp(start, self.head.len());
+        &mut self.head[start..end]
+    }
 }
 
 /// Kafka's answer to an ApiVersions request at a version it does not know: a v0 response
@@ -216,6 +341,42 @@ mod tests {
             .api_keys
             .iter()
             .any(|k| k.api_key == 18 && k.max_version == 4));
+    }
+
+    #[test]
+    fn fetched_records_are_spliced_not_copied_and_the_frame_is_identical() {
+        use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+        use kafka_protocol::messages::FetchResponse;
+        let records = Bytes::from(vec![7u8; 10_000]);
+        let small = Bytes::from(vec![1u8; 100]);
+        let body = FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
+            .with_partitions(vec![
+                PartitionData::default()
+                    .with_partition_index(0)
+                    .with_records(Some(records.clone())),
+                PartitionData::default()
+                    .with_partition_index(1)
+                    .with_records(Some(small)),
+            ])]);
+        for version in [4i16, 12, 16] {
+            let kind = ResponseKind::Fetch(body.clone());
+            let chunks = encode_response(ApiKey::Fetch, version, 9, &kind).unwrap();
+            assert!(
+                chunks.iter().any(|c| c.as_ptr() == records.as_ptr()),
+                "records were copied at v{version}"
+            );
+            let joined: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+            let mut plain = BytesMut::new();
+            plain.put_i32(0);
+            let mut h = ResponseHeader::default();
+            h.correlation_id = 9;
+            h.encode(&mut plain, ApiKey::Fetch.response_header_version(version))
+                .unwrap();
+            kind.encode(&mut plain, version).unwrap();
+            let len = (plain.len() - 4) as i32;
+            plain[..4].copy_from_slice(&len.to_be_bytes());
+            assert_eq!(joined, plain.to_vec(), "v{version}");
+        }
     }
 
     #[test]

@@ -53,7 +53,9 @@ pub async fn serve(
                     match serve_connection(stream, peer, &broker, &shutdown).await {
                         Ok(()) => {}
                         // A response we cannot encode is a bug in a handler, not the client's fault.
-                        Err(reason @ ConnectionEnd::Encode(_)) => tracing::error!(%peer, %reason, "closing connection"),
+                        Err(reason @ ConnectionEnd::Encode(_)) => {
+                            tracing::error!(%peer, %reason, "closing connection")
+                        }
                         Err(reason) => tracing::debug!(%peer, %reason, "closing connection"),
                     }
                     broker
@@ -150,12 +152,42 @@ async fn serve_connection(
         let correlation_id = request.header.correlation_id;
         let response = api::handle(broker, request).await;
         if let Some(body) = response {
-            let out = protocol::encode_response(api_key, version, correlation_id, &body)
+            let chunks = protocol::encode_response(api_key, version, correlation_id, &body)
                 .map_err(|e| ConnectionEnd::Encode(e.to_string()))?;
-            writer.write_all(&out).await?;
+            write_chunks(&mut writer, chunks).await?;
         }
         broker
             .metrics
             .record_request(api_key as i16, started.elapsed());
     }
+}
+
+/// Writes the chunks of one response with vectored writes.
+async fn write_chunks(
+    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    mut chunks: Vec<bytes::Bytes>,
+) -> std::io::Result<()> {
+    use bytes::Buf;
+    let mut first = 0;
+    while first < chunks.len() {
+        let slices: Vec<std::io::IoSlice<'_>> = chunks[first..]
+            .iter()
+            .map(|c| std::io::IoSlice::new(c))
+            .collect();
+        let mut n = writer.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 && first < chunks.len() {
+            let len = chunks[first].len();
+            if n >= len {
+                n -= len;
+                first += 1;
+            } else {
+                chunks[first].advance(n);
+                n = 0;
+            }
+        }
+    }
+    Ok(())
 }

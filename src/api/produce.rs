@@ -86,7 +86,11 @@ fn append_all(broker: &Broker, req: ProduceRequest) -> Vec<TopicProduceResponse>
             // The ISR of a single broker is one replica; acks=all needs min.insync.replicas.
             let isr_size = 1;
             if req.acks == -1 && isr_size < partition_config_min_isr(topic.as_deref()) {
-                partitions.push(partition_error(pd.index, ResponseError::NotEnoughReplicas, None));
+                partitions.push(partition_error(
+                    pd.index,
+                    ResponseError::NotEnoughReplicas,
+                    None,
+                ));
                 continue;
             }
             let records = pd.records.unwrap_or_default();
