@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use crate::config::{BrokerConfig, TopicConfig};
+use crate::config::{BrokerConfig, BrokerDefaults, ConfigSource, TopicConfig};
 use crate::fetch_session::FetchSessionCache;
 use crate::log::checkpoint;
 use crate::log::segment::FileSlice;
@@ -243,6 +243,10 @@ struct MetadataFile {
     next_producer_id_block: i64,
     #[serde(default)]
     topics: Vec<TopicRecord>,
+    /// Dynamic broker configs set with (Incremental)AlterConfigs, keyed by resource name
+    /// ("" = cluster-wide default, else a node id) and then by setting.
+    #[serde(default)]
+    broker_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 #[derive(Serialize, Deserialize, Clone)]
@@ -274,6 +278,8 @@ pub struct Broker {
     catalog_writes: Mutex<()>,
     producer_ids: Mutex<ProducerIds>,
     fetch_sessions: Mutex<FetchSessionCache>,
+    /// See [`MetadataFile::broker_configs`].
+    dynamic_configs: RwLock<BTreeMap<String, BTreeMap<String, String>>>,
 }
 
 fn partition_dir_name(topic: &str, partition: i32) -> String {
@@ -374,6 +380,7 @@ impl Broker {
                 block_end: next_pid + PRODUCER_ID_BLOCK,
             }),
             fetch_sessions: Mutex::new(FetchSessionCache::new(FETCH_SESSION_SLOTS)),
+            dynamic_configs: RwLock::new(meta.broker_configs.clone()),
             config,
         };
         let now = now_ms();
@@ -381,7 +388,7 @@ impl Broker {
         for rec in &meta.topics {
             let id = Uuid::parse_str(&rec.id)
                 .map_err(|e| anyhow::anyhow!("bad topic id for {}: {e}", rec.name))?;
-            let config = broker.config.topic_config(&rec.configs);
+            let config = broker.topic_config(&rec.configs);
             let mut partitions = Vec::new();
             for p in 0..rec.partitions {
                 let dir = broker.find_or_place_partition_dir(&rec.name, p);
@@ -451,10 +458,16 @@ impl Broker {
             .collect();
         drop(catalog);
         topics.sort_by(|a, b| a.name.cmp(&b.name));
+        let broker_configs = self
+            .dynamic_configs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let file = MetadataFile {
             cluster_id: self.cluster_id.clone(),
             next_producer_id_block,
             topics,
+            broker_configs,
         };
         let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
         let path = self.config.log_dirs[0].join(METADATA_FILE);
@@ -474,6 +487,80 @@ impl Broker {
             .unwrap_or_else(|e| e.into_inner())
             .block_end;
         self.save_metadata_with(block_end)
+    }
+
+    /// Broker-level defaults for topic configs: static settings overlaid with the dynamic
+    /// cluster-wide defaults, then this broker's dynamic settings.
+    pub fn topic_defaults(&self) -> BrokerDefaults {
+        let mut d = self.config.topic_defaults.clone();
+        let dynamic = self
+            .dynamic_configs
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(cluster) = dynamic.get("") {
+            for (k, v) in cluster {
+                d.insert(k.clone(), (v.clone(), ConfigSource::DynamicDefaultBroker));
+            }
+        }
+        if let Some(mine) = dynamic.get(&self.config.node_id.to_string()) {
+            for (k, v) in mine {
+                d.insert(k.clone(), (v.clone(), ConfigSource::DynamicBroker));
+            }
+        }
+        d
+    }
+
+    /// The effective config of a topic with the given overrides.
+    pub fn topic_config(&self, overrides: &BTreeMap<String, String>) -> TopicConfig {
+        TopicConfig::resolve(overrides, &self.topic_defaults())
+    }
+
+    /// The dynamic configs set on a broker resource ("" = cluster default).
+    pub fn dynamic_broker_configs(&self, resource: &str) -> BTreeMap<String, String> {
+        self.dynamic_configs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(resource)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Replaces the dynamic configs of a broker resource (validated by the caller), persists
+    /// them and re-resolves every topic's config. Blocking.
+    pub fn set_dynamic_broker_configs(
+        &self,
+        resource: &str,
+        configs: BTreeMap<String, String>,
+    ) -> io::Result<()> {
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        {
+            let mut d = self
+                .dynamic_configs
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
+            if configs.is_empty() {
+                d.remove(resource);
+            } else {
+                d.insert(resource.to_string(), configs);
+            }
+        }
+        for t in self.topics() {
+            let config = self.topic_config(&t.overrides);
+            for p in &t.partitions {
+                p.with_log(|l| l.set_config(config.clone()));
+            }
+            self.replace_topic(Topic {
+                name: t.name.clone(),
+                id: t.id,
+                overrides: t.overrides.clone(),
+                config,
+                partitions: t.partitions.clone(),
+            });
+        }
+        self.save_metadata()
     }
 
     /// The incremental fetch session cache; hold the guard only briefly.
@@ -573,7 +660,7 @@ impl Broker {
             .unwrap_or_else(|e| e.into_inner());
         self.check_new_topic(name, partitions, replication_factor, &configs)?;
         let id = Uuid::new_v4();
-        let config = self.config.topic_config(&configs);
+        let config = self.topic_config(&configs);
         let mut parts = Vec::with_capacity(partitions as usize);
         for p in 0..partitions {
             parts.push(Arc::new(self.open_new_partition(name, p, id, &config)?));
@@ -708,7 +795,7 @@ impl Broker {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let topic = self.topic(name).ok_or(TopicError::Unknown)?;
-        let config = self.config.topic_config(&overrides);
+        let config = self.topic_config(&overrides);
         for p in &topic.partitions {
             p.with_log(|l| l.set_config(config.clone()));
         }

@@ -125,11 +125,11 @@ fn create(broker: &Broker, req: CreateTopicsRequest, version: i16) -> Vec<Creata
                     r = r.with_topic_id(topic.id);
                 }
                 if version >= 5 {
+                    let defaults = broker.topic_defaults();
                     let topic_configs = TOPIC_CONFIGS
                         .iter()
                         .filter_map(|d| {
-                            let (value, source) =
-                                effective(d.name, &configs, &broker.config.topic_defaults)?;
+                            let (value, source) = effective(d.name, &configs, &defaults)?;
                             Some(
                                 CreatableTopicConfigs::default()
                                     .with_name(StrBytes::from_static_str(d.name))

@@ -26,6 +26,7 @@ pub fn handle(
     _version: i16,
 ) -> DescribeConfigsResponse {
     let mut results = Vec::new();
+    let defaults = broker.topic_defaults();
     for r in req.resources {
         let wanted = |name: &str| {
             r.configuration_keys
@@ -55,7 +56,7 @@ pub fn handle(
                                 .with_source(ConfigSource::DynamicTopic.code()),
                         );
                     }
-                    if let Some((v, src)) = broker.config.topic_defaults.get(d.broker_synonym) {
+                    if let Some((v, src)) = defaults.get(d.broker_synonym) {
                         synonyms.push(
                             DescribeConfigsSynonym::default()
                                 .with_name(s(d.broker_synonym))
@@ -69,12 +70,9 @@ pub fn handle(
                             .with_value(Some(s(d.default)))
                             .with_source(ConfigSource::Default.code()),
                     );
-                    let (value, source) = crate::config::topic::effective(
-                        d.name,
-                        &topic.overrides,
-                        &broker.config.topic_defaults,
-                    )
-                    .unwrap_or((d.default, ConfigSource::Default));
+                    let (value, source) =
+                        crate::config::topic::effective(d.name, &topic.overrides, &defaults)
+                            .unwrap_or((d.default, ConfigSource::Default));
                     configs.push(
                         DescribeConfigsResourceResult::default()
                             .with_name(s(d.name))
@@ -104,7 +102,18 @@ pub fn handle(
                 }
                 let mut seen = BTreeMap::new();
                 let mut configs = Vec::new();
-                for (key, value, source, kind) in broker.config.describe() {
+                for (key, static_value, static_source, kind) in broker.config.describe() {
+                    let dynamic = defaults.get(&key).filter(|(_, src)| {
+                        matches!(
+                            src,
+                            ConfigSource::DynamicBroker | ConfigSource::DynamicDefaultBroker
+                        )
+                    });
+                    let (value, source) = match dynamic {
+                        Some((v, src)) => (v.clone(), *src),
+                        None => (static_value, static_source),
+                    };
+                    let read_only = !TOPIC_CONFIGS.iter().any(|d| d.broker_synonym == key);
                     if !wanted(&key) || seen.insert(key.clone(), ()).is_some() {
                         continue;
                     }
@@ -112,7 +121,7 @@ pub fn handle(
                         DescribeConfigsResourceResult::default()
                             .with_name(s(&key))
                             .with_value(Some(s(&value)))
-                            .with_read_only(true)
+                            .with_read_only(read_only)
                             .with_config_source(source.code())
                             .with_config_type(kind.describe_code())
                             .with_synonyms(if req.include_synonyms {

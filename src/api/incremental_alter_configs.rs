@@ -42,38 +42,67 @@ fn apply(
         .map_err(|e| (crate::api::errors::topic_error(&e), e.to_string()))
 }
 
-fn unsupported_broker_change() -> (ResponseError, String) {
-    (
-        ResponseError::InvalidRequest,
-        "Dynamic broker configs are not supported yet; change the broker's config file and restart"
-            .into(),
-    )
-}
-
-fn incremental(
+/// Validates and applies the full set of dynamic configs for a broker resource. Only the
+/// broker defaults of topic configs (`log.retention.ms`, `message.max.bytes`, ...) can change
+/// at run time; other settings need a restart, as Kafka reports for its read-only configs.
+fn apply_broker(
     broker: &Broker,
-    resource_type: i8,
-    name: &str,
-    ops: Vec<(String, i8, Option<String>)>,
+    resource: &str,
+    configs: BTreeMap<String, String>,
     validate_only: bool,
 ) -> Outcome {
-    match resource_type {
-        RESOURCE_TOPIC => {}
-        RESOURCE_BROKER => return Err(unsupported_broker_change()),
-        other => {
-            return Err((
-                ResponseError::InvalidRequest,
-                format!("Unsupported resource type {other}"),
-            ))
-        }
+    if !resource.is_empty() && resource != broker.config.node_id.to_string() {
+        return Err((
+            ResponseError::InvalidRequest,
+            format!(
+                "Unexpected broker id, expected {} or empty string, but received {resource}",
+                broker.config.node_id
+            ),
+        ));
     }
-    let t = broker.topic(name).ok_or((
-        ResponseError::UnknownTopicOrPartition,
-        "Topic does not exist".to_string(),
-    ))?;
-    let mut overrides = t.overrides.clone();
+    let fixed: Vec<&String> = configs
+        .keys()
+        .filter(|k| {
+            !topic::TOPIC_CONFIGS
+                .iter()
+                .any(|d| d.broker_synonym == k.as_str())
+        })
+        .collect();
+    if !fixed.is_empty() {
+        return Err((
+            ResponseError::InvalidRequest,
+            format!("Cannot update these configs dynamically: {fixed:?}"),
+        ));
+    }
+    for (k, v) in &configs {
+        let d = topic::TOPIC_CONFIGS
+            .iter()
+            .find(|d| d.broker_synonym == k.as_str())
+            .ok_or((ResponseError::InvalidConfig, format!("Unknown config {k}")))?;
+        topic::validate(d.name, v).map_err(|e| {
+            (
+                ResponseError::InvalidConfig,
+                format!("Invalid value {v} for configuration {k}: {e}"),
+            )
+        })?;
+    }
+    if validate_only {
+        return Ok(());
+    }
+    broker
+        .set_dynamic_broker_configs(resource, configs)
+        .map_err(|e| (ResponseError::KafkaStorageError, e.to_string()))
+}
+
+/// Applies SET / DELETE / APPEND / SUBTRACT to a set of values.
+fn apply_ops(
+    mut values: BTreeMap<String, String>,
+    ops: Vec<(String, i8, Option<String>)>,
+    kind_of: impl Fn(&str) -> Option<Kind>,
+    current: impl Fn(&str) -> String,
+) -> Result<BTreeMap<String, String>, (ResponseError, String)> {
     for (key, op, value) in ops {
-        let def = topic::def(&key).ok_or((
+        let kind = kind_of(&key).ok_or((
             ResponseError::InvalidConfig,
             format!("Unknown topic config name: {key}"),
         ))?;
@@ -83,24 +112,20 @@ fn incremental(
                     ResponseError::InvalidRequest,
                     format!("Null value not supported for : {key}"),
                 ))?;
-                overrides.insert(key, v);
+                values.insert(key, v);
             }
             OP_DELETE => {
-                overrides.remove(&key);
+                values.remove(&key);
             }
             OP_APPEND | OP_SUBTRACT => {
-                if def.kind != Kind::List {
+                if kind != Kind::List {
                     return Err((
                         ResponseError::InvalidConfig,
                         format!("Config value append is not allowed for config key: {key}"),
                     ));
                 }
-                let current = overrides.get(&key).cloned().unwrap_or_else(|| {
-                    topic::effective(&key, &t.overrides, &broker.config.topic_defaults)
-                        .map(|(v, _)| v.to_string())
-                        .unwrap_or_default()
-                });
-                let mut items: Vec<String> = current
+                let existing = values.get(&key).cloned().unwrap_or_else(|| current(&key));
+                let mut items: Vec<String> = existing
                     .split(',')
                     .map(str::trim)
                     .filter(|s| !s.is_empty())
@@ -120,7 +145,7 @@ fn incremental(
                         items.retain(|i| i != v);
                     }
                 }
-                overrides.insert(key, items.join(","));
+                values.insert(key, items.join(","));
             }
             other => {
                 return Err((
@@ -130,7 +155,58 @@ fn incremental(
             }
         }
     }
-    apply(broker, name, overrides, validate_only)
+    Ok(values)
+}
+
+fn incremental(
+    broker: &Broker,
+    resource_type: i8,
+    name: &str,
+    ops: Vec<(String, i8, Option<String>)>,
+    validate_only: bool,
+) -> Outcome {
+    match resource_type {
+        RESOURCE_TOPIC => {
+            let t = broker.topic(name).ok_or((
+                ResponseError::UnknownTopicOrPartition,
+                "Topic does not exist".to_string(),
+            ))?;
+            let defaults = broker.topic_defaults();
+            let overrides = apply_ops(
+                t.overrides.clone(),
+                ops,
+                |k| topic::def(k).map(|d| d.kind),
+                |k| {
+                    topic::effective(k, &t.overrides, &defaults)
+                        .map(|(v, _)| v.to_string())
+                        .unwrap_or_default()
+                },
+            )?;
+            apply(broker, name, overrides, validate_only)
+        }
+        RESOURCE_BROKER => {
+            let defaults = broker.topic_defaults();
+            let configs = apply_ops(
+                broker.dynamic_broker_configs(name),
+                ops,
+                |k| {
+                    Some(
+                        topic::TOPIC_CONFIGS
+                            .iter()
+                            .find(|d| d.broker_synonym == k)
+                            .map(|d| d.kind)
+                            .unwrap_or(Kind::String),
+                    )
+                },
+                |k| defaults.get(k).map(|(v, _)| v.clone()).unwrap_or_default(),
+            )?;
+            apply_broker(broker, name, configs, validate_only)
+        }
+        other => Err((
+            ResponseError::InvalidRequest,
+            format!("Unsupported resource type {other}"),
+        )),
+    }
 }
 
 pub async fn handle(
@@ -203,7 +279,16 @@ pub async fn handle_legacy(broker: Arc<Broker>, req: AlterConfigsRequest) -> Alt
                             apply(&b, r.resource_name.as_str(), overrides, req.validate_only)
                         }
                     }
-                    RESOURCE_BROKER => Err(unsupported_broker_change()),
+                    RESOURCE_BROKER => {
+                        let configs = r
+                            .configs
+                            .iter()
+                            .filter_map(|c| {
+                                Some((c.name.to_string(), c.value.as_ref()?.to_string()))
+                            })
+                            .collect();
+                        apply_broker(&b, r.resource_name.as_str(), configs, req.validate_only)
+                    }
                     other => Err((
                         ResponseError::InvalidRequest,
                         format!("Unsupported resource type {other}"),

@@ -356,6 +356,7 @@ pub fn validate(name: &str, raw: &str) -> Result<(), TopicConfigError> {
 pub enum ConfigSource {
     DynamicTopic,
     DynamicBroker,
+    DynamicDefaultBroker,
     StaticBroker,
     Default,
 }
@@ -365,6 +366,7 @@ impl ConfigSource {
         match self {
             ConfigSource::DynamicTopic => 1,
             ConfigSource::DynamicBroker => 2,
+            ConfigSource::DynamicDefaultBroker => 3,
             ConfigSource::StaticBroker => 4,
             ConfigSource::Default => 5,
         }
