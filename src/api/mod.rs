@@ -74,7 +74,7 @@ pub async fn handle(broker: &Arc<Broker>, request: Request) -> Option<ResponseKi
             ResponseKind::DeleteRecords(delete_records::handle(b, r).await)
         }
         RequestKind::OffsetForLeaderEpoch(r) => {
-            ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(&b, r))
+            ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(b, r).await)
         }
         RequestKind::DescribeLogDirs(r) => {
             ResponseKind::DescribeLogDirs(describe_log_dirs::handle(b, r).await)

@@ -8,7 +8,18 @@ use kafka_protocol::ResponseError;
 
 use crate::broker::Broker;
 
-pub fn handle(broker: &Broker, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
+/// Runs on the blocking pool: it takes partition log locks, which an append may hold
+/// across an fsync.
+pub async fn handle(
+    broker: std::sync::Arc<Broker>,
+    req: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    crate::api::blocking(move || lookup(&broker, req))
+        .await
+        .unwrap_or_default()
+}
+
+fn lookup(broker: &Broker, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
     let topics = req
         .topics
         .into_iter()
