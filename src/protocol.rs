@@ -33,12 +33,33 @@ pub const SUPPORTED_APIS: &[ApiKey] = &[
     ApiKey::DescribeCluster,
 ];
 
-/// (min, max) version Strata accepts for an API, if it serves it at all.
+/// (min, max) version Strata accepts for an API, if it serves it at all: the crate's range
+/// (Apache Kafka 4.1's) capped by what the crate's request codec can decode (for some APIs,
+/// e.g. InitProducerId, `ApiKey::valid_versions` is wider than the request type).
 pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
-    SUPPORTED_APIS.contains(&key).then(|| {
-        let r = key.valid_versions();
-        (r.min, r.max)
-    })
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::Message;
+    let codec = match key {
+        ApiKey::Produce => ProduceRequest::VERSIONS,
+        ApiKey::Fetch => FetchRequest::VERSIONS,
+        ApiKey::ListOffsets => ListOffsetsRequest::VERSIONS,
+        ApiKey::Metadata => MetadataRequest::VERSIONS,
+        ApiKey::ApiVersions => ApiVersionsRequest::VERSIONS,
+        ApiKey::CreateTopics => CreateTopicsRequest::VERSIONS,
+        ApiKey::DeleteTopics => DeleteTopicsRequest::VERSIONS,
+        ApiKey::DeleteRecords => DeleteRecordsRequest::VERSIONS,
+        ApiKey::InitProducerId => InitProducerIdRequest::VERSIONS,
+        ApiKey::OffsetForLeaderEpoch => OffsetForLeaderEpochRequest::VERSIONS,
+        ApiKey::DescribeConfigs => DescribeConfigsRequest::VERSIONS,
+        ApiKey::AlterConfigs => AlterConfigsRequest::VERSIONS,
+        ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::VERSIONS,
+        ApiKey::DescribeLogDirs => DescribeLogDirsRequest::VERSIONS,
+        ApiKey::CreatePartitions => CreatePartitionsRequest::VERSIONS,
+        ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
+        _ => return None,
+    };
+    let r = key.valid_versions().intersect(&codec);
+    (!r.is_empty()).then_some((r.min, r.max))
 }
 
 /// The `api_keys` list of an ApiVersions response.

@@ -82,6 +82,8 @@ enum ConnectionEnd {
     BadSize { size: i64, max: usize },
     #[error(transparent)]
     Frame(#[from] FrameError),
+    #[error("{0}")]
+    Closed(&'static str),
     #[error("idle for longer than connections.max.idle.ms")]
     Idle,
     #[error("cannot encode response: {0}")]
@@ -150,11 +152,19 @@ async fn serve_connection(
         let api_key = request.api_key;
         let version = request.header.request_api_version;
         let correlation_id = request.header.correlation_id;
-        let response = api::handle(broker, request).await;
-        if let Some(body) = response {
-            let chunks = protocol::encode_response(api_key, version, correlation_id, &body)
-                .map_err(|e| ConnectionEnd::Encode(e.to_string()))?;
-            write_chunks(&mut writer, chunks).await?;
+        // A request parked in a long poll must not hold up shutdown.
+        let outcome = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            o = api::handle(broker, request) => o,
+        };
+        match outcome {
+            api::Outcome::Respond(body) => {
+                let chunks = protocol::encode_response(api_key, version, correlation_id, &body)
+                    .map_err(|e| ConnectionEnd::Encode(e.to_string()))?;
+                write_chunks(&mut writer, chunks).await?;
+            }
+            api::Outcome::NoResponse => {}
+            api::Outcome::Close(reason) => return Err(ConnectionEnd::Closed(reason)),
         }
         broker
             .metrics

@@ -13,6 +13,13 @@ pub async fn handle(broker: Arc<Broker>, req: InitProducerIdRequest) -> InitProd
     let base = InitProducerIdResponse::default()
         .with_producer_id((-1).into())
         .with_producer_epoch(-1);
+    if req
+        .transactional_id
+        .as_ref()
+        .is_some_and(|t| t.0.is_empty())
+    {
+        return base.with_error_code(ResponseError::InvalidRequest.code());
+    }
     if req.transactional_id.is_some() {
         return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
     }

@@ -33,18 +33,24 @@ pub async fn blocking<R: Send + 'static>(
     tokio::task::spawn_blocking(f).await
 }
 
-/// Handles one request. `None` means no response is sent (produce with acks=0).
-pub async fn handle(broker: &Arc<Broker>, request: Request) -> Option<ResponseKind> {
+/// What the connection does after a request.
+pub enum Outcome {
+    Respond(ResponseKind),
+    /// Nothing to send (a successful produce with acks=0).
+    NoResponse,
+    /// Close the connection: an acks=0 produce failed, and closing is the only way Kafka can
+    /// tell such a producer to refresh its metadata.
+    Close(&'static str),
+}
+
+/// Handles one request.
+pub async fn handle(broker: &Arc<Broker>, request: Request) -> Outcome {
     let version = request.header.request_api_version;
     let b = broker.clone();
     let response = match request.body {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, version)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(b, r, version).await),
-        RequestKind::Produce(r) => {
-            return produce::handle(b, r, version)
-                .await
-                .map(ResponseKind::Produce)
-        }
+        RequestKind::Produce(r) => return produce::handle(b, r, version).await,
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(b, r, version).await),
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(b, r, version).await)
@@ -86,8 +92,8 @@ pub async fn handle(broker: &Arc<Broker>, request: Request) -> Option<ResponseKi
             // decode_request only admits SUPPORTED_APIS, so this is unreachable in practice;
             // answer nothing rather than panic.
             tracing::warn!(request = ?std::mem::discriminant(&other), "request for an API without a handler");
-            return None;
+            return Outcome::NoResponse;
         }
     };
-    Some(response)
+    Outcome::Respond(response)
 }

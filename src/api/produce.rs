@@ -13,11 +13,7 @@ use kafka_protocol::ResponseError;
 use crate::api::{blocking, errors};
 use crate::broker::Broker;
 
-pub async fn handle(
-    broker: Arc<Broker>,
-    req: ProduceRequest,
-    _version: i16,
-) -> Option<ProduceResponse> {
+pub async fn handle(broker: Arc<Broker>, req: ProduceRequest, _version: i16) -> super::Outcome {
     let acks = req.acks;
     let b = broker.clone();
     let result = blocking(move || append_all(&b, req)).await;
@@ -29,9 +25,19 @@ pub async fn handle(
         }
     };
     if acks == 0 {
-        return None;
+        let failed = responses
+            .iter()
+            .flat_map(|t| &t.partition_responses)
+            .any(|p| p.error_code != 0);
+        return if failed {
+            super::Outcome::Close("an acks=0 produce failed")
+        } else {
+            super::Outcome::NoResponse
+        };
     }
-    Some(ProduceResponse::default().with_responses(responses))
+    super::Outcome::Respond(kafka_protocol::messages::ResponseKind::Produce(
+        ProduceResponse::default().with_responses(responses),
+    ))
 }
 
 fn partition_error(

@@ -1,0 +1,17 @@
+//! Integration tests: each test starts a real Strata broker in-process on ephemeral ports with
+//! its own temporary data dir, drives it over raw TCP with `kafka-protocol`'s client side, and
+//! shuts it down.
+
+mod client;
+mod harness;
+
+mod admin;
+mod http;
+mod idempotence;
+mod lifecycle;
+mod list_offsets;
+mod produce_fetch;
+mod protocol;
+mod recovery;
+mod restart;
+mod versions;
