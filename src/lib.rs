@@ -33,6 +33,7 @@ pub mod admin_http;
 pub mod api;
 pub mod broker;
 pub mod config;
+pub mod coordinator;
 pub mod fetch_session;
 pub mod log;
 pub mod metrics;

@@ -1,0 +1,272 @@
+//! State-machine tests with deterministic time: no I/O, no sleeping.
+
+use super::*;
+
+fn req(member_id: &str, instance: Option<&str>, protocols: &[&str]) -> JoinRequest {
+    JoinRequest {
+        member_id: member_id.into(),
+        group_instance_id: instance.map(str::to_string),
+        client_id: "c".into(),
+        client_host: "/127.0.0.1".into(),
+        session_timeout: Duration::from_secs(10),
+        rebalance_timeout: Duration::from_secs(30),
+        protocol_type: "consumer".into(),
+        protocols: protocols
+            .iter()
+            .map(|p| (p.to_string(), Bytes::from(p.to_string())))
+            .collect(),
+        require_known_member_id: true,
+    }
+}
+
+/// Joins and returns the immediate answer or the parked receiver.
+fn join(
+    g: &mut Group,
+    r: JoinRequest,
+    now: Instant,
+) -> Result<JoinResult, oneshot::Receiver<JoinResult>> {
+    let (tx, rx) = oneshot::channel();
+    match g.join(r, tx, now, 0) {
+        Some((_, result)) => Ok(result),
+        None => Err(rx),
+    }
+}
+
+/// A dynamic member's two-step join (MEMBER_ID_REQUIRED, then join with the id).
+fn join_new(g: &mut Group, now: Instant) -> (String, oneshot::Receiver<JoinResult>) {
+    let first = join(g, req("", None, &["range"]), now)
+        .ok()
+        .expect("MEMBER_ID_REQUIRED answers at once");
+    assert_eq!(first.error, Some(ResponseError::MemberIdRequired));
+    let rx = join(g, req(&first.member_id, None, &["range"]), now)
+        .err()
+        .expect("second join parks");
+    (first.member_id, rx)
+}
+
+fn sync(
+    g: &mut Group,
+    member: &str,
+    generation: i32,
+    assignments: Vec<(String, Bytes)>,
+    now: Instant,
+) -> Result<SyncResult, oneshot::Receiver<SyncResult>> {
+    let (tx, rx) = oneshot::channel();
+    match g
+        .sync(member, None, generation, None, None, assignments, tx, now)
+        .0
+    {
+        Some((_, r)) => Ok(r),
+        None => Err(rx),
+    }
+}
+
+#[test]
+fn two_members_form_a_generation_and_sync_the_leaders_assignment() {
+    let t0 = Instant::now();
+    let mut g = Group::new("g", t0, 0, Duration::ZERO);
+    let (a, mut rx_a) = join_new(&mut g, t0);
+    // With no initial delay the single member completes the join immediately.
+    let ja = rx_a.try_recv().expect("a's join completes");
+    assert_eq!((ja.generation, ja.leader.as_str()), (1, a.as_str()));
+    // b arrives: rebalance; a must rejoin.
+    let (b, mut rx_b) = join_new(&mut g, t0);
+    assert_eq!(g.state, GroupState::PreparingRebalance);
+    assert!(rx_b.try_recv().is_err());
+    let mut rx_a = join(&mut g, req(&a, None, &["range"]), t0).err().unwrap();
+    let ja = rx_a.try_recv().unwrap();
+    let jb = rx_b.try_recv().unwrap();
+    assert_eq!((ja.generation, jb.generation), (2, 2));
+    assert_eq!(ja.members.len(), 2, "the leader gets the member list");
+    assert!(jb.members.is_empty());
+    let mut rx_sb = sync(&mut g, &b, 2, vec![], t0).err().unwrap();
+    let sa = sync(
+        &mut g,
+        &a,
+        2,
+        vec![
+            (a.clone(), Bytes::from_static(b"A")),
+            (b.clone(), Bytes::from_static(b"B")),
+        ],
+        t0,
+    );
+    assert!(
+        sa.is_err(),
+        "the leader's own sync is answered through its channel"
+    );
+    assert_eq!(
+        rx_sb.try_recv().unwrap().assignment,
+        Bytes::from_static(b"B")
+    );
+    assert_eq!(g.state, GroupState::Stable);
+    assert_eq!(g.heartbeat(&a, None, 2, t0), None);
+    assert_eq!(
+        g.heartbeat(&a, None, 1, t0),
+        Some(ResponseError::IllegalGeneration)
+    );
+    assert_eq!(
+        g.heartbeat("nobody", None, 2, t0),
+        Some(ResponseError::UnknownMemberId)
+    );
+}
+
+#[test]
+fn a_silent_member_is_evicted_after_its_session_timeout() {
+    let t0 = Instant::now();
+    let mut g = Group::new("g", t0, 0, Duration::ZERO);
+    let (a, mut rx) = join_new(&mut g, t0);
+    rx.try_recv().unwrap();
+    sync(&mut g, &a, 1, vec![(a.clone(), Bytes::new())], t0)
+        .err()
+        .unwrap();
+    assert!(!g.tick(t0 + Duration::from_secs(9), 0));
+    assert!(g.tick(t0 + Duration::from_secs(11), 0));
+    assert_eq!(g.state, GroupState::Empty);
+    assert!(g.members.is_empty());
+}
+
+#[test]
+fn a_member_that_does_not_rejoin_is_dropped_at_the_rebalance_timeout() {
+    let t0 = Instant::now();
+    let mut g = Group::new("g", t0, 0, Duration::ZERO);
+    let (a, mut rx) = join_new(&mut g, t0);
+    rx.try_recv().unwrap();
+    sync(&mut g, &a, 1, vec![], t0).err().unwrap();
+    let (_b, mut rx_b) = join_new(&mut g, t0 + Duration::from_secs(1));
+    assert!(rx_b.try_recv().is_err());
+    // a keeps heartbeating (REBALANCE_IN_PROGRESS) but never rejoins.
+    assert_eq!(
+        g.heartbeat(&a, None, 1, t0 + Duration::from_secs(2)),
+        Some(ResponseError::RebalanceInProgress)
+    );
+    g.tick(t0 + Duration::from_secs(32), 0);
+    let jb = rx_b.try_recv().unwrap();
+    assert_eq!(jb.generation, 2);
+    assert_eq!(g.members.len(), 1);
+}
+
+#[test]
+fn a_static_member_rejoining_a_stable_group_gets_its_assignment_without_a_rebalance() {
+    let t0 = Instant::now();
+    let mut g = Group::new("g", t0, 0, Duration::ZERO);
+    let mut rx = join(&mut g, req("", Some("i1"), &["range"]), t0)
+        .err()
+        .unwrap();
+    let j = rx.try_recv().unwrap();
+    let old = j.member_id.clone();
+    sync(
+        &mut g,
+        &old,
+        1,
+        vec![(old.clone(), Bytes::from_static(b"mine"))],
+        t0,
+    )
+    .err()
+    .unwrap();
+    assert_eq!(g.state, GroupState::Stable);
+    // Restart: unknown member id, same instance id.
+    let j2 = join(
+        &mut g,
+        req("", Some("i1"), &["range"]),
+        t0 + Duration::from_secs(1),
+    )
+    .ok()
+    .expect("answered at once");
+    assert_eq!(j2.generation, 1, "no new generation");
+    assert_ne!(j2.member_id, old);
+    assert_eq!(g.state, GroupState::Stable);
+    let s = sync(&mut g, &j2.member_id, 1, vec![], t0).ok().unwrap();
+    assert_eq!(s.assignment, Bytes::from_static(b"mine"));
+    // The old incarnation is fenced.
+    assert_eq!(
+        g.heartbeat(&old, Some("i1"), 1, t0),
+        Some(ResponseError::FencedInstanceId)
+    );
+}
+
+#[test]
+fn the_initial_delay_holds_the_first_join_and_grows_with_new_members() {
+    let t0 = Instant::now();
+    let mut g = Group::new("g", t0, 0, Duration::from_secs(3));
+    let (_a, mut rx_a) = join_new(&mut g, t0);
+    assert!(rx_a.try_recv().is_err());
+    let (_b, mut rx_b) = join_new(&mut g, t0 + Duration::from_secs(2));
+    g.tick(t0 + Duration::from_secs(4), 0);
+    assert!(rx_a.try_recv().is_err(), "b's arrival extended the delay");
+    g.tick(t0 + Duration::from_millis(5100), 0);
+    assert_eq!(rx_a.try_recv().unwrap().generation, 1);
+    assert_eq!(rx_b.try_recv().unwrap().generation, 1);
+}
+
+#[test]
+fn commits_are_fenced_by_generation_and_membership() {
+    let t0 = Instant::now();
+    let mut g = Group::new("g", t0, 0, Duration::ZERO);
+    assert_eq!(
+        g.check_commit("", None, -1),
+        None,
+        "simple commit to an empty group"
+    );
+    let (a, mut rx) = join_new(&mut g, t0);
+    rx.try_recv().unwrap();
+    assert_eq!(
+        g.check_commit(&a, None, 1),
+        Some(ResponseError::RebalanceInProgress)
+    );
+    sync(&mut g, &a, 1, vec![], t0).err().unwrap();
+    assert_eq!(g.check_commit(&a, None, 1), None);
+    assert_eq!(
+        g.check_commit(&a, None, 0),
+        Some(ResponseError::IllegalGeneration)
+    );
+    assert_eq!(
+        g.check_commit("x", None, 1),
+        Some(ResponseError::UnknownMemberId)
+    );
+    assert_eq!(
+        g.check_commit("", None, -1),
+        Some(ResponseError::UnknownMemberId)
+    );
+}
+
+#[test]
+fn leaving_empties_the_group() {
+    let t0 = Instant::now();
+    let mut g = Group::new("g", t0, 0, Duration::ZERO);
+    let (a, mut rx) = join_new(&mut g, t0);
+    rx.try_recv().unwrap();
+    assert_eq!(g.leave(&a, None, t0, 0), None);
+    assert_eq!(g.state, GroupState::Empty);
+    assert_eq!(
+        g.leave(&a, None, t0, 0),
+        Some(ResponseError::UnknownMemberId)
+    );
+}
+
+#[test]
+fn persisted_metadata_restores_a_stable_group() {
+    let t0 = Instant::now();
+    let mut g = Group::new("g", t0, 0, Duration::ZERO);
+    let mut rx = join(&mut g, req("", Some("i1"), &["range"]), t0)
+        .err()
+        .unwrap();
+    let a = rx.try_recv().unwrap().member_id;
+    sync(
+        &mut g,
+        &a,
+        1,
+        vec![(a.clone(), Bytes::from_static(b"x"))],
+        t0,
+    )
+    .err()
+    .unwrap();
+    let v = g.to_value();
+    let mut r = Group::new("g", t0, 0, Duration::ZERO);
+    r.restore(v, t0);
+    assert_eq!(r.state, GroupState::Stable);
+    assert_eq!(r.heartbeat(&a, Some("i1"), 1, t0), None);
+    assert_eq!(
+        sync(&mut r, &a, 1, vec![], t0).ok().unwrap().assignment,
+        Bytes::from_static(b"x")
+    );
+}

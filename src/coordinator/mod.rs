@@ -1,0 +1,608 @@
+//! The group coordinator (classic protocol) and its durable state in `__consumer_offsets`.
+//!
+//! Concurrency: all groups live behind one std mutex, held only for in-memory state changes
+//! (never across `.await` or I/O). JoinGroup and SyncGroup calls that must wait are parked as
+//! oneshot channels inside their member and woken by the state machine, by another member's
+//! call, or by the timer ([`GroupCoordinator::tick`], run every 50 ms by the broker runtime).
+//!
+//! Durability: offset commits and group metadata are appended to the group's
+//! `__consumer_offsets` partition through the normal log before the commit is acknowledged;
+//! on start the topic is replayed (last record per key wins, null values delete).
+
+pub mod group;
+pub mod offsets_topic;
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use tokio::sync::oneshot;
+
+use group::{Group, GroupState, JoinRequest, JoinResult, SyncResult};
+use offsets_topic::{GroupValue, OffsetValue, RecordKey};
+
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// Where the coordinator keeps its records. The broker implements it on top of the
+/// `__consumer_offsets` partitions; both methods block.
+pub trait OffsetsLog: Send + Sync {
+    /// Appends (key, value-or-tombstone) records to the group's partition, durably enough to
+    /// acknowledge (the partition's high watermark covers them when this returns).
+    fn append(&self, group: &str, records: Vec<(Bytes, Option<Bytes>)>) -> io::Result<()>;
+    /// Every record of the topic, in log order per partition.
+    fn replay(&self) -> io::Result<Vec<(Bytes, Option<Bytes>)>>;
+}
+
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    pub initial_rebalance_delay: Duration,
+    pub min_session_timeout: Duration,
+    pub max_session_timeout: Duration,
+    pub offsets_retention: Duration,
+    pub offset_metadata_max_bytes: usize,
+}
+
+/// A committed offset for the OffsetFetch answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+}
+
+/// DescribeGroups' view of a group.
+pub struct GroupDescription {
+    pub state: &'static str,
+    pub protocol_type: String,
+    pub protocol: String,
+    /// (member id, instance id, client id, client host, metadata, assignment)
+    pub members: Vec<(String, Option<String>, String, String, Bytes, Bytes)>,
+}
+
+pub struct GroupCoordinator {
+    groups: Mutex<HashMap<String, Group>>,
+    config: GroupConfig,
+    log: Arc<dyn OffsetsLog>,
+}
+
+fn now_ms() -> i64 {
+    crate::broker::now_ms()
+}
+
+impl GroupCoordinator {
+    pub fn new(config: GroupConfig, log: Arc<dyn OffsetsLog>) -> Self {
+        GroupCoordinator {
+            groups: Mutex::new(HashMap::new()),
+            config,
+            log,
+        }
+    }
+
+    fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
+        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Rebuilds groups and offsets from the log. Blocking.
+    pub fn load(&self) -> io::Result<usize> {
+        let records = self.log.replay()?;
+        let now = Instant::now();
+        let mut groups = self.groups();
+        groups.clear();
+        let n = records.len();
+        for (key, value) in records {
+            let key = match offsets_topic::decode_key(key) {
+                Ok(k) => k,
+                Err(e) => {
+                    tracing::warn!(error = %e, "skipping undecodable __consumer_offsets key");
+                    continue;
+                }
+            };
+            match key {
+                RecordKey::Offset {
+                    group,
+                    topic,
+                    partition,
+                } => match value {
+                    None => {
+                        if let Some(g) = groups.get_mut(&group) {
+                            g.offsets.remove(&(topic, partition));
+                        }
+                    }
+                    Some(v) => match offsets_topic::decode_offset(v) {
+                        Ok(v) => {
+                            let g = groups.entry(group.clone()).or_insert_with(|| {
+                                Group::new(
+                                    &group,
+                                    now,
+                                    now_ms(),
+                                    self.config.initial_rebalance_delay,
+                                )
+                            });
+                            g.offsets.insert((topic, partition), v);
+                        }
+                        Err(e) => tracing::warn!(%group, error = %e, "skipping undecodable offset"),
+                    },
+                },
+                RecordKey::Group { group } => match value {
+                    None => {
+                        groups.remove(&group);
+                    }
+                    Some(v) => match offsets_topic::decode_group(v) {
+                        Ok(v) => {
+                            let g = groups.entry(group.clone()).or_insert_with(|| {
+                                Group::new(
+                                    &group,
+                                    now,
+                                    now_ms(),
+                                    self.config.initial_rebalance_delay,
+                                )
+                            });
+                            g.restore(v, now);
+                        }
+                        Err(e) => {
+                            tracing::warn!(%group, error = %e, "skipping undecodable group metadata")
+                        }
+                    },
+                },
+            }
+        }
+        Ok(n)
+    }
+
+    fn persist_group(
+        &self,
+        group_id: &str,
+        value: Option<GroupValue>,
+    ) -> Result<(), ResponseError> {
+        let key = offsets_topic::encode_key(&RecordKey::Group {
+            group: group_id.to_string(),
+        });
+        let value = value.map(|v| offsets_topic::encode_group(&v));
+        self.log.append(group_id, vec![(key, value)]).map_err(|e| {
+            tracing::error!(group = group_id, error = %e, "cannot persist group metadata");
+            ResponseError::CoordinatorNotAvailable
+        })
+    }
+
+    fn check_session_timeout(&self, t: Duration) -> bool {
+        t >= self.config.min_session_timeout && t <= self.config.max_session_timeout
+    }
+
+    pub async fn join(&self, group_id: &str, req: JoinRequest) -> JoinResult {
+        if group_id.is_empty() {
+            return JoinResult::error(ResponseError::InvalidGroupId, &req.member_id);
+        }
+        if !self.check_session_timeout(req.session_timeout) {
+            return JoinResult::error(ResponseError::InvalidSessionTimeout, &req.member_id);
+        }
+        let wait = req.rebalance_timeout.max(req.session_timeout) + Duration::from_secs(5);
+        let member_id = req.member_id.clone();
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut groups = self.groups();
+            let g = groups.entry(group_id.to_string()).or_insert_with(|| {
+                Group::new(
+                    group_id,
+                    Instant::now(),
+                    now_ms(),
+                    self.config.initial_rebalance_delay,
+                )
+            });
+            if let Some((_, result)) = g.join(req, tx, Instant::now(), now_ms()) {
+                return result;
+            }
+        }
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(result)) => result,
+            _ => JoinResult::error(ResponseError::RebalanceInProgress, &member_id),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn sync(
+        self: &Arc<Self>,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation: i32,
+        protocol_type: Option<&str>,
+        protocol_name: Option<&str>,
+        assignments: Vec<(String, Bytes)>,
+    ) -> SyncResult {
+        if group_id.is_empty() {
+            return SyncResult::error(ResponseError::InvalidGroupId);
+        }
+        let (tx, rx) = oneshot::channel();
+        let (immediate, persist, wait) = {
+            let mut groups = self.groups();
+            let Some(g) = groups.get_mut(group_id) else {
+                return SyncResult::error(ResponseError::UnknownMemberId);
+            };
+            let wait = g
+                .members
+                .get(member_id)
+                .map(|m| m.rebalance_timeout.max(m.session_timeout))
+                .unwrap_or_default()
+                + Duration::from_secs(5);
+            let (immediate, changed) = g.sync(
+                member_id,
+                group_instance_id,
+                generation,
+                protocol_type,
+                protocol_name,
+                assignments,
+                tx,
+                Instant::now(),
+            );
+            (immediate, changed.then(|| g.to_value()), wait)
+        };
+        if let Some((_, result)) = immediate {
+            return result;
+        }
+        if let Some(value) = persist {
+            let me = self.clone();
+            let gid = group_id.to_string();
+            if let Ok(Err(e)) =
+                tokio::task::spawn_blocking(move || me.persist_group(&gid, Some(value))).await
+            {
+                return SyncResult::error(e);
+            }
+        }
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(result)) => result,
+            _ => SyncResult::error(ResponseError::RebalanceInProgress),
+        }
+    }
+
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation: i32,
+    ) -> Option<ResponseError> {
+        if group_id.is_empty() {
+            return Some(ResponseError::InvalidGroupId);
+        }
+        match self.groups().get_mut(group_id) {
+            Some(g) => g.heartbeat(member_id, group_instance_id, generation, Instant::now()),
+            None => Some(ResponseError::UnknownMemberId),
+        }
+    }
+
+    /// LeaveGroup for several identities; returns each one's error. Blocking (may persist).
+    pub fn leave(
+        &self,
+        group_id: &str,
+        identities: &[(String, Option<String>)],
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        let (results, persist) = {
+            let mut groups = self.groups();
+            let Some(g) = groups.get_mut(group_id) else {
+                return Err(ResponseError::UnknownMemberId);
+            };
+            let before = (g.state, g.generation);
+            let results: Vec<_> = identities
+                .iter()
+                .map(|(m, i)| g.leave(m, i.as_deref(), Instant::now(), now_ms()))
+                .collect();
+            let persist = (g.state == GroupState::Empty && before != (g.state, g.generation))
+                .then(|| g.to_value());
+            (results, persist)
+        };
+        if let Some(v) = persist {
+            self.persist_group(group_id, Some(v))?;
+        }
+        Ok(results)
+    }
+
+    /// Validates and durably stores offset commits; returns per-partition errors in order.
+    /// Blocking.
+    pub fn commit_offsets(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation: i32,
+        offsets: Vec<(String, i32, i64, i32, Option<String>)>,
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        {
+            let mut groups = self.groups();
+            let check = match groups.get(group_id) {
+                Some(g) => g.check_commit(member_id, group_instance_id, generation),
+                None if generation < 0 => None,
+                None => Some(ResponseError::IllegalGeneration),
+            };
+            if let Some(e) = check {
+                return Err(e);
+            }
+            groups.entry(group_id.to_string()).or_insert_with(|| {
+                Group::new(
+                    group_id,
+                    Instant::now(),
+                    now_ms(),
+                    self.config.initial_rebalance_delay,
+                )
+            });
+        }
+        let now = now_ms();
+        let mut results = Vec::with_capacity(offsets.len());
+        let mut records = Vec::new();
+        let mut accepted = Vec::new();
+        for (topic, partition, offset, leader_epoch, metadata) in offsets {
+            let metadata = metadata.unwrap_or_default();
+            if metadata.len() > self.config.offset_metadata_max_bytes {
+                results.push(Some(ResponseError::OffsetMetadataTooLarge));
+                continue;
+            }
+            let value = OffsetValue {
+                offset,
+                leader_epoch,
+                metadata,
+                commit_timestamp: now,
+            };
+            records.push((
+                offsets_topic::encode_key(&RecordKey::Offset {
+                    group: group_id.to_string(),
+                    topic: topic.clone(),
+                    partition,
+                }),
+                Some(offsets_topic::encode_offset(&value)),
+            ));
+            accepted.push(((topic, partition), value));
+            results.push(None);
+        }
+        if !records.is_empty() {
+            self.log.append(group_id, records).map_err(|e| {
+                tracing::error!(group = group_id, error = %e, "cannot persist offsets");
+                ResponseError::CoordinatorNotAvailable
+            })?;
+            let mut groups = self.groups();
+            if let Some(g) = groups.get_mut(group_id) {
+                for (k, v) in accepted {
+                    g.offsets.insert(k, v);
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// Committed offsets of a group: for the given partitions, or all when `None`.
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        partitions: Option<&[(String, i32)]>,
+    ) -> Vec<((String, i32), Option<Committed>)> {
+        let groups = self.groups();
+        let g = groups.get(group_id);
+        let committed = |k: &(String, i32)| {
+            g.and_then(|g| g.offsets.get(k)).map(|v| Committed {
+                offset: v.offset,
+                leader_epoch: v.leader_epoch,
+                metadata: v.metadata.clone(),
+            })
+        };
+        match partitions {
+            Some(ps) => ps.iter().map(|k| (k.clone(), committed(k))).collect(),
+            None => g
+                .map(|g| {
+                    g.offsets
+                        .keys()
+                        .map(|k| (k.clone(), committed(k)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    pub fn describe(&self, group_id: &str) -> Option<GroupDescription> {
+        let groups = self.groups();
+        let g = groups.get(group_id)?;
+        let stable = g.state == GroupState::Stable;
+        let protocol = g.protocol_name.clone().unwrap_or_default();
+        Some(GroupDescription {
+            state: g.state.name(),
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            protocol: if stable {
+                protocol.clone()
+            } else {
+                String::new()
+            },
+            members: g
+                .members
+                .values()
+                .map(|m| {
+                    let metadata = if stable {
+                        m.protocols
+                            .iter()
+                            .find(|(n, _)| *n == protocol)
+                            .map(|(_, b)| b.clone())
+                            .unwrap_or_default()
+                    } else {
+                        Bytes::new()
+                    };
+                    let assignment = if stable {
+                        m.assignment.clone()
+                    } else {
+                        Bytes::new()
+                    };
+                    (
+                        m.member_id.clone(),
+                        m.group_instance_id.clone(),
+                        m.client_id.clone(),
+                        m.client_host.clone(),
+                        metadata,
+                        assignment,
+                    )
+                })
+                .collect(),
+        })
+    }
+
+    /// (group id, protocol type, state) of every group.
+    pub fn list(&self) -> Vec<(String, String, &'static str)> {
+        let mut v: Vec<_> = self
+            .groups()
+            .values()
+            .map(|g| {
+                (
+                    g.id.clone(),
+                    g.protocol_type.clone().unwrap_or_default(),
+                    g.state.name(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Deletes an empty group and its offsets. Blocking.
+    pub fn delete_group(&self, group_id: &str) -> Option<ResponseError> {
+        let offsets: Vec<(String, i32)> = {
+            let groups = self.groups();
+            let Some(g) = groups.get(group_id) else {
+                return Some(ResponseError::GroupIdNotFound);
+            };
+            if !g.members.is_empty() {
+                return Some(ResponseError::NonEmptyGroup);
+            }
+            g.offsets.keys().cloned().collect()
+        };
+        let mut records: Vec<(Bytes, Option<Bytes>)> = offsets
+            .into_iter()
+            .map(|(topic, partition)| {
+                (
+                    offsets_topic::encode_key(&RecordKey::Offset {
+                        group: group_id.to_string(),
+                        topic,
+                        partition,
+                    }),
+                    None,
+                )
+            })
+            .collect();
+        records.push((
+            offsets_topic::encode_key(&RecordKey::Group {
+                group: group_id.to_string(),
+            }),
+            None,
+        ));
+        if let Err(e) = self.log.append(group_id, records) {
+            tracing::error!(group = group_id, error = %e, "cannot persist group deletion");
+            return Some(ResponseError::CoordinatorNotAvailable);
+        }
+        self.groups().remove(group_id);
+        None
+    }
+
+    /// OffsetDelete: removes committed offsets of partitions the group is not consuming.
+    /// Blocking. `subscribed(topic)` says whether an active member subscribes to the topic.
+    pub fn delete_offsets(
+        &self,
+        group_id: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        let subscribed_topics: Vec<String> = {
+            let groups = self.groups();
+            let g = groups.get(group_id).ok_or(ResponseError::GroupIdNotFound)?;
+            if g.protocol_type.as_deref() == Some("consumer") && !g.members.is_empty() {
+                g.members
+                    .values()
+                    .flat_map(|m| {
+                        m.protocols
+                            .iter()
+                            .flat_map(|(_, meta)| subscription_topics(meta))
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            }
+        };
+        let mut results = Vec::new();
+        let mut records = Vec::new();
+        for (topic, partition) in partitions {
+            if subscribed_topics.contains(topic) {
+                results.push(Some(ResponseError::GroupSubscribedToTopic));
+                continue;
+            }
+            records.push((
+                offsets_topic::encode_key(&RecordKey::Offset {
+                    group: group_id.to_string(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                }),
+                None,
+            ));
+            results.push(None);
+        }
+        if !records.is_empty() {
+            self.log
+                .append(group_id, records)
+                .map_err(|_| ResponseError::CoordinatorNotAvailable)?;
+            let mut groups = self.groups();
+            if let Some(g) = groups.get_mut(group_id) {
+                for ((topic, partition), r) in partitions.iter().zip(&results) {
+                    if r.is_none() {
+                        g.offsets.remove(&(topic.clone(), *partition));
+                    }
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// Timer work: completes joins, expires members, persists changed groups, expires
+    /// offsets of groups empty for longer than the retention. Blocking.
+    pub fn tick(&self) {
+        let now = Instant::now();
+        let now_wall = now_ms();
+        let mut persist = Vec::new();
+        let mut expire: Vec<(String, Vec<(String, i32)>)> = Vec::new();
+        {
+            let mut groups = self.groups();
+            for g in groups.values_mut() {
+                if g.tick(now, now_wall) && g.state == GroupState::Empty {
+                    persist.push((g.id.clone(), g.to_value()));
+                }
+                if g.state == GroupState::Empty
+                    && g.members.is_empty()
+                    && now_wall - g.state_since_ms
+                        > self.config.offsets_retention.as_millis() as i64
+                {
+                    let keys: Vec<_> = g.offsets.keys().cloned().collect();
+                    if !keys.is_empty() {
+                        expire.push((g.id.clone(), keys));
+                    }
+                }
+            }
+        }
+        for (id, v) in persist {
+            let _ = self.persist_group(&id, Some(v));
+        }
+        for (id, keys) in expire {
+            tracing::info!(group = %id, offsets = keys.len(), "expiring offsets of an empty group");
+            let _ = self.delete_offsets(&id, &keys);
+        }
+    }
+}
+
+/// Topics of a consumer-protocol subscription (ConsumerProtocolSubscription), best effort.
+fn subscription_topics(meta: &Bytes) -> Vec<String> {
+    use kafka_protocol::messages::ConsumerProtocolSubscription;
+    use kafka_protocol::protocol::Decodable;
+    let mut b = meta.clone();
+    if b.len() < 2 {
+        return Vec::new();
+    }
+    let version = i16::from_be_bytes([b[0], b[1]]);
+    let _ = bytes::Buf::get_i16(&mut b);
+    ConsumerProtocolSubscription::decode(&mut b, version.clamp(0, 3))
+        .map(|s| s.topics.into_iter().map(|t| t.to_string()).collect())
+        .unwrap_or_default()
+}
