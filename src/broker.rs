@@ -280,6 +280,8 @@ pub struct Broker {
     fetch_sessions: Mutex<FetchSessionCache>,
     /// See [`MetadataFile::broker_configs`].
     dynamic_configs: RwLock<BTreeMap<String, BTreeMap<String, String>>>,
+    /// Set once at start-up, after the logs are open (the coordinator replays its topic).
+    groups: std::sync::OnceLock<Arc<crate::coordinator::GroupCoordinator>>,
 }
 
 fn partition_dir_name(topic: &str, partition: i32) -> String {
@@ -381,6 +383,7 @@ impl Broker {
             }),
             fetch_sessions: Mutex::new(FetchSessionCache::new(FETCH_SESSION_SLOTS)),
             dynamic_configs: RwLock::new(meta.broker_configs.clone()),
+            groups: std::sync::OnceLock::new(),
             config,
         };
         let now = now_ms();
@@ -561,6 +564,37 @@ impl Broker {
             });
         }
         self.save_metadata()
+    }
+
+    /// The group coordinator (present once start-up has loaded it).
+    pub fn group_coordinator(&self) -> Option<&Arc<crate::coordinator::GroupCoordinator>> {
+        self.groups.get()
+    }
+
+    /// Creates the group coordinator and replays `__consumer_offsets`. Blocking.
+    pub fn start_group_coordinator(self: &Arc<Self>) -> io::Result<()> {
+        use crate::coordinator::{offsets_log::BrokerOffsetsLog, GroupConfig, GroupCoordinator};
+        use std::time::Duration;
+        let c = &self.config;
+        let log = BrokerOffsetsLog::new(
+            Arc::downgrade(self),
+            c.offsets_topic_num_partitions,
+            c.offsets_topic_segment_bytes,
+        );
+        let coordinator = GroupCoordinator::new(
+            GroupConfig {
+                initial_rebalance_delay: Duration::from_millis(c.group_initial_rebalance_delay_ms),
+                min_session_timeout: Duration::from_millis(c.group_min_session_timeout_ms),
+                max_session_timeout: Duration::from_millis(c.group_max_session_timeout_ms),
+                offsets_retention: Duration::from_millis(c.offsets_retention_ms as u64),
+                offset_metadata_max_bytes: c.offset_metadata_max_bytes,
+            },
+            Arc::new(log),
+        );
+        let records = coordinator.load()?;
+        tracing::info!(records, "group coordinator loaded __consumer_offsets");
+        let _ = self.groups.set(Arc::new(coordinator));
+        Ok(())
     }
 
     /// The incremental fetch session cache; hold the guard only briefly.

@@ -31,6 +31,17 @@ pub const SUPPORTED_APIS: &[ApiKey] = &[
     ApiKey::DescribeLogDirs,
     ApiKey::CreatePartitions,
     ApiKey::DescribeCluster,
+    ApiKey::FindCoordinator,
+    ApiKey::JoinGroup,
+    ApiKey::SyncGroup,
+    ApiKey::Heartbeat,
+    ApiKey::LeaveGroup,
+    ApiKey::OffsetCommit,
+    ApiKey::OffsetFetch,
+    ApiKey::DescribeGroups,
+    ApiKey::ListGroups,
+    ApiKey::DeleteGroups,
+    ApiKey::OffsetDelete,
 ];
 
 /// (min, max) version Strata accepts for an API, if it serves it at all: the crate's range
@@ -56,6 +67,17 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::DescribeLogDirs => DescribeLogDirsRequest::VERSIONS,
         ApiKey::CreatePartitions => CreatePartitionsRequest::VERSIONS,
         ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
+        ApiKey::FindCoordinator => FindCoordinatorRequest::VERSIONS,
+        ApiKey::JoinGroup => JoinGroupRequest::VERSIONS,
+        ApiKey::SyncGroup => SyncGroupRequest::VERSIONS,
+        ApiKey::Heartbeat => HeartbeatRequest::VERSIONS,
+        ApiKey::LeaveGroup => LeaveGroupRequest::VERSIONS,
+        ApiKey::OffsetCommit => OffsetCommitRequest::VERSIONS,
+        ApiKey::OffsetFetch => OffsetFetchRequest::VERSIONS,
+        ApiKey::DescribeGroups => DescribeGroupsRequest::VERSIONS,
+        ApiKey::ListGroups => ListGroupsRequest::VERSIONS,
+        ApiKey::DeleteGroups => DeleteGroupsRequest::VERSIONS,
+        ApiKey::OffsetDelete => OffsetDeleteRequest::VERSIONS,
         _ => return None,
     };
     let r = key.valid_versions().intersect(&codec);

@@ -30,9 +30,15 @@ pub struct Running {
 pub async fn start(config: BrokerConfig) -> anyhow::Result<Running> {
     let kafka_bind = config.listener.bind;
     let admin_bind = config.admin_listener;
-    let broker = tokio::task::spawn_blocking(move || Broker::open(config))
-        .await
-        .context("broker start-up task")??;
+    let broker = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let broker = Broker::open(config)?;
+        broker
+            .start_group_coordinator()
+            .context("loading the group coordinator")?;
+        Ok(broker)
+    })
+    .await
+    .context("broker start-up task")??;
     let kafka = TcpListener::bind(kafka_bind)
         .await
         .with_context(|| format!("cannot listen on {kafka_bind} (listeners)"))?;
@@ -73,6 +79,18 @@ pub async fn start(config: BrokerConfig) -> anyhow::Result<Running> {
         |b| {
             if let Err(e) = b.write_checkpoints() {
                 tracing::error!(error = %e, "writing checkpoints failed");
+            }
+        },
+    );
+    spawn_periodic(
+        &services,
+        &shutdown,
+        Duration::from_millis(50),
+        broker.clone(),
+        "group-coordinator",
+        |b| {
+            if let Some(c) = b.group_coordinator() {
+                c.tick();
             }
         },
     );

@@ -155,7 +155,7 @@ async fn serve_connection(
         // A request parked in a long poll must not hold up shutdown.
         let outcome = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
-            o = api::handle(broker, request) => o,
+            o = api::handle(broker, peer, request) => o,
         };
         match outcome {
             api::Outcome::Respond(body) => {

@@ -4,19 +4,30 @@
 pub mod api_versions;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
+pub mod describe_groups;
 pub mod describe_log_dirs;
 pub mod errors;
 pub mod fetch;
+pub mod find_coordinator;
+pub mod heartbeat;
 pub mod incremental_alter_configs;
 pub mod init_producer_id;
+pub mod join_group;
+pub mod leave_group;
+pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_delete;
+pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod sync_group;
 
 use std::sync::Arc;
 
@@ -43,8 +54,30 @@ pub enum Outcome {
     Close(&'static str),
 }
 
+/// Who sent a request.
+pub struct Context {
+    pub peer: std::net::SocketAddr,
+    pub client_id: String,
+}
+
+impl Context {
+    /// Kafka's client host format ("/127.0.0.1").
+    pub fn client_host(&self) -> String {
+        format!("/{}", self.peer.ip())
+    }
+}
+
 /// Handles one request.
-pub async fn handle(broker: &Arc<Broker>, request: Request) -> Outcome {
+pub async fn handle(broker: &Arc<Broker>, peer: std::net::SocketAddr, request: Request) -> Outcome {
+    let ctx = Context {
+        peer,
+        client_id: request
+            .header
+            .client_id
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default(),
+    };
     let version = request.header.request_api_version;
     let b = broker.clone();
     let response = match request.body {
@@ -87,6 +120,35 @@ pub async fn handle(broker: &Arc<Broker>, request: Request) -> Outcome {
         }
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(init_producer_id::handle(b, r).await)
+        }
+        RequestKind::FindCoordinator(r) => {
+            ResponseKind::FindCoordinator(find_coordinator::handle(&b, r, version))
+        }
+        RequestKind::JoinGroup(r) => {
+            ResponseKind::JoinGroup(join_group::handle(&b, &ctx, r, version).await)
+        }
+        RequestKind::SyncGroup(r) => {
+            ResponseKind::SyncGroup(sync_group::handle(&b, r, version).await)
+        }
+        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(heartbeat::handle(&b, r)),
+        RequestKind::LeaveGroup(r) => {
+            ResponseKind::LeaveGroup(leave_group::handle(b, r, version).await)
+        }
+        RequestKind::OffsetCommit(r) => {
+            ResponseKind::OffsetCommit(offset_commit::handle(b, r).await)
+        }
+        RequestKind::OffsetFetch(r) => {
+            ResponseKind::OffsetFetch(offset_fetch::handle(&b, r, version))
+        }
+        RequestKind::DescribeGroups(r) => {
+            ResponseKind::DescribeGroups(describe_groups::handle(&b, r, version))
+        }
+        RequestKind::ListGroups(r) => ResponseKind::ListGroups(list_groups::handle(&b, r, version)),
+        RequestKind::DeleteGroups(r) => {
+            ResponseKind::DeleteGroups(delete_groups::handle(b, r).await)
+        }
+        RequestKind::OffsetDelete(r) => {
+            ResponseKind::OffsetDelete(offset_delete::handle(b, r).await)
         }
         other => {
             // decode_request only admits SUPPORTED_APIS, so this is unreachable in practice;

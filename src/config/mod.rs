@@ -149,6 +149,41 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         kind: Kind::String,
         default: "127.0.0.1:9644",
     },
+    BrokerConfigDef {
+        name: "offsets.topic.num.partitions",
+        kind: Kind::Int,
+        default: "50",
+    },
+    BrokerConfigDef {
+        name: "offsets.topic.segment.bytes",
+        kind: Kind::Int,
+        default: "104857600",
+    },
+    BrokerConfigDef {
+        name: "offsets.retention.minutes",
+        kind: Kind::Int,
+        default: "10080",
+    },
+    BrokerConfigDef {
+        name: "offset.metadata.max.bytes",
+        kind: Kind::Int,
+        default: "4096",
+    },
+    BrokerConfigDef {
+        name: "group.initial.rebalance.delay.ms",
+        kind: Kind::Int,
+        default: "3000",
+    },
+    BrokerConfigDef {
+        name: "group.min.session.timeout.ms",
+        kind: Kind::Int,
+        default: "6000",
+    },
+    BrokerConfigDef {
+        name: "group.max.session.timeout.ms",
+        kind: Kind::Int,
+        default: "1800000",
+    },
 ];
 
 /// Kafka settings Strata reads but does not need (KRaft roles, thread pools, buffer sizes).
@@ -169,7 +204,6 @@ const IGNORED_KAFKA_KEYS: &[&str] = &[
     "transaction.state.log.min.isr",
     "share.coordinator.state.topic.replication.factor",
     "share.coordinator.state.topic.min.isr",
-    "group.initial.rebalance.delay.ms",
     "log.cleaner.enable",
 ];
 
@@ -227,6 +261,13 @@ pub struct BrokerConfig {
     pub log_flush_scheduler_interval_ms: u64,
     pub log_flush_offset_checkpoint_interval_ms: u64,
     pub producer_id_expiration_ms: i64,
+    pub offsets_topic_num_partitions: i32,
+    pub offsets_topic_segment_bytes: i64,
+    pub offsets_retention_ms: i64,
+    pub offset_metadata_max_bytes: usize,
+    pub group_initial_rebalance_delay_ms: u64,
+    pub group_min_session_timeout_ms: u64,
+    pub group_max_session_timeout_ms: u64,
     /// The `log.*` and other topic-config synonyms as set, for topic defaults.
     pub topic_defaults: BrokerDefaults,
     /// Every explicitly set key (for DescribeConfigs on the broker resource).
@@ -608,6 +649,14 @@ impl BrokerConfig {
                 "log.flush.offset.checkpoint.interval.ms",
             )?,
             producer_id_expiration_ms: positive("producer.id.expiration.ms")? as i64,
+            offsets_topic_num_partitions: positive("offsets.topic.num.partitions")? as i32,
+            offsets_topic_segment_bytes: positive("offsets.topic.segment.bytes")? as i64,
+            offsets_retention_ms: positive("offsets.retention.minutes")? as i64 * 60_000,
+            offset_metadata_max_bytes: positive("offset.metadata.max.bytes")? as usize,
+            group_initial_rebalance_delay_ms: long("group.initial.rebalance.delay.ms")?.max(0)
+                as u64,
+            group_min_session_timeout_ms: positive("group.min.session.timeout.ms")?,
+            group_max_session_timeout_ms: positive("group.max.session.timeout.ms")?,
             topic_defaults,
             explicit,
         })

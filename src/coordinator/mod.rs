@@ -10,6 +10,7 @@
 //! on start the topic is replayed (last record per key wins, null values delete).
 
 pub mod group;
+pub mod offsets_log;
 pub mod offsets_topic;
 
 use std::collections::HashMap;

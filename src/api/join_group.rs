@@ -1,0 +1,80 @@
+//! JoinGroup (classic protocol): parks until the rebalance completes.
+
+use std::time::Duration;
+
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::api::Context;
+use crate::broker::Broker;
+use crate::coordinator::group::JoinRequest;
+
+fn s(v: String) -> StrBytes {
+    StrBytes::from_string(v)
+}
+
+pub async fn handle(
+    broker: &Broker,
+    ctx: &Context,
+    req: JoinGroupRequest,
+    version: i16,
+) -> JoinGroupResponse {
+    let Some(coordinator) = broker.group_coordinator() else {
+        return JoinGroupResponse::default()
+            .with_error_code(ResponseError::CoordinatorNotAvailable.code())
+            .with_generation_id(-1);
+    };
+    let join = JoinRequest {
+        member_id: req.member_id.to_string(),
+        group_instance_id: req.group_instance_id.map(|i| i.to_string()),
+        client_id: ctx.client_id.clone(),
+        client_host: ctx.client_host(),
+        session_timeout: Duration::from_millis(req.session_timeout_ms.max(0) as u64),
+        // v0 had no rebalance timeout: it equals the session timeout.
+        rebalance_timeout: Duration::from_millis(
+            if version == 0 {
+                req.session_timeout_ms
+            } else {
+                req.rebalance_timeout_ms
+            }
+            .max(0) as u64,
+        ),
+        protocol_type: req.protocol_type.to_string(),
+        protocols: req
+            .protocols
+            .into_iter()
+            .map(|p| (p.name.to_string(), p.metadata))
+            .collect(),
+        require_known_member_id: version >= 4,
+    };
+    let r = coordinator.join(req.group_id.0.as_str(), join).await;
+    let mut resp = JoinGroupResponse::default()
+        .with_error_code(r.error.map(|e| e.code()).unwrap_or(0))
+        .with_generation_id(r.generation)
+        .with_leader(s(r.leader))
+        .with_member_id(s(r.member_id))
+        .with_members(
+            r.members
+                .into_iter()
+                .map(|(id, instance, metadata)| {
+                    JoinGroupResponseMember::default()
+                        .with_member_id(s(id))
+                        .with_group_instance_id(instance.map(s))
+                        .with_metadata(metadata)
+                })
+                .collect(),
+        );
+    if version >= 7 {
+        resp = resp
+            .with_protocol_type(r.protocol_type.map(s))
+            .with_protocol_name(r.protocol_name.map(s));
+    } else {
+        resp = resp.with_protocol_name(Some(s(r.protocol_name.unwrap_or_default())));
+    }
+    if version >= 9 {
+        resp = resp.with_skip_assignment(r.skip_assignment);
+    }
+    resp
+}

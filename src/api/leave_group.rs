@@ -1,0 +1,62 @@
+//! LeaveGroup: one member (v0-2) or a batch of members by id or instance id (v3+).
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
+use kafka_protocol::ResponseError;
+
+use crate::api::blocking;
+use crate::broker::Broker;
+
+pub async fn handle(
+    broker: Arc<Broker>,
+    req: LeaveGroupRequest,
+    version: i16,
+) -> LeaveGroupResponse {
+    let Some(coordinator) = broker.group_coordinator().cloned() else {
+        return LeaveGroupResponse::default()
+            .with_error_code(ResponseError::CoordinatorNotAvailable.code());
+    };
+    let identities: Vec<(String, Option<String>)> = if version >= 3 {
+        req.members
+            .iter()
+            .map(|m| {
+                (
+                    m.member_id.to_string(),
+                    m.group_instance_id.as_ref().map(|i| i.to_string()),
+                )
+            })
+            .collect()
+    } else {
+        vec![(req.member_id.to_string(), None)]
+    };
+    let group = req.group_id.0.to_string();
+    let ids = identities.clone();
+    let result = blocking(move || coordinator.leave(&group, &ids))
+        .await
+        .unwrap_or(Err(ResponseError::UnknownServerError));
+    match result {
+        Err(e) => LeaveGroupResponse::default().with_error_code(e.code()),
+        Ok(errors) if version >= 3 => LeaveGroupResponse::default().with_members(
+            req.members
+                .into_iter()
+                .zip(errors)
+                .map(|(m, e)| {
+                    MemberResponse::default()
+                        .with_member_id(m.member_id)
+                        .with_group_instance_id(m.group_instance_id)
+                        .with_error_code(e.map(|e| e.code()).unwrap_or(0))
+                })
+                .collect(),
+        ),
+        Ok(errors) => LeaveGroupResponse::default().with_error_code(
+            errors
+                .first()
+                .copied()
+                .flatten()
+                .map(|e| e.code())
+                .unwrap_or(0),
+        ),
+    }
+}

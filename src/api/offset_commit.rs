@@ -1,0 +1,84 @@
+//! OffsetCommit: fenced by generation and member, stored durably in `__consumer_offsets`
+//! before the answer.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
+use kafka_protocol::ResponseError;
+
+use crate::api::blocking;
+use crate::broker::Broker;
+
+pub async fn handle(broker: Arc<Broker>, req: OffsetCommitRequest) -> OffsetCommitResponse {
+    let shape: Vec<(kafka_protocol::messages::TopicName, uuid::Uuid, Vec<i32>)> = req
+        .topics
+        .iter()
+        .map(|t| {
+            (
+                t.name.clone(),
+                t.topic_id,
+                t.partitions.iter().map(|p| p.partition_index).collect(),
+            )
+        })
+        .collect();
+    let respond = |errors: Vec<Option<ResponseError>>| {
+        let mut it = errors.into_iter();
+        OffsetCommitResponse::default().with_topics(
+            shape
+                .iter()
+                .map(|(name, id, parts)| {
+                    OffsetCommitResponseTopic::default()
+                        .with_name(name.clone())
+                        .with_topic_id(*id)
+                        .with_partitions(
+                            parts
+                                .iter()
+                                .map(|&p| {
+                                    OffsetCommitResponsePartition::default()
+                                        .with_partition_index(p)
+                                        .with_error_code(
+                                            it.next().flatten().map(|e| e.code()).unwrap_or(0),
+                                        )
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )
+    };
+    let total: usize = shape.iter().map(|(_, _, p)| p.len()).sum();
+    let Some(coordinator) = broker.group_coordinator().cloned() else {
+        return respond(vec![Some(ResponseError::CoordinatorNotAvailable); total]);
+    };
+    let offsets: Vec<(String, i32, i64, i32, Option<String>)> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(move |p| {
+                (
+                    t.name.0.to_string(),
+                    p.partition_index,
+                    p.committed_offset,
+                    p.committed_leader_epoch,
+                    p.committed_metadata.as_ref().map(|m| m.to_string()),
+                )
+            })
+        })
+        .collect();
+    let group = req.group_id.0.to_string();
+    let member = req.member_id.to_string();
+    let instance = req.group_instance_id.as_ref().map(|i| i.to_string());
+    let generation = req.generation_id_or_member_epoch;
+    let result = blocking(move || {
+        coordinator.commit_offsets(&group, &member, instance.as_deref(), generation, offsets)
+    })
+    .await;
+    match result {
+        Ok(Ok(errors)) => respond(errors),
+        Ok(Err(e)) => respond(vec![Some(e); total]),
+        Err(_) => respond(vec![Some(ResponseError::UnknownServerError); total]),
+    }
+}

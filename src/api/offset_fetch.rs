@@ -1,0 +1,126 @@
+//! OffsetFetch: committed offsets of one group (v1-7) or several (v8+); a partition without a
+//! commit answers offset -1.
+
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::broker::Broker;
+use crate::coordinator::Committed;
+
+type Answer = Vec<((String, i32), Option<Committed>)>;
+
+/// Groups answers by topic, preserving first-seen order.
+fn by_topic(answers: Answer) -> Vec<(String, Vec<(i32, Option<Committed>)>)> {
+    let mut out: Vec<(String, Vec<(i32, Option<Committed>)>)> = Vec::new();
+    for ((topic, partition), c) in answers {
+        match out.iter_mut().find(|(t, _)| *t == topic) {
+            Some((_, v)) => v.push((partition, c)),
+            None => out.push((topic, vec![(partition, c)])),
+        }
+    }
+    out
+}
+
+fn fields(c: &Option<Committed>) -> (i64, i32, String) {
+    match c {
+        Some(c) => (c.offset, c.leader_epoch, c.metadata.clone()),
+        None => (-1, -1, String::new()),
+    }
+}
+
+pub fn handle(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+    let Some(coordinator) = broker.group_coordinator() else {
+        let e = ResponseError::CoordinatorNotAvailable.code();
+        if version >= 8 {
+            let groups = req
+                .groups
+                .into_iter()
+                .map(|g| {
+                    OffsetFetchResponseGroup::default()
+                        .with_group_id(g.group_id)
+                        .with_error_code(e)
+                })
+                .collect();
+            return OffsetFetchResponse::default().with_groups(groups);
+        }
+        return OffsetFetchResponse::default().with_error_code(e);
+    };
+    let lookup = |group: &str, topics: Option<Vec<(String, Vec<i32>)>>| -> Answer {
+        let wanted: Option<Vec<(String, i32)>> = topics.map(|ts| {
+            ts.into_iter()
+                .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p)))
+                .collect()
+        });
+        coordinator.fetch_offsets(group, wanted.as_deref())
+    };
+    if version >= 8 {
+        let groups = req
+            .groups
+            .into_iter()
+            .map(|g| {
+                let topics = g.topics.map(|ts| {
+                    ts.into_iter()
+                        .map(|t| (t.name.0.to_string(), t.partition_indexes))
+                        .collect()
+                });
+                let answer = lookup(g.group_id.0.as_str(), topics);
+                let topics = by_topic(answer)
+                    .into_iter()
+                    .map(|(t, parts)| {
+                        OffsetFetchResponseTopics::default()
+                            .with_name(TopicName(StrBytes::from_string(t)))
+                            .with_partitions(
+                                parts
+                                    .into_iter()
+                                    .map(|(p, c)| {
+                                        let (offset, epoch, metadata) = fields(&c);
+                                        OffsetFetchResponsePartitions::default()
+                                            .with_partition_index(p)
+                                            .with_committed_offset(offset)
+                                            .with_committed_leader_epoch(epoch)
+                                            .with_metadata(Some(StrBytes::from_string(metadata)))
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+                OffsetFetchResponseGroup::default()
+                    .with_group_id(g.group_id)
+                    .with_topics(topics)
+            })
+            .collect();
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let topics = req.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.name.0.to_string(), t.partition_indexes))
+            .collect()
+    });
+    let answer = lookup(req.group_id.0.as_str(), topics);
+    let topics = by_topic(answer)
+        .into_iter()
+        .map(|(t, parts)| {
+            OffsetFetchResponseTopic::default()
+                .with_name(TopicName(StrBytes::from_string(t)))
+                .with_partitions(
+                    parts
+                        .into_iter()
+                        .map(|(p, c)| {
+                            let (offset, epoch, metadata) = fields(&c);
+                            OffsetFetchResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_committed_offset(offset)
+                                .with_committed_leader_epoch(if version >= 5 { epoch } else { -1 })
+                                .with_metadata(Some(StrBytes::from_string(metadata)))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    OffsetFetchResponse::default().with_topics(topics)
+}

@@ -1,0 +1,39 @@
+//! SyncGroup: the leader's assignment is distributed to every member.
+
+use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::broker::Broker;
+
+pub async fn handle(broker: &Broker, req: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+    let Some(coordinator) = broker.group_coordinator() else {
+        return SyncGroupResponse::default()
+            .with_error_code(ResponseError::CoordinatorNotAvailable.code());
+    };
+    let assignments = req
+        .assignments
+        .into_iter()
+        .map(|a| (a.member_id.to_string(), a.assignment))
+        .collect();
+    let r = coordinator
+        .sync(
+            req.group_id.0.as_str(),
+            req.member_id.as_str(),
+            req.group_instance_id.as_deref(),
+            req.generation_id,
+            req.protocol_type.as_deref(),
+            req.protocol_name.as_deref(),
+            assignments,
+        )
+        .await;
+    let mut resp = SyncGroupResponse::default()
+        .with_error_code(r.error.map(|e| e.code()).unwrap_or(0))
+        .with_assignment(r.assignment);
+    if version >= 5 {
+        resp = resp
+            .with_protocol_type(r.protocol_type.map(StrBytes::from_string))
+            .with_protocol_name(r.protocol_name.map(StrBytes::from_string));
+    }
+    resp
+}

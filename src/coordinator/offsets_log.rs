@@ -1,0 +1,142 @@
+//! [`OffsetsLog`] on top of the broker's own `__consumer_offsets` partitions.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Weak;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+use super::offsets_topic::partition_for;
+use super::{OffsetsLog, OFFSETS_TOPIC};
+use crate::broker::{now_ms, Broker, Topic, TopicError};
+use crate::log::batch::BatchIter;
+
+pub struct BrokerOffsetsLog {
+    broker: Weak<Broker>,
+    partitions: i32,
+    segment_bytes: i64,
+}
+
+impl BrokerOffsetsLog {
+    pub fn new(broker: Weak<Broker>, partitions: i32, segment_bytes: i64) -> Self {
+        BrokerOffsetsLog {
+            broker,
+            partitions,
+            segment_bytes,
+        }
+    }
+
+    fn topic(&self, create: bool) -> io::Result<Option<std::sync::Arc<Topic>>> {
+        let broker = self
+            .broker
+            .upgrade()
+            .ok_or_else(|| io::Error::other("broker is shutting down"))?;
+        if let Some(t) = broker.topic(OFFSETS_TOPIC) {
+            return Ok(Some(t));
+        }
+        if !create {
+            return Ok(None);
+        }
+        let mut configs = BTreeMap::new();
+        configs.insert("cleanup.policy".to_string(), "compact".to_string());
+        configs.insert("compression.type".to_string(), "producer".to_string());
+        configs.insert("segment.bytes".to_string(), self.segment_bytes.to_string());
+        match broker.create_topic(OFFSETS_TOPIC, self.partitions, 1, configs) {
+            Ok(t) => Ok(Some(t)),
+            Err(TopicError::AlreadyExists(_)) => Ok(broker.topic(OFFSETS_TOPIC)),
+            Err(e) => Err(io::Error::other(e.to_string())),
+        }
+    }
+}
+
+impl OffsetsLog for BrokerOffsetsLog {
+    fn append(&self, group: &str, records: Vec<(Bytes, Option<Bytes>)>) -> io::Result<()> {
+        let topic = self
+            .topic(true)?
+            .ok_or_else(|| io::Error::other("no offsets topic"))?;
+        let index = partition_for(group, topic.partitions.len() as i32) as usize;
+        let partition = topic
+            .partitions
+            .get(index)
+            .ok_or_else(|| io::Error::other("offsets partition missing"))?;
+        let now = now_ms();
+        let records: Vec<Record> = records
+            .into_iter()
+            .enumerate()
+            .map(|(i, (key, value))| Record {
+                transactional: false,
+                control: false,
+                partition_leader_epoch: -1,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                // The encoder keeps one batch while offset - sequence is constant.
+                sequence: i as i32,
+                timestamp: now,
+                key: Some(key),
+                value,
+                headers: Default::default(),
+                delete_horizon: false,
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            records.iter(),
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .map_err(|e| io::Error::other(format!("cannot encode offsets batch: {e}")))?;
+        partition
+            .append(&buf)
+            .map(drop)
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
+    fn replay(&self) -> io::Result<Vec<(Bytes, Option<Bytes>)>> {
+        let Some(topic) = self.topic(false)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for p in &topic.partitions {
+            let mut offset = p.offsets().log_start_offset;
+            loop {
+                let hw = p.offsets().high_watermark;
+                let slice = match p.read(offset, 1 << 20, hw, true) {
+                    Ok(Some(s)) => s,
+                    Ok(None) => break,
+                    Err(e) => return Err(io::Error::other(e.to_string())),
+                };
+                let bytes = slice.read()?;
+                let mut next = offset;
+                for item in BatchIter::new(&bytes) {
+                    let (_, h, raw) =
+                        item.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                    next = h.last_offset() + 1;
+                    if h.is_control() {
+                        continue;
+                    }
+                    let mut b = Bytes::copy_from_slice(raw);
+                    let set = RecordBatchDecoder::decode(&mut b)
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                    for r in set.records {
+                        if let Some(k) = r.key {
+                            out.push((k, r.value));
+                        }
+                    }
+                }
+                if next <= offset {
+                    break;
+                }
+                offset = next;
+            }
+        }
+        Ok(out)
+    }
+}
