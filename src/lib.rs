@@ -25,6 +25,8 @@
 //! - [`server`]: the Kafka listener and connection loop.
 //! - [`api`]: request handlers.
 //! - [`broker`]: catalog and partitions.
+//! - [`coordinator`]: consumer groups and their `__consumer_offsets` records.
+//! - [`fetch_session`]: incremental fetch sessions (KIP-227).
 //! - [`log`]: the storage engine.
 //! - [`metrics`], [`admin_http`]: Prometheus metrics and health.
 //! - [`runtime`]: start-up, background services and the shutdown order.
