@@ -173,7 +173,10 @@ async fn small_segments_roll_and_reads_and_timestamp_lookups_span_them() {
         &mut c,
         "rolling",
         1,
-        &[("segment.bytes", "2048"), ("index.interval.bytes", "256")],
+        &[
+            ("internal.segment.bytes", "2048"),
+            ("index.interval.bytes", "256"),
+        ],
     )
     .await;
     assert_eq!(r.error_code, 0, "{:?}", r.error_message);
@@ -262,7 +265,10 @@ async fn retention_bytes_deletes_old_segments_and_moves_the_log_start() {
         &mut c,
         "retained",
         1,
-        &[("segment.bytes", "2048"), ("retention.bytes", "4096")],
+        &[
+            ("internal.segment.bytes", "2048"),
+            ("retention.bytes", "4096"),
+        ],
     )
     .await;
     assert_eq!(r.error_code, 0, "{:?}", r.error_message);

@@ -1,0 +1,121 @@
+"""A tiny hand-written Kafka wire-protocol client for the few requests that the
+high-level clients never send as-is (e.g. a Fetch for a topic that does not
+exist, or at an offset out of range). Only non-flexible versions are used.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+API_FETCH = 1
+API_VERSIONS = 18
+
+
+class Conn:
+    def __init__(self, bootstrap: str, timeout: float = 30.0):
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.corr = 0
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+
+    def _recv_exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("connection closed by broker")
+            buf += chunk
+        return bytes(buf)
+
+    def request(self, api_key: int, version: int, body: bytes) -> bytes:
+        """Send a request with header v1 and return the response body (after header v0)."""
+        self.corr += 1
+        client_id = b"strata-interop-raw"
+        header = struct.pack(">hhih", api_key, version, self.corr, len(client_id)) + client_id
+        msg = header + body
+        self.sock.sendall(struct.pack(">i", len(msg)) + msg)
+        (size,) = struct.unpack(">i", self._recv_exact(4))
+        data = self._recv_exact(size)
+        (corr,) = struct.unpack(">i", data[:4])
+        assert corr == self.corr, f"correlation id {corr} != {self.corr}"
+        return data[4:]
+
+    # ------------------------------------------------------------------ requests
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        """ApiVersions v0 -> {api_key: (min, max)}."""
+        r = Reader(self.request(API_VERSIONS, 0, b""))
+        err = r.int16()
+        assert err == 0, f"ApiVersions error {err}"
+        out = {}
+        for _ in range(r.int32()):
+            k, lo, hi = r.int16(), r.int16(), r.int16()
+            out[k] = (lo, hi)
+        return out
+
+    def fetch_v4(self, topic: str, partition: int, offset: int, max_wait_ms: int = 0,
+                 min_bytes: int = 1, max_bytes: int = 1 << 20):
+        """Fetch v4 for one partition -> (error_code, high_watermark, records_bytes)."""
+        t = topic.encode()
+        body = struct.pack(">iiiib", -1, max_wait_ms, min_bytes, max_bytes, 0)
+        body += struct.pack(">i", 1) + struct.pack(">h", len(t)) + t
+        body += struct.pack(">i", 1) + struct.pack(">iqi", partition, offset, max_bytes)
+        r = Reader(self.request(API_FETCH, 4, body))
+        r.int32()  # throttle_time_ms
+        result = None
+        for _ in range(r.int32()):
+            name = r.string()
+            for _ in range(r.int32()):
+                pidx, err, hw = r.int32(), r.int16(), r.int64()
+                r.int64()  # last_stable_offset
+                n_aborted = r.int32()
+                for _ in range(max(n_aborted, 0)):
+                    r.int64(), r.int64()
+                records = r.nbytes()
+                if name == topic and pidx == partition:
+                    result = (err, hw, records)
+        assert result is not None, "partition missing from Fetch response"
+        return result
+
+
+class Reader:
+    def __init__(self, data: bytes):
+        self.d = data
+        self.i = 0
+
+    def _take(self, fmt: str):
+        size = struct.calcsize(fmt)
+        (v,) = struct.unpack_from(fmt, self.d, self.i)
+        self.i += size
+        return v
+
+    def int16(self):
+        return self._take(">h")
+
+    def int32(self):
+        return self._take(">i")
+
+    def int64(self):
+        return self._take(">q")
+
+    def string(self):
+        n = self.int16()
+        s = self.d[self.i:self.i + n].decode()
+        self.i += n
+        return s
+
+    def nbytes(self):
+        n = self.int32()
+        if n < 0:
+            return None
+        b = self.d[self.i:self.i + n]
+        self.i += n
+        return b
