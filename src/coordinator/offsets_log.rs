@@ -4,15 +4,13 @@ use std::collections::BTreeMap;
 use std::io;
 use std::sync::Weak;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
 
 use super::offsets_topic::partition_for;
 use super::{OffsetsLog, OFFSETS_TOPIC};
 use crate::broker::{now_ms, Broker, Topic, TopicError};
-use crate::log::batch::BatchIter;
+use crate::log::batch::{build_batch, BatchIter};
 
 pub struct BrokerOffsetsLog {
     broker: Weak<Broker>,
@@ -63,34 +61,9 @@ impl OffsetsLog for BrokerOffsetsLog {
             .get(index)
             .ok_or_else(|| io::Error::other("offsets partition missing"))?;
         let now = now_ms();
-        let records: Vec<Record> = records
-            .into_iter()
-            .enumerate()
-            .map(|(i, (key, value))| Record {
-                transactional: false,
-                control: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                // The encoder keeps one batch while offset - sequence is constant.
-                sequence: i as i32,
-                timestamp: now,
-                key: Some(key),
-                value,
-                headers: Default::default(),
-                delete_horizon: false,
-            })
-            .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            records.iter(),
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
+        let buf = build_batch(
+            records.into_iter().map(|(k, v)| (now, Some(k), v)),
+            Compression::None,
         )
         .map_err(|e| io::Error::other(format!("cannot encode offsets batch: {e}")))?;
         partition

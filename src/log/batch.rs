@@ -51,6 +51,8 @@ pub enum BatchError {
     CountMismatch { count: i32, last_offset_delta: i32 },
     #[error("unknown compression codec {0}")]
     UnknownCodec(i16),
+    #[error("cannot encode batch: {0}")]
+    Encode(String),
 }
 
 impl BatchError {
@@ -315,49 +317,61 @@ impl<'a> Iterator for BatchIter<'a> {
     }
 }
 
+/// Builds one RecordBatch v2 without a producer id from (timestamp, key, value) records,
+/// with kafka-protocol's encoder. Used for batches the broker writes itself (internal topics).
+pub fn build_batch(
+    records: impl Iterator<Item = (i64, Option<bytes::Bytes>, Option<bytes::Bytes>)>,
+    compression: kafka_protocol::records::Compression,
+) -> Result<bytes::BytesMut, BatchError> {
+    use kafka_protocol::records::{Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+    let records: Vec<Record> = records
+        .enumerate()
+        .map(|(i, (timestamp, key, value))| Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder keeps records in one batch only while offset - sequence is constant.
+            sequence: i as i32,
+            timestamp,
+            key,
+            value,
+            headers: Default::default(),
+            delete_horizon: false,
+        })
+        .collect();
+    let mut buf = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .map_err(|e| BatchError::Encode(e.to_string()))?;
+    Ok(buf)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use bytes::BytesMut;
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
+    use kafka_protocol::records::Compression;
     use proptest::prelude::*;
 
     /// Encodes a real batch with kafka-protocol's encoder (the client side of the codec).
     pub fn encode_batch(values: &[&[u8]], compression: Compression, timestamp: i64) -> Vec<u8> {
-        let records: Vec<Record> = values
-            .iter()
-            .enumerate()
-            .map(|(i, v)| Record {
-                transactional: false,
-                control: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                // The encoder keeps records in one batch only while offset - sequence is
-                // constant, so give each record its index as sequence.
-                sequence: i as i32,
-                timestamp: timestamp + i as i64,
-                key: Some(bytes::Bytes::from(format!("k{i}"))),
-                value: Some(bytes::Bytes::copy_from_slice(v)),
-                headers: Default::default(),
-                delete_horizon: false,
-            })
-            .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            records.iter(),
-            &RecordEncodeOptions {
-                version: 2,
-                compression,
-            },
-        )
-        .expect("encode");
-        buf.to_vec()
+        let records = values.iter().enumerate().map(|(i, v)| {
+            (
+                timestamp + i as i64,
+                Some(bytes::Bytes::from(format!("k{i}"))),
+                Some(bytes::Bytes::copy_from_slice(v)),
+            )
+        });
+        build_batch(records, compression).expect("encode").to_vec()
     }
 
     #[test]
