@@ -67,6 +67,11 @@ pub enum TopicError {
     Io(#[from] io::Error),
 }
 
+/// Kafka's internal topics: only the broker writes them.
+pub fn is_internal_topic(name: &str) -> bool {
+    matches!(name, "__consumer_offsets" | "__transaction_state")
+}
+
 /// Kafka's topic name rules.
 pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
     if name.is_empty() {
@@ -233,7 +238,7 @@ pub struct Topic {
 
 impl Topic {
     pub fn is_internal(&self) -> bool {
-        self.name.starts_with("__")
+        is_internal_topic(&self.name)
     }
 }
 

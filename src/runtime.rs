@@ -27,9 +27,21 @@ pub struct Running {
 }
 
 /// Opens the logs, binds the listeners and spawns the servers and background services.
-pub async fn start(config: BrokerConfig) -> anyhow::Result<Running> {
+pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
+    // Bind first: a listener on port 0 advertises the port it actually got, as Kafka does.
     let kafka_bind = config.listener.bind;
     let admin_bind = config.admin_listener;
+    let kafka = TcpListener::bind(kafka_bind)
+        .await
+        .with_context(|| format!("cannot listen on {kafka_bind} (listeners)"))?;
+    let admin = TcpListener::bind(admin_bind)
+        .await
+        .with_context(|| format!("cannot listen on {admin_bind} (strata.admin.listener)"))?;
+    let kafka_addr = kafka.local_addr()?;
+    let admin_addr = admin.local_addr()?;
+    if config.listener.advertised_port == 0 {
+        config.listener.advertised_port = kafka_addr.port();
+    }
     let broker = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let broker = Broker::open(config)?;
         broker
@@ -39,14 +51,6 @@ pub async fn start(config: BrokerConfig) -> anyhow::Result<Running> {
     })
     .await
     .context("broker start-up task")??;
-    let kafka = TcpListener::bind(kafka_bind)
-        .await
-        .with_context(|| format!("cannot listen on {kafka_bind} (listeners)"))?;
-    let admin = TcpListener::bind(admin_bind)
-        .await
-        .with_context(|| format!("cannot listen on {admin_bind} (strata.admin.listener)"))?;
-    let kafka_addr = kafka.local_addr()?;
-    let admin_addr = admin.local_addr()?;
     let shutdown = CancellationToken::new();
     let connections = TaskTracker::new();
     let services = TaskTracker::new();

@@ -83,7 +83,7 @@ pub async fn handle(broker: &Arc<Broker>, peer: std::net::SocketAddr, request: R
     let response = match request.body {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, version)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(b, r, version).await),
-        RequestKind::Produce(r) => return produce::handle(b, r, version).await,
+        RequestKind::Produce(r) => return produce::handle(b, &ctx, r, version).await,
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(b, r, version).await),
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(b, r, version).await)
@@ -135,7 +135,7 @@ pub async fn handle(broker: &Arc<Broker>, peer: std::net::SocketAddr, request: R
             ResponseKind::LeaveGroup(leave_group::handle(b, r, version).await)
         }
         RequestKind::OffsetCommit(r) => {
-            ResponseKind::OffsetCommit(offset_commit::handle(b, r).await)
+            ResponseKind::OffsetCommit(offset_commit::handle(b, r, version).await)
         }
         RequestKind::OffsetFetch(r) => {
             ResponseKind::OffsetFetch(offset_fetch::handle(&b, r, version))

@@ -12,7 +12,11 @@ use kafka_protocol::ResponseError;
 use crate::api::blocking;
 use crate::broker::Broker;
 
-pub async fn handle(broker: Arc<Broker>, req: OffsetCommitRequest) -> OffsetCommitResponse {
+pub async fn handle(
+    broker: Arc<Broker>,
+    req: OffsetCommitRequest,
+    version: i16,
+) -> OffsetCommitResponse {
     let shape: Vec<(kafka_protocol::messages::TopicName, uuid::Uuid, Vec<i32>)> = req
         .topics
         .iter()
@@ -53,29 +57,55 @@ pub async fn handle(broker: Arc<Broker>, req: OffsetCommitRequest) -> OffsetComm
     let Some(coordinator) = broker.group_coordinator().cloned() else {
         return respond(vec![Some(ResponseError::CoordinatorNotAvailable); total]);
     };
-    let offsets: Vec<(String, i32, i64, i32, Option<String>)> = req
-        .topics
-        .iter()
-        .flat_map(|t| {
-            t.partitions.iter().map(move |p| {
-                (
+    // Partitions that do not exist are refused here, as Kafka does before the coordinator.
+    let known = |topic: &str, partition: i32| broker.partition(topic, partition).is_some();
+    let mut slots: Vec<Option<ResponseError>> = Vec::with_capacity(total);
+    let mut offsets: Vec<(String, i32, i64, i32, Option<String>)> = Vec::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            if known(t.name.0.as_str(), p.partition_index) {
+                slots.push(None);
+                offsets.push((
                     t.name.0.to_string(),
                     p.partition_index,
                     p.committed_offset,
                     p.committed_leader_epoch,
                     p.committed_metadata.as_ref().map(|m| m.to_string()),
-                )
-            })
-        })
-        .collect();
+                ));
+            } else {
+                slots.push(Some(ResponseError::UnknownTopicOrPartition));
+            }
+        }
+    }
     let group = req.group_id.0.to_string();
     let member = req.member_id.to_string();
     let instance = req.group_instance_id.as_ref().map(|i| i.to_string());
     let generation = req.generation_id_or_member_epoch;
+    let unknown_group = if version >= 9 {
+        ResponseError::GroupIdNotFound
+    } else {
+        ResponseError::IllegalGeneration
+    };
     let result = blocking(move || {
-        coordinator.commit_offsets(&group, &member, instance.as_deref(), generation, offsets)
+        coordinator.commit_offsets(
+            &group,
+            &member,
+            instance.as_deref(),
+            generation,
+            offsets,
+            unknown_group,
+        )
     })
     .await;
+    // Merge the coordinator's answers into the slots of the partitions it saw.
+    let merge = |answers: Vec<Option<ResponseError>>| {
+        let mut it = answers.into_iter();
+        slots
+            .iter()
+            .map(|s| if s.is_some() { *s } else { it.next().flatten() })
+            .collect::<Vec<_>>()
+    };
+    let result = result.map(|r| r.map(merge));
     match result {
         Ok(Ok(errors)) => respond(errors),
         Ok(Err(e)) => respond(vec![Some(e); total]),

@@ -13,10 +13,17 @@ use kafka_protocol::ResponseError;
 use crate::api::{blocking, errors};
 use crate::broker::Broker;
 
-pub async fn handle(broker: Arc<Broker>, req: ProduceRequest, _version: i16) -> super::Outcome {
+pub async fn handle(
+    broker: Arc<Broker>,
+    ctx: &super::Context,
+    req: ProduceRequest,
+    _version: i16,
+) -> super::Outcome {
     let acks = req.acks;
     let b = broker.clone();
-    let result = blocking(move || append_all(&b, req)).await;
+    // Only the broker writes internal topics; Kafka lets its own admin client through.
+    let may_write_internal = ctx.client_id == "__admin_client";
+    let result = blocking(move || append_all(&b, req, may_write_internal)).await;
     let responses = match result {
         Ok(r) => r,
         Err(e) => {
@@ -58,7 +65,11 @@ fn partition_config_min_isr(topic: Option<&crate::broker::Topic>) -> i32 {
     topic.map(|t| t.config.min_insync_replicas).unwrap_or(1)
 }
 
-fn append_all(broker: &Broker, req: ProduceRequest) -> Vec<TopicProduceResponse> {
+fn append_all(
+    broker: &Broker,
+    req: ProduceRequest,
+    may_write_internal: bool,
+) -> Vec<TopicProduceResponse> {
     let acks_valid = matches!(req.acks, -1..=1);
     let mut out = Vec::with_capacity(req.topic_data.len());
     for topic_data in req.topic_data {
@@ -79,6 +90,14 @@ fn append_all(broker: &Broker, req: ProduceRequest) -> Vec<TopicProduceResponse>
                     pd.index,
                     ResponseError::InvalidRequiredAcks,
                     None,
+                ));
+                continue;
+            }
+            if !may_write_internal && topic.as_ref().is_some_and(|t| t.is_internal()) {
+                partitions.push(partition_error(
+                    pd.index,
+                    ResponseError::InvalidTopicException,
+                    Some("Cannot append to internal topic".into()),
                 ));
                 continue;
             }

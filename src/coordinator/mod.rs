@@ -181,9 +181,14 @@ impl GroupCoordinator {
         }
         let wait = req.rebalance_timeout.max(req.session_timeout) + Duration::from_secs(5);
         let member_id = req.member_id.clone();
+        let static_rejoin = member_id.is_empty() && req.group_instance_id.is_some();
         let (tx, rx) = oneshot::channel();
-        {
+        let persist = {
             let mut groups = self.groups();
+            // Only a member without an id may create a group (Kafka's rule).
+            if !member_id.is_empty() && !groups.contains_key(group_id) {
+                return JoinResult::error(ResponseError::UnknownMemberId, &member_id);
+            }
             let g = groups.entry(group_id.to_string()).or_insert_with(|| {
                 Group::new(
                     group_id,
@@ -192,9 +197,23 @@ impl GroupCoordinator {
                     self.config.initial_rebalance_delay,
                 )
             });
-            if let Some((_, result)) = g.join(req, tx, Instant::now(), now_ms()) {
-                return result;
+            match g.join(req, tx, Instant::now(), now_ms()) {
+                // A static member that took over its old id without a rebalance: the new
+                // member id must be durable before the member uses it (Kafka stores the group
+                // first), or a restart would fence it.
+                Some((_, result)) if static_rejoin && result.error.is_none() => {
+                    Some((result, g.to_value()))
+                }
+                Some((_, result)) => return result,
+                None => None,
             }
+        };
+        if let Some((result, value)) = persist {
+            let gid = group_id.to_string();
+            return match self.persist_group(&gid, Some(value)) {
+                Ok(()) => result,
+                Err(e) => JoinResult::error(e, &result.member_id),
+            };
         }
         match tokio::time::timeout(wait, rx).await {
             Ok(Ok(result)) => result,
@@ -283,7 +302,7 @@ impl GroupCoordinator {
         let (results, persist) = {
             let mut groups = self.groups();
             let Some(g) = groups.get_mut(group_id) else {
-                return Err(ResponseError::UnknownMemberId);
+                return Ok(vec![Some(ResponseError::UnknownMemberId); identities.len()]);
             };
             let before = (g.state, g.generation);
             let results: Vec<_> = identities
@@ -309,6 +328,7 @@ impl GroupCoordinator {
         group_instance_id: Option<&str>,
         generation: i32,
         offsets: Vec<(String, i32, i64, i32, Option<String>)>,
+        unknown_group: ResponseError,
     ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
         if group_id.is_empty() {
             return Err(ResponseError::InvalidGroupId);
@@ -318,7 +338,7 @@ impl GroupCoordinator {
             let check = match groups.get(group_id) {
                 Some(g) => g.check_commit(member_id, group_instance_id, generation),
                 None if generation < 0 => None,
-                None => Some(ResponseError::IllegalGeneration),
+                None => Some(unknown_group),
             };
             if let Some(e) = check {
                 return Err(e);
@@ -512,7 +532,11 @@ impl GroupCoordinator {
         let subscribed_topics: Vec<String> = {
             let groups = self.groups();
             let g = groups.get(group_id).ok_or(ResponseError::GroupIdNotFound)?;
-            if g.protocol_type.as_deref() == Some("consumer") && !g.members.is_empty() {
+            if g.protocol_type.as_deref() != Some("consumer") && !g.members.is_empty() {
+                // Kafka can only tell which topics a consumer-protocol group uses.
+                return Err(ResponseError::NonEmptyGroup);
+            }
+            if !g.members.is_empty() {
                 g.members
                     .values()
                     .flat_map(|m| {

@@ -6,6 +6,7 @@ mod client;
 mod harness;
 
 mod admin;
+mod groups;
 mod http;
 mod idempotence;
 mod lifecycle;

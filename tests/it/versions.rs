@@ -12,21 +12,52 @@ use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::incremental_alter_configs_request as iac;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::offset_delete_request::{
+    OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable};
 
+use crate::client::Client;
+use crate::groups::{
+    self, commit_request, group_id, join_new, join_request, offset_fetch_request, simple_commit,
+    sync_request, SESSION_MS,
+};
 use crate::harness::*;
 
 struct Ctx {
     topic_id: uuid::Uuid,
     partitions: i32,
+    /// OffsetFetch: "sweep-fetch" has a committed offset.
+    committed: bool,
+    /// DescribeGroups: "sweep-described" is a Stable group with a member.
+    described: bool,
 }
 
-fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx) -> RequestKind {
+/// A new member of a new group `group`, after its SyncGroup: (member id, generation).
+async fn stable_member(c: &mut Client, group: &str) -> (String, i32) {
+    let r = join_new(c, group, None, SESSION_MS).await;
+    assert_eq!(r.error_code, 0, "join {group}: {r:?}");
+    let id = r.member_id.to_string();
+    let assignment = vec![(id.clone(), groups::assignment("sweep", &[0]))];
+    let s = c
+        .call(
+            groups::SYNC_V,
+            &sync_request(group, &id, None, r.generation_id, assignment),
+        )
+        .await;
+    assert_eq!(s.error_code, 0, "sync {group}: {s:?}");
+    (id, r.generation_id)
+}
+
+/// Builds a realistic request for `api` at `v`, first setting up on `c` what it needs (a group
+/// with a member, committed offsets) so that the answer carries no error.
+async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> RequestKind {
     match api {
         ApiKey::Produce => {
             let mut r = produce_request("sweep", 0, batch(2), -1);
@@ -174,6 +205,133 @@ fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx) -> RequestKind {
             r.into()
         }
         ApiKey::DescribeCluster => DescribeClusterRequest::default().into(),
+        ApiKey::FindCoordinator => {
+            let mut r = FindCoordinatorRequest::default();
+            if v >= 4 {
+                r.coordinator_keys = vec![str_bytes("sweep-group"), str_bytes("sweep-other")];
+            } else {
+                r.key = str_bytes("sweep-group");
+            }
+            r.into()
+        }
+        ApiKey::JoinGroup => {
+            // A new member of a new group: v4+ first answers MEMBER_ID_REQUIRED.
+            let mut r = join_request(&format!("sweep-join-v{v}"), "", None, SESSION_MS);
+            if v >= 8 {
+                r.reason = Some(str_bytes("sweep"));
+            }
+            r.into()
+        }
+        ApiKey::SyncGroup => {
+            let group = format!("sweep-sync-v{v}");
+            let r = join_new(c, &group, None, SESSION_MS).await;
+            assert_eq!(r.error_code, 0, "join {group}: {r:?}");
+            let id = r.member_id.to_string();
+            let assignment = vec![(id.clone(), groups::assignment("sweep", &[0]))];
+            let mut s = sync_request(&group, &id, None, r.generation_id, assignment);
+            if v < 5 {
+                s.protocol_type = None;
+                s.protocol_name = None;
+            }
+            s.into()
+        }
+        ApiKey::Heartbeat => {
+            let group = format!("sweep-heartbeat-v{v}");
+            let (id, generation) = stable_member(c, &group).await;
+            let mut r = HeartbeatRequest::default();
+            r.group_id = group_id(&group);
+            r.member_id = str_bytes(&id);
+            r.generation_id = generation;
+            r.into()
+        }
+        ApiKey::LeaveGroup => {
+            let group = format!("sweep-leave-v{v}");
+            let (id, _) = stable_member(c, &group).await;
+            let mut r = LeaveGroupRequest::default();
+            r.group_id = group_id(&group);
+            if v >= 3 {
+                let mut m = MemberIdentity::default();
+                m.member_id = str_bytes(&id);
+                if v >= 5 {
+                    m.reason = Some(str_bytes("sweep"));
+                }
+                r.members = vec![m];
+            } else {
+                r.member_id = str_bytes(&id);
+            }
+            r.into()
+        }
+        ApiKey::OffsetCommit => {
+            // A simple commit (no generation, no member) to a group without members.
+            commit_request(
+                v,
+                &format!("sweep-commit-v{v}"),
+                -1,
+                "",
+                None,
+                "sweep",
+                &[(0, 2, 0, "sweep")],
+            )
+            .into()
+        }
+        ApiKey::OffsetFetch => {
+            if !ctx.committed {
+                simple_commit(c, "sweep-fetch", "sweep", &[(0, 1)]).await;
+                ctx.committed = true;
+            }
+            let groups: &[groups::FetchSpec] = if v >= 8 {
+                &[
+                    ("sweep-fetch", Some(("sweep", &[0]))),
+                    ("sweep-fetch", None),
+                    ("sweep-never", None),
+                ]
+            } else {
+                &[("sweep-fetch", Some(("sweep", &[0])))]
+            };
+            let mut r = offset_fetch_request(v, groups);
+            r.require_stable = v >= 7;
+            r.into()
+        }
+        ApiKey::DescribeGroups => {
+            if !ctx.described {
+                stable_member(c, "sweep-described").await;
+                ctx.described = true;
+            }
+            let mut r = DescribeGroupsRequest::default();
+            r.groups = vec![group_id("sweep-described")];
+            r.include_authorized_operations = v >= 3;
+            r.into()
+        }
+        ApiKey::ListGroups => {
+            let mut r = ListGroupsRequest::default();
+            if v >= 4 {
+                r.states_filter = vec![str_bytes("Stable"), str_bytes("Empty")];
+            }
+            if v >= 5 {
+                r.types_filter = vec![str_bytes("classic")];
+            }
+            r.into()
+        }
+        ApiKey::DeleteGroups => {
+            let group = format!("sweep-delete-v{v}");
+            simple_commit(c, &group, "sweep", &[(0, 1)]).await;
+            let mut r = DeleteGroupsRequest::default();
+            r.groups_names = vec![group_id(&group)];
+            r.into()
+        }
+        ApiKey::OffsetDelete => {
+            let group = format!("sweep-offset-delete-v{v}");
+            simple_commit(c, &group, "sweep", &[(0, 1)]).await;
+            let mut p = OffsetDeleteRequestPartition::default();
+            p.partition_index = 0;
+            let mut t = OffsetDeleteRequestTopic::default();
+            t.name = name("sweep");
+            t.partitions = vec![p];
+            let mut r = OffsetDeleteRequest::default();
+            r.group_id = group_id(&group);
+            r.topics = vec![t];
+            r.into()
+        }
         other => panic!("ApiVersions lists {other:?}, which this test does not know"),
     }
 }
@@ -223,13 +381,51 @@ fn error_codes(resp: &ResponseKind) -> Vec<i16> {
             .collect(),
         ResponseKind::CreatePartitions(r) => r.results.iter().map(|x| x.error_code).collect(),
         ResponseKind::DescribeCluster(r) => vec![r.error_code],
+        ResponseKind::FindCoordinator(r) => std::iter::once(r.error_code)
+            .chain(r.coordinators.iter().map(|x| x.error_code))
+            .collect(),
+        ResponseKind::JoinGroup(r) => vec![r.error_code],
+        ResponseKind::SyncGroup(r) => vec![r.error_code],
+        ResponseKind::Heartbeat(r) => vec![r.error_code],
+        ResponseKind::LeaveGroup(r) => std::iter::once(r.error_code)
+            .chain(r.members.iter().map(|m| m.error_code))
+            .collect(),
+        ResponseKind::OffsetCommit(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+            .collect(),
+        ResponseKind::OffsetFetch(r) => std::iter::once(r.error_code)
+            .chain(
+                r.topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+            )
+            .chain(r.groups.iter().flat_map(|g| {
+                std::iter::once(g.error_code).chain(
+                    g.topics
+                        .iter()
+                        .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+                )
+            }))
+            .collect(),
+        ResponseKind::DescribeGroups(r) => r.groups.iter().map(|g| g.error_code).collect(),
+        ResponseKind::ListGroups(r) => vec![r.error_code],
+        ResponseKind::DeleteGroups(r) => r.results.iter().map(|x| x.error_code).collect(),
+        ResponseKind::OffsetDelete(r) => std::iter::once(r.error_code)
+            .chain(
+                r.topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+            )
+            .collect(),
         _ => vec![],
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_advertised_api_version_answers_with_a_decodable_response() {
-    let b = TestBroker::start().await;
+    let b = TestBroker::start_with(&groups::GROUP_SETTINGS).await;
     let mut c = b.client().await;
     let topic_id = create_topic(&mut c, "sweep", 1).await;
     produce(&mut c, "sweep", 0, batch(3)).await;
@@ -238,13 +434,15 @@ async fn every_advertised_api_version_answers_with_a_decodable_response() {
     let mut ctx = Ctx {
         topic_id,
         partitions: 1,
+        committed: false,
+        described: false,
     };
     let mut checked = 0;
     let mut undecodable = Vec::new();
     for a in &apis {
         let api = ApiKey::try_from(a.api_key).expect("known api key");
         for v in a.min_version..=a.max_version {
-            let req = request_for(api, v, &mut ctx);
+            let req = request_for(api, v, &mut ctx, &mut c).await;
             let id = c.next_correlation_id();
             let mut buf = BytesMut::new();
             buf.put_i32(0);
@@ -283,6 +481,12 @@ async fn every_advertised_api_version_answers_with_a_decodable_response() {
                     assert_eq!(r.responses.len(), 1, "{api:?} v{v}");
                     assert_eq!(r.responses[0].error_code, 3, "{api:?} v{v}");
                 }
+            } else if api == ApiKey::JoinGroup && v >= 4 {
+                // A new member of a group is first asked to rejoin with the id it is handed.
+                if let ResponseKind::JoinGroup(r) = &resp {
+                    assert_eq!(r.error_code, 79, "{api:?} v{v}: {r:?}");
+                    assert!(!r.member_id.is_empty(), "{api:?} v{v}: no member id");
+                }
             } else {
                 assert!(
                     !codes.is_empty() || api == ApiKey::Metadata,
@@ -298,6 +502,33 @@ async fn every_advertised_api_version_answers_with_a_decodable_response() {
                     count_records(&r.responses[0].partitions[0].records) > 0,
                     "Fetch v{v}: no records"
                 );
+            }
+            match &resp {
+                ResponseKind::FindCoordinator(r) if v >= 4 => {
+                    assert_eq!(r.coordinators.len(), 2, "{api:?} v{v}");
+                }
+                ResponseKind::OffsetFetch(r) => {
+                    let offset = if v >= 8 {
+                        assert_eq!(r.groups.len(), 3, "{api:?} v{v}");
+                        r.groups[0].topics[0].partitions[0].committed_offset
+                    } else {
+                        r.topics[0].partitions[0].committed_offset
+                    };
+                    assert_eq!(offset, 1, "{api:?} v{v}: committed offset");
+                }
+                ResponseKind::DescribeGroups(r) => {
+                    assert_eq!(r.groups[0].group_state.as_str(), "Stable", "{api:?} v{v}");
+                    assert_eq!(r.groups[0].members.len(), 1, "{api:?} v{v}");
+                }
+                ResponseKind::ListGroups(r) => {
+                    assert!(
+                        r.groups
+                            .iter()
+                            .any(|g| g.group_id.0.as_str() == "sweep-described"),
+                        "{api:?} v{v}: {r:?}"
+                    );
+                }
+                _ => {}
             }
             if let ResponseKind::Metadata(r) = &resp {
                 assert!(
