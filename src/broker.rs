@@ -593,6 +593,12 @@ impl Broker {
                 max_session_timeout: Duration::from_millis(c.group_max_session_timeout_ms),
                 offsets_retention: Duration::from_millis(c.offsets_retention_ms as u64),
                 offset_metadata_max_bytes: c.offset_metadata_max_bytes,
+                consumer_session_timeout: Duration::from_millis(
+                    c.group_consumer_session_timeout_ms,
+                ),
+                consumer_heartbeat_interval: Duration::from_millis(
+                    c.group_consumer_heartbeat_interval_ms,
+                ),
             },
             Arc::new(log),
         );

@@ -42,6 +42,8 @@ pub const SUPPORTED_APIS: &[ApiKey] = &[
     ApiKey::ListGroups,
     ApiKey::DeleteGroups,
     ApiKey::OffsetDelete,
+    ApiKey::ConsumerGroupHeartbeat,
+    ApiKey::ConsumerGroupDescribe,
 ];
 
 /// (min, max) version Strata accepts for an API, if it serves it at all: the crate's range
@@ -78,6 +80,8 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::ListGroups => ListGroupsRequest::VERSIONS,
         ApiKey::DeleteGroups => DeleteGroupsRequest::VERSIONS,
         ApiKey::OffsetDelete => OffsetDeleteRequest::VERSIONS,
+        ApiKey::ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest::VERSIONS,
+        ApiKey::ConsumerGroupDescribe => ConsumerGroupDescribeRequest::VERSIONS,
         _ => return None,
     };
     let r = key.valid_versions().intersect(&codec);

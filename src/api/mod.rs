@@ -2,6 +2,8 @@
 //! response body; Kafka-facing error codes are chosen in [`errors`] only.
 
 pub mod api_versions;
+pub mod consumer_group_describe;
+pub mod consumer_group_heartbeat;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
@@ -149,6 +151,12 @@ pub async fn handle(broker: &Arc<Broker>, peer: std::net::SocketAddr, request: R
         }
         RequestKind::OffsetDelete(r) => {
             ResponseKind::OffsetDelete(offset_delete::handle(b, r).await)
+        }
+        RequestKind::ConsumerGroupHeartbeat(r) => {
+            ResponseKind::ConsumerGroupHeartbeat(consumer_group_heartbeat::handle(&b, &ctx, r))
+        }
+        RequestKind::ConsumerGroupDescribe(r) => {
+            ResponseKind::ConsumerGroupDescribe(consumer_group_describe::handle(&b, r))
         }
         other => {
             // decode_request only admits SUPPORTED_APIS, so this is unreachable in practice;

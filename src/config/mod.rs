@@ -184,6 +184,16 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         kind: Kind::Int,
         default: "1800000",
     },
+    BrokerConfigDef {
+        name: "group.consumer.session.timeout.ms",
+        kind: Kind::Int,
+        default: "45000",
+    },
+    BrokerConfigDef {
+        name: "group.consumer.heartbeat.interval.ms",
+        kind: Kind::Int,
+        default: "5000",
+    },
 ];
 
 /// Kafka settings Strata reads but does not need (KRaft roles, thread pools, buffer sizes).
@@ -268,6 +278,8 @@ pub struct BrokerConfig {
     pub group_initial_rebalance_delay_ms: u64,
     pub group_min_session_timeout_ms: u64,
     pub group_max_session_timeout_ms: u64,
+    pub group_consumer_session_timeout_ms: u64,
+    pub group_consumer_heartbeat_interval_ms: u64,
     /// The `log.*` and other topic-config synonyms as set, for topic defaults.
     pub topic_defaults: BrokerDefaults,
     /// Every explicitly set key (for DescribeConfigs on the broker resource).
@@ -657,6 +669,8 @@ impl BrokerConfig {
                 as u64,
             group_min_session_timeout_ms: positive("group.min.session.timeout.ms")?,
             group_max_session_timeout_ms: positive("group.max.session.timeout.ms")?,
+            group_consumer_session_timeout_ms: positive("group.consumer.session.timeout.ms")?,
+            group_consumer_heartbeat_interval_ms: positive("group.consumer.heartbeat.interval.ms")?,
             topic_defaults,
             explicit,
         })

@@ -137,6 +137,8 @@ pub struct Group {
     /// Member ids handed out with MEMBER_ID_REQUIRED, waiting for their second join.
     pub pending_members: HashMap<String, Instant>,
     pub offsets: BTreeMap<(String, i32), OffsetValue>,
+    /// Set when the group uses the consumer protocol (KIP-848) instead of the classic one.
+    pub consumer: Option<super::consumer_group::ConsumerState>,
     /// When PreparingRebalance: join completes when all members joined and `join_not_before`
     /// has passed, or at `rebalance_deadline`.
     join_not_before: Instant,
@@ -162,6 +164,7 @@ impl Group {
             static_members: HashMap::new(),
             pending_members: HashMap::new(),
             offsets: BTreeMap::new(),
+            consumer: None,
             join_not_before: now,
             rebalance_deadline: now,
             initial_delay,
@@ -778,6 +781,17 @@ impl Group {
         group_instance_id: Option<&str>,
         generation: i32,
     ) -> Option<ResponseError> {
+        if let Some(c) = self.consumer.as_ref().filter(|c| !c.is_empty()) {
+            // Consumer-protocol members commit with their member epoch.
+            if generation < 0 && member_id.is_empty() {
+                return Some(ResponseError::UnknownMemberId);
+            }
+            return match c.member_epoch(member_id) {
+                None => Some(ResponseError::UnknownMemberId),
+                Some(e) if e != generation => Some(ResponseError::StaleMemberEpoch),
+                Some(_) => None,
+            };
+        }
         if generation < 0 && member_id.is_empty() && group_instance_id.is_none() {
             // A commit from outside the group (admin tools, assign() consumers).
             return if self.members.is_empty() {

@@ -9,6 +9,7 @@
 //! `__consumer_offsets` partition through the normal log before the commit is acknowledged;
 //! on start the topic is replayed (last record per key wins, null values delete).
 
+pub mod consumer_group;
 pub mod group;
 pub mod offsets_log;
 pub mod offsets_topic;
@@ -35,6 +36,8 @@ pub trait OffsetsLog: Send + Sync {
     fn append(&self, group: &str, records: Vec<(Bytes, Option<Bytes>)>) -> io::Result<()>;
     /// Every record of the topic, in log order per partition.
     fn replay(&self) -> io::Result<Vec<(Bytes, Option<Bytes>)>>;
+    /// A topic's id and partition count (for server-side assignment).
+    fn resolve_topic(&self, name: &str) -> Option<(uuid::Uuid, i32)>;
 }
 
 #[derive(Debug, Clone)]
@@ -44,6 +47,9 @@ pub struct GroupConfig {
     pub max_session_timeout: Duration,
     pub offsets_retention: Duration,
     pub offset_metadata_max_bytes: usize,
+    /// KIP-848 groups: `group.consumer.session.timeout.ms` / `heartbeat.interval.ms`.
+    pub consumer_session_timeout: Duration,
+    pub consumer_heartbeat_interval: Duration,
 }
 
 /// A committed offset for the OffsetFetch answer.
@@ -197,6 +203,9 @@ impl GroupCoordinator {
                     self.config.initial_rebalance_delay,
                 )
             });
+            if g.consumer.as_ref().is_some_and(|c| !c.is_empty()) {
+                return JoinResult::error(ResponseError::InconsistentGroupProtocol, &member_id);
+            }
             match g.join(req, tx, Instant::now(), now_ms()) {
                 // A static member that took over its old id without a rebalance: the new
                 // member id must be durable before the member uses it (Kafka stores the group
@@ -275,6 +284,75 @@ impl GroupCoordinator {
             Ok(Ok(result)) => result,
             _ => SyncResult::error(ResponseError::RebalanceInProgress),
         }
+    }
+
+    /// ConsumerGroupHeartbeat (KIP-848).
+    pub fn consumer_heartbeat(
+        &self,
+        group_id: &str,
+        req: consumer_group::HeartbeatIn,
+    ) -> Result<consumer_group::HeartbeatOut, ResponseError> {
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        let resolve = |name: &str| self.log.resolve_topic(name);
+        let mut groups = self.groups();
+        if req.member_epoch != 0 && !groups.contains_key(group_id) {
+            return Err(ResponseError::UnknownMemberId);
+        }
+        let g = groups.entry(group_id.to_string()).or_insert_with(|| {
+            Group::new(
+                group_id,
+                Instant::now(),
+                now_ms(),
+                self.config.initial_rebalance_delay,
+            )
+        });
+        if g.consumer.is_none() {
+            if !g.members.is_empty() {
+                // A classic group with members: the protocols do not mix.
+                return Err(ResponseError::GroupIdNotFound);
+            }
+            g.consumer = Some(consumer_group::ConsumerState::new());
+            g.protocol_type = Some("consumer".into());
+        }
+        let c = g.consumer.as_mut().ok_or(ResponseError::GroupIdNotFound)?;
+        let (member, epoch, owned) = (
+            req.member_id.clone(),
+            req.member_epoch,
+            format!("{:?}", req.owned),
+        );
+        let out = c.heartbeat(
+            req,
+            &resolve,
+            self.config.consumer_session_timeout,
+            Instant::now(),
+        );
+        match &out {
+            Ok(o) => {
+                tracing::debug!(group = group_id, %member, epoch, %owned, new_epoch = o.member_epoch, assignment = ?o.assignment, group_epoch = c.group_epoch, "consumer heartbeat")
+            }
+            Err(e) => {
+                tracing::debug!(group = group_id, %member, epoch, %owned, error = ?e, "consumer heartbeat refused")
+            }
+        }
+        out
+    }
+
+    /// Runs `f` on a consumer-protocol group's state.
+    pub fn with_consumer_group<R>(
+        &self,
+        group_id: &str,
+        f: impl FnOnce(&consumer_group::ConsumerState) -> R,
+    ) -> Option<R> {
+        self.groups()
+            .get(group_id)
+            .and_then(|g| g.consumer.as_ref())
+            .map(f)
+    }
+
+    pub fn consumer_heartbeat_interval(&self) -> Duration {
+        self.config.consumer_heartbeat_interval
     }
 
     pub fn heartbeat(
@@ -425,6 +503,14 @@ impl GroupCoordinator {
     pub fn describe(&self, group_id: &str) -> Option<GroupDescription> {
         let groups = self.groups();
         let g = groups.get(group_id)?;
+        if let Some(c) = &g.consumer {
+            return Some(GroupDescription {
+                state: c.state_name(),
+                protocol_type: "consumer".into(),
+                protocol: c.assignor.clone(),
+                members: Vec::new(),
+            });
+        }
         let stable = g.state == GroupState::Stable;
         let protocol = g.protocol_name.clone().unwrap_or_default();
         Some(GroupDescription {
@@ -475,7 +561,10 @@ impl GroupCoordinator {
                 (
                     g.id.clone(),
                     g.protocol_type.clone().unwrap_or_default(),
-                    g.state.name(),
+                    g.consumer
+                        .as_ref()
+                        .map(|c| c.state_name())
+                        .unwrap_or(g.state.name()),
                 )
             })
             .collect();
@@ -591,7 +680,12 @@ impl GroupCoordinator {
         let mut expire: Vec<(String, Vec<(String, i32)>)> = Vec::new();
         {
             let mut groups = self.groups();
+            let resolve = |name: &str| self.log.resolve_topic(name);
             for g in groups.values_mut() {
+                if let Some(c) = g.consumer.as_mut() {
+                    c.tick(&resolve, now);
+                    continue;
+                }
                 if g.tick(now, now_wall) && g.state == GroupState::Empty {
                     persist.push((g.id.clone(), g.to_value()));
                 }

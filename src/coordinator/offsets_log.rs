@@ -72,6 +72,11 @@ impl OffsetsLog for BrokerOffsetsLog {
             .map_err(|e| io::Error::other(e.to_string()))
     }
 
+    fn resolve_topic(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
+        let t = self.broker.upgrade()?.topic(name)?;
+        Some((t.id, t.partitions.len() as i32))
+    }
+
     fn replay(&self) -> io::Result<Vec<(Bytes, Option<Bytes>)>> {
         let Some(topic) = self.topic(false)? else {
             return Ok(Vec::new());

@@ -332,6 +332,32 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
             r.topics = vec![t];
             r.into()
         }
+        ApiKey::ConsumerGroupHeartbeat => {
+            // A fresh member joins a KIP-848 group subscribed to "sweep".
+            let mut r = ConsumerGroupHeartbeatRequest::default();
+            r.group_id = group_id(&format!("sweep-848-v{v}"));
+            r.member_id = str_bytes(&uuid::Uuid::new_v4().to_string());
+            r.member_epoch = 0;
+            r.rebalance_timeout_ms = 30_000;
+            r.subscribed_topic_names = Some(vec![name("sweep")]);
+            r.topic_partitions = Some(vec![]);
+            r.into()
+        }
+        ApiKey::ConsumerGroupDescribe => {
+            let group = format!("sweep-848-describe-v{v}");
+            let mut hb = ConsumerGroupHeartbeatRequest::default();
+            hb.group_id = group_id(&group);
+            hb.member_id = str_bytes(&uuid::Uuid::new_v4().to_string());
+            hb.member_epoch = 0;
+            hb.rebalance_timeout_ms = 30_000;
+            hb.subscribed_topic_names = Some(vec![name("sweep")]);
+            hb.topic_partitions = Some(vec![]);
+            let h = c.call(0, &hb).await;
+            assert_eq!(h.error_code, 0, "join before describe");
+            let mut r = ConsumerGroupDescribeRequest::default();
+            r.group_ids = vec![group_id(&group)];
+            r.into()
+        }
         other => panic!("ApiVersions lists {other:?}, which this test does not know"),
     }
 }
@@ -419,6 +445,8 @@ fn error_codes(resp: &ResponseKind) -> Vec<i16> {
                     .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
             )
             .collect(),
+        ResponseKind::ConsumerGroupHeartbeat(r) => vec![r.error_code],
+        ResponseKind::ConsumerGroupDescribe(r) => r.groups.iter().map(|g| g.error_code).collect(),
         _ => vec![],
     }
 }

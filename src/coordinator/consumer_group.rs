@@ -1,0 +1,601 @@
+//! The consumer group protocol (KIP-848): the broker computes assignments and each member
+//! reconciles toward its target through ConsumerGroupHeartbeat.
+//!
+//! Epochs: the group epoch rises on every membership or subscription change; the target
+//! assignment is recomputed at that epoch (the assignment epoch). A member moves to the
+//! assignment epoch once it holds no partition outside its target: partitions to revoke are
+//! taken away first and the member keeps its epoch until it reports (in `topic_partitions`)
+//! that it released them; partitions still held by others are handed over as they are
+//! released. Pure state: the coordinator calls it under its lock with a topic resolver.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use indexmap::IndexMap;
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+/// topic id -> partitions
+pub type Assignment = BTreeMap<Uuid, BTreeSet<i32>>;
+
+pub const ASSIGNORS: [&str; 2] = ["uniform", "range"];
+
+pub struct ConsumerMember {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub member_epoch: i32,
+    pub previous_member_epoch: i32,
+    pub rebalance_timeout: Duration,
+    pub subscribed_topics: Vec<String>,
+    pub server_assignor: Option<String>,
+    /// What the member holds, as far as the coordinator has told it.
+    pub assigned: Assignment,
+    /// Partitions taken away and not yet confirmed released.
+    pub pending_revocation: Assignment,
+    pub revocation_deadline: Option<Instant>,
+    pub session_deadline: Instant,
+    /// The assignment last sent, to answer `null` (unchanged) otherwise.
+    last_sent: Option<Assignment>,
+}
+
+#[derive(Default)]
+pub struct ConsumerState {
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
+    pub members: IndexMap<String, ConsumerMember>,
+    pub target: BTreeMap<String, Assignment>,
+    /// (topic name, id, partition count) of the subscribed topics when the target was made.
+    subscription_metadata: Vec<(String, Uuid, i32)>,
+    pub assignor: String,
+}
+
+/// One heartbeat, decoded.
+pub struct HeartbeatIn {
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout: Duration,
+    pub subscribed_topics: Option<Vec<String>>,
+    pub server_assignor: Option<String>,
+    pub owned: Option<Assignment>,
+}
+
+pub struct HeartbeatOut {
+    pub member_id: String,
+    pub member_epoch: i32,
+    /// `None`: unchanged since the last answer.
+    pub assignment: Option<Assignment>,
+}
+
+/// Resolves a topic name to (id, partition count).
+pub type TopicResolver<'a> = &'a dyn Fn(&str) -> Option<(Uuid, i32)>;
+
+const LEAVE_EPOCH: i32 = -1;
+const STATIC_LEAVE_EPOCH: i32 = -2;
+
+fn subtract(a: &Assignment, b: &Assignment) -> Assignment {
+    let mut out = Assignment::new();
+    for (t, ps) in a {
+        let rest: BTreeSet<i32> = ps
+            .iter()
+            .filter(|p| !b.get(t).is_some_and(|bp| bp.contains(p)))
+            .copied()
+            .collect();
+        if !rest.is_empty() {
+            out.insert(*t, rest);
+        }
+    }
+    out
+}
+
+fn union_into(a: &mut Assignment, b: &Assignment) {
+    for (t, ps) in b {
+        a.entry(*t).or_default().extend(ps.iter().copied());
+    }
+}
+
+fn intersects(a: &Assignment, b: &Assignment) -> bool {
+    a.iter()
+        .any(|(t, ps)| b.get(t).is_some_and(|bp| ps.iter().any(|p| bp.contains(p))))
+}
+
+impl ConsumerState {
+    pub fn new() -> Self {
+        ConsumerState {
+            assignor: ASSIGNORS[0].to_string(),
+            ..Default::default()
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Kafka's consumer group states.
+    pub fn state_name(&self) -> &'static str {
+        if self.members.is_empty() {
+            "Empty"
+        } else if self.assignment_epoch < self.group_epoch {
+            "Assigning"
+        } else if self.members.values().any(|m| {
+            m.member_epoch != self.assignment_epoch
+                || self.target.get(&m.member_id) != Some(&m.assigned)
+        }) {
+            "Reconciling"
+        } else {
+            "Stable"
+        }
+    }
+
+    pub fn heartbeat(
+        &mut self,
+        req: HeartbeatIn,
+        topics: TopicResolver<'_>,
+        session_timeout: Duration,
+        now: Instant,
+    ) -> Result<HeartbeatOut, ResponseError> {
+        if let Some(a) = &req.server_assignor {
+            if !ASSIGNORS.contains(&a.as_str()) {
+                return Err(ResponseError::UnsupportedAssignor);
+            }
+        }
+        // Leaving.
+        if req.member_epoch == LEAVE_EPOCH || req.member_epoch == STATIC_LEAVE_EPOCH {
+            if self.members.shift_remove(&req.member_id).is_none() {
+                return Err(ResponseError::UnknownMemberId);
+            }
+            self.target.remove(&req.member_id);
+            self.bump_and_assign(topics);
+            return Ok(HeartbeatOut {
+                member_id: req.member_id,
+                member_epoch: req.member_epoch,
+                assignment: None,
+            });
+        }
+        let member_id = if req.member_id.is_empty() {
+            uuid::Uuid::new_v4().to_string()
+        } else {
+            req.member_id.clone()
+        };
+        let mut changed = false;
+        if req.member_epoch == 0 {
+            // A (re)joining member; a static member takes over its previous incarnation.
+            if let Some(instance) = &req.instance_id {
+                let old = self
+                    .members
+                    .values()
+                    .find(|m| {
+                        m.instance_id.as_deref() == Some(instance.as_str())
+                            && m.member_id != member_id
+                    })
+                    .map(|m| m.member_id.clone());
+                if let Some(old) = old {
+                    if let Some(prev) = self.members.shift_remove(&old) {
+                        self.target.remove(&old);
+                        let _ = prev;
+                        changed = true;
+                    }
+                }
+            }
+            let subscribed = req.subscribed_topics.clone().unwrap_or_default();
+            match self.members.get_mut(&member_id) {
+                Some(m) => {
+                    // Rejoin after a fence: start over.
+                    m.assigned.clear();
+                    m.pending_revocation.clear();
+                    m.member_epoch = 0;
+                    m.last_sent = None;
+                }
+                None => {
+                    self.members.insert(
+                        member_id.clone(),
+                        ConsumerMember {
+                            member_id: member_id.clone(),
+                            instance_id: req.instance_id.clone(),
+                            rack_id: req.rack_id.clone(),
+                            client_id: req.client_id.clone(),
+                            client_host: req.client_host.clone(),
+                            member_epoch: 0,
+                            previous_member_epoch: -1,
+                            rebalance_timeout: req.rebalance_timeout,
+                            subscribed_topics: subscribed,
+                            server_assignor: req.server_assignor.clone(),
+                            assigned: Assignment::new(),
+                            pending_revocation: Assignment::new(),
+                            revocation_deadline: None,
+                            session_deadline: now + session_timeout,
+                            last_sent: None,
+                        },
+                    );
+                    changed = true;
+                }
+            }
+        } else {
+            let m = self
+                .members
+                .get(&member_id)
+                .ok_or(ResponseError::UnknownMemberId)?;
+            if req.member_epoch != m.member_epoch && req.member_epoch != m.previous_member_epoch {
+                return Err(ResponseError::FencedMemberEpoch);
+            }
+            if req.member_epoch == m.previous_member_epoch && req.member_epoch != m.member_epoch {
+                // The member missed our last answer: resend it in full.
+                if let Some(m) = self.members.get_mut(&member_id) {
+                    m.last_sent = None;
+                }
+            }
+        }
+        let m = self
+            .members
+            .get_mut(&member_id)
+            .ok_or(ResponseError::UnknownMemberId)?;
+        m.session_deadline = now + session_timeout;
+        if req.rebalance_timeout > Duration::ZERO {
+            m.rebalance_timeout = req.rebalance_timeout;
+        }
+        if let Some(topics) = &req.subscribed_topics {
+            if *topics != m.subscribed_topics {
+                m.subscribed_topics = topics.clone();
+                changed = true;
+            }
+        }
+        if let Some(a) = &req.server_assignor {
+            if m.server_assignor.as_ref() != Some(a) {
+                m.server_assignor = Some(a.clone());
+                changed = true;
+            }
+        }
+        if let Some(owned) = &req.owned {
+            // Released what it had to give up?
+            if !intersects(owned, &m.pending_revocation) {
+                m.pending_revocation.clear();
+                m.revocation_deadline = None;
+            }
+        }
+        if changed || self.metadata_changed(topics) {
+            self.bump_and_assign(topics);
+        }
+        self.reconcile(&member_id, now);
+        let m = self
+            .members
+            .get_mut(&member_id)
+            .ok_or(ResponseError::UnknownMemberId)?;
+        let assignment = if m.last_sent.as_ref() != Some(&m.assigned) {
+            m.last_sent = Some(m.assigned.clone());
+            Some(m.assigned.clone())
+        } else {
+            None
+        };
+        Ok(HeartbeatOut {
+            member_id,
+            member_epoch: m.member_epoch,
+            assignment,
+        })
+    }
+
+    fn subscription_metadata(&self, topics: TopicResolver<'_>) -> Vec<(String, Uuid, i32)> {
+        let names: BTreeSet<&String> = self
+            .members
+            .values()
+            .flat_map(|m| m.subscribed_topics.iter())
+            .collect();
+        names
+            .into_iter()
+            .filter_map(|n| topics(n).map(|(id, count)| (n.clone(), id, count)))
+            .collect()
+    }
+
+    fn metadata_changed(&self, topics: TopicResolver<'_>) -> bool {
+        self.subscription_metadata(topics) != self.subscription_metadata
+    }
+
+    /// A new group epoch and a new target assignment.
+    fn bump_and_assign(&mut self, topics: TopicResolver<'_>) {
+        self.group_epoch += 1;
+        self.subscription_metadata = self.subscription_metadata(topics);
+        if let Some(a) = self
+            .members
+            .values()
+            .filter_map(|m| m.server_assignor.clone())
+            .next()
+        {
+            self.assignor = a;
+        }
+        self.target = self.compute_target();
+        self.assignment_epoch = self.group_epoch;
+    }
+
+    fn compute_target(&self) -> BTreeMap<String, Assignment> {
+        let mut target: BTreeMap<String, Assignment> = self
+            .members
+            .keys()
+            .map(|k| (k.clone(), Assignment::new()))
+            .collect();
+        for (name, id, count) in &self.subscription_metadata {
+            let mut subscribers: Vec<&String> = self
+                .members
+                .values()
+                .filter(|m| m.subscribed_topics.contains(name))
+                .map(|m| &m.member_id)
+                .collect();
+            subscribers.sort();
+            if subscribers.is_empty() {
+                continue;
+            }
+            let n = subscribers.len() as i32;
+            if self.assignor == "range" {
+                // Contiguous ranges per topic, as the range assignor.
+                let per = *count / n;
+                let extra = *count % n;
+                let mut start = 0;
+                for (i, m) in subscribers.iter().enumerate() {
+                    let len = per + if (i as i32) < extra { 1 } else { 0 };
+                    let set: BTreeSet<i32> = (start..start + len).collect();
+                    if !set.is_empty() {
+                        target.entry((*m).clone()).or_default().insert(*id, set);
+                    }
+                    start += len;
+                }
+                continue;
+            }
+            // Uniform: keep each partition with its current target owner while that owner is
+            // under its quota, then hand out the rest to the least loaded.
+            let quota_floor = *count / n;
+            let extra = (*count % n) as usize;
+            let mut load: BTreeMap<&String, i32> = subscribers.iter().map(|m| (*m, 0)).collect();
+            let mut extras_used = 0usize;
+            let mut unassigned = Vec::new();
+            for p in 0..*count {
+                let current = self
+                    .target
+                    .iter()
+                    .find(|(m, a)| {
+                        load.contains_key(m) && a.get(id).is_some_and(|ps| ps.contains(&p))
+                    })
+                    .map(|(m, _)| m);
+                match current {
+                    Some(m) => {
+                        let l = load[m];
+                        let allowed = quota_floor + if extras_used < extra { 1 } else { 0 };
+                        if l < quota_floor || (l < allowed && l == quota_floor) {
+                            if l == quota_floor {
+                                extras_used += 1;
+                            }
+                            *load.get_mut(m).expect("subscriber") += 1;
+                            target
+                                .entry(m.clone())
+                                .or_default()
+                                .entry(*id)
+                                .or_default()
+                                .insert(p);
+                        } else {
+                            unassigned.push(p);
+                        }
+                    }
+                    None => unassigned.push(p),
+                }
+            }
+            for p in unassigned {
+                let (m, _) = load
+                    .iter()
+                    .filter(|(_, l)| {
+                        **l < quota_floor || (**l == quota_floor && extras_used < extra)
+                    })
+                    .min_by_key(|(m, l)| (**l, m.to_string()))
+                    .map(|(m, l)| ((*m).clone(), *l))
+                    .unwrap_or_else(|| (subscribers[0].clone(), 0));
+                let l = load[&m];
+                if l == quota_floor {
+                    extras_used += 1;
+                }
+                *load.get_mut(&m).expect("subscriber") += 1;
+                target
+                    .entry(m)
+                    .or_default()
+                    .entry(*id)
+                    .or_default()
+                    .insert(p);
+            }
+        }
+        target
+    }
+
+    /// Moves one member toward its target.
+    fn reconcile(&mut self, member_id: &str, now: Instant) {
+        let target = self.target.get(member_id).cloned().unwrap_or_default();
+        // Partitions others still hold or are releasing.
+        let mut held_by_others = Assignment::new();
+        for (id, m) in &self.members {
+            if id != member_id {
+                union_into(&mut held_by_others, &m.assigned);
+                union_into(&mut held_by_others, &m.pending_revocation);
+            }
+        }
+        let assignment_epoch = self.assignment_epoch;
+        let Some(m) = self.members.get_mut(member_id) else {
+            return;
+        };
+        if !m.pending_revocation.is_empty() {
+            return;
+        }
+        let revoke = subtract(&m.assigned, &target);
+        if !revoke.is_empty() {
+            m.assigned = subtract(&m.assigned, &revoke);
+            m.pending_revocation = revoke;
+            m.revocation_deadline = Some(now + m.rebalance_timeout);
+            return;
+        }
+        if m.member_epoch != assignment_epoch {
+            m.previous_member_epoch = m.member_epoch;
+            m.member_epoch = assignment_epoch;
+        }
+        let add = subtract(&subtract(&target, &m.assigned), &held_by_others);
+        union_into(&mut m.assigned, &add);
+    }
+
+    /// Expires members whose session lapsed or that did not release partitions in time.
+    /// Returns true if membership changed.
+    pub fn tick(&mut self, topics: TopicResolver<'_>, now: Instant) -> bool {
+        let expired: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| {
+                m.session_deadline <= now || m.revocation_deadline.is_some_and(|d| d <= now)
+            })
+            .map(|m| m.member_id.clone())
+            .collect();
+        if expired.is_empty() {
+            return false;
+        }
+        for id in &expired {
+            tracing::info!(member = %id, "consumer group member expired");
+            self.members.shift_remove(id);
+            self.target.remove(id);
+        }
+        self.bump_and_assign(topics);
+        true
+    }
+
+    pub fn member_epoch(&self, member_id: &str) -> Option<i32> {
+        self.members.get(member_id).map(|m| m.member_epoch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topics(name: &str) -> Option<(Uuid, i32)> {
+        match name {
+            "t" => Some((Uuid::from_u128(1), 6)),
+            _ => None,
+        }
+    }
+
+    fn hb(member: &str, epoch: i32, owned: Option<Assignment>) -> HeartbeatIn {
+        HeartbeatIn {
+            member_id: member.into(),
+            member_epoch: epoch,
+            instance_id: None,
+            rack_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            rebalance_timeout: Duration::from_secs(30),
+            subscribed_topics: if epoch == 0 {
+                Some(vec!["t".into()])
+            } else {
+                None
+            },
+            server_assignor: None,
+            owned,
+        }
+    }
+
+    fn count(a: &Option<Assignment>) -> usize {
+        a.as_ref()
+            .map(|a| a.values().map(|s| s.len()).sum())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn two_members_split_partitions_with_revocation_before_reassignment() {
+        let now = Instant::now();
+        let s = Duration::from_secs(45);
+        let mut g = ConsumerState::new();
+        let a = g.heartbeat(hb("a", 0, None), &topics, s, now).unwrap();
+        assert_eq!((a.member_epoch, count(&a.assignment)), (1, 6));
+        let a_owned = a.assignment.clone();
+        // b joins: a must give up three partitions before b gets them.
+        let b = g.heartbeat(hb("b", 0, None), &topics, s, now).unwrap();
+        assert_eq!(b.member_epoch, 2);
+        assert_eq!(count(&b.assignment), 0, "b waits for a's partitions");
+        let a2 = g.heartbeat(hb("a", 1, a_owned), &topics, s, now).unwrap();
+        assert_eq!(a2.member_epoch, 1, "a keeps its epoch until it releases");
+        assert_eq!(count(&a2.assignment), 3);
+        assert_eq!(g.state_name(), "Reconciling");
+        let a3 = g
+            .heartbeat(hb("a", 1, a2.assignment.clone()), &topics, s, now)
+            .unwrap();
+        assert_eq!(a3.member_epoch, 2);
+        let b2 = g
+            .heartbeat(hb("b", 2, Some(Assignment::new())), &topics, s, now)
+            .unwrap();
+        assert_eq!(count(&b2.assignment), 3);
+        assert_eq!(g.state_name(), "Stable");
+        // A stale epoch is fenced.
+        assert_eq!(
+            g.heartbeat(hb("b", 7, None), &topics, s, now).err(),
+            Some(ResponseError::FencedMemberEpoch)
+        );
+        // b leaves: a gets everything.
+        g.heartbeat(hb("b", -1, None), &topics, s, now).unwrap();
+        let a4 = g.heartbeat(hb("a", 2, None), &topics, s, now).unwrap();
+        assert_eq!((a4.member_epoch, count(&a4.assignment)), (3, 6));
+    }
+
+    #[test]
+    fn a_silent_member_expires_and_its_partitions_move() {
+        let now = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut g = ConsumerState::new();
+        let a = g.heartbeat(hb("a", 0, None), &topics, s, now).unwrap();
+        g.heartbeat(hb("b", 0, None), &topics, s, now).unwrap();
+        // a keeps heartbeating (and releases what it must); b goes silent.
+        let later = now + Duration::from_millis(900);
+        let a2 = g
+            .heartbeat(
+                hb("a", a.member_epoch, a.assignment.clone()),
+                &topics,
+                s,
+                later,
+            )
+            .unwrap();
+        g.heartbeat(
+            hb("a", a2.member_epoch, a2.assignment.clone()),
+            &topics,
+            s,
+            later,
+        )
+        .unwrap();
+        assert!(g.tick(&topics, now + Duration::from_millis(1500)));
+        assert_eq!(g.members.keys().collect::<Vec<_>>(), vec!["a"]);
+        let epoch = g.member_epoch("a").unwrap();
+        let a3 = g
+            .heartbeat(
+                hb("a", epoch, None),
+                &topics,
+                s,
+                now + Duration::from_millis(1600),
+            )
+            .unwrap();
+        assert_eq!(count(&a3.assignment), 6);
+    }
+
+    #[test]
+    fn range_assigns_contiguous_partitions() {
+        let now = Instant::now();
+        let s = Duration::from_secs(45);
+        let mut g = ConsumerState::new();
+        let mut r = hb("a", 0, None);
+        r.server_assignor = Some("range".into());
+        g.heartbeat(r, &topics, s, now).unwrap();
+        let mut r = hb("b", 0, None);
+        r.server_assignor = Some("range".into());
+        g.heartbeat(r, &topics, s, now).unwrap();
+        let t = Uuid::from_u128(1);
+        assert_eq!(g.target["a"][&t], (0..3).collect());
+        assert_eq!(g.target["b"][&t], (3..6).collect());
+        let mut bad = hb("c", 0, None);
+        bad.server_assignor = Some("nope".into());
+        assert_eq!(
+            g.heartbeat(bad, &topics, s, now).err(),
+            Some(ResponseError::UnsupportedAssignor)
+        );
+    }
+}
