@@ -75,6 +75,18 @@ pub struct GroupCoordinator {
     log: Arc<dyn OffsetsLog>,
 }
 
+/// The group named `id`, created Empty if it does not exist.
+fn group_entry<'a>(
+    groups: &'a mut HashMap<String, Group>,
+    id: impl Into<String>,
+    initial_delay: Duration,
+) -> &'a mut Group {
+    let id = id.into();
+    groups
+        .entry(id.clone())
+        .or_insert_with(|| Group::new(&id, Instant::now(), now_ms(), initial_delay))
+}
+
 fn now_ms() -> i64 {
     crate::broker::now_ms()
 }
@@ -120,14 +132,11 @@ impl GroupCoordinator {
                     }
                     Some(v) => match offsets_topic::decode_offset(v) {
                         Ok(v) => {
-                            let g = groups.entry(group.clone()).or_insert_with(|| {
-                                Group::new(
-                                    &group,
-                                    now,
-                                    now_ms(),
-                                    self.config.initial_rebalance_delay,
-                                )
-                            });
+                            let g = group_entry(
+                                &mut groups,
+                                group.clone(),
+                                self.config.initial_rebalance_delay,
+                            );
                             g.offsets.insert((topic, partition), v);
                         }
                         Err(e) => tracing::warn!(%group, error = %e, "skipping undecodable offset"),
@@ -139,14 +148,11 @@ impl GroupCoordinator {
                     }
                     Some(v) => match offsets_topic::decode_group(v) {
                         Ok(v) => {
-                            let g = groups.entry(group.clone()).or_insert_with(|| {
-                                Group::new(
-                                    &group,
-                                    now,
-                                    now_ms(),
-                                    self.config.initial_rebalance_delay,
-                                )
-                            });
+                            let g = group_entry(
+                                &mut groups,
+                                group.clone(),
+                                self.config.initial_rebalance_delay,
+                            );
                             g.restore(v, now);
                         }
                         Err(e) => {
@@ -195,14 +201,11 @@ impl GroupCoordinator {
             if !member_id.is_empty() && !groups.contains_key(group_id) {
                 return JoinResult::error(ResponseError::UnknownMemberId, &member_id);
             }
-            let g = groups.entry(group_id.to_string()).or_insert_with(|| {
-                Group::new(
-                    group_id,
-                    Instant::now(),
-                    now_ms(),
-                    self.config.initial_rebalance_delay,
-                )
-            });
+            let g = group_entry(
+                &mut groups,
+                group_id.to_string(),
+                self.config.initial_rebalance_delay,
+            );
             if g.consumer.as_ref().is_some_and(|c| !c.is_empty()) {
                 return JoinResult::error(ResponseError::InconsistentGroupProtocol, &member_id);
             }
@@ -300,14 +303,11 @@ impl GroupCoordinator {
         if req.member_epoch != 0 && !groups.contains_key(group_id) {
             return Err(ResponseError::UnknownMemberId);
         }
-        let g = groups.entry(group_id.to_string()).or_insert_with(|| {
-            Group::new(
-                group_id,
-                Instant::now(),
-                now_ms(),
-                self.config.initial_rebalance_delay,
-            )
-        });
+        let g = group_entry(
+            &mut groups,
+            group_id.to_string(),
+            self.config.initial_rebalance_delay,
+        );
         if g.consumer.is_none() {
             if !g.members.is_empty() {
                 // A classic group with members: the protocols do not mix.
@@ -421,14 +421,11 @@ impl GroupCoordinator {
             if let Some(e) = check {
                 return Err(e);
             }
-            groups.entry(group_id.to_string()).or_insert_with(|| {
-                Group::new(
-                    group_id,
-                    Instant::now(),
-                    now_ms(),
-                    self.config.initial_rebalance_delay,
-                )
-            });
+            group_entry(
+                &mut groups,
+                group_id.to_string(),
+                self.config.initial_rebalance_delay,
+            );
         }
         let now = now_ms();
         let mut results = Vec::with_capacity(offsets.len());

@@ -64,6 +64,14 @@ public final class InteropClient {
         "      without --group: assigns all partitions and reads from the beginning;",
         "      with --group: subscribes (auto.offset.reset=earliest) and commits what it read.",
         "      prints {\"partition\",\"offset\",\"key\",\"value\",\"headers\",\"timestamp\",\"timestamp_type\"}",
+        "  group-member   --topic T --group G [--instance-id I] [--session-timeout-ms MS]",
+        "                 [--heartbeat-interval-ms MS] [--assignor range|roundrobin|sticky|cooperative-sticky]",
+        "      a long-running subscribed consumer driven through stdin/stdout (one JSON object a line,",
+        "      each with \"ev\" and \"t\" = epoch ms): subscribed, assigned {partitions, generation,",
+        "      member_id} (the full assignment after every rebalance callback), revoked/lost",
+        "      {partitions}, records {records: [[partition, offset, value]...]} after a successful",
+        "      commitSync of them (commit_failed {error, records} otherwise), status {...} and",
+        "      closed. stdin commands: 'status', 'close' (KafkaConsumer.close(); EOF does the same).",
         "  admin-create   --topic T [--partitions P (default 1)] [--replication-factor R (default 1)]",
         "                 [--topic-config k=v ...] [--if-not-exists]",
         "  admin-describe [--topic T]   (without --topic: describes the cluster)",
@@ -113,6 +121,7 @@ public final class InteropClient {
             case "produce": return produce(a);
             case "consume": return consume(a);
             case "consume-perf": return consumePerf(a);
+            case "group-member": return groupMember(a);
             case "admin-create": return adminCreate(a);
             case "admin-describe": return adminDescribe(a);
             case "admin-list": return adminList(a);
@@ -298,6 +307,133 @@ public final class InteropClient {
             System.err.printf("error: timed out after %d ms with %d of %d record(s)%n", timeoutMs, seen, count);
             return 3;
         }
+        return 0;
+    }
+
+    // ------------------------------------------------------------------ group-member
+
+    static final class GroupEvents {
+        static synchronized void emit(String ev, Object... kv) {
+            Object[] all = new Object[kv.length + 4];
+            all[0] = "ev";
+            all[1] = ev;
+            all[2] = "t";
+            all[3] = System.currentTimeMillis();
+            System.arraycopy(kv, 0, all, 4, kv.length);
+            System.out.println(json(obj(all)));
+            System.out.flush();
+        }
+    }
+
+    static List<Object> partitionsJson(Collection<TopicPartition> tps) {
+        List<Integer> ps = new ArrayList<>();
+        for (TopicPartition tp : tps) ps.add(tp.partition());
+        Collections.sort(ps);
+        return new ArrayList<>(ps);
+    }
+
+    static String assignorClass(String name) {
+        switch (name) {
+            case "range": return "org.apache.kafka.clients.consumer.RangeAssignor";
+            case "roundrobin": return "org.apache.kafka.clients.consumer.RoundRobinAssignor";
+            case "sticky": return "org.apache.kafka.clients.consumer.StickyAssignor";
+            case "cooperative-sticky": return "org.apache.kafka.clients.consumer.CooperativeStickyAssignor";
+            default: return name;
+        }
+    }
+
+    /**
+     * A subscribed consumer (classic group protocol) that runs until told to close: it reports
+     * every rebalance and commits (commitSync) each polled batch before reporting its records,
+     * so the Python tests can drive several members of one group and kill -9 some of them.
+     */
+    static int groupMember(Args a) throws Exception {
+        String topic = a.required("topic");
+        String group = a.required("group");
+        String instanceId = a.opt("instance-id", null);
+        Properties p = a.clientProps();
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
+        p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, assignorClass(a.opt("assignor", "range")));
+        if (instanceId != null) p.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, instanceId);
+        if (a.has("session-timeout-ms")) p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, a.opt("session-timeout-ms", null));
+        if (a.has("heartbeat-interval-ms")) p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, a.opt("heartbeat-interval-ms", null));
+        p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "100");
+        a.applyExtraConfig(p);
+        a.checkAllUsed();
+
+        final java.util.concurrent.atomic.AtomicBoolean closeRequested = new java.util.concurrent.atomic.AtomicBoolean();
+        final java.util.concurrent.atomic.AtomicBoolean statusRequested = new java.util.concurrent.atomic.AtomicBoolean();
+        Thread stdin = new Thread(() -> {
+            try (java.io.BufferedReader r = new java.io.BufferedReader(
+                     new java.io.InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+                String line;
+                while ((line = r.readLine()) != null) {
+                    line = line.trim();
+                    if (line.equals("close")) break;
+                    if (line.equals("status")) statusRequested.set(true);
+                }
+            } catch (java.io.IOException e) {
+                // treat like EOF
+            }
+            closeRequested.set(true);
+        }, "stdin");
+        stdin.setDaemon(true);
+        stdin.start();
+
+        try (KafkaConsumer<byte[], byte[]> consumer =
+                 new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            org.apache.kafka.clients.consumer.ConsumerRebalanceListener listener =
+                new org.apache.kafka.clients.consumer.ConsumerRebalanceListener() {
+                    @Override
+                    public void onPartitionsRevoked(Collection<TopicPartition> parts) {
+                        GroupEvents.emit("revoked", "partitions", partitionsJson(parts));
+                    }
+
+                    @Override
+                    public void onPartitionsLost(Collection<TopicPartition> parts) {
+                        GroupEvents.emit("lost", "partitions", partitionsJson(parts));
+                    }
+
+                    @Override
+                    public void onPartitionsAssigned(Collection<TopicPartition> parts) {
+                        GroupEvents.emit("assigned", "partitions", partitionsJson(consumer.assignment()),
+                                         "generation", consumer.groupMetadata().generationId(),
+                                         "member_id", consumer.groupMetadata().memberId());
+                    }
+                };
+            consumer.subscribe(Collections.singletonList(topic), listener);
+            GroupEvents.emit("subscribed");
+            while (!closeRequested.get()) {
+                if (statusRequested.getAndSet(false)) {
+                    GroupEvents.emit("status", "partitions", partitionsJson(consumer.assignment()),
+                                     "generation", consumer.groupMetadata().generationId(),
+                                     "member_id", consumer.groupMetadata().memberId());
+                }
+                ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(200));
+                if (recs.isEmpty()) continue;
+                List<Object> items = new ArrayList<>();
+                Map<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata> offsets = new HashMap<>();
+                for (ConsumerRecord<byte[], byte[]> r : recs) {
+                    List<Object> item = new ArrayList<>();
+                    item.add(r.partition());
+                    item.add(r.offset());
+                    item.add(str(r.value()));
+                    items.add(item);
+                    offsets.put(new TopicPartition(r.topic(), r.partition()),
+                                new org.apache.kafka.clients.consumer.OffsetAndMetadata(r.offset() + 1));
+                }
+                try {
+                    consumer.commitSync(offsets, Duration.ofSeconds(30));
+                    GroupEvents.emit("records", "records", items);
+                } catch (RuntimeException e) {
+                    GroupEvents.emit("commit_failed", "error", describe(e), "records", items);
+                }
+            }
+        }
+        GroupEvents.emit("closed");
         return 0;
     }
 
