@@ -6,6 +6,7 @@ mod client;
 mod harness;
 
 mod admin;
+mod group_offsets;
 mod groups;
 mod http;
 mod idempotence;
