@@ -1,4 +1,4 @@
-//! ListGroups, with the state filter (v4+) and type filter (v5+; every group is "classic").
+//! ListGroups, with the state filter (v4+) and type filter (v5+: "classic" or "consumer").
 
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
@@ -25,9 +25,11 @@ pub fn handle(broker: &Broker, req: ListGroupsRequest, version: i16) -> ListGrou
     let groups = coordinator
         .list()
         .into_iter()
-        .filter(|(_, _, state)| states.is_empty() || states.contains(&state.to_ascii_lowercase()))
-        .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))
-        .map(|(id, protocol_type, state)| {
+        .filter(|(_, _, state, _)| {
+            states.is_empty() || states.contains(&state.to_ascii_lowercase())
+        })
+        .filter(|(_, _, _, kind)| types.is_empty() || types.iter().any(|t| t == kind))
+        .map(|(id, protocol_type, state, kind)| {
             let mut g = ListedGroup::default()
                 .with_group_id(GroupId(StrBytes::from_string(id)))
                 .with_protocol_type(StrBytes::from_string(protocol_type));
@@ -35,7 +37,7 @@ pub fn handle(broker: &Broker, req: ListGroupsRequest, version: i16) -> ListGrou
                 g = g.with_group_state(StrBytes::from_static_str(state));
             }
             if version >= 5 {
-                g = g.with_group_type(StrBytes::from_static_str("classic"));
+                g = g.with_group_type(StrBytes::from_static_str(kind));
             }
             g
         })

@@ -550,7 +550,8 @@ impl GroupCoordinator {
     }
 
     /// (group id, protocol type, state) of every group.
-    pub fn list(&self) -> Vec<(String, String, &'static str)> {
+    /// (group id, protocol type, state, group type "classic" or "consumer") of every group.
+    pub fn list(&self) -> Vec<(String, String, &'static str, &'static str)> {
         let mut v: Vec<_> = self
             .groups()
             .values()
@@ -562,6 +563,11 @@ impl GroupCoordinator {
                         .as_ref()
                         .map(|c| c.state_name())
                         .unwrap_or(g.state.name()),
+                    if g.consumer.is_some() {
+                        "consumer"
+                    } else {
+                        "classic"
+                    },
                 )
             })
             .collect();
