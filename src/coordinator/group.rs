@@ -358,7 +358,6 @@ impl Group {
         if let Some(old) = member.awaiting_sync.take() {
             let _ = old.send(SyncResult::error(ResponseError::FencedInstanceId));
         }
-        let protocols_changed = member.protocols != req.protocols;
         member.member_id = new_id.clone();
         member.client_id = req.client_id;
         member.client_host = req.client_host;
@@ -373,8 +372,12 @@ impl Group {
             self.static_members.insert(instance.clone(), new_id.clone());
         }
         self.members.insert(new_id.clone(), member);
+        // Kafka rebalances only if the new metadata changes which protocol the group would
+        // select; the metadata bytes themselves may differ (the Java client encodes its owned
+        // partitions and generation in them).
+        let selection_unchanged = self.select_protocol() == self.protocol_name;
         match self.state {
-            GroupState::Stable if !protocols_changed => {
+            GroupState::Stable if selection_unchanged => {
                 let mut result = self.join_result_for(&new_id);
                 // The leader must not recompute the assignment (KIP-345's skip_assignment).
                 result.skip_assignment = self.leader.as_deref() == Some(new_id.as_str());

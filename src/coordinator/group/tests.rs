@@ -270,3 +270,37 @@ fn persisted_metadata_restores_a_stable_group() {
         Bytes::from_static(b"x")
     );
 }
+
+#[test]
+fn a_static_member_rejoining_with_new_metadata_for_the_same_protocol_does_not_rebalance() {
+    let t0 = Instant::now();
+    let mut g = Group::new("g", t0, 0, Duration::ZERO);
+    let mut rx = join(&mut g, req("", Some("i1"), &["range", "roundrobin"]), t0)
+        .err()
+        .unwrap();
+    let old = rx.try_recv().unwrap().member_id;
+    sync(
+        &mut g,
+        &old,
+        1,
+        vec![(old.clone(), Bytes::from_static(b"mine"))],
+        t0,
+    )
+    .err()
+    .unwrap();
+    let mut r = req("", Some("i1"), &["range", "roundrobin"]);
+    r.protocols[0].1 = Bytes::from_static(b"owned partitions and generation differ");
+    let j = join(&mut g, r, t0).ok().expect("answered at once");
+    assert_eq!((j.generation, g.state), (1, GroupState::Stable));
+    // Preferring another protocol changes the vote: that is a real change.
+    let mut rx = join(&mut g, req("", Some("i1"), &["roundrobin", "range"]), t0)
+        .err()
+        .expect("parks for a rebalance");
+    let j = rx
+        .try_recv()
+        .expect("the lone member completes the rebalance");
+    assert_eq!(
+        (j.generation, j.protocol_name.as_deref()),
+        (2, Some("roundrobin"))
+    );
+}
