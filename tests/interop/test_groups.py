@@ -1,0 +1,615 @@
+"""Consumer groups (classic protocol) with real clients: partition assignment across
+members of confluent-kafka, kafka-python and the Java client, exactly-once consumption
+with synchronous commits, take-over when a member leaves or is killed, committed offsets
+across a broker restart, static membership, kafka-consumer-groups (describe / lag /
+reset-offsets / delete / list), and a rebalance-time measurement.
+
+Group members run as subprocesses (group_member.py for the Python clients,
+`InteropClient group-member` for Java) that report assignments and committed records as
+JSON lines, so any of them can be closed cleanly or killed with SIGKILL.
+
+The KIP-848 consumer protocol (ConsumerGroupHeartbeat) is not covered here: every member
+uses group.protocol=classic (the only protocol librdkafka and kafka-python use by default).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupState, TopicPartition
+
+from helpers import QUIET, admin, create_topic, produce
+
+pytestmark = pytest.mark.groups
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parents[1]
+TARGET = os.environ.get("STRATA_TEST_TARGET", "strata").strip().lower() or "strata"
+PARTITIONS = 6
+# Kafka's default group.min.session.timeout.ms: the shortest session a client may ask for.
+MIN_SESSION_MS = 6000
+JVM_OPTS = ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto"]
+
+
+def _java_classpath(which: str):
+    if shutil.which("java") is None:
+        return None, "java is not installed"
+    cp = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "java-classpath.sh"), which],
+                        capture_output=True, text=True)
+    if cp.returncode != 0 or not cp.stdout.strip():
+        return None, f"java-classpath.sh {which}: {cp.stderr.strip()}"
+    return cp.stdout.strip(), None
+
+
+INTEROP_CP, INTEROP_SKIP = _java_classpath("interop")
+TOOLS_CP, TOOLS_SKIP = _java_classpath("tools")
+
+
+def _java_bin() -> str:
+    home = os.environ.get("JAVA_HOME")
+    return os.path.join(home, "bin", "java") if home else "java"
+
+
+_GROUP_MEMBER_CHECK: list = []
+
+
+def _java_group_member_missing() -> str | None:
+    """Why the built InteropClient cannot run `group-member` (None if it can)."""
+    if INTEROP_CP is None:
+        return f"{INTEROP_SKIP} (run scripts/build-java-tests.sh)"
+    if not _GROUP_MEMBER_CHECK:
+        cp = subprocess.run([_java_bin(), *JVM_OPTS, "-cp", INTEROP_CP,
+                             "io.strata.interop.InteropClient", "--help"],
+                            capture_output=True, text=True, timeout=60)
+        _GROUP_MEMBER_CHECK.append(
+            None if "group-member" in cp.stdout else
+            "the built InteropClient has no group-member command (stale "
+            "$STRATA_CACHE/java-classes); run scripts/build-java-tests.sh")
+    return _GROUP_MEMBER_CHECK[0]
+
+
+def _needs_java(lib: str) -> None:
+    if lib == "java":
+        why = _java_group_member_missing()
+        if why:
+            pytest.skip(f"Java interop client: {why}")
+
+
+LIBS = ["confluent", "kafka-python", "java"]
+
+
+try:
+    import ctypes
+    _LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
+except OSError:
+    _LIBC = None
+
+
+def _pdeathsig():  # runs in the child between fork and exec
+    if _LIBC is not None:
+        _LIBC.prctl(1, signal.SIGTERM)
+
+
+# --------------------------------------------------------------------------- members
+
+class Member:
+    """One group member in a subprocess; collects the JSON events it prints."""
+
+    def __init__(self, lib: str, bootstrap: str, topic: str, group: str, logdir: Path,
+                 name: str, instance_id: str | None = None,
+                 session_timeout_ms: int | None = None,
+                 heartbeat_interval_ms: int | None = None):
+        self.lib, self.name = lib, name
+        opts = {"instance-id": instance_id, "session-timeout-ms": session_timeout_ms,
+                "heartbeat-interval-ms": heartbeat_interval_ms}
+        extra = [a for k, v in opts.items() if v is not None for a in (f"--{k}", str(v))]
+        common = ["--bootstrap", bootstrap, "--topic", topic, "--group", group, *extra]
+        if lib == "java":
+            _needs_java(lib)
+            cmd = [_java_bin(), *JVM_OPTS, "-cp", INTEROP_CP, "io.strata.interop.InteropClient",
+                   "group-member", *common]
+        else:
+            cmd = [sys.executable, str(HERE / "group_member.py"), "--lib", lib, *common]
+        self.stderr_path = logdir / f"member-{name}.stderr"
+        self._stderr = open(self.stderr_path, "wb")
+        self.events: list[dict] = []
+        self.partitions: set[int] = set()
+        self._cond = threading.Condition()
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._stderr, text=True, bufsize=1,
+                                     preexec_fn=_pdeathsig)
+        self._reader = threading.Thread(target=self._read, daemon=True, name=f"member-{name}")
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            if not line.startswith("{"):
+                continue
+            ev = json.loads(line)
+            with self._cond:
+                if ev["ev"] == "assigned":
+                    self.partitions = set(ev["partitions"])
+                elif ev["ev"] in ("revoked", "lost"):
+                    self.partitions -= set(ev["partitions"])
+                self.events.append(ev)
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    # -- queries ---------------------------------------------------------------
+    def of(self, kind: str) -> list[dict]:
+        with self._cond:
+            return [e for e in self.events if e["ev"] == kind]
+
+    def records(self) -> list[tuple[int, int, str]]:
+        return [tuple(r) for e in self.of("records") for r in e["records"]]
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def describe(self) -> str:
+        try:
+            err = self.stderr_path.read_bytes()[-3000:].decode("utf-8", "replace")
+        except OSError:
+            err = ""
+        with self._cond:
+            evs = [e for e in self.events if e["ev"] != "records"][-15:]
+        return (f"member {self.name} ({self.lib}, rc={self.proc.poll()}, partitions="
+                f"{sorted(self.partitions)}): events {evs}\nstderr: {err}")
+
+    def wait(self, pred, timeout: float, what: str):
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                v = pred()
+                if v:
+                    return v
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"{what} not within {timeout}s\n{self.describe()}")
+                if self.proc.poll() is not None and not self._reader.is_alive():
+                    raise AssertionError(f"{what}: member exited\n{self.describe()}")
+                self._cond.wait(min(left, 0.2))
+
+    def wait_event(self, kind: str, timeout: float = 60.0, after: int = 0) -> dict:
+        def pred():
+            evs = [e for e in self.events[after:] if e["ev"] == kind]
+            return evs[0] if evs else None
+        return self.wait(pred, timeout, f"event {kind!r} from {self.name}")
+
+    def status(self, timeout: float = 30.0) -> dict:
+        n = len(self.events)
+        self.proc.stdin.write("status\n")
+        self.proc.stdin.flush()
+        return self.wait_event("status", timeout, after=n)
+
+    # -- lifecycle --------------------------------------------------------------
+    def close(self, timeout: float = 60.0) -> None:
+        """KafkaConsumer.close(): a dynamic member leaves the group, a static one does not."""
+        if self.alive:
+            try:
+                self.proc.stdin.write("close\n")
+                self.proc.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"member {self.name} did not close in {timeout}s\n"
+                                     f"{self.describe()}")
+        self._reader.join(timeout=10)
+        assert self.proc.returncode == 0 and self.of("closed"), \
+            f"member {self.name} did not close cleanly\n{self.describe()}"
+
+    def kill9(self) -> None:
+        if self.alive:
+            self.proc.kill()
+        self.proc.wait(timeout=30)
+        self._reader.join(timeout=10)
+
+    def cleanup(self) -> None:
+        if self.alive:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        for f in (self.proc.stdin, self._stderr):
+            try:
+                f.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+@pytest.fixture
+def members(tmp_path):
+    """members(lib, bootstrap, topic, group, **opts) starts a member; all are stopped at the end."""
+    started: list[Member] = []
+
+    def start(lib, bootstrap, topic, group, name=None, **kw):
+        m = Member(lib, bootstrap, topic, group, tmp_path,
+                   name or f"{lib}-{len(started)}", **kw)
+        started.append(m)
+        m.wait_event("subscribed", timeout=60)
+        return m
+
+    yield start
+    for m in started:
+        m.cleanup()
+
+
+# --------------------------------------------------------------------------- group helpers
+
+def balanced(ms: list[Member], n: int = PARTITIONS) -> bool:
+    """Every member owns at least one partition and each partition has exactly one owner."""
+    owned = [p for m in ms for p in m.partitions]
+    return all(m.partitions for m in ms) and sorted(owned) == list(range(n))
+
+
+def wait_balanced(ms: list[Member], timeout: float = 60.0, n: int = PARTITIONS) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if balanced(ms, n):
+            return time.monotonic()
+        for m in ms:
+            if not m.alive:
+                raise AssertionError(f"member {m.name} exited\n{m.describe()}")
+        time.sleep(0.05)
+    raise AssertionError(f"the group was not balanced over {n} partitions within {timeout}s:\n"
+                         + "\n".join(m.describe() for m in ms))
+
+
+def wait_consumed(ms: list[Member], values: set[str], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = {r[2] for m in ms for r in m.records()}
+        if values <= seen:
+            return
+        time.sleep(0.1)
+    seen = {r[2] for m in ms for r in m.records()}
+    raise AssertionError(f"{len(values - seen)} of {len(values)} records not consumed within "
+                         f"{timeout}s (e.g. {sorted(values - seen)[:5]})\n"
+                         + "\n".join(m.describe() for m in ms))
+
+
+def produce_phase(bootstrap: str, topic: str, phase: str, per_partition: int) -> set[str]:
+    recs = [{"value": f"{phase}-{p}-{i}".encode(), "partition": p}
+            for i in range(per_partition) for p in range(PARTITIONS)]
+    produce(bootstrap, topic, recs)
+    return {r["value"].decode() for r in recs}
+
+
+def committed(bootstrap: str, group: str, topic: str, n: int = PARTITIONS) -> list[int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **QUIET})
+    try:
+        tps = c.committed([TopicPartition(topic, p) for p in range(n)], timeout=30)
+        return [tp.offset for tp in tps]
+    finally:
+        c.close()
+
+
+def describe_group(bootstrap: str, group: str):
+    a = admin(bootstrap)
+    return a.describe_consumer_groups([group], request_timeout=30)[group].result(timeout=60)
+
+
+def partition_of(value: str) -> int:
+    return int(value.split("-")[1])
+
+
+# --------------------------------------------------------------------------- broker
+
+@pytest.fixture(scope="module")
+def gbroker(module_broker_factory):
+    return module_broker_factory(name="groups", props={"group.initial.rebalance.delay.ms": "0"})
+
+
+# --------------------------------------------------------------------------- tests
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_group_members_split_partitions_consume_each_record_once_and_take_over_after_leave(
+        gbroker, topic_name, members, lib):
+    _needs_java(lib)
+    b = gbroker
+    create_topic(b.bootstrap, topic_name, partitions=PARTITIONS)
+    group = f"{topic_name}-g"
+
+    # Two members: 3 + 3 partitions (range assignor).
+    m0 = members(lib, b.bootstrap, topic_name, group, name=f"{lib}-0")
+    m1 = members(lib, b.bootstrap, topic_name, group, name=f"{lib}-1")
+    wait_balanced([m0, m1])
+    assert sorted(len(m.partitions) for m in (m0, m1)) == [3, 3]
+    v1 = produce_phase(b.bootstrap, topic_name, "one", 20)
+    wait_consumed([m0, m1], v1)
+    for m in (m0, m1):
+        assert {partition_of(r[2]) for r in m.records()} <= m.partitions
+
+    # A third member: 2 + 2 + 2.
+    m2 = members(lib, b.bootstrap, topic_name, group, name=f"{lib}-2")
+    wait_balanced([m0, m1, m2])
+    assert [len(m.partitions) for m in (m0, m1, m2)] == [2, 2, 2]
+    owner = {p: m for m in (m0, m1, m2) for p in m.partitions}
+    before = {m.name: len(m.records()) for m in (m0, m1, m2)}
+    v2 = produce_phase(b.bootstrap, topic_name, "two", 20)
+    wait_consumed([m0, m1, m2], v2)
+    for m in (m0, m1, m2):
+        got = {r[2] for r in m.records()[before[m.name]:]}
+        assert got == {v for v in v2 if owner[partition_of(v)] is m}, m.describe()
+
+    # m1 leaves (close() sends LeaveGroup): m0 and m2 take over its partitions at once.
+    left_behind = set(m1.partitions)
+    m1.close()
+    wait_balanced([m0, m2], timeout=30)
+    assert left_behind <= m0.partitions | m2.partitions
+    v3 = produce_phase(b.bootstrap, topic_name, "three", 20)
+    wait_consumed([m0, m2], v3)
+
+    for m in (m0, m2):
+        m.close()
+    everyone = (m0, m1, m2)
+    for m in everyone:
+        assert not m.of("commit_failed"), m.describe()
+    counts = collections.Counter(r[2] for m in everyone for r in m.records())
+    assert set(counts) == v1 | v2 | v3
+    dups = {v: n for v, n in counts.items() if n > 1}
+    assert not dups, f"records consumed more than once: {list(dups.items())[:10]}"
+    # Each partition holds 60 records and every one of them was committed.
+    assert committed(b.bootstrap, group, topic_name) == [60] * PARTITIONS
+
+
+def test_group_of_mixed_clients_shares_partitions_and_consumes_each_record_once(
+        gbroker, topic_name, members):
+    """confluent-kafka, kafka-python and Java members in one group (all offer 'range')."""
+    _needs_java("java")
+    b = gbroker
+    create_topic(b.bootstrap, topic_name, partitions=PARTITIONS)
+    group = f"{topic_name}-g"
+    ms = [members(lib, b.bootstrap, topic_name, group) for lib in LIBS]
+    wait_balanced(ms)
+    assert [len(m.partitions) for m in ms] == [2, 2, 2]
+    values = produce_phase(b.bootstrap, topic_name, "mixed", 30)
+    wait_consumed(ms, values)
+    for m in ms:
+        m.close()
+    counts = collections.Counter(r[2] for m in ms for r in m.records())
+    assert set(counts) == values and set(counts.values()) == {1}
+    assert committed(b.bootstrap, group, topic_name) == [30] * PARTITIONS
+
+
+@pytest.mark.slow
+def test_committed_offsets_survive_broker_restart_and_new_member_continues_after_them(
+        gbroker, topic_name, members):
+    b = gbroker
+    create_topic(b.bootstrap, topic_name, partitions=PARTITIONS)
+    group = f"{topic_name}-g"
+    old = produce_phase(b.bootstrap, topic_name, "old", 10)
+    m = members("confluent", b.bootstrap, topic_name, group)
+    wait_consumed([m], old)
+    m.close()
+    assert committed(b.bootstrap, group, topic_name) == [10] * PARTITIONS
+    new = produce_phase(b.bootstrap, topic_name, "new", 5)
+
+    b.restart()
+
+    assert committed(b.bootstrap, group, topic_name) == [10] * PARTITIONS
+    # A member of another client library picks up exactly where the group left off.
+    m2 = members("kafka-python", b.bootstrap, topic_name, group)
+    wait_consumed([m2], new)
+    time.sleep(1.0)  # anything before the committed offsets would arrive first anyway
+    m2.close()
+    got = m2.records()
+    assert sorted(r[2] for r in got) == sorted(new)
+    assert min(r[1] for r in got) == 10
+    assert committed(b.bootstrap, group, topic_name) == [15] * PARTITIONS
+
+
+@pytest.mark.parametrize("lib", ["confluent", "java"])
+def test_static_member_restarted_within_session_timeout_keeps_assignment_without_rebalance(
+        gbroker, topic_name, members, lib):
+    """A static member (group.instance.id) does not send LeaveGroup on close; when it
+    comes back within session.timeout.ms it gets its old partitions and the group does
+    not rebalance: the other member sees no callback and keeps its generation."""
+    _needs_java("java")
+    b = gbroker
+    create_topic(b.bootstrap, topic_name, partitions=PARTITIONS)
+    group = f"{topic_name}-g"
+    opts = dict(session_timeout_ms=30000, heartbeat_interval_ms=1000)
+    a = members(lib, b.bootstrap, topic_name, group, name="static-a", instance_id="static-a",
+                **opts)
+    # The observer is a Java client: it can tell its generation (groupMetadata()).
+    other = members("java", b.bootstrap, topic_name, group, name="static-b",
+                    instance_id="static-b", **opts)
+    wait_balanced([a, other])
+    a_parts, b_parts = set(a.partitions), set(other.partitions)
+    b_before = other.status()
+    n_b_events = len(other.events)
+    a_gen = a.of("assigned")[-1].get("generation")
+
+    d = describe_group(b.bootstrap, group)
+    assert d.state == ConsumerGroupState.STABLE
+    assert sorted(m.group_instance_id for m in d.members) == ["static-a", "static-b"]
+
+    a.close()
+    # No LeaveGroup: static-a is still a member of the stable group.
+    d = describe_group(b.bootstrap, group)
+    assert d.state == ConsumerGroupState.STABLE
+    assert sorted(m.group_instance_id for m in d.members) == ["static-a", "static-b"]
+
+    a2 = members(lib, b.bootstrap, topic_name, group, name="static-a-again",
+                 instance_id="static-a", **opts)
+    a2.wait(lambda: a2.partitions, 30, "assignment of the restarted static member")
+    assert a2.partitions == a_parts
+    time.sleep(3.0)  # a rebalance would reach the other member within a heartbeat or two
+    b_after = other.status()
+    callbacks = [e for e in other.events[n_b_events:] if e["ev"] in ("assigned", "revoked", "lost")]
+    assert not callbacks, \
+        f"restarting the static {lib} member rebalanced the group: the other member saw " \
+        f"{callbacks} (generation before: {b_before['generation']})"
+    assert (b_after["generation"], b_after["partitions"]) == \
+        (b_before["generation"], sorted(b_parts))
+    assert b_after["member_id"] == b_before["member_id"]
+    if lib == "java":
+        assert a2.of("assigned")[-1]["generation"] == a_gen
+    d = describe_group(b.bootstrap, group)
+    assert d.state == ConsumerGroupState.STABLE
+    assert sorted(m.group_instance_id for m in d.members) == ["static-a", "static-b"]
+    assert {m.group_instance_id: sorted(tp.partition for tp in m.assignment.topic_partitions)
+            for m in d.members} == {"static-a": sorted(a_parts), "static-b": sorted(b_parts)}
+
+    # Still a working group: both consume their own partitions.
+    values = produce_phase(b.bootstrap, topic_name, "static", 5)
+    wait_consumed([a2, other], values)
+    assert {partition_of(r[2]) for r in a2.records()} == a_parts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lib", ["java", "kafka-python"])
+def test_killed_member_is_evicted_after_session_timeout_and_survivor_gets_all_partitions(
+        gbroker, topic_name, members, lib):
+    _needs_java(lib)
+    b = gbroker
+    create_topic(b.bootstrap, topic_name, partitions=PARTITIONS)
+    group = f"{topic_name}-g"
+    opts = dict(session_timeout_ms=MIN_SESSION_MS, heartbeat_interval_ms=1000)
+    victim = members(lib, b.bootstrap, topic_name, group, name=f"victim-{lib}", **opts)
+    survivor = members("confluent", b.bootstrap, topic_name, group, name="survivor", **opts)
+    wait_balanced([victim, survivor])
+    first = produce_phase(b.bootstrap, topic_name, "first", 5)
+    wait_consumed([victim, survivor], first)
+    victim_parts = set(victim.partitions)
+
+    t0 = time.monotonic()
+    victim.kill9()
+    survivor.wait(lambda: survivor.partitions == set(range(PARTITIONS)), 60,
+                  "survivor owning every partition")
+    evicted_after = time.monotonic() - t0
+    print(f"\n[{TARGET}] kill -9 of a {lib} member: survivor owned all partitions after "
+          f"{evicted_after:.1f}s (session.timeout.ms={MIN_SESSION_MS})")
+    # Not before the session expired (nobody told the coordinator), but not much later.
+    assert MIN_SESSION_MS / 1000 - 1.5 <= evicted_after <= MIN_SESSION_MS / 1000 + 20
+
+    # The survivor continues the victim's partitions after the victim's commits.
+    second = produce_phase(b.bootstrap, topic_name, "second", 5)
+    wait_consumed([survivor], second)
+    survivor.close()
+    took_over = [r for r in survivor.records() if partition_of(r[2]) in victim_parts]
+    assert {r[2] for r in took_over} == {v for v in second if partition_of(v) in victim_parts}
+    assert committed(b.bootstrap, group, topic_name) == [10] * PARTITIONS
+
+
+# --------------------------------------------------------------------------- kafka-consumer-groups
+
+def consumer_groups_cmd(bootstrap: str, *args: str, timeout: float = 120) -> str:
+    if TOOLS_CP is None:
+        pytest.skip(f"Kafka tools jars: {TOOLS_SKIP}")
+    cmd = [_java_bin(), *JVM_OPTS, "-cp", TOOLS_CP,
+           "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+           "--bootstrap-server", bootstrap, *args]
+    cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                        stdin=subprocess.DEVNULL)
+    assert cp.returncode == 0, f"kafka-consumer-groups {' '.join(args)} exited {cp.returncode}\n" \
+                               f"stdout: {cp.stdout[-3000:]}\nstderr: {cp.stderr[-3000:]}"
+    return cp.stdout
+
+
+def parse_table(out: str) -> list[dict]:
+    """The whitespace-separated table(s) that kafka-consumer-groups prints."""
+    rows, header = [], None
+    for line in out.splitlines():
+        cols = line.split()
+        if not cols:
+            continue
+        if cols[0] == "GROUP":
+            header = cols
+            continue
+        if header and len(cols) == len(header):
+            rows.append(dict(zip(header, cols)))
+    return rows
+
+
+def test_consumer_groups_command_describes_lag_resets_to_earliest_and_deletes_group(
+        gbroker, topic_name, members):
+    b = gbroker
+    create_topic(b.bootstrap, topic_name, partitions=PARTITIONS)
+    group = f"{topic_name}-g"
+    values = produce_phase(b.bootstrap, topic_name, "cli", 20)  # 20 records a partition
+    # Commit offset 2*p on partition p, without joining (a "simple" consumer commit).
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group,
+                  "enable.auto.commit": False, **QUIET})
+    try:
+        c.commit(offsets=[TopicPartition(topic_name, p, 2 * p) for p in range(PARTITIONS)],
+                 asynchronous=False)
+    finally:
+        c.close()
+
+    rows = parse_table(consumer_groups_cmd(b.bootstrap, "--describe", "--group", group))
+    got = {int(r["PARTITION"]): (r["TOPIC"], r["CURRENT-OFFSET"], r["LOG-END-OFFSET"], r["LAG"])
+           for r in rows}
+    assert got == {p: (topic_name, str(2 * p), "20", str(20 - 2 * p)) for p in range(PARTITIONS)}
+    assert all(r["GROUP"] == group and r["CONSUMER-ID"] == "-" for r in rows)
+
+    out = consumer_groups_cmd(b.bootstrap, "--reset-offsets", "--to-earliest", "--execute",
+                              "--group", group, "--topic", topic_name)
+    assert {(int(r["PARTITION"]), r["NEW-OFFSET"]) for r in parse_table(out)} == \
+        {(p, "0") for p in range(PARTITIONS)}
+    assert committed(b.bootstrap, group, topic_name) == [0] * PARTITIONS
+
+    # A group member re-reads everything from the reset position.
+    m = members("confluent", b.bootstrap, topic_name, group)
+    wait_consumed([m], values)
+    rows = parse_table(consumer_groups_cmd(b.bootstrap, "--describe", "--group", group))
+    assert {(int(r["PARTITION"]), r["CURRENT-OFFSET"], r["LAG"]) for r in rows} == \
+        {(p, "20", "0") for p in range(PARTITIONS)}
+    assert len({r["CONSUMER-ID"] for r in rows}) == 1 and rows[0]["CONSUMER-ID"] != "-"
+    m.close()
+    assert sorted(r[2] for r in m.records()) == sorted(values)
+
+    rows = parse_table(consumer_groups_cmd(b.bootstrap, "--describe", "--group", group,
+                                           "--state"))
+    assert [(r["GROUP"], r["STATE"], r["#MEMBERS"]) for r in rows] == [(group, "Empty", "0")]
+
+    out = consumer_groups_cmd(b.bootstrap, "--delete", "--group", group)
+    assert f"Deletion of requested consumer groups ('{group}') was successful." in out
+    listed = consumer_groups_cmd(b.bootstrap, "--list").split()
+    assert group not in listed
+    assert committed(b.bootstrap, group, topic_name) == [-1001] * PARTITIONS  # OFFSET_INVALID
+
+
+# --------------------------------------------------------------------------- rebalance time
+
+def test_rebalance_time_of_third_confluent_member_is_measured(gbroker, topic_name, members,
+                                                               tmp_path):
+    """Time from the third member's subscribe() until all three own a non-empty share
+    (librdkafka defaults: session.timeout.ms=45000, heartbeat.interval.ms=3000)."""
+    b = gbroker
+    create_topic(b.bootstrap, topic_name, partitions=PARTITIONS)
+    group = f"{topic_name}-g"
+    ms = [members("confluent", b.bootstrap, topic_name, group, name=f"r{i}") for i in range(2)]
+    wait_balanced(ms)
+    samples = []
+    for round_ in range(3):
+        third = members("confluent", b.bootstrap, topic_name, group, name=f"third-{round_}")
+        t_sub = third.of("subscribed")[-1]["t"]
+        wait_balanced([*ms, third])
+        t_done = max(m.of("assigned")[-1]["t"] for m in (*ms, third))
+        samples.append(t_done - t_sub)
+        third.close()
+        wait_balanced(ms)
+    result = {"target": TARGET, "members": 3, "partitions": PARTITIONS, "client": "confluent-kafka",
+              "samples_ms": samples, "median_ms": sorted(samples)[len(samples) // 2]}
+    path = tmp_path / "rebalance-time.json"
+    path.write_text(json.dumps(result))
+    print(f"\n[{TARGET}] 3-member rebalance (third member joins), ms: {samples} "
+          f"median {result['median_ms']} ({path})")
+    assert all(0 <= s < 30_000 for s in samples), samples
