@@ -109,10 +109,11 @@ class Member:
     def __init__(self, lib: str, bootstrap: str, topic: str, group: str, logdir: Path,
                  name: str, instance_id: str | None = None,
                  session_timeout_ms: int | None = None,
-                 heartbeat_interval_ms: int | None = None):
+                 heartbeat_interval_ms: int | None = None,
+                 group_protocol: str | None = None):
         self.lib, self.name = lib, name
         opts = {"instance-id": instance_id, "session-timeout-ms": session_timeout_ms,
-                "heartbeat-interval-ms": heartbeat_interval_ms}
+                "heartbeat-interval-ms": heartbeat_interval_ms, "group-protocol": group_protocol}
         extra = [a for k, v in opts.items() if v is not None for a in (f"--{k}", str(v))]
         common = ["--bootstrap", bootstrap, "--topic", topic, "--group", group, *extra]
         if lib == "java":
@@ -613,3 +614,52 @@ def test_rebalance_time_of_third_confluent_member_is_measured(gbroker, topic_nam
     print(f"\n[{TARGET}] 3-member rebalance (third member joins), ms: {samples} "
           f"median {result['median_ms']} ({path})")
     assert all(0 <= s < 30_000 for s in samples), samples
+
+
+# --------------------------------------------------------------------------- KIP-848
+
+@pytest.fixture(scope="module")
+def kip848_broker(module_broker_factory):
+    # A 1 s heartbeat interval keeps reconciliation quick; Kafka also needs its minimum lowered.
+    return module_broker_factory(name="kip848", props={
+        "group.initial.rebalance.delay.ms": "0",
+        "group.consumer.heartbeat.interval.ms": "1000",
+        "group.consumer.min.heartbeat.interval.ms": "1000",
+    })
+
+
+def test_kip848_java_consumers_get_server_assignments_and_take_over_after_leave(
+        kip848_broker, topic_name, members):
+    """group.protocol=consumer: the broker assigns (uniform), members reconcile through
+    ConsumerGroupHeartbeat, and every record is consumed exactly once across membership changes."""
+    _needs_java("java")
+    b = kip848_broker
+    create_topic(b.bootstrap, topic_name, partitions=PARTITIONS)
+    group = f"{topic_name}-g"
+    m0 = members("java", b.bootstrap, topic_name, group, name="kip848-0", group_protocol="consumer")
+    m1 = members("java", b.bootstrap, topic_name, group, name="kip848-1", group_protocol="consumer")
+    wait_balanced([m0, m1])
+    assert sorted(len(m.partitions) for m in (m0, m1)) == [3, 3]
+    v1 = produce_phase(b.bootstrap, topic_name, "one", 20)
+    wait_consumed([m0, m1], v1)
+
+    m2 = members("java", b.bootstrap, topic_name, group, name="kip848-2", group_protocol="consumer")
+    wait_balanced([m0, m1, m2])
+    assert sorted(len(m.partitions) for m in (m0, m1, m2)) == [2, 2, 2]
+    v2 = produce_phase(b.bootstrap, topic_name, "two", 20)
+    wait_consumed([m0, m1, m2], v2)
+
+    m1.close()
+    wait_balanced([m0, m2], timeout=60)
+    v3 = produce_phase(b.bootstrap, topic_name, "three", 20)
+    wait_consumed([m0, m2], v3)
+    for m in (m0, m2):
+        m.close()
+    everyone = (m0, m1, m2)
+    for m in everyone:
+        assert not m.of("commit_failed"), m.describe()
+    counts = collections.Counter(r[2] for m in everyone for r in m.records())
+    assert set(counts) == v1 | v2 | v3
+    dups = {v: n for v, n in counts.items() if n > 1}
+    assert not dups, f"records consumed more than once: {list(dups.items())[:10]}"
+    assert committed(b.bootstrap, group, topic_name) == [60] * PARTITIONS

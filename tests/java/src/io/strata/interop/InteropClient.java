@@ -355,11 +355,18 @@ public final class InteropClient {
         p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
         p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
-        p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, assignorClass(a.opt("assignor", "range")));
+        // --group-protocol consumer: KIP-848, the broker assigns (uniform or range); the
+        // classic-only settings (client assignor, session timeout, heartbeat) do not apply.
+        String groupProtocol = a.opt("group-protocol", "classic");
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, groupProtocol);
+        if (groupProtocol.equals("classic")) {
+            p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, assignorClass(a.opt("assignor", "range")));
+            if (a.has("session-timeout-ms")) p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, a.opt("session-timeout-ms", null));
+            if (a.has("heartbeat-interval-ms")) p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, a.opt("heartbeat-interval-ms", null));
+        } else if (a.has("assignor")) {
+            p.put(ConsumerConfig.GROUP_REMOTE_ASSIGNOR_CONFIG, a.opt("assignor", "uniform"));
+        }
         if (instanceId != null) p.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, instanceId);
-        if (a.has("session-timeout-ms")) p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, a.opt("session-timeout-ms", null));
-        if (a.has("heartbeat-interval-ms")) p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, a.opt("heartbeat-interval-ms", null));
         p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "100");
         a.applyExtraConfig(p);
         a.checkAllUsed();
