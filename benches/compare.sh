@@ -149,6 +149,8 @@ advertised.listeners=PLAINTEXT://127.0.0.1:$port
 log.dirs=$dir/data
 strata.admin.listener=127.0.0.1:$admin_port
 num.partitions=$PARTITIONS
+# The reference broker runs with the same setting (scripts/kafka-ref.sh).
+group.initial.rebalance.delay.ms=0
 EOF
   if [[ -n "${BENCH_STRATA_EXTRA:-}" ]]; then
     printf '%s\n' "$BENCH_STRATA_EXTRA" >>"$dir/server.properties"
@@ -223,11 +225,9 @@ run_row() {
   fi
 
   if [[ $status == ok ]]; then
-    # ConsumerPerformance always joins a consumer group, and Strata has no group coordinator
-    # yet (issue: consumer groups), so both targets are read by the same Java KafkaConsumer
-    # with assign() and the same fetch settings; it prints ConsumerPerformance's CSV.
-    if run_tool "$dir/consumer.out" "${JAVA_TOOL[@]}" -cp "$INTEROP_CP" io.strata.interop.InteropClient consume-perf \
-        --bootstrap "$bootstrap" --topic "$topic" --count "$RECORDS" --timeout-ms 60000; then
+    if run_tool "$dir/consumer.out" "${JAVA_TOOL[@]}" -cp "$TOOLS_CP" org.apache.kafka.tools.ConsumerPerformance \
+        --bootstrap-server "$bootstrap" --topic "$topic" "$NUM_OPT" "$RECORDS" --timeout 30000 \
+        --group "bench-consumer-$acks"; then
       grep -A1 'MB.sec' "$dir/consumer.out" | tail -n 1 || true
       cons="$(python3 "$ROOT/benches/perf_report.py" consumer "$dir/consumer.out")" || { status="consumer-failed"; cons="- - -"; }
       read -r -a c <<<"$cons"
