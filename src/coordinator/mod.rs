@@ -73,7 +73,13 @@ pub struct GroupCoordinator {
     groups: Mutex<HashMap<String, Group>>,
     config: GroupConfig,
     log: Arc<dyn OffsetsLog>,
+    /// When empty groups without offsets were last removed.
+    last_cleanup: Mutex<Instant>,
 }
+
+/// Kafka's `offsets.retention.check.interval.ms` default: how often empty groups without
+/// offsets are removed (so DescribeGroups keeps showing a just-emptied group for a while).
+const CLEANUP_INTERVAL: Duration = Duration::from_secs(600);
 
 /// The group named `id`, created Empty if it does not exist.
 fn group_entry<'a>(
@@ -97,6 +103,7 @@ impl GroupCoordinator {
             groups: Mutex::new(HashMap::new()),
             config,
             log,
+            last_cleanup: Mutex::new(Instant::now()),
         }
     }
 
@@ -711,6 +718,48 @@ impl GroupCoordinator {
             tracing::info!(group = %id, offsets = keys.len(), "expiring offsets of an empty group");
             let _ = self.delete_offsets(&id, &keys);
         }
+        let due = {
+            let mut last = self.last_cleanup.lock().unwrap_or_else(|e| e.into_inner());
+            let due = now.duration_since(*last) >= CLEANUP_INTERVAL;
+            if due {
+                *last = now;
+            }
+            due
+        };
+        if due {
+            self.remove_dead_groups();
+        }
+    }
+
+    /// Removes groups with no members and no offsets (Kafka's transition to Dead), writing a
+    /// tombstone so a restart does not bring them back. Blocking.
+    pub fn remove_dead_groups(&self) -> usize {
+        let dead: Vec<String> = self
+            .groups()
+            .values()
+            .filter(|g| {
+                g.members.is_empty()
+                    && g.offsets.is_empty()
+                    && g.consumer.as_ref().is_none_or(|c| c.is_empty())
+            })
+            .map(|g| g.id.clone())
+            .collect();
+        let mut removed = 0;
+        for id in &dead {
+            if self.persist_group(id, None).is_ok() {
+                let mut groups = self.groups();
+                // Still dead? A member may have joined since the scan.
+                if groups.get(id).is_some_and(|g| {
+                    g.members.is_empty()
+                        && g.offsets.is_empty()
+                        && g.consumer.as_ref().is_none_or(|c| c.is_empty())
+                }) {
+                    groups.remove(id);
+                    removed += 1;
+                }
+            }
+        }
+        removed
     }
 }
 
@@ -727,4 +776,82 @@ fn subscription_topics(meta: &Bytes) -> Vec<String> {
     ConsumerProtocolSubscription::decode(&mut b, version.clamp(0, 3))
         .map(|s| s.topics.into_iter().map(|t| t.to_string()).collect())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An in-memory `__consumer_offsets`: the coordinator's real store, minus the broker.
+    #[derive(Default)]
+    struct MemoryLog(Mutex<Vec<(Bytes, Option<Bytes>)>>);
+
+    impl OffsetsLog for MemoryLog {
+        fn append(&self, _group: &str, records: Vec<(Bytes, Option<Bytes>)>) -> io::Result<()> {
+            self.0.lock().unwrap().extend(records);
+            Ok(())
+        }
+        fn replay(&self) -> io::Result<Vec<(Bytes, Option<Bytes>)>> {
+            Ok(self.0.lock().unwrap().clone())
+        }
+        fn resolve_topic(&self, _name: &str) -> Option<(uuid::Uuid, i32)> {
+            None
+        }
+    }
+
+    fn coordinator(log: Arc<MemoryLog>) -> GroupCoordinator {
+        GroupCoordinator::new(
+            GroupConfig {
+                initial_rebalance_delay: Duration::ZERO,
+                min_session_timeout: Duration::from_millis(1),
+                max_session_timeout: Duration::from_secs(600),
+                offsets_retention: Duration::from_secs(3600),
+                offset_metadata_max_bytes: 4096,
+                consumer_session_timeout: Duration::from_secs(45),
+                consumer_heartbeat_interval: Duration::from_secs(5),
+            },
+            log,
+        )
+    }
+
+    #[test]
+    fn commits_replay_and_dead_groups_stay_dead_after_a_restart() {
+        let log = Arc::new(MemoryLog::default());
+        let c = coordinator(log.clone());
+        let r = c
+            .commit_offsets(
+                "with-offsets",
+                "",
+                None,
+                -1,
+                vec![("t".into(), 0, 42, -1, Some("m".into()))],
+                ResponseError::IllegalGeneration,
+            )
+            .unwrap();
+        assert_eq!(r, vec![None]);
+        c.commit_offsets(
+            "emptied",
+            "",
+            None,
+            -1,
+            vec![("t".into(), 0, 1, -1, None)],
+            ResponseError::IllegalGeneration,
+        )
+        .unwrap();
+        c.delete_offsets("emptied", &[("t".into(), 0)]).unwrap();
+        assert_eq!(c.remove_dead_groups(), 1);
+        let restarted = coordinator(log);
+        restarted.load().unwrap();
+        let groups: Vec<String> = restarted.list().into_iter().map(|g| g.0).collect();
+        assert_eq!(groups, vec!["with-offsets".to_string()]);
+        let got = restarted.fetch_offsets("with-offsets", Some(&[("t".to_string(), 0)]));
+        assert_eq!(
+            got[0].1,
+            Some(Committed {
+                offset: 42,
+                leader_epoch: -1,
+                metadata: "m".into()
+            })
+        );
+    }
 }
