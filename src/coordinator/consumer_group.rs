@@ -123,10 +123,15 @@ impl ConsumerState {
             "Empty"
         } else if self.assignment_epoch < self.group_epoch {
             "Assigning"
-        } else if self.members.values().any(|m| {
-            m.member_epoch != self.assignment_epoch
-                || self.target.get(&m.member_id) != Some(&m.assigned)
-        }) {
+        } else if self
+            .members
+            .values()
+            .filter(|m| m.member_epoch != STATIC_LEAVE_EPOCH)
+            .any(|m| {
+                m.member_epoch != self.assignment_epoch
+                    || self.target.get(&m.member_id) != Some(&m.assigned)
+            })
+        {
             "Reconciling"
         } else {
             "Stable"
@@ -146,6 +151,23 @@ impl ConsumerState {
             }
         }
         // Leaving.
+        if req.member_epoch == STATIC_LEAVE_EPOCH {
+            // A static member leaving temporarily keeps its assignment until its session
+            // expires, so the same instance can come back without a rebalance.
+            let m = self
+                .members
+                .get_mut(&req.member_id)
+                .ok_or(ResponseError::UnknownMemberId)?;
+            if m.instance_id.is_some() {
+                m.member_epoch = STATIC_LEAVE_EPOCH;
+                m.session_deadline = now + session_timeout;
+                return Ok(HeartbeatOut {
+                    member_id: req.member_id,
+                    member_epoch: STATIC_LEAVE_EPOCH,
+                    assignment: None,
+                });
+            }
+        }
         if req.member_epoch == LEAVE_EPOCH || req.member_epoch == STATIC_LEAVE_EPOCH {
             if self.members.shift_remove(&req.member_id).is_none() {
                 return Err(ResponseError::UnknownMemberId);
@@ -166,6 +188,7 @@ impl ConsumerState {
         let mut changed = false;
         if req.member_epoch == 0 {
             // A (re)joining member; a static member takes over its previous incarnation.
+            let mut taken_over = false;
             if let Some(instance) = &req.instance_id {
                 let old = self
                     .members
@@ -176,15 +199,35 @@ impl ConsumerState {
                     })
                     .map(|m| m.member_id.clone());
                 if let Some(old) = old {
-                    if let Some(prev) = self.members.shift_remove(&old) {
-                        self.target.remove(&old);
-                        let _ = prev;
-                        changed = true;
+                    let released = self
+                        .members
+                        .get(&old)
+                        .is_some_and(|m| m.member_epoch == STATIC_LEAVE_EPOCH);
+                    if !released {
+                        // The previous incarnation is still a live member.
+                        return Err(ResponseError::UnreleasedInstanceId);
+                    }
+                    // Take over its place: same assignment and target, no new group epoch.
+                    if let Some(mut prev) = self.members.shift_remove(&old) {
+                        let target = self.target.remove(&old).unwrap_or_default();
+                        prev.member_id = member_id.clone();
+                        prev.member_epoch = self.assignment_epoch;
+                        prev.previous_member_epoch = -1;
+                        prev.client_id = req.client_id.clone();
+                        prev.client_host = req.client_host.clone();
+                        prev.session_deadline = now + session_timeout;
+                        prev.last_sent = None;
+                        prev.pending_revocation.clear();
+                        prev.revocation_deadline = None;
+                        self.members.insert(member_id.clone(), prev);
+                        self.target.insert(member_id.clone(), target);
+                        taken_over = true;
                     }
                 }
             }
             let subscribed = req.subscribed_topics.clone().unwrap_or_default();
             match self.members.get_mut(&member_id) {
+                Some(_) if taken_over => {}
                 Some(m) => {
                     // Rejoin after a fence: start over.
                     m.assigned.clear();
@@ -596,6 +639,59 @@ mod tests {
         assert_eq!(
             g.heartbeat(bad, &topics, s, now).err(),
             Some(ResponseError::UnsupportedAssignor)
+        );
+    }
+
+    #[test]
+    fn a_static_member_that_leaves_temporarily_comes_back_to_its_assignment_without_a_new_epoch() {
+        let now = Instant::now();
+        let s = Duration::from_secs(45);
+        let mut g = ConsumerState::new();
+        let mut a = hb("a1", 0, None);
+        a.instance_id = Some("ia".into());
+        let a1 = g.heartbeat(a, &topics, s, now).unwrap();
+        let mut b = hb("b1", 0, None);
+        b.instance_id = Some("ib".into());
+        g.heartbeat(b, &topics, s, now).unwrap();
+        // Settle: a releases, b receives.
+        let a2 = g
+            .heartbeat(
+                hb("a1", a1.member_epoch, a1.assignment.clone()),
+                &topics,
+                s,
+                now,
+            )
+            .unwrap();
+        g.heartbeat(
+            hb("a1", a2.member_epoch, a2.assignment.clone()),
+            &topics,
+            s,
+            now,
+        )
+        .unwrap();
+        let b2 = g
+            .heartbeat(hb("b1", 2, Some(Assignment::new())), &topics, s, now)
+            .unwrap();
+        assert_eq!(count(&b2.assignment), 3);
+        let epoch = g.group_epoch;
+        // b leaves as a static member and restarts with a new member id.
+        assert_eq!(
+            g.heartbeat(hb("b1", -2, None), &topics, s, now)
+                .unwrap()
+                .member_epoch,
+            -2
+        );
+        let mut again = hb("b2", 0, None);
+        again.instance_id = Some("ib".into());
+        let back = g.heartbeat(again, &topics, s, now).unwrap();
+        assert_eq!(g.group_epoch, epoch, "no rebalance");
+        assert_eq!(back.assignment, b2.assignment, "same partitions");
+        // A second live instance with the same id is refused.
+        let mut dup = hb("b3", 0, None);
+        dup.instance_id = Some("ib".into());
+        assert_eq!(
+            g.heartbeat(dup, &topics, s, now).err(),
+            Some(ResponseError::UnreleasedInstanceId)
         );
     }
 }
