@@ -63,6 +63,21 @@ pub fn handle(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetF
             .groups
             .into_iter()
             .map(|g| {
+                // v9+: a consumer-protocol member fetching its offsets is fenced by epoch.
+                if let Some(member) = g.member_id.as_ref().filter(|_| g.member_epoch >= 0) {
+                    let check = coordinator.with_consumer_group(g.group_id.0.as_str(), |c| match c
+                        .member_epoch(member.as_str())
+                    {
+                        None => Some(ResponseError::UnknownMemberId),
+                        Some(e) if e != g.member_epoch => Some(ResponseError::StaleMemberEpoch),
+                        Some(_) => None,
+                    });
+                    if let Some(Some(e)) = check {
+                        return OffsetFetchResponseGroup::default()
+                            .with_group_id(g.group_id)
+                            .with_error_code(e.code());
+                    }
+                }
                 let topics = g.topics.map(|ts| {
                     ts.into_iter()
                         .map(|t| (t.name.0.to_string(), t.partition_indexes))
