@@ -121,7 +121,7 @@ pub struct PartitionOffsets {
 
 impl Partition {
     fn new(topic: &str, index: i32, log: Log) -> Partition {
-        let p = Partition {
+        Partition {
             topic: topic.to_string(),
             index,
             leader_epoch: log.latest_epoch().unwrap_or(0).max(0),
@@ -130,8 +130,7 @@ impl Partition {
             log_start_offset: AtomicI64::new(log.log_start_offset()),
             log: Mutex::new(log),
             waiters: Mutex::new(Vec::new()),
-        };
-        p
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
@@ -923,7 +922,9 @@ impl Broker {
 
     /// Writes the per-dir recovery point, log start and high watermark checkpoints. Blocking.
     pub fn write_checkpoints(&self) -> io::Result<()> {
-        let mut per_dir: HashMap<PathBuf, (Vec<String>, Vec<String>, Vec<String>)> = HashMap::new();
+        // log dir -> (recovery points, log start offsets, high watermarks), one line each.
+        type Lines = (Vec<String>, Vec<String>, Vec<String>);
+        let mut per_dir: HashMap<PathBuf, Lines> = HashMap::new();
         for p in self.all_partitions() {
             let (dir, rp, lso, hw) = p.with_log(|l| {
                 (

@@ -48,7 +48,7 @@ pub async fn blocking<R: Send + 'static>(
 
 /// What the connection does after a request.
 pub enum Outcome {
-    Respond(ResponseKind),
+    Respond(Box<ResponseKind>),
     /// Nothing to send (a successful produce with acks=0).
     NoResponse,
     /// Close the connection: an acks=0 produce failed, and closing is the only way Kafka can
@@ -165,5 +165,5 @@ pub async fn handle(broker: &Arc<Broker>, peer: std::net::SocketAddr, request: R
             return Outcome::NoResponse;
         }
     };
-    Outcome::Respond(response)
+    Outcome::Respond(Box::new(response))
 }

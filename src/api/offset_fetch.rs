@@ -14,9 +14,12 @@ use crate::coordinator::Committed;
 
 type Answer = Vec<((String, i32), Option<Committed>)>;
 
+/// One topic's answers: (topic, [(partition, committed)]).
+type TopicAnswer = (String, Vec<(i32, Option<Committed>)>);
+
 /// Groups answers by topic, preserving first-seen order.
-fn by_topic(answers: Answer) -> Vec<(String, Vec<(i32, Option<Committed>)>)> {
-    let mut out: Vec<(String, Vec<(i32, Option<Committed>)>)> = Vec::new();
+fn by_topic(answers: Answer) -> Vec<TopicAnswer> {
+    let mut out: Vec<TopicAnswer> = Vec::new();
     for ((topic, partition), c) in answers {
         match out.iter_mut().find(|(t, _)| *t == topic) {
             Some((_, v)) => v.push((partition, c)),

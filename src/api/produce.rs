@@ -42,9 +42,9 @@ pub async fn handle(
             super::Outcome::NoResponse
         };
     }
-    super::Outcome::Respond(kafka_protocol::messages::ResponseKind::Produce(
+    super::Outcome::Respond(Box::new(kafka_protocol::messages::ResponseKind::Produce(
         ProduceResponse::default().with_responses(responses),
-    ))
+    )))
 }
 
 fn partition_error(

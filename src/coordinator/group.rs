@@ -279,8 +279,8 @@ impl Group {
             }
             GroupState::CompletingRebalance | GroupState::Stable
                 if !protocols_changed
-                    && !(self.state == GroupState::Stable
-                        && self.leader.as_deref() == Some(req.member_id.as_str())) =>
+                    && (self.state != GroupState::Stable
+                        || self.leader.as_deref() != Some(req.member_id.as_str())) =>
             {
                 // Same metadata: resend the current generation.
                 let result = self.join_result_for(&req.member_id);

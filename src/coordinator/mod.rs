@@ -82,11 +82,11 @@ pub struct GroupCoordinator {
 const CLEANUP_INTERVAL: Duration = Duration::from_secs(600);
 
 /// The group named `id`, created Empty if it does not exist.
-fn group_entry<'a>(
-    groups: &'a mut HashMap<String, Group>,
+fn group_entry(
+    groups: &mut HashMap<String, Group>,
     id: impl Into<String>,
     initial_delay: Duration,
-) -> &'a mut Group {
+) -> &mut Group {
     let id = id.into();
     groups
         .entry(id.clone())
