@@ -305,6 +305,19 @@ def describe_group(bootstrap: str, group: str):
     return a.describe_consumer_groups([group], request_timeout=30)[group].result(timeout=60)
 
 
+def assert_consumed_once_and_committed(bootstrap: str, group: str, topic: str,
+                                       everyone, values: set[str]) -> None:
+    """Every produced value was consumed by exactly one member, no commit failed, and each
+    partition's committed offset is its end (60 records per partition in these tests)."""
+    for m in everyone:
+        assert not m.of("commit_failed"), m.describe()
+    counts = collections.Counter(r[2] for m in everyone for r in m.records())
+    assert set(counts) == values
+    dups = {v: n for v, n in counts.items() if n > 1}
+    assert not dups, f"records consumed more than once: {list(dups.items())[:10]}"
+    assert committed(bootstrap, group, topic) == [60] * PARTITIONS
+
+
 def partition_of(value: str) -> int:
     return int(value.split("-")[1])
 
@@ -358,15 +371,7 @@ def test_group_members_split_partitions_consume_each_record_once_and_take_over_a
 
     for m in (m0, m2):
         m.close()
-    everyone = (m0, m1, m2)
-    for m in everyone:
-        assert not m.of("commit_failed"), m.describe()
-    counts = collections.Counter(r[2] for m in everyone for r in m.records())
-    assert set(counts) == v1 | v2 | v3
-    dups = {v: n for v, n in counts.items() if n > 1}
-    assert not dups, f"records consumed more than once: {list(dups.items())[:10]}"
-    # Each partition holds 60 records and every one of them was committed.
-    assert committed(b.bootstrap, group, topic_name) == [60] * PARTITIONS
+    assert_consumed_once_and_committed(b.bootstrap, group, topic_name, (m0, m1, m2), v1 | v2 | v3)
 
 
 def test_group_of_mixed_clients_shares_partitions_and_consumes_each_record_once(
@@ -655,11 +660,4 @@ def test_kip848_java_consumers_get_server_assignments_and_take_over_after_leave(
     wait_consumed([m0, m2], v3)
     for m in (m0, m2):
         m.close()
-    everyone = (m0, m1, m2)
-    for m in everyone:
-        assert not m.of("commit_failed"), m.describe()
-    counts = collections.Counter(r[2] for m in everyone for r in m.records())
-    assert set(counts) == v1 | v2 | v3
-    dups = {v: n for v, n in counts.items() if n > 1}
-    assert not dups, f"records consumed more than once: {list(dups.items())[:10]}"
-    assert committed(b.bootstrap, group, topic_name) == [60] * PARTITIONS
+    assert_consumed_once_and_committed(b.bootstrap, group, topic_name, (m0, m1, m2), v1 | v2 | v3)
