@@ -52,9 +52,16 @@ async fn respond(mut stream: TcpStream, broker: Arc<Broker>) -> std::io::Result<
         ("GET", "/health") => ("200 OK", "text/plain", "ok\n".to_string()),
         ("GET", "/metrics") => {
             let b = broker.clone();
-            let text = tokio::task::spawn_blocking(move || b.metrics.render(&b.partition_gauges()))
-                .await
-                .unwrap_or_default();
+            let text = tokio::task::spawn_blocking(move || {
+                b.metrics.render(
+                    &b.partition_gauges(),
+                    &b.group_coordinator()
+                        .map(|c| c.gauges())
+                        .unwrap_or_default(),
+                )
+            })
+            .await
+            .unwrap_or_default();
             ("200 OK", "text/plain; version=0.0.4", text)
         }
         ("GET", _) => ("404 Not Found", "text/plain", "not found\n".to_string()),

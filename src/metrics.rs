@@ -80,6 +80,15 @@ fn api_name(key: i16) -> String {
         .unwrap_or_else(|_| key.to_string())
 }
 
+/// Consumer-group gauges for a scrape.
+#[derive(Default)]
+pub struct GroupGauges {
+    /// (group type, state, number of groups)
+    pub by_state: Vec<(&'static str, &'static str, usize)>,
+    pub members: usize,
+    pub rebalances: u64,
+}
+
 /// One partition's gauges for a scrape.
 pub struct PartitionGauges {
     pub topic: String,
@@ -105,8 +114,20 @@ impl Metrics {
         }
     }
 
-    pub fn render(&self, partitions: &[PartitionGauges]) -> String {
+    pub fn render(&self, partitions: &[PartitionGauges], groups: &GroupGauges) -> String {
         let mut out = String::with_capacity(8192);
+        let _ = writeln!(
+            out,
+            "# HELP strata_groups Consumer groups, by type and state.\n# TYPE strata_groups gauge"
+        );
+        for (kind, state, n) in &groups.by_state {
+            let _ = writeln!(
+                out,
+                "strata_groups{{type=\"{kind}\",state=\"{state}\"}} {n}"
+            );
+        }
+        let _ = writeln!(out, "# HELP strata_group_members Members of all consumer groups.\n# TYPE strata_group_members gauge\nstrata_group_members {}", groups.members);
+        let _ = writeln!(out, "# HELP strata_group_rebalances_total Rebalances completed (classic generations and KIP-848 target assignments).\n# TYPE strata_group_rebalances_total counter\nstrata_group_rebalances_total {}", groups.rebalances);
         let _ = writeln!(out, "# HELP strata_requests_total Requests handled, by API.\n# TYPE strata_requests_total counter");
         for (k, c) in self.requests.iter().enumerate() {
             let v = c.load(Ordering::Relaxed);

@@ -50,6 +50,8 @@ pub struct ConsumerState {
     /// (topic name, id, partition count) of the subscribed topics when the target was made.
     subscription_metadata: Vec<(String, Uuid, i32)>,
     pub assignor: String,
+    /// Target assignments computed (for metrics).
+    pub rebalances: u64,
 }
 
 /// One heartbeat, decoded.
@@ -340,6 +342,7 @@ impl ConsumerState {
 
     /// A new group epoch and a new target assignment.
     fn bump_and_assign(&mut self, topics: TopicResolver<'_>) {
+        self.rebalances += 1;
         self.group_epoch += 1;
         self.subscription_metadata = self.subscription_metadata(topics);
         if let Some(a) = self

@@ -139,6 +139,8 @@ pub struct Group {
     pub offsets: BTreeMap<(String, i32), OffsetValue>,
     /// Set when the group uses the consumer protocol (KIP-848) instead of the classic one.
     pub consumer: Option<super::consumer_group::ConsumerState>,
+    /// Rebalances completed (for metrics).
+    pub rebalances: u64,
     /// When PreparingRebalance: join completes when all members joined and `join_not_before`
     /// has passed, or at `rebalance_deadline`.
     join_not_before: Instant,
@@ -165,6 +167,7 @@ impl Group {
             pending_members: HashMap::new(),
             offsets: BTreeMap::new(),
             consumer: None,
+            rebalances: 0,
             join_not_before: now,
             rebalance_deadline: now,
             initial_delay,
@@ -508,6 +511,7 @@ impl Group {
     }
 
     fn complete_join(&mut self, now: Instant, now_ms: i64) {
+        self.rebalances += 1;
         // Members that did not rejoin in time are removed.
         let missing: Vec<String> = self
             .members

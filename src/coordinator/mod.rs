@@ -75,6 +75,8 @@ pub struct GroupCoordinator {
     log: Arc<dyn OffsetsLog>,
     /// When empty groups without offsets were last removed.
     last_cleanup: Mutex<Instant>,
+    /// Rebalances of groups that no longer exist, so the metric never goes backwards.
+    removed_rebalances: std::sync::atomic::AtomicU64,
 }
 
 /// Kafka's `offsets.retention.check.interval.ms` default: how often empty groups without
@@ -104,6 +106,7 @@ impl GroupCoordinator {
             config,
             log,
             last_cleanup: Mutex::new(Instant::now()),
+            removed_rebalances: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -617,7 +620,9 @@ impl GroupCoordinator {
             tracing::error!(group = group_id, error = %e, "cannot persist group deletion");
             return Some(ResponseError::CoordinatorNotAvailable);
         }
-        self.groups().remove(group_id);
+        if let Some(g) = self.groups().remove(group_id) {
+            self.count_removed(&g);
+        }
         None
     }
 
@@ -731,6 +736,37 @@ impl GroupCoordinator {
         }
     }
 
+    fn count_removed(&self, g: &Group) {
+        let n = g.rebalances + g.consumer.as_ref().map(|c| c.rebalances).unwrap_or(0);
+        self.removed_rebalances
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Gauges for /metrics: groups per (type, state), members, and rebalances so far.
+    pub fn gauges(&self) -> crate::metrics::GroupGauges {
+        let groups = self.groups();
+        let mut by_state: std::collections::BTreeMap<(&'static str, &'static str), usize> =
+            Default::default();
+        let mut members = 0;
+        let mut rebalances = self
+            .removed_rebalances
+            .load(std::sync::atomic::Ordering::Relaxed);
+        for g in groups.values() {
+            let (kind, state) = match &g.consumer {
+                Some(c) => ("consumer", c.state_name()),
+                None => ("classic", g.state.name()),
+            };
+            *by_state.entry((kind, state)).or_default() += 1;
+            members += g.members.len() + g.consumer.as_ref().map(|c| c.members.len()).unwrap_or(0);
+            rebalances += g.rebalances + g.consumer.as_ref().map(|c| c.rebalances).unwrap_or(0);
+        }
+        crate::metrics::GroupGauges {
+            by_state: by_state.into_iter().map(|((k, s), n)| (k, s, n)).collect(),
+            members,
+            rebalances,
+        }
+    }
+
     /// Removes groups with no members and no offsets (Kafka's transition to Dead), writing a
     /// tombstone so a restart does not bring them back. Blocking.
     pub fn remove_dead_groups(&self) -> usize {
@@ -754,7 +790,9 @@ impl GroupCoordinator {
                         && g.offsets.is_empty()
                         && g.consumer.as_ref().is_none_or(|c| c.is_empty())
                 }) {
-                    groups.remove(id);
+                    if let Some(g) = groups.remove(id) {
+                        self.count_removed(&g);
+                    }
                     removed += 1;
                 }
             }

@@ -58,6 +58,11 @@ async fn health_and_metrics_answer_200_and_metrics_count_requests() {
         let (status, body) = http_get(b.admin_addr, "/metrics").await;
         assert_eq!(status, 200);
         assert!(body.contains("strata_requests_total"), "{body}");
+        assert!(
+            body.contains("strata_group_members 0"),
+            "group gauges are exported: {body}"
+        );
+        assert!(body.contains("strata_group_rebalances_total 0"), "{body}");
         if body
             .lines()
             .any(|l| l.starts_with("strata_requests_total{") && l.contains("ApiVersions"))
