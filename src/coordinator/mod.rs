@@ -190,11 +190,24 @@ impl GroupCoordinator {
         })
     }
 
+    /// [`Self::persist_group`] on the blocking pool, for the async handlers.
+    async fn persist_group_off_worker(
+        self: &Arc<Self>,
+        group_id: &str,
+        value: GroupValue,
+    ) -> Result<(), ResponseError> {
+        let me = self.clone();
+        let gid = group_id.to_string();
+        tokio::task::spawn_blocking(move || me.persist_group(&gid, Some(value)))
+            .await
+            .unwrap_or(Err(ResponseError::UnknownServerError))
+    }
+
     fn check_session_timeout(&self, t: Duration) -> bool {
         t >= self.config.min_session_timeout && t <= self.config.max_session_timeout
     }
 
-    pub async fn join(&self, group_id: &str, req: JoinRequest) -> JoinResult {
+    pub async fn join(self: &Arc<Self>, group_id: &str, req: JoinRequest) -> JoinResult {
         if group_id.is_empty() {
             return JoinResult::error(ResponseError::InvalidGroupId, &req.member_id);
         }
@@ -231,8 +244,7 @@ impl GroupCoordinator {
             }
         };
         if let Some((result, value)) = persist {
-            let gid = group_id.to_string();
-            return match self.persist_group(&gid, Some(value)) {
+            return match self.persist_group_off_worker(group_id, value).await {
                 Ok(()) => result,
                 Err(e) => JoinResult::error(e, &result.member_id),
             };
@@ -285,11 +297,7 @@ impl GroupCoordinator {
             return result;
         }
         if let Some(value) = persist {
-            let me = self.clone();
-            let gid = group_id.to_string();
-            if let Ok(Err(e)) =
-                tokio::task::spawn_blocking(move || me.persist_group(&gid, Some(value))).await
-            {
+            if let Err(e) = self.persist_group_off_worker(group_id, value).await {
                 return SyncResult::error(e);
             }
         }
