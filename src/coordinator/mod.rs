@@ -335,23 +335,29 @@ impl GroupCoordinator {
             g.protocol_type = Some("consumer".into());
         }
         let c = g.consumer.as_mut().ok_or(ResponseError::GroupIdNotFound)?;
-        let (member, epoch, owned) = (
-            req.member_id.clone(),
-            req.member_epoch,
-            format!("{:?}", req.owned),
-        );
+        // The request is consumed by the state machine: keep what the debug line needs, and
+        // only format the owned partitions when debug logging is on.
+        let debug = tracing::enabled!(tracing::Level::DEBUG);
+        let (member, epoch) = (req.member_id.clone(), req.member_epoch);
+        let owned = if debug {
+            format!("{:?}", req.owned)
+        } else {
+            String::new()
+        };
         let out = c.heartbeat(
             req,
             &resolve,
             self.config.consumer_session_timeout,
             Instant::now(),
         );
-        match &out {
-            Ok(o) => {
-                tracing::debug!(group = group_id, %member, epoch, %owned, new_epoch = o.member_epoch, assignment = ?o.assignment, group_epoch = c.group_epoch, "consumer heartbeat")
-            }
-            Err(e) => {
-                tracing::debug!(group = group_id, %member, epoch, %owned, error = ?e, "consumer heartbeat refused")
+        if debug {
+            match &out {
+                Ok(o) => {
+                    tracing::debug!(group = group_id, %member, epoch, %owned, new_epoch = o.member_epoch, assignment = ?o.assignment, group_epoch = c.group_epoch, "consumer heartbeat")
+                }
+                Err(e) => {
+                    tracing::debug!(group = group_id, %member, epoch, %owned, error = ?e, "consumer heartbeat refused")
+                }
             }
         }
         out
