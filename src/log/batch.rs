@@ -55,18 +55,6 @@ pub enum BatchError {
     Encode(String),
 }
 
-impl BatchError {
-    /// Whether the batch is corrupt (CRC, size) rather than merely invalid.
-    pub fn is_corruption(&self) -> bool {
-        matches!(
-            self,
-            BatchError::Truncated { .. }
-                | BatchError::BadLength(_)
-                | BatchError::CrcMismatch { .. }
-        )
-    }
-}
-
 /// Compression codec of a batch, as encoded in its attributes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Codec {

@@ -703,9 +703,6 @@ impl Log {
     pub fn segment_count(&self) -> usize {
         self.segments.len()
     }
-    pub fn producer_count(&self) -> usize {
-        self.producers.len()
-    }
 }
 
 /// Decodes the records of one batch (used only off the hot path: timestamp lookups).

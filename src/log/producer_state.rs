@@ -185,11 +185,6 @@ impl ProducerStateManager {
         });
     }
 
-    /// Drops all state (the log was truncated below every known batch).
-    pub fn clear(&mut self) {
-        self.producers.clear();
-    }
-
     pub fn snapshot_path(dir: &Path, offset: i64) -> PathBuf {
         dir.join(format!("{}.snapshot", file_stem(offset)))
     }

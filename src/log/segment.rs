@@ -442,31 +442,6 @@ impl Segment {
         self.time_index.lookup(timestamp).offset
     }
 
-    /// Drops every batch at or after `offset`.
-    pub fn truncate_to(&mut self, offset: i64) -> io::Result<()> {
-        let pos = self.position_of(offset)?;
-        self.file.set_len(pos)?;
-        self.size = pos;
-        self.offset_index.truncate_to(offset)?;
-        self.time_index.truncate_to(offset)?;
-        self.next_offset = offset.min(self.next_offset).max(self.base_offset);
-        // Recompute max timestamp from what is left (headers only).
-        self.max_timestamp = -1;
-        self.offset_of_max_timestamp = -1;
-        self.rolling_base_timestamp = None;
-        self.bytes_since_last_index_entry = 0;
-        for (_, h) in self.headers_from(self.base_offset)? {
-            if self.rolling_base_timestamp.is_none() {
-                self.rolling_base_timestamp = Some(h.max_timestamp);
-            }
-            if h.max_timestamp > self.max_timestamp {
-                self.max_timestamp = h.max_timestamp;
-                self.offset_of_max_timestamp = h.last_offset();
-            }
-        }
-        Ok(())
-    }
-
     pub fn flush(&self) -> io::Result<()> {
         self.file.sync_data()?;
         self.offset_index.flush()?;
