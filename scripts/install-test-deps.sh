@@ -10,9 +10,12 @@
 #   2. Python virtualenv $STRATA_VENV with tests/interop/requirements.txt
 #   3. Java jars from Maven Central into $STRATA_CACHE/jars/kafka-$KAFKA_VERSION/{clients,tools,broker}
 #   4. The Java interop client (scripts/build-java-tests.sh)
+#   5. s3s-fs $S3S_FS_VERSION (an S3-compatible server over a directory, checks SigV4) from
+#      crates.io into $STRATA_CACHE/s3s-fs/bin/s3s-fs for the tiering tests; built in its own
+#      target dir under $STRATA_CACHE (removed afterwards), ~9 minutes on 2 cores, once
 #
 # Environment: STRATA_CACHE (default ~/.cache/strata), STRATA_VENV (default $STRATA_CACHE/venv),
-#              KAFKA_VERSION (default in scripts/lib/common.sh).
+#              KAFKA_VERSION (default in scripts/lib/common.sh), S3S_FS_VERSION (default 0.14.1).
 set -euo pipefail
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -21,7 +24,7 @@ FORCE=0
 case "${1:-}" in
   "") ;;
   --force) FORCE=1 ;;
-  -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) strata_die "unknown argument '$1' (usage: $0 [--force])" ;;
 esac
 
@@ -89,7 +92,7 @@ else
   fi
   "$STRATA_VENV/bin/python" -m pip install -q --upgrade pip
   "$STRATA_VENV/bin/python" -m pip install -q -r "$REQ"
-  "$STRATA_VENV/bin/python" -c 'import pytest, confluent_kafka, kafka' \
+  "$STRATA_VENV/bin/python" -c 'import pytest, confluent_kafka, kafka, boto3, moto' \
     || strata_die "python packages failed to import"
   echo "$venv_stamp" >"$STRATA_VENV/.strata-stamp"
 fi
@@ -132,6 +135,31 @@ else
   "$STRATA_REPO_ROOT/scripts/build-java-tests.sh"
 fi
 
+# --------------------------------------------------------------------------- s3s-fs
+# The tiering tests run against two real S3 servers: moto (from the venv, lenient) and s3s-fs
+# (checks SigV4 signatures). The stamp is the version, so a new S3S_FS_VERSION (or --force)
+# rebuilds; otherwise cargo is not even asked (resolving its index alone takes a while).
+S3S_FS_VERSION="${S3S_FS_VERSION:-0.14.1}"
+S3S_FS_ROOT="$STRATA_CACHE/s3s-fs"
+S3S_FS="$S3S_FS_ROOT/bin/s3s-fs"
+s3s_fs_stamp="$S3S_FS_VERSION"
+if [[ $FORCE -eq 0 && -x "$S3S_FS" && "$(cat "$S3S_FS_ROOT/.strata-stamp" 2>/dev/null)" == "$s3s_fs_stamp" ]]; then
+  strata_log "s3s-fs up to date: $S3S_FS"
+else
+  command -v cargo >/dev/null || strata_die "cargo not found: install Rust (rustup) first"
+  strata_log "building s3s-fs $S3S_FS_VERSION from crates.io (takes several minutes, once)"
+  s3s_fs_target="$STRATA_CACHE/s3s-fs-target"
+  rm -f "$S3S_FS_ROOT/.strata-stamp"
+  if ! CARGO_TARGET_DIR="$s3s_fs_target" cargo install "s3s-fs@$S3S_FS_VERSION" \
+      --features binary --locked --force --root "$S3S_FS_ROOT"; then
+    rm -rf "$s3s_fs_target"
+    strata_die "cargo install s3s-fs@$S3S_FS_VERSION failed"
+  fi
+  rm -rf "$s3s_fs_target"
+  "$S3S_FS" --help >/dev/null || strata_die "$S3S_FS does not run"
+  echo "$s3s_fs_stamp" >"$S3S_FS_ROOT/.strata-stamp"
+fi
+
 cat <<EOF
 Strata test dependencies ready:
   kcat:            $KCAT
@@ -141,4 +169,5 @@ Strata test dependencies ready:
   tools jars:      $STRATA_JARS_DIR/tools     (scripts/java-classpath.sh tools)
   broker jars:     $STRATA_JARS_DIR/broker    (scripts/java-classpath.sh broker)
   java test client: $STRATA_JAVA_CLASSES  (scripts/java-classpath.sh interop)
+  s3s-fs:          $S3S_FS
 EOF

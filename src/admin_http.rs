@@ -53,12 +53,16 @@ async fn respond(mut stream: TcpStream, broker: Arc<Broker>) -> std::io::Result<
         ("GET", "/metrics") => {
             let b = broker.clone();
             let text = tokio::task::spawn_blocking(move || {
-                b.metrics.render(
+                let mut text = b.metrics.render(
                     &b.partition_gauges(),
                     &b.group_coordinator()
                         .map(|c| c.gauges())
                         .unwrap_or_default(),
-                )
+                );
+                if let Some(t) = b.tiering() {
+                    t.render_metrics(&mut text, &b.remote_upload_lag());
+                }
+                text
             })
             .await
             .unwrap_or_default();

@@ -286,6 +286,52 @@ pub struct Broker {
     dynamic_configs: RwLock<BTreeMap<String, BTreeMap<String, String>>>,
     /// Set once at start-up, after the logs are open (the coordinator replays its topic).
     groups: std::sync::OnceLock<Arc<crate::coordinator::GroupCoordinator>>,
+    /// Tiered storage, when remote.log.storage.system.enable is set.
+    tiering: std::sync::OnceLock<Arc<crate::tiering::Tiering>>,
+}
+
+/// True when the broker has never run on these log dirs (no catalog, no meta.properties).
+pub fn is_fresh_data_dir(config: &BrokerConfig) -> bool {
+    config
+        .log_dirs
+        .iter()
+        .all(|d| !d.join(METADATA_FILE).exists() && !d.join("meta.properties").exists())
+}
+
+/// Writes the catalog and log start offsets of topics restored from the bucket, before the
+/// broker opens (see [`crate::tiering::restore_if_empty`]).
+pub fn write_restored_metadata(
+    config: &BrokerConfig,
+    topics: &[(String, Uuid, i32, BTreeMap<String, String>)],
+    log_starts: &[(String, i32, i64)],
+    next_producer_id_block: i64,
+) -> io::Result<()> {
+    let dir = &config.log_dirs[0];
+    fs::create_dir_all(dir)?;
+    let lines: Vec<String> = log_starts
+        .iter()
+        .map(|(t, p, o)| format!("{t} {p} {o}"))
+        .collect();
+    checkpoint::write(&dir.join(LOG_START_FILE), &lines)?;
+    let file = MetadataFile {
+        cluster_id: config.cluster_id.clone().unwrap_or_default(),
+        next_producer_id_block,
+        topics: topics
+            .iter()
+            .map(|(name, id, partitions, configs)| TopicRecord {
+                name: name.clone(),
+                id: id.to_string(),
+                partitions: *partitions,
+                configs: configs.clone(),
+            })
+            .collect(),
+        broker_configs: BTreeMap::new(),
+    };
+    let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
+    let path = dir.join(METADATA_FILE);
+    let tmp = path.with_extension("toml.tmp");
+    fs::write(&tmp, text)?;
+    fs::rename(&tmp, &path)
 }
 
 fn partition_dir_name(topic: &str, partition: i32) -> String {
@@ -388,6 +434,7 @@ impl Broker {
             fetch_sessions: Mutex::new(FetchSessionCache::new(FETCH_SESSION_SLOTS)),
             dynamic_configs: RwLock::new(meta.broker_configs.clone()),
             groups: std::sync::OnceLock::new(),
+            tiering: std::sync::OnceLock::new(),
             config,
         };
         let now = now_ms();
@@ -608,6 +655,37 @@ impl Broker {
     }
 
     /// The incremental fetch session cache; hold the guard only briefly.
+    pub fn tiering(&self) -> Option<&Arc<crate::tiering::Tiering>> {
+        self.tiering.get()
+    }
+
+    pub fn set_tiering(&self, tiering: Arc<crate::tiering::Tiering>) {
+        let _ = self.tiering.set(tiering);
+    }
+
+    pub fn producer_id_block_end(&self) -> i64 {
+        self.producer_ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .block_end
+    }
+
+    /// Local bytes of remote-enabled partitions not uploaded yet (for metrics).
+    pub fn remote_upload_lag(&self) -> Vec<(String, i32, u64)> {
+        self.topics()
+            .iter()
+            .filter(|t| t.config.remote_storage_enable)
+            .flat_map(|t| t.partitions.iter())
+            .map(|p| {
+                (
+                    p.topic.clone(),
+                    p.index,
+                    p.with_log(|l| l.local_only_bytes()),
+                )
+            })
+            .collect()
+    }
+
     pub fn fetch_sessions(&self) -> std::sync::MutexGuard<'_, FetchSessionCache> {
         self.fetch_sessions
             .lock()
@@ -687,6 +765,12 @@ impl Broker {
             crate::config::topic::validate(k, v)
                 .map_err(|e| TopicError::InvalidConfig(e.to_string()))?;
         }
+        crate::config::topic::check_combination(
+            &self.topic_config(configs),
+            self.config.tiering.enabled,
+            None,
+        )
+        .map_err(TopicError::InvalidConfig)?;
         Ok(())
     }
 
@@ -779,6 +863,11 @@ impl Broker {
             ));
             fs::rename(&dir, &doomed)?;
             fs::remove_dir_all(&doomed)?;
+        }
+        if let Some(t) = self.tiering() {
+            if topic.config.remote_storage_enable {
+                t.topic_deleted(&topic.name, topic.id, topic.partitions.len() as i32);
+            }
         }
         tracing::info!(topic = name, "deleted topic");
         Ok(topic.id)

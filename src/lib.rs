@@ -42,3 +42,4 @@ pub mod metrics;
 pub mod protocol;
 pub mod runtime;
 pub mod server;
+pub mod tiering;

@@ -42,8 +42,26 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
     if config.listener.advertised_port == 0 {
         config.listener.advertised_port = kafka_addr.port();
     }
+    let tiering = if config.tiering.enabled {
+        let t = crate::tiering::Tiering::open(&config.tiering)
+            .await
+            .context("opening tiered storage")?;
+        let restored = crate::tiering::restore_if_empty(&t, &config)
+            .await
+            .context("restoring topics from the bucket")?;
+        if restored > 0 {
+            tracing::info!(topics = restored, "restored topics from the bucket");
+        }
+        Some(t)
+    } else {
+        None
+    };
+    let tiering2 = tiering.clone();
     let broker = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let broker = Broker::open(config)?;
+        if let Some(t) = tiering2 {
+            broker.set_tiering(t);
+        }
         broker
             .start_group_coordinator()
             .context("loading the group coordinator")?;
@@ -98,6 +116,34 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
             }
         },
     );
+    if let Some(t) = tiering {
+        let every = Duration::from_millis(broker.config.tiering.task_interval_ms);
+        let b = broker.clone();
+        let stop = shutdown.clone();
+        services.spawn(async move {
+            let mut ticker = tokio::time::interval(every);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = ticker.tick() => {}
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = t.tick(&b) => {}
+                }
+            }
+            // Clean shutdown: seal and upload what remote topics still hold only locally, so
+            // the bucket alone has every acknowledged record (bounded, a restart retries).
+            if tokio::time::timeout(Duration::from_secs(20), t.drain(&b))
+                .await
+                .is_err()
+            {
+                tracing::warn!("final upload to remote storage did not finish within 20s");
+            }
+            t.reader.close().await;
+        });
+    }
     let flush_every =
         Duration::from_millis(broker.config.log_flush_scheduler_interval_ms.min(1000));
     spawn_periodic(

@@ -26,6 +26,7 @@ pub fn read_error(e: &ReadError) -> ResponseError {
     match e {
         ReadError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         ReadError::Io(_) => ResponseError::KafkaStorageError,
+        ReadError::Remote { .. } => ResponseError::OffsetOutOfRange,
     }
 }
 

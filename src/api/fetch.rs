@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::api::{blocking, errors};
-use crate::broker::{Broker, Partition};
+use crate::broker::{Broker, Partition, Topic};
 use crate::fetch_session::{FetchPosition, PartitionKey, SentState, SessionMode};
 
 struct Wanted {
@@ -33,6 +33,19 @@ struct Pass {
     errors: bool,
     /// Partitions consulted with the high watermark seen, to detect appends that race the wait.
     watched: Vec<(Arc<Partition>, i64)>,
+    /// A partition whose fetch offset is below its local log start: read from remote storage
+    /// after the pass (at most one per request, as Kafka does).
+    remote: Option<RemoteRead>,
+}
+
+struct RemoteRead {
+    topic_slot: usize,
+    partition_slot: usize,
+    topic: Arc<Topic>,
+    partition: i32,
+    offset: i64,
+    max_bytes: usize,
+    min_one: bool,
 }
 
 pub async fn handle(broker: Arc<Broker>, req: FetchRequest, _version: i16) -> FetchResponse {
@@ -103,6 +116,7 @@ pub async fn handle(broker: Arc<Broker>, req: FetchRequest, _version: i16) -> Fe
         };
         if pass.bytes >= min_bytes
             || pass.errors
+            || pass.remote.is_some()
             || Instant::now() >= deadline
             || pass.watched.is_empty()
         {
@@ -135,11 +149,54 @@ pub async fn handle(broker: Arc<Broker>, req: FetchRequest, _version: i16) -> Fe
             }
         }
     };
+    let mut pass = pass;
+    if let Some(r) = pass.remote.take() {
+        pass.bytes += read_remote(&broker, &mut pass.topics, r).await;
+    }
     broker
         .metrics
         .fetch_bytes
         .fetch_add(pass.bytes as u64, Ordering::Relaxed);
     respond(&broker, mode, pass.topics)
+}
+
+/// Fills in the records of the partition that needs remote storage, waiting at most
+/// remote.fetch.max.wait.ms (on timeout the partition is returned empty; the read keeps
+/// warming the cache for the retry). Returns the bytes added.
+async fn read_remote(
+    broker: &Broker,
+    topics: &mut [FetchableTopicResponse],
+    r: RemoteRead,
+) -> usize {
+    let Some(tiering) = broker.tiering() else {
+        return 0;
+    };
+    let Some(slot) = topics
+        .get_mut(r.topic_slot)
+        .and_then(|t| t.partitions.get_mut(r.partition_slot))
+    else {
+        return 0;
+    };
+    let read = tiering.read(&r.topic, r.partition, r.offset, r.max_bytes, r.min_one);
+    match tokio::time::timeout(tiering.fetch_max_wait(), read).await {
+        Ok(Ok(records)) => {
+            let n = records.len();
+            slot.records = Some(records);
+            n
+        }
+        Ok(Err(crate::tiering::RemoteReadError::OutOfRange(_))) => {
+            slot.error_code = ResponseError::OffsetOutOfRange.code();
+            broker.metrics.record_error(1, slot.error_code);
+            0
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(topic = %r.topic.name, partition = r.partition, offset = r.offset, error = %e, "remote fetch failed");
+            slot.error_code = ResponseError::KafkaStorageError.code();
+            broker.metrics.record_error(1, slot.error_code);
+            0
+        }
+        Err(_) => 0,
+    }
 }
 
 /// Records what is sent in the session and, for incremental sessions, drops partitions with
@@ -202,6 +259,7 @@ fn read_pass(broker: &Broker, wanted: &[Wanted], max_bytes: usize, read_committe
         bytes: 0,
         errors: false,
         watched: Vec::new(),
+        remote: None,
     };
     let mut remaining = max_bytes;
     for w in wanted {
@@ -247,6 +305,22 @@ fn read_pass(broker: &Broker, wanted: &[Wanted], max_bytes: usize, read_committe
                     None => Ok(Bytes::new()),
                 }) {
                 Ok(r) => r,
+                Err(crate::log::ReadError::Remote { .. }) if broker.tiering().is_some() => {
+                    if pass.remote.is_none() {
+                        if let Some(t) = &topic {
+                            pass.remote = Some(RemoteRead {
+                                topic_slot: pass.topics.len(),
+                                partition_slot: partitions.len(),
+                                topic: t.clone(),
+                                partition: index,
+                                offset: fetch_offset,
+                                max_bytes: limit,
+                                min_one,
+                            });
+                        }
+                    }
+                    Bytes::new()
+                }
                 Err(e) => {
                     pass.errors = true;
                     let code = errors::read_error(&e);

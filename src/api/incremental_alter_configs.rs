@@ -34,6 +34,15 @@ fn apply(
     for (k, v) in &overrides {
         topic::validate(k, v).map_err(|e| (ResponseError::InvalidConfig, e.to_string()))?;
     }
+    let was_remote = broker
+        .topic(topic_name)
+        .map(|t| t.config.remote_storage_enable);
+    topic::check_combination(
+        &broker.topic_config(&overrides),
+        broker.config.tiering.enabled,
+        was_remote,
+    )
+    .map_err(|e| (ResponseError::InvalidConfig, e))?;
     if validate_only {
         return Ok(());
     }

@@ -10,7 +10,7 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use kafka_protocol::ResponseError;
 
 use crate::api::{blocking, errors};
-use crate::broker::Broker;
+use crate::broker::{Broker, Topic};
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -25,10 +25,66 @@ pub async fn handle(
 ) -> ListOffsetsResponse {
     let b = broker.clone();
     match blocking(move || list(&b, req, version)).await {
-        Ok(topics) => ListOffsetsResponse::default().with_topics(topics),
+        Ok((mut topics, remote)) => {
+            for r in remote {
+                lookup_remote(&broker, &mut topics, r, version).await;
+            }
+            ListOffsetsResponse::default().with_topics(topics)
+        }
         Err(e) => {
             tracing::error!(error = %e, "list offsets task failed");
             ListOffsetsResponse::default()
+        }
+    }
+}
+
+/// A timestamp lookup whose answer may lie in remote storage.
+struct RemoteLookup {
+    topic_slot: usize,
+    partition_slot: usize,
+    topic: Arc<Topic>,
+    partition: i32,
+    timestamp: i64,
+    log_start: i64,
+    local_start: i64,
+}
+
+async fn lookup_remote(
+    broker: &Broker,
+    topics: &mut [ListOffsetsTopicResponse],
+    r: RemoteLookup,
+    version: i16,
+) {
+    let Some(tiering) = broker.tiering() else {
+        return;
+    };
+    let Some(slot) = topics
+        .get_mut(r.topic_slot)
+        .and_then(|t| t.partitions.get_mut(r.partition_slot))
+    else {
+        return;
+    };
+    match tiering
+        .offset_for_timestamp(
+            &r.topic,
+            r.partition,
+            r.timestamp,
+            r.log_start,
+            r.local_start,
+        )
+        .await
+    {
+        Ok(Some(t)) => {
+            slot.offset = t.offset;
+            slot.timestamp = t.timestamp;
+            slot.leader_epoch = if version >= 4 { t.leader_epoch } else { -1 };
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(topic = %r.topic.name, partition = r.partition, error = %e, "remote timestamp lookup failed");
+            slot.error_code = ResponseError::KafkaStorageError.code();
+            slot.offset = -1;
+            slot.timestamp = -1;
         }
     }
 }
@@ -42,10 +98,15 @@ fn answer(index: i32, error: ResponseError) -> ListOffsetsPartitionResponse {
         .with_leader_epoch(-1)
 }
 
-fn list(broker: &Broker, req: ListOffsetsRequest, version: i16) -> Vec<ListOffsetsTopicResponse> {
+fn list(
+    broker: &Broker,
+    req: ListOffsetsRequest,
+    version: i16,
+) -> (Vec<ListOffsetsTopicResponse>, Vec<RemoteLookup>) {
     // leader_epoch exists from v4; older versions must leave it at its default.
     let epoch_field = |e: i32| if version >= 4 { e } else { -1 };
     let mut out = Vec::new();
+    let mut remote = Vec::new();
     for t in req.topics {
         let topic = broker.topic(t.name.0.as_str());
         let mut partitions = Vec::new();
@@ -81,8 +142,12 @@ fn list(broker: &Broker, req: ListOffsetsRequest, version: i16) -> Vec<ListOffse
             };
             let resp = match p.timestamp {
                 LATEST => found(offsets.high_watermark, -1, epoch),
-                EARLIEST | EARLIEST_LOCAL => found(offsets.log_start_offset, -1, epoch),
-                LATEST_TIERED => found(-1, -1, -1),
+                EARLIEST => found(offsets.log_start_offset, -1, epoch),
+                EARLIEST_LOCAL => found(partition.with_log(|l| l.local_start_offset()), -1, epoch),
+                LATEST_TIERED => match partition.with_log(|l| l.remote_end_offset()) {
+                    end if end > 0 => found(end - 1, -1, epoch),
+                    _ => found(-1, -1, -1),
+                },
                 MAX_TIMESTAMP => match partition.with_log(|l| l.max_timestamp_offset()) {
                     Ok(Some(t)) => found(t.offset, t.timestamp, t.leader_epoch),
                     Ok(None) => found(-1, -1, -1),
@@ -91,7 +156,22 @@ fn list(broker: &Broker, req: ListOffsetsRequest, version: i16) -> Vec<ListOffse
                         answer(p.partition_index, errors::read_error(&e.into()))
                     }
                 },
-                ts if ts >= 0 => match partition.with_log(|l| l.offset_for_timestamp(ts)) {
+                ts if ts >= 0 => match partition.with_log(|l| {
+                    if let Some(t) = topic.as_ref().filter(|t| t.config.remote_storage_enable) {
+                        if l.log_start_offset() < l.local_start_offset() {
+                            remote.push(RemoteLookup {
+                                topic_slot: out.len(),
+                                partition_slot: partitions.len(),
+                                topic: t.clone(),
+                                partition: p.partition_index,
+                                timestamp: ts,
+                                log_start: l.log_start_offset(),
+                                local_start: l.local_start_offset(),
+                            });
+                        }
+                    }
+                    l.offset_for_timestamp(ts)
+                }) {
                     Ok(Some(t)) => found(t.offset, t.timestamp, t.leader_epoch),
                     Ok(None) => found(-1, -1, -1),
                     Err(e) => {
@@ -109,5 +189,5 @@ fn list(broker: &Broker, req: ListOffsetsRequest, version: i16) -> Vec<ListOffse
                 .with_partitions(partitions),
         );
     }
-    out
+    (out, remote)
 }

@@ -190,6 +190,121 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "45000",
     },
     BrokerConfigDef {
+        name: "remote.log.storage.system.enable",
+        kind: Kind::Boolean,
+        default: "true",
+    },
+    BrokerConfigDef {
+        name: "remote.log.manager.task.interval.ms",
+        kind: Kind::Long,
+        default: "30000",
+    },
+    BrokerConfigDef {
+        name: "remote.log.manager.copier.thread.pool.size",
+        kind: Kind::Int,
+        default: "2",
+    },
+    BrokerConfigDef {
+        name: "remote.log.reader.threads",
+        kind: Kind::Int,
+        default: "10",
+    },
+    BrokerConfigDef {
+        name: "remote.log.manager.copy.max.bytes.per.second",
+        kind: Kind::Long,
+        default: "9223372036854775807",
+    },
+    BrokerConfigDef {
+        name: "remote.fetch.max.wait.ms",
+        kind: Kind::Int,
+        default: "500",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.store.url",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.store.endpoint",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.store.region",
+        kind: Kind::String,
+        default: "us-east-1",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.store.path.style",
+        kind: Kind::Boolean,
+        default: "false",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.store.access.key.id",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.store.secret.access.key",
+        kind: Kind::Password,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.store.max.retries",
+        kind: Kind::Int,
+        default: "10",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.store.request.timeout.ms",
+        kind: Kind::Long,
+        default: "180000",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.cache.dir",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.cache.memory.bytes",
+        kind: Kind::Long,
+        default: "268435456",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.cache.disk.bytes",
+        kind: Kind::Long,
+        default: "1073741824",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.chunk.bytes",
+        kind: Kind::Int,
+        default: "4194304",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.readahead.chunks",
+        kind: Kind::Int,
+        default: "8",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.upload.multipart.threshold.bytes",
+        kind: Kind::Long,
+        default: "4294967296",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.upload.part.bytes",
+        kind: Kind::Long,
+        default: "536870912",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.orphan.grace.ms",
+        kind: Kind::Long,
+        default: "3600000",
+    },
+    BrokerConfigDef {
+        name: "strata.remote.scrub.interval.ms",
+        kind: Kind::Long,
+        default: "3600000",
+    },
+    BrokerConfigDef {
         name: "group.consumer.heartbeat.interval.ms",
         kind: Kind::Int,
         default: "5000",
@@ -280,10 +395,116 @@ pub struct BrokerConfig {
     pub group_max_session_timeout_ms: u64,
     pub group_consumer_session_timeout_ms: u64,
     pub group_consumer_heartbeat_interval_ms: u64,
+    pub tiering: TieringConfig,
     /// The `log.*` and other topic-config synonyms as set, for topic defaults.
     pub topic_defaults: BrokerDefaults,
     /// Every explicitly set key (for DescribeConfigs on the broker resource).
     pub explicit: BTreeMap<String, String>,
+}
+
+/// Tiered storage settings (Kafka's `remote.log.*` names where Kafka has one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TieringConfig {
+    /// `remote.log.storage.system.enable`: topics may set remote.storage.enable.
+    pub enabled: bool,
+    pub store: strata_tiering::StoreConfig,
+    pub task_interval_ms: u64,
+    pub upload_concurrency: usize,
+    pub reader_concurrency: usize,
+    pub upload_bytes_per_second: i64,
+    pub fetch_max_wait_ms: u64,
+    pub cache: strata_tiering::CacheConfig,
+    pub upload: strata_tiering::UploadOptions,
+    pub orphan_grace_ms: i64,
+    pub scrub_interval_ms: u64,
+}
+
+impl TieringConfig {
+    fn build(
+        get: &dyn Fn(&str) -> String,
+        long: &dyn Fn(&str) -> Result<i64, ConfigError>,
+        bool_of: &dyn Fn(&str) -> Result<bool, ConfigError>,
+        log_dirs: &[PathBuf],
+    ) -> Result<TieringConfig, ConfigError> {
+        let positive = |k: &str| -> Result<i64, ConfigError> {
+            let v = long(k)?;
+            if v < 1 {
+                return Err(invalid(k, &get(k), "must be positive"));
+            }
+            Ok(v)
+        };
+        let absolute = |p: &Path| -> PathBuf {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                std::env::current_dir().unwrap_or_default().join(p)
+            }
+        };
+        let primary = absolute(&log_dirs[0]);
+        let mut url = get("strata.remote.store.url");
+        if url.is_empty() {
+            // The embedded default: objects next to the data, in <first log dir>/objects
+            // (partition directories are named topic-N, so it can never clash).
+            url = format!("file://{}", primary.join("objects").display());
+        }
+        let opt = |k: &str| Some(get(k)).filter(|v| !v.is_empty());
+        let store = strata_tiering::StoreConfig {
+            url,
+            endpoint: opt("strata.remote.store.endpoint"),
+            region: opt("strata.remote.store.region"),
+            path_style: bool_of("strata.remote.store.path.style")?,
+            access_key_id: opt("strata.remote.store.access.key.id"),
+            secret_access_key: opt("strata.remote.store.secret.access.key"),
+            max_retries: long("strata.remote.store.max.retries")?.max(0) as usize,
+            request_timeout: std::time::Duration::from_millis(positive(
+                "strata.remote.store.request.timeout.ms",
+            )? as u64),
+        };
+        let cache_dir = match opt("strata.remote.cache.dir") {
+            Some(d) => absolute(Path::new(&d)),
+            None => primary.join("remote-cache"),
+        };
+        let chunk = positive("strata.remote.chunk.bytes")?;
+        if !(64 << 10..=64 << 20).contains(&chunk) {
+            return Err(invalid(
+                "strata.remote.chunk.bytes",
+                &get("strata.remote.chunk.bytes"),
+                "must be between 64 KiB and 64 MiB",
+            ));
+        }
+        let part = positive("strata.remote.upload.part.bytes")?;
+        if part < 5 << 20 {
+            return Err(invalid(
+                "strata.remote.upload.part.bytes",
+                &get("strata.remote.upload.part.bytes"),
+                "must be at least 5 MiB (the S3 minimum part size)",
+            ));
+        }
+        Ok(TieringConfig {
+            enabled: bool_of("remote.log.storage.system.enable")?,
+            store,
+            task_interval_ms: positive("remote.log.manager.task.interval.ms")? as u64,
+            upload_concurrency: positive("remote.log.manager.copier.thread.pool.size")? as usize,
+            reader_concurrency: positive("remote.log.reader.threads")? as usize,
+            upload_bytes_per_second: positive("remote.log.manager.copy.max.bytes.per.second")?,
+            fetch_max_wait_ms: positive("remote.fetch.max.wait.ms")? as u64,
+            cache: strata_tiering::CacheConfig {
+                memory_bytes: long("strata.remote.cache.memory.bytes")?.max(0) as usize,
+                disk_bytes: long("strata.remote.cache.disk.bytes")?.max(0) as u64,
+                disk_dir: cache_dir,
+                chunk_size: chunk as usize,
+                readahead_chunks: long("strata.remote.readahead.chunks")?.max(0) as usize,
+                max_concurrent_gets: positive("remote.log.reader.threads")? as usize,
+            },
+            upload: strata_tiering::UploadOptions {
+                multipart_threshold: positive("strata.remote.upload.multipart.threshold.bytes")?
+                    as u64,
+                part_size: part as u64,
+            },
+            orphan_grace_ms: positive("strata.remote.orphan.grace.ms")?,
+            scrub_interval_ms: positive("strata.remote.scrub.interval.ms")? as u64,
+        })
+    }
 }
 
 /// Parses a Kafka `server.properties` file: `key=value` or `key: value`, `#`/`!` comments,
@@ -636,6 +857,7 @@ impl BrokerConfig {
         };
         let bool_of = |k: &str| value::parse_bool(&get(k)).map_err(|e| invalid(k, &get(k), e));
 
+        let tiering = TieringConfig::build(&get, &long, &bool_of, &log_dirs)?;
         Ok(BrokerConfig {
             node_id: node_id as i32,
             rack: Some(get("broker.rack")).filter(|r| !r.is_empty()),
@@ -671,6 +893,7 @@ impl BrokerConfig {
             group_max_session_timeout_ms: positive("group.max.session.timeout.ms")?,
             group_consumer_session_timeout_ms: positive("group.consumer.session.timeout.ms")?,
             group_consumer_heartbeat_interval_ms: positive("group.consumer.heartbeat.interval.ms")?,
+            tiering,
             topic_defaults,
             explicit,
         })

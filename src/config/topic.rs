@@ -272,7 +272,8 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
     },
     TopicConfigDef {
         name: "remote.storage.enable",
-        broker_synonym: "remote.log.storage.system.enable",
+        // Not a Kafka setting: Strata's broker-wide default for remote.storage.enable.
+        broker_synonym: "log.remote.storage.enable",
         kind: Kind::Boolean,
         default: "false",
         validate: boolean,
@@ -421,6 +422,10 @@ pub struct TopicConfig {
     pub segment_ms: i64,
     pub segment_jitter_ms: i64,
     pub file_delete_delay_ms: i64,
+    pub remote_storage_enable: bool,
+    /// Effective local retention (local.retention.* with -2 resolved to retention.*).
+    pub local_retention_ms: i64,
+    pub local_retention_bytes: i64,
 }
 
 /// Looks up the effective raw value and its source.
@@ -477,8 +482,53 @@ impl TopicConfig {
             segment_ms: long("segment.ms").max(1),
             segment_jitter_ms: long("segment.jitter.ms"),
             file_delete_delay_ms: long("file.delete.delay.ms"),
+            remote_storage_enable: value::parse_bool(&raw("remote.storage.enable"))
+                .unwrap_or(false),
+            local_retention_ms: match long("local.retention.ms") {
+                -2 => long("retention.ms"),
+                v => v,
+            },
+            local_retention_bytes: match long("local.retention.bytes") {
+                -2 => long("retention.bytes"),
+                v => v,
+            },
         }
     }
+}
+
+/// Checks settings that are valid alone but not together (Kafka's INVALID_CONFIG cases for
+/// tiered storage). `was_remote` is the topic's current remote.storage.enable, if it exists.
+pub fn check_combination(
+    config: &TopicConfig,
+    remote_system_enabled: bool,
+    was_remote: Option<bool>,
+) -> Result<(), String> {
+    if config.remote_storage_enable && !remote_system_enabled {
+        return Err("Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.".into());
+    }
+    if was_remote == Some(true) && !config.remote_storage_enable {
+        return Err("It is invalid to disable remote storage without deleting remote data. If you want to keep the remote data and turn to read only, please set `remote.storage.copy.disable=true`. If you want to disable remote storage and delete all remote data, please set `remote.storage.enable=false,remote.log.delete.on.disable=true`.".into());
+    }
+    if config.remote_storage_enable {
+        if config.retention_ms >= 0
+            && (config.local_retention_ms < 0 || config.local_retention_ms > config.retention_ms)
+        {
+            return Err(format!(
+                "Invalid value {} for configuration local.retention.ms: Value must not be more than retention.ms property value: {}",
+                config.local_retention_ms, config.retention_ms
+            ));
+        }
+        if config.retention_bytes >= 0
+            && (config.local_retention_bytes < 0
+                || config.local_retention_bytes > config.retention_bytes)
+        {
+            return Err(format!(
+                "Invalid value {} for configuration local.retention.bytes: Value must not be more than retention.bytes property value: {}",
+                config.local_retention_bytes, config.retention_bytes
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl Default for TopicConfig {

@@ -69,6 +69,13 @@ pub enum ReadError {
     },
     #[error("storage error: {0}")]
     Io(#[from] io::Error),
+    /// The offset is in the log but below the local log start: it is served from remote
+    /// storage.
+    #[error("offset {offset} is in remote storage (local log starts at {local_start_offset})")]
+    Remote {
+        offset: i64,
+        local_start_offset: i64,
+    },
 }
 
 /// Result of a successful append.
@@ -113,6 +120,9 @@ pub struct Log {
     producers: ProducerStateManager,
     unflushed_messages: i64,
     last_flush_ms: i64,
+    /// With remote storage: the offset below which the remote manifest covers the log (-1
+    /// until known). Local segments below it may be deleted by local retention.
+    remote_end_offset: i64,
 }
 
 fn limits(config: &TopicConfig) -> SegmentLimits {
@@ -206,10 +216,15 @@ impl Log {
             .next_back()
             .map(|s| s.next_offset())
             .unwrap_or(initial);
+        // With remote storage the log may start below the first local segment.
         let log_start_offset = opts
             .log_start_offset
             .unwrap_or(first_base)
-            .max(first_base)
+            .max(if config.remote_storage_enable {
+                0
+            } else {
+                first_base
+            })
             .min(log_end_offset);
         let mut epochs = LeaderEpochCache::load(dir)?;
         epochs.truncate_from_end(log_end_offset)?;
@@ -225,6 +240,7 @@ impl Log {
             producers: ProducerStateManager::new(),
             unflushed_messages: 0,
             last_flush_ms: opts.now_ms,
+            remote_end_offset: -1,
         };
         log.load_producer_state()?;
         Ok(log)
@@ -429,9 +445,13 @@ impl Log {
 
     fn prune_snapshots(&self) -> io::Result<()> {
         let snapshots = ProducerStateManager::list_snapshots(&self.dir)?;
-        // Keep two snapshots, and none below the log start (except the newest such one).
+        // Keep two snapshots, and with remote storage those of segments not uploaded yet
+        // (each uploaded segment carries the snapshot at its end).
         if snapshots.len() > 2 {
             for &o in &snapshots[..snapshots.len() - 2] {
+                if self.config.remote_storage_enable && o > self.remote_end_offset {
+                    continue;
+                }
                 let _ = fs::remove_file(ProducerStateManager::snapshot_path(&self.dir, o));
             }
         }
@@ -477,6 +497,13 @@ impl Log {
         }
         if offset >= max_offset {
             return Ok(None);
+        }
+        let local_start_offset = self.local_start_offset();
+        if offset < local_start_offset {
+            return Err(ReadError::Remote {
+                offset,
+                local_start_offset,
+            });
         }
         let start_base = self
             .segments
@@ -582,12 +609,24 @@ impl Log {
         if !self.config.cleanup_policy_delete {
             return Ok(0);
         }
-        let retention_ms = self.config.retention_ms;
-        let retention_bytes = self.config.retention_bytes;
+        // With remote storage, local retention applies (local.retention.*), and only to
+        // segments the remote manifest already covers; total retention is applied remotely.
+        let remote = self.config.remote_storage_enable;
+        let (retention_ms, retention_bytes) = if remote {
+            (
+                self.config.local_retention_ms,
+                self.config.local_retention_bytes,
+            )
+        } else {
+            (self.config.retention_ms, self.config.retention_bytes)
+        };
         let mut total: i64 = self.segments.values().map(|s| s.size() as i64).sum();
         let mut doomed = Vec::new();
         for seg in self.segments.values() {
             if seg.next_offset() > self.high_watermark || seg.size() == 0 {
+                break;
+            }
+            if remote && seg.next_offset() > self.remote_end_offset {
                 break;
             }
             let by_time = retention_ms >= 0 && now_ms - seg.retention_timestamp() > retention_ms;
@@ -611,8 +650,10 @@ impl Log {
                 seg.delete()?;
             }
         }
-        let new_start = *self.segments.keys().next().unwrap_or(&self.log_end_offset);
-        self.set_log_start_offset(new_start.max(self.log_start_offset))?;
+        if !remote {
+            let new_start = *self.segments.keys().next().unwrap_or(&self.log_end_offset);
+            self.set_log_start_offset(new_start.max(self.log_start_offset))?;
+        }
         Ok(n)
     }
 
@@ -682,6 +723,88 @@ impl Log {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+
+    /// The first offset held locally (the log start offset without remote storage).
+    pub fn local_start_offset(&self) -> i64 {
+        self.segments
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(self.log_end_offset)
+            .max(self.log_start_offset)
+    }
+
+    pub fn remote_end_offset(&self) -> i64 {
+        self.remote_end_offset
+    }
+
+    /// Records that the remote manifest covers the log below `offset`.
+    pub fn set_remote_end_offset(&mut self, offset: i64) {
+        self.remote_end_offset = self.remote_end_offset.max(offset);
+    }
+
+    /// Moves the log start offset forward (remote retention, or the manifest after a restart).
+    pub fn advance_log_start_offset(&mut self, offset: i64) -> io::Result<()> {
+        let offset = offset.min(self.high_watermark);
+        if offset > self.log_start_offset {
+            self.set_log_start_offset(offset)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of local segments the remote manifest does not cover yet (upload lag).
+    pub fn local_only_bytes(&self) -> u64 {
+        self.segments
+            .values()
+            .filter(|s| s.next_offset() > self.remote_end_offset)
+            .map(|s| s.size())
+            .sum()
+    }
+
+    /// Sealed segments wholly below the high watermark that start at or after `from`, with
+    /// what the tiering service uploads for each.
+    pub fn uploadable_segments(&self, from: i64) -> Vec<strata_tiering::SegmentFiles> {
+        let active = self.active_base();
+        let mut out = Vec::new();
+        for seg in self.segments.values() {
+            let base = seg.base_offset();
+            if base == active || seg.next_offset() > self.high_watermark {
+                break;
+            }
+            if seg.next_offset() <= from || seg.size() == 0 {
+                continue;
+            }
+            let stem = segment::file_stem(base);
+            let snapshot = ProducerStateManager::snapshot_path(&self.dir, seg.next_offset());
+            let entries: Vec<_> = self
+                .epochs
+                .entries()
+                .iter()
+                .filter(|e| e.start_offset < seg.next_offset())
+                .copied()
+                .collect();
+            let mut checkpoint = format!("0\n{}\n", entries.len());
+            for e in &entries {
+                checkpoint.push_str(&format!("{} {}\n", e.epoch, e.start_offset));
+            }
+            out.push(strata_tiering::SegmentFiles {
+                base_offset: base,
+                next_offset: seg.next_offset(),
+                max_timestamp: seg.max_timestamp(),
+                log: self.dir.join(format!("{stem}.log")),
+                offset_index: self.dir.join(format!("{stem}.index")),
+                time_index: self.dir.join(format!("{stem}.timeindex")),
+                producer_snapshot: snapshot.exists().then_some(snapshot),
+                leader_epoch_checkpoint: Some(checkpoint.into_bytes()),
+                epochs: entries
+                    .iter()
+                    .filter(|e| e.start_offset >= base)
+                    .map(|e| (e.epoch, e.start_offset))
+                    .collect(),
+            });
+        }
+        out
+    }
     pub fn config(&self) -> &TopicConfig {
         &self.config
     }
@@ -703,6 +826,34 @@ impl Log {
     pub fn segment_count(&self) -> usize {
         self.segments.len()
     }
+}
+
+/// The first record of `batch` (one RecordBatch) at or after `min_offset` whose timestamp is
+/// >= `timestamp` (offsetsForTimes over a batch read from remote storage).
+pub fn first_record_at_or_after(
+    batch: &[u8],
+    timestamp: i64,
+    min_offset: i64,
+) -> io::Result<Option<TimestampAndOffset>> {
+    let header = BatchHeader::parse(batch)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+    if header.is_log_append_time() || header.is_control() {
+        return Ok(
+            (header.max_timestamp >= timestamp).then_some(TimestampAndOffset {
+                timestamp: header.max_timestamp,
+                offset: header.base_offset.max(min_offset),
+                leader_epoch: header.partition_leader_epoch,
+            }),
+        );
+    }
+    Ok(decode_records(batch)?
+        .into_iter()
+        .find(|r| r.timestamp >= timestamp && r.offset >= min_offset)
+        .map(|r| TimestampAndOffset {
+            timestamp: r.timestamp,
+            offset: r.offset,
+            leader_epoch: header.partition_leader_epoch,
+        }))
 }
 
 /// Decodes the records of one batch (used only off the hot path: timestamp lookups).

@@ -16,10 +16,13 @@ Fixtures:
 * ``broker_factory`` (function scope): ``broker_factory(props={...})`` starts a
   dedicated broker with extra server properties; it is stopped when the test ends.
 * ``module_broker_factory``: same, but the brokers live until the module ends.
+* ``s3_server`` (module scope): a moto S3 server on a free port with a fresh
+  bucket, for the tiered-storage tests (skips when moto_server is not installed).
 
 Every broker object exposes ``.bootstrap``, ``.start()``, ``.stop()``,
-``.kill9()``, ``.restart()`` and ``.log_tail()``. All brokers are stopped in
-finalizers, also when a test fails.
+``.kill9()``, ``.restart()`` and ``.log_tail()``; a Strata broker also
+``.data_dir`` and ``.partition_dir(topic, partition)``. All brokers are stopped
+in finalizers, also when a test fails.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -277,6 +281,10 @@ class StrataBroker(Broker):
     @property
     def log_path(self) -> Path:
         return self.workdir / "strata.log"
+
+    def partition_dir(self, topic: str, partition: int) -> Path:
+        """The partition's directory in the (single) log dir: ``<data>/<topic>-<partition>``."""
+        return self.data_dir / f"{topic}-{partition}"
 
     def _write_config(self) -> None:
         props = {
@@ -561,3 +569,143 @@ def topic_name(request):
 
     base = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:80]
     return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+# --------------------------------------------------------------------------- S3 (moto)
+
+S3_READY_TIMEOUT_S = 20.0
+
+
+def _moto_server_binary() -> Path | None:
+    """$STRATA_MOTO_SERVER, else moto_server next to this Python (the venv), else
+    $STRATA_VENV/bin, else PATH."""
+    explicit = os.environ.get("STRATA_MOTO_SERVER")
+    if explicit:
+        return Path(explicit)
+    venv = Path(os.environ.get("STRATA_VENV") or (STRATA_CACHE / "venv"))
+    for candidate in (Path(sys.executable).parent / "moto_server", venv / "bin" / "moto_server"):
+        if candidate.is_file():
+            return candidate
+    found = shutil.which("moto_server")
+    return Path(found) if found else None
+
+
+class S3Server:
+    """moto_server (moto[s3] from PyPI) on a free 127.0.0.1 port with one fresh bucket.
+
+    moto keeps objects in memory and accepts any credentials without checking signatures.
+    ``.endpoint``, ``.bucket``, ``.region``, ``.access_key``, ``.secret_key``, ``.client``
+    (a boto3 S3 client), ``.keys(prefix="")``, ``.url(prefix)`` and
+    ``.broker_props(prefix)`` (the ``strata.remote.store.*`` broker settings).
+    """
+
+    region = "us-east-1"
+    access_key = "strata-test-access-key"
+    secret_key = "strata-test-secret-key"
+
+    def __init__(self, binary: Path, workdir: Path, bucket: str):
+        self.binary = binary
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.bucket = bucket
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.log_path = self.workdir / "moto.log"
+        self.proc: subprocess.Popen | None = None
+        self.client = None
+
+    def start(self) -> "S3Server":
+        import boto3
+        from botocore.config import Config
+
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [str(self.binary), "-H", "127.0.0.1", "-p", str(self.port)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                cwd=str(self.workdir), start_new_session=True,
+                preexec_fn=_parent_death_signal)
+        deadline = time.monotonic() + S3_READY_TIMEOUT_S
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"moto_server exited with {self.proc.returncode} before "
+                                   f"serving\n{self.log_tail()}")
+            try:
+                # Any HTTP answer means it serves (moto lists the buckets).
+                with urllib.request.urlopen(self.endpoint + "/", timeout=1):
+                    break
+            except urllib.error.HTTPError:
+                break
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"moto_server did not answer on {self.endpoint} within "
+                                   f"{S3_READY_TIMEOUT_S}s\n{self.log_tail()}")
+            time.sleep(0.1)
+        self.client = boto3.client(
+            "s3", endpoint_url=self.endpoint, region_name=self.region,
+            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
+            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3}))
+        self.client.create_bucket(Bucket=self.bucket)
+        return self
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def keys(self, prefix: str = "") -> list[str]:
+        """Every object key in the bucket that starts with prefix, sorted."""
+        out = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix):
+            out.extend(o["Key"] for o in page.get("Contents", []))
+        return sorted(out)
+
+    def url(self, prefix: str = "") -> str:
+        prefix = prefix.strip("/")
+        return f"s3://{self.bucket}/{prefix}" if prefix else f"s3://{self.bucket}"
+
+    def broker_props(self, prefix: str = "") -> dict[str, str]:
+        """Broker settings that put Strata's remote store in this bucket under prefix."""
+        return {
+            "strata.remote.store.url": self.url(prefix),
+            "strata.remote.store.endpoint": self.endpoint,
+            "strata.remote.store.region": self.region,
+            "strata.remote.store.access.key.id": self.access_key,
+            "strata.remote.store.secret.access.key": self.secret_key,
+            "strata.remote.store.path.style": "true",
+        }
+
+    def log_tail(self, lines: int = 40) -> str:
+        return _tail(self.log_path, lines)
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory):
+    """A moto S3 server with a fresh bucket, for the module's tests (stopped at teardown).
+
+    Skips when moto_server or boto3 is missing (pip install -r tests/interop/requirements.txt).
+    """
+    import uuid
+
+    binary = _moto_server_binary()
+    if binary is None or not binary.is_file():
+        where = f"{binary} does not exist" if binary else "not in the venv nor on PATH"
+        pytest.skip(f"moto_server not found ({where}); "
+                    f"pip install -r tests/interop/requirements.txt or set STRATA_MOTO_SERVER")
+    import importlib.util
+    if importlib.util.find_spec("boto3") is None:
+        pytest.skip("boto3 not installed; pip install -r tests/interop/requirements.txt")
+    server = S3Server(binary, tmp_path_factory.mktemp("moto", numbered=True),
+                      f"strata-{uuid.uuid4().hex[:12]}")
+    try:
+        yield server.start()
+    finally:
+        server.stop()

@@ -1,0 +1,712 @@
+//! The broker side of tiered storage: drives [`strata_tiering`] for every partition of a
+//! topic with `remote.storage.enable=true`.
+//!
+//! Every `remote.log.manager.task.interval.ms` the tiering task, for each such partition it
+//! leads: uploads the sealed segments below the high watermark that the manifest does not
+//! cover yet (oldest first, one at a time per partition, `remote.log.manager.copier.thread.
+//! pool.size` partitions at once), commits each to the manifest, then lets local retention
+//! delete what is covered; applies remote retention (retention.ms / retention.bytes across
+//! both tiers, and DeleteRecords) to the manifest and then the objects; and keeps the bucket's
+//! catalog of topics current so a broker on an empty disk can restore them.
+//!
+//! Fetch and ListOffsets below the local log start come here ([`Tiering::read`],
+//! [`Tiering::offset_for_timestamp`]) and go through the reader's cache.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use strata_tiering::catalog::{self, CatalogTopic};
+use strata_tiering::{
+    PartitionId, RemoteReader, RemoteStore, RetentionInput, StoreError, TieredPartition,
+};
+use uuid::Uuid;
+
+use crate::broker::{now_ms, Broker, Partition, Topic};
+use crate::config::{BrokerConfig, TieringConfig};
+use crate::log::TimestampAndOffset;
+
+#[derive(Debug, Default)]
+pub struct TieringMetrics {
+    pub segments_uploaded: AtomicU64,
+    pub upload_failures: AtomicU64,
+    pub segments_deleted_remote: AtomicU64,
+    pub orphans_removed: AtomicU64,
+    pub remote_fetches: AtomicU64,
+    pub remote_fetch_errors: AtomicU64,
+}
+
+pub struct Tiering {
+    pub store: Arc<RemoteStore>,
+    pub reader: RemoteReader,
+    config: TieringConfig,
+    partitions: Mutex<HashMap<(Uuid, i32), Arc<TieredPartition>>>,
+    /// The catalog as last written by this broker (topic name -> entry).
+    synced: tokio::sync::Mutex<(BTreeMap<String, CatalogTopic>, i64)>,
+    /// Topics deleted while this process ran whose remote data still has to go.
+    deleted: Mutex<Vec<(String, Uuid, i32)>>,
+    last_scrub: Mutex<Option<Instant>>,
+    pub metrics: TieringMetrics,
+}
+
+/// Why a remote read produced no data.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteReadError {
+    #[error("offset {0} is not in remote storage")]
+    OutOfRange(i64),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn partition_id(topic: &Topic, index: i32) -> PartitionId {
+    PartitionId {
+        topic: topic.name.clone(),
+        topic_id: topic.id,
+        partition: index,
+    }
+}
+
+impl Tiering {
+    pub async fn open(config: &TieringConfig) -> anyhow::Result<Arc<Tiering>> {
+        let store = Arc::new(RemoteStore::open(&config.store)?);
+        let reader = RemoteReader::new(store.clone(), &config.cache).await?;
+        let synced = match catalog::load(&store).await {
+            Ok(Some((c, _))) => (c.topics, c.producer_id_block_end),
+            Ok(None) => (BTreeMap::new(), 0),
+            Err(e) => {
+                tracing::warn!(store = %store, error = %e, "cannot read the bucket catalog yet");
+                (BTreeMap::new(), 0)
+            }
+        };
+        tracing::info!(store = %store, "tiered storage enabled");
+        Ok(Arc::new(Tiering {
+            store,
+            reader,
+            config: config.clone(),
+            partitions: Mutex::new(HashMap::new()),
+            synced: tokio::sync::Mutex::new(synced),
+            deleted: Mutex::new(Vec::new()),
+            last_scrub: Mutex::new(None),
+            metrics: TieringMetrics::default(),
+        }))
+    }
+
+    pub fn fetch_max_wait(&self) -> Duration {
+        Duration::from_millis(self.config.fetch_max_wait_ms)
+    }
+
+    /// The partition's remote state, loading its manifest on first use.
+    pub async fn partition(
+        &self,
+        topic: &Topic,
+        index: i32,
+    ) -> Result<Arc<TieredPartition>, StoreError> {
+        let key = (topic.id, index);
+        if let Some(p) = self.loaded(&key) {
+            return Ok(p);
+        }
+        let loaded =
+            Arc::new(TieredPartition::load(&self.store, partition_id(topic, index)).await?);
+        let mut map = self.partitions.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(map.entry(key).or_insert(loaded).clone())
+    }
+
+    fn loaded(&self, key: &(Uuid, i32)) -> Option<Arc<TieredPartition>> {
+        self.partitions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned()
+    }
+
+    /// Called when a topic is deleted: its remote data goes at the next tick.
+    pub fn topic_deleted(&self, name: &str, id: Uuid, partitions: i32) {
+        self.deleted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name.to_string(), id, partitions));
+    }
+
+    /// One pass of the tiering task.
+    pub async fn tick(self: &Arc<Self>, broker: &Arc<Broker>) {
+        self.sync_catalog(broker).await;
+        let work: Vec<(Arc<Topic>, Arc<Partition>)> = broker
+            .topics()
+            .into_iter()
+            .filter(|t| t.config.remote_storage_enable)
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (t.clone(), p.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        futures::stream::iter(work)
+            .for_each_concurrent(self.config.upload_concurrency, |(t, p)| async move {
+                if let Err(e) = self.tier_partition(broker, &t, &p).await {
+                    tracing::warn!(topic = %t.name, partition = p.index, error = %e, "tiering pass failed; will retry");
+                }
+            })
+            .await;
+        let scrub_due = {
+            let mut last = self.last_scrub.lock().unwrap_or_else(|e| e.into_inner());
+            let due = last.is_none_or(|t| {
+                t.elapsed() >= Duration::from_millis(self.config.scrub_interval_ms)
+            });
+            if due {
+                *last = Some(Instant::now());
+            }
+            due
+        };
+        if scrub_due {
+            self.scrub(broker).await;
+        }
+    }
+
+    /// Rolls the active segment of every remote partition and runs one pass, so everything
+    /// acknowledged so far is in the bucket (clean shutdown).
+    pub async fn drain(self: &Arc<Self>, broker: &Arc<Broker>) {
+        let b = broker.clone();
+        let rolled = tokio::task::spawn_blocking(move || {
+            let now = now_ms();
+            for t in b.topics() {
+                if !t.config.remote_storage_enable {
+                    continue;
+                }
+                for p in &t.partitions {
+                    if let Err(e) = p.with_log(|l| l.roll(now)) {
+                        tracing::warn!(topic = %t.name, partition = p.index, error = %e, "cannot roll before the final upload");
+                    }
+                }
+            }
+        })
+        .await;
+        if rolled.is_ok() {
+            self.tick(broker).await;
+        }
+    }
+
+    /// Uploads, commits, and applies local and remote retention for one partition.
+    async fn tier_partition(
+        &self,
+        broker: &Arc<Broker>,
+        topic: &Topic,
+        p: &Arc<Partition>,
+    ) -> anyhow::Result<()> {
+        let tp = self.partition(topic, p.index).await?;
+        let epoch = p.leader_epoch();
+        let manifest = tp.manifest();
+        let remote_end = manifest.end_offset().unwrap_or(-1);
+        let remote_start = manifest.log_start_offset;
+        let part = p.clone();
+        let files = tokio::task::spawn_blocking(move || {
+            part.with_log(|l| -> io::Result<_> {
+                l.set_remote_end_offset(remote_end);
+                l.advance_log_start_offset(remote_start)?;
+                Ok(l.uploadable_segments(remote_end))
+            })
+        })
+        .await??;
+        for f in files {
+            let started = Instant::now();
+            let prepared = {
+                let f = f.clone();
+                tokio::task::spawn_blocking(move || strata_tiering::upload::prepare(&f)).await??
+            };
+            let size: u64 = prepared.iter().map(|b| b.len() as u64).sum();
+            let seg = match strata_tiering::upload::upload(
+                &self.store,
+                &tp.id,
+                &f,
+                prepared,
+                epoch,
+                self.config.upload,
+                now_ms(),
+            )
+            .await
+            {
+                Ok(seg) => seg,
+                Err(e) => {
+                    self.metrics.upload_failures.fetch_add(1, Ordering::Relaxed);
+                    return Err(e.into());
+                }
+            };
+            let next = seg.next_offset;
+            if let Err(e) = tp.commit_segment(&self.store, seg, epoch).await {
+                self.metrics.upload_failures.fetch_add(1, Ordering::Relaxed);
+                return Err(e.into());
+            }
+            self.metrics
+                .segments_uploaded
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(topic = %topic.name, partition = p.index, base = f.base_offset, next, bytes = size, "segment uploaded");
+            let part = p.clone();
+            let now = now_ms();
+            tokio::task::spawn_blocking(move || {
+                part.with_log(|l| {
+                    l.set_remote_end_offset(next);
+                    l.apply_retention(now)
+                })
+            })
+            .await??;
+            self.throttle(size, started.elapsed()).await;
+        }
+        // Remote retention, then local retention for what the manifest now covers.
+        let part = p.clone();
+        let (log_start, local_only) = tokio::task::spawn_blocking(move || {
+            part.with_log(|l| (l.log_start_offset(), l.local_only_bytes()))
+        })
+        .await?;
+        if tp.manifest().segments.is_empty() {
+            return Ok(());
+        }
+        let outcome = tp
+            .apply_retention(
+                &self.store,
+                RetentionInput {
+                    now_ms: now_ms(),
+                    retention_ms: if topic.config.cleanup_policy_delete {
+                        topic.config.retention_ms
+                    } else {
+                        -1
+                    },
+                    retention_bytes: if topic.config.cleanup_policy_delete {
+                        topic.config.retention_bytes
+                    } else {
+                        -1
+                    },
+                    local_only_bytes: local_only,
+                    log_start_offset: log_start,
+                    leader_epoch: epoch,
+                },
+            )
+            .await?;
+        if outcome.deleted_segments > 0 {
+            self.metrics
+                .segments_deleted_remote
+                .fetch_add(outcome.deleted_segments as u64, Ordering::Relaxed);
+            tracing::info!(topic = %topic.name, partition = p.index, segments = outcome.deleted_segments, "deleted remote segments past retention");
+        }
+        if let Some(start) = outcome.log_start_offset {
+            let part = p.clone();
+            tokio::task::spawn_blocking(move || {
+                part.with_log(|l| l.advance_log_start_offset(start))
+            })
+            .await??;
+        }
+        let _ = broker;
+        Ok(())
+    }
+
+    /// Keeps the average upload rate under remote.log.manager.copy.max.bytes.per.second.
+    async fn throttle(&self, bytes: u64, took: Duration) {
+        let rate = self.config.upload_bytes_per_second;
+        if rate <= 0 || rate == i64::MAX {
+            return;
+        }
+        let should_take = Duration::from_secs_f64(bytes as f64 / rate as f64);
+        if should_take > took {
+            tokio::time::sleep(should_take - took).await;
+        }
+    }
+
+    /// Writes the catalog when remote topics changed, and deletes the remote data of topics
+    /// deleted since the last pass.
+    async fn sync_catalog(&self, broker: &Arc<Broker>) {
+        let mut guard = self.synced.lock().await;
+        let (synced, synced_pids) = &mut *guard;
+        let pids = broker.producer_id_block_end();
+        let mut want: BTreeMap<String, CatalogTopic> = BTreeMap::new();
+        for t in broker.topics() {
+            if t.config.remote_storage_enable {
+                want.insert(
+                    t.name.clone(),
+                    CatalogTopic {
+                        topic_id: t.id,
+                        partitions: t.partitions.len() as i32,
+                        replication_factor: 1,
+                        configs: t.overrides.clone(),
+                    },
+                );
+            }
+        }
+        let deleted: Vec<(String, Uuid, i32)> =
+            std::mem::take(&mut *self.deleted.lock().unwrap_or_else(|e| e.into_inner()));
+        let changed = pids > *synced_pids
+            || want
+                .iter()
+                .any(|(name, entry)| synced.get(name) != Some(entry))
+            || deleted
+                .iter()
+                .any(|(name, id, _)| synced.get(name).is_some_and(|e| e.topic_id == *id));
+        if changed {
+            let result = catalog::update(&self.store, |c| {
+                c.producer_id_block_end = c.producer_id_block_end.max(pids);
+                for (name, entry) in &want {
+                    c.topics.insert(name.clone(), entry.clone());
+                }
+                for (name, id, _) in &deleted {
+                    if c.topics.get(name).is_some_and(|e| e.topic_id == *id)
+                        && !want.contains_key(name)
+                    {
+                        c.topics.remove(name);
+                    }
+                }
+                true
+            })
+            .await;
+            match result {
+                Ok(()) => {
+                    *synced_pids = pids;
+                    for (name, id, _) in &deleted {
+                        if synced.get(name).is_some_and(|e| e.topic_id == *id) {
+                            synced.remove(name);
+                        }
+                    }
+                    for (name, entry) in want {
+                        synced.insert(name, entry);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot update the bucket catalog; will retry");
+                    self.deleted
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .extend(deleted);
+                    return;
+                }
+            }
+        }
+        for (name, id, partitions) in deleted {
+            for index in 0..partitions {
+                let pid = PartitionId {
+                    topic: name.clone(),
+                    topic_id: id,
+                    partition: index,
+                };
+                let tp = match TieredPartition::load(&self.store, pid).await {
+                    Ok(tp) => tp,
+                    Err(e) => {
+                        tracing::warn!(topic = %name, partition = index, error = %e, "cannot delete remote data of a deleted topic");
+                        continue;
+                    }
+                };
+                if let Err(e) = tp.delete_all(&self.store).await {
+                    tracing::warn!(topic = %name, partition = index, error = %e, "cannot delete remote data of a deleted topic");
+                }
+                self.partitions
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&(id, index));
+            }
+            tracing::info!(topic = %name, "deleted remote data of a deleted topic");
+        }
+    }
+
+    /// Removes uploads that were never committed (older than the grace period).
+    async fn scrub(&self, broker: &Arc<Broker>) {
+        for t in broker.topics() {
+            if !t.config.remote_storage_enable {
+                continue;
+            }
+            for p in &t.partitions {
+                let Ok(tp) = self.partition(&t, p.index).await else {
+                    continue;
+                };
+                match tp
+                    .scrub(&self.store, now_ms(), self.config.orphan_grace_ms)
+                    .await
+                {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        self.metrics
+                            .orphans_removed
+                            .fetch_add(n as u64, Ordering::Relaxed);
+                        tracing::info!(topic = %t.name, partition = p.index, objects = n, "removed orphaned remote objects");
+                    }
+                    Err(e) => {
+                        tracing::warn!(topic = %t.name, partition = p.index, error = %e, "scrub failed")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whole batches from `offset` out of remote storage.
+    pub async fn read(
+        &self,
+        topic: &Topic,
+        index: i32,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+    ) -> Result<Bytes, RemoteReadError> {
+        self.metrics.remote_fetches.fetch_add(1, Ordering::Relaxed);
+        let tp = self.partition(topic, index).await?;
+        let manifest = tp.manifest();
+        let seg = manifest
+            .segment_for(offset)
+            .or_else(|| {
+                // The offset may fall in a gap left by compaction or by data deleted before
+                // it was uploaded: continue at the next segment.
+                manifest.segment_after(offset)
+            })
+            .ok_or(RemoteReadError::OutOfRange(offset))?;
+        let result = self
+            .reader
+            .read(
+                &topic.name,
+                seg,
+                offset.max(seg.base_offset),
+                max_bytes,
+                min_one,
+            )
+            .await;
+        if result.is_err() {
+            self.metrics
+                .remote_fetch_errors
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(result?)
+    }
+
+    /// offsetsForTimes over the remote segments below `local_start`: the first record with a
+    /// timestamp >= `timestamp`, or None when the answer is in the local log.
+    pub async fn offset_for_timestamp(
+        &self,
+        topic: &Topic,
+        index: i32,
+        timestamp: i64,
+        log_start: i64,
+        local_start: i64,
+    ) -> Result<Option<TimestampAndOffset>, RemoteReadError> {
+        let tp = self.partition(topic, index).await?;
+        let manifest = tp.manifest();
+        for seg in &manifest.segments {
+            if seg.next_offset <= log_start || seg.max_timestamp < timestamp {
+                continue;
+            }
+            if seg.base_offset >= local_start {
+                return Ok(None);
+            }
+            let Some(batch) = self
+                .reader
+                .batch_for_timestamp(&topic.name, seg, timestamp, log_start)
+                .await?
+            else {
+                continue;
+            };
+            if let Some(found) = crate::log::first_record_at_or_after(&batch, timestamp, log_start)
+                .map_err(|e| RemoteReadError::Store(StoreError::Request(e.to_string())))?
+            {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Prometheus lines for tiered storage.
+    pub fn render_metrics(&self, out: &mut String, lag: &[(String, i32, u64)]) {
+        use std::fmt::Write;
+        let m = &self.metrics;
+        let s = &self.store.metrics;
+        let r = &self.reader.metrics;
+        let counters = [
+            (
+                "strata_remote_segments_uploaded_total",
+                "Segments uploaded to remote storage.",
+                m.segments_uploaded.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_remote_upload_failures_total",
+                "Failed segment uploads or manifest commits (retried).",
+                m.upload_failures.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_remote_segments_deleted_total",
+                "Remote segments deleted by retention.",
+                m.segments_deleted_remote.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_remote_orphans_removed_total",
+                "Uncommitted remote objects removed by the scrubber.",
+                m.orphans_removed.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_remote_uploaded_bytes_total",
+                "Bytes written to the object store.",
+                s.bytes_uploaded.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_remote_downloaded_bytes_total",
+                "Bytes read from the object store.",
+                s.bytes_downloaded.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_remote_store_errors_total",
+                "Failed object store requests.",
+                s.errors.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_remote_fetches_total",
+                "Fetches served from remote storage.",
+                m.remote_fetches.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_remote_fetch_errors_total",
+                "Remote fetches that failed.",
+                m.remote_fetch_errors.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_remote_cache_hits_total",
+                "Remote chunk reads served by the cache.",
+                r.chunk_hits.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_remote_cache_misses_total",
+                "Remote chunk reads that went to the object store.",
+                r.chunk_misses.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_remote_read_seconds_total",
+                "Time spent in remote reads.",
+                0,
+            ),
+        ];
+        for (name, help, v) in counters {
+            if name == "strata_remote_read_seconds_total" {
+                let secs = r.read_micros_total.load(Ordering::Relaxed) as f64 / 1e6;
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} {help}\n# TYPE {name} counter\n{name} {secs}"
+                );
+                let reads = r.reads.load(Ordering::Relaxed);
+                let _ = writeln!(out, "# HELP strata_remote_reads_total Remote reads (for the mean latency with strata_remote_read_seconds_total).\n# TYPE strata_remote_reads_total counter\nstrata_remote_reads_total {reads}");
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
+        }
+        let _ = writeln!(out, "# HELP strata_remote_requests_total Object store requests, by topic (\"\" = cluster objects) and operation.\n# TYPE strata_remote_requests_total counter");
+        for (topic, op, n) in s.requests() {
+            let _ = writeln!(
+                out,
+                "strata_remote_requests_total{{topic=\"{topic}\",op=\"{}\"}} {n}",
+                op.name()
+            );
+        }
+        let _ = writeln!(out, "# HELP strata_remote_upload_lag_bytes Local bytes of remote-enabled partitions not yet in remote storage.\n# TYPE strata_remote_upload_lag_bytes gauge");
+        for (topic, partition, bytes) in lag {
+            let _ = writeln!(
+                out,
+                "strata_remote_upload_lag_bytes{{topic=\"{topic}\",partition=\"{partition}\"}} {bytes}"
+            );
+        }
+    }
+}
+
+/// A partition restored from the bucket: what its local directory must hold.
+struct RestoredPartition {
+    index: i32,
+    log_start_offset: i64,
+    next_offset: i64,
+    producer_snapshot: Option<Bytes>,
+    leader_epoch_checkpoint: Option<Bytes>,
+}
+
+/// Rebuilds topics from the bucket when the broker starts on an empty data directory
+/// (invariant 7). Returns the number of topics restored.
+pub async fn restore_if_empty(tiering: &Tiering, config: &BrokerConfig) -> anyhow::Result<usize> {
+    if !crate::broker::is_fresh_data_dir(config) {
+        return Ok(0);
+    }
+    let Some((cat, _)) = catalog::load(&tiering.store).await? else {
+        return Ok(0);
+    };
+    let producer_id_block_end = cat.producer_id_block_end;
+    let mut topics = Vec::new();
+    for (name, entry) in &cat.topics {
+        let mut parts = Vec::new();
+        for index in 0..entry.partitions {
+            let id = PartitionId {
+                topic: name.clone(),
+                topic_id: entry.topic_id,
+                partition: index,
+            };
+            let tp = TieredPartition::load(&tiering.store, id).await?;
+            let m = tp.manifest();
+            let Some(last) = m.segments.last() else {
+                parts.push(RestoredPartition {
+                    index,
+                    log_start_offset: m.log_start_offset,
+                    next_offset: m.log_start_offset,
+                    producer_snapshot: None,
+                    leader_epoch_checkpoint: None,
+                });
+                continue;
+            };
+            let snapshot = match last.producer_snapshot {
+                Some(part) => Some(tiering.reader.part(name, last, part).await?),
+                None => None,
+            };
+            let epochs = match last.leader_epoch_checkpoint {
+                Some(part) => Some(tiering.reader.part(name, last, part).await?),
+                None => None,
+            };
+            parts.push(RestoredPartition {
+                index,
+                log_start_offset: m.start_offset().unwrap_or(m.log_start_offset),
+                next_offset: last.next_offset,
+                producer_snapshot: snapshot,
+                leader_epoch_checkpoint: epochs,
+            });
+        }
+        topics.push((name.clone(), entry.clone(), parts));
+    }
+    let n = topics.len();
+    let config = config.clone();
+    tokio::task::spawn_blocking(move || write_restored(&config, topics, producer_id_block_end))
+        .await??;
+    Ok(n)
+}
+
+fn write_restored(
+    config: &BrokerConfig,
+    topics: Vec<(String, CatalogTopic, Vec<RestoredPartition>)>,
+    producer_id_block_end: i64,
+) -> io::Result<()> {
+    let dir = &config.log_dirs[0];
+    let mut records = Vec::new();
+    let mut log_starts = Vec::new();
+    for (name, entry, parts) in topics {
+        for p in parts {
+            let pdir = dir.join(format!("{name}-{}", p.index));
+            std::fs::create_dir_all(&pdir)?;
+            let stem = crate::log::segment::file_stem(p.next_offset);
+            std::fs::write(pdir.join(format!("{stem}.log")), b"")?;
+            if let Some(s) = &p.producer_snapshot {
+                write_file(&pdir.join(format!("{stem}.snapshot")), s)?;
+            }
+            if let Some(c) = &p.leader_epoch_checkpoint {
+                write_file(&pdir.join(crate::log::leader_epoch::FILE_NAME), c)?;
+            }
+            log_starts.push((name.clone(), p.index, p.log_start_offset));
+        }
+        tracing::info!(topic = %name, partitions = entry.partitions, "restored topic from the bucket");
+        records.push((name, entry.topic_id, entry.partitions, entry.configs));
+    }
+    crate::broker::write_restored_metadata(config, &records, &log_starts, producer_id_block_end)
+}
+
+fn write_file(path: &Path, data: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension("restore.tmp");
+    std::fs::write(&tmp, data)?;
+    std::fs::rename(tmp, path)
+}

@@ -1,0 +1,34 @@
+//! Strata's tiered storage: sealed segments move to S3-compatible object storage and are read
+//! back through a local memory+disk cache, so retention can be months while local disks hold
+//! hours.
+//!
+//! The crate does not depend on the broker. The broker hands it the files of sealed segments
+//! ([`upload::SegmentFiles`]), drives each partition's [`partition::TieredPartition`] from its
+//! tiering task as partition leader, and asks the [`reader::RemoteReader`] for batches below
+//! its local log start offset.
+//!
+//! Modules:
+//! - [`store`]: object store access (S3, filesystem, memory), request metrics, fault injection.
+//! - [`manifest`]: the per-partition manifest, the object layout, fenced compare-and-swap commits.
+//! - [`upload`]: one segment and its indexes as a single bundle object.
+//! - [`partition`]: commit of uploads, remote retention, the orphan scrubber.
+//! - [`reader`]: cached, chunked, parallel remote reads with read-ahead.
+//! - [`catalog`]: the topics kept in the bucket, for restoring a cluster from the bucket alone.
+//!
+//! Accepted orphans (invariant 4): a bundle uploaded whose manifest commit never happened
+//! (crash or store error between the two), and a bundle dropped from the manifest whose
+//! delete failed. Both are unreferenced by any manifest and are removed by
+//! [`partition::TieredPartition::scrub`] once older than its grace period.
+
+pub mod catalog;
+pub mod manifest;
+pub mod partition;
+pub mod reader;
+pub mod store;
+pub mod upload;
+
+pub use manifest::{PartitionId, PartitionManifest, RemoteSegment};
+pub use partition::{RetentionInput, RetentionOutcome, TieredPartition};
+pub use reader::{CacheConfig, RemoteReader};
+pub use store::{RemoteStore, StoreConfig, StoreError};
+pub use upload::{SegmentFiles, UploadOptions};

@@ -1,0 +1,578 @@
+//! Remote reads through a foyer hybrid cache (memory + a disk directory).
+//!
+//! A segment bundle is read in fixed-size chunks (`chunk_size`, aligned to the bundle), each
+//! cached under `<object key>@<chunk>`. A fetch looks up the segment's offset index (cached
+//! whole), scans batch headers from the indexed position, and returns whole batches up to
+//! `max_bytes`, reading the chunks it needs in parallel. After each read the next
+//! `readahead_chunks` chunks are fetched in the background, so a sequential consumer finds
+//! them cached. Concurrent misses on one chunk share a single GET (foyer deduplicates).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use foyer::{
+    BlockEngineConfig, DeviceBuilder, FsDeviceBuilder, HybridCache, HybridCacheBuilder,
+    HybridCachePolicy,
+};
+use tokio::sync::Semaphore;
+
+use crate::manifest::{Part, RemoteSegment};
+use crate::store::{RemoteStore, StoreError};
+
+/// Batch header fields the reader needs (RecordBatch v2).
+const HEADER_LEN: usize = 61;
+const OFFSET_ENTRY: usize = 8;
+const TIME_ENTRY: usize = 12;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheConfig {
+    pub memory_bytes: usize,
+    /// 0 disables the disk tier.
+    pub disk_bytes: u64,
+    pub disk_dir: PathBuf,
+    pub chunk_size: usize,
+    pub readahead_chunks: usize,
+    /// GETs in flight at once for remote reads (across all partitions).
+    pub max_concurrent_gets: usize,
+}
+
+#[derive(Debug, Default)]
+pub struct ReadMetrics {
+    pub chunk_hits: AtomicU64,
+    pub chunk_misses: AtomicU64,
+    pub reads: AtomicU64,
+    pub read_micros_total: AtomicU64,
+}
+
+pub struct RemoteReader {
+    store: Arc<RemoteStore>,
+    cache: HybridCache<String, Bytes>,
+    chunk_size: u64,
+    readahead: usize,
+    gets: Arc<Semaphore>,
+    pub metrics: Arc<ReadMetrics>,
+}
+
+/// A lookup result that locates a record batch in a remote segment.
+#[derive(Debug, Clone, Copy)]
+struct BatchPos {
+    position: u64,
+    last_offset: i64,
+    max_timestamp: i64,
+    size: u64,
+}
+
+impl RemoteReader {
+    pub async fn new(
+        store: Arc<RemoteStore>,
+        cfg: &CacheConfig,
+    ) -> Result<RemoteReader, StoreError> {
+        let chunk_size = cfg.chunk_size.clamp(64 << 10, 64 << 20);
+        let builder = HybridCacheBuilder::new()
+            .with_name("strata-remote")
+            .with_policy(HybridCachePolicy::WriteOnInsertion)
+            .memory(cfg.memory_bytes.max(chunk_size))
+            .with_weighter(|k: &String, v: &Bytes| k.len() + v.len() + 64)
+            .storage();
+        let cache = if cfg.disk_bytes > 0 {
+            std::fs::create_dir_all(&cfg.disk_dir).map_err(|e| {
+                StoreError::Config(format!("cache dir {}: {e}", cfg.disk_dir.display()))
+            })?;
+            let device = FsDeviceBuilder::new(&cfg.disk_dir)
+                .with_capacity(cfg.disk_bytes as usize)
+                .build()
+                .map_err(|e| StoreError::Config(format!("cache device: {e}")))?;
+            // A block must hold the largest entry: a chunk or a whole offset/time index.
+            let block = (chunk_size + (1 << 20)).max(16 << 20);
+            builder
+                .with_engine_config(BlockEngineConfig::new(device).with_block_size(block))
+                .build()
+                .await
+        } else {
+            builder.build().await
+        }
+        .map_err(|e| StoreError::Config(format!("cache: {e}")))?;
+        Ok(RemoteReader {
+            store,
+            cache,
+            chunk_size: chunk_size as u64,
+            readahead: cfg.readahead_chunks,
+            gets: Arc::new(Semaphore::new(cfg.max_concurrent_gets.max(1))),
+            metrics: Arc::new(ReadMetrics::default()),
+        })
+    }
+
+    pub fn store(&self) -> &Arc<RemoteStore> {
+        &self.store
+    }
+
+    pub async fn close(&self) {
+        let _ = self.cache.close().await;
+    }
+
+    /// Reads one chunk of a bundle through the cache.
+    async fn chunk(
+        &self,
+        topic: &str,
+        seg: &RemoteSegment,
+        index: u64,
+    ) -> Result<Bytes, StoreError> {
+        let cache_key = format!("{}@{index}", seg.key);
+        let object_size = seg.object_size();
+        let start = index * self.chunk_size;
+        let end = (start + self.chunk_size).min(object_size);
+        if start >= end {
+            return Ok(Bytes::new());
+        }
+        let store = self.store.clone();
+        let gets = self.gets.clone();
+        let key = seg.key.clone();
+        let topic = topic.to_string();
+        let metrics = self.metrics.clone();
+        let missed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let missed2 = missed.clone();
+        let entry = self
+            .cache
+            .get_or_fetch(&cache_key, move || async move {
+                missed2.store(true, Ordering::Relaxed);
+                metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
+                let _permit = gets.acquire_owned().await;
+                store.get_range(&topic, &key, start..end).await
+            })
+            .await
+            .map_err(|e| StoreError::Request(format!("remote read of {}: {e}", seg.key)))?;
+        if !missed.load(Ordering::Relaxed) {
+            self.metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(entry.value().clone())
+    }
+
+    /// Reads bytes `[start, end)` of a bundle, fetching the chunks in parallel.
+    async fn range(
+        &self,
+        topic: &str,
+        seg: &RemoteSegment,
+        start: u64,
+        end: u64,
+    ) -> Result<Bytes, StoreError> {
+        if start >= end {
+            return Ok(Bytes::new());
+        }
+        let first = start / self.chunk_size;
+        let last = (end - 1) / self.chunk_size;
+        let chunks =
+            futures::future::try_join_all((first..=last).map(|i| self.chunk(topic, seg, i)))
+                .await?;
+        let base = first * self.chunk_size;
+        if chunks.len() == 1 {
+            let c = &chunks[0];
+            let (a, b) = ((start - base) as usize, (end - base) as usize);
+            if b > c.len() {
+                return Err(StoreError::Request(format!(
+                    "{} is shorter than its manifest entry",
+                    seg.key
+                )));
+            }
+            return Ok(c.slice(a..b));
+        }
+        let mut out = BytesMut::with_capacity((end - start) as usize);
+        for (i, c) in chunks.iter().enumerate() {
+            let c_start = base + i as u64 * self.chunk_size;
+            let a = start.saturating_sub(c_start) as usize;
+            let b = ((end - c_start) as usize).min(c.len());
+            if a > b {
+                return Err(StoreError::Request(format!(
+                    "{} is shorter than its manifest entry",
+                    seg.key
+                )));
+            }
+            out.extend_from_slice(&c[a..b]);
+        }
+        if out.len() as u64 != end - start {
+            return Err(StoreError::Request(format!(
+                "{} is shorter than its manifest entry",
+                seg.key
+            )));
+        }
+        Ok(out.freeze())
+    }
+
+    /// A whole index part, cached as one entry.
+    async fn index(
+        &self,
+        topic: &str,
+        seg: &RemoteSegment,
+        part: Part,
+        tag: &str,
+    ) -> Result<Bytes, StoreError> {
+        if part.is_empty() {
+            return Ok(Bytes::new());
+        }
+        let cache_key = format!("{}#{tag}", seg.key);
+        let store = self.store.clone();
+        let key = seg.key.clone();
+        let topic = topic.to_string();
+        let gets = self.gets.clone();
+        let entry = self
+            .cache
+            .get_or_fetch(&cache_key, move || async move {
+                let _permit = gets.acquire_owned().await;
+                store.get_range(&topic, &key, part.range()).await
+            })
+            .await
+            .map_err(|e| StoreError::Request(format!("remote index of {}: {e}", seg.key)))?;
+        Ok(entry.value().clone())
+    }
+
+    /// The header of the batch at `position` of the segment's log part.
+    async fn header_at(
+        &self,
+        topic: &str,
+        seg: &RemoteSegment,
+        position: u64,
+    ) -> Result<Option<BatchPos>, StoreError> {
+        let log_end = seg.log.end;
+        if position + HEADER_LEN as u64 > log_end {
+            return Ok(None);
+        }
+        let h = self
+            .range(topic, seg, position, position + HEADER_LEN as u64)
+            .await?;
+        let base_offset = i64::from_be_bytes(h[0..8].try_into().unwrap_or_default());
+        let length = i32::from_be_bytes(h[8..12].try_into().unwrap_or_default());
+        let last_delta = i32::from_be_bytes(h[23..27].try_into().unwrap_or_default());
+        let max_timestamp = i64::from_be_bytes(h[35..43].try_into().unwrap_or_default());
+        if length < (HEADER_LEN - 12) as i32 || position + 12 + length as u64 > log_end {
+            return Err(StoreError::Request(format!(
+                "corrupt batch header at position {position} of {}",
+                seg.key
+            )));
+        }
+        Ok(Some(BatchPos {
+            position,
+            last_offset: base_offset + i64::from(last_delta),
+            max_timestamp,
+            size: 12 + length as u64,
+        }))
+    }
+
+    /// The first batch whose last offset is >= `offset`, scanning from `position`.
+    async fn scan_to(
+        &self,
+        topic: &str,
+        seg: &RemoteSegment,
+        mut position: u64,
+        offset: i64,
+    ) -> Result<Option<BatchPos>, StoreError> {
+        while let Some(b) = self.header_at(topic, seg, position).await? {
+            if b.last_offset >= offset {
+                return Ok(Some(b));
+            }
+            position += b.size;
+        }
+        Ok(None)
+    }
+
+    /// Whole batches from the one holding `offset`, at most `max_bytes` unless `min_one` and
+    /// the first batch alone is larger. Empty when `offset` is past the segment.
+    pub async fn read(
+        &self,
+        topic: &str,
+        seg: &RemoteSegment,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+    ) -> Result<Bytes, StoreError> {
+        let started = Instant::now();
+        let index = self.index(topic, seg, seg.offset_index, "oidx").await?;
+        let relative = offset.saturating_sub(seg.base_offset);
+        let entries = index.len() / OFFSET_ENTRY;
+        // Largest entry whose relative offset is <= the target.
+        let (mut lo, mut hi) = (0usize, entries);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let e = &index[mid * OFFSET_ENTRY..];
+            let rel = u32::from_be_bytes(e[0..4].try_into().unwrap_or_default()) as i64;
+            if rel <= relative {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let position = if lo == 0 {
+            0
+        } else {
+            let e = &index[(lo - 1) * OFFSET_ENTRY..];
+            u32::from_be_bytes(e[4..8].try_into().unwrap_or_default()) as u64
+        };
+        let Some(first) = self.scan_to(topic, seg, position, offset).await? else {
+            return Ok(Bytes::new());
+        };
+        let mut end = first.position;
+        let mut next = Some(first);
+        while let Some(b) = next {
+            let would = end + b.size - first.position;
+            if would > max_bytes as u64 && !(min_one && end == first.position) {
+                break;
+            }
+            end += b.size;
+            if end - first.position >= max_bytes as u64 {
+                break;
+            }
+            next = self.header_at(topic, seg, end).await?;
+        }
+        let out = self.range(topic, seg, first.position, end).await?;
+        self.prefetch(topic, seg, end);
+        self.metrics.reads.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .read_micros_total
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        Ok(out)
+    }
+
+    /// Starts background reads of the chunks after `position` (read-ahead).
+    fn prefetch(&self, topic: &str, seg: &RemoteSegment, position: u64) {
+        if self.readahead == 0 || position >= seg.log.end {
+            return;
+        }
+        let first = position / self.chunk_size;
+        let last = ((seg.log.end - 1) / self.chunk_size).min(first + self.readahead as u64);
+        for i in first..=last {
+            let cache_key = format!("{}@{i}", seg.key);
+            if self.cache.contains(&cache_key) {
+                continue;
+            }
+            let start = i * self.chunk_size;
+            let end = (start + self.chunk_size).min(seg.object_size());
+            let store = self.store.clone();
+            let key = seg.key.clone();
+            let topic = topic.to_string();
+            let gets = self.gets.clone();
+            let metrics = self.metrics.clone();
+            let fut = self.cache.get_or_fetch(&cache_key, move || async move {
+                metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
+                let _permit = gets.acquire_owned().await;
+                store.get_range(&topic, &key, start..end).await
+            });
+            tokio::spawn(async move {
+                let _ = fut.await;
+            });
+        }
+    }
+
+    /// For offsetsForTimes: the first batch of the segment whose max timestamp is >=
+    /// `timestamp`, at or after `min_offset`. The caller decodes it to find the record.
+    pub async fn batch_for_timestamp(
+        &self,
+        topic: &str,
+        seg: &RemoteSegment,
+        timestamp: i64,
+        min_offset: i64,
+    ) -> Result<Option<Bytes>, StoreError> {
+        let index = self.index(topic, seg, seg.time_index, "tidx").await?;
+        // Kafka's time index lookup: the last entry with timestamp <= target bounds the scan.
+        let mut start_offset = seg.base_offset;
+        for e in index.chunks_exact(TIME_ENTRY) {
+            let ts = i64::from_be_bytes(e[0..8].try_into().unwrap_or_default());
+            let rel = u32::from_be_bytes(e[8..12].try_into().unwrap_or_default()) as i64;
+            if ts > timestamp {
+                break;
+            }
+            start_offset = seg.base_offset + rel;
+        }
+        // Position of the start offset through the offset index, then scan.
+        let oidx = self.index(topic, seg, seg.offset_index, "oidx").await?;
+        let target = start_offset.max(min_offset) - seg.base_offset;
+        let mut position = 0u64;
+        for e in oidx.chunks_exact(OFFSET_ENTRY) {
+            let rel = u32::from_be_bytes(e[0..4].try_into().unwrap_or_default()) as i64;
+            if rel > target {
+                break;
+            }
+            position = u32::from_be_bytes(e[4..8].try_into().unwrap_or_default()) as u64;
+        }
+        let mut next = self.header_at(topic, seg, position).await?;
+        while let Some(b) = next {
+            if b.last_offset >= min_offset && b.max_timestamp >= timestamp {
+                return self
+                    .range(topic, seg, b.position, b.position + b.size)
+                    .await
+                    .map(Some);
+            }
+            next = self.header_at(topic, seg, b.position + b.size).await?;
+        }
+        Ok(None)
+    }
+
+    /// Downloads one part of a bundle whole (restore: producer snapshot, epochs).
+    pub async fn part(
+        &self,
+        topic: &str,
+        seg: &RemoteSegment,
+        part: Part,
+    ) -> Result<Bytes, StoreError> {
+        self.store.get_range(topic, &seg.key, part.range()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::PartitionId;
+    use crate::upload::{self, SegmentFiles, UploadOptions};
+
+    /// A fake segment: batches of `per_batch` offsets with `payload` bytes each, an offset
+    /// index entry every 3 batches and a time index entry every 5.
+    fn write_segment(
+        dir: &std::path::Path,
+        base: i64,
+        batches: usize,
+        per_batch: i64,
+        payload: usize,
+    ) -> (SegmentFiles, Vec<(i64, Vec<u8>)>) {
+        let mut log = Vec::new();
+        let mut oidx = Vec::new();
+        let mut tidx = Vec::new();
+        let mut all = Vec::new();
+        let mut offset = base;
+        for i in 0..batches {
+            let mut b = vec![0u8; HEADER_LEN + payload];
+            b[0..8].copy_from_slice(&offset.to_be_bytes());
+            let len = (b.len() - 12) as i32;
+            b[8..12].copy_from_slice(&len.to_be_bytes());
+            b[16] = 2;
+            b[23..27].copy_from_slice(&((per_batch - 1) as i32).to_be_bytes());
+            let ts = 1000 + offset;
+            b[27..35].copy_from_slice(&ts.to_be_bytes());
+            b[35..43].copy_from_slice(&(ts + per_batch - 1).to_be_bytes());
+            for (j, x) in b[HEADER_LEN..].iter_mut().enumerate() {
+                *x = (i + j) as u8;
+            }
+            if i % 3 == 0 {
+                oidx.extend_from_slice(&((offset - base) as u32).to_be_bytes());
+                oidx.extend_from_slice(&(log.len() as u32).to_be_bytes());
+            }
+            if i % 5 == 0 {
+                tidx.extend_from_slice(&ts.to_be_bytes());
+                tidx.extend_from_slice(&((offset - base) as u32).to_be_bytes());
+            }
+            log.extend_from_slice(&b);
+            all.push((offset, b));
+            offset += per_batch;
+        }
+        let p = |ext: &str| dir.join(format!("{base:020}.{ext}"));
+        std::fs::write(p("log"), &log).unwrap();
+        std::fs::write(p("index"), &oidx).unwrap();
+        std::fs::write(p("timeindex"), &tidx).unwrap();
+        std::fs::write(p("snapshot"), b"snap").unwrap();
+        let files = SegmentFiles {
+            base_offset: base,
+            next_offset: offset,
+            max_timestamp: 1000 + offset - 1,
+            log: p("log"),
+            offset_index: p("index"),
+            time_index: p("timeindex"),
+            producer_snapshot: Some(p("snapshot")),
+            leader_epoch_checkpoint: Some(b"0\n1\n0 0\n".to_vec()),
+            epochs: vec![(0, base)],
+        };
+        (files, all)
+    }
+
+    async fn check_reads(disk: bool, multipart: bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(RemoteStore::in_memory());
+        let id = PartitionId {
+            topic: "t".into(),
+            topic_id: uuid::Uuid::new_v4(),
+            partition: 0,
+        };
+        // 200 batches of ~10 KB: crosses many 64 KiB chunks.
+        let (files, batches) = write_segment(dir.path(), 100, 200, 7, 10_000);
+        let parts = upload::prepare(&files).unwrap();
+        let opts = if multipart {
+            UploadOptions {
+                multipart_threshold: 1,
+                part_size: 5 << 20,
+            }
+        } else {
+            UploadOptions::default()
+        };
+        let seg = upload::upload(&store, &id, &files, parts, 3, opts, 0)
+            .await
+            .unwrap();
+        assert_eq!(seg.producer_snapshot.map(|p| p.len()), Some(4));
+        let reader = RemoteReader::new(
+            store.clone(),
+            &CacheConfig {
+                memory_bytes: 256 << 10,
+                disk_bytes: if disk { 64 << 20 } else { 0 },
+                disk_dir: dir.path().join("cache"),
+                chunk_size: 64 << 10,
+                readahead_chunks: 2,
+                max_concurrent_gets: 4,
+            },
+        )
+        .await
+        .unwrap();
+        for (k, (offset, bytes)) in batches.iter().enumerate() {
+            for target in [*offset, offset + 3] {
+                // One batch when max_bytes is small (min_one), else as many as fit.
+                let got = reader.read("t", &seg, target, 1, true).await.unwrap();
+                assert_eq!(&got[..], &bytes[..], "batch at {offset}");
+                let got = reader.read("t", &seg, target, 35_000, false).await.unwrap();
+                let want: Vec<u8> = batches[k..]
+                    .iter()
+                    .take(3)
+                    .flat_map(|(_, b)| b.clone())
+                    .collect();
+                assert_eq!(got.len(), want.len());
+                assert_eq!(&got[..], &want[..]);
+            }
+        }
+        assert!(reader
+            .read("t", &seg, files.next_offset, 1000, true)
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(
+            reader
+                .read("t", &seg, 150, 1000, false)
+                .await
+                .unwrap()
+                .is_empty(),
+            "no whole batch fits"
+        );
+        // Timestamp lookup: record timestamps are 1000 + offset.
+        let b = reader
+            .batch_for_timestamp("t", &seg, 1000 + 100 + 7 * 50 + 2, 0)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            i64::from_be_bytes(b[0..8].try_into().unwrap()),
+            100 + 7 * 50
+        );
+        assert!(reader
+            .batch_for_timestamp("t", &seg, 1_000_000, 0)
+            .await
+            .unwrap()
+            .is_none());
+        let m = &reader.metrics;
+        assert!(m.chunk_hits.load(Ordering::Relaxed) > m.chunk_misses.load(Ordering::Relaxed));
+        reader.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_whole_batches_across_chunks_memory_cache() {
+        check_reads(false, false).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_whole_batches_across_chunks_hybrid_cache_multipart() {
+        check_reads(true, true).await;
+    }
+}
