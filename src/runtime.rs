@@ -133,15 +133,6 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
                     _ = t.tick(&b) => {}
                 }
             }
-            // Clean shutdown: seal and upload what remote topics still hold only locally, so
-            // the bucket alone has every acknowledged record (bounded, a restart retries).
-            if tokio::time::timeout(Duration::from_secs(20), t.drain(&b))
-                .await
-                .is_err()
-            {
-                tracing::warn!("final upload to remote storage did not finish within 20s");
-            }
-            t.reader.close().await;
         });
     }
     let flush_every =
@@ -209,6 +200,17 @@ impl Running {
             .is_err()
         {
             tracing::warn!("background services did not stop within 30s");
+        }
+        if let Some(t) = self.broker.tiering() {
+            // Seal and upload what remote topics still hold only locally, so the bucket alone
+            // has every acknowledged record (bounded; a restart uploads the rest).
+            if tokio::time::timeout(Duration::from_secs(20), t.drain(&self.broker))
+                .await
+                .is_err()
+            {
+                tracing::warn!("final upload to remote storage did not finish within 20s");
+            }
+            t.reader.close().await;
         }
         let b = self.broker.clone();
         tokio::task::spawn_blocking(move || b.close())

@@ -85,6 +85,11 @@ impl TestBroker {
         }
     }
 
+    /// The in-process broker (for tests that inspect or fault-inject its internals).
+    pub fn broker(&self) -> &std::sync::Arc<strata::broker::Broker> {
+        &self.running.as_ref().expect("running").broker
+    }
+
     pub async fn client(&self) -> Client {
         Client::connect(self.kafka_addr).await
     }
@@ -129,6 +134,17 @@ impl TestBroker {
             .expect("shutdown finishes")
             .expect("clean shutdown");
         started.elapsed()
+    }
+
+    /// Clean shutdown; `after` may move things out of the data dir before it is removed.
+    pub async fn shutdown_keep_dir(mut self, after: impl FnOnce(&Path)) {
+        if let Some(r) = self.running.take() {
+            tokio::time::timeout(Duration::from_secs(30), r.shutdown())
+                .await
+                .expect("shutdown finishes in time")
+                .expect("clean shutdown");
+        }
+        after(self.dir.path());
     }
 
     pub async fn shutdown(mut self) {

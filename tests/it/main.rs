@@ -16,4 +16,5 @@ mod produce_fetch;
 mod protocol;
 mod recovery;
 mod restart;
+mod tiering;
 mod versions;

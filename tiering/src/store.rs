@@ -143,8 +143,8 @@ struct FaultState {
     outage: bool,
     /// Fail the next n requests of this kind.
     fail_next: HashMap<Op, u32>,
-    /// Fail requests whose key contains this text.
-    fail_keys: Vec<String>,
+    /// Fail requests (of one kind, or all) whose key contains this text.
+    fail_keys: Vec<(Option<Op>, String)>,
     latency: Duration,
 }
 
@@ -156,7 +156,11 @@ impl Faults {
         self.lock().fail_next.insert(op, n);
     }
     pub fn fail_keys_containing(&self, text: &str) {
-        self.lock().fail_keys.push(text.to_string());
+        self.lock().fail_keys.push((None, text.to_string()));
+    }
+    /// Fails requests of kind `op` whose key contains `text` (e.g. only manifest PUTs).
+    pub fn fail_op_on_keys_containing(&self, op: Op, text: &str) {
+        self.lock().fail_keys.push((Some(op), text.to_string()));
     }
     pub fn clear(&self) {
         *self.lock() = FaultState::default();
@@ -184,7 +188,10 @@ impl Faults {
                     return Err(StoreError::Injected(format!("{} {key}", op.name())));
                 }
             }
-            if s.fail_keys.iter().any(|t| key.contains(t.as_str())) {
+            if s.fail_keys
+                .iter()
+                .any(|(o, t)| o.is_none_or(|o| o == op) && key.contains(t.as_str()))
+            {
                 return Err(StoreError::Injected(format!("{} {key}", op.name())));
             }
             s.latency

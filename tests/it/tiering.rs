@@ -1,0 +1,312 @@
+//! Tiered storage against the embedded filesystem store, with faults injected between the
+//! steps of an upload: no acknowledged record is lost, no local segment is deleted before a
+//! manifest covers it, uploads resume after an outage, and orphans are scrubbed.
+
+use std::path::Path;
+use std::time::Duration;
+
+use strata_tiering::store::Op;
+
+use crate::client::Client;
+use crate::harness::*;
+
+const TOPIC: &str = "tiered";
+
+fn tiered_broker_settings() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("remote.log.manager.task.interval.ms", "50"),
+        ("log.retention.check.interval.ms", "50"),
+        ("strata.remote.orphan.grace.ms", "1"),
+        ("strata.remote.scrub.interval.ms", "100"),
+        ("strata.remote.cache.disk.bytes", "0"),
+    ]
+}
+
+async fn create_tiered_topic(c: &mut Client) {
+    let r = create_topic_with(
+        c,
+        TOPIC,
+        1,
+        &[
+            ("remote.storage.enable", "true"),
+            ("local.retention.bytes", "1"),
+            ("internal.segment.bytes", "4096"),
+            ("retention.ms", "-1"),
+        ],
+    )
+    .await;
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+}
+
+/// Base offsets of the local `.log` files.
+fn local_segments(dir: &Path) -> Vec<i64> {
+    let mut v: Vec<i64> = std::fs::read_dir(dir.join(format!("{TOPIC}-0")))
+        .map(|r| {
+            r.flatten()
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .strip_suffix(".log")
+                        .and_then(|s| s.parse().ok())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort_unstable();
+    v
+}
+
+/// Every `.seg` object under the store directory.
+fn remote_objects(dir: &Path) -> Vec<String> {
+    fn walk(d: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "seg") {
+                out.push(p.file_name().unwrap().to_string_lossy().to_string());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&dir.join("objects"), &mut out);
+    out.sort();
+    out
+}
+
+async fn produce_batches(c: &mut Client, n: usize) -> i64 {
+    let mut last = -1;
+    for _ in 0..n {
+        let r = produce(c, TOPIC, 0, batch(20)).await;
+        assert_eq!(r.error_code, 0);
+        last = r.base_offset + 19;
+    }
+    last + 1
+}
+
+/// Reads the whole partition from offset 0 and returns the offsets seen.
+async fn read_all(c: &mut Client, end: i64) -> Vec<i64> {
+    let mut offsets = Vec::new();
+    let mut next = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while next < end {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "stuck at offset {next}"
+        );
+        let p = fetch(
+            c,
+            TOPIC,
+            0,
+            FetchArgs {
+                offset: next,
+                max_wait_ms: 100,
+                ..Default::default()
+            },
+        )
+        .await;
+        assert_eq!(p.error_code, 0, "fetch at {next}");
+        for o in record_offsets(&p.records) {
+            if o >= next {
+                offsets.push(o);
+            }
+        }
+        if let Some(&last) = offsets.last() {
+            next = last + 1;
+        }
+    }
+    offsets
+}
+
+async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_keeps_local_segments_and_uploads_resume() {
+    let b = TestBroker::start_with(&tiered_broker_settings()).await;
+    let mut c = b.client().await;
+    create_tiered_topic(&mut c).await;
+    let store = b.broker().tiering().expect("tiering on").store.clone();
+    store.faults.set_outage(true);
+    let end = produce_batches(&mut c, 60).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let segs = local_segments(b.dir.path());
+    assert!(segs.len() > 3, "segments rolled: {segs:?}");
+    assert_eq!(
+        segs[0], 0,
+        "nothing deleted locally while the store is down"
+    );
+    assert!(remote_objects(b.dir.path()).is_empty());
+    // Consumers are unaffected.
+    assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
+
+    store.faults.set_outage(false);
+    let dir = b.dir.path().to_path_buf();
+    wait_until("local segments to be offloaded", || {
+        local_segments(&dir)[0] > 0
+    })
+    .await;
+    // Offsets below the local log start now come from the bucket.
+    assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
+    let earliest = list_offset(&mut c, TOPIC, 0, -2).await;
+    assert_eq!(earliest.offset, 0);
+    let local = list_offset(&mut c, TOPIC, 0, -4).await;
+    assert!(local.offset > 0, "earliest local offset {}", local.offset);
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_manifest_commits_leave_orphans_that_the_scrubber_removes() {
+    let b = TestBroker::start_with(&tiered_broker_settings()).await;
+    let mut c = b.client().await;
+    create_tiered_topic(&mut c).await;
+    let store = b.broker().tiering().expect("tiering on").store.clone();
+    // Uploads succeed but every manifest commit fails: the fail point between upload and
+    // commit.
+    store
+        .faults
+        .fail_op_on_keys_containing(Op::Put, "manifest.json");
+    let end = produce_batches(&mut c, 40).await;
+    let dir = b.dir.path().to_path_buf();
+    wait_until("uncommitted uploads", || remote_objects(&dir).len() >= 2).await;
+    assert_eq!(
+        local_segments(b.dir.path())[0],
+        0,
+        "no local delete without a manifest"
+    );
+    let tiering = b.broker().tiering().unwrap().clone();
+    assert!(
+        tiering
+            .metrics
+            .upload_failures
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+    );
+    // Crash with uncommitted uploads in the bucket, then restart with the store healthy.
+    let b = b.crash_and_restart(|_| {}).await;
+    let mut c = b.client().await;
+    let dir = b.dir.path().to_path_buf();
+    wait_until("offload after the restart", || local_segments(&dir)[0] > 0).await;
+    assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
+    // Every object left is referenced by the manifest (orphans scrubbed).
+    let tiering = b.broker().tiering().unwrap().clone();
+    let topic = b.broker().topic(TOPIC).unwrap();
+    let tp = tiering.partition(&topic, 0).await.unwrap();
+    let mut attempts = 0;
+    loop {
+        let referenced: Vec<String> = tp
+            .manifest()
+            .segments
+            .iter()
+            .map(|s| s.key.rsplit('/').next().unwrap().to_string())
+            .collect();
+        let mut referenced = referenced;
+        referenced.sort();
+        if remote_objects(b.dir.path()) == referenced {
+            break;
+        }
+        attempts += 1;
+        assert!(
+            attempts < 100,
+            "orphans remain: {:?} vs {:?}",
+            remote_objects(b.dir.path()),
+            referenced
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_reads_are_reported_and_retried() {
+    let b = TestBroker::start_with(&tiered_broker_settings()).await;
+    let mut c = b.client().await;
+    create_tiered_topic(&mut c).await;
+    let end = produce_batches(&mut c, 40).await;
+    let dir = b.dir.path().to_path_buf();
+    wait_until("offload", || local_segments(&dir)[0] > 0).await;
+    let store = b.broker().tiering().unwrap().store.clone();
+    store.faults.fail_next(Op::Get, 1_000);
+    let p = fetch(&mut c, TOPIC, 0, FetchArgs::default()).await;
+    assert_eq!(
+        p.error_code, 56,
+        "KAFKA_STORAGE_ERROR while the store fails reads"
+    );
+    store.faults.clear();
+    assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_from_the_bucket_after_a_clean_shutdown_keeps_every_record() {
+    let b = TestBroker::start_with(&tiered_broker_settings()).await;
+    let mut c = b.client().await;
+    create_tiered_topic(&mut c).await;
+    let end = produce_batches(&mut c, 30).await;
+    let objects = tempfile::tempdir().unwrap();
+    let store_dir = b.dir.path().join("objects");
+    // A clean shutdown uploads the active segment too.
+    b.shutdown_keep_dir(|dir| {
+        let _ = std::fs::rename(dir.join("objects"), objects.path().join("objects"));
+    })
+    .await;
+    assert!(!store_dir.exists());
+    let url = format!("file://{}", objects.path().join("objects").display());
+    let mut settings = tiered_broker_settings();
+    settings.push(("strata.remote.store.url", url.as_str()));
+    let b = TestBroker::start_with(&settings).await;
+    let mut c = b.client().await;
+    assert_eq!(list_offset(&mut c, TOPIC, 0, -1).await.offset, end);
+    assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
+    // Producing continues after the restored end.
+    let r = produce(&mut c, TOPIC, 0, batch(1)).await;
+    assert_eq!(r.error_code, 0);
+    assert_eq!(r.base_offset, end);
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_tiering_configs_get_invalid_config() {
+    let b = TestBroker::start_with(&[("remote.log.storage.system.enable", "false")]).await;
+    let mut c = b.client().await;
+    let r = create_topic_with(&mut c, "t1", 1, &[("remote.storage.enable", "true")]).await;
+    assert_eq!(
+        r.error_code, 40,
+        "INVALID_CONFIG when the system is disabled"
+    );
+    b.shutdown().await;
+    let b = TestBroker::start().await;
+    let mut c = b.client().await;
+    let r = create_topic_with(
+        &mut c,
+        "t2",
+        1,
+        &[
+            ("remote.storage.enable", "true"),
+            ("retention.ms", "1000"),
+            ("local.retention.ms", "2000"),
+        ],
+    )
+    .await;
+    assert_eq!(r.error_code, 40, "{:?}", r.error_message);
+    let r = create_topic_with(
+        &mut c,
+        "t3",
+        1,
+        &[
+            ("remote.storage.enable", "true"),
+            ("retention.bytes", "1000"),
+            ("local.retention.bytes", "2000"),
+        ],
+    )
+    .await;
+    assert_eq!(r.error_code, 40, "{:?}", r.error_message);
+    b.shutdown().await;
+}
