@@ -612,6 +612,61 @@ impl Tiering {
     }
 }
 
+/// `strata tier status`: what the bucket holds, per partition, from the catalog and the
+/// manifests (no listing).
+pub async fn status_report(config: &BrokerConfig, only_topic: Option<&str>) -> anyhow::Result<String> {
+    use std::fmt::Write;
+    let store = RemoteStore::open(&config.tiering.store)?;
+    let mut out = String::new();
+    let Some((cat, _)) = catalog::load(&store).await? else {
+        writeln!(out, "{store}: no catalog (no topic has uploaded anything yet)")?;
+        return Ok(out);
+    };
+    writeln!(
+        out,
+        "{store}: catalog version {}, {} topic(s), producer-id block end {}",
+        cat.version,
+        cat.topics.len(),
+        cat.producer_id_block_end
+    )?;
+    writeln!(
+        out,
+        "{:<32} {:>5} {:>9} {:>14} {:>14} {:>14} {:>8} {:>6}",
+        "TOPIC", "PART", "SEGMENTS", "BYTES", "START", "END", "VERSION", "EPOCH"
+    )?;
+    let (mut segments, mut bytes) = (0usize, 0u64);
+    for (name, entry) in &cat.topics {
+        if only_topic.is_some_and(|t| t != name) {
+            continue;
+        }
+        for index in 0..entry.partitions {
+            let id = PartitionId {
+                topic: name.clone(),
+                topic_id: entry.topic_id,
+                partition: index,
+            };
+            let tp = TieredPartition::load(&store, id).await?;
+            let m = tp.manifest();
+            segments += m.segments.len();
+            bytes += m.size();
+            writeln!(
+                out,
+                "{:<32} {:>5} {:>9} {:>14} {:>14} {:>14} {:>8} {:>6}",
+                name,
+                index,
+                m.segments.len(),
+                m.size(),
+                m.start_offset().unwrap_or(m.log_start_offset),
+                m.end_offset().unwrap_or(m.log_start_offset),
+                m.version,
+                m.leader_epoch
+            )?;
+        }
+    }
+    writeln!(out, "total: {segments} segment(s), {bytes} bytes")?;
+    Ok(out)
+}
+
 /// A partition restored from the bucket: what its local directory must hold.
 struct RestoredPartition {
     index: i32,
