@@ -368,3 +368,96 @@ async fn s3_round_trip_on_moto_with_multipart_uploads() {
 async fn s3_round_trip_on_s3s_fs_with_sigv4() {
     s3_round_trip(S3Kind::S3sFs, false).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_retention_delete_records_and_topic_deletion_reach_the_bucket() {
+    let b = TestBroker::start_with(&tiered_broker_settings()).await;
+    let mut c = b.client().await;
+    create_tiered_topic(&mut c).await;
+    let end = produce_batches(&mut c, 60).await;
+    let dir = b.dir.path().to_path_buf();
+    wait_until("everything sealed offloaded", || local_segments(&dir).len() == 1).await;
+    let before = remote_objects(&dir).len();
+    assert!(before >= 3);
+
+    // DeleteRecords below the local log start: the log start moves and the remote segments
+    // wholly below it go.
+    let cut = end / 2;
+    let mut req = kafka_protocol::messages::DeleteRecordsRequest::default();
+    let mut t = kafka_protocol::messages::delete_records_request::DeleteRecordsTopic::default();
+    t.name = name(TOPIC);
+    let mut p = kafka_protocol::messages::delete_records_request::DeleteRecordsPartition::default();
+    p.partition_index = 0;
+    p.offset = cut;
+    t.partitions = vec![p];
+    req.topics = vec![t];
+    req.timeout_ms = 5000;
+    let resp = c.call(2, &req).await;
+    assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+    assert_eq!(resp.topics[0].partitions[0].low_watermark, cut);
+    assert_eq!(list_offset(&mut c, TOPIC, 0, -2).await.offset, cut);
+    wait_until("remote segments below the cut deleted", || remote_objects(&dir).len() < before).await;
+    let p = fetch(&mut c, TOPIC, 0, FetchArgs::default()).await;
+    assert_eq!(p.error_code, 1, "OFFSET_OUT_OF_RANGE below the log start");
+    assert_eq!(read_all_from(&mut c, cut, end).await, (cut..end).collect::<Vec<_>>());
+
+    // retention.bytes is the total across tiers.
+    let mut req = kafka_protocol::messages::IncrementalAlterConfigsRequest::default();
+    let mut r = kafka_protocol::messages::incremental_alter_configs_request::AlterConfigsResource::default();
+    r.resource_type = 2;
+    r.resource_name = str_bytes(TOPIC);
+    let mut cfg = kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig::default();
+    cfg.name = str_bytes("retention.bytes");
+    cfg.config_operation = 0;
+    cfg.value = Some(str_bytes("5000"));
+    r.configs = vec![cfg];
+    req.resources = vec![r];
+    let resp = c.call(1, &req).await;
+    assert_eq!(resp.responses[0].error_code, 0, "{:?}", resp.responses[0].error_message);
+    let mut start = cut;
+    for _ in 0..200 {
+        start = list_offset(&mut c, TOPIC, 0, -2).await.offset;
+        if start > cut {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(start > cut, "retention.bytes moved the log start ({start})");
+    assert_eq!(read_all_from(&mut c, start, end).await, (start..end).collect::<Vec<_>>());
+
+    // Deleting the topic deletes its remote data.
+    let mut req = kafka_protocol::messages::DeleteTopicsRequest::default();
+    req.topic_names = vec![name(TOPIC)];
+    req.timeout_ms = 5000;
+    let resp = c.call(4, &req).await;
+    assert_eq!(resp.responses[0].error_code, 0);
+    wait_until("remote data of the deleted topic gone", || remote_objects(&dir).is_empty()).await;
+    b.shutdown().await;
+}
+
+/// Reads [from, end) and returns the offsets seen.
+async fn read_all_from(c: &mut Client, from: i64, end: i64) -> Vec<i64> {
+    let mut offsets = Vec::new();
+    let mut next = from;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while next < end {
+        assert!(std::time::Instant::now() < deadline, "stuck at offset {next}");
+        let p = fetch(
+            c,
+            TOPIC,
+            0,
+            FetchArgs {
+                offset: next,
+                max_wait_ms: 100,
+                ..Default::default()
+            },
+        )
+        .await;
+        assert_eq!(p.error_code, 0, "fetch at {next}");
+        offsets.extend(record_offsets(&p.records).into_iter().filter(|&o| o >= next));
+        if let Some(&last) = offsets.last() {
+            next = last + 1;
+        }
+    }
+    offsets
+}
