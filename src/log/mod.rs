@@ -411,7 +411,7 @@ impl Log {
         let segment_bytes = self.config.segment_bytes;
         if self
             .active()
-            .should_roll(bytes.len(), segment_bytes, roll_ms, now_ms)
+            .should_roll(bytes.len(), segment_bytes, roll_ms, now_ms, header.max_timestamp)
         {
             self.roll(now_ms)?;
         }

@@ -311,19 +311,27 @@ impl Segment {
     }
 
     /// Whether appending `len` more bytes would overflow this segment or its indexes, or the
-    /// segment is older than `segment_ms`.
+    /// segment spans more than `segment_ms`. As in Kafka, the span is measured from the first
+    /// batch's timestamp to the incoming batch's max timestamp (`message_timestamp`), or by
+    /// wall clock from the segment's creation when it has no timestamped batch, so replaying
+    /// old timestamps does not roll a segment per batch.
     pub fn should_roll(
         &self,
         len: usize,
         segment_bytes: u64,
         segment_ms: i64,
         now_ms: i64,
+        message_timestamp: i64,
     ) -> bool {
         if self.size == 0 {
             return false;
         }
         let too_big = self.size + len as u64 > segment_bytes;
-        let too_old = now_ms - self.rolling_base_timestamp.unwrap_or(self.created_ms) > segment_ms;
+        let waited = match self.rolling_base_timestamp {
+            Some(first) if first >= 0 => message_timestamp - first,
+            _ => now_ms - self.created_ms,
+        };
+        let too_old = waited > segment_ms;
         too_big
             || too_old
             || self.offset_index.is_full()
