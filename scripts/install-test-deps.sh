@@ -13,6 +13,8 @@
 #   5. s3s-fs $S3S_FS_VERSION (an S3-compatible server over a directory, checks SigV4) from
 #      crates.io into $STRATA_CACHE/s3s-fs/bin/s3s-fs for the tiering tests; built in its own
 #      target dir under $STRATA_CACHE (removed afterwards), ~9 minutes on 2 cores, once
+#   6. checkov (scripts/checkov-requirements.txt) in its own virtualenv $STRATA_CACHE/checkov-venv
+#      for scripts/check-terraform.sh (~30 s, once)
 #
 # Environment: STRATA_CACHE (default ~/.cache/strata), STRATA_VENV (default $STRATA_CACHE/venv),
 #              KAFKA_VERSION (default in scripts/lib/common.sh), S3S_FS_VERSION (default 0.14.1).
@@ -24,7 +26,7 @@ FORCE=0
 case "${1:-}" in
   "") ;;
   --force) FORCE=1 ;;
-  -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) strata_die "unknown argument '$1' (usage: $0 [--force])" ;;
 esac
 
@@ -160,6 +162,26 @@ else
   echo "$s3s_fs_stamp" >"$S3S_FS_ROOT/.strata-stamp"
 fi
 
+# --------------------------------------------------------------------------- checkov
+# Its own venv: checkov pins a python-hcl2 fork that must not share a venv with other packages.
+CHECKOV_REQ="$STRATA_REPO_ROOT/scripts/checkov-requirements.txt"
+CHECKOV_VENV="$STRATA_CACHE/checkov-venv"
+checkov_stamp="$( { cat "$CHECKOV_REQ"; python3 --version 2>&1; } | strata_hash)"
+if [[ $FORCE -eq 0 && -x "$CHECKOV_VENV/bin/checkov" && "$(cat "$CHECKOV_VENV/.strata-stamp" 2>/dev/null)" == "$checkov_stamp" ]]; then
+  strata_log "checkov venv up to date: $CHECKOV_VENV"
+else
+  strata_log "creating checkov virtualenv $CHECKOV_VENV"
+  rm -f "$CHECKOV_VENV/.strata-stamp"
+  if ! python3 -m venv --clear "$CHECKOV_VENV" 2>/dev/null; then
+    apt_install python3-venv
+    python3 -m venv --clear "$CHECKOV_VENV"
+  fi
+  "$CHECKOV_VENV/bin/python" -m pip install -q --upgrade pip
+  "$CHECKOV_VENV/bin/python" -m pip install -q -r "$CHECKOV_REQ"
+  "$CHECKOV_VENV/bin/checkov" --version >/dev/null || strata_die "checkov does not run"
+  echo "$checkov_stamp" >"$CHECKOV_VENV/.strata-stamp"
+fi
+
 cat <<EOF
 Strata test dependencies ready:
   kcat:            $KCAT
@@ -170,4 +192,5 @@ Strata test dependencies ready:
   broker jars:     $STRATA_JARS_DIR/broker    (scripts/java-classpath.sh broker)
   java test client: $STRATA_JAVA_CLASSES  (scripts/java-classpath.sh interop)
   s3s-fs:          $S3S_FS
+  checkov:         $CHECKOV_VENV/bin/checkov
 EOF

@@ -34,6 +34,12 @@ cargo build --locked --bin strata
 cargo test --locked --all-targets
 
 export STRATA_BIN="$CARGO_TARGET_DIR/debug/strata"
+
+# ----------------------------------------------------------------------------- terraform
+# fmt, checkov, and the broker config template checked with this build's `strata config check`.
+strata_log "terraform checks"
+scripts/check-terraform.sh
+
 strata_log "interop suite against Strata ($STRATA_BIN)"
 STRATA_TEST_TARGET=strata "$STRATA_VENV/bin/python" -m pytest tests/interop -q
 
