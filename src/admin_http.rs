@@ -62,6 +62,13 @@ async fn respond(mut stream: TcpStream, broker: Arc<Broker>) -> std::io::Result<
                 if let Some(t) = b.tiering() {
                     t.render_metrics(&mut text, &b.remote_upload_lag());
                 }
+                if let Some(c) = b.txn_coordinator() {
+                    crate::metrics::render_transactions(
+                        &mut text,
+                        c.ongoing_count(),
+                        &c.count_by_state(),
+                    );
+                }
                 text
             })
             .await

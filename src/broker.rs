@@ -109,6 +109,7 @@ pub struct Partition {
     high_watermark: AtomicI64,
     log_end_offset: AtomicI64,
     log_start_offset: AtomicI64,
+    last_stable_offset: AtomicI64,
 }
 
 /// Offsets of a partition without taking its log lock.
@@ -117,6 +118,8 @@ pub struct PartitionOffsets {
     pub log_start_offset: i64,
     pub high_watermark: i64,
     pub log_end_offset: i64,
+    /// No record at or above it belongs to an undecided transaction (<= high watermark).
+    pub last_stable_offset: i64,
 }
 
 impl Partition {
@@ -128,6 +131,7 @@ impl Partition {
             high_watermark: AtomicI64::new(log.high_watermark()),
             log_end_offset: AtomicI64::new(log.log_end_offset()),
             log_start_offset: AtomicI64::new(log.log_start_offset()),
+            last_stable_offset: AtomicI64::new(log.last_stable_offset()),
             log: Mutex::new(log),
             waiters: Mutex::new(Vec::new()),
         }
@@ -146,6 +150,8 @@ impl Partition {
             .store(log.log_end_offset(), Ordering::Release);
         self.high_watermark
             .store(log.high_watermark(), Ordering::Release);
+        self.last_stable_offset
+            .store(log.last_stable_offset(), Ordering::Release);
     }
 
     pub fn leader_epoch(&self) -> i32 {
@@ -157,7 +163,36 @@ impl Partition {
             log_start_offset: self.log_start_offset.load(Ordering::Acquire),
             high_watermark: self.high_watermark.load(Ordering::Acquire),
             log_end_offset: self.log_end_offset.load(Ordering::Acquire),
+            last_stable_offset: self.last_stable_offset.load(Ordering::Acquire),
         }
+    }
+
+    /// Appends a COMMIT or ABORT marker ending the producer's transaction on this partition
+    /// (WriteTxnMarkers). Blocking. Returns the marker's offset.
+    pub fn write_txn_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        commit: bool,
+    ) -> Result<i64, AppendError> {
+        let offset = {
+            let mut log = self.lock();
+            let offset = log.append_txn_marker(
+                producer_id,
+                producer_epoch,
+                coordinator_epoch,
+                commit,
+                self.leader_epoch,
+                now_ms(),
+            )?;
+            let leo = log.log_end_offset();
+            log.update_high_watermark(leo);
+            self.publish(&log);
+            offset
+        };
+        self.wake_waiters();
+        Ok(offset)
     }
 
     /// Appends a produce batch as leader. Blocking: call from a blocking thread.
@@ -223,7 +258,14 @@ impl Partition {
             high_watermark: log.high_watermark(),
             size_bytes: log.size_bytes(),
             segments: log.segment_count(),
+            cleaner_dirty_ratio: None,
         }
+    }
+}
+
+impl crate::log::cleaner::LogHandle for Partition {
+    fn with_log<R>(&self, f: impl FnOnce(&mut Log) -> R) -> R {
+        Partition::with_log(self, f)
     }
 }
 
@@ -288,6 +330,11 @@ pub struct Broker {
     groups: std::sync::OnceLock<Arc<crate::coordinator::GroupCoordinator>>,
     /// Tiered storage, when remote.log.storage.system.enable is set.
     tiering: std::sync::OnceLock<Arc<crate::tiering::Tiering>>,
+    /// Set once at start-up, after the group coordinator (markers complete its offsets).
+    txns: std::sync::OnceLock<Arc<crate::coordinator::txn::TransactionCoordinator>>,
+    /// Log cleaner state (checkpoints, which partitions are being cleaned); its tasks are
+    /// spawned by the runtime.
+    log_cleaner: crate::log_cleaner::LogCleaner,
 }
 
 /// True when the broker has never run on these log dirs (no catalog, no meta.properties).
@@ -435,6 +482,11 @@ impl Broker {
             dynamic_configs: RwLock::new(meta.broker_configs.clone()),
             groups: std::sync::OnceLock::new(),
             tiering: std::sync::OnceLock::new(),
+            txns: std::sync::OnceLock::new(),
+            log_cleaner: crate::log_cleaner::LogCleaner::open(
+                config.log_cleaner.clone(),
+                &config.log_dirs,
+            ),
             config,
         };
         let now = now_ms();
@@ -654,6 +706,54 @@ impl Broker {
         Ok(())
     }
 
+    /// The transaction coordinator (present once start-up has loaded it).
+    pub fn txn_coordinator(&self) -> Option<&Arc<crate::coordinator::txn::TransactionCoordinator>> {
+        self.txns.get()
+    }
+
+    /// Creates the transaction coordinator: creates `__transaction_state` if needed and
+    /// replays it. Call after [`Self::start_group_coordinator`]. Blocking.
+    pub fn start_txn_coordinator(self: &Arc<Self>) -> io::Result<()> {
+        use crate::coordinator::txn::state_log::{BrokerParticipants, BrokerTransactionLog};
+        use crate::coordinator::txn::{TransactionCoordinator, TxnConfig};
+        use std::time::Duration;
+        let c = &self.config;
+        let log = BrokerTransactionLog::new(
+            Arc::downgrade(self),
+            c.transaction_state_log_num_partitions,
+            c.transaction_state_log_segment_bytes,
+        );
+        log.ensure_topic()?;
+        let coordinator = TransactionCoordinator::new(
+            TxnConfig {
+                max_timeout_ms: c.transaction_max_timeout_ms,
+                transactional_id_expiration_ms: c.transactional_id_expiration_ms,
+                abort_timed_out_interval: Duration::from_millis(
+                    c.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                ),
+                remove_expired_interval: Duration::from_millis(
+                    c.transaction_remove_expired_transaction_cleanup_interval_ms,
+                ),
+            },
+            Arc::new(log),
+            Arc::new(BrokerParticipants::new(Arc::downgrade(self))),
+        );
+        let records = coordinator.load()?;
+        tracing::info!(
+            records,
+            "transaction coordinator loaded __transaction_state"
+        );
+        let _ = self.txns.set(Arc::new(coordinator));
+        Ok(())
+    }
+
+    /// Producer state of this partition for DescribeProducers: (producer id, epoch, last
+    /// sequence, last timestamp, coordinator epoch, current transaction start offset or -1).
+    /// Blocking (takes the log lock).
+    pub fn describe_producers(partition: &Partition) -> Vec<(i64, i16, i32, i64, i32, i64)> {
+        partition.with_log(|l| l.producer_states())
+    }
+
     /// The incremental fetch session cache; hold the guard only briefly.
     pub fn tiering(&self) -> Option<&Arc<crate::tiering::Tiering>> {
         self.tiering.get()
@@ -852,18 +952,26 @@ impl Broker {
             t
         };
         self.save_metadata()?;
-        for p in &topic.partitions {
-            let dir = p.with_log(|l| l.dir().to_path_buf());
-            let doomed = dir.with_file_name(format!(
-                "{}.{}-delete",
-                dir.file_name()
-                    .map(|f| f.to_string_lossy().to_string())
-                    .unwrap_or_default(),
-                topic.id.simple()
-            ));
-            fs::rename(&dir, &doomed)?;
-            fs::remove_dir_all(&doomed)?;
-        }
+        // A cleaner pass on one of its partitions stops first (Kafka's abortCleaning).
+        self.log_cleaner.abort_topic(
+            &topic.name,
+            topic.partitions.len() as i32,
+            || -> io::Result<()> {
+                for p in &topic.partitions {
+                    let dir = p.with_log(|l| l.dir().to_path_buf());
+                    let doomed = dir.with_file_name(format!(
+                        "{}.{}-delete",
+                        dir.file_name()
+                            .map(|f| f.to_string_lossy().to_string())
+                            .unwrap_or_default(),
+                        topic.id.simple()
+                    ));
+                    fs::rename(&dir, &doomed)?;
+                    fs::remove_dir_all(&doomed)?;
+                }
+                Ok(())
+            },
+        )?;
         if let Some(t) = self.tiering() {
             if topic.config.remote_storage_enable {
                 t.topic_deleted(&topic.name, topic.id, topic.partitions.len() as i32);
@@ -973,7 +1081,22 @@ impl Broker {
     }
 
     pub fn partition_gauges(&self) -> Vec<PartitionGauges> {
-        self.all_partitions().iter().map(|p| p.gauges()).collect()
+        let mut out = Vec::new();
+        for topic in self.topics() {
+            for p in &topic.partitions {
+                let mut gauges = p.gauges();
+                if topic.config.cleanup_policy_compact {
+                    gauges.cleaner_dirty_ratio = self.log_cleaner.dirty_ratio(&topic, p);
+                }
+                out.push(gauges);
+            }
+        }
+        out
+    }
+
+    /// The log cleaner's shared state.
+    pub fn log_cleaner(&self) -> &crate::log_cleaner::LogCleaner {
+        &self.log_cleaner
     }
 
     /// Applies retention and expires idle producers on every partition. Blocking.

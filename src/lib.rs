@@ -28,6 +28,7 @@
 //! - [`coordinator`]: consumer groups and their `__consumer_offsets` records.
 //! - [`fetch_session`]: incremental fetch sessions (KIP-227).
 //! - [`log`]: the storage engine.
+//! - [`log_cleaner`]: the log cleaner service compacting `cleanup.policy=compact` topics.
 //! - [`metrics`], [`admin_http`]: Prometheus metrics and health.
 //! - [`runtime`]: start-up, background services and the shutdown order.
 
@@ -38,6 +39,7 @@ pub mod config;
 pub mod coordinator;
 pub mod fetch_session;
 pub mod log;
+pub mod log_cleaner;
 pub mod metrics;
 pub mod protocol;
 pub mod runtime;

@@ -77,10 +77,11 @@ enum ConfigCommand {
 }
 
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
             "info,foyer=warn,foyer_common=warn,foyer_memory=warn,foyer_storage=warn",
-        ));
+        )
+    });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)

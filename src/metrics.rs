@@ -55,6 +55,13 @@ pub struct Metrics {
     pub produce_records: AtomicU64,
     pub fetch_bytes: AtomicU64,
     pub segments_deleted: AtomicU64,
+    /// Log cleaner passes (completed or cancelled), their I/O, and failed passes.
+    pub cleaner_passes: AtomicU64,
+    pub cleaner_bytes_read: AtomicU64,
+    pub cleaner_bytes_written: AtomicU64,
+    pub cleaner_records_removed: AtomicU64,
+    pub cleaner_errors: AtomicU64,
+    pub cleaner_last_pass_micros: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -70,6 +77,12 @@ impl Default for Metrics {
             produce_records: AtomicU64::new(0),
             fetch_bytes: AtomicU64::new(0),
             segments_deleted: AtomicU64::new(0),
+            cleaner_passes: AtomicU64::new(0),
+            cleaner_bytes_read: AtomicU64::new(0),
+            cleaner_bytes_written: AtomicU64::new(0),
+            cleaner_records_removed: AtomicU64::new(0),
+            cleaner_errors: AtomicU64::new(0),
+            cleaner_last_pass_micros: AtomicU64::new(0),
         }
     }
 }
@@ -89,6 +102,19 @@ pub struct GroupGauges {
     pub rebalances: u64,
 }
 
+/// The transaction coordinator's gauges: transactions in progress (Ongoing, PrepareCommit,
+/// PrepareAbort) and transactional ids per state.
+pub fn render_transactions(out: &mut String, ongoing: usize, by_state: &[(&str, usize)]) {
+    let _ = writeln!(out, "# HELP strata_transactions_ongoing Transactions open or completing.\n# TYPE strata_transactions_ongoing gauge\nstrata_transactions_ongoing {ongoing}");
+    let _ = writeln!(
+        out,
+        "# HELP strata_transactional_ids Transactional ids, by state.\n# TYPE strata_transactional_ids gauge"
+    );
+    for (state, n) in by_state {
+        let _ = writeln!(out, "strata_transactional_ids{{state=\"{state}\"}} {n}");
+    }
+}
+
 /// One partition's gauges for a scrape.
 pub struct PartitionGauges {
     pub topic: String,
@@ -98,6 +124,8 @@ pub struct PartitionGauges {
     pub high_watermark: i64,
     pub size_bytes: u64,
     pub segments: usize,
+    /// Compacted partitions only: cleanable bytes / (clean + cleanable bytes).
+    pub cleaner_dirty_ratio: Option<f64>,
 }
 
 impl Metrics {
@@ -271,6 +299,64 @@ impl Metrics {
                 );
             }
         }
+        self.render_cleaner(&mut out, partitions);
         out
+    }
+
+    fn render_cleaner(&self, out: &mut String, partitions: &[PartitionGauges]) {
+        let counters: [(&str, &str, &AtomicU64); 5] = [
+            (
+                "strata_log_cleaner_passes_total",
+                "Log cleaner passes run (completed or cancelled).",
+                &self.cleaner_passes,
+            ),
+            (
+                "strata_log_cleaner_bytes_cleaned_total",
+                "Bytes of segments the log cleaner read and recopied.",
+                &self.cleaner_bytes_read,
+            ),
+            (
+                "strata_log_cleaner_bytes_written_total",
+                "Bytes the log cleaner wrote to cleaned segments.",
+                &self.cleaner_bytes_written,
+            ),
+            (
+                "strata_log_cleaner_records_removed_total",
+                "Records the log cleaner removed (superseded values and expired tombstones).",
+                &self.cleaner_records_removed,
+            ),
+            (
+                "strata_log_cleaner_errors_total",
+                "Log cleaner passes that failed.",
+                &self.cleaner_errors,
+            ),
+        ];
+        for (name, help, v) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
+        }
+        let name = "strata_log_cleaner_last_pass_duration_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Duration of the last log cleaner pass.\n# TYPE {name} gauge\n{name} {}",
+            self.cleaner_last_pass_micros.load(Ordering::Relaxed) as f64 / 1e6
+        );
+        let name = "strata_partition_cleaner_dirty_ratio";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Compacted partitions: cleanable bytes / (clean + cleanable bytes).\n# TYPE {name} gauge"
+        );
+        for p in partitions {
+            if let Some(ratio) = p.cleaner_dirty_ratio {
+                let _ = writeln!(
+                    out,
+                    "{name}{{topic=\"{}\",partition=\"{}\"}} {ratio}",
+                    p.topic, p.partition
+                );
+            }
+        }
     }
 }

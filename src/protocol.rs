@@ -44,6 +44,14 @@ pub const SUPPORTED_APIS: &[ApiKey] = &[
     ApiKey::OffsetDelete,
     ApiKey::ConsumerGroupHeartbeat,
     ApiKey::ConsumerGroupDescribe,
+    ApiKey::AddPartitionsToTxn,
+    ApiKey::AddOffsetsToTxn,
+    ApiKey::EndTxn,
+    ApiKey::WriteTxnMarkers,
+    ApiKey::TxnOffsetCommit,
+    ApiKey::DescribeProducers,
+    ApiKey::DescribeTransactions,
+    ApiKey::ListTransactions,
 ];
 
 /// (min, max) version Strata accepts for an API, if it serves it at all: the crate's range
@@ -82,6 +90,14 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::OffsetDelete => OffsetDeleteRequest::VERSIONS,
         ApiKey::ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest::VERSIONS,
         ApiKey::ConsumerGroupDescribe => ConsumerGroupDescribeRequest::VERSIONS,
+        ApiKey::AddPartitionsToTxn => AddPartitionsToTxnRequest::VERSIONS,
+        ApiKey::AddOffsetsToTxn => AddOffsetsToTxnRequest::VERSIONS,
+        ApiKey::EndTxn => EndTxnRequest::VERSIONS,
+        ApiKey::WriteTxnMarkers => WriteTxnMarkersRequest::VERSIONS,
+        ApiKey::TxnOffsetCommit => TxnOffsetCommitRequest::VERSIONS,
+        ApiKey::DescribeProducers => DescribeProducersRequest::VERSIONS,
+        ApiKey::DescribeTransactions => DescribeTransactionsRequest::VERSIONS,
+        ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS,
         _ => return None,
     };
     let r = key.valid_versions().intersect(&codec);

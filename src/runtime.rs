@@ -65,6 +65,9 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
         broker
             .start_group_coordinator()
             .context("loading the group coordinator")?;
+        broker
+            .start_txn_coordinator()
+            .context("loading the transaction coordinator")?;
         Ok(broker)
     })
     .await
@@ -116,6 +119,18 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
             }
         },
     );
+    spawn_periodic(
+        &services,
+        &shutdown,
+        Duration::from_millis(50),
+        broker.clone(),
+        "transaction-coordinator",
+        |b| {
+            if let Some(c) = b.txn_coordinator() {
+                c.tick();
+            }
+        },
+    );
     if let Some(t) = tiering {
         let every = Duration::from_millis(broker.config.tiering.task_interval_ms);
         let b = broker.clone();
@@ -134,6 +149,15 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
                 }
             }
         });
+    }
+    if broker.config.log_cleaner.enable {
+        for id in 0..broker.config.log_cleaner.threads {
+            services.spawn(crate::log_cleaner::run(
+                broker.clone(),
+                id,
+                shutdown.clone(),
+            ));
+        }
     }
     let flush_every =
         Duration::from_millis(broker.config.log_flush_scheduler_interval_ms.min(1000));

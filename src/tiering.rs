@@ -475,6 +475,37 @@ impl Tiering {
         Ok(result?)
     }
 
+    /// Aborted transactions (producer id, first offset) overlapping `[from, upper)` from the
+    /// remote segments' transaction indexes, scanning on from the segment holding `from` until
+    /// an entry ends at or past `upper` (Kafka's collectAbortedTransactions).
+    pub async fn aborted_transactions(
+        &self,
+        topic: &Topic,
+        index: i32,
+        from: i64,
+        upper: i64,
+    ) -> Result<Vec<(i64, i64)>, RemoteReadError> {
+        let tp = self.partition(topic, index).await?;
+        let manifest = tp.manifest();
+        let mut out = Vec::new();
+        for seg in manifest.segments.iter().filter(|s| s.next_offset > from) {
+            let raw = self.reader.txn_index(&topic.name, seg).await?;
+            let mut complete = false;
+            for e in raw.chunks_exact(34) {
+                let at = |a: usize| i64::from_be_bytes(e[a..a + 8].try_into().unwrap_or([0; 8]));
+                let (pid, first, last) = (at(2), at(10), at(18));
+                if last >= from && first < upper {
+                    out.push((pid, first));
+                }
+                complete |= last >= upper;
+            }
+            if complete {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     /// offsetsForTimes over the remote segments below `local_start`: the first record with a
     /// timestamp >= `timestamp`, or None when the answer is in the local log.
     pub async fn offset_for_timestamp(
@@ -614,12 +645,18 @@ impl Tiering {
 
 /// `strata tier status`: what the bucket holds, per partition, from the catalog and the
 /// manifests (no listing).
-pub async fn status_report(config: &BrokerConfig, only_topic: Option<&str>) -> anyhow::Result<String> {
+pub async fn status_report(
+    config: &BrokerConfig,
+    only_topic: Option<&str>,
+) -> anyhow::Result<String> {
     use std::fmt::Write;
     let store = RemoteStore::open(&config.tiering.store)?;
     let mut out = String::new();
     let Some((cat, _)) = catalog::load(&store).await? else {
-        writeln!(out, "{store}: no catalog (no topic has uploaded anything yet)")?;
+        writeln!(
+            out,
+            "{store}: no catalog (no topic has uploaded anything yet)"
+        )?;
         return Ok(out);
     };
     writeln!(

@@ -9,7 +9,9 @@ use crate::log::{AppendError, ReadError};
 pub fn append_error(e: &AppendError) -> ResponseError {
     match e {
         AppendError::Corrupt(_) => ResponseError::CorruptMessage,
-        AppendError::InvalidRecord(_) => ResponseError::InvalidRecord,
+        AppendError::InvalidRecord(_) | AppendError::RecordErrors { .. } => {
+            ResponseError::InvalidRecord
+        }
         AppendError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
         AppendError::InvalidTimestamp { .. } => ResponseError::InvalidTimestamp,
         AppendError::Producer(ProducerError::InvalidProducerEpoch { .. }) => {
@@ -17,6 +19,9 @@ pub fn append_error(e: &AppendError) -> ResponseError {
         }
         AppendError::Producer(ProducerError::OutOfOrderSequence { .. }) => {
             ResponseError::OutOfOrderSequenceNumber
+        }
+        AppendError::Producer(ProducerError::CoordinatorFenced { .. }) => {
+            ResponseError::TransactionCoordinatorFenced
         }
         AppendError::Io(_) => ResponseError::KafkaStorageError,
     }

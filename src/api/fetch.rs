@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::ResponseError;
 use tokio::sync::Notify;
@@ -46,6 +48,7 @@ struct RemoteRead {
     offset: i64,
     max_bytes: usize,
     min_one: bool,
+    read_committed: bool,
 }
 
 pub async fn handle(broker: Arc<Broker>, req: FetchRequest, _version: i16) -> FetchResponse {
@@ -181,6 +184,41 @@ async fn read_remote(
     match tokio::time::timeout(tiering.fetch_max_wait(), read).await {
         Ok(Ok(records)) => {
             let n = records.len();
+            if r.read_committed && n > 0 {
+                // Aborted transactions from the remote indexes, then the local ones (a marker
+                // may already be local).
+                let upper = slot.last_stable_offset;
+                let mut aborted: Vec<(i64, i64)> = match tiering
+                    .aborted_transactions(&r.topic, r.partition, r.offset, upper)
+                    .await
+                {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(topic = %r.topic.name, partition = r.partition, error = %e, "remote transaction index unreadable");
+                        slot.error_code = ResponseError::KafkaStorageError.code();
+                        return 0;
+                    }
+                };
+                if let Some(p) = r.topic.partitions.get(r.partition as usize) {
+                    aborted.extend(
+                        p.with_log(|l| l.aborted_transactions(r.offset, upper))
+                            .into_iter()
+                            .map(|t| (t.producer_id, t.first_offset)),
+                    );
+                }
+                aborted.sort_unstable();
+                aborted.dedup();
+                slot.aborted_transactions = Some(
+                    aborted
+                        .into_iter()
+                        .map(|(pid, first)| {
+                            AbortedTransaction::default()
+                                .with_producer_id(pid.into())
+                                .with_first_offset(first)
+                        })
+                        .collect(),
+                );
+            }
             slot.records = Some(records);
             n
         }
@@ -298,8 +336,14 @@ fn read_pass(broker: &Broker, wanted: &[Wanted], max_bytes: usize, read_committe
             let offsets = p.offsets();
             let limit = (partition_max_bytes.max(0) as usize).min(remaining);
             let min_one = pass.bytes == 0;
+            // read_committed consumers stop at the last stable offset.
+            let max_offset = if read_committed {
+                offsets.last_stable_offset
+            } else {
+                offsets.high_watermark
+            };
             let records = match p
-                .read(fetch_offset, limit, offsets.high_watermark, min_one)
+                .read(fetch_offset, limit, max_offset, min_one)
                 .and_then(|s| match s {
                     Some(slice) => slice.read().map_err(Into::into),
                     None => Ok(Bytes::new()),
@@ -316,6 +360,7 @@ fn read_pass(broker: &Broker, wanted: &[Wanted], max_bytes: usize, read_committe
                                 offset: fetch_offset,
                                 max_bytes: limit,
                                 min_one,
+                                read_committed,
                             });
                         }
                     }
@@ -331,7 +376,7 @@ fn read_pass(broker: &Broker, wanted: &[Wanted], max_bytes: usize, read_committe
                     partitions.push(
                         partition_response(index, code)
                             .with_high_watermark(offsets.high_watermark)
-                            .with_last_stable_offset(offsets.high_watermark)
+                            .with_last_stable_offset(offsets.last_stable_offset)
                             .with_log_start_offset(offsets.log_start_offset),
                     );
                     continue;
@@ -340,17 +385,29 @@ fn read_pass(broker: &Broker, wanted: &[Wanted], max_bytes: usize, read_committe
             remaining = remaining.saturating_sub(records.len());
             pass.bytes += records.len();
             pass.watched.push((p.clone(), offsets.high_watermark));
+            let aborted = if !read_committed {
+                None
+            } else if records.is_empty() {
+                Some(Vec::new())
+            } else {
+                Some(
+                    p.with_log(|l| l.aborted_transactions(fetch_offset, max_offset))
+                        .into_iter()
+                        .map(|t| {
+                            AbortedTransaction::default()
+                                .with_producer_id(t.producer_id.into())
+                                .with_first_offset(t.first_offset)
+                        })
+                        .collect(),
+                )
+            };
             partitions.push(
                 PartitionData::default()
                     .with_partition_index(index)
                     .with_high_watermark(offsets.high_watermark)
-                    .with_last_stable_offset(offsets.high_watermark)
+                    .with_last_stable_offset(offsets.last_stable_offset)
                     .with_log_start_offset(offsets.log_start_offset)
-                    .with_aborted_transactions(if read_committed {
-                        Some(Vec::new())
-                    } else {
-                        None
-                    })
+                    .with_aborted_transactions(aborted)
                     .with_preferred_read_replica((-1).into())
                     .with_records(Some(records)),
             );

@@ -1,5 +1,5 @@
-//! FindCoordinator: this broker coordinates every group (it leads every `__consumer_offsets`
-//! partition until replication lands). Transaction coordinators do not exist yet.
+//! FindCoordinator: this broker coordinates every group and every transactional id (it leads
+//! every `__consumer_offsets` and `__transaction_state` partition until replication lands).
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
@@ -23,9 +23,10 @@ pub fn handle(
                 ResponseError::CoordinatorNotAvailable,
                 "The group coordinator is loading.",
             )),
+            KEY_TRANSACTION if broker.txn_coordinator().is_some() => Ok(()),
             KEY_TRANSACTION => Err((
                 ResponseError::CoordinatorNotAvailable,
-                "This broker does not run a transaction coordinator yet.",
+                "The transaction coordinator is loading.",
             )),
             _ => Err((
                 ResponseError::InvalidRequest,

@@ -1,5 +1,5 @@
-//! InitProducerId for idempotent producers: a fresh producer id with epoch 0. Transactional
-//! ids need the transaction coordinator, which this broker does not run yet.
+//! InitProducerId: a fresh producer id with epoch 0 for an idempotent producer; for a
+//! transactional id, the transaction coordinator's id and bumped epoch (fencing zombies).
 
 use std::sync::Arc;
 
@@ -9,19 +9,40 @@ use kafka_protocol::ResponseError;
 use crate::api::blocking;
 use crate::broker::Broker;
 
-pub async fn handle(broker: Arc<Broker>, req: InitProducerIdRequest) -> InitProducerIdResponse {
+pub async fn handle(
+    broker: Arc<Broker>,
+    req: InitProducerIdRequest,
+    version: i16,
+) -> InitProducerIdResponse {
     let base = InitProducerIdResponse::default()
         .with_producer_id((-1).into())
         .with_producer_epoch(-1);
-    if req
-        .transactional_id
-        .as_ref()
-        .is_some_and(|t| t.0.is_empty())
-    {
-        return base.with_error_code(ResponseError::InvalidRequest.code());
-    }
-    if req.transactional_id.is_some() {
-        return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
+    if let Some(txn_id) = req.transactional_id.as_ref().map(|t| t.0.to_string()) {
+        if txn_id.is_empty() {
+            return base.with_error_code(ResponseError::InvalidRequest.code());
+        }
+        let expected = match (req.producer_id.0, req.producer_epoch) {
+            (-1, -1) => None,
+            (-1, _) | (_, -1) => {
+                return base.with_error_code(ResponseError::InvalidRequest.code());
+            }
+            (pid, epoch) => Some((pid, epoch)),
+        };
+        let Some(c) = broker.txn_coordinator().cloned() else {
+            return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
+        };
+        let timeout = req.transaction_timeout_ms;
+        let result = blocking(move || c.init_producer_id(&txn_id, timeout, expected))
+            .await
+            .unwrap_or(Err(ResponseError::UnknownServerError));
+        return match result {
+            Ok((pid, epoch)) => base.with_producer_id(pid.into()).with_producer_epoch(epoch),
+            // Clients before v4 do not know PRODUCER_FENCED.
+            Err(ResponseError::ProducerFenced) if version < 4 => {
+                base.with_error_code(ResponseError::InvalidProducerEpoch.code())
+            }
+            Err(e) => base.with_error_code(e.code()),
+        };
     }
     let b = broker.clone();
     match blocking(move || b.allocate_producer_id()).await {

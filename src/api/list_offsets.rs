@@ -141,6 +141,8 @@ fn list(
                     .with_leader_epoch(epoch_field(leader_epoch))
             };
             let resp = match p.timestamp {
+                // read_committed (isolation level 1) sees up to the last stable offset.
+                LATEST if req.isolation_level == 1 => found(offsets.last_stable_offset, -1, epoch),
                 LATEST => found(offsets.high_watermark, -1, epoch),
                 EARLIEST => found(offsets.log_start_offset, -1, epoch),
                 EARLIEST_LOCAL => found(partition.with_log(|l| l.local_start_offset()), -1, epoch),

@@ -1,6 +1,8 @@
 //! Kafka API handlers, one file per API. Each takes the decoded request and returns the
 //! response body; Kafka-facing error codes are chosen in [`errors`] only.
 
+pub mod add_offsets_to_txn;
+pub mod add_partitions_to_txn;
 pub mod api_versions;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
@@ -13,6 +15,9 @@ pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_log_dirs;
+pub mod describe_producers;
+pub mod describe_transactions;
+pub mod end_txn;
 pub mod errors;
 pub mod fetch;
 pub mod find_coordinator;
@@ -23,6 +28,7 @@ pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
+pub mod list_transactions;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_delete;
@@ -30,6 +36,8 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sync_group;
+pub mod txn_offset_commit;
+pub mod write_txn_markers;
 
 use std::sync::Arc;
 
@@ -121,7 +129,7 @@ pub async fn handle(broker: &Arc<Broker>, peer: std::net::SocketAddr, request: R
             ResponseKind::DescribeLogDirs(describe_log_dirs::handle(b, r).await)
         }
         RequestKind::InitProducerId(r) => {
-            ResponseKind::InitProducerId(init_producer_id::handle(b, r).await)
+            ResponseKind::InitProducerId(init_producer_id::handle(b, r, version).await)
         }
         RequestKind::FindCoordinator(r) => {
             ResponseKind::FindCoordinator(find_coordinator::handle(&b, r, version))
@@ -154,6 +162,28 @@ pub async fn handle(broker: &Arc<Broker>, peer: std::net::SocketAddr, request: R
         }
         RequestKind::ConsumerGroupHeartbeat(r) => {
             ResponseKind::ConsumerGroupHeartbeat(consumer_group_heartbeat::handle(&b, &ctx, r))
+        }
+        RequestKind::AddPartitionsToTxn(r) => {
+            ResponseKind::AddPartitionsToTxn(add_partitions_to_txn::handle(b, r, version).await)
+        }
+        RequestKind::AddOffsetsToTxn(r) => {
+            ResponseKind::AddOffsetsToTxn(add_offsets_to_txn::handle(b, r, version).await)
+        }
+        RequestKind::TxnOffsetCommit(r) => {
+            ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(b, r, version).await)
+        }
+        RequestKind::EndTxn(r) => ResponseKind::EndTxn(end_txn::handle(b, r, version).await),
+        RequestKind::WriteTxnMarkers(r) => {
+            ResponseKind::WriteTxnMarkers(write_txn_markers::handle(b, r).await)
+        }
+        RequestKind::DescribeTransactions(r) => {
+            ResponseKind::DescribeTransactions(describe_transactions::handle(&b, r))
+        }
+        RequestKind::ListTransactions(r) => {
+            ResponseKind::ListTransactions(list_transactions::handle(&b, r))
+        }
+        RequestKind::DescribeProducers(r) => {
+            ResponseKind::DescribeProducers(describe_producers::handle(b, r).await)
         }
         RequestKind::ConsumerGroupDescribe(r) => {
             ResponseKind::ConsumerGroupDescribe(consumer_group_describe::handle(&b, r))

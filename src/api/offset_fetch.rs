@@ -53,6 +53,17 @@ pub fn handle(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetF
         }
         return OffsetFetchResponse::default().with_error_code(e);
     };
+    // require_stable (v7+): a partition with transactional offsets still pending answers
+    // UNSTABLE_OFFSET_COMMIT, so the consumer retries until the transaction completes.
+    let require_stable = req.require_stable;
+    let unstable = |group: &str| -> Vec<(String, i32)> {
+        if require_stable {
+            coordinator.unstable_offsets(group)
+        } else {
+            Vec::new()
+        }
+    };
+    let unstable_code = ResponseError::UnstableOffsetCommit.code();
     let lookup = |group: &str, topics: Option<Vec<(String, Vec<i32>)>>| -> Answer {
         let wanted: Option<Vec<(String, i32)>> = topics.map(|ts| {
             ts.into_iter()
@@ -87,15 +98,24 @@ pub fn handle(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetF
                         .collect()
                 });
                 let answer = lookup(g.group_id.0.as_str(), topics);
+                let pending = unstable(g.group_id.0.as_str());
                 let topics = by_topic(answer)
                     .into_iter()
                     .map(|(t, parts)| {
                         OffsetFetchResponseTopics::default()
-                            .with_name(TopicName(StrBytes::from_string(t)))
+                            .with_name(TopicName(StrBytes::from_string(t.clone())))
                             .with_partitions(
                                 parts
                                     .into_iter()
                                     .map(|(p, c)| {
+                                        if pending.iter().any(|(pt, pp)| *pt == t && *pp == p) {
+                                            return OffsetFetchResponsePartitions::default()
+                                                .with_partition_index(p)
+                                                .with_committed_offset(-1)
+                                                .with_committed_leader_epoch(-1)
+                                                .with_metadata(Some(StrBytes::from_static_str("")))
+                                                .with_error_code(unstable_code);
+                                        }
                                         let (offset, epoch, metadata) = fields(&c);
                                         OffsetFetchResponsePartitions::default()
                                             .with_partition_index(p)
@@ -120,15 +140,24 @@ pub fn handle(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetF
             .collect()
     });
     let answer = lookup(req.group_id.0.as_str(), topics);
+    let pending = unstable(req.group_id.0.as_str());
     let topics = by_topic(answer)
         .into_iter()
         .map(|(t, parts)| {
             OffsetFetchResponseTopic::default()
-                .with_name(TopicName(StrBytes::from_string(t)))
+                .with_name(TopicName(StrBytes::from_string(t.clone())))
                 .with_partitions(
                     parts
                         .into_iter()
                         .map(|(p, c)| {
+                            if pending.iter().any(|(pt, pp)| *pt == t && *pp == p) {
+                                return OffsetFetchResponsePartition::default()
+                                    .with_partition_index(p)
+                                    .with_committed_offset(-1)
+                                    .with_committed_leader_epoch(-1)
+                                    .with_metadata(Some(StrBytes::from_static_str("")))
+                                    .with_error_code(unstable_code);
+                            }
                             let (offset, epoch, metadata) = fields(&c);
                             OffsetFetchResponsePartition::default()
                                 .with_partition_index(p)

@@ -5,7 +5,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -17,13 +19,13 @@ pub async fn handle(
     broker: Arc<Broker>,
     ctx: &super::Context,
     req: ProduceRequest,
-    _version: i16,
+    version: i16,
 ) -> super::Outcome {
     let acks = req.acks;
     let b = broker.clone();
     // Only the broker writes internal topics; Kafka lets its own admin client through.
     let may_write_internal = ctx.client_id == "__admin_client";
-    let result = blocking(move || append_all(&b, req, may_write_internal)).await;
+    let result = blocking(move || append_all(&b, req, version, may_write_internal)).await;
     let responses = match result {
         Ok(r) => r,
         Err(e) => {
@@ -65,11 +67,46 @@ fn partition_config_min_isr(topic: Option<&crate::broker::Topic>) -> i32 {
     topic.map(|t| t.config.min_insync_replicas).unwrap_or(1)
 }
 
+/// KIP-890 part 1: a transactional batch is accepted only if the coordinator has the
+/// partition in the producer's ongoing transaction (checked in memory, no I/O).
+fn verify_transactional(
+    broker: &Broker,
+    transactional_id: Option<&str>,
+    records: &[u8],
+    topic: &str,
+    partition: i32,
+    version: i16,
+) -> Result<(), ResponseError> {
+    let Ok(h) = crate::log::batch::BatchHeader::parse(records) else {
+        return Ok(()); // the append reports the corrupt batch
+    };
+    if !h.is_transactional() {
+        return Ok(());
+    }
+    // Kafka refuses transactional records without a (authorized) transactional id.
+    let Some(id) = transactional_id else {
+        return Err(ResponseError::TransactionalIdAuthorizationFailed);
+    };
+    match broker.txn_coordinator() {
+        Some(c) => c.verify_partition_for_produce(
+            id,
+            h.producer_id,
+            h.producer_epoch,
+            topic,
+            partition,
+            version,
+        ),
+        None => Err(ResponseError::CoordinatorNotAvailable),
+    }
+}
+
 fn append_all(
     broker: &Broker,
     req: ProduceRequest,
+    version: i16,
     may_write_internal: bool,
 ) -> Vec<TopicProduceResponse> {
+    let transactional_id = req.transactional_id.as_ref().map(|t| t.0.to_string());
     let acks_valid = matches!(req.acks, -1..=1);
     let mut out = Vec::with_capacity(req.topic_data.len());
     for topic_data in req.topic_data {
@@ -119,6 +156,18 @@ fn append_all(
                 continue;
             }
             let records = pd.records.unwrap_or_default();
+            if let Err(code) = verify_transactional(
+                broker,
+                transactional_id.as_deref(),
+                &records,
+                &partition.topic,
+                pd.index,
+                version,
+            ) {
+                broker.metrics.record_error(0, code.code());
+                partitions.push(partition_error(pd.index, code, None));
+                continue;
+            }
             match partition.append(&records) {
                 Ok(info) => {
                     if !info.duplicate {
@@ -147,7 +196,20 @@ fn append_all(
                     } else {
                         tracing::debug!(topic = %partition.topic, partition = partition.index, error = %e, "rejected batch");
                     }
-                    partitions.push(partition_error(pd.index, code, Some(e.to_string())));
+                    let mut response = partition_error(pd.index, code, Some(e.to_string()));
+                    if let crate::log::AppendError::RecordErrors { record_errors, .. } = &e {
+                        response.record_errors = record_errors
+                            .iter()
+                            .map(|(index, message)| {
+                                BatchIndexAndErrorMessage::default()
+                                    .with_batch_index(*index)
+                                    .with_batch_index_error_message(Some(StrBytes::from_string(
+                                        message.clone(),
+                                    )))
+                            })
+                            .collect();
+                    }
+                    partitions.push(response);
                 }
             }
         }

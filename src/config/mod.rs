@@ -160,6 +160,36 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "104857600",
     },
     BrokerConfigDef {
+        name: "transaction.state.log.num.partitions",
+        kind: Kind::Int,
+        default: "50",
+    },
+    BrokerConfigDef {
+        name: "transaction.state.log.segment.bytes",
+        kind: Kind::Int,
+        default: "104857600",
+    },
+    BrokerConfigDef {
+        name: "transaction.max.timeout.ms",
+        kind: Kind::Int,
+        default: "900000",
+    },
+    BrokerConfigDef {
+        name: "transactional.id.expiration.ms",
+        kind: Kind::Int,
+        default: "604800000",
+    },
+    BrokerConfigDef {
+        name: "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        kind: Kind::Int,
+        default: "10000",
+    },
+    BrokerConfigDef {
+        name: "transaction.remove.expired.transaction.cleanup.interval.ms",
+        kind: Kind::Int,
+        default: "3600000",
+    },
+    BrokerConfigDef {
         name: "offsets.retention.minutes",
         kind: Kind::Int,
         default: "10080",
@@ -211,6 +241,11 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
     },
     BrokerConfigDef {
         name: "remote.log.manager.copy.max.bytes.per.second",
+        kind: Kind::Long,
+        default: "9223372036854775807",
+    },
+    BrokerConfigDef {
+        name: "remote.log.manager.fetch.max.bytes.per.second",
         kind: Kind::Long,
         default: "9223372036854775807",
     },
@@ -309,6 +344,36 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         kind: Kind::Int,
         default: "5000",
     },
+    BrokerConfigDef {
+        name: "log.cleaner.enable",
+        kind: Kind::Boolean,
+        default: "true",
+    },
+    BrokerConfigDef {
+        name: "log.cleaner.threads",
+        kind: Kind::Int,
+        default: "1",
+    },
+    BrokerConfigDef {
+        name: "log.cleaner.dedupe.buffer.size",
+        kind: Kind::Long,
+        default: "134217728",
+    },
+    BrokerConfigDef {
+        name: "log.cleaner.io.buffer.load.factor",
+        kind: Kind::Double,
+        default: "0.9",
+    },
+    BrokerConfigDef {
+        name: "log.cleaner.io.max.bytes.per.second",
+        kind: Kind::Double,
+        default: "1.7976931348623157E308",
+    },
+    BrokerConfigDef {
+        name: "log.cleaner.backoff.ms",
+        kind: Kind::Long,
+        default: "15000",
+    },
 ];
 
 /// Kafka settings Strata reads but does not need (KRaft roles, thread pools, buffer sizes).
@@ -329,7 +394,6 @@ const IGNORED_KAFKA_KEYS: &[&str] = &[
     "transaction.state.log.min.isr",
     "share.coordinator.state.topic.replication.factor",
     "share.coordinator.state.topic.min.isr",
-    "log.cleaner.enable",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -388,6 +452,12 @@ pub struct BrokerConfig {
     pub producer_id_expiration_ms: i64,
     pub offsets_topic_num_partitions: i32,
     pub offsets_topic_segment_bytes: i64,
+    pub transaction_state_log_num_partitions: i32,
+    pub transaction_state_log_segment_bytes: i64,
+    pub transaction_max_timeout_ms: i32,
+    pub transactional_id_expiration_ms: i64,
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
+    pub transaction_remove_expired_transaction_cleanup_interval_ms: u64,
     pub offsets_retention_ms: i64,
     pub offset_metadata_max_bytes: usize,
     pub group_initial_rebalance_delay_ms: u64,
@@ -396,10 +466,96 @@ pub struct BrokerConfig {
     pub group_consumer_session_timeout_ms: u64,
     pub group_consumer_heartbeat_interval_ms: u64,
     pub tiering: TieringConfig,
+    pub log_cleaner: LogCleanerConfig,
     /// The `log.*` and other topic-config synonyms as set, for topic defaults.
     pub topic_defaults: BrokerDefaults,
     /// Every explicitly set key (for DescribeConfigs on the broker resource).
     pub explicit: BTreeMap<String, String>,
+}
+
+/// The log cleaner's broker-wide settings (`log.cleaner.*`, Kafka's names and defaults).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogCleanerConfig {
+    /// `log.cleaner.enable`: compacted topics are cleaned at all.
+    pub enable: bool,
+    /// `log.cleaner.threads`: cleaner tasks (0 = none, like Kafka).
+    pub threads: usize,
+    /// `log.cleaner.dedupe.buffer.size`: offset-map memory shared by all cleaner tasks.
+    pub dedupe_buffer_bytes: usize,
+    /// `log.cleaner.io.buffer.load.factor`: how full an offset map may get.
+    pub dedupe_buffer_load_factor: f64,
+    /// `log.cleaner.io.max.bytes.per.second`: read+write rate of all cleaner tasks together.
+    pub io_max_bytes_per_second: f64,
+    /// `log.cleaner.backoff.ms`: how long a cleaner task sleeps when nothing is cleanable.
+    pub backoff: std::time::Duration,
+}
+
+impl LogCleanerConfig {
+    fn build(
+        get: &dyn Fn(&str) -> String,
+        long: &dyn Fn(&str) -> Result<i64, ConfigError>,
+        bool_of: &dyn Fn(&str) -> Result<bool, ConfigError>,
+    ) -> Result<LogCleanerConfig, ConfigError> {
+        let double = |k: &str| value::parse_double(&get(k)).map_err(|e| invalid(k, &get(k), e));
+        let threads = long("log.cleaner.threads")?;
+        if !(0..=1024).contains(&threads) {
+            return Err(invalid(
+                "log.cleaner.threads",
+                &get("log.cleaner.threads"),
+                "must be between 0 and 1024",
+            ));
+        }
+        let dedupe = long("log.cleaner.dedupe.buffer.size")?;
+        if dedupe < 1 {
+            return Err(invalid(
+                "log.cleaner.dedupe.buffer.size",
+                &get("log.cleaner.dedupe.buffer.size"),
+                "must be positive",
+            ));
+        }
+        let load_factor = double("log.cleaner.io.buffer.load.factor")?;
+        if !(load_factor > 0.0 && load_factor <= 1.0) {
+            return Err(invalid(
+                "log.cleaner.io.buffer.load.factor",
+                &get("log.cleaner.io.buffer.load.factor"),
+                "must be in (0, 1]",
+            ));
+        }
+        let io_max = double("log.cleaner.io.max.bytes.per.second")?;
+        if io_max.is_nan() || io_max <= 0.0 {
+            return Err(invalid(
+                "log.cleaner.io.max.bytes.per.second",
+                &get("log.cleaner.io.max.bytes.per.second"),
+                "must be positive",
+            ));
+        }
+        let backoff = long("log.cleaner.backoff.ms")?;
+        if backoff < 0 {
+            return Err(invalid(
+                "log.cleaner.backoff.ms",
+                &get("log.cleaner.backoff.ms"),
+                "must not be negative",
+            ));
+        }
+        Ok(LogCleanerConfig {
+            enable: bool_of("log.cleaner.enable")?,
+            threads: threads as usize,
+            dedupe_buffer_bytes: usize::try_from(dedupe).unwrap_or(usize::MAX),
+            dedupe_buffer_load_factor: load_factor,
+            io_max_bytes_per_second: io_max,
+            backoff: std::time::Duration::from_millis(backoff as u64),
+        })
+    }
+
+    /// The settings the `strata-compaction` crate takes.
+    pub fn cleaner_config(&self) -> strata_compaction::CleanerConfig {
+        strata_compaction::CleanerConfig {
+            threads: self.threads.max(1),
+            dedupe_buffer_bytes: self.dedupe_buffer_bytes,
+            dedupe_buffer_load_factor: self.dedupe_buffer_load_factor,
+            io_max_bytes_per_second: self.io_max_bytes_per_second,
+        }
+    }
 }
 
 /// Tiered storage settings (Kafka's `remote.log.*` names where Kafka has one).
@@ -495,6 +651,10 @@ impl TieringConfig {
                 chunk_size: chunk as usize,
                 readahead_chunks: long("strata.remote.readahead.chunks")?.max(0) as usize,
                 max_concurrent_gets: positive("remote.log.reader.threads")? as usize,
+                max_bytes_per_second: Some(positive(
+                    "remote.log.manager.fetch.max.bytes.per.second",
+                )? as u64)
+                .filter(|&r| r != i64::MAX as u64),
             },
             upload: strata_tiering::UploadOptions {
                 multipart_threshold: positive("strata.remote.upload.multipart.threshold.bytes")?
@@ -858,6 +1018,7 @@ impl BrokerConfig {
         let bool_of = |k: &str| value::parse_bool(&get(k)).map_err(|e| invalid(k, &get(k), e));
 
         let tiering = TieringConfig::build(&get, &long, &bool_of, &log_dirs)?;
+        let log_cleaner = LogCleanerConfig::build(&get, &long, &bool_of)?;
         Ok(BrokerConfig {
             node_id: node_id as i32,
             rack: Some(get("broker.rack")).filter(|r| !r.is_empty()),
@@ -885,6 +1046,19 @@ impl BrokerConfig {
             producer_id_expiration_ms: positive("producer.id.expiration.ms")? as i64,
             offsets_topic_num_partitions: positive("offsets.topic.num.partitions")? as i32,
             offsets_topic_segment_bytes: positive("offsets.topic.segment.bytes")? as i64,
+            transaction_state_log_num_partitions: positive("transaction.state.log.num.partitions")?
+                as i32,
+            transaction_state_log_segment_bytes: positive("transaction.state.log.segment.bytes")?
+                as i64,
+            transaction_max_timeout_ms: positive("transaction.max.timeout.ms")?.min(i32::MAX as u64)
+                as i32,
+            transactional_id_expiration_ms: positive("transactional.id.expiration.ms")? as i64,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: positive(
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            )?,
+            transaction_remove_expired_transaction_cleanup_interval_ms: positive(
+                "transaction.remove.expired.transaction.cleanup.interval.ms",
+            )?,
             offsets_retention_ms: positive("offsets.retention.minutes")? as i64 * 60_000,
             offset_metadata_max_bytes: positive("offset.metadata.max.bytes")? as usize,
             group_initial_rebalance_delay_ms: long("group.initial.rebalance.delay.ms")?.max(0)
@@ -894,6 +1068,7 @@ impl BrokerConfig {
             group_consumer_session_timeout_ms: positive("group.consumer.session.timeout.ms")?,
             group_consumer_heartbeat_interval_ms: positive("group.consumer.heartbeat.interval.ms")?,
             tiering,
+            log_cleaner,
             topic_defaults,
             explicit,
         })
@@ -1008,6 +1183,35 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("listeners"), "{e}");
+    }
+
+    #[test]
+    fn log_cleaner_settings_take_kafka_names_and_defaults() {
+        let c = BrokerConfig::build(&[]).unwrap().log_cleaner;
+        assert!(c.enable);
+        assert_eq!(c.threads, 1);
+        assert_eq!(c.dedupe_buffer_bytes, 128 << 20);
+        assert_eq!(c.dedupe_buffer_load_factor, 0.9);
+        assert_eq!(c.io_max_bytes_per_second, f64::MAX);
+        assert_eq!(c.backoff, std::time::Duration::from_secs(15));
+        let c = BrokerConfig::build(&[props(
+            "log.cleaner.enable=false\nlog.cleaner.threads=3\nlog.cleaner.dedupe.buffer.size=1MiB\n\
+             log.cleaner.io.max.bytes.per.second=1048576\nlog.cleaner.backoff.ms=2s\n",
+        )])
+        .unwrap()
+        .log_cleaner;
+        assert!(!c.enable);
+        assert_eq!((c.threads, c.dedupe_buffer_bytes), (3, 1 << 20));
+        assert_eq!(c.io_max_bytes_per_second, 1048576.0);
+        assert_eq!(c.backoff, std::time::Duration::from_secs(2));
+        for bad in [
+            "log.cleaner.io.buffer.load.factor=1.5\n",
+            "log.cleaner.threads=-1\n",
+            "log.cleaner.dedupe.buffer.size=0\n",
+        ] {
+            let e = BrokerConfig::build(&[props(bad)]).unwrap_err().to_string();
+            assert!(e.contains(bad.split('=').next().unwrap()), "{e}");
+        }
     }
 
     #[test]

@@ -426,6 +426,11 @@ pub struct TopicConfig {
     /// Effective local retention (local.retention.* with -2 resolved to retention.*).
     pub local_retention_ms: i64,
     pub local_retention_bytes: i64,
+    /// The log cleaner's settings for compacted topics.
+    pub min_cleanable_dirty_ratio: f64,
+    pub delete_retention_ms: i64,
+    pub min_compaction_lag_ms: i64,
+    pub max_compaction_lag_ms: i64,
 }
 
 /// Looks up the effective raw value and its source.
@@ -492,6 +497,11 @@ impl TopicConfig {
                 -2 => long("retention.bytes"),
                 v => v,
             },
+            min_cleanable_dirty_ratio: value::parse_double(&raw("min.cleanable.dirty.ratio"))
+                .unwrap_or(0.5),
+            delete_retention_ms: long("delete.retention.ms"),
+            min_compaction_lag_ms: long("min.compaction.lag.ms"),
+            max_compaction_lag_ms: long("max.compaction.lag.ms"),
         }
     }
 }

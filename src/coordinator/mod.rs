@@ -8,11 +8,17 @@
 //! Durability: offset commits and group metadata are appended to the group's
 //! `__consumer_offsets` partition through the normal log before the commit is acknowledged;
 //! on start the topic is replayed (last record per key wins, null values delete).
+//!
+//! Transactional offsets (TxnOffsetCommit) are appended as a transactional batch with the
+//! producer's id and epoch and kept pending per producer until the producer's COMMIT or ABORT
+//! marker reaches the group's partition (live: [`GroupCoordinator::complete_txn_offsets`]; on
+//! replay: the marker in the log), which materializes or drops them.
 
 pub mod consumer_group;
 pub mod group;
 pub mod offsets_log;
 pub mod offsets_topic;
+pub mod txn;
 
 use std::collections::HashMap;
 use std::io;
@@ -34,11 +40,46 @@ pub trait OffsetsLog: Send + Sync {
     /// Appends (key, value-or-tombstone) records to the group's partition, durably enough to
     /// acknowledge (the partition's high watermark covers them when this returns).
     fn append(&self, group: &str, records: Vec<(Bytes, Option<Bytes>)>) -> io::Result<()>;
-    /// Every record of the topic, in log order per partition.
-    fn replay(&self) -> io::Result<Vec<(Bytes, Option<Bytes>)>>;
+    /// Appends records as one transactional batch of the producer (TxnOffsetCommit); returns
+    /// the `__consumer_offsets` partition written.
+    fn append_transactional(
+        &self,
+        group: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        records: Vec<(Bytes, Option<Bytes>)>,
+    ) -> io::Result<i32>;
+    /// Every record and transaction marker of the topic, in log order per partition.
+    fn replay(&self) -> io::Result<Vec<LogEntry>>;
     /// A topic's id and partition count (for server-side assignment).
     fn resolve_topic(&self, name: &str) -> Option<(uuid::Uuid, i32)>;
 }
+
+/// One item of a `__consumer_offsets` replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogEntry {
+    Record {
+        key: Bytes,
+        value: Option<Bytes>,
+    },
+    /// A record of a transactional batch: it counts once its producer's COMMIT marker follows
+    /// in the same partition.
+    Transactional {
+        partition: i32,
+        producer_id: i64,
+        key: Bytes,
+        value: Option<Bytes>,
+    },
+    Marker {
+        partition: i32,
+        producer_id: i64,
+        commit: bool,
+    },
+}
+
+/// Transactional offsets awaiting their producer's marker: producer id → group →
+/// (`__consumer_offsets` partition, offsets).
+type PendingTxnOffsets = HashMap<i64, HashMap<String, (i32, HashMap<(String, i32), OffsetValue>)>>;
 
 #[derive(Debug, Clone)]
 pub struct GroupConfig {
@@ -77,6 +118,7 @@ pub struct GroupCoordinator {
     last_cleanup: Mutex<Instant>,
     /// Rebalances of groups that no longer exist, so the metric never goes backwards.
     removed_rebalances: std::sync::atomic::AtomicU64,
+    pending_txn: Mutex<PendingTxnOffsets>,
 }
 
 /// Kafka's `offsets.retention.check.interval.ms` default: how often empty groups without
@@ -107,7 +149,12 @@ impl GroupCoordinator {
             log,
             last_cleanup: Mutex::new(Instant::now()),
             removed_rebalances: std::sync::atomic::AtomicU64::new(0),
+            pending_txn: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn pending_txn(&self) -> std::sync::MutexGuard<'_, PendingTxnOffsets> {
+        self.pending_txn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
@@ -116,11 +163,67 @@ impl GroupCoordinator {
 
     /// Rebuilds groups and offsets from the log. Blocking.
     pub fn load(&self) -> io::Result<usize> {
-        let records = self.log.replay()?;
+        let entries = self.log.replay()?;
         let now = Instant::now();
         let mut groups = self.groups();
         groups.clear();
-        let n = records.len();
+        let mut pending: PendingTxnOffsets = HashMap::new();
+        let n = entries.len();
+        let mut records = Vec::with_capacity(n);
+        for entry in entries {
+            match entry {
+                LogEntry::Record { key, value } => records.push((key, value)),
+                LogEntry::Transactional {
+                    partition,
+                    producer_id,
+                    key,
+                    value: Some(value),
+                } => {
+                    if let (
+                        Ok(RecordKey::Offset {
+                            group,
+                            topic,
+                            partition: p,
+                        }),
+                        Ok(v),
+                    ) = (
+                        offsets_topic::decode_key(key),
+                        offsets_topic::decode_offset(value),
+                    ) {
+                        pending
+                            .entry(producer_id)
+                            .or_default()
+                            .entry(group)
+                            .or_insert_with(|| (partition, HashMap::new()))
+                            .1
+                            .insert((topic, p), v);
+                    }
+                }
+                LogEntry::Transactional { .. } => {}
+                LogEntry::Marker {
+                    partition,
+                    producer_id,
+                    commit,
+                } => {
+                    for (group, offsets) in take_pending(&mut pending, producer_id, partition) {
+                        if commit {
+                            // Records before the marker in log order: replay them first.
+                            for ((topic, p), v) in offsets {
+                                records.push((
+                                    offsets_topic::encode_key(&RecordKey::Offset {
+                                        group: group.clone(),
+                                        topic,
+                                        partition: p,
+                                    }),
+                                    Some(offsets_topic::encode_offset(&v)),
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        *self.pending_txn() = pending;
         for (key, value) in records {
             let key = match offsets_topic::decode_key(key) {
                 Ok(k) => k,
@@ -493,6 +596,138 @@ impl GroupCoordinator {
         Ok(results)
     }
 
+    /// TxnOffsetCommit: validates the member like Kafka (a member id must be known, a
+    /// generation >= 0 must match), appends the offsets as a transactional batch of the
+    /// producer and keeps them pending until its marker. Blocking.
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_txn_offsets(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        offsets: Vec<(String, i32, i64, i32, Option<String>)>,
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        {
+            let mut groups = self.groups();
+            match groups.get(group_id) {
+                Some(g) => {
+                    if let Some(c) = g.consumer.as_ref().filter(|c| !c.is_empty()) {
+                        if !member_id.is_empty() {
+                            match c.member_epoch(member_id) {
+                                None => return Err(ResponseError::UnknownMemberId),
+                                Some(e) if generation >= 0 && e != generation => {
+                                    return Err(ResponseError::StaleMemberEpoch)
+                                }
+                                Some(_) => {}
+                            }
+                        }
+                    } else {
+                        if let Some(instance) = group_instance_id {
+                            if g.static_members
+                                .get(instance)
+                                .is_some_and(|m| !member_id.is_empty() && m != member_id)
+                            {
+                                return Err(ResponseError::FencedInstanceId);
+                            }
+                        }
+                        if !member_id.is_empty() && !g.members.contains_key(member_id) {
+                            return Err(ResponseError::UnknownMemberId);
+                        }
+                        if generation >= 0 && generation != g.generation {
+                            return Err(ResponseError::IllegalGeneration);
+                        }
+                    }
+                }
+                None if generation >= 0 => return Err(ResponseError::IllegalGeneration),
+                None => {
+                    group_entry(
+                        &mut groups,
+                        group_id.to_string(),
+                        self.config.initial_rebalance_delay,
+                    );
+                }
+            }
+        }
+        let now = now_ms();
+        let mut results = Vec::with_capacity(offsets.len());
+        let mut records = Vec::new();
+        let mut accepted = Vec::new();
+        for (topic, partition, offset, leader_epoch, metadata) in offsets {
+            let metadata = metadata.unwrap_or_default();
+            if metadata.len() > self.config.offset_metadata_max_bytes {
+                results.push(Some(ResponseError::OffsetMetadataTooLarge));
+                continue;
+            }
+            let value = OffsetValue {
+                offset,
+                leader_epoch,
+                metadata,
+                commit_timestamp: now,
+            };
+            records.push((
+                offsets_topic::encode_key(&RecordKey::Offset {
+                    group: group_id.to_string(),
+                    topic: topic.clone(),
+                    partition,
+                }),
+                Some(offsets_topic::encode_offset(&value)),
+            ));
+            accepted.push(((topic, partition), value));
+            results.push(None);
+        }
+        if !records.is_empty() {
+            let partition = self
+                .log
+                .append_transactional(group_id, producer_id, producer_epoch, records)
+                .map_err(|e| {
+                    tracing::warn!(group = group_id, producer_id, error = %e, "cannot persist transactional offsets");
+                    ResponseError::CoordinatorNotAvailable
+                })?;
+            let mut pending = self.pending_txn();
+            let slot = pending
+                .entry(producer_id)
+                .or_default()
+                .entry(group_id.to_string())
+                .or_insert_with(|| (partition, HashMap::new()));
+            for (k, v) in accepted {
+                slot.1.insert(k, v);
+            }
+        }
+        Ok(results)
+    }
+
+    /// The producer's COMMIT or ABORT marker was written to `__consumer_offsets` partition
+    /// `partition`: its pending offsets there become committed or are dropped.
+    pub fn complete_txn_offsets(&self, producer_id: i64, partition: i32, commit: bool) {
+        let done = take_pending(&mut self.pending_txn(), producer_id, partition);
+        if !commit || done.is_empty() {
+            return;
+        }
+        let mut groups = self.groups();
+        for (group, offsets) in done {
+            let g = group_entry(&mut groups, group, self.config.initial_rebalance_delay);
+            for (k, v) in offsets {
+                g.offsets.insert(k, v);
+            }
+        }
+    }
+
+    /// Partitions of a group with transactional offsets not yet committed or aborted (an
+    /// OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them).
+    pub fn unstable_offsets(&self, group_id: &str) -> Vec<(String, i32)> {
+        self.pending_txn()
+            .values()
+            .filter_map(|groups| groups.get(group_id))
+            .flat_map(|(_, offsets)| offsets.keys().cloned())
+            .collect()
+    }
+
     /// Committed offsets of a group: for the given partitions, or all when `None`.
     pub fn fetch_offsets(
         &self,
@@ -815,6 +1050,30 @@ impl GroupCoordinator {
     }
 }
 
+/// Removes and returns the producer's pending offsets in one `__consumer_offsets` partition.
+fn take_pending(
+    pending: &mut PendingTxnOffsets,
+    producer_id: i64,
+    partition: i32,
+) -> Vec<(String, HashMap<(String, i32), OffsetValue>)> {
+    let Some(groups) = pending.get_mut(&producer_id) else {
+        return Vec::new();
+    };
+    let ids: Vec<String> = groups
+        .iter()
+        .filter(|(_, (p, _))| *p == partition)
+        .map(|(g, _)| g.clone())
+        .collect();
+    let out = ids
+        .into_iter()
+        .filter_map(|g| groups.remove(&g).map(|(_, o)| (g, o)))
+        .collect();
+    if groups.is_empty() {
+        pending.remove(&producer_id);
+    }
+    out
+}
+
 /// Topics of a consumer-protocol subscription (ConsumerProtocolSubscription), best effort.
 fn subscription_topics(meta: &Bytes) -> Vec<String> {
     use kafka_protocol::messages::ConsumerProtocolSubscription;
@@ -836,14 +1095,40 @@ mod tests {
 
     /// An in-memory `__consumer_offsets`: the coordinator's real store, minus the broker.
     #[derive(Default)]
-    struct MemoryLog(Mutex<Vec<(Bytes, Option<Bytes>)>>);
+    struct MemoryLog(Mutex<Vec<LogEntry>>);
 
     impl OffsetsLog for MemoryLog {
         fn append(&self, _group: &str, records: Vec<(Bytes, Option<Bytes>)>) -> io::Result<()> {
-            self.0.lock().unwrap().extend(records);
+            self.0.lock().unwrap().extend(
+                records
+                    .into_iter()
+                    .map(|(key, value)| LogEntry::Record { key, value }),
+            );
             Ok(())
         }
-        fn replay(&self) -> io::Result<Vec<(Bytes, Option<Bytes>)>> {
+        fn append_transactional(
+            &self,
+            _group: &str,
+            producer_id: i64,
+            _producer_epoch: i16,
+            records: Vec<(Bytes, Option<Bytes>)>,
+        ) -> io::Result<i32> {
+            self.0
+                .lock()
+                .unwrap()
+                .extend(
+                    records
+                        .into_iter()
+                        .map(|(key, value)| LogEntry::Transactional {
+                            partition: 0,
+                            producer_id,
+                            key,
+                            value,
+                        }),
+                );
+            Ok(0)
+        }
+        fn replay(&self) -> io::Result<Vec<LogEntry>> {
             Ok(self.0.lock().unwrap().clone())
         }
         fn resolve_topic(&self, _name: &str) -> Option<(uuid::Uuid, i32)> {
@@ -864,6 +1149,80 @@ mod tests {
             },
             log,
         )
+    }
+
+    #[test]
+    fn transactional_offsets_count_only_after_their_commit_marker_also_on_replay() {
+        let log = Arc::new(MemoryLog::default());
+        let c = coordinator(log.clone());
+        let tp = ("t".to_string(), 0);
+        let commit = |c: &GroupCoordinator, pid: i64, offset: i64| {
+            c.commit_txn_offsets(
+                "g",
+                "",
+                None,
+                -1,
+                pid,
+                0,
+                vec![("t".into(), 0, offset, -1, None)],
+            )
+            .unwrap()
+        };
+        assert_eq!(commit(&c, 7, 10), vec![None]);
+        assert_eq!(c.fetch_offsets("g", Some(&[tp.clone()]))[0].1, None);
+        assert_eq!(c.unstable_offsets("g"), vec![tp.clone()]);
+        c.complete_txn_offsets(7, 0, true);
+        assert_eq!(
+            c.fetch_offsets("g", Some(&[tp.clone()]))[0]
+                .1
+                .as_ref()
+                .unwrap()
+                .offset,
+            10
+        );
+        assert!(c.unstable_offsets("g").is_empty());
+        log.0.lock().unwrap().push(LogEntry::Marker {
+            partition: 0,
+            producer_id: 7,
+            commit: true,
+        });
+        // An aborted one is dropped; one still open stays pending after a restart.
+        commit(&c, 8, 20);
+        c.complete_txn_offsets(8, 0, false);
+        log.0.lock().unwrap().push(LogEntry::Marker {
+            partition: 0,
+            producer_id: 8,
+            commit: false,
+        });
+        commit(&c, 9, 30);
+        assert_eq!(
+            c.fetch_offsets("g", Some(&[tp.clone()]))[0]
+                .1
+                .as_ref()
+                .unwrap()
+                .offset,
+            10
+        );
+        let restarted = coordinator(log);
+        restarted.load().unwrap();
+        assert_eq!(
+            restarted.fetch_offsets("g", Some(&[tp.clone()]))[0]
+                .1
+                .as_ref()
+                .unwrap()
+                .offset,
+            10
+        );
+        assert_eq!(restarted.unstable_offsets("g"), vec![tp.clone()]);
+        restarted.complete_txn_offsets(9, 0, true);
+        assert_eq!(
+            restarted.fetch_offsets("g", Some(&[tp]))[0]
+                .1
+                .as_ref()
+                .unwrap()
+                .offset,
+            30
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
 
 use super::offsets_topic::partition_for;
-use super::{OffsetsLog, OFFSETS_TOPIC};
+use super::{LogEntry, OffsetsLog, OFFSETS_TOPIC};
 use crate::broker::{now_ms, Broker, Topic, TopicError};
 use crate::log::batch::{build_batch, BatchIter};
 
@@ -50,16 +50,65 @@ impl BrokerOffsetsLog {
     }
 }
 
-impl OffsetsLog for BrokerOffsetsLog {
-    fn append(&self, group: &str, records: Vec<(Bytes, Option<Bytes>)>) -> io::Result<()> {
+impl BrokerOffsetsLog {
+    fn partition_of(&self, group: &str) -> io::Result<std::sync::Arc<crate::broker::Partition>> {
         let topic = self
             .topic(true)?
             .ok_or_else(|| io::Error::other("no offsets topic"))?;
         let index = partition_for(group, topic.partitions.len() as i32) as usize;
-        let partition = topic
+        topic
             .partitions
             .get(index)
-            .ok_or_else(|| io::Error::other("offsets partition missing"))?;
+            .cloned()
+            .ok_or_else(|| io::Error::other("offsets partition missing"))
+    }
+}
+
+/// One transactional RecordBatch v2 of the producer without a sequence (base sequence -1, as
+/// Kafka's group coordinator writes TxnOffsetCommit records).
+fn transactional_batch(
+    producer_id: i64,
+    producer_epoch: i16,
+    records: Vec<(Bytes, Option<Bytes>)>,
+) -> io::Result<bytes::BytesMut> {
+    use kafka_protocol::records::{Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+    let now = now_ms();
+    let records: Vec<Record> = records
+        .into_iter()
+        .enumerate()
+        .map(|(i, (key, value))| Record {
+            transactional: true,
+            control: false,
+            partition_leader_epoch: -1,
+            producer_id,
+            producer_epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // offset - sequence stays 1, so one batch with base sequence -1.
+            sequence: i as i32 - 1,
+            timestamp: now,
+            key: Some(key),
+            value,
+            headers: Default::default(),
+            delete_horizon: false,
+        })
+        .collect();
+    let mut buf = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .map_err(|e| io::Error::other(format!("cannot encode offsets batch: {e}")))?;
+    Ok(buf)
+}
+
+impl OffsetsLog for BrokerOffsetsLog {
+    fn append(&self, group: &str, records: Vec<(Bytes, Option<Bytes>)>) -> io::Result<()> {
+        let partition = self.partition_of(group)?;
         let now = now_ms();
         let buf = build_batch(
             records.into_iter().map(|(k, v)| (now, Some(k), v)),
@@ -72,12 +121,27 @@ impl OffsetsLog for BrokerOffsetsLog {
             .map_err(|e| io::Error::other(e.to_string()))
     }
 
+    fn append_transactional(
+        &self,
+        group: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        records: Vec<(Bytes, Option<Bytes>)>,
+    ) -> io::Result<i32> {
+        let partition = self.partition_of(group)?;
+        let buf = transactional_batch(producer_id, producer_epoch, records)?;
+        partition
+            .append(&buf)
+            .map(|_| partition.index)
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
     fn resolve_topic(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
         let t = self.broker.upgrade()?.topic(name)?;
         Some((t.id, t.partitions.len() as i32))
     }
 
-    fn replay(&self) -> io::Result<Vec<(Bytes, Option<Bytes>)>> {
+    fn replay(&self) -> io::Result<Vec<LogEntry>> {
         let Some(topic) = self.topic(false)? else {
             return Ok(Vec::new());
         };
@@ -97,15 +161,37 @@ impl OffsetsLog for BrokerOffsetsLog {
                     let (_, h, raw) =
                         item.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
                     next = h.last_offset() + 1;
-                    if h.is_control() {
-                        continue;
-                    }
                     let mut b = Bytes::copy_from_slice(raw);
                     let set = RecordBatchDecoder::decode(&mut b)
                         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                    if h.is_control() {
+                        // A control record's key: version (int16), type (0 abort, 1 commit).
+                        if let Some(k) = set.records.first().and_then(|r| r.key.clone()) {
+                            if h.is_transactional() && k.len() >= 4 {
+                                out.push(LogEntry::Marker {
+                                    partition: p.index,
+                                    producer_id: h.producer_id,
+                                    commit: i16::from_be_bytes([k[2], k[3]]) == 1,
+                                });
+                            }
+                        }
+                        continue;
+                    }
                     for r in set.records {
-                        if let Some(k) = r.key {
-                            out.push((k, r.value));
+                        if let Some(key) = r.key {
+                            out.push(if h.is_transactional() {
+                                LogEntry::Transactional {
+                                    partition: p.index,
+                                    producer_id: h.producer_id,
+                                    key,
+                                    value: r.value,
+                                }
+                            } else {
+                                LogEntry::Record {
+                                    key,
+                                    value: r.value,
+                                }
+                            });
                         }
                     }
                 }

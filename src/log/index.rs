@@ -202,6 +202,14 @@ impl TimeIndex {
         self.entries.len() >= self.max_entries
     }
 
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     pub fn last(&self) -> Option<TimestampOffset> {
         self.entries
             .last()

@@ -12,13 +12,17 @@
 //! `flush.ms` (by default never: durability comes from replication, as in Kafka). After an
 //! unclean shutdown every segment from the recovery point on is rescanned: CRCs validated, a
 //! torn tail truncated, indexes rebuilt, producer state replayed from the last snapshot.
+//! Before that, a log cleaner swap interrupted by the crash is completed or undone
+//! ([`cleaner::recover_interrupted_swaps`]).
 
 pub mod batch;
 pub mod checkpoint;
+pub mod cleaner;
 pub mod index;
 pub mod leader_epoch;
 pub mod producer_state;
 pub mod segment;
+pub mod txn_index;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -49,6 +53,13 @@ pub enum AppendError {
     Corrupt(BatchError),
     #[error("invalid record: {0}")]
     InvalidRecord(String),
+    /// Records refused one by one (Kafka's `RecordValidationException`): INVALID_RECORD with
+    /// the produce response's per-record errors (index in the batch, message).
+    #[error("{message}")]
+    RecordErrors {
+        message: String,
+        record_errors: Vec<(i32, String)>,
+    },
     #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
     MessageTooLarge { size: usize, max: usize },
     #[error("timestamp {timestamp} of the batch is out of range (now {now})")]
@@ -123,6 +134,9 @@ pub struct Log {
     /// With remote storage: the offset below which the remote manifest covers the log (-1
     /// until known). Local segments below it may be deleted by local retention.
     remote_end_offset: i64,
+    /// Aborted transactions of the local segments (from their `.txnindex` files), in marker
+    /// order.
+    aborted: Vec<txn_index::AbortedTxn>,
 }
 
 fn limits(config: &TopicConfig) -> SegmentLimits {
@@ -158,15 +172,12 @@ impl Log {
     /// Opens (creating if needed) the log in `dir`.
     pub fn open(dir: &Path, config: TopicConfig, opts: LoadOptions) -> io::Result<Log> {
         fs::create_dir_all(dir)?;
+        cleaner::recover_interrupted_swaps(dir)?;
         let mut bases = Vec::new();
         for entry in fs::read_dir(dir)? {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().to_string();
-            if name.ends_with(".tmp")
-                || name.ends_with(".deleted")
-                || name.ends_with(".cleaned")
-                || name.ends_with(".swap")
-            {
+            if name.ends_with(".tmp") {
                 let _ = fs::remove_file(entry.path());
                 continue;
             }
@@ -241,9 +252,46 @@ impl Log {
             unflushed_messages: 0,
             last_flush_ms: opts.now_ms,
             remote_end_offset: -1,
+            aborted: Vec::new(),
         };
+        log.load_aborted_txns()?;
         log.load_producer_state()?;
         Ok(log)
+    }
+
+    /// Reads the segments' `.txnindex` files, dropping entries past the log end (a torn tail
+    /// truncated by recovery).
+    fn load_aborted_txns(&mut self) -> io::Result<()> {
+        for &base in self.segments.keys() {
+            let path = txn_index::path(&self.dir, base);
+            let entries = txn_index::read(&path)?;
+            let keep: Vec<_> = entries
+                .iter()
+                .copied()
+                .filter(|t| t.last_offset < self.log_end_offset)
+                .collect();
+            if keep.len() != entries.len() {
+                txn_index::rewrite(&path, &keep)?;
+            }
+            self.aborted.extend(keep);
+        }
+        Ok(())
+    }
+
+    /// Records an aborted transaction in the index of the segment holding its marker.
+    fn index_aborted_txn(&mut self, t: txn_index::AbortedTxn) -> io::Result<()> {
+        if self.aborted.iter().any(|a| a.last_offset == t.last_offset) {
+            return Ok(());
+        }
+        let base = self
+            .segments
+            .range(..=t.last_offset)
+            .next_back()
+            .map(|(b, _)| *b)
+            .unwrap_or(0);
+        txn_index::append(&txn_index::path(&self.dir, base), &t)?;
+        self.aborted.push(t);
+        Ok(())
     }
 
     /// Loads the newest usable snapshot at or below the log end and replays the rest.
@@ -268,17 +316,114 @@ impl Log {
                 }
             }
         }
+        let mut aborted = Vec::new();
         for seg in self.segments.values() {
             if seg.next_offset() <= replay_from {
                 continue;
             }
-            for (_, h) in seg.headers_from(replay_from)? {
-                if h.base_offset >= replay_from {
+            for (pos, h) in seg.headers_from(replay_from)? {
+                if h.base_offset < replay_from {
+                    continue;
+                }
+                if h.is_control() && h.is_transactional() && h.has_producer_id() {
+                    // Rebuild index entries a crash may have lost between the marker and its
+                    // `.txnindex` append.
+                    let raw = seg.read_batch_at(pos, &h)?;
+                    let completed = self.producers.complete_txn(&h, -1);
+                    if marker_type(&raw) == Some(MARKER_ABORT) {
+                        let lso = self
+                            .producers
+                            .first_unstable_offset_excluding(h.producer_id)
+                            .unwrap_or(h.base_offset + 1);
+                        aborted.push(txn_index::AbortedTxn {
+                            producer_id: completed.producer_id,
+                            first_offset: completed.first_offset,
+                            last_offset: completed.last_offset,
+                            last_stable_offset: lso,
+                        });
+                    }
+                } else {
                     self.producers.update(&h);
                 }
             }
         }
+        for t in aborted {
+            self.index_aborted_txn(t)?;
+        }
         Ok(())
+    }
+
+    /// Forgets aborted transactions whose marker is below the first local segment.
+    fn prune_aborted_txns(&mut self) {
+        if let Some(&first) = self.segments.keys().next() {
+            self.aborted.retain(|t| t.last_offset >= first);
+        }
+    }
+
+    /// The last stable offset: no record at or above it belongs to an undecided transaction.
+    pub fn last_stable_offset(&self) -> i64 {
+        self.producers
+            .first_unstable_offset()
+            .map_or(self.high_watermark, |o| o.min(self.high_watermark))
+    }
+
+    /// Aborted transactions overlapping `[from, upper)`, for a read_committed fetch.
+    pub fn aborted_transactions(&self, from: i64, upper: i64) -> Vec<txn_index::AbortedTxn> {
+        self.aborted
+            .iter()
+            .filter(|t| t.last_offset >= from && t.first_offset < upper)
+            .copied()
+            .collect()
+    }
+
+    /// Producer state for DescribeProducers: (producer id, epoch, last sequence, last
+    /// timestamp, coordinator epoch, current transaction start offset or -1).
+    pub fn producer_states(&self) -> Vec<(i64, i16, i32, i64, i32, i64)> {
+        self.producers.describe()
+    }
+
+    /// Appends a COMMIT or ABORT marker for the producer's transaction (WriteTxnMarkers).
+    /// Returns the marker's offset.
+    pub fn append_txn_marker(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        commit: bool,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<i64, AppendError> {
+        self.producers
+            .check_marker(producer_id, producer_epoch, coordinator_epoch)?;
+        let offset = self.log_end_offset;
+        let mut owned = control_batch(
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            commit,
+            now_ms,
+        )
+        .map_err(AppendError::InvalidRecord)?;
+        batch::assign_offset_and_epoch(&mut owned, offset, leader_epoch);
+        let header = BatchHeader::parse(&owned).map_err(AppendError::Corrupt)?;
+        let first = self.producers.ongoing_txn(producer_id).unwrap_or(offset);
+        // append_batch updates the producer state, which closes the transaction.
+        self.append_batch(&header, &owned, leader_epoch, now_ms)?;
+        self.producers
+            .set_coordinator_epoch(producer_id, coordinator_epoch);
+        if !commit {
+            let lso = self
+                .producers
+                .first_unstable_offset_excluding(producer_id)
+                .unwrap_or(offset + 1);
+            self.index_aborted_txn(txn_index::AbortedTxn {
+                producer_id,
+                first_offset: first,
+                last_offset: offset,
+                last_stable_offset: lso,
+            })?;
+        }
+        Ok(offset)
     }
 
     fn active(&mut self) -> &mut Segment {
@@ -331,9 +476,9 @@ impl Log {
                 "clients may not write control batches".into(),
             ));
         }
-        if header.is_transactional() {
+        if header.is_transactional() && !header.has_producer_id() {
             return Err(AppendError::InvalidRecord(
-                "transactional writes are not supported by this broker yet".into(),
+                "transactional batches need a producer id".into(),
             ));
         }
         if !self.config.log_append_time {
@@ -351,6 +496,9 @@ impl Log {
                     now: now_ms,
                 });
             }
+        }
+        if self.config.cleanup_policy_compact {
+            cleaner::check_keys(bytes, &self.dir)?;
         }
         if let SequenceCheck::Duplicate(dup) = self.producers.check(&header)? {
             return Ok(AppendInfo {
@@ -409,10 +557,13 @@ impl Log {
                 .min(self.config.segment_ms / 2),
         );
         let segment_bytes = self.config.segment_bytes;
-        if self
-            .active()
-            .should_roll(bytes.len(), segment_bytes, roll_ms, now_ms, header.max_timestamp)
-        {
+        if self.active().should_roll(
+            bytes.len(),
+            segment_bytes,
+            roll_ms,
+            now_ms,
+            header.max_timestamp,
+        ) {
             self.roll(now_ms)?;
         }
         self.active().append(header, bytes)?;
@@ -622,8 +773,12 @@ impl Log {
         };
         let mut total: i64 = self.segments.values().map(|s| s.size() as i64).sum();
         let mut doomed = Vec::new();
+        let active = self.active_base();
         for seg in self.segments.values() {
-            if seg.next_offset() > self.high_watermark || seg.size() == 0 {
+            // A sealed segment may be empty once the cleaner removed all its records.
+            if seg.next_offset() > self.high_watermark
+                || (seg.size() == 0 && seg.base_offset() == active)
+            {
                 break;
             }
             if remote && seg.next_offset() > self.remote_end_offset {
@@ -650,6 +805,7 @@ impl Log {
                 seg.delete()?;
             }
         }
+        self.prune_aborted_txns();
         if !remote {
             let new_start = *self.segments.keys().next().unwrap_or(&self.log_end_offset);
             self.set_log_start_offset(new_start.max(self.log_start_offset))?;
@@ -675,6 +831,7 @@ impl Log {
                 seg.delete()?;
             }
         }
+        self.prune_aborted_txns();
         self.set_log_start_offset(new_start)?;
         Ok(self.log_start_offset)
     }
@@ -768,7 +925,9 @@ impl Log {
         let mut out = Vec::new();
         for seg in self.segments.values() {
             let base = seg.base_offset();
-            if base == active || seg.next_offset() > self.high_watermark {
+            // Only data below the last stable offset: an undecided transaction must not
+            // reach the bucket before its marker.
+            if base == active || seg.next_offset() > self.last_stable_offset() {
                 break;
             }
             if seg.next_offset() <= from || seg.size() == 0 {
@@ -796,6 +955,10 @@ impl Log {
                 time_index: self.dir.join(format!("{stem}.timeindex")),
                 producer_snapshot: snapshot.exists().then_some(snapshot),
                 leader_epoch_checkpoint: Some(checkpoint.into_bytes()),
+                txn_index: {
+                    let p = txn_index::path(&self.dir, base);
+                    p.exists().then_some(p)
+                },
                 epochs: entries
                     .iter()
                     .filter(|e| e.start_offset >= base)
@@ -856,6 +1019,60 @@ pub fn first_record_at_or_after(
         }))
 }
 
+const MARKER_ABORT: i16 = 0;
+const MARKER_COMMIT: i16 = 1;
+
+/// The type of the COMMIT/ABORT marker in a control batch (key: version i16, type i16).
+fn marker_type(raw: &[u8]) -> Option<i16> {
+    let records = decode_records(raw).ok()?;
+    let key = records.first()?.key.as_ref()?;
+    (key.len() >= 4).then(|| i16::from_be_bytes([key[2], key[3]]))
+}
+
+/// A control batch holding one COMMIT or ABORT marker, as Kafka writes it (uncompressed,
+/// transactional, no sequence; value: version 0 and the coordinator epoch).
+fn control_batch(
+    producer_id: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+    commit: bool,
+    now_ms: i64,
+) -> Result<Vec<u8>, String> {
+    let kind = if commit { MARKER_COMMIT } else { MARKER_ABORT };
+    let mut key = Vec::with_capacity(4);
+    key.extend_from_slice(&0i16.to_be_bytes());
+    key.extend_from_slice(&kind.to_be_bytes());
+    let mut value = Vec::with_capacity(6);
+    value.extend_from_slice(&0i16.to_be_bytes());
+    value.extend_from_slice(&coordinator_epoch.to_be_bytes());
+    let record = kafka_protocol::records::Record {
+        transactional: true,
+        control: true,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id,
+        producer_epoch,
+        timestamp_type: kafka_protocol::records::TimestampType::Creation,
+        offset: 0,
+        sequence: -1,
+        timestamp: now_ms,
+        key: Some(Bytes::from(key)),
+        value: Some(Bytes::from(value)),
+        headers: Default::default(),
+    };
+    let mut out = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut out,
+        std::iter::once(&record),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .map_err(|e| format!("cannot encode a transaction marker: {e}"))?;
+    Ok(out.to_vec())
+}
+
 /// Decodes the records of one batch (used only off the hot path: timestamp lookups).
 fn decode_records(raw: &[u8]) -> io::Result<Vec<kafka_protocol::records::Record>> {
     let mut buf = Bytes::copy_from_slice(raw);
@@ -887,3 +1104,5 @@ fn recompress(bytes: &[u8], target: Compression) -> Result<Vec<u8>, AppendError>
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod txn_tests;

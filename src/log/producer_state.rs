@@ -7,7 +7,7 @@
 //! offset through [`ProducerStateManager::update`], so the state after a restart equals the
 //! state before it (up to the five-batch dedup window, which Kafka also narrows to one).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -52,6 +52,12 @@ pub enum ProducerError {
         expected: i32,
         got: i32,
     },
+    #[error("marker for producer {producer_id} from coordinator epoch {coordinator_epoch} is older than {current}")]
+    CoordinatorFenced {
+        producer_id: i64,
+        coordinator_epoch: i32,
+        current: i32,
+    },
 }
 
 /// What the producer state says about an incoming batch.
@@ -70,6 +76,18 @@ fn in_sequence(last_seq: i32, next_first_seq: i32) -> bool {
 #[derive(Default)]
 pub struct ProducerStateManager {
     producers: HashMap<i64, ProducerEntry>,
+    /// Ongoing transactions: first offset -> producer id (the smallest key is the first
+    /// unstable offset).
+    ongoing: BTreeMap<i64, i64>,
+}
+
+/// A transaction ended by a COMMIT or ABORT marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    /// The marker's offset.
+    pub last_offset: i64,
 }
 
 impl ProducerStateManager {
@@ -83,6 +101,11 @@ impl ProducerStateManager {
 
     pub fn len(&self) -> usize {
         self.producers.len()
+    }
+
+    /// Every producer still in the state, by producer id.
+    pub fn entries(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
+        self.producers.iter().map(|(id, e)| (*id, e))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -144,10 +167,89 @@ impl ProducerStateManager {
         Ok(SequenceCheck::Append)
     }
 
-    /// Records an appended batch (offsets assigned). Also used to replay the log on load.
+    /// The first offset of the oldest ongoing transaction (the last stable offset is the
+    /// smaller of this and the high watermark).
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing.keys().next().copied()
+    }
+
+    /// The ongoing transaction of `producer_id`, if any, as its first offset.
+    pub fn ongoing_txn(&self, producer_id: i64) -> Option<i64> {
+        self.producers
+            .get(&producer_id)
+            .and_then(|e| e.current_txn_first_offset)
+    }
+
+    /// The first offset of the oldest ongoing transaction of a producer other than
+    /// `producer_id` (Kafka's last stable offset recorded with an aborted transaction).
+    pub fn first_unstable_offset_excluding(&self, producer_id: i64) -> Option<i64> {
+        self.ongoing
+            .iter()
+            .find(|(_, &pid)| pid != producer_id)
+            .map(|(&o, _)| o)
+    }
+
+    /// Checks a COMMIT/ABORT marker against the producer's epoch and coordinator epoch
+    /// (Kafka's `ProducerAppendInfo.appendEndTxnMarker`).
+    pub fn check_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<(), ProducerError> {
+        if let Some(e) = self.producers.get(&producer_id) {
+            if producer_epoch < e.epoch {
+                return Err(ProducerError::InvalidProducerEpoch {
+                    producer_id,
+                    epoch: producer_epoch,
+                    current: e.epoch,
+                });
+            }
+            if coordinator_epoch < e.coordinator_epoch {
+                return Err(ProducerError::CoordinatorFenced {
+                    producer_id,
+                    coordinator_epoch,
+                    current: e.coordinator_epoch,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a COMMIT/ABORT marker appended at `marker_offset` and returns the transaction
+    /// it ends (a marker without an ongoing transaction ends an empty one at the marker).
+    pub fn complete_txn(&mut self, h: &BatchHeader, coordinator_epoch: i32) -> CompletedTxn {
+        let first = self.ongoing_txn(h.producer_id).unwrap_or(h.base_offset);
+        self.update(h);
+        if let Some(e) = self.producers.get_mut(&h.producer_id) {
+            e.coordinator_epoch = e.coordinator_epoch.max(coordinator_epoch);
+        }
+        CompletedTxn {
+            producer_id: h.producer_id,
+            first_offset: first,
+            last_offset: h.base_offset,
+        }
+    }
+
+    /// Records an appended batch (offsets assigned). Also used to replay the log on load:
+    /// a transactional data batch opens the producer's transaction if none is open, a control
+    /// batch (COMMIT/ABORT marker) closes it.
     pub fn update(&mut self, h: &BatchHeader) {
         if !h.has_producer_id() {
             return;
+        }
+        if h.is_transactional() {
+            let current = self
+                .producers
+                .get(&h.producer_id)
+                .and_then(|e| e.current_txn_first_offset);
+            if h.is_control() {
+                if let Some(first) = current {
+                    self.ongoing.remove(&first);
+                }
+            } else if current.is_none() {
+                self.ongoing.insert(h.base_offset, h.producer_id);
+            }
         }
         let entry = self
             .producers
@@ -164,6 +266,13 @@ impl ProducerStateManager {
             entry.batches.clear();
         }
         entry.last_timestamp = h.max_timestamp;
+        if h.is_transactional() {
+            if h.is_control() {
+                entry.current_txn_first_offset = None;
+            } else if entry.current_txn_first_offset.is_none() {
+                entry.current_txn_first_offset = Some(h.base_offset);
+            }
+        }
         if h.base_sequence != NO_SEQUENCE && !h.is_control() {
             if entry.batches.len() == BATCHES_TO_RETAIN {
                 entry.batches.pop_front();
@@ -176,6 +285,33 @@ impl ProducerStateManager {
                 timestamp: h.max_timestamp,
             });
         }
+    }
+
+    pub fn set_coordinator_epoch(&mut self, producer_id: i64, coordinator_epoch: i32) {
+        if let Some(e) = self.producers.get_mut(&producer_id) {
+            e.coordinator_epoch = e.coordinator_epoch.max(coordinator_epoch);
+        }
+    }
+
+    /// (producer id, epoch, last sequence, last timestamp, coordinator epoch, current
+    /// transaction start offset or -1), sorted by producer id.
+    pub fn describe(&self) -> Vec<(i64, i16, i32, i64, i32, i64)> {
+        let mut v: Vec<_> = self
+            .producers
+            .iter()
+            .map(|(&id, e)| {
+                (
+                    id,
+                    e.epoch,
+                    e.batches.back().map_or(NO_SEQUENCE, |b| b.last_seq),
+                    e.last_timestamp,
+                    e.coordinator_epoch,
+                    e.current_txn_first_offset.unwrap_or(-1),
+                )
+            })
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// Forgets producers whose last write is older than `expiration_ms` before `now_ms`.
@@ -283,7 +419,11 @@ impl ProducerStateManager {
                 },
             );
         }
-        Ok(ProducerStateManager { producers })
+        let ongoing = producers
+            .iter()
+            .filter_map(|(&id, e)| e.current_txn_first_offset.map(|o| (o, id)))
+            .collect();
+        Ok(ProducerStateManager { producers, ongoing })
     }
 
     /// Snapshot offsets present in `dir`, ascending.

@@ -13,6 +13,9 @@ use std::sync::Arc;
 use super::batch::{self, BatchHeader, BATCH_HEADER_LEN, LOG_OVERHEAD};
 use super::index::{OffsetIndex, TimeIndex, TimestampOffset};
 
+/// The files of a segment, `.log` first.
+pub const SEGMENT_FILE_EXTENSIONS: [&str; 4] = ["log", "index", "timeindex", "txnindex"];
+
 /// File name stem of a segment: the base offset padded to 20 digits, as Kafka names it.
 pub fn file_stem(base_offset: i64) -> String {
     format!("{base_offset:020}")
@@ -44,6 +47,9 @@ impl FileSlice {
 pub struct Segment {
     base_offset: i64,
     dir: PathBuf,
+    /// Suffix after each file name: "" for a live segment, or one of the cleaner's
+    /// `.cleaned` / `.swap` / `.deleted` while it is written aside or swapped.
+    suffix: &'static str,
     file: Arc<File>,
     size: u64,
     /// Offset after the last batch in this segment (== base_offset when empty).
@@ -76,6 +82,12 @@ impl Segment {
         dir.join(format!("{}.timeindex", file_stem(base_offset)))
     }
 
+    /// Path of one of the segment's files: `ext` is `log`, `index`, `timeindex` or
+    /// `txnindex`, `suffix` "" or a cleaner suffix such as `.cleaned`.
+    pub fn file_path(dir: &Path, base_offset: i64, ext: &str, suffix: &str) -> PathBuf {
+        dir.join(format!("{}.{ext}{suffix}", file_stem(base_offset)))
+    }
+
     /// Creates a new, empty segment.
     pub fn create(
         dir: &Path,
@@ -83,28 +95,35 @@ impl Segment {
         limits: SegmentLimits,
         now_ms: i64,
     ) -> io::Result<Segment> {
-        let path = Self::log_path(dir, base_offset);
+        Self::create_aside(dir, base_offset, limits, now_ms, "")
+    }
+
+    /// Creates a new, empty segment whose files carry `suffix` (the cleaner writes a cleaned
+    /// segment as `.cleaned`); any files of that name are truncated.
+    pub fn create_aside(
+        dir: &Path,
+        base_offset: i64,
+        limits: SegmentLimits,
+        now_ms: i64,
+        suffix: &'static str,
+    ) -> io::Result<Segment> {
+        let path = Self::file_path(dir, base_offset, "log", suffix);
+        let index_path = Self::file_path(dir, base_offset, "index", suffix);
+        let time_index_path = Self::file_path(dir, base_offset, "timeindex", suffix);
         let file = OpenOptions::new()
             .create(true)
             .read(true)
             .append(true)
             .open(&path)?;
         file.set_len(0)?;
-        let _ = fs::remove_file(Self::index_path(dir, base_offset));
-        let _ = fs::remove_file(Self::time_index_path(dir, base_offset));
-        let offset_index = OffsetIndex::open(
-            &Self::index_path(dir, base_offset),
-            base_offset,
-            limits.max_index_bytes,
-        )?;
-        let time_index = TimeIndex::open(
-            &Self::time_index_path(dir, base_offset),
-            base_offset,
-            limits.max_index_bytes,
-        )?;
+        let _ = fs::remove_file(&index_path);
+        let _ = fs::remove_file(&time_index_path);
+        let offset_index = OffsetIndex::open(&index_path, base_offset, limits.max_index_bytes)?;
+        let time_index = TimeIndex::open(&time_index_path, base_offset, limits.max_index_bytes)?;
         Ok(Segment {
             base_offset,
             dir: dir.to_path_buf(),
+            suffix,
             file: Arc::new(file),
             size: 0,
             next_offset: base_offset,
@@ -183,6 +202,7 @@ impl Segment {
         let mut seg = Segment {
             base_offset,
             dir: dir.to_path_buf(),
+            suffix: "",
             file: Arc::new(file),
             size: 0,
             next_offset: base_offset,
@@ -458,15 +478,77 @@ impl Segment {
 
     /// Deletes the segment's files.
     pub fn delete(self) -> io::Result<()> {
-        let stem = file_stem(self.base_offset);
-        for ext in ["log", "index", "timeindex", "txnindex"] {
-            match fs::remove_file(self.dir.join(format!("{stem}.{ext}"))) {
+        for ext in SEGMENT_FILE_EXTENSIONS {
+            match fs::remove_file(Self::file_path(
+                &self.dir,
+                self.base_offset,
+                ext,
+                self.suffix,
+            )) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
             }
         }
         Ok(())
+    }
+
+    /// Renames the segment's files from their current suffix to `suffix`, the `.log` first
+    /// (Kafka's `changeFileSuffixes`; recovery keys on the `.log` file). Open handles, held by
+    /// the segment or by readers, stay valid.
+    pub fn change_suffix(&mut self, suffix: &'static str) -> io::Result<()> {
+        for ext in SEGMENT_FILE_EXTENSIONS {
+            let from = Self::file_path(&self.dir, self.base_offset, ext, self.suffix);
+            let to = Self::file_path(&self.dir, self.base_offset, ext, suffix);
+            match fs::rename(&from, &to) {
+                Ok(()) => {}
+                // Indexes are derived data and a segment has no `.txnindex` yet.
+                Err(e) if e.kind() == io::ErrorKind::NotFound && ext != "log" => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.suffix = suffix;
+        Ok(())
+    }
+
+    /// Stamps the `.log` file's modification time (a cleaned segment takes that of the last
+    /// segment it replaces, as in Kafka).
+    pub fn set_last_modified(&mut self, ms: i64) -> io::Result<()> {
+        let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+        self.file.set_modified(time)?;
+        self.created_ms = ms;
+        Ok(())
+    }
+
+    /// Modification time of the `.log` file.
+    pub fn last_modified_ms(&self) -> io::Result<i64> {
+        Ok(self
+            .file
+            .metadata()?
+            .modified()?
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0))
+    }
+
+    /// The `.log` file, for reads outside the partition lock (a sealed segment never changes).
+    pub fn file(&self) -> Arc<File> {
+        self.file.clone()
+    }
+
+    /// Bytes of the offset and time indexes.
+    pub fn index_bytes(&self) -> (u64, u64) {
+        (
+            (self.offset_index.len() * super::index::OFFSET_ENTRY_LEN) as u64,
+            (self.time_index.len() * super::index::TIME_ENTRY_LEN) as u64,
+        )
+    }
+
+    /// Max timestamp of the first batch (`None` when empty).
+    pub fn first_batch_timestamp(&self) -> Option<i64> {
+        (self.size > 0)
+            .then_some(self.rolling_base_timestamp)
+            .flatten()
     }
 
     pub fn base_offset(&self) -> i64 {

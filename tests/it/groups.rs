@@ -39,7 +39,6 @@ pub const DELETE_V: i16 = 2;
 pub const NONE: i16 = 0;
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
-pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 pub const ILLEGAL_GENERATION: i16 = 22;
 pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
 pub const UNKNOWN_MEMBER_ID: i16 = 25;
@@ -641,7 +640,7 @@ async fn a_listener_on_port_0_advertises_the_port_it_bound() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn find_coordinator_for_a_transactional_id_is_not_available() {
+async fn find_coordinator_for_a_transactional_id_is_this_broker() {
     let b = start().await;
     let mut c = b.client().await;
     for v in 1..=3 {
@@ -649,8 +648,8 @@ async fn find_coordinator_for_a_transactional_id_is_not_available() {
         r.key = str_bytes("my-txn");
         r.key_type = 1;
         let resp = c.call(v, &r).await;
-        assert_eq!(resp.error_code, COORDINATOR_NOT_AVAILABLE, "v{v}");
-        assert_eq!(resp.node_id.0, -1, "v{v}");
+        assert_eq!(resp.error_code, 0, "v{v}");
+        assert_eq!(resp.port, b.kafka_addr.port() as i32, "v{v}");
     }
     for v in 4..=6 {
         let mut r = FindCoordinatorRequest::default();
@@ -659,8 +658,8 @@ async fn find_coordinator_for_a_transactional_id_is_not_available() {
         let resp = c.call(v, &r).await;
         assert_eq!(resp.coordinators.len(), 2, "v{v}");
         for k in &resp.coordinators {
-            assert_eq!(k.error_code, COORDINATOR_NOT_AVAILABLE, "v{v}: {k:?}");
-            assert_eq!(k.node_id.0, -1, "v{v}");
+            assert_eq!(k.error_code, 0, "v{v}: {k:?}");
+            assert_eq!(k.port, b.kafka_addr.port() as i32, "v{v}");
         }
     }
     b.shutdown().await;

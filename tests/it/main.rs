@@ -6,6 +6,7 @@ mod client;
 mod harness;
 
 mod admin;
+mod compaction;
 mod group_offsets;
 mod groups;
 mod http;
@@ -17,4 +18,5 @@ mod protocol;
 mod recovery;
 mod restart;
 mod tiering;
+mod transactions;
 mod versions;

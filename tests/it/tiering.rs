@@ -335,11 +335,15 @@ async fn s3_round_trip(kind: S3Kind, multipart: bool) {
     create_tiered_topic(&mut c).await;
     let end = produce_batches(&mut c, 40).await;
     let dir = b.dir.path().to_path_buf();
-    wait_until("offload to S3", || local_segments(&dir)[0] > 0).await;
+    wait_until("every sealed segment offloaded to S3", || {
+        local_segments(&dir).len() == 1
+    })
+    .await;
     assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
     let keys = server.object_keys().expect("list bucket");
     assert!(
-        keys.iter().any(|k| k.starts_with("cluster-a/_strata/catalog.json")),
+        keys.iter()
+            .any(|k| k.starts_with("cluster-a/_strata/catalog.json")),
         "catalog in the bucket: {keys:?}"
     );
     assert!(keys.iter().any(|k| k.ends_with("/0/manifest.json")));
@@ -376,7 +380,10 @@ async fn remote_retention_delete_records_and_topic_deletion_reach_the_bucket() {
     create_tiered_topic(&mut c).await;
     let end = produce_batches(&mut c, 60).await;
     let dir = b.dir.path().to_path_buf();
-    wait_until("everything sealed offloaded", || local_segments(&dir).len() == 1).await;
+    wait_until("everything sealed offloaded", || {
+        local_segments(&dir).len() == 1
+    })
+    .await;
     let before = remote_objects(&dir).len();
     assert!(before >= 3);
 
@@ -396,24 +403,37 @@ async fn remote_retention_delete_records_and_topic_deletion_reach_the_bucket() {
     assert_eq!(resp.topics[0].partitions[0].error_code, 0);
     assert_eq!(resp.topics[0].partitions[0].low_watermark, cut);
     assert_eq!(list_offset(&mut c, TOPIC, 0, -2).await.offset, cut);
-    wait_until("remote segments below the cut deleted", || remote_objects(&dir).len() < before).await;
+    wait_until("remote segments below the cut deleted", || {
+        remote_objects(&dir).len() < before
+    })
+    .await;
     let p = fetch(&mut c, TOPIC, 0, FetchArgs::default()).await;
     assert_eq!(p.error_code, 1, "OFFSET_OUT_OF_RANGE below the log start");
-    assert_eq!(read_all_from(&mut c, cut, end).await, (cut..end).collect::<Vec<_>>());
+    assert_eq!(
+        read_all_from(&mut c, cut, end).await,
+        (cut..end).collect::<Vec<_>>()
+    );
 
     // retention.bytes is the total across tiers.
     let mut req = kafka_protocol::messages::IncrementalAlterConfigsRequest::default();
-    let mut r = kafka_protocol::messages::incremental_alter_configs_request::AlterConfigsResource::default();
+    let mut r =
+        kafka_protocol::messages::incremental_alter_configs_request::AlterConfigsResource::default(
+        );
     r.resource_type = 2;
     r.resource_name = str_bytes(TOPIC);
-    let mut cfg = kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig::default();
+    let mut cfg =
+        kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig::default();
     cfg.name = str_bytes("retention.bytes");
     cfg.config_operation = 0;
     cfg.value = Some(str_bytes("5000"));
     r.configs = vec![cfg];
     req.resources = vec![r];
     let resp = c.call(1, &req).await;
-    assert_eq!(resp.responses[0].error_code, 0, "{:?}", resp.responses[0].error_message);
+    assert_eq!(
+        resp.responses[0].error_code, 0,
+        "{:?}",
+        resp.responses[0].error_message
+    );
     let mut start = cut;
     for _ in 0..200 {
         start = list_offset(&mut c, TOPIC, 0, -2).await.offset;
@@ -423,7 +443,10 @@ async fn remote_retention_delete_records_and_topic_deletion_reach_the_bucket() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(start > cut, "retention.bytes moved the log start ({start})");
-    assert_eq!(read_all_from(&mut c, start, end).await, (start..end).collect::<Vec<_>>());
+    assert_eq!(
+        read_all_from(&mut c, start, end).await,
+        (start..end).collect::<Vec<_>>()
+    );
 
     // Deleting the topic deletes its remote data.
     let mut req = kafka_protocol::messages::DeleteTopicsRequest::default();
@@ -431,7 +454,10 @@ async fn remote_retention_delete_records_and_topic_deletion_reach_the_bucket() {
     req.timeout_ms = 5000;
     let resp = c.call(4, &req).await;
     assert_eq!(resp.responses[0].error_code, 0);
-    wait_until("remote data of the deleted topic gone", || remote_objects(&dir).is_empty()).await;
+    wait_until("remote data of the deleted topic gone", || {
+        remote_objects(&dir).is_empty()
+    })
+    .await;
     b.shutdown().await;
 }
 
@@ -441,7 +467,10 @@ async fn read_all_from(c: &mut Client, from: i64, end: i64) -> Vec<i64> {
     let mut next = from;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while next < end {
-        assert!(std::time::Instant::now() < deadline, "stuck at offset {next}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "stuck at offset {next}"
+        );
         let p = fetch(
             c,
             TOPIC,
@@ -454,7 +483,11 @@ async fn read_all_from(c: &mut Client, from: i64, end: i64) -> Vec<i64> {
         )
         .await;
         assert_eq!(p.error_code, 0, "fetch at {next}");
-        offsets.extend(record_offsets(&p.records).into_iter().filter(|&o| o >= next));
+        offsets.extend(
+            record_offsets(&p.records)
+                .into_iter()
+                .filter(|&o| o >= next),
+        );
         if let Some(&last) = offsets.last() {
             next = last + 1;
         }

@@ -29,6 +29,7 @@ use crate::groups::{
     sync_request, SESSION_MS,
 };
 use crate::harness::*;
+use crate::transactions as txn;
 
 struct Ctx {
     topic_id: uuid::Uuid,
@@ -358,6 +359,95 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
             r.group_ids = vec![group_id(&group)];
             r.into()
         }
+        ApiKey::AddPartitionsToTxn => {
+            let id = format!("sweep-txn-add-v{v}");
+            let producer = txn::init_txn(c, &id).await;
+            if v < 4 {
+                txn::add_partitions_request(&id, producer, "sweep", &[0]).into()
+            } else {
+                // v4+ (brokers): verify a partition the producer added.
+                assert_eq!(
+                    txn::add_partitions(c, &id, producer, "sweep", &[0]).await,
+                    vec![0]
+                );
+                let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+                t.name = name("sweep");
+                t.partitions = vec![0];
+                let mut x = add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default();
+                x.transactional_id = txn::txn_id(&id);
+                x.producer_id = producer.0.into();
+                x.producer_epoch = producer.1;
+                x.verify_only = true;
+                x.topics = vec![t];
+                let mut r = AddPartitionsToTxnRequest::default();
+                r.transactions = vec![x];
+                r.into()
+            }
+        }
+        ApiKey::AddOffsetsToTxn => {
+            let id = format!("sweep-txn-offsets-v{v}");
+            let producer = txn::init_txn(c, &id).await;
+            txn::add_offsets_request(&id, producer, "sweep-txn-group").into()
+        }
+        ApiKey::TxnOffsetCommit => {
+            let id = format!("sweep-txn-commit-v{v}");
+            let producer = txn::init_txn(c, &id).await;
+            let r = c
+                .call(
+                    txn::ADD_OFFSETS_V,
+                    &txn::add_offsets_request(&id, producer, "sweep-txn-group"),
+                )
+                .await;
+            assert_eq!(r.error_code, 0);
+            txn::txn_offset_commit_request(&id, producer, "sweep-txn-group", "sweep", &[(0, 1)])
+                .into()
+        }
+        ApiKey::EndTxn => {
+            let id = format!("sweep-txn-end-v{v}");
+            let producer = txn::init_txn(c, &id).await;
+            assert_eq!(
+                txn::add_partitions(c, &id, producer, "sweep", &[0]).await,
+                vec![0]
+            );
+            txn::end_request(&id, producer, v % 2 == 0).into()
+        }
+        ApiKey::WriteTxnMarkers => {
+            let (pid, epoch) = init_producer_id(c).await;
+            let mut t = write_txn_markers_request::WritableTxnMarkerTopic::default();
+            t.name = name("sweep");
+            t.partition_indexes = vec![0];
+            let mut m = write_txn_markers_request::WritableTxnMarker::default();
+            m.producer_id = pid.into();
+            m.producer_epoch = epoch;
+            m.transaction_result = false;
+            m.coordinator_epoch = 0;
+            m.topics = vec![t];
+            let mut r = WriteTxnMarkersRequest::default();
+            r.markers = vec![m];
+            r.into()
+        }
+        ApiKey::DescribeProducers => {
+            let mut t = describe_producers_request::TopicRequest::default();
+            t.name = name("sweep");
+            t.partition_indexes = vec![0];
+            let mut r = DescribeProducersRequest::default();
+            r.topics = vec![t];
+            r.into()
+        }
+        ApiKey::DescribeTransactions => {
+            txn::init_txn(c, "sweep-txn-described").await;
+            let mut r = DescribeTransactionsRequest::default();
+            r.transactional_ids = vec![txn::txn_id("sweep-txn-described")];
+            r.into()
+        }
+        ApiKey::ListTransactions => {
+            let mut r = ListTransactionsRequest::default();
+            r.duration_filter = -1;
+            if v >= 2 {
+                r.transactional_id_pattern = Some(str_bytes("sweep-.*"));
+            }
+            r.into()
+        }
         other => panic!("ApiVersions lists {other:?}, which this test does not know"),
     }
 }
@@ -447,6 +537,44 @@ fn error_codes(resp: &ResponseKind) -> Vec<i16> {
             .collect(),
         ResponseKind::ConsumerGroupHeartbeat(r) => vec![r.error_code],
         ResponseKind::ConsumerGroupDescribe(r) => r.groups.iter().map(|g| g.error_code).collect(),
+        ResponseKind::AddPartitionsToTxn(r) => std::iter::once(r.error_code)
+            .chain(
+                r.results_by_topic_v3_and_below
+                    .iter()
+                    .chain(
+                        r.results_by_transaction
+                            .iter()
+                            .flat_map(|t| &t.topic_results),
+                    )
+                    .flat_map(|t| {
+                        t.results_by_partition
+                            .iter()
+                            .map(|p| p.partition_error_code)
+                    }),
+            )
+            .collect(),
+        ResponseKind::AddOffsetsToTxn(r) => vec![r.error_code],
+        ResponseKind::TxnOffsetCommit(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+            .collect(),
+        ResponseKind::EndTxn(r) => vec![r.error_code],
+        ResponseKind::WriteTxnMarkers(r) => r
+            .markers
+            .iter()
+            .flat_map(|m| &m.topics)
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+            .collect(),
+        ResponseKind::DescribeProducers(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+            .collect(),
+        ResponseKind::DescribeTransactions(r) => {
+            r.transaction_states.iter().map(|t| t.error_code).collect()
+        }
+        ResponseKind::ListTransactions(r) => vec![r.error_code],
         _ => vec![],
     }
 }

@@ -90,6 +90,9 @@ pub struct RemoteSegment {
     pub time_index: Part,
     pub producer_snapshot: Option<Part>,
     pub leader_epoch_checkpoint: Option<Part>,
+    /// The segment's `.txnindex` (aborted transactions), absent when it had none.
+    #[serde(default)]
+    pub txn_index: Option<Part>,
     pub uploaded_at_ms: i64,
 }
 
@@ -104,6 +107,7 @@ impl RemoteSegment {
             Some(self.time_index),
             self.producer_snapshot,
             self.leader_epoch_checkpoint,
+            self.txn_index,
         ]
         .into_iter()
         .flatten()
@@ -269,6 +273,7 @@ mod tests {
             time_index: Part { start: 18, end: 30 },
             producer_snapshot: None,
             leader_epoch_checkpoint: None,
+            txn_index: None,
             uploaded_at_ms: 0,
         }
     }

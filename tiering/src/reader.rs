@@ -37,6 +37,31 @@ pub struct CacheConfig {
     pub readahead_chunks: usize,
     /// GETs in flight at once for remote reads (across all partitions).
     pub max_concurrent_gets: usize,
+    /// Byte rate of remote reads (all partitions together); `None` = unlimited.
+    pub max_bytes_per_second: Option<u64>,
+}
+
+/// Spaces GETs so that, on average, reads stay under a byte rate.
+#[derive(Debug)]
+struct RateLimit {
+    bytes_per_second: u64,
+    next_free: std::sync::Mutex<Instant>,
+}
+
+impl RateLimit {
+    async fn take(&self, bytes: u64) {
+        let wait = {
+            let mut next = self.next_free.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            let start = (*next).max(now);
+            *next = start
+                + std::time::Duration::from_secs_f64(bytes as f64 / self.bytes_per_second as f64);
+            start - now
+        };
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -53,6 +78,7 @@ pub struct RemoteReader {
     chunk_size: u64,
     readahead: usize,
     gets: Arc<Semaphore>,
+    rate: Option<Arc<RateLimit>>,
     pub metrics: Arc<ReadMetrics>,
 }
 
@@ -73,7 +99,9 @@ impl RemoteReader {
         let chunk_size = cfg.chunk_size.clamp(64 << 10, 64 << 20);
         let builder = HybridCacheBuilder::new()
             .with_name("strata-remote")
-            .with_policy(HybridCachePolicy::WriteOnInsertion)
+            // Chunks go to disk when memory evicts them. (WriteOnInsertion re-enqueues a disk
+            // write on every lookup, memory hits included, which floods the disk tier.)
+            .with_policy(HybridCachePolicy::WriteOnEviction)
             .memory(cfg.memory_bytes.max(chunk_size))
             .with_weighter(|k: &String, v: &Bytes| k.len() + v.len() + 64)
             .storage();
@@ -101,6 +129,15 @@ impl RemoteReader {
             chunk_size: chunk_size as u64,
             readahead: cfg.readahead_chunks,
             gets: Arc::new(Semaphore::new(cfg.max_concurrent_gets.max(1))),
+            rate: cfg
+                .max_bytes_per_second
+                .filter(|&r| r > 0)
+                .map(|bytes_per_second| {
+                    Arc::new(RateLimit {
+                        bytes_per_second,
+                        next_free: std::sync::Mutex::new(Instant::now()),
+                    })
+                }),
             metrics: Arc::new(ReadMetrics::default()),
         })
     }
@@ -134,12 +171,16 @@ impl RemoteReader {
         let metrics = self.metrics.clone();
         let missed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let missed2 = missed.clone();
+        let rate = self.rate.clone();
         let entry = self
             .cache
             .get_or_fetch(&cache_key, move || async move {
                 missed2.store(true, Ordering::Relaxed);
                 metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
                 let _permit = gets.acquire_owned().await;
+                if let Some(r) = rate {
+                    r.take(end - start).await;
+                }
                 store.get_range(&topic, &key, start..end).await
             })
             .await
@@ -259,25 +300,12 @@ impl RemoteReader {
         }))
     }
 
-    /// The first batch whose last offset is >= `offset`, scanning from `position`.
-    async fn scan_to(
-        &self,
-        topic: &str,
-        seg: &RemoteSegment,
-        mut position: u64,
-        offset: i64,
-    ) -> Result<Option<BatchPos>, StoreError> {
-        while let Some(b) = self.header_at(topic, seg, position).await? {
-            if b.last_offset >= offset {
-                return Ok(Some(b));
-            }
-            position += b.size;
-        }
-        Ok(None)
-    }
-
     /// Whole batches from the one holding `offset`, at most `max_bytes` unless `min_one` and
     /// the first batch alone is larger. Empty when `offset` is past the segment.
+    ///
+    /// Reads one window of chunks (the fetch budget plus some slack for the scan from the
+    /// index entry), parses the batch headers in memory, and slices whole batches out of it;
+    /// the cache is consulted once per chunk, not once per batch.
     pub async fn read(
         &self,
         topic: &str,
@@ -286,6 +314,7 @@ impl RemoteReader {
         max_bytes: usize,
         min_one: bool,
     ) -> Result<Bytes, StoreError> {
+        const SCAN_SLACK: u64 = 64 << 10;
         let started = Instant::now();
         let index = self.index(topic, seg, seg.offset_index, "oidx").await?;
         let relative = offset.saturating_sub(seg.base_offset);
@@ -302,29 +331,74 @@ impl RemoteReader {
                 hi = mid;
             }
         }
-        let position = if lo == 0 {
+        let mut scan = if lo == 0 {
             0
         } else {
             let e = &index[(lo - 1) * OFFSET_ENTRY..];
             u32::from_be_bytes(e[4..8].try_into().unwrap_or_default()) as u64
         };
-        let Some(first) = self.scan_to(topic, seg, position, offset).await? else {
+        let log_end = seg.log.end;
+        let budget = max_bytes as u64;
+        let corrupt = |at: u64| {
+            StoreError::Request(format!(
+                "corrupt batch header at position {at} of {}",
+                seg.key
+            ))
+        };
+        // (start, end) of the batches to return, as positions in the log part.
+        let mut first: Option<u64> = None;
+        let mut end = 0u64;
+        'windows: loop {
+            if scan + HEADER_LEN as u64 > log_end {
+                break;
+            }
+            let window_end = (scan + budget.max(HEADER_LEN as u64) + SCAN_SLACK).min(log_end);
+            let buf = self.range(topic, seg, scan, window_end).await?;
+            let mut at = 0usize;
+            while at + HEADER_LEN <= buf.len() {
+                let h = &buf[at..];
+                let base_offset = i64::from_be_bytes(h[0..8].try_into().unwrap_or_default());
+                let length = i32::from_be_bytes(h[8..12].try_into().unwrap_or_default());
+                let last_delta = i32::from_be_bytes(h[23..27].try_into().unwrap_or_default());
+                let pos = scan + at as u64;
+                if length < (HEADER_LEN - 12) as i32 || pos + 12 + length as u64 > log_end {
+                    return Err(corrupt(pos));
+                }
+                let size = 12 + length as u64;
+                match first {
+                    None if base_offset + i64::from(last_delta) < offset => {}
+                    None => {
+                        if size > budget && !min_one {
+                            break 'windows;
+                        }
+                        first = Some(pos);
+                        end = pos + size;
+                    }
+                    Some(f) => {
+                        if pos + size - f > budget {
+                            break 'windows;
+                        }
+                        end = pos + size;
+                    }
+                }
+                if first.is_some_and(|f| end - f >= budget) {
+                    break 'windows;
+                }
+                at += size as usize;
+            }
+            if first.is_some() && (end > window_end || window_end == log_end || at < buf.len()) {
+                // The window is used up: the batches found so far are the answer.
+                break;
+            }
+            scan += at as u64;
+            if window_end == log_end && at >= buf.len() {
+                break;
+            }
+        }
+        let Some(first) = first else {
             return Ok(Bytes::new());
         };
-        let mut end = first.position;
-        let mut next = Some(first);
-        while let Some(b) = next {
-            let would = end + b.size - first.position;
-            if would > max_bytes as u64 && !(min_one && end == first.position) {
-                break;
-            }
-            end += b.size;
-            if end - first.position >= max_bytes as u64 {
-                break;
-            }
-            next = self.header_at(topic, seg, end).await?;
-        }
-        let out = self.range(topic, seg, first.position, end).await?;
+        let out = self.range(topic, seg, first, end).await?;
         self.prefetch(topic, seg, end);
         self.metrics.reads.fetch_add(1, Ordering::Relaxed);
         self.metrics
@@ -352,9 +426,13 @@ impl RemoteReader {
             let topic = topic.to_string();
             let gets = self.gets.clone();
             let metrics = self.metrics.clone();
+            let rate = self.rate.clone();
             let fut = self.cache.get_or_fetch(&cache_key, move || async move {
                 metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
                 let _permit = gets.acquire_owned().await;
+                if let Some(r) = rate {
+                    r.take(end - start).await;
+                }
                 store.get_range(&topic, &key, start..end).await
             });
             tokio::spawn(async move {
@@ -405,6 +483,14 @@ impl RemoteReader {
             next = self.header_at(topic, seg, b.position + b.size).await?;
         }
         Ok(None)
+    }
+
+    /// The segment's aborted-transaction index (Kafka's `.txnindex` bytes), cached whole.
+    pub async fn txn_index(&self, topic: &str, seg: &RemoteSegment) -> Result<Bytes, StoreError> {
+        match seg.txn_index {
+            Some(part) => self.index(topic, seg, part, "txn").await,
+            None => Ok(Bytes::new()),
+        }
     }
 
     /// Downloads one part of a bundle whole (restore: producer snapshot, epochs).
@@ -478,6 +564,7 @@ mod tests {
             producer_snapshot: Some(p("snapshot")),
             leader_epoch_checkpoint: Some(b"0\n1\n0 0\n".to_vec()),
             epochs: vec![(0, base)],
+            txn_index: None,
         };
         (files, all)
     }
@@ -514,6 +601,7 @@ mod tests {
                 chunk_size: 64 << 10,
                 readahead_chunks: 2,
                 max_concurrent_gets: 4,
+                max_bytes_per_second: None,
             },
         )
         .await
@@ -564,6 +652,21 @@ mod tests {
         let m = &reader.metrics;
         assert!(m.chunk_hits.load(Ordering::Relaxed) > m.chunk_misses.load(Ordering::Relaxed));
         reader.close().await;
+    }
+
+    #[tokio::test]
+    async fn the_rate_limit_spaces_reads() {
+        let r = RateLimit {
+            bytes_per_second: 1_000_000,
+            next_free: std::sync::Mutex::new(Instant::now()),
+        };
+        let started = Instant::now();
+        r.take(200_000).await;
+        assert!(started.elapsed() < std::time::Duration::from_millis(100));
+        r.take(200_000).await;
+        r.take(200_000).await;
+        // The second and third reads wait for the first two to "drain" at 1 MB/s.
+        assert!(started.elapsed() >= std::time::Duration::from_millis(390));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

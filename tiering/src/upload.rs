@@ -31,6 +31,8 @@ pub struct SegmentFiles {
     pub leader_epoch_checkpoint: Option<Vec<u8>>,
     /// Leader epochs starting inside this segment, as (epoch, start offset).
     pub epochs: Vec<(i32, i64)>,
+    /// The segment's `.txnindex` (aborted transactions), when it has one.
+    pub txn_index: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +86,9 @@ pub fn prepare(files: &SegmentFiles) -> Result<Vec<Bytes>, StoreError> {
     }
     if let Some(c) = &files.leader_epoch_checkpoint {
         parts.push(Bytes::from(c.clone()));
+    }
+    if let Some(p) = &files.txn_index {
+        parts.push(read_file(p)?);
     }
     Ok(parts)
 }
@@ -150,6 +155,7 @@ pub async fn upload(
         .leader_epoch_checkpoint
         .as_ref()
         .and_then(|_| it.next());
+    let txn_index = files.txn_index.as_ref().and_then(|_| it.next());
     Ok(RemoteSegment {
         key,
         base_offset: files.base_offset,
@@ -162,6 +168,7 @@ pub async fn upload(
         time_index,
         producer_snapshot,
         leader_epoch_checkpoint,
+        txn_index,
         uploaded_at_ms: now_ms,
     })
 }

@@ -1,0 +1,54 @@
+//! AddOffsetsToTxn: adds the group's `__consumer_offsets` partition to the transaction, so
+//! the commit or abort marker reaches the group's transactional offsets.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse};
+use kafka_protocol::ResponseError;
+
+use crate::api::blocking;
+use crate::broker::Broker;
+use crate::coordinator::offsets_topic::partition_for;
+use crate::coordinator::OFFSETS_TOPIC;
+
+/// The group's `__consumer_offsets` partition (the topic may not exist yet).
+pub fn offsets_partition(broker: &Broker, group: &str) -> i32 {
+    let n = broker
+        .topic(OFFSETS_TOPIC)
+        .map(|t| t.partitions.len() as i32)
+        .unwrap_or(broker.config.offsets_topic_num_partitions);
+    partition_for(group, n)
+}
+
+pub async fn handle(
+    broker: Arc<Broker>,
+    req: AddOffsetsToTxnRequest,
+    version: i16,
+) -> AddOffsetsToTxnResponse {
+    let respond = |e: Option<ResponseError>| {
+        let e = match e {
+            Some(ResponseError::ProducerFenced) if version < 2 => {
+                Some(ResponseError::InvalidProducerEpoch)
+            }
+            e => e,
+        };
+        AddOffsetsToTxnResponse::default().with_error_code(e.map_or(0, |e| e.code()))
+    };
+    let Some(c) = broker.txn_coordinator().cloned() else {
+        return respond(Some(ResponseError::CoordinatorNotAvailable));
+    };
+    let partition = offsets_partition(&broker, req.group_id.0.as_str());
+    let txn_id = req.transactional_id.0.to_string();
+    let (pid, epoch) = (req.producer_id.0, req.producer_epoch);
+    let result = blocking(move || {
+        c.add_partitions(
+            &txn_id,
+            pid,
+            epoch,
+            vec![(OFFSETS_TOPIC.to_string(), partition)],
+        )
+    })
+    .await
+    .unwrap_or(Err(ResponseError::UnknownServerError));
+    respond(result.err())
+}

@@ -1,0 +1,52 @@
+//! DescribeTransactions: the coordinator's state of each transactional id.
+
+use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
+use kafka_protocol::messages::{
+    DescribeTransactionsRequest, DescribeTransactionsResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::broker::Broker;
+
+pub fn handle(broker: &Broker, req: DescribeTransactionsRequest) -> DescribeTransactionsResponse {
+    let states = req
+        .transactional_ids
+        .into_iter()
+        .map(|id| {
+            let base = TransactionState::default()
+                .with_transactional_id(id.clone())
+                .with_transaction_state(StrBytes::from_static_str(""))
+                .with_transaction_timeout_ms(0)
+                .with_transaction_start_time_ms(-1)
+                .with_producer_id((-1).into())
+                .with_producer_epoch(-1);
+            let Some(c) = broker.txn_coordinator() else {
+                return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
+            };
+            match c.describe(id.0.as_str()) {
+                Err(e) => base.with_error_code(e.code()),
+                Ok(d) => {
+                    let mut topics: Vec<TopicData> = Vec::new();
+                    for (t, p) in d.partitions {
+                        match topics.iter_mut().find(|x| x.topic.0.as_str() == t) {
+                            Some(x) => x.partitions.push(p),
+                            None => topics.push(
+                                TopicData::default()
+                                    .with_topic(TopicName(StrBytes::from_string(t)))
+                                    .with_partitions(vec![p]),
+                            ),
+                        }
+                    }
+                    base.with_transaction_state(StrBytes::from_static_str(d.state))
+                        .with_transaction_timeout_ms(d.timeout_ms)
+                        .with_transaction_start_time_ms(d.start_ms)
+                        .with_producer_id(d.producer_id.into())
+                        .with_producer_epoch(d.producer_epoch)
+                        .with_topics(topics)
+                }
+            }
+        })
+        .collect();
+    DescribeTransactionsResponse::default().with_transaction_states(states)
+}

@@ -1,0 +1,35 @@
+//! EndTxn: commits or aborts the producer's transaction. The answer comes once
+//! PrepareCommit/PrepareAbort is durable and the markers have been attempted; v5+ clients
+//! (KIP-890 part 2) get the bumped epoch back.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse};
+use kafka_protocol::ResponseError;
+
+use crate::api::blocking;
+use crate::broker::Broker;
+
+pub async fn handle(broker: Arc<Broker>, req: EndTxnRequest, version: i16) -> EndTxnResponse {
+    let base = EndTxnResponse::default()
+        .with_producer_id((-1).into())
+        .with_producer_epoch(-1);
+    let Some(c) = broker.txn_coordinator().cloned() else {
+        return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
+    };
+    // Kafka: EndTxn v5+ means the client uses transaction version 2.
+    let client_tv = if version > 4 { 2 } else { 0 };
+    let txn_id = req.transactional_id.0.to_string();
+    let (pid, epoch, commit) = (req.producer_id.0, req.producer_epoch, req.committed);
+    let result = blocking(move || c.end_txn(&txn_id, pid, epoch, commit, client_tv))
+        .await
+        .unwrap_or(Err(ResponseError::UnknownServerError));
+    match result {
+        Ok((pid, epoch)) => base.with_producer_id(pid.into()).with_producer_epoch(epoch),
+        // Clients before v2 do not know PRODUCER_FENCED.
+        Err(ResponseError::ProducerFenced) if version < 2 => {
+            base.with_error_code(ResponseError::InvalidProducerEpoch.code())
+        }
+        Err(e) => base.with_error_code(e.code()),
+    }
+}

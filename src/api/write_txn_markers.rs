@@ -1,0 +1,82 @@
+//! WriteTxnMarkers: the inter-broker request a transaction coordinator sends to partition
+//! leaders. Strata's own coordinator writes its markers directly; this serves other callers
+//! (tools, tests) the same way.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::write_txn_markers_response::{
+    WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+};
+use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
+use kafka_protocol::ResponseError;
+
+use crate::api::{blocking, errors};
+use crate::broker::Broker;
+use crate::coordinator::OFFSETS_TOPIC;
+
+pub async fn handle(broker: Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
+    let b = broker.clone();
+    let markers = blocking(move || {
+        req.markers
+            .into_iter()
+            .map(|m| {
+                let topics = m
+                    .topics
+                    .iter()
+                    .map(|t| {
+                        let partitions = t
+                            .partition_indexes
+                            .iter()
+                            .map(|&p| {
+                                let code = write_one(
+                                    &b,
+                                    t.name.0.as_str(),
+                                    p,
+                                    m.producer_id.0,
+                                    m.producer_epoch,
+                                    m.coordinator_epoch,
+                                    m.transaction_result,
+                                )
+                                .map_or_else(|e| e.code(), |()| 0);
+                                WritableTxnMarkerPartitionResult::default()
+                                    .with_partition_index(p)
+                                    .with_error_code(code)
+                            })
+                            .collect();
+                        WritableTxnMarkerTopicResult::default()
+                            .with_name(t.name.clone())
+                            .with_partitions(partitions)
+                    })
+                    .collect();
+                WritableTxnMarkerResult::default()
+                    .with_producer_id(m.producer_id)
+                    .with_topics(topics)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    WriteTxnMarkersResponse::default().with_markers(markers)
+}
+
+fn write_one(
+    broker: &Broker,
+    topic: &str,
+    partition: i32,
+    producer_id: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+    commit: bool,
+) -> Result<(), ResponseError> {
+    let p = broker
+        .partition(topic, partition)
+        .ok_or(ResponseError::UnknownTopicOrPartition)?;
+    p.write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        .map_err(|e| errors::append_error(&e))?;
+    if topic == OFFSETS_TOPIC {
+        if let Some(g) = broker.group_coordinator() {
+            g.complete_txn_offsets(producer_id, partition, commit);
+        }
+    }
+    Ok(())
+}

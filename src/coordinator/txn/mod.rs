@@ -1,0 +1,885 @@
+//! The transaction coordinator (Kafka's `TransactionCoordinator` and `TransactionStateManager`)
+//! and its durable state in `__transaction_state`.
+//!
+//! Concurrency: every transactional id lives behind one std mutex, held only for in-memory
+//! checks and state changes, never across I/O. A transition is prepared under the lock (the id
+//! is then *pending*: other requests for it get CONCURRENT_TRANSACTIONS), persisted without the
+//! lock, then applied. Marker writing for one id is claimed by one thread at a time
+//! (`markers_busy`), either the EndTxn request or the timer.
+//!
+//! Durability and crash consistency: a transition is acknowledged only after its record is in
+//! `__transaction_state` (the partition's high watermark covers it). EndTxn persists
+//! PrepareCommit/PrepareAbort, writes a COMMIT/ABORT marker to every partition of the
+//! transaction, then persists CompleteCommit/CompleteAbort. On start the topic is replayed (the
+//! last record per transactional id wins, a null value deletes it); a transaction found in a
+//! Prepare state has its markers written again by the timer, and an Ongoing one times out as
+//! usual (its start time is persisted).
+//!
+//! Retries: a marker that cannot be written is retried by the timer every
+//! [`MARKER_RETRY`]; a partition that no longer exists is skipped, as Kafka does.
+
+pub mod metadata;
+pub mod state_log;
+pub mod transaction_log;
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+
+use metadata::{TxnMetadata, TxnState, NO_PRODUCER_ID};
+
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+
+/// How long a failed marker write waits before the timer tries again.
+pub const MARKER_RETRY: Duration = Duration::from_millis(500);
+
+/// Where the coordinator keeps its records: the broker implements it on top of the
+/// `__transaction_state` partitions. Blocking.
+pub trait TransactionLog: Send + Sync {
+    /// Appends one record to the transactional id's partition, durably enough to acknowledge.
+    fn append(&self, transactional_id: &str, key: Bytes, value: Option<Bytes>) -> io::Result<()>;
+    /// Every record of the topic, in log order per partition.
+    fn replay(&self) -> io::Result<Vec<(Bytes, Option<Bytes>)>>;
+    /// The coordinator epoch for the id's partition (the partition's leader epoch).
+    fn coordinator_epoch(&self, transactional_id: &str) -> i32;
+}
+
+/// Why a marker was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum MarkerError {
+    /// The partition no longer exists (its topic was deleted): nothing to mark.
+    #[error("unknown topic partition")]
+    UnknownPartition,
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The rest of the broker, as the coordinator sees it. Blocking.
+pub trait Participants: Send + Sync {
+    fn allocate_producer_id(&self) -> io::Result<i64>;
+    /// Writes a COMMIT or ABORT control batch for the producer to one partition.
+    fn write_marker(
+        &self,
+        topic: &str,
+        partition: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        commit: bool,
+    ) -> Result<(), MarkerError>;
+}
+
+/// Kafka's transaction settings.
+#[derive(Debug, Clone)]
+pub struct TxnConfig {
+    /// transaction.max.timeout.ms
+    pub max_timeout_ms: i32,
+    /// transactional.id.expiration.ms
+    pub transactional_id_expiration_ms: i64,
+    /// transaction.abort.timed.out.transaction.cleanup.interval.ms
+    pub abort_timed_out_interval: Duration,
+    /// transaction.remove.expired.transaction.cleanup.interval.ms
+    pub remove_expired_interval: Duration,
+}
+
+/// One transactional id: its metadata and what is in flight for it.
+struct Entry {
+    meta: TxnMetadata,
+    /// The state a transition in flight moves to (Kafka's `pendingState`).
+    pending: Option<TxnState>,
+    /// A fence bumped the epoch in memory but could not persist it.
+    failed_fence: bool,
+    markers_busy: bool,
+    marker_retry_at: Option<Instant>,
+}
+
+impl Entry {
+    fn new(meta: TxnMetadata) -> Self {
+        Entry {
+            meta,
+            pending: None,
+            failed_fence: false,
+            markers_busy: false,
+            marker_retry_at: None,
+        }
+    }
+}
+
+/// DescribeTransactions' and ListTransactions' view of a transactional id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnDescription {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub state: &'static str,
+    pub timeout_ms: i32,
+    pub start_ms: i64,
+    pub partitions: Vec<(String, i32)>,
+}
+
+pub struct TransactionCoordinator {
+    txns: Mutex<HashMap<String, Entry>>,
+    config: TxnConfig,
+    log: Arc<dyn TransactionLog>,
+    participants: Arc<dyn Participants>,
+    last_abort_scan: Mutex<Instant>,
+    last_expire_scan: Mutex<Instant>,
+}
+
+fn now_ms() -> i64 {
+    crate::broker::now_ms()
+}
+
+fn illegal(e: metadata::IllegalTransition) -> ResponseError {
+    tracing::error!(error = %e, "transaction coordinator bug");
+    ResponseError::UnknownServerError
+}
+
+/// The error a produce request of `version` gets for a failed KIP-890 verification (Kafka's
+/// `AddPartitionsToTxnManager` and `ReplicaManager` translations of the coordinator's answer).
+pub fn produce_error(e: ResponseError, produce_version: i16) -> ResponseError {
+    match e {
+        ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+        ResponseError::TransactionAbortable if produce_version <= 10 => {
+            ResponseError::InvalidTxnState
+        }
+        ResponseError::ConcurrentTransactions
+        | ResponseError::NetworkException
+        | ResponseError::CoordinatorLoadInProgress
+        | ResponseError::CoordinatorNotAvailable
+        | ResponseError::NotCoordinator => ResponseError::NotEnoughReplicas,
+        other => other,
+    }
+}
+
+impl TransactionCoordinator {
+    pub fn new(
+        config: TxnConfig,
+        log: Arc<dyn TransactionLog>,
+        participants: Arc<dyn Participants>,
+    ) -> Self {
+        TransactionCoordinator {
+            txns: Mutex::new(HashMap::new()),
+            config,
+            log,
+            participants,
+            last_abort_scan: Mutex::new(Instant::now()),
+            last_expire_scan: Mutex::new(Instant::now()),
+        }
+    }
+
+    fn txns(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+        self.txns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Rebuilds every transactional id from the log. Blocking.
+    pub fn load(&self) -> io::Result<usize> {
+        let records = self.log.replay()?;
+        let n = records.len();
+        let mut latest: HashMap<String, Option<TxnMetadata>> = HashMap::new();
+        for (key, value) in records {
+            let id = match transaction_log::decode_key(key) {
+                Ok(id) => id,
+                Err(e) => {
+                    tracing::warn!(error = %e, "skipping undecodable __transaction_state key");
+                    continue;
+                }
+            };
+            match value {
+                None => {
+                    latest.insert(id, None);
+                }
+                Some(v) => match transaction_log::decode_value(&id, v) {
+                    Ok(m) => {
+                        latest.insert(id, Some(m));
+                    }
+                    Err(e) => {
+                        tracing::warn!(transactional_id = %id, error = %e, "skipping undecodable transaction state")
+                    }
+                },
+            }
+        }
+        let mut txns = self.txns();
+        txns.clear();
+        for (id, m) in latest {
+            if let Some(m) = m.filter(|m| m.state != TxnState::Dead) {
+                txns.insert(id, Entry::new(m));
+            }
+        }
+        Ok(n)
+    }
+
+    fn persist(&self, m: &TxnMetadata) -> Result<(), ResponseError> {
+        let id = &m.transactional_id;
+        let value = (m.state != TxnState::Dead).then(|| transaction_log::encode_value(m));
+        self.log
+            .append(id, transaction_log::encode_key(id), value)
+            .map_err(|e| {
+                tracing::warn!(transactional_id = %id, error = %e, "cannot persist transaction state");
+                ResponseError::CoordinatorNotAvailable
+            })
+    }
+
+    /// Persists a prepared transition and applies it (or only clears the pending mark).
+    fn persist_and_apply(&self, transit: TxnMetadata) -> Result<(), ResponseError> {
+        let result = self.persist(&transit);
+        let mut txns = self.txns();
+        if let Some(e) = txns.get_mut(&transit.transactional_id) {
+            e.pending = None;
+            if result.is_ok() {
+                e.meta = transit;
+            }
+        }
+        result
+    }
+
+    pub fn validate_timeout(&self, timeout_ms: i32) -> bool {
+        timeout_ms > 0 && timeout_ms <= self.config.max_timeout_ms
+    }
+
+    /// InitProducerId with a transactional id. Blocking.
+    pub fn init_producer_id(
+        &self,
+        transactional_id: &str,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+    ) -> Result<(i64, i16), ResponseError> {
+        if transactional_id.is_empty() {
+            return Err(ResponseError::InvalidRequest);
+        }
+        if !self.validate_timeout(timeout_ms) {
+            return Err(ResponseError::InvalidTransactionTimeout);
+        }
+        if !self.txns().contains_key(transactional_id) {
+            let pid = self.allocate()?;
+            self.txns()
+                .entry(transactional_id.to_string())
+                .or_insert_with(|| {
+                    Entry::new(TxnMetadata::new(
+                        transactional_id,
+                        pid,
+                        timeout_ms,
+                        now_ms(),
+                    ))
+                });
+        }
+        let now = now_ms();
+        enum Next {
+            Persist(TxnMetadata),
+            Fence(i64, i16),
+        }
+        let next = {
+            let mut txns = self.txns();
+            let e = txns
+                .get_mut(transactional_id)
+                .ok_or(ResponseError::ConcurrentTransactions)?;
+            let m = &e.meta;
+            let valid_pid = |(pid, epoch): (i64, i16)| {
+                m.producer_epoch == metadata::NO_PRODUCER_EPOCH
+                    || pid == m.producer_id
+                    || (pid == m.previous_producer_id && metadata::is_epoch_exhausted(epoch))
+            };
+            if e.pending.is_some() {
+                return Err(ResponseError::ConcurrentTransactions);
+            }
+            if !expected.is_none_or(valid_pid) {
+                return Err(ResponseError::ProducerFenced);
+            }
+            match m.state {
+                TxnState::PrepareAbort | TxnState::PrepareCommit => {
+                    return Err(ResponseError::ConcurrentTransactions)
+                }
+                TxnState::CompleteAbort | TxnState::CompleteCommit | TxnState::Empty => {
+                    let t = if m.is_epoch_exhausted()
+                        && expected.is_none_or(|(_, epoch)| epoch == m.producer_epoch)
+                    {
+                        let pid = self.allocate()?;
+                        m.prepare_producer_id_rotation(pid, timeout_ms, now, expected.is_some())
+                            .map_err(illegal)?
+                    } else {
+                        m.prepare_increment_epoch(timeout_ms, expected.map(|e| e.1), now)?
+                            .map_err(illegal)?
+                    };
+                    e.pending = Some(TxnState::Empty);
+                    Next::Persist(t)
+                }
+                TxnState::Ongoing => {
+                    // Abort the ongoing transaction first; the client retries and gets the
+                    // epoch bumped a second time (a new producer id if that exhausts it).
+                    let t = m.prepare_fence_epoch(e.failed_fence).map_err(illegal)?;
+                    e.pending = Some(TxnState::PrepareEpochFence);
+                    Next::Fence(t.producer_id, t.producer_epoch)
+                }
+                TxnState::Dead | TxnState::PrepareEpochFence => {
+                    return Err(ResponseError::UnknownServerError)
+                }
+            }
+        };
+        match next {
+            Next::Persist(t) => {
+                let answer = (t.producer_id, t.producer_epoch);
+                self.persist_and_apply(t)?;
+                tracing::info!(
+                    transactional_id,
+                    producer_id = answer.0,
+                    epoch = answer.1,
+                    "initialized transactional id"
+                );
+                Ok(answer)
+            }
+            Next::Fence(pid, epoch) => {
+                self.fenced_abort(transactional_id, pid, epoch)?;
+                Err(ResponseError::ConcurrentTransactions)
+            }
+        }
+    }
+
+    /// Aborts a transaction whose epoch was just fenced (pending PrepareEpochFence).
+    fn fenced_abort(&self, id: &str, pid: i64, epoch: i16) -> Result<(i64, i16), ResponseError> {
+        let r = self.end_transaction(id, pid, epoch, false, false, 0);
+        if r.is_err() {
+            let mut txns = self.txns();
+            if let Some(e) = txns.get_mut(id) {
+                if e.pending == Some(TxnState::PrepareEpochFence) {
+                    e.pending = None;
+                }
+            }
+        }
+        r
+    }
+
+    fn allocate(&self) -> Result<i64, ResponseError> {
+        self.participants.allocate_producer_id().map_err(|e| {
+            tracing::error!(error = %e, "cannot allocate a producer id");
+            ResponseError::KafkaStorageError
+        })
+    }
+
+    /// AddPartitionsToTxn (and AddOffsetsToTxn with the group's offsets partition). Blocking.
+    pub fn add_partitions(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: Vec<(String, i32)>,
+    ) -> Result<(), ResponseError> {
+        if transactional_id.is_empty() {
+            return Err(ResponseError::InvalidRequest);
+        }
+        let transit = {
+            let mut txns = self.txns();
+            let e = txns
+                .get_mut(transactional_id)
+                .ok_or(ResponseError::InvalidProducerIdMapping)?;
+            let m = &e.meta;
+            if m.producer_id != producer_id {
+                return Err(ResponseError::InvalidProducerIdMapping);
+            }
+            if m.producer_epoch != producer_epoch {
+                return Err(ResponseError::ProducerFenced);
+            }
+            if e.pending.is_some() || m.state.is_prepare() {
+                return Err(ResponseError::ConcurrentTransactions);
+            }
+            if m.state == TxnState::Ongoing && partitions.iter().all(|p| m.partitions.contains(p)) {
+                return Ok(());
+            }
+            let t = m
+                .prepare_add_partitions(partitions, now_ms())
+                .map_err(illegal)?;
+            e.pending = Some(TxnState::Ongoing);
+            t
+        };
+        self.persist_and_apply(transit)
+    }
+
+    /// The verify-only form of AddPartitionsToTxn (KIP-890 part 1): per partition, NONE if it
+    /// is in the transaction, TRANSACTION_ABORTABLE if not. Cheap: no I/O.
+    pub fn verify_partitions(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        if transactional_id.is_empty() {
+            return Err(ResponseError::InvalidRequest);
+        }
+        let txns = self.txns();
+        let e = txns
+            .get(transactional_id)
+            .ok_or(ResponseError::InvalidProducerIdMapping)?;
+        let m = &e.meta;
+        if m.producer_id != producer_id {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        }
+        if m.producer_epoch != producer_epoch {
+            return Err(ResponseError::ProducerFenced);
+        }
+        if m.state.is_prepare() {
+            return Err(ResponseError::ConcurrentTransactions);
+        }
+        Ok(partitions
+            .iter()
+            .map(|p| (!m.partitions.contains(p)).then_some(ResponseError::TransactionAbortable))
+            .collect())
+    }
+
+    /// The produce path's check that a transactional write was added to its transaction,
+    /// answered as Kafka answers a Produce v9/v10 request: INVALID_PRODUCER_EPOCH for a stale
+    /// epoch, INVALID_TXN_STATE when the partition was not added, INVALID_PRODUCER_ID_MAPPING
+    /// for an unknown id, NOT_ENOUGH_REPLICAS while the transaction is completing.
+    /// Use [`Self::verify_partition_for_produce`] to answer v11+ as Kafka does.
+    pub fn verify_partition(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), ResponseError> {
+        self.verify_partition_for_produce(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            topic,
+            partition,
+            10,
+        )
+    }
+
+    /// [`Self::verify_partition`] for a given Produce version (v11+ gets TRANSACTION_ABORTABLE
+    /// instead of INVALID_TXN_STATE).
+    pub fn verify_partition_for_produce(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        topic: &str,
+        partition: i32,
+        produce_version: i16,
+    ) -> Result<(), ResponseError> {
+        let r = self.verify_partitions(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            &[(topic.to_string(), partition)],
+        );
+        match r {
+            Ok(v) => match v.into_iter().next().flatten() {
+                None => Ok(()),
+                Some(e) => Err(produce_error(e, produce_version)),
+            },
+            Err(e) => Err(produce_error(e, produce_version)),
+        }
+    }
+
+    /// EndTxn from a client. `client_transaction_version` is 2 for EndTxn v5+ (KIP-890 part 2:
+    /// the epoch is bumped at every end). Returns the producer id and epoch to answer with.
+    /// Blocking: persists, writes the markers and completes the transaction before returning.
+    pub fn end_txn(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        client_transaction_version: i16,
+    ) -> Result<(i64, i16), ResponseError> {
+        self.end_transaction(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            commit,
+            true,
+            client_transaction_version,
+        )
+    }
+
+    fn end_transaction(
+        &self,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        from_client: bool,
+        client_tv: i16,
+    ) -> Result<(i64, i16), ResponseError> {
+        if id.is_empty() {
+            return Err(ResponseError::InvalidRequest);
+        }
+        let now = now_ms();
+        let (transit, is_fence) = {
+            let mut txns = self.txns();
+            let e = txns
+                .get_mut(id)
+                .ok_or(ResponseError::InvalidProducerIdMapping)?;
+            let fence_pending = e.pending == Some(TxnState::PrepareEpochFence);
+            let m = &e.meta;
+            let v2 = !fence_pending && m.supports_epoch_bump();
+            let retry_on_overflow = v2
+                && m.previous_producer_id == producer_id
+                && producer_epoch == i16::MAX - 1
+                && m.producer_epoch == 0;
+            let retry_on_bump = v2 && m.producer_epoch as i32 == producer_epoch as i32 + 1;
+            let valid_epoch = if v2 {
+                match m.state {
+                    TxnState::Ongoing
+                    | TxnState::Empty
+                    | TxnState::Dead
+                    | TxnState::PrepareEpochFence => producer_epoch == m.producer_epoch,
+                    TxnState::PrepareCommit | TxnState::PrepareAbort => retry_on_bump,
+                    TxnState::CompleteCommit | TxnState::CompleteAbort => {
+                        retry_on_bump || retry_on_overflow
+                    }
+                }
+            } else {
+                (!from_client || producer_epoch == m.producer_epoch)
+                    && producer_epoch >= m.producer_epoch
+            };
+            if m.producer_id != producer_id && !retry_on_overflow {
+                return Err(ResponseError::InvalidProducerIdMapping);
+            }
+            if !valid_epoch {
+                return Err(ResponseError::ProducerFenced);
+            }
+            if e.pending.is_some() && !fence_pending {
+                return Err(ResponseError::ConcurrentTransactions);
+            }
+            let current = (m.producer_id, m.producer_epoch);
+            match (m.state, commit) {
+                (TxnState::Ongoing, _) => {
+                    let next = if commit {
+                        TxnState::PrepareCommit
+                    } else {
+                        TxnState::PrepareAbort
+                    };
+                    let next_pid = if client_tv >= 2 && !fence_pending && m.is_epoch_exhausted() {
+                        self.allocate()?
+                    } else {
+                        NO_PRODUCER_ID
+                    };
+                    let mut is_fence = false;
+                    if next == TxnState::PrepareAbort && fence_pending {
+                        is_fence = true;
+                        e.pending = None;
+                        e.meta.producer_epoch = producer_epoch;
+                        e.meta.last_producer_epoch = metadata::NO_PRODUCER_EPOCH;
+                    }
+                    let t = e
+                        .meta
+                        .prepare_abort_or_commit(next, client_tv, next_pid, now)
+                        .map_err(illegal)?;
+                    e.pending = Some(next);
+                    (t, is_fence)
+                }
+                (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => {
+                    return Ok(current)
+                }
+                (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+                    return Err(ResponseError::ConcurrentTransactions)
+                }
+                (TxnState::Dead | TxnState::PrepareEpochFence, _) => {
+                    return Err(ResponseError::UnknownServerError)
+                }
+                _ => return Err(ResponseError::InvalidTxnState),
+            }
+        };
+        let state = transit.state;
+        if let Err(err) = self.persist(&transit) {
+            let mut txns = self.txns();
+            if let Some(e) = txns.get_mut(id) {
+                e.pending = None;
+                if is_fence {
+                    e.failed_fence = true;
+                }
+            }
+            return Err(err);
+        }
+        let answer = {
+            let mut txns = self.txns();
+            match txns.get_mut(id) {
+                Some(e) => {
+                    e.pending = None;
+                    e.failed_fence = false;
+                    e.meta = transit;
+                    (e.meta.producer_id, e.meta.producer_epoch)
+                }
+                None => return Err(ResponseError::NotCoordinator),
+            }
+        };
+        tracing::debug!(transactional_id = id, ?state, "transaction prepared");
+        self.write_markers(id);
+        Ok(answer)
+    }
+
+    /// Writes the markers of a prepared transaction, then completes it. Returns whether the
+    /// transaction is complete. Blocking.
+    fn write_markers(&self, id: &str) -> bool {
+        let (pid, epoch, commit, partitions) = {
+            let mut txns = self.txns();
+            let Some(e) = txns.get_mut(id) else {
+                return false;
+            };
+            if !e.meta.state.is_prepare() || e.markers_busy || e.pending.is_some() {
+                return false;
+            }
+            e.markers_busy = true;
+            (
+                e.meta.producer_id,
+                e.meta.producer_epoch,
+                e.meta.state == TxnState::PrepareCommit,
+                e.meta.partitions.iter().cloned().collect::<Vec<_>>(),
+            )
+        };
+        let coordinator_epoch = self.log.coordinator_epoch(id);
+        let mut done = Vec::with_capacity(partitions.len());
+        let mut failed = false;
+        for (topic, partition) in partitions {
+            match self.participants.write_marker(
+                &topic,
+                partition,
+                pid,
+                epoch,
+                coordinator_epoch,
+                commit,
+            ) {
+                Ok(()) => done.push((topic, partition)),
+                Err(MarkerError::UnknownPartition) => {
+                    tracing::info!(transactional_id = id, %topic, partition, "skipping the marker of a partition that no longer exists");
+                    done.push((topic, partition));
+                }
+                Err(e) => {
+                    tracing::warn!(transactional_id = id, %topic, partition, error = %e, "cannot write transaction marker; will retry");
+                    failed = true;
+                }
+            }
+        }
+        let transit = {
+            let mut txns = self.txns();
+            let Some(e) = txns.get_mut(id) else {
+                return false;
+            };
+            e.markers_busy = false;
+            for d in &done {
+                e.meta.partitions.remove(d);
+            }
+            if failed || !e.meta.partitions.is_empty() {
+                e.marker_retry_at = Some(Instant::now() + MARKER_RETRY);
+                return false;
+            }
+            e.marker_retry_at = None;
+            match e.meta.prepare_complete(now_ms()) {
+                Ok(t) => {
+                    e.pending = Some(t.state);
+                    t
+                }
+                Err(err) => {
+                    illegal(err);
+                    return false;
+                }
+            }
+        };
+        if self.persist_and_apply(transit).is_err() {
+            let mut txns = self.txns();
+            if let Some(e) = txns.get_mut(id) {
+                e.marker_retry_at = Some(Instant::now() + MARKER_RETRY);
+            }
+            return false;
+        }
+        true
+    }
+
+    pub fn describe(&self, transactional_id: &str) -> Result<TxnDescription, ResponseError> {
+        if transactional_id.is_empty() {
+            return Err(ResponseError::InvalidRequest);
+        }
+        let txns = self.txns();
+        let e = txns
+            .get(transactional_id)
+            .filter(|e| e.meta.state != TxnState::Dead)
+            .ok_or(ResponseError::TransactionalIdNotFound)?;
+        Ok(describe(&e.meta))
+    }
+
+    /// ListTransactions: ids matching every given filter (empty = any), and the state names
+    /// that are not states. `min_duration_ms` >= 0 keeps transactions open longer than that.
+    pub fn list(
+        &self,
+        states: &[String],
+        producer_ids: &[i64],
+        min_duration_ms: i64,
+        pattern: Option<&regex::Regex>,
+    ) -> (Vec<TxnDescription>, Vec<String>) {
+        let mut wanted = Vec::new();
+        let mut unknown = Vec::new();
+        for s in states {
+            match TxnState::from_name(s) {
+                Some(st) => wanted.push(st),
+                None => unknown.push(s.clone()),
+            }
+        }
+        let now = now_ms();
+        let txns = self.txns();
+        let mut out: Vec<TxnDescription> = txns
+            .values()
+            .map(|e| &e.meta)
+            .filter(|m| m.state != TxnState::Dead)
+            .filter(|m| producer_ids.is_empty() || producer_ids.contains(&m.producer_id))
+            .filter(|m| states.is_empty() || wanted.contains(&m.state))
+            .filter(|m| min_duration_ms < 0 || now - m.start_ms > min_duration_ms)
+            .filter(|m| pattern.is_none_or(|p| p.is_match(&m.transactional_id)))
+            .map(describe)
+            .collect();
+        out.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+        (out, unknown)
+    }
+
+    /// Transactions in progress (Ongoing or completing), for the metrics gauge.
+    pub fn ongoing_count(&self) -> usize {
+        self.txns()
+            .values()
+            .filter(|e| e.meta.state == TxnState::Ongoing || e.meta.state.is_prepare())
+            .count()
+    }
+
+    /// Transactional ids per state, for the metrics.
+    pub fn count_by_state(&self) -> Vec<(&'static str, usize)> {
+        let txns = self.txns();
+        TxnState::ALL
+            .iter()
+            .filter(|s| **s != TxnState::Dead && **s != TxnState::PrepareEpochFence)
+            .map(|s| {
+                (
+                    s.name(),
+                    txns.values().filter(|e| e.meta.state == *s).count(),
+                )
+            })
+            .collect()
+    }
+
+    /// Timer work: finishes prepared transactions (after a restart or a failed marker),
+    /// aborts transactions open longer than their timeout (fencing their producer), and
+    /// expires idle transactional ids. Blocking.
+    pub fn tick(&self) {
+        let now = Instant::now();
+        let prepared: Vec<String> = self
+            .txns()
+            .iter()
+            .filter(|(_, e)| {
+                e.meta.state.is_prepare()
+                    && e.pending.is_none()
+                    && !e.markers_busy
+                    && e.marker_retry_at.is_none_or(|t| t <= now)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in prepared {
+            self.write_markers(&id);
+        }
+        if due(
+            &self.last_abort_scan,
+            self.config.abort_timed_out_interval,
+            now,
+        ) {
+            self.abort_timed_out();
+        }
+        if due(
+            &self.last_expire_scan,
+            self.config.remove_expired_interval,
+            now,
+        ) {
+            self.expire_transactional_ids();
+        }
+    }
+
+    /// Aborts Ongoing transactions older than their timeout, bumping the epoch so the
+    /// producer is fenced (Kafka's `abortTimedOutTransactions`).
+    pub fn abort_timed_out(&self) {
+        let now = now_ms();
+        let fenced: Vec<(String, i64, i16)> = {
+            let mut txns = self.txns();
+            txns.iter_mut()
+                .filter(|(_, e)| {
+                    e.pending.is_none()
+                        && e.meta.state == TxnState::Ongoing
+                        && e.meta.start_ms + e.meta.timeout_ms as i64 <= now
+                })
+                .filter_map(|(id, e)| {
+                    let t = e.meta.prepare_fence_epoch(e.failed_fence).ok()?;
+                    e.pending = Some(TxnState::PrepareEpochFence);
+                    Some((id.clone(), t.producer_id, t.producer_epoch))
+                })
+                .collect()
+        };
+        for (id, pid, epoch) in fenced {
+            match self.fenced_abort(&id, pid, epoch) {
+                Ok(_) => {
+                    tracing::info!(transactional_id = %id, "aborted a transaction that exceeded its timeout")
+                }
+                Err(e) => {
+                    tracing::debug!(transactional_id = %id, error = ?e, "abort of a timed out transaction did not complete")
+                }
+            }
+        }
+    }
+
+    /// Removes transactional ids idle for transactional.id.expiration.ms (a tombstone each).
+    pub fn expire_transactional_ids(&self) {
+        let cutoff = now_ms() - self.config.transactional_id_expiration_ms;
+        let dead: Vec<TxnMetadata> = {
+            let mut txns = self.txns();
+            txns.values_mut()
+                .filter(|e| {
+                    e.pending.is_none()
+                        && e.meta.state.expiration_allowed()
+                        && e.meta.last_update_ms <= cutoff
+                })
+                .filter_map(|e| {
+                    let t = e.meta.prepare_dead().ok()?;
+                    e.pending = Some(TxnState::Dead);
+                    Some(t)
+                })
+                .collect()
+        };
+        for t in dead {
+            let id = t.transactional_id.clone();
+            let ok = self.persist(&t).is_ok();
+            let mut txns = self.txns();
+            if ok {
+                txns.remove(&id);
+                tracing::info!(transactional_id = %id, "expired transactional id");
+            } else if let Some(e) = txns.get_mut(&id) {
+                e.pending = None;
+            }
+        }
+    }
+}
+
+fn describe(m: &TxnMetadata) -> TxnDescription {
+    TxnDescription {
+        transactional_id: m.transactional_id.clone(),
+        producer_id: m.producer_id,
+        producer_epoch: m.producer_epoch,
+        state: m.state.name(),
+        timeout_ms: m.timeout_ms,
+        start_ms: m.start_ms,
+        partitions: m.partitions.iter().cloned().collect(),
+    }
+}
+
+fn due(last: &Mutex<Instant>, every: Duration, now: Instant) -> bool {
+    let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+    if now.duration_since(*last) >= every {
+        *last = now;
+        true
+    } else {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests;

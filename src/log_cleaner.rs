@@ -1,0 +1,342 @@
+//! The log cleaner service (Kafka's `LogCleaner`): compacts the partitions of topics with
+//! `cleanup.policy=compact` (or `compact,delete`), `__consumer_offsets` included, with the
+//! `strata-compaction` crate over the broker's segment files ([`crate::log::cleaner`]).
+//!
+//! Tasks: `log.cleaner.threads` tasks (spawned by [`crate::runtime`], stopped by its shutdown
+//! token). Each loops: on the blocking pool, list the compacted partitions, let the shared
+//! [`CleanerManager`] pick the filthiest one not being cleaned, and run one pass over it with
+//! its own [`Cleaner`] (offset map allocated on first use, then reused); when nothing is
+//! cleanable, sleep `log.cleaner.backoff.ms`. All tasks share one [`Throttler`]
+//! (`log.cleaner.io.max.bytes.per.second`).
+//!
+//! Cancellation: a pass polls the shutdown token and its guard's abort flag (raised by topic
+//! deletion through [`LogCleaner::abort_topic`]) before every batch; committed groups stay,
+//! the group in progress is abandoned.
+//!
+//! State: the first dirty offset of each partition, persisted per log dir in Kafka's
+//! `cleaner-offset-checkpoint` (written after every completed pass, after the groups it
+//! committed, so it only moves over durable work). Remote-storage topics are not cleaned yet
+//! (compacted snapshots in object storage are a separate piece of work).
+//!
+//! Errors: a failed pass is logged once. I/O errors are retried after the backoff; a corrupt
+//! batch, a too small offset map or a half-done swap mark the partition uncleanable until the
+//! broker restarts (a person must act: the log line says why).
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use strata_compaction::{
+    Cleaner, CleanerError, CleanerManager, CleaningCandidate, CompactionConfig, LogToClean,
+    PassOutcome, Throttler,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::{now_ms, Broker, Partition, Topic};
+use crate::config::{LogCleanerConfig, TopicConfig};
+use crate::log::checkpoint;
+use crate::log::cleaner::{is_swap_incomplete, CleanedSegmentSink, LogSegmentSource};
+
+/// Kafka's per-log-dir checkpoint of first dirty offsets.
+pub const CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
+
+/// A partition as the cleaner names it: (topic, partition).
+pub type PartitionKey = (String, i32);
+
+/// The cleaner state shared by the broker and its cleaner tasks.
+pub struct LogCleaner {
+    config: LogCleanerConfig,
+    manager: Arc<CleanerManager<PartitionKey>>,
+    throttler: Arc<Throttler>,
+    /// First dirty offset per partition; the lock also serializes checkpoint writes.
+    checkpoints: Mutex<HashMap<PartitionKey, i64>>,
+}
+
+/// The topic settings that drive compaction, under the crate's names.
+pub fn compaction_config(config: &TopicConfig) -> CompactionConfig {
+    CompactionConfig {
+        min_cleanable_dirty_ratio: config.min_cleanable_dirty_ratio,
+        min_compaction_lag_ms: config.min_compaction_lag_ms,
+        max_compaction_lag_ms: config.max_compaction_lag_ms,
+        delete_retention_ms: config.delete_retention_ms,
+        segment_bytes: config.segment_bytes,
+        segment_index_bytes: config.segment_index_bytes as u64,
+    }
+}
+
+fn is_cleaned(topic: &Topic) -> bool {
+    topic.config.cleanup_policy_compact && !topic.config.remote_storage_enable
+}
+
+impl LogCleaner {
+    /// Loads the checkpoints of every log dir. A missing or unreadable checkpoint only means
+    /// the next pass starts from the log start, so it is not fatal.
+    pub fn open(config: LogCleanerConfig, log_dirs: &[PathBuf]) -> LogCleaner {
+        let mut checkpoints = HashMap::new();
+        for dir in log_dirs {
+            match checkpoint::read_offsets(&dir.join(CHECKPOINT_FILE)) {
+                Ok(entries) => {
+                    for (topic, partition, offset) in entries {
+                        checkpoints.insert((topic, partition), offset);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(dir = %dir.display(), %error, "ignoring unreadable cleaner checkpoint")
+                }
+            }
+        }
+        LogCleaner {
+            throttler: Arc::new(Throttler::new(config.io_max_bytes_per_second)),
+            manager: Arc::new(CleanerManager::new()),
+            checkpoints: Mutex::new(checkpoints),
+            config,
+        }
+    }
+
+    fn checkpoints(&self) -> std::sync::MutexGuard<'_, HashMap<PartitionKey, i64>> {
+        self.checkpoints.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The persisted first dirty offset of a partition, if it was ever cleaned.
+    pub fn checkpoint(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.checkpoints()
+            .get(&(topic.to_string(), partition))
+            .copied()
+    }
+
+    pub fn uncleanable_partitions(&self) -> Vec<PartitionKey> {
+        self.manager.uncleanable_partitions()
+    }
+
+    fn candidate(
+        &self,
+        topic: &Topic,
+        partition: &Partition,
+        checkpoints: &HashMap<PartitionKey, i64>,
+    ) -> io::Result<CleaningCandidate<PartitionKey>> {
+        let key = (topic.name.clone(), partition.index);
+        let (segments, log_start_offset, log_end_offset, last_stable_offset) =
+            partition.with_log(|log| {
+                Ok::<_, io::Error>((
+                    log.cleaner_segments()?,
+                    log.log_start_offset(),
+                    log.log_end_offset(),
+                    log.last_stable_offset(),
+                ))
+            })?;
+        Ok(CleaningCandidate {
+            cleaner_checkpoint: checkpoints.get(&key).copied(),
+            partition: key,
+            segments,
+            log_start_offset,
+            log_end_offset,
+            // Nothing at or above the last stable offset (at most the high watermark) is
+            // cleaned: an undecided transaction must stay whole.
+            upper_bound_offset: last_stable_offset,
+            config: compaction_config(&topic.config),
+        })
+    }
+
+    /// The dirty ratio of one compacted partition now (for metrics).
+    pub fn dirty_ratio(&self, topic: &Topic, partition: &Partition) -> Option<f64> {
+        let checkpoints = self.checkpoints().clone();
+        let candidate = self.candidate(topic, partition, &checkpoints).ok()?;
+        LogToClean::compute(&candidate, now_ms()).map(|l| l.cleanable_ratio)
+    }
+
+    /// Runs one pass on the filthiest cleanable partition. Returns false when there was
+    /// nothing to clean (the caller then backs off). Blocking.
+    pub fn clean_filthiest(
+        &self,
+        broker: &Broker,
+        id: usize,
+        cleaner: &mut Option<Cleaner>,
+        shutdown: &CancellationToken,
+    ) -> bool {
+        let now = now_ms();
+        let checkpoints = self.checkpoints().clone();
+        let mut partitions: HashMap<PartitionKey, Arc<Partition>> = HashMap::new();
+        let mut candidates = Vec::new();
+        for topic in broker.topics().iter().filter(|t| is_cleaned(t)) {
+            for partition in &topic.partitions {
+                match self.candidate(topic, partition, &checkpoints) {
+                    Ok(candidate) => {
+                        partitions.insert(candidate.partition.clone(), partition.clone());
+                        candidates.push(candidate);
+                    }
+                    Err(error) => {
+                        tracing::warn!(topic = %topic.name, partition = partition.index, %error, "cannot list segments for the log cleaner")
+                    }
+                }
+            }
+        }
+        let (selection, guard) = self.manager.grab_filthiest(candidates, now);
+        if !selection.checkpoint_resets.is_empty() {
+            let mut checkpoints = self.checkpoints();
+            for (key, offset) in &selection.checkpoint_resets {
+                checkpoints.insert(key.clone(), *offset);
+            }
+            self.write_checkpoints(broker, &checkpoints);
+        }
+        let (Some(log), Some(guard)) = (selection.filthiest, guard) else {
+            return false;
+        };
+        let Some(partition) = partitions.get(&log.partition) else {
+            return false;
+        };
+        let (topic, index) = log.partition.clone();
+        let cleaner = match cleaner {
+            Some(cleaner) => cleaner,
+            None => {
+                let config = self.config.cleaner_config();
+                match Cleaner::new(
+                    id,
+                    config.offset_map_bytes_per_cleaner(),
+                    config.dedupe_buffer_load_factor,
+                    self.throttler.clone(),
+                ) {
+                    Ok(created) => cleaner.insert(created),
+                    Err(error) => {
+                        tracing::error!(%error, "the log cleaner cannot start");
+                        self.manager.mark_uncleanable(log.partition.clone());
+                        return false;
+                    }
+                }
+            }
+        };
+        let source = LogSegmentSource::new(&**partition);
+        let mut sink = CleanedSegmentSink::new(&**partition);
+        let cancel = || shutdown.is_cancelled() || guard.is_aborted();
+        let outcome = cleaner.clean(&log, &source, &mut sink, now, &cancel);
+        drop(sink);
+        let metrics = &broker.metrics;
+        match outcome {
+            Ok(outcome) => {
+                let stats = outcome.stats();
+                metrics.cleaner_passes.fetch_add(1, Ordering::Relaxed);
+                metrics
+                    .cleaner_bytes_read
+                    .fetch_add(stats.bytes_read, Ordering::Relaxed);
+                metrics
+                    .cleaner_bytes_written
+                    .fetch_add(stats.bytes_written, Ordering::Relaxed);
+                metrics
+                    .cleaner_records_removed
+                    .fetch_add(stats.records_removed(), Ordering::Relaxed);
+                metrics
+                    .cleaner_last_pass_micros
+                    .store(stats.duration.as_micros() as u64, Ordering::Relaxed);
+                match outcome {
+                    PassOutcome::Completed {
+                        first_dirty_offset, ..
+                    } => {
+                        let mut checkpoints = self.checkpoints();
+                        checkpoints.insert(log.partition.clone(), first_dirty_offset);
+                        self.write_checkpoints(broker, &checkpoints);
+                        // No progress (nothing mapped): back off rather than spin.
+                        first_dirty_offset > log.first_dirty_offset
+                    }
+                    PassOutcome::Cancelled { .. } => false,
+                }
+            }
+            Err(error) => {
+                metrics.cleaner_errors.fetch_add(1, Ordering::Relaxed);
+                let swap_incomplete =
+                    matches!(&error, CleanerError::Sink(e) if is_swap_incomplete(e));
+                let corrupt_file = matches!(&error, CleanerError::Source(e) if e.kind() == io::ErrorKind::InvalidData);
+                if swap_incomplete || corrupt_file || !error.is_retriable() {
+                    tracing::error!(%topic, partition = index, error = %error, cause = ?std::error::Error::source(&error).map(|s| s.to_string()), "the log cleaner stops cleaning this partition until the broker restarts");
+                    self.manager.mark_uncleanable(log.partition.clone());
+                } else {
+                    tracing::warn!(%topic, partition = index, error = %error, cause = ?std::error::Error::source(&error).map(|s| s.to_string()), "log cleaner pass failed; it is retried");
+                }
+                false
+            }
+        }
+    }
+
+    /// Writes the checkpoint of every log dir (the caller holds the checkpoints lock).
+    fn write_checkpoints(&self, broker: &Broker, checkpoints: &HashMap<PartitionKey, i64>) {
+        let mut per_dir: HashMap<PathBuf, Vec<String>> = broker
+            .config
+            .log_dirs
+            .iter()
+            .map(|d| (d.clone(), Vec::new()))
+            .collect();
+        for partition in broker.all_partitions() {
+            let key = (partition.topic.clone(), partition.index);
+            let Some(offset) = checkpoints.get(&key) else {
+                continue;
+            };
+            let dir = partition.with_log(|l| l.dir().parent().map(Path::to_path_buf));
+            if let Some(lines) = dir.and_then(|d| per_dir.get_mut(&d)) {
+                lines.push(format!("{} {} {offset}", key.0, key.1));
+            }
+        }
+        for (dir, lines) in per_dir {
+            if let Err(error) = checkpoint::write(&dir.join(CHECKPOINT_FILE), &lines) {
+                tracing::warn!(dir = %dir.display(), %error, "writing the cleaner checkpoint failed");
+            }
+        }
+    }
+
+    /// Stops any pass on the partitions of a topic being deleted and forgets their state.
+    /// Blocks until a pass in progress has noticed. `remove` runs while cleaning is paused.
+    pub fn abort_topic<R>(&self, topic: &str, partitions: i32, remove: impl FnOnce() -> R) -> R {
+        let keys: Vec<PartitionKey> = (0..partitions).map(|p| (topic.to_string(), p)).collect();
+        for key in &keys {
+            self.manager.abort_and_pause(key);
+        }
+        let result = remove();
+        {
+            let mut checkpoints = self.checkpoints();
+            for key in &keys {
+                checkpoints.remove(key);
+                self.manager.clear_uncleanable(key);
+            }
+        }
+        for key in &keys {
+            self.manager.resume(key);
+        }
+        result
+    }
+}
+
+/// One cleaner task: passes back to back while there is work, `log.cleaner.backoff.ms` apart
+/// when there is none, until `shutdown`.
+pub async fn run(broker: Arc<Broker>, id: usize, shutdown: CancellationToken) {
+    let backoff = broker
+        .config
+        .log_cleaner
+        .backoff
+        .max(Duration::from_millis(10));
+    let mut cleaner: Option<Cleaner> = None;
+    while !shutdown.is_cancelled() {
+        let b = broker.clone();
+        let stop = shutdown.clone();
+        let mut mine = cleaner.take();
+        let task = tokio::task::spawn_blocking(move || {
+            let worked = b.log_cleaner().clean_filthiest(&b, id, &mut mine, &stop);
+            (mine, worked)
+        });
+        let worked = match task.await {
+            Ok((returned, worked)) => {
+                cleaner = returned;
+                worked
+            }
+            Err(_) => {
+                tracing::error!(cleaner = id, "log cleaner task panicked");
+                false
+            }
+        };
+        if !worked {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+        }
+    }
+}
