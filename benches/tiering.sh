@@ -1,0 +1,364 @@
+#!/usr/bin/env bash
+# Tiered storage benchmark: upload throughput, consume throughput from local disk and from
+# remote storage (cold and warm cache), object-store requests per GiB and broker memory, in
+# one run against one Strata broker (release build) and an object store started here:
+# moto_server from the test venv on a free 127.0.0.1 port with a fresh bucket (created with
+# boto3), or the local filesystem store with BENCH_STORE=file.
+#   1. start the store and the broker (tiering task every 200 ms, cache in <work>/cache)
+#   2. create two topics with the same settings, segment.bytes=BENCH_SEGMENT_BYTES:
+#      bench-local (no remote storage) and bench-tiered (local.retention.bytes=0, created with
+#      remote.storage.enable=false); ProducerPerformance writes the same BENCH_RECORDS records
+#      of BENCH_RECORD_SIZE bytes to each
+#   3. upload: IncrementalAlterConfigs sets remote.storage.enable=true on bench-tiered; the
+#      clock runs from there until every sealed segment is uploaded (strata_remote_segments_
+#      uploaded_total and strata_remote_upload_lag_bytes on /metrics: only the active segment
+#      is left). Only the rolled segments count: the active segment is not uploaded until it
+#      rolls, and no extra records are produced to roll it. Enabling after the produce makes
+#      the whole backlog wait, so the figure is the uploader's throughput, not the producer's.
+#   4. ConsumerPerformance reads bench-local from offset 0 (local disk; recently written, so
+#      mostly from the page cache)
+#   5. restart the broker with an empty cache dir (strata.remote.cache.dir). Shutdown rolls and
+#      uploads the active segment, and local retention deletes it, so bench-tiered is then
+#      wholly remote. ConsumerPerformance reads it from offset 0 (cold cache), then again with
+#      a new group (warm cache); the broker's VmRSS / RssAnon are sampled every 200 ms.
+#   6. print a table: upload MB/s, consume MB/s, requests per GiB uploaded / read (deltas of
+#      strata_remote_requests_total{topic="bench-tiered"}), peak RSS next to the cache sizes,
+#      with the targets of issue 5.
+# All three consumes use Kafka's ConsumerPerformance (from the Java classpath, as
+# benches/compare.sh) with the same settings; MB/s is its MB.sec (record bytes / wall time,
+# group join included) and fetch-only MB/s its fetch.MB.sec.
+#
+#   benches/tiering.sh                                        # ~1 GiB, moto S3
+#   BENCH_RECORDS=524288 benches/tiering.sh                   # 512 MiB
+#   BENCH_STORE=file BENCH_RECORDS=524288 benches/tiering.sh  # filesystem store
+#
+# Environment:
+#   STRATA_BIN            Strata binary (default ${CARGO_TARGET_DIR:-target}/release/strata)
+#   BENCH_STORE           s3 (moto_server, default) or file
+#   BENCH_RECORDS         records per topic (default 1048576: 1 GiB with 1 KiB records)
+#   BENCH_RECORD_SIZE     bytes per record (default 1024)
+#   BENCH_PARTITIONS      partitions per topic (default 1)
+#   BENCH_SEGMENT_BYTES   segment.bytes of both topics (default 134217728 = 128 MiB; min 1 MiB)
+#   BENCH_COMPRESSION     producer compression.type (default none: ProducerPerformance repeats
+#                         one payload, which any codec shrinks to almost nothing)
+#   BENCH_PRODUCER_PROPS  extra producer properties, space-separated k=v
+#   BENCH_CONSUMER_PROPS  extra consumer properties, space-separated k=v (all three consumes)
+#   BENCH_STRATA_EXTRA    extra lines for Strata's server.properties (newline-separated k=v),
+#                         e.g. strata.remote.chunk.bytes=8388608
+#   BENCH_DIR             work dir (default: a new /tmp/strata-tiering.XXXXXX); the metrics
+#                         snapshots, tool output and logs stay there
+#   BENCH_KEEP_DATA=1     keep the broker's data and cache dirs
+#   BENCH_START_TIMEOUT   seconds to wait for the broker / moto to become ready (default 60)
+#   BENCH_UPLOAD_TIMEOUT  seconds to wait for the uploads (default 1800)
+#   BENCH_TOOL_HEAP       heap of the perf tool JVMs (default -Xmx512m)
+set -euo pipefail
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/common.sh"
+ROOT="$STRATA_REPO_ROOT"
+
+case "${1:-}" in
+  "") ;;
+  -h|--help) sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "usage: $0   (configured through environment variables; see $0 --help)" >&2; exit 2 ;;
+esac
+
+STORE="${BENCH_STORE:-s3}"
+RECORDS="${BENCH_RECORDS:-1048576}"
+RECORD_SIZE="${BENCH_RECORD_SIZE:-1024}"
+PARTITIONS="${BENCH_PARTITIONS:-1}"
+SEGMENT_BYTES="${BENCH_SEGMENT_BYTES:-134217728}"
+COMPRESSION="${BENCH_COMPRESSION:-none}"
+START_TIMEOUT="${BENCH_START_TIMEOUT:-60}"
+UPLOAD_TIMEOUT="${BENCH_UPLOAD_TIMEOUT:-1800}"
+TOOL_HEAP="${BENCH_TOOL_HEAP:--Xmx512m}"
+STRATA_BIN="${STRATA_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/strata}"
+[[ "$STRATA_BIN" == /* ]] || STRATA_BIN="$ROOT/$STRATA_BIN"
+for v in RECORDS RECORD_SIZE PARTITIONS SEGMENT_BYTES START_TIMEOUT UPLOAD_TIMEOUT; do
+  [[ "${!v}" =~ ^[0-9]+$ ]] || strata_die "$v must be a positive integer, got '${!v}'"
+done
+((SEGMENT_BYTES >= 1048576)) || strata_die "BENCH_SEGMENT_BYTES must be at least 1 MiB (segment.bytes' minimum)"
+[[ "$STORE" == s3 || "$STORE" == file ]] || strata_die "BENCH_STORE must be s3 or file, got '$STORE'"
+[[ -x "$STRATA_BIN" ]] || strata_die "no Strata binary at $STRATA_BIN (set STRATA_BIN or run 'cargo build --release')"
+
+if [[ -n "${BENCH_DIR:-}" ]]; then
+  WORK="$BENCH_DIR"
+  mkdir -p "$WORK"
+else
+  WORK="$(mktemp -d /tmp/strata-tiering.XXXXXX)"
+fi
+WORK="$(cd "$WORK" && pwd)"
+RESULTS="$WORK/results.env"
+: >"$RESULTS"
+LOCAL_TOPIC=bench-local
+TIERED_TOPIC=bench-tiered
+
+# ------------------------------------------------------------------ cleanup
+BROKER_PID="" MOTO_PID="" TOOL_PID="" SAMPLER_PID=""
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [[ -n "$SAMPLER_PID" ]]; then kill "$SAMPLER_PID" 2>/dev/null || true; wait "$SAMPLER_PID" 2>/dev/null || true; fi
+  if [[ -n "$TOOL_PID" ]]; then strata_stop_pid "$TOOL_PID" 5 || true; fi
+  stop_broker || true
+  if [[ -n "$MOTO_PID" ]]; then
+    strata_stop_pid "$MOTO_PID" 10 || true
+    wait "$MOTO_PID" 2>/dev/null || true
+  fi
+  if [[ "${BENCH_KEEP_DATA:-0}" != 1 ]]; then rm -rf "$WORK/data" "$WORK/cache" "$WORK/objects"; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Run a command in the background and wait for it, so that signals reach our traps promptly.
+run_tool() {
+  local out="$1"
+  shift
+  "$@" >"$out" 2>&1 &
+  TOOL_PID=$!
+  local rc=0
+  wait "$TOOL_PID" || rc=$?
+  TOOL_PID=""
+  return "$rc"
+}
+
+record() { printf '%s=%s\n' "$1" "$2" >>"$RESULTS"; }
+
+# ------------------------------------------------------------------ setup
+"$ROOT/scripts/install-test-deps.sh" >/dev/null
+TOOLS_CP="$("$ROOT/scripts/java-classpath.sh" tools)"
+JAVA="$(strata_java)"
+read -r -a TOOL_HEAP_ARGS <<<"$TOOL_HEAP"
+JAVA_TOOL=("$JAVA" "${TOOL_HEAP_ARGS[@]}" -Dorg.slf4j.simpleLogger.defaultLogLevel=warn)
+PY="$STRATA_VENV/bin/python"
+[[ -x "$PY" ]] || strata_die "no Python venv at $STRATA_VENV; run scripts/install-test-deps.sh"
+HELPER=("$PY" "$ROOT/benches/tiering_report.py")
+
+# Options were renamed during 4.x (--producer-props -> --command-property, --messages -> --num-records).
+PP_HELP="$("${JAVA_TOOL[@]}" -cp "$TOOLS_CP" org.apache.kafka.tools.ProducerPerformance --help 2>&1 || true)"
+if grep -q -- '--command-property' <<<"$PP_HELP"; then PROPS_OPT=--command-property; else PROPS_OPT=--producer-props; fi
+CP_HELP="$("${JAVA_TOOL[@]}" -cp "$TOOLS_CP" org.apache.kafka.tools.ConsumerPerformance --help 2>&1 || true)"
+if grep -q -- '--num-records' <<<"$CP_HELP"; then NUM_OPT=--num-records; else NUM_OPT=--messages; fi
+CONSUMER_ARGS=()
+if [[ -n "${BENCH_CONSUMER_PROPS:-}" ]]; then
+  grep -q -- '--command-property' <<<"$CP_HELP" \
+    || strata_die "BENCH_CONSUMER_PROPS needs a ConsumerPerformance with --command-property"
+  for p in $BENCH_CONSUMER_PROPS; do CONSUMER_ARGS+=(--command-property "$p"); done
+fi
+
+echo "tiering bench: store=$STORE records=$RECORDS size=${RECORD_SIZE}B partitions=$PARTITIONS" \
+     "segment.bytes=$SEGMENT_BYTES compression=$COMPRESSION kafka-tools=$KAFKA_VERSION work=$WORK"
+
+# ------------------------------------------------------------------ object store
+STORE_PROPS=""
+start_moto() {
+  local moto="${STRATA_MOTO_SERVER:-$STRATA_VENV/bin/moto_server}" port start=$SECONDS
+  [[ -x "$moto" ]] || strata_die "moto_server not found at $moto; run scripts/install-test-deps.sh"
+  port="$(strata_free_port)"
+  mkdir -p "$WORK/moto"
+  strata_log "starting moto_server on 127.0.0.1:$port"
+  (cd "$WORK/moto" && exec "$moto" -H 127.0.0.1 -p "$port") >"$WORK/moto/moto.log" 2>&1 </dev/null &
+  MOTO_PID=$!
+  until curl -s -o /dev/null -m 1 "http://127.0.0.1:$port/"; do
+    strata_alive "$MOTO_PID" || { tail -n 20 "$WORK/moto/moto.log" >&2; strata_die "moto_server exited during startup"; }
+    ((SECONDS - start < START_TIMEOUT)) || strata_die "moto_server not answering after ${START_TIMEOUT}s"
+    sleep 0.2
+  done
+  "${HELPER[@]}" bucket "http://127.0.0.1:$port" strata-bench
+  STORE_PROPS="strata.remote.store.url=s3://strata-bench/bench
+strata.remote.store.endpoint=http://127.0.0.1:$port
+strata.remote.store.region=us-east-1
+strata.remote.store.access.key.id=strata-bench
+strata.remote.store.secret.access.key=strata-bench
+strata.remote.store.path.style=true"
+}
+
+if [[ $STORE == s3 ]]; then
+  start_moto
+else
+  mkdir -p "$WORK/objects"
+  STORE_PROPS="strata.remote.store.url=file://$WORK/objects"
+fi
+
+# ------------------------------------------------------------------ broker
+PORT="$(strata_free_port)"
+ADMIN_PORT="$(strata_free_port)"
+BOOTSTRAP="127.0.0.1:$PORT"
+METRICS_URL="http://127.0.0.1:$ADMIN_PORT/metrics"
+CONFIG="$WORK/server.properties"
+mkdir -p "$WORK/data" "$WORK/cache"
+cat >"$CONFIG" <<EOF
+# generated by benches/tiering.sh
+listeners=PLAINTEXT://127.0.0.1:$PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
+log.dirs=$WORK/data
+strata.admin.listener=127.0.0.1:$ADMIN_PORT
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+remote.log.storage.system.enable=true
+# Upload and delete promptly, as tests/interop/test_tiering.py does.
+remote.log.manager.task.interval.ms=200
+log.retention.check.interval.ms=200
+strata.remote.cache.dir=$WORK/cache
+$STORE_PROPS
+EOF
+if [[ -n "${BENCH_STRATA_EXTRA:-}" ]]; then
+  printf '%s\n' "$BENCH_STRATA_EXTRA" >>"$CONFIG"
+fi
+
+start_broker() {
+  local start=$SECONDS code
+  strata_log "starting Strata on $BOOTSTRAP (admin :$ADMIN_PORT): $STRATA_BIN serve --config $CONFIG"
+  "$STRATA_BIN" serve --config "$CONFIG" >>"$WORK/strata.log" 2>&1 </dev/null &
+  BROKER_PID=$!
+  while :; do
+    if ! strata_alive "$BROKER_PID"; then
+      tail -n 40 "$WORK/strata.log" >&2 || true
+      strata_die "Strata exited during startup"
+    fi
+    code="$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$ADMIN_PORT/health" || true)"
+    [[ "$code" == 200 ]] && break
+    if ((SECONDS - start >= START_TIMEOUT)); then
+      tail -n 40 "$WORK/strata.log" >&2 || true
+      strata_die "Strata not healthy after ${START_TIMEOUT}s (last /health status: ${code:-none})"
+    fi
+    sleep 0.5
+  done
+  strata_log "Strata ready after $((SECONDS - start))s (pid $BROKER_PID)"
+}
+
+stop_broker() {
+  [[ -n "$BROKER_PID" ]] || return 0
+  strata_log "stopping Strata (pid $BROKER_PID)"
+  # Shutdown uploads the active segments of remote topics first: allow for it.
+  strata_stop_pid "$BROKER_PID" 300 || true
+  wait "$BROKER_PID" 2>/dev/null || true
+  BROKER_PID=""
+}
+
+snapshot() { "${HELPER[@]}" snapshot "$METRICS_URL" "$WORK/metrics-$1.prom"; }
+
+# The effective value of a broker setting: last line in the config file, else the default.
+setting() {
+  local v
+  v="$(sed -n "s/^$1=//p" "$CONFIG" | tail -n 1)"
+  printf '%s\n' "${v:-$2}"
+}
+
+produce() {
+  local topic="$1"
+  # shellcheck disable=SC2086
+  if ! run_tool "$WORK/producer-$topic.out" "${JAVA_TOOL[@]}" -cp "$TOOLS_CP" \
+      org.apache.kafka.tools.ProducerPerformance --bootstrap-server "$BOOTSTRAP" --topic "$topic" \
+      --num-records "$RECORDS" --record-size "$RECORD_SIZE" --throughput -1 \
+      "$PROPS_OPT" acks=1 compression.type="$COMPRESSION" ${BENCH_PRODUCER_PROPS:-}; then
+    tail -n 20 "$WORK/producer-$topic.out" >&2
+    strata_die "ProducerPerformance failed on $topic"
+  fi
+  grep 'records sent' "$WORK/producer-$topic.out" | tail -n 1 || true
+}
+
+consume() {
+  local phase="$1" topic="$2"
+  if ! run_tool "$WORK/consumer-$phase.out" "${JAVA_TOOL[@]}" -cp "$TOOLS_CP" \
+      org.apache.kafka.tools.ConsumerPerformance --bootstrap-server "$BOOTSTRAP" --topic "$topic" \
+      "$NUM_OPT" "$((RECORDS))" --timeout 60000 --group "bench-$phase-$$" "${CONSUMER_ARGS[@]}"; then
+    tail -n 20 "$WORK/consumer-$phase.out" >&2
+    strata_die "ConsumerPerformance ($phase) failed on $topic"
+  fi
+  grep -A1 'MB.sec' "$WORK/consumer-$phase.out" | tail -n 1 || true
+}
+
+# Writes "<VmRSS kB> <RssAnon kB>" of the broker every 200 ms to $1 until killed.
+sample_rss() {
+  local out="$1" pid="$BROKER_PID"
+  while strata_alive "$pid"; do
+    awk '/^VmRSS:/{r=$2} /^RssAnon:/{a=$2} END{print r, a}' "/proc/$pid/status" >>"$out" 2>/dev/null || true
+    sleep 0.2
+  done
+}
+
+status_kib() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$BROKER_PID/status"; }
+# Bytes the broker has written to storage (its remote cache's disk tier, during remote reads).
+write_bytes() { awk '$1 == "write_bytes:" {print $2}' "/proc/$BROKER_PID/io"; }
+
+start_broker
+record tiered_topic "$TIERED_TOPIC"
+record cache_memory_bytes "$(setting strata.remote.cache.memory.bytes 268435456)"
+record cache_disk_bytes "$(setting strata.remote.cache.disk.bytes 1073741824)"
+
+# ------------------------------------------------------------------ produce
+COMMON_TOPIC_CONFIG=(segment.bytes="$SEGMENT_BYTES" retention.ms=-1 retention.bytes=-1)
+"${HELPER[@]}" create-topic "$BOOTSTRAP" "$LOCAL_TOPIC" "$PARTITIONS" "${COMMON_TOPIC_CONFIG[@]}"
+"${HELPER[@]}" create-topic "$BOOTSTRAP" "$TIERED_TOPIC" "$PARTITIONS" "${COMMON_TOPIC_CONFIG[@]}" \
+  remote.storage.enable=false local.retention.bytes=0 local.retention.ms=-2
+echo
+echo "=== produce $RECORDS x ${RECORD_SIZE}B to $LOCAL_TOPIC and $TIERED_TOPIC ==="
+produce "$LOCAL_TOPIC"
+produce "$TIERED_TOPIC"
+
+# ------------------------------------------------------------------ upload
+read -r SEALED SEALED_BYTES ACTIVE_BYTES < <("${HELPER[@]}" segments "$WORK/data" "$TIERED_TOPIC" "$PARTITIONS")
+record tiered_segment_bytes "$((SEALED_BYTES + ACTIVE_BYTES))"
+echo
+echo "=== upload: $SEALED sealed segments ($((SEALED_BYTES >> 20)) MiB; active: $((ACTIVE_BYTES >> 20)) MiB, not uploaded) ==="
+((SEALED > 0)) || strata_die "no sealed segment: produce more than BENCH_SEGMENT_BYTES per partition"
+snapshot upload-start
+"${HELPER[@]}" alter-topic "$BOOTSTRAP" "$TIERED_TOPIC" remote.storage.enable=true
+UPLOAD_SECONDS="$("${HELPER[@]}" wait-upload "$METRICS_URL" "$TIERED_TOPIC" "$SEALED" "$ACTIVE_BYTES" "$UPLOAD_TIMEOUT")" \
+  || strata_die "uploads did not finish (see $WORK/strata.log)"
+snapshot upload-end
+record upload_seconds "$UPLOAD_SECONDS"
+echo "uploaded in ${UPLOAD_SECONDS}s"
+
+# ------------------------------------------------------------------ local read
+echo
+echo "=== consume $LOCAL_TOPIC (local disk) ==="
+consume local "$LOCAL_TOPIC"
+
+# ------------------------------------------------------------------ remote reads
+echo
+echo "=== restart with an empty cache dir ==="
+stop_broker
+rm -rf "$WORK/cache"
+mkdir -p "$WORK/cache"
+start_broker
+# Shutdown uploaded the active segment; local retention may still be deleting local copies.
+for ((i = 0; i < 300; i++)); do
+  LEFT_ALL="$(find "$WORK/data" -path "*/$TIERED_TOPIC-*" -name '*.log' -printf '%s\n' | awk '{s += $1} END {print s + 0}')"
+  ((LEFT_ALL == 0)) && break
+  sleep 0.2
+done
+echo "local bytes of $TIERED_TOPIC left: $LEFT_ALL (0 = every record is read from remote storage)"
+record tiered_local_bytes_at_cold_read "$LEFT_ALL"
+record rss_anon_before_kib "$(status_kib RssAnon)"
+
+sample_rss "$WORK/rss.samples" &
+SAMPLER_PID=$!
+echo
+echo "=== consume $TIERED_TOPIC (remote, cold cache) ==="
+snapshot cold-start
+record write_bytes_cold_start "$(write_bytes)"
+consume cold "$TIERED_TOPIC"
+snapshot cold-end
+record write_bytes_cold_end "$(write_bytes)"
+echo
+echo "=== consume $TIERED_TOPIC (remote, warm cache) ==="
+snapshot warm-start
+consume warm "$TIERED_TOPIC"
+snapshot warm-end
+record write_bytes_warm_end "$(write_bytes)"
+kill "$SAMPLER_PID" 2>/dev/null || true
+wait "$SAMPLER_PID" 2>/dev/null || true
+SAMPLER_PID=""
+record rss_peak_kib "$(awk '$1 > m {m = $1} END {print m + 0}' "$WORK/rss.samples")"
+record rss_anon_peak_kib "$(awk '$2 > m {m = $2} END {print m + 0}' "$WORK/rss.samples")"
+record vm_hwm_kib "$(status_kib VmHWM)"
+stop_broker
+
+echo
+echo "Results (store=$STORE, $RECORDS x ${RECORD_SIZE}B records, $PARTITIONS partition(s)," \
+     "segment.bytes=$SEGMENT_BYTES, chunk=$(setting strata.remote.chunk.bytes 4194304)," \
+     "readahead=$(setting strata.remote.readahead.chunks 8) chunks; raw: $WORK)"
+"${HELPER[@]}" table "$WORK"
