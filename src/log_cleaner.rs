@@ -68,7 +68,7 @@ pub fn compaction_config(config: &TopicConfig) -> CompactionConfig {
 }
 
 fn is_cleaned(topic: &Topic) -> bool {
-    topic.config.cleanup_policy_compact && !topic.config.remote_storage_enable
+    topic.config.cleanup_policy_compact
 }
 
 impl LogCleaner {
@@ -124,7 +124,14 @@ impl LogCleaner {
                     log.cleaner_segments()?,
                     log.log_start_offset(),
                     log.log_end_offset(),
-                    log.last_stable_offset(),
+                    // With remote storage only what the bucket already has is cleaned, so a
+                    // cleaned group never straddles the remote end (the compacted snapshot
+                    // then replaces whole remote segments).
+                    if topic.config.remote_storage_enable {
+                        log.last_stable_offset().min(log.remote_end_offset().max(0))
+                    } else {
+                        log.last_stable_offset()
+                    },
                 ))
             })?;
         Ok(CleaningCandidate {

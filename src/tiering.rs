@@ -37,6 +37,7 @@ pub struct TieringMetrics {
     pub upload_failures: AtomicU64,
     pub segments_deleted_remote: AtomicU64,
     pub orphans_removed: AtomicU64,
+    pub compacted_snapshots: AtomicU64,
     pub remote_fetches: AtomicU64,
     pub remote_fetch_errors: AtomicU64,
 }
@@ -204,19 +205,31 @@ impl Tiering {
         let remote_end = manifest.end_offset().unwrap_or(-1);
         let remote_start = manifest.log_start_offset;
         let part = p.clone();
-        let files = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             part.with_log(|l| -> io::Result<_> {
                 l.set_remote_end_offset(remote_end);
-                l.advance_log_start_offset(remote_start)?;
-                Ok(l.uploadable_segments(remote_end))
+                l.advance_log_start_offset(remote_start)
             })
         })
         .await??;
-        for f in files {
+        loop {
             let started = Instant::now();
-            let prepared = {
-                let f = f.clone();
-                tokio::task::spawn_blocking(move || strata_tiering::upload::prepare(&f)).await??
+            // List and map the next segment under the log lock, so the cleaner cannot swap its
+            // files in between (the map keeps the old inode readable afterwards).
+            let from = tp.manifest().end_offset().unwrap_or(-1);
+            let part = p.clone();
+            let next = tokio::task::spawn_blocking(move || {
+                part.with_log(|l| -> io::Result<_> {
+                    let Some(f) = l.uploadable_segments(from).into_iter().next() else {
+                        return Ok(None);
+                    };
+                    let prepared = strata_tiering::upload::prepare(&f).map_err(io::Error::other)?;
+                    Ok(Some((f, prepared)))
+                })
+            })
+            .await??;
+            let Some((f, prepared)) = next else {
+                break;
             };
             let size: u64 = prepared.iter().map(|b| b.len() as u64).sum();
             let seg = match strata_tiering::upload::upload(
@@ -241,6 +254,12 @@ impl Tiering {
                 self.metrics.upload_failures.fetch_add(1, Ordering::Relaxed);
                 return Err(e.into());
             }
+            if tp.manifest().end_offset().unwrap_or(-1) <= from {
+                // Nothing was added (the segment overlaps what is remote): stop this pass
+                // rather than upload it again.
+                tracing::warn!(topic = %topic.name, partition = p.index, base = f.base_offset, "segment overlaps the remote log; not uploaded");
+                break;
+            }
             self.metrics
                 .segments_uploaded
                 .fetch_add(1, Ordering::Relaxed);
@@ -255,6 +274,10 @@ impl Tiering {
             })
             .await??;
             self.throttle(size, started.elapsed()).await;
+        }
+        if topic.config.cleanup_policy_compact {
+            self.snapshot_compacted(broker, topic, p, &tp, epoch)
+                .await?;
         }
         // Remote retention, then local retention for what the manifest now covers.
         let part = p.clone();
@@ -300,6 +323,100 @@ impl Tiering {
             .await??;
         }
         let _ = broker;
+        Ok(())
+    }
+
+    /// Compacted topics: once the cleaner has cleaned past the last snapshot (and the
+    /// snapshot interval has passed), uploads the cleaned local segments below the cleaner's
+    /// checkpoint and swaps them into the manifest in place of the segments uploaded as they
+    /// were written. The bucket then holds the compacted state instead of the full history,
+    /// and a restore from it rebuilds the compacted log.
+    async fn snapshot_compacted(
+        &self,
+        broker: &Arc<Broker>,
+        topic: &Topic,
+        p: &Arc<Partition>,
+        tp: &Arc<TieredPartition>,
+        epoch: i32,
+    ) -> anyhow::Result<()> {
+        let Some(cleaned) = broker.log_cleaner().checkpoint(&topic.name, p.index) else {
+            return Ok(());
+        };
+        let m = tp.manifest();
+        let Some(remote_end) = m.end_offset() else {
+            return Ok(());
+        };
+        let upto_limit = cleaned.min(remote_end);
+        if upto_limit <= m.compacted_upto.unwrap_or(i64::MIN) {
+            return Ok(());
+        }
+        let now = now_ms();
+        if m.compacted_at_ms
+            .is_some_and(|at| now - at < self.config.compacted_snapshot_interval_ms as i64)
+        {
+            return Ok(());
+        }
+        let part = p.clone();
+        // The snapshot covers [first local offset, end of the last cleaned segment); segments
+        // the cleaner emptied have no bundle but are covered all the same.
+        let (from, upto, prepared) = tokio::task::spawn_blocking(move || {
+            part.with_log(|l| -> io::Result<_> {
+                let Some(upto) = l.sealed_end_at_or_below(upto_limit) else {
+                    return Ok((0, 0, Vec::new()));
+                };
+                let prepared = l
+                    .segment_files(-1, upto)
+                    .into_iter()
+                    .map(|f| {
+                        let parts =
+                            strata_tiering::upload::prepare(&f).map_err(io::Error::other)?;
+                        Ok((f, parts))
+                    })
+                    .collect::<io::Result<Vec<_>>>()?;
+                Ok((l.local_start_offset(), upto, prepared))
+            })
+        })
+        .await??;
+        if upto <= from || upto <= m.compacted_upto.unwrap_or(i64::MIN) {
+            return Ok(());
+        }
+        let mut snapshot = Vec::with_capacity(prepared.len());
+        let mut bytes = 0u64;
+        for (f, parts) in prepared {
+            bytes += parts.iter().map(|b| b.len() as u64).sum::<u64>();
+            let seg = strata_tiering::upload::upload(
+                &self.store,
+                &tp.id,
+                &f,
+                parts,
+                epoch,
+                self.config.upload,
+                now,
+            )
+            .await;
+            match seg {
+                Ok(s) => snapshot.push(s),
+                Err(e) => {
+                    for s in &snapshot {
+                        let _ = self.store.delete(&topic.name, &s.key).await;
+                    }
+                    self.metrics.upload_failures.fetch_add(1, Ordering::Relaxed);
+                    return Err(e.into());
+                }
+            }
+        }
+        let segments = snapshot.len();
+        if tp
+            .commit_snapshot(&self.store, snapshot, from, upto, epoch, now)
+            .await?
+        {
+            self.metrics
+                .compacted_snapshots
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(topic = %topic.name, partition = p.index, from, upto, segments, bytes, "uploaded a compacted snapshot");
+        } else {
+            tracing::debug!(topic = %topic.name, partition = p.index, from, upto, "compacted snapshot does not align with the remote segments; skipped");
+        }
         Ok(())
     }
 
@@ -449,7 +566,7 @@ impl Tiering {
         self.metrics.remote_fetches.fetch_add(1, Ordering::Relaxed);
         let tp = self.partition(topic, index).await?;
         let manifest = tp.manifest();
-        let seg = manifest
+        let mut seg = manifest
             .segment_for(offset)
             .or_else(|| {
                 // The offset may fall in a gap left by compaction or by data deleted before
@@ -457,22 +574,34 @@ impl Tiering {
                 manifest.segment_after(offset)
             })
             .ok_or(RemoteReadError::OutOfRange(offset))?;
-        let result = self
-            .reader
-            .read(
-                &topic.name,
-                seg,
-                offset.max(seg.base_offset),
-                max_bytes,
-                min_one,
-            )
-            .await;
-        if result.is_err() {
-            self.metrics
-                .remote_fetch_errors
-                .fetch_add(1, Ordering::Relaxed);
+        loop {
+            let result = self
+                .reader
+                .read(
+                    &topic.name,
+                    seg,
+                    offset.max(seg.base_offset),
+                    max_bytes,
+                    min_one,
+                )
+                .await;
+            match result {
+                // Compaction removed the rest of this segment: the next one continues.
+                // (Only when a batch would have been returned however large: otherwise an empty
+                // answer may just mean the first batch did not fit.)
+                Ok(b) if b.is_empty() && min_one => match manifest.segment_after(seg.base_offset) {
+                    Some(next) => seg = next,
+                    None => return Ok(b),
+                },
+                Ok(b) => return Ok(b),
+                Err(e) => {
+                    self.metrics
+                        .remote_fetch_errors
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Err(e.into());
+                }
+            }
         }
-        Ok(result?)
     }
 
     /// Aborted transactions (producer id, first offset) overlapping `[from, upper)` from the
@@ -567,6 +696,11 @@ impl Tiering {
                 "strata_remote_orphans_removed_total",
                 "Uncommitted remote objects removed by the scrubber.",
                 m.orphans_removed.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_remote_compacted_snapshots_total",
+                "Compacted snapshots committed (compacted topics).",
+                m.compacted_snapshots.load(Ordering::Relaxed),
             ),
             (
                 "strata_remote_uploaded_bytes_total",
@@ -754,7 +888,9 @@ pub async fn restore_if_empty(tiering: &Tiering, config: &BrokerConfig) -> anyho
             };
             parts.push(RestoredPartition {
                 index,
-                log_start_offset: m.start_offset().unwrap_or(m.log_start_offset),
+                // The manifest's log start (a compacted log may have nothing at it: reads
+                // continue at the first segment after it).
+                log_start_offset: m.log_start_offset,
                 next_offset: last.next_offset,
                 producer_snapshot: snapshot,
                 leader_epoch_checkpoint: epochs,

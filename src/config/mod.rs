@@ -330,6 +330,11 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "536870912",
     },
     BrokerConfigDef {
+        name: "strata.remote.compacted.snapshot.interval.ms",
+        kind: Kind::Long,
+        default: "3600000",
+    },
+    BrokerConfigDef {
         name: "strata.remote.orphan.grace.ms",
         kind: Kind::Long,
         default: "3600000",
@@ -573,6 +578,8 @@ pub struct TieringConfig {
     pub upload: strata_tiering::UploadOptions,
     pub orphan_grace_ms: i64,
     pub scrub_interval_ms: u64,
+    /// Compacted topics: least time between two compacted snapshots of a partition.
+    pub compacted_snapshot_interval_ms: u64,
 }
 
 impl TieringConfig {
@@ -663,6 +670,8 @@ impl TieringConfig {
             },
             orphan_grace_ms: positive("strata.remote.orphan.grace.ms")?,
             scrub_interval_ms: positive("strata.remote.scrub.interval.ms")? as u64,
+            compacted_snapshot_interval_ms: long("strata.remote.compacted.snapshot.interval.ms")?
+                .max(0) as u64,
         })
     }
 }

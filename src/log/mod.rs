@@ -918,9 +918,29 @@ impl Log {
             .sum()
     }
 
-    /// Sealed segments wholly below the high watermark that start at or after `from`, with
-    /// what the tiering service uploads for each.
+    /// Sealed segments wholly below the last stable offset that end after `from`, with what
+    /// the tiering service uploads for each.
     pub fn uploadable_segments(&self, from: i64) -> Vec<strata_tiering::SegmentFiles> {
+        self.segment_files(from, i64::MAX)
+    }
+
+    /// The end of the last sealed segment below the last stable offset that ends at or below
+    /// `limit` (segments emptied by the cleaner included).
+    pub fn sealed_end_at_or_below(&self, limit: i64) -> Option<i64> {
+        let active = self.active_base();
+        self.segments
+            .values()
+            .take_while(|s| {
+                s.base_offset() != active && s.next_offset() <= self.last_stable_offset()
+            })
+            .map(|s| s.next_offset())
+            .filter(|&n| n <= limit)
+            .max()
+    }
+
+    /// Sealed, non-empty segments below the last stable offset with `from < next offset <=
+    /// upto` (a compacted snapshot takes the cleaned ones).
+    pub fn segment_files(&self, from: i64, upto: i64) -> Vec<strata_tiering::SegmentFiles> {
         let active = self.active_base();
         let mut out = Vec::new();
         for seg in self.segments.values() {
@@ -928,6 +948,9 @@ impl Log {
             // Only data below the last stable offset: an undecided transaction must not
             // reach the bucket before its marker.
             if base == active || seg.next_offset() > self.last_stable_offset() {
+                break;
+            }
+            if seg.next_offset() > upto {
                 break;
             }
             if seg.next_offset() <= from || seg.size() == 0 {

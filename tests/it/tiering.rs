@@ -494,3 +494,140 @@ async fn read_all_from(c: &mut Client, from: i64, end: i64) -> Vec<i64> {
     }
     offsets
 }
+
+/// All (offset, key, value) from `from`, reading until `end`.
+async fn read_records(c: &mut Client, topic: &str, end: i64) -> Vec<(i64, String, String)> {
+    let mut out: Vec<(i64, String, String)> = Vec::new();
+    let mut next = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while next < end {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "stuck at offset {next}"
+        );
+        let p = fetch(
+            c,
+            topic,
+            0,
+            FetchArgs {
+                offset: next,
+                max_wait_ms: 100,
+                ..Default::default()
+            },
+        )
+        .await;
+        assert_eq!(p.error_code, 0, "fetch at {next}");
+        let Some(mut b) = p.records.clone().filter(|b| !b.is_empty()) else {
+            continue;
+        };
+        for set in kafka_protocol::records::RecordBatchDecoder::decode_all(&mut b).unwrap() {
+            for r in set.records {
+                if r.offset < next || r.control {
+                    continue;
+                }
+                let s = |b: &Option<bytes::Bytes>| {
+                    b.as_ref()
+                        .map(|b| String::from_utf8_lossy(b).to_string())
+                        .unwrap_or_default()
+                };
+                out.push((r.offset, s(&r.key), s(&r.value)));
+            }
+        }
+        if let Some(&(last, _, _)) = out.last() {
+            next = last + 1;
+        }
+        if out.last().is_some_and(|(o, _, _)| *o + 1 >= end) {
+            break;
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compacted_tiered_topic_keeps_its_compacted_state_in_the_bucket() {
+    let mut settings = tiered_broker_settings();
+    settings.push(("strata.remote.compacted.snapshot.interval.ms", "0"));
+    settings.push(("log.cleaner.backoff.ms", "50"));
+    let b = TestBroker::start_with(&settings).await;
+    let mut c = b.client().await;
+    let r = create_topic_with(
+        &mut c,
+        "compacted",
+        1,
+        &[
+            ("cleanup.policy", "compact"),
+            ("remote.storage.enable", "true"),
+            ("internal.segment.bytes", "2048"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+        ],
+    )
+    .await;
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    // 40 rounds of updates to the same 10 keys (key-0..key-9): value "round-R".
+    let now = now_ms();
+    let mut end = 0;
+    for round in 0..40 {
+        let v = format!("round-{round}");
+        let values: Vec<&[u8]> = (0..10).map(|_| v.as_bytes()).collect();
+        let r = produce(
+            &mut c,
+            "compacted",
+            0,
+            batch_with(
+                &values,
+                &[now; 10],
+                kafka_protocol::records::Compression::None,
+                None,
+            ),
+        )
+        .await;
+        assert_eq!(r.error_code, 0);
+        end = r.base_offset + 10;
+    }
+    let tiering = b.broker().tiering().unwrap().clone();
+    let topic = b.broker().topic("compacted").unwrap();
+    let tp = tiering.partition(&topic, 0).await.unwrap();
+    for _ in 0..300 {
+        if tp.manifest().compacted_upto.is_some_and(|u| u >= end / 2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let upto = tp
+        .manifest()
+        .compacted_upto
+        .expect("a compacted snapshot was committed");
+    assert!(upto >= end / 2, "snapshot covers {upto} of {end}");
+    let objects = tempfile::tempdir().unwrap();
+    b.shutdown_keep_dir(|dir| {
+        std::fs::rename(dir.join("objects"), objects.path().join("objects")).unwrap();
+    })
+    .await;
+
+    // Restore on an empty disk: the bucket alone yields the compacted state.
+    let url = format!("file://{}", objects.path().join("objects").display());
+    let mut restored = settings.clone();
+    restored.push(("strata.remote.store.url", url.as_str()));
+    let b = TestBroker::start_with(&restored).await;
+    let mut c = b.client().await;
+    let records = read_records(&mut c, "compacted", end).await;
+    let offsets: Vec<i64> = records.iter().map(|r| r.0).collect();
+    assert!(offsets.windows(2).all(|w| w[0] < w[1]), "offsets increase");
+    let below: Vec<_> = records.iter().filter(|r| r.0 < upto).collect();
+    let mut keys: Vec<&str> = below.iter().map(|r| r.1.as_str()).collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(
+        keys.len(),
+        below.len(),
+        "one record per key below the snapshot end: {below:?}"
+    );
+    // The newest value of every key survives.
+    let mut latest = std::collections::BTreeMap::new();
+    for (_, k, v) in &records {
+        latest.insert(k.clone(), v.clone());
+    }
+    assert_eq!(latest.len(), 10);
+    assert!(latest.values().all(|v| v == "round-39"), "{latest:?}");
+    b.shutdown().await;
+}

@@ -129,8 +129,14 @@ pub struct PartitionManifest {
     pub leader_epoch: i32,
     /// The partition's log start offset (after remote retention and DeleteRecords).
     pub log_start_offset: i64,
-    /// Segments in offset order, contiguous.
+    /// Segments in offset order (contiguous, except where compaction removed records).
     pub segments: Vec<RemoteSegment>,
+    /// Compacted topics: the remote log below this offset is a compacted snapshot (the
+    /// cleaned segments), replacing the segments uploaded as they were written.
+    #[serde(default)]
+    pub compacted_upto: Option<i64>,
+    #[serde(default)]
+    pub compacted_at_ms: Option<i64>,
 }
 
 impl PartitionManifest {
@@ -144,6 +150,8 @@ impl PartitionManifest {
             leader_epoch,
             log_start_offset: 0,
             segments: Vec::new(),
+            compacted_upto: None,
+            compacted_at_ms: None,
         }
     }
 

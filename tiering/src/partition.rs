@@ -164,11 +164,17 @@ impl TieredPartition {
                 total -= seg.size();
                 keep_from += 1;
             }
-            let start = match m.segments.get(keep_from) {
-                Some(s) => s.base_offset.max(m.log_start_offset),
-                None => m.end_offset().unwrap_or(m.log_start_offset),
-            }
-            .max(
+            // Deleting segments moves the start to the first one kept; otherwise only
+            // DeleteRecords does (a compacted log may have a gap at its start: the start stays).
+            let by_deletion = if keep_from == 0 {
+                m.log_start_offset
+            } else {
+                match m.segments.get(keep_from) {
+                    Some(s) => s.base_offset.max(m.log_start_offset),
+                    None => m.end_offset().unwrap_or(m.log_start_offset),
+                }
+            };
+            let start = by_deletion.max(
                 input
                     .log_start_offset
                     .min(m.end_offset().unwrap_or(i64::MAX)),
@@ -194,6 +200,65 @@ impl TieredPartition {
             }
         }
         Ok(outcome)
+    }
+
+    /// Replaces the remote segments covering `[from, upto)` with a compacted snapshot (the
+    /// cleaned segments, already uploaded), in one manifest commit; the replaced objects are
+    /// deleted afterwards. Refused (Ok(false)) when a remote segment straddles `from` or
+    /// `upto`, since the snapshot would then overlap it.
+    pub async fn commit_snapshot(
+        &self,
+        store: &RemoteStore,
+        snapshot: Vec<RemoteSegment>,
+        from: i64,
+        upto: i64,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<bool, CommitError> {
+        let mut replaced: Vec<RemoteSegment> = Vec::new();
+        let snapshot_keys: Vec<String> = snapshot.iter().map(|s| s.key.clone()).collect();
+        let committed = self
+            .commit_with(store, leader_epoch, |m| {
+                replaced.clear();
+                if m.segments.iter().any(|s| {
+                    (s.base_offset < from && s.next_offset > from)
+                        || (s.base_offset < upto && s.next_offset > upto)
+                }) {
+                    return Ok(false);
+                }
+                let mut next = Vec::with_capacity(m.segments.len());
+                next.extend(m.segments.iter().filter(|s| s.next_offset <= from).cloned());
+                next.extend(snapshot.iter().cloned());
+                next.extend(m.segments.iter().filter(|s| s.base_offset >= upto).cloned());
+                replaced = m
+                    .segments
+                    .iter()
+                    .filter(|s| s.base_offset >= from && s.next_offset <= upto)
+                    .cloned()
+                    .collect();
+                m.segments = next;
+                m.compacted_upto = Some(upto);
+                m.compacted_at_ms = Some(now_ms);
+                Ok(true)
+            })
+            .await;
+        match committed {
+            Ok(true) => {
+                for seg in replaced {
+                    if let Err(e) = store.delete(&self.id.topic, &seg.key).await {
+                        tracing::warn!(key = %seg.key, error = %e, "could not delete a segment replaced by a compacted snapshot; the scrubber will retry");
+                    }
+                }
+                Ok(true)
+            }
+            other => {
+                // Not committed: the snapshot's objects are orphans.
+                for key in snapshot_keys {
+                    let _ = store.delete(&self.id.topic, &key).await;
+                }
+                other
+            }
+        }
     }
 
     /// Deletes objects under the partition's prefix that the manifest does not reference and
