@@ -293,6 +293,37 @@ struct MetadataFile {
     /// ("" = cluster-wide default, else a node id) and then by setting.
     #[serde(default)]
     broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// SCRAM credentials: user -> mechanism name -> salted keys (never the password).
+    #[serde(default)]
+    scram_credentials: ScramStore,
+}
+
+type ScramStore = BTreeMap<String, BTreeMap<String, crate::auth::scram::Credential>>;
+
+/// Adds or replaces a SCRAM credential in a data dir before the broker starts (`strata scram
+/// add`, like `kafka-storage format --add-scram`). Blocking.
+pub fn add_scram_credential_offline(
+    config: &BrokerConfig,
+    user: &str,
+    mechanism: crate::auth::scram::Mechanism,
+    credential: crate::auth::scram::Credential,
+) -> io::Result<()> {
+    let dir = &config.log_dirs[0];
+    fs::create_dir_all(dir)?;
+    let path = dir.join(METADATA_FILE);
+    let mut meta: MetadataFile = match fs::read_to_string(&path) {
+        Ok(text) => toml::from_str(&text).map_err(|e| io::Error::other(e.to_string()))?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => MetadataFile::default(),
+        Err(e) => return Err(e),
+    };
+    meta.scram_credentials
+        .entry(user.to_string())
+        .or_default()
+        .insert(mechanism.name().to_string(), credential);
+    let text = toml::to_string(&meta).map_err(|e| io::Error::other(e.to_string()))?;
+    let tmp = path.with_extension("toml.tmp");
+    fs::write(&tmp, text)?;
+    fs::rename(&tmp, &path)
 }
 
 #[derive(Serialize, Deserialize, Clone)]
@@ -326,6 +357,7 @@ pub struct Broker {
     fetch_sessions: Mutex<FetchSessionCache>,
     /// See [`MetadataFile::broker_configs`].
     dynamic_configs: RwLock<BTreeMap<String, BTreeMap<String, String>>>,
+    scram: RwLock<ScramStore>,
     /// Set once at start-up, after the logs are open (the coordinator replays its topic).
     groups: std::sync::OnceLock<Arc<crate::coordinator::GroupCoordinator>>,
     /// Tiered storage, when remote.log.storage.system.enable is set.
@@ -373,6 +405,7 @@ pub fn write_restored_metadata(
             })
             .collect(),
         broker_configs: BTreeMap::new(),
+        scram_credentials: BTreeMap::new(),
     };
     let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
     let path = dir.join(METADATA_FILE);
@@ -480,6 +513,7 @@ impl Broker {
             }),
             fetch_sessions: Mutex::new(FetchSessionCache::new(FETCH_SESSION_SLOTS)),
             dynamic_configs: RwLock::new(meta.broker_configs.clone()),
+            scram: RwLock::new(meta.scram_credentials.clone()),
             groups: std::sync::OnceLock::new(),
             tiering: std::sync::OnceLock::new(),
             txns: std::sync::OnceLock::new(),
@@ -569,11 +603,13 @@ impl Broker {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let scram_credentials = self.scram.read().unwrap_or_else(|e| e.into_inner()).clone();
         let file = MetadataFile {
             cluster_id: self.cluster_id.clone(),
             next_producer_id_block,
             topics,
             broker_configs,
+            scram_credentials,
         };
         let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
         let path = self.config.log_dirs[0].join(METADATA_FILE);
@@ -755,6 +791,76 @@ impl Broker {
     }
 
     /// The incremental fetch session cache; hold the guard only briefly.
+    /// A user's SCRAM credential for `mechanism`.
+    pub fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: crate::auth::scram::Mechanism,
+    ) -> Option<crate::auth::scram::Credential> {
+        self.scram
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(user)
+            .and_then(|m| m.get(mechanism.name()))
+            .cloned()
+    }
+
+    /// (user, [(mechanism, iterations)]) for DescribeUserScramCredentials.
+    pub fn scram_users(&self) -> Vec<(String, Vec<(crate::auth::scram::Mechanism, i32)>)> {
+        self.scram
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(u, m)| {
+                (
+                    u.clone(),
+                    m.iter()
+                        .filter_map(|(name, c)| {
+                            crate::auth::scram::Mechanism::parse(name).map(|m| (m, c.iterations))
+                        })
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// Sets (Some) or deletes (None) credentials and persists them. Blocking.
+    pub fn alter_scram(
+        &self,
+        changes: Vec<(
+            String,
+            crate::auth::scram::Mechanism,
+            Option<crate::auth::scram::Credential>,
+        )>,
+    ) -> io::Result<()> {
+        {
+            let mut store = self.scram.write().unwrap_or_else(|e| e.into_inner());
+            for (user, m, cred) in changes {
+                match cred {
+                    Some(c) => {
+                        store
+                            .entry(user)
+                            .or_default()
+                            .insert(m.name().to_string(), c);
+                    }
+                    None => {
+                        if let Some(per_user) = store.get_mut(&user) {
+                            per_user.remove(m.name());
+                            if per_user.is_empty() {
+                                store.remove(&user);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        self.save_metadata()
+    }
+
     pub fn tiering(&self) -> Option<&Arc<crate::tiering::Tiering>> {
         self.tiering.get()
     }

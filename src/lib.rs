@@ -34,6 +34,7 @@
 
 pub mod admin_http;
 pub mod api;
+pub mod auth;
 pub mod broker;
 pub mod config;
 pub mod coordinator;

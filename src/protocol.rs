@@ -52,6 +52,10 @@ pub const SUPPORTED_APIS: &[ApiKey] = &[
     ApiKey::DescribeProducers,
     ApiKey::DescribeTransactions,
     ApiKey::ListTransactions,
+    ApiKey::SaslHandshake,
+    ApiKey::SaslAuthenticate,
+    ApiKey::DescribeUserScramCredentials,
+    ApiKey::AlterUserScramCredentials,
 ];
 
 /// (min, max) version Strata accepts for an API, if it serves it at all: the crate's range
@@ -98,6 +102,11 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::DescribeProducers => DescribeProducersRequest::VERSIONS,
         ApiKey::DescribeTransactions => DescribeTransactionsRequest::VERSIONS,
         ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS,
+        // Kafka 4 removed SaslHandshake v0 (raw SASL tokens after the handshake, KIP-896).
+        ApiKey::SaslHandshake => kafka_protocol::protocol::VersionRange { min: 1, max: 1 },
+        ApiKey::SaslAuthenticate => SaslAuthenticateRequest::VERSIONS,
+        ApiKey::DescribeUserScramCredentials => DescribeUserScramCredentialsRequest::VERSIONS,
+        ApiKey::AlterUserScramCredentials => AlterUserScramCredentialsRequest::VERSIONS,
         _ => return None,
     };
     let r = key.valid_versions().intersect(&codec);

@@ -29,19 +29,28 @@ pub struct Running {
 /// Opens the logs, binds the listeners and spawns the servers and background services.
 pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
     // Bind first: a listener on port 0 advertises the port it actually got, as Kafka does.
-    let kafka_bind = config.listener.bind;
     let admin_bind = config.admin_listener;
-    let kafka = TcpListener::bind(kafka_bind)
-        .await
-        .with_context(|| format!("cannot listen on {kafka_bind} (listeners)"))?;
+    let mut kafka_listeners = Vec::with_capacity(config.listeners.len());
+    for l in config.listeners.iter_mut() {
+        // Bad TLS keys fail the start, not the first connection.
+        if let Some(t) = config.security.tls.get(&l.name) {
+            crate::auth::tls::acceptor(t).with_context(|| format!("listener {}", l.name))?;
+        }
+        let bind = l.bind;
+        let socket = TcpListener::bind(bind)
+            .await
+            .with_context(|| format!("cannot listen on {bind} (listeners: {})", l.name))?;
+        if l.advertised_port == 0 {
+            l.advertised_port = socket.local_addr()?.port();
+        }
+        kafka_listeners.push(socket);
+    }
+    config.listener = config.listeners[0].clone();
     let admin = TcpListener::bind(admin_bind)
         .await
         .with_context(|| format!("cannot listen on {admin_bind} (strata.admin.listener)"))?;
-    let kafka_addr = kafka.local_addr()?;
+    let kafka_addr = kafka_listeners[0].local_addr()?;
     let admin_addr = admin.local_addr()?;
-    if config.listener.advertised_port == 0 {
-        config.listener.advertised_port = kafka_addr.port();
-    }
     let tiering = if config.tiering.enabled {
         let t = crate::tiering::Tiering::open(&config.tiering)
             .await
@@ -75,12 +84,15 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
     let shutdown = CancellationToken::new();
     let connections = TaskTracker::new();
     let services = TaskTracker::new();
-    services.spawn(crate::server::serve(
-        kafka,
-        broker.clone(),
-        shutdown.clone(),
-        connections.clone(),
-    ));
+    for (index, socket) in kafka_listeners.into_iter().enumerate() {
+        services.spawn(crate::server::serve(
+            socket,
+            index,
+            broker.clone(),
+            shutdown.clone(),
+            connections.clone(),
+        ));
+    }
     services.spawn(crate::admin_http::serve(
         admin,
         broker.clone(),

@@ -15,22 +15,41 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use kafka_protocol::messages::{RequestKind, ResponseKind};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::api;
+use crate::auth::{self, Sasl, SaslOutcome};
 use crate::broker::Broker;
 use crate::protocol::{self, FrameError};
 
-/// Serves the Kafka protocol on `listener` until `shutdown` is cancelled.
+/// How long a TLS handshake may take before the connection is dropped.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves the Kafka protocol on `listener` (the broker's listener number `index`) until
+/// `shutdown` is cancelled.
 pub async fn serve(
     listener: TcpListener,
+    index: usize,
     broker: Arc<Broker>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
+    let config = &broker.config.listeners[index];
+    let tls = match broker.config.security.tls.get(&config.name) {
+        Some(t) => match auth::tls::acceptor(t) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                // Checked at start-up (runtime::start); here only for completeness.
+                tracing::error!(listener = %config.name, error = %e, "cannot serve TLS");
+                return;
+            }
+        },
+        None => None,
+    };
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -41,6 +60,7 @@ pub async fn serve(
                 let _ = stream.set_nodelay(true);
                 let broker = broker.clone();
                 let shutdown = shutdown.clone();
+                let tls = tls.clone();
                 tracker.spawn(async move {
                     broker
                         .metrics
@@ -50,7 +70,44 @@ pub async fn serve(
                         .metrics
                         .connections_active
                         .fetch_add(1, Ordering::Relaxed);
-                    match serve_connection(stream, peer, &broker, &shutdown).await {
+                    let result = match &tls {
+                        None => {
+                            serve_connection(
+                                stream,
+                                peer,
+                                index,
+                                auth::ANONYMOUS.to_string(),
+                                &broker,
+                                &shutdown,
+                            )
+                            .await
+                        }
+                        Some(acceptor) => {
+                            match tokio::time::timeout(
+                                TLS_HANDSHAKE_TIMEOUT,
+                                acceptor.accept(stream),
+                            )
+                            .await
+                            {
+                                Ok(Ok(tls_stream)) => {
+                                    let principal = tls_stream
+                                        .get_ref()
+                                        .1
+                                        .peer_certificates()
+                                        .and_then(|c| c.first())
+                                        .and_then(auth::tls::principal_of)
+                                        .unwrap_or_else(|| auth::ANONYMOUS.to_string());
+                                    serve_connection(
+                                        tls_stream, peer, index, principal, &broker, &shutdown,
+                                    )
+                                    .await
+                                }
+                                Ok(Err(e)) => Err(ConnectionEnd::Tls(e.to_string())),
+                                Err(_) => Err(ConnectionEnd::Tls("handshake timed out".into())),
+                            }
+                        }
+                    };
+                    match result {
                         Ok(()) => {}
                         // A response we cannot encode is a bug in a handler, not the client's fault.
                         Err(reason @ ConnectionEnd::Encode(_)) => {
@@ -88,16 +145,39 @@ enum ConnectionEnd {
     Idle,
     #[error("cannot encode response: {0}")]
     Encode(String),
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("unexpected request {0:?} before SASL authentication")]
+    Unauthenticated(kafka_protocol::messages::ApiKey),
+    #[error("SASL authentication failed or its session expired")]
+    AuthenticationFailed,
 }
 
-async fn serve_connection(
-    stream: TcpStream,
+async fn serve_connection<S>(
+    stream: S,
     peer: SocketAddr,
+    listener: usize,
+    principal: String,
     broker: &Arc<Broker>,
     shutdown: &CancellationToken,
-) -> Result<(), ConnectionEnd> {
-    let (read_half, mut writer) = stream.into_split();
+) -> Result<(), ConnectionEnd>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin,
+{
+    let (read_half, mut writer) = tokio::io::split(stream);
     let mut reader = BufReader::with_capacity(64 * 1024, read_half);
+    let listener_config = &broker.config.listeners[listener];
+    let mut sasl = broker
+        .config
+        .security
+        .sasl
+        .get(&listener_config.name)
+        .filter(|_| listener_config.security.uses_sasl())
+        .map(|c| Sasl::new(c.clone(), broker.config.security.max_reauth_ms));
+    let mut conn = api::Connection {
+        listener,
+        principal,
+    };
     let max = broker.config.socket_request_max_bytes;
     let idle = Duration::from_millis(broker.config.connections_max_idle_ms);
     loop {
@@ -152,10 +232,43 @@ async fn serve_connection(
         let api_key = request.api_key;
         let version = request.header.request_api_version;
         let correlation_id = request.header.correlation_id;
-        // A request parked in a long poll must not hold up shutdown.
-        let outcome = tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
-            o = api::handle(broker, peer, request) => o,
+        // SASL: the handshake and authentication are connection state, handled here.
+        let mut close_after = false;
+        let outcome = match (&mut sasl, &request.body) {
+            (Some(s), RequestKind::SaslHandshake(r)) => match s.handshake(r) {
+                SaslOutcome::Handshake(resp) => {
+                    api::Outcome::Respond(Box::new(ResponseKind::SaslHandshake(resp)))
+                }
+                SaslOutcome::Authenticate { .. } => unreachable_outcome(),
+            },
+            (Some(s), RequestKind::SaslAuthenticate(r)) => match s.authenticate(broker, r) {
+                SaslOutcome::Authenticate { response, close } => {
+                    close_after = close;
+                    if let Some(p) = &s.principal {
+                        conn.principal = p.clone();
+                    }
+                    api::Outcome::Respond(Box::new(ResponseKind::SaslAuthenticate(response)))
+                }
+                SaslOutcome::Handshake(_) => unreachable_outcome(),
+            },
+            (Some(s), body) if !s.is_authenticated() => {
+                if s.principal.is_some() {
+                    // KIP-368: the session expired without re-authentication.
+                    return Err(ConnectionEnd::AuthenticationFailed);
+                }
+                if !matches!(body, RequestKind::ApiVersions(_)) {
+                    return Err(ConnectionEnd::Unauthenticated(api_key));
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(()),
+                    o = api::handle(broker, peer, &conn, request) => o,
+                }
+            }
+            // A request parked in a long poll must not hold up shutdown.
+            _ => tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                o = api::handle(broker, peer, &conn, request) => o,
+            },
         };
         match outcome {
             api::Outcome::Respond(body) => {
@@ -166,15 +279,23 @@ async fn serve_connection(
             api::Outcome::NoResponse => {}
             api::Outcome::Close(reason) => return Err(ConnectionEnd::Closed(reason)),
         }
+        if close_after {
+            writer.flush().await?;
+            return Err(ConnectionEnd::AuthenticationFailed);
+        }
         broker
             .metrics
             .record_request(api_key as i16, started.elapsed());
     }
 }
 
+fn unreachable_outcome() -> api::Outcome {
+    api::Outcome::Close("internal error: mismatched SASL outcome")
+}
+
 /// Writes the chunks of one response with vectored writes.
-async fn write_chunks(
-    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+async fn write_chunks<W: AsyncWrite + Unpin>(
+    writer: &mut W,
     mut chunks: Vec<bytes::Bytes>,
 ) -> std::io::Result<()> {
     use bytes::Buf;

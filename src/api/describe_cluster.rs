@@ -8,8 +8,12 @@ use kafka_protocol::protocol::StrBytes;
 use crate::api::metadata::CLUSTER_AUTHORIZED_OPERATIONS;
 use crate::broker::Broker;
 
-pub fn handle(broker: &Broker, req: DescribeClusterRequest) -> DescribeClusterResponse {
-    let l = &broker.config.listener;
+pub fn handle(
+    broker: &Broker,
+    req: DescribeClusterRequest,
+    listener: usize,
+) -> DescribeClusterResponse {
+    let l = &broker.config.listeners[listener];
     let me = DescribeClusterBroker::default()
         .with_broker_id(broker.config.node_id.into())
         .with_host(StrBytes::from_string(l.advertised_host.clone()))

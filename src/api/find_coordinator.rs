@@ -15,6 +15,7 @@ pub fn handle(
     broker: &Broker,
     req: FindCoordinatorRequest,
     version: i16,
+    listener: usize,
 ) -> FindCoordinatorResponse {
     let answer = |key_type: i8| -> Result<(), (ResponseError, &'static str)> {
         match key_type {
@@ -34,7 +35,7 @@ pub fn handle(
             )),
         }
     };
-    let l = &broker.config.listener;
+    let l = &broker.config.listeners[listener];
     let host = StrBytes::from_string(l.advertised_host.clone());
     let port = l.advertised_port as i32;
     let node = broker.config.node_id;

@@ -65,8 +65,14 @@ fn error_topic(name: Option<&str>, id: Uuid, error: ResponseError) -> MetadataRe
         .with_topic_authorized_operations(i32::MIN)
 }
 
-pub async fn handle(broker: Arc<Broker>, req: MetadataRequest, version: i16) -> MetadataResponse {
-    let l = &broker.config.listener;
+pub async fn handle(
+    broker: Arc<Broker>,
+    req: MetadataRequest,
+    version: i16,
+    listener: usize,
+) -> MetadataResponse {
+    // Clients are told the address of the listener they came in on, as in Kafka.
+    let l = &broker.config.listeners[listener];
     let me = MetadataResponseBroker::default()
         .with_node_id(broker.config.node_id.into())
         .with_host(StrBytes::from_string(l.advertised_host.clone()))

@@ -35,6 +35,7 @@ pub mod offset_delete;
 pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod scram_credentials;
 pub mod sync_group;
 pub mod txn_offset_commit;
 pub mod write_txn_markers;
@@ -64,10 +65,20 @@ pub enum Outcome {
     Close(&'static str),
 }
 
+/// The connection a request came in on.
+pub struct Connection {
+    /// Index into `BrokerConfig::listeners`.
+    pub listener: usize,
+    /// `User:<name>` (SASL or TLS client certificate) or `User:ANONYMOUS`.
+    pub principal: String,
+}
+
 /// Who sent a request.
 pub struct Context {
     pub peer: std::net::SocketAddr,
     pub client_id: String,
+    pub listener: usize,
+    pub principal: String,
 }
 
 impl Context {
@@ -78,9 +89,16 @@ impl Context {
 }
 
 /// Handles one request.
-pub async fn handle(broker: &Arc<Broker>, peer: std::net::SocketAddr, request: Request) -> Outcome {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    peer: std::net::SocketAddr,
+    conn: &Connection,
+    request: Request,
+) -> Outcome {
     let ctx = Context {
         peer,
+        listener: conn.listener,
+        principal: conn.principal.clone(),
         client_id: request
             .header
             .client_id
@@ -92,7 +110,9 @@ pub async fn handle(broker: &Arc<Broker>, peer: std::net::SocketAddr, request: R
     let b = broker.clone();
     let response = match request.body {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, version)),
-        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(b, r, version).await),
+        RequestKind::Metadata(r) => {
+            ResponseKind::Metadata(metadata::handle(b, r, version, ctx.listener).await)
+        }
         RequestKind::Produce(r) => return produce::handle(b, &ctx, r, version).await,
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(b, r, version).await),
         RequestKind::ListOffsets(r) => {
@@ -117,7 +137,7 @@ pub async fn handle(broker: &Arc<Broker>, peer: std::net::SocketAddr, request: R
             ResponseKind::IncrementalAlterConfigs(incremental_alter_configs::handle(b, r).await)
         }
         RequestKind::DescribeCluster(r) => {
-            ResponseKind::DescribeCluster(describe_cluster::handle(&b, r))
+            ResponseKind::DescribeCluster(describe_cluster::handle(&b, r, ctx.listener))
         }
         RequestKind::DeleteRecords(r) => {
             ResponseKind::DeleteRecords(delete_records::handle(b, r).await)
@@ -132,7 +152,7 @@ pub async fn handle(broker: &Arc<Broker>, peer: std::net::SocketAddr, request: R
             ResponseKind::InitProducerId(init_producer_id::handle(b, r, version).await)
         }
         RequestKind::FindCoordinator(r) => {
-            ResponseKind::FindCoordinator(find_coordinator::handle(&b, r, version))
+            ResponseKind::FindCoordinator(find_coordinator::handle(&b, r, version, ctx.listener))
         }
         RequestKind::JoinGroup(r) => {
             ResponseKind::JoinGroup(join_group::handle(&b, &ctx, r, version).await)
@@ -188,6 +208,25 @@ pub async fn handle(broker: &Arc<Broker>, peer: std::net::SocketAddr, request: R
         RequestKind::ConsumerGroupDescribe(r) => {
             ResponseKind::ConsumerGroupDescribe(consumer_group_describe::handle(&b, r))
         }
+        RequestKind::DescribeUserScramCredentials(r) => {
+            ResponseKind::DescribeUserScramCredentials(scram_credentials::describe(&b, r))
+        }
+        RequestKind::AlterUserScramCredentials(r) => {
+            ResponseKind::AlterUserScramCredentials(scram_credentials::alter(b, r).await)
+        }
+        // SASL requests reach here on listeners without SASL, or after authentication: Kafka
+        // answers ILLEGAL_SASL_STATE.
+        RequestKind::SaslHandshake(_) => ResponseKind::SaslHandshake(
+            kafka_protocol::messages::SaslHandshakeResponse::default()
+                .with_error_code(kafka_protocol::ResponseError::IllegalSaslState.code()),
+        ),
+        RequestKind::SaslAuthenticate(_) => ResponseKind::SaslAuthenticate(
+            kafka_protocol::messages::SaslAuthenticateResponse::default()
+                .with_error_code(kafka_protocol::ResponseError::IllegalSaslState.code())
+                .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str(
+                    "Unexpected SASL request: this listener does not use SASL or the connection is already authenticated",
+                ))),
+        ),
         other => {
             // decode_request only admits SUPPORTED_APIS, so this is unreachable in practice;
             // answer nothing rather than panic.

@@ -50,6 +50,71 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "PLAINTEXT://127.0.0.1:9092",
     },
     BrokerConfigDef {
+        name: "listener.security.protocol.map",
+        kind: Kind::String,
+        default: "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+    },
+    BrokerConfigDef {
+        name: "controller.listener.names",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "connections.max.reauth.ms",
+        kind: Kind::Long,
+        default: "0",
+    },
+    BrokerConfigDef {
+        name: "sasl.enabled.mechanisms",
+        kind: Kind::List,
+        default: "GSSAPI",
+    },
+    BrokerConfigDef {
+        name: "sasl.jaas.config",
+        kind: Kind::Password,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "ssl.keystore.type",
+        kind: Kind::String,
+        default: "JKS",
+    },
+    BrokerConfigDef {
+        name: "ssl.keystore.location",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "ssl.keystore.certificate.chain",
+        kind: Kind::Password,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "ssl.keystore.key",
+        kind: Kind::Password,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "ssl.truststore.type",
+        kind: Kind::String,
+        default: "JKS",
+    },
+    BrokerConfigDef {
+        name: "ssl.truststore.location",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "ssl.truststore.certificates",
+        kind: Kind::Password,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "ssl.client.auth",
+        kind: Kind::String,
+        default: "none",
+    },
+    BrokerConfigDef {
         name: "advertised.listeners",
         kind: Kind::List,
         default: "",
@@ -386,8 +451,6 @@ const IGNORED_KAFKA_KEYS: &[&str] = &[
     "process.roles",
     "controller.quorum.voters",
     "controller.quorum.bootstrap.servers",
-    "controller.listener.names",
-    "listener.security.protocol.map",
     "inter.broker.listener.name",
     "num.network.threads",
     "num.io.threads",
@@ -430,6 +493,7 @@ pub enum ConfigError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listener {
     pub name: String,
+    pub security: SecurityProtocol,
     pub bind: SocketAddr,
     pub advertised_host: String,
     pub advertised_port: u16,
@@ -441,7 +505,11 @@ pub struct BrokerConfig {
     pub node_id: i32,
     pub rack: Option<String>,
     pub cluster_id: Option<String>,
+    /// The first listener (what tests and tools connect to by default).
     pub listener: Listener,
+    /// Every listener, the first one first.
+    pub listeners: Vec<Listener>,
+    pub security: SecurityConfig,
     pub admin_listener: SocketAddr,
     pub log_dirs: Vec<PathBuf>,
     pub num_partitions: i32,
@@ -826,6 +894,257 @@ fn invalid(key: &str, value: &str, reason: impl ToString) -> ConfigError {
     }
 }
 
+/// Kafka's security protocols, mapped to listeners by `listener.security.protocol.map`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub fn parse(s: &str) -> Option<SecurityProtocol> {
+        match s.trim() {
+            "PLAINTEXT" => Some(SecurityProtocol::Plaintext),
+            "SSL" => Some(SecurityProtocol::Ssl),
+            "SASL_PLAINTEXT" => Some(SecurityProtocol::SaslPlaintext),
+            "SASL_SSL" => Some(SecurityProtocol::SaslSsl),
+            _ => None,
+        }
+    }
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+    pub fn uses_sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+}
+
+fn parse_protocol_map(text: &str) -> Result<BTreeMap<String, SecurityProtocol>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, proto) = item.split_once(':').ok_or_else(|| {
+            invalid(
+                "listener.security.protocol.map",
+                text,
+                "expected NAME:PROTOCOL,...",
+            )
+        })?;
+        let p = SecurityProtocol::parse(proto).ok_or_else(|| {
+            invalid(
+                "listener.security.protocol.map",
+                text,
+                format!("unknown security protocol {proto}"),
+            )
+        })?;
+        out.insert(name.trim().to_string(), p);
+    }
+    Ok(out)
+}
+
+fn controller_listener_names(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// Where TLS keys come from (PEM only: Kafka's `ssl.keystore.type=PEM`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// PEM certificate chain (from `ssl.keystore.location`, or inline
+    /// `ssl.keystore.certificate.chain`).
+    pub cert_chain_pem: String,
+    /// PEM private key (the same file, or inline `ssl.keystore.key`).
+    pub key_pem: String,
+    /// PEM CA certificates for client certificates (`ssl.truststore.location` or inline
+    /// `ssl.truststore.certificates`).
+    pub truststore_pem: Option<String>,
+    /// `ssl.client.auth`: none, requested or required.
+    pub client_auth: ClientAuth,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    None,
+    Requested,
+    Required,
+}
+
+/// SASL settings of one listener.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SaslConfig {
+    /// `sasl.enabled.mechanisms` (per listener: `listener.name.<l>.sasl.enabled.mechanisms`).
+    pub mechanisms: Vec<String>,
+    /// PLAIN users from the listener's JAAS config (`user_NAME="password"`).
+    pub plain_users: BTreeMap<String, String>,
+}
+
+/// TLS and SASL settings per listener name.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SecurityConfig {
+    pub tls: BTreeMap<String, TlsConfig>,
+    pub sasl: BTreeMap<String, SaslConfig>,
+    /// `connections.max.reauth.ms` (0: sessions never expire).
+    pub max_reauth_ms: i64,
+}
+
+/// Parses Kafka's JAAS `PlainLoginModule required user_alice="pw" ...;` for the users.
+pub fn parse_plain_jaas(text: &str) -> BTreeMap<String, String> {
+    let mut users = BTreeMap::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("user_") {
+        rest = &rest[i + 5..];
+        let Some(eq) = rest.find('=') else { break };
+        let name = rest[..eq].trim().to_string();
+        let after = rest[eq + 1..].trim_start();
+        let Some(stripped) = after.strip_prefix('"') else {
+            continue;
+        };
+        let Some(end) = stripped.find('"') else { break };
+        users.insert(name, stripped[..end].to_string());
+        rest = &stripped[end + 1..];
+    }
+    users
+}
+
+impl SecurityConfig {
+    fn build(
+        explicit: &BTreeMap<String, String>,
+        get: &dyn Fn(&str) -> String,
+        listeners: &[Listener],
+    ) -> Result<SecurityConfig, ConfigError> {
+        // A listener-prefixed setting wins over the plain one, as in Kafka.
+        let lookup = |listener: &str, key: &str| -> Option<(String, String)> {
+            let prefixed = format!("listener.name.{}.{key}", listener.to_lowercase());
+            explicit
+                .get(&prefixed)
+                .map(|v| (prefixed.clone(), v.clone()))
+                .or_else(|| explicit.get(key).map(|v| (key.to_string(), v.clone())))
+        };
+        let read = |key: &str, path: &str| -> Result<String, ConfigError> {
+            std::fs::read_to_string(path).map_err(|e| invalid(key, path, e))
+        };
+        let mut out = SecurityConfig {
+            max_reauth_ms: value::parse_long(
+                "connections.max.reauth.ms",
+                &get("connections.max.reauth.ms"),
+            )
+            .map_err(|e| {
+                invalid(
+                    "connections.max.reauth.ms",
+                    &get("connections.max.reauth.ms"),
+                    e,
+                )
+            })?,
+            ..Default::default()
+        };
+        for l in listeners {
+            if l.security.uses_tls() {
+                if let Some((k, t)) = lookup(&l.name, "ssl.keystore.type") {
+                    if !t.eq_ignore_ascii_case("PEM") {
+                        return Err(invalid(
+                            &k,
+                            &t,
+                            "only PEM keystores are supported (ssl.keystore.type=PEM)",
+                        ));
+                    }
+                }
+                let (cert_chain_pem, key_pem) = match (
+                    lookup(&l.name, "ssl.keystore.certificate.chain"),
+                    lookup(&l.name, "ssl.keystore.key"),
+                    lookup(&l.name, "ssl.keystore.location"),
+                ) {
+                    (Some((_, chain)), Some((_, key)), _) => (chain, key),
+                    (_, _, Some((k, path))) => {
+                        let pem = read(&k, &path)?;
+                        (pem.clone(), pem)
+                    }
+                    _ => {
+                        return Err(invalid(
+                            "listeners",
+                            &l.name,
+                            format!("listener {} uses TLS but has no ssl.keystore.location (PEM with certificate chain and key) or ssl.keystore.certificate.chain + ssl.keystore.key", l.name),
+                        ))
+                    }
+                };
+                let truststore_pem = match (
+                    lookup(&l.name, "ssl.truststore.certificates"),
+                    lookup(&l.name, "ssl.truststore.location"),
+                ) {
+                    (Some((_, pem)), _) => Some(pem),
+                    (None, Some((k, path))) => Some(read(&k, &path)?),
+                    _ => None,
+                };
+                let client_auth =
+                    match lookup(&l.name, "ssl.client.auth").map(|(_, v)| v.to_lowercase()) {
+                        None => ClientAuth::None,
+                        Some(v) if v == "none" => ClientAuth::None,
+                        Some(v) if v == "requested" => ClientAuth::Requested,
+                        Some(v) if v == "required" => ClientAuth::Required,
+                        Some(v) => {
+                            return Err(invalid(
+                                "ssl.client.auth",
+                                &v,
+                                "expected none, requested or required",
+                            ))
+                        }
+                    };
+                if client_auth != ClientAuth::None && truststore_pem.is_none() {
+                    return Err(invalid(
+                        "ssl.client.auth",
+                        "required",
+                        "client authentication needs ssl.truststore.location",
+                    ));
+                }
+                out.tls.insert(
+                    l.name.clone(),
+                    TlsConfig {
+                        cert_chain_pem,
+                        key_pem,
+                        truststore_pem,
+                        client_auth,
+                    },
+                );
+            }
+            if l.security.uses_sasl() {
+                let mechanisms: Vec<String> = lookup(&l.name, "sasl.enabled.mechanisms")
+                    .map(|(_, v)| v)
+                    .unwrap_or_else(|| "GSSAPI".to_string())
+                    .split(',')
+                    .map(|m| m.trim().to_uppercase())
+                    .filter(|m| !m.is_empty())
+                    .collect();
+                for m in &mechanisms {
+                    if !matches!(m.as_str(), "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512") {
+                        return Err(invalid(
+                            "sasl.enabled.mechanisms",
+                            m,
+                            "supported mechanisms: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+                        ));
+                    }
+                }
+                let plain_users = lookup(&l.name, "plain.sasl.jaas.config")
+                    .or_else(|| lookup(&l.name, "sasl.jaas.config"))
+                    .map(|(_, v)| parse_plain_jaas(&v))
+                    .unwrap_or_default();
+                out.sasl.insert(
+                    l.name.clone(),
+                    SaslConfig {
+                        mechanisms,
+                        plain_users,
+                    },
+                );
+            }
+        }
+        Ok(out)
+    }
+}
+
 fn parse_listener(key: &str, spec: &str) -> Result<(String, String, u16), ConfigError> {
     let (name, addr) = spec
         .split_once("://")
@@ -861,6 +1180,8 @@ impl BrokerConfig {
                     topic::TopicConfigError::Invalid { reason, .. } => invalid(k, v, reason),
                     other => invalid(k, v, other),
                 })?;
+            } else if k.starts_with("listener.name.") {
+                // Per-listener settings (ssl.*, sasl.*): read by SecurityConfig::build.
             } else if k.starts_with("strata.") {
                 return Err(ConfigError::UnknownStrataKey(k.clone()));
             } else if !IGNORED_KAFKA_KEYS.contains(&k.as_str()) {
@@ -931,49 +1252,69 @@ impl BrokerConfig {
             ));
         }
 
-        let listeners = get("listeners");
-        let mut plaintext = None;
-        for spec in listeners
+        let protocol_map = parse_protocol_map(&get("listener.security.protocol.map"))?;
+        let listener_specs = get("listeners");
+        let mut advertised: BTreeMap<String, (String, u16)> = BTreeMap::new();
+        for spec in get("advertised.listeners")
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            let (n, h, p) = parse_listener("advertised.listeners", spec)?;
+            advertised.insert(n, (h, p));
+        }
+        let mut listeners: Vec<Listener> = Vec::new();
+        for spec in listener_specs
             .split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
         {
             let (name, host, port) = parse_listener("listeners", spec)?;
-            if name != "PLAINTEXT" {
-                return Err(invalid(
-                    "listeners",
-                    spec,
-                    "only PLAINTEXT listeners are supported so far",
-                ));
+            if controller_listener_names(&get("controller.listener.names")).contains(&name) {
+                // KRaft controller listeners of a Kafka config: Strata has no separate
+                // controller (yet), so they are not served.
+                continue;
             }
-            plaintext = Some((name, host, port));
-        }
-        let (name, host, port) =
-            plaintext.ok_or_else(|| invalid("listeners", &listeners, "no PLAINTEXT listener"))?;
-        let bind_host = if host.is_empty() {
-            "0.0.0.0".to_string()
-        } else {
-            host.clone()
-        };
-        let bind = (bind_host.as_str(), port)
-            .to_socket_addrs()
-            .map_err(|e| invalid("listeners", &listeners, e))?
-            .next()
-            .ok_or_else(|| invalid("listeners", &listeners, "host does not resolve"))?;
-        let mut advertised_host = if host.is_empty() || host == "0.0.0.0" {
-            "127.0.0.1".to_string()
-        } else {
-            host
-        };
-        let mut advertised_port = port;
-        let adv = get("advertised.listeners");
-        for spec in adv.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (n, h, p) = parse_listener("advertised.listeners", spec)?;
-            if n == name {
-                advertised_host = h;
-                advertised_port = p;
+            if listeners.iter().any(|l| l.name == name) {
+                return Err(invalid("listeners", spec, "listener names must be unique"));
             }
+            let security = match protocol_map.get(&name) {
+                Some(p) => *p,
+                None => SecurityProtocol::parse(&name).ok_or_else(|| {
+                    invalid(
+                        "listener.security.protocol.map",
+                        &get("listener.security.protocol.map"),
+                        format!("no security protocol for listener {name}"),
+                    )
+                })?,
+            };
+            let bind_host = if host.is_empty() {
+                "0.0.0.0".to_string()
+            } else {
+                host.clone()
+            };
+            let bind = (bind_host.as_str(), port)
+                .to_socket_addrs()
+                .map_err(|e| invalid("listeners", spec, e))?
+                .next()
+                .ok_or_else(|| invalid("listeners", spec, "host does not resolve"))?;
+            let (advertised_host, advertised_port) = match advertised.get(&name) {
+                Some((h, p)) => (h.clone(), *p),
+                None if host.is_empty() || host == "0.0.0.0" => ("127.0.0.1".to_string(), port),
+                None => (host, port),
+            };
+            listeners.push(Listener {
+                name,
+                security,
+                bind,
+                advertised_host,
+                advertised_port,
+            });
         }
+        if listeners.is_empty() {
+            return Err(invalid("listeners", &listener_specs, "no listener"));
+        }
+        let security = SecurityConfig::build(&explicit, &get, &listeners)?;
 
         let admin = get("strata.admin.listener");
         let admin_listener = admin
@@ -1032,12 +1373,9 @@ impl BrokerConfig {
             node_id: node_id as i32,
             rack: Some(get("broker.rack")).filter(|r| !r.is_empty()),
             cluster_id: Some(get("cluster.id")).filter(|r| !r.is_empty()),
-            listener: Listener {
-                name,
-                bind,
-                advertised_host,
-                advertised_port,
-            },
+            listener: listeners[0].clone(),
+            listeners,
+            security,
             admin_listener,
             log_dirs,
             num_partitions: num_partitions as i32,
@@ -1239,5 +1577,81 @@ mod tests {
         let flags = parse_overrides(&["log.dirs=/flag".to_string()]).unwrap();
         let c = BrokerConfig::build(&[props("log.dirs=/file\n"), env, flags]).unwrap();
         assert_eq!(c.log_dirs, vec![PathBuf::from("/flag")]);
+    }
+}
+
+#[cfg(test)]
+mod security_tests {
+    use super::*;
+
+    fn build(pairs: &[(&str, &str)]) -> Result<BrokerConfig, ConfigError> {
+        let m: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        BrokerConfig::build(&[m])
+    }
+
+    #[test]
+    fn listeners_map_to_security_protocols_as_kafka_does() {
+        let c = build(&[
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:0,CLIENT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+            ),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,CLIENT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            ),
+            ("controller.listener.names", "CONTROLLER"),
+            (
+                "listener.name.client.sasl.enabled.mechanisms",
+                "SCRAM-SHA-512",
+            ),
+            ("advertised.listeners", "CLIENT://broker1.example:9093"),
+        ])
+        .unwrap();
+        // The controller listener of a KRaft config is not served.
+        let names: Vec<&str> = c.listeners.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, vec!["PLAINTEXT", "CLIENT"]);
+        assert_eq!(c.listeners[1].security, SecurityProtocol::SaslPlaintext);
+        assert_eq!(c.listeners[1].advertised_host, "broker1.example");
+        assert_eq!(c.listeners[1].advertised_port, 9093);
+        assert_eq!(c.security.sasl["CLIENT"].mechanisms, vec!["SCRAM-SHA-512"]);
+    }
+
+    #[test]
+    fn bad_security_settings_name_the_problem() {
+        let e = build(&[("listeners", "CLIENT://127.0.0.1:0")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("no security protocol for listener CLIENT"),
+            "{e}"
+        );
+        let e = build(&[("listeners", "SSL://127.0.0.1:0")]).unwrap_err();
+        assert!(e.to_string().contains("ssl.keystore.location"), "{e}");
+        let e = build(&[
+            ("listeners", "SSL://127.0.0.1:0"),
+            ("ssl.keystore.type", "JKS"),
+            ("ssl.keystore.location", "/x.jks"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("only PEM keystores"), "{e}");
+        let e = build(&[
+            ("listeners", "SASL_PLAINTEXT://127.0.0.1:0"),
+            ("sasl.enabled.mechanisms", "GSSAPI"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("supported mechanisms"), "{e}");
+    }
+
+    #[test]
+    fn plain_users_come_from_kafkas_jaas_syntax() {
+        let users = parse_plain_jaas(
+            r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="a" user_admin="a" user_alice = "p w";"#,
+        );
+        assert_eq!(users.len(), 2);
+        assert_eq!(users["admin"], "a");
+        assert_eq!(users["alice"], "p w");
     }
 }

@@ -17,6 +17,7 @@ mod produce_fetch;
 mod protocol;
 mod recovery;
 mod restart;
+mod security;
 mod tiering;
 mod transactions;
 mod versions;

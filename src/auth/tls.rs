@@ -1,0 +1,121 @@
+//! TLS listeners with rustls: server certificates from PEM (Kafka's `ssl.keystore.type=PEM`),
+//! optional client certificates verified against the truststore (`ssl.client.auth`), whose
+//! subject becomes the principal as Kafka's default `ssl.principal.mapping.rules` make it.
+
+use std::sync::Arc;
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::{RootCertStore, ServerConfig};
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::{ClientAuth, TlsConfig};
+
+/// Builds the acceptor of one TLS listener; errors name what is wrong with the keys.
+pub fn acceptor(cfg: &TlsConfig) -> anyhow::Result<TlsAcceptor> {
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cfg.cert_chain_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| anyhow::anyhow!("ssl.keystore: bad certificate PEM: {e}"))?;
+    if certs.is_empty() {
+        anyhow::bail!("ssl.keystore: no certificate in the PEM");
+    }
+    let key = PrivateKeyDer::from_pem_slice(cfg.key_pem.as_bytes())
+        .map_err(|e| anyhow::anyhow!("ssl.keystore: no usable private key in the PEM: {e}"))?;
+    let builder = ServerConfig::builder();
+    let builder = match (&cfg.truststore_pem, cfg.client_auth) {
+        (Some(pem), auth) if auth != ClientAuth::None => {
+            let mut roots = RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                let c = c.map_err(|e| anyhow::anyhow!("ssl.truststore: bad PEM: {e}"))?;
+                roots
+                    .add(c)
+                    .map_err(|e| anyhow::anyhow!("ssl.truststore: {e}"))?;
+            }
+            let verifier = WebPkiClientVerifier::builder(Arc::new(roots));
+            let verifier = if auth == ClientAuth::Requested {
+                verifier.allow_unauthenticated()
+            } else {
+                verifier
+            };
+            builder.with_client_cert_verifier(
+                verifier
+                    .build()
+                    .map_err(|e| anyhow::anyhow!("ssl.truststore: {e}"))?,
+            )
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    let config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| anyhow::anyhow!("ssl.keystore: certificate and key do not match: {e}"))?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Kafka's principal for a client certificate: `User:` and the subject's distinguished name
+/// (RFC 2253 order, as Java's `X500Principal.getName()`), e.g. `User:CN=alice,O=Example`.
+pub fn principal_of(cert: &CertificateDer<'_>) -> Option<String> {
+    subject_dn(cert.as_ref()).map(|dn| format!("User:{dn}"))
+}
+
+/// A minimal DER walk to the subject of an X.509 certificate.
+fn subject_dn(der: &[u8]) -> Option<String> {
+    // Certificate ::= SEQUENCE { tbsCertificate SEQUENCE { [0] version?, serial, sigAlg,
+    // issuer, validity, subject, ... } ... }
+    let (_, cert, _) = tlv(der)?;
+    let (_, tbs, _) = tlv(cert)?;
+    let mut rest = tbs;
+    let mut fields = Vec::new();
+    while !rest.is_empty() && fields.len() < 6 {
+        let (tag, _, after) = tlv(rest)?;
+        fields.push((tag, &rest[..rest.len() - after.len()]));
+        rest = after;
+    }
+    // Skip the optional explicit version tag.
+    let offset = usize::from(fields.first()?.0 == 0xa0);
+    let subject = fields.get(offset + 4)?.1;
+    let (_, rdns, _) = tlv(subject)?;
+    let mut parts = Vec::new();
+    let mut rest = rdns;
+    while !rest.is_empty() {
+        let (_, set, after) = tlv(rest)?;
+        let (_, atv, _) = tlv(set)?;
+        let (_, oid, after_oid) = tlv(atv)?;
+        let (_, value, _) = tlv(after_oid)?;
+        let name = match oid {
+            [0x55, 0x04, 0x03] => "CN",
+            [0x55, 0x04, 0x0a] => "O",
+            [0x55, 0x04, 0x0b] => "OU",
+            [0x55, 0x04, 0x06] => "C",
+            [0x55, 0x04, 0x07] => "L",
+            [0x55, 0x04, 0x08] => "ST",
+            _ => "OID",
+        };
+        parts.push(format!("{name}={}", String::from_utf8_lossy(value)));
+        rest = after;
+    }
+    parts.reverse();
+    Some(parts.join(","))
+}
+
+/// One DER TLV: (tag, contents, rest).
+fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let tag = *b.first()?;
+    let first = *b.get(1)? as usize;
+    let (len, header) = if first < 0x80 {
+        (first, 2)
+    } else {
+        let n = first & 0x7f;
+        if n == 0 || n > 4 {
+            return None;
+        }
+        let mut len = 0usize;
+        for i in 0..n {
+            len = (len << 8) | *b.get(2 + i)? as usize;
+        }
+        (len, 2 + n)
+    };
+    let end = header.checked_add(len)?;
+    Some((tag, b.get(header..end)?, b.get(end..)?))
+}
