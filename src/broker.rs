@@ -369,12 +369,16 @@ pub struct Broker {
     log_cleaner: crate::log_cleaner::LogCleaner,
 }
 
-/// True when the broker has never run on these log dirs (no catalog, no meta.properties).
+/// True when the broker has never run on these log dirs (no meta.properties, and no topics in
+/// the catalog: `strata scram add` may have written credentials before the first start).
 pub fn is_fresh_data_dir(config: &BrokerConfig) -> bool {
-    config
-        .log_dirs
-        .iter()
-        .all(|d| !d.join(METADATA_FILE).exists() && !d.join("meta.properties").exists())
+    config.log_dirs.iter().all(|d| {
+        let no_topics = fs::read_to_string(d.join(METADATA_FILE))
+            .ok()
+            .and_then(|t| toml::from_str::<MetadataFile>(&t).ok())
+            .is_none_or(|m| m.topics.is_empty());
+        no_topics && !d.join("meta.properties").exists()
+    })
 }
 
 /// Writes the catalog and log start offsets of topics restored from the bucket, before the
@@ -405,7 +409,12 @@ pub fn write_restored_metadata(
             })
             .collect(),
         broker_configs: BTreeMap::new(),
-        scram_credentials: BTreeMap::new(),
+        // Keep credentials added with `strata scram add` before this first start.
+        scram_credentials: fs::read_to_string(dir.join(METADATA_FILE))
+            .ok()
+            .and_then(|t| toml::from_str::<MetadataFile>(&t).ok())
+            .map(|m| m.scram_credentials)
+            .unwrap_or_default(),
     };
     let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
     let path = dir.join(METADATA_FILE);

@@ -276,3 +276,34 @@ async fn metadata_advertises_the_listener_the_client_used() {
     assert_eq!(metadata(&mut c).await.brokers[0].port, sasl_port);
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_added_before_the_first_start_let_users_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let dirs = dir.path().display().to_string();
+    let mut pairs = std::collections::BTreeMap::new();
+    pairs.insert("log.dirs".to_string(), dirs.clone());
+    let config = strata::config::BrokerConfig::build(&[pairs]).unwrap();
+    strata::broker::add_scram_credential_offline(
+        &config,
+        "early",
+        Mechanism::Sha256,
+        scram::credential_for_password(Mechanism::Sha256, "early-pw", 4096),
+    )
+    .unwrap();
+    assert!(
+        strata::broker::is_fresh_data_dir(&config),
+        "credentials alone keep the dir fresh"
+    );
+    let mut settings = SASL_SETTINGS.to_vec();
+    settings.push(("log.dirs", dirs.as_str()));
+    let b = TestBroker::start_with(&settings).await;
+    let mut c = sasl_client(&b).await;
+    assert_eq!(
+        scram_login(&mut c, Mechanism::Sha256, "early", "early-pw")
+            .await
+            .error_code,
+        0
+    );
+    b.shutdown().await;
+}
