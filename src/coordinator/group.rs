@@ -486,26 +486,28 @@ impl Group {
     pub fn tick(&mut self, now: Instant, now_ms: i64) -> bool {
         let mut changed = false;
         self.pending_members.retain(|_, deadline| *deadline > now);
-        if self.state == GroupState::PreparingRebalance {
-            if self.all_joined() && now >= self.join_not_before || now >= self.rebalance_deadline {
-                self.complete_join(now, now_ms);
-                changed = true;
+        // Sessions expire in every state, as in Kafka: during a rebalance a member that
+        // crashed (not rejoining) goes after session.timeout.ms, not at the rebalance
+        // deadline (max.poll.interval.ms), so the others are not held up for minutes.
+        let expired: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| m.awaiting_join.is_none() && m.heartbeat_deadline <= now)
+            .map(|m| m.member_id.clone())
+            .collect();
+        if !expired.is_empty() {
+            for id in &expired {
+                tracing::info!(group = %self.id, member = %id, "member session expired");
+                self.remove_member(id);
             }
-        } else {
-            let expired: Vec<String> = self
-                .members
-                .values()
-                .filter(|m| m.awaiting_join.is_none() && m.heartbeat_deadline <= now)
-                .map(|m| m.member_id.clone())
-                .collect();
-            if !expired.is_empty() {
-                for id in &expired {
-                    tracing::info!(group = %self.id, member = %id, "member session expired");
-                    self.remove_member(id);
-                }
-                self.after_members_left(now, now_ms);
-                changed = true;
-            }
+            self.after_members_left(now, now_ms);
+            changed = true;
+        }
+        if self.state == GroupState::PreparingRebalance
+            && (self.all_joined() && now >= self.join_not_before || now >= self.rebalance_deadline)
+        {
+            self.complete_join(now, now_ms);
+            changed = true;
         }
         changed
     }

@@ -126,6 +126,24 @@ fn a_silent_member_is_evicted_after_its_session_timeout() {
 }
 
 #[test]
+fn a_crashed_member_is_dropped_at_its_session_timeout_during_a_rebalance() {
+    let t0 = Instant::now();
+    let mut g = Group::new("g", t0, 0, Duration::ZERO);
+    let (a, mut rx) = join_new(&mut g, t0);
+    rx.try_recv().unwrap();
+    sync(&mut g, &a, 1, vec![], t0).err().unwrap();
+    // a crashes (no more heartbeats); b joins and starts a rebalance.
+    let (_b, mut rx_b) = join_new(&mut g, t0 + Duration::from_secs(1));
+    assert!(!g.tick(t0 + Duration::from_secs(9), 0));
+    assert!(rx_b.try_recv().is_err(), "a's session is still alive");
+    // Session timeout (10 s), not the rebalance timeout (30 s), ends a's membership.
+    assert!(g.tick(t0 + Duration::from_secs(11), 0));
+    let jb = rx_b.try_recv().unwrap();
+    assert_eq!(jb.generation, 2);
+    assert_eq!(g.members.len(), 1);
+}
+
+#[test]
 fn a_member_that_does_not_rejoin_is_dropped_at_the_rebalance_timeout() {
     let t0 = Instant::now();
     let mut g = Group::new("g", t0, 0, Duration::ZERO);
