@@ -1,6 +1,7 @@
 //! The `strata` command: `serve` runs a broker; `config check` validates a config file;
 //! `tier status` / `tier restore` inspect and restore from the object store; `cleaner status`
-//! prints the log cleaner's state from a running broker's admin `/metrics`.
+//! prints the log cleaner's state from a running broker's admin `/metrics`; `export` writes
+//! a topic's records as Parquet files for bulk loads.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,6 +38,13 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// SCRAM credentials in a data directory, before the broker starts (as
+    /// `kafka-storage format --add-scram`); a running broker takes them with
+    /// AlterUserScramCredentials instead.
+    Scram {
+        #[command(subcommand)]
+        command: ScramCommand,
+    },
     /// Tiered storage: what the bucket holds, and restoring a broker from it.
     Tier {
         #[command(subcommand)]
@@ -47,6 +55,54 @@ enum Command {
         #[command(subcommand)]
         command: CleanerCommand,
     },
+    /// Export a topic's records as Parquet (Hive-style topic=T/partition=P/ directories, one
+    /// file per offset range) from its remote segments and sealed local segments. Resumes
+    /// at each partition's _checkpoint.json, so a re-run never duplicates or skips records.
+    Export(ExportArgs),
+}
+
+#[derive(clap::Args)]
+struct ExportArgs {
+    #[arg(long)]
+    topic: String,
+    /// Partitions to export, e.g. 0,1,5 (default: all).
+    #[arg(long, value_delimiter = ',')]
+    partitions: Vec<i32>,
+    /// First offset to export (default: the log start).
+    #[arg(long, conflicts_with = "from_time")]
+    from_offset: Option<i64>,
+    /// Start at each partition's first record with a timestamp at or after this (ISO 8601
+    /// like 2026-01-02T03:04:05Z, a date, or epoch ms).
+    #[arg(long)]
+    from_time: Option<String>,
+    /// Stop before this offset (exclusive; default: the end of the sealed segments).
+    #[arg(long, conflicts_with = "to_time")]
+    to_offset: Option<i64>,
+    /// Stop at each partition's first record with a timestamp after this.
+    #[arg(long)]
+    to_time: Option<String>,
+    /// A directory, or s3://bucket/prefix (reached with the strata.remote.store.* endpoint,
+    /// region and credentials of the configuration).
+    #[arg(long)]
+    out: String,
+    /// The broker's configuration, to find log.dirs and the remote store.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    #[arg(long = "override", short = 'o', value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+    /// Partitions exported at once (default: the number of cores).
+    #[arg(long)]
+    parallelism: Option<usize>,
+    /// Close a file at the next batch boundary past this many bytes (a file never spans
+    /// segments either).
+    #[arg(long, default_value_t = 256 << 20)]
+    file_bytes: usize,
+    /// Row group size target in bytes.
+    #[arg(long, default_value_t = 64 << 20)]
+    row_group_bytes: usize,
+    /// zstd level of the Parquet pages (1-22).
+    #[arg(long, default_value_t = 1)]
+    zstd_level: i32,
 }
 
 #[derive(Subcommand)]
@@ -148,6 +204,43 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Export(args) => {
+            let config = match BrokerConfig::load(args.config.as_deref(), &args.overrides) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("invalid configuration: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match rt.block_on(export(config, args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("{e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Scram {
+            command:
+                ScramCommand::Add {
+                    config,
+                    overrides,
+                    user,
+                    password,
+                    mechanism,
+                    iterations,
+                },
+        } => scram_add(config, overrides, &user, &password, &mechanism, iterations),
         Command::Tier { command } => {
             let (config, overrides) = match &command {
                 TierCommand::Status {
@@ -209,6 +302,66 @@ fn main() -> ExitCode {
     }
 }
 
+#[derive(Subcommand)]
+enum ScramCommand {
+    /// Add or replace a user's SCRAM credential (the broker must not be running).
+    Add {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        #[arg(long = "override", short = 'o', value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+        #[arg(long)]
+        user: String,
+        #[arg(long)]
+        password: String,
+        /// SCRAM-SHA-256 or SCRAM-SHA-512.
+        #[arg(long, default_value = "SCRAM-SHA-256")]
+        mechanism: String,
+        #[arg(long, default_value_t = 4096)]
+        iterations: i32,
+    },
+}
+
+fn scram_add(
+    config: Option<PathBuf>,
+    overrides: Vec<String>,
+    user: &str,
+    password: &str,
+    mechanism: &str,
+    iterations: i32,
+) -> ExitCode {
+    let config = match BrokerConfig::load(config.as_deref(), &overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(m) = strata::auth::scram::Mechanism::parse(mechanism) else {
+        eprintln!("unknown mechanism {mechanism}: use SCRAM-SHA-256 or SCRAM-SHA-512");
+        return ExitCode::from(2);
+    };
+    if user.is_empty() || !(4096..=16384).contains(&iterations) {
+        eprintln!("the user must not be empty and iterations must be in 4096..=16384");
+        return ExitCode::from(2);
+    }
+    let credential = strata::auth::scram::credential_for_password(m, password, iterations);
+    match strata::broker::add_scram_credential_offline(&config, user, m, credential) {
+        Ok(()) => {
+            println!(
+                "added {} credential for {user} in {}",
+                m.name(),
+                config.log_dirs[0].display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("cannot write the credential: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 async fn tier(config: BrokerConfig, command: TierCommand) -> anyhow::Result<()> {
     match command {
         TierCommand::Status { topic, .. } => {
@@ -232,6 +385,257 @@ async fn tier(config: BrokerConfig, command: TierCommand) -> anyhow::Result<()> 
                 config.log_dirs[0].display()
             );
         }
+    }
+    Ok(())
+}
+
+/// `strata export`: plans every partition (remote manifest + sealed local segments), exports
+/// them `parallelism` at a time, prints progress to stderr and a summary to stdout.
+async fn export(config: BrokerConfig, args: ExportArgs) -> anyhow::Result<()> {
+    use std::collections::BTreeSet;
+    use std::io::IsTerminal;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use anyhow::Context;
+    use strata_tiering::export::{self, ExportOptions, ExportRange, PlanInput, Progress, Target};
+    use strata_tiering::{PartitionId, RemoteStore};
+
+    let time = |t: &Option<String>| -> anyhow::Result<Option<i64>> {
+        t.as_deref()
+            .map(export::parse_time)
+            .transpose()
+            .map_err(anyhow::Error::msg)
+    };
+    let range = ExportRange {
+        from_offset: args.from_offset,
+        to_offset: args.to_offset,
+        from_time: time(&args.from_time)?,
+        to_time: time(&args.to_time)?,
+    };
+    let topic = args.topic.as_str();
+    // The bucket, when this topic has anything in it.
+    let mut remote = None;
+    let mut partitions: BTreeSet<i32> = BTreeSet::new();
+    // A broker without tiering still has the default file:// store; its absence is no error.
+    match RemoteStore::open(&config.tiering.store) {
+        Ok(store) => {
+            let store = Arc::new(store);
+            match strata_tiering::catalog::load(&store).await {
+                Ok(Some((cat, _))) => {
+                    if let Some(t) = cat.topics.get(topic) {
+                        partitions.extend(0..t.partitions);
+                        remote = Some((store, t.topic_id));
+                    }
+                }
+                Ok(None) => {}
+                Err(e) if config.tiering.enabled => {
+                    return Err(e).with_context(|| format!("reading the catalog of {store}"))
+                }
+                Err(_) => {}
+            }
+        }
+        Err(e) if config.tiering.enabled => return Err(e.into()),
+        Err(_) => {}
+    }
+    // Local partition directories: <log.dir>/<topic>-<partition>.
+    let mut local: std::collections::HashMap<i32, PathBuf> = Default::default();
+    for dir in &config.log_dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if let Some(p) = name
+                .strip_prefix(topic)
+                .and_then(|r| r.strip_prefix('-'))
+                .and_then(|p| p.parse::<i32>().ok())
+            {
+                partitions.insert(p);
+                local.insert(p, e.path());
+            }
+        }
+    }
+    if !args.partitions.is_empty() {
+        for p in &args.partitions {
+            if !partitions.contains(p) {
+                anyhow::bail!("topic {topic} has no partition {p} here or in the bucket");
+            }
+        }
+        partitions = args.partitions.iter().copied().collect();
+    }
+    if partitions.is_empty() {
+        anyhow::bail!(
+            "topic {topic} is neither in the bucket's catalog nor in log.dirs ({})",
+            config
+                .log_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+    }
+    let target = Arc::new(Target::open(&args.out, &config.tiering.store)?);
+    let mut options = ExportOptions {
+        file_bytes: args.file_bytes.max(1),
+        ..Default::default()
+    };
+    options.convert.row_group_bytes = args.row_group_bytes.max(1);
+    options.convert.zstd_level = args.zstd_level;
+    // Fail point for the crash tests: a pause between a file landing and its checkpoint.
+    options.pause_before_checkpoint = std::env::var("STRATA_EXPORT_FAILPOINT_PAUSE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis);
+    let parallelism = args
+        .parallelism
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+        .max(1);
+    let progress = Arc::new(Progress::default());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let started = Instant::now();
+    eprintln!(
+        "exporting {topic} partitions {:?} to {target} ({parallelism} at a time)",
+        partitions
+    );
+
+    let limit = Arc::new(tokio::sync::Semaphore::new(parallelism));
+    let mut jobs = tokio::task::JoinSet::new();
+    for p in partitions {
+        let remote = remote
+            .as_ref()
+            .map(|(s, id): &(Arc<RemoteStore>, uuid::Uuid)| {
+                (
+                    s.clone(),
+                    PartitionId {
+                        topic: topic.to_string(),
+                        topic_id: *id,
+                        partition: p,
+                    },
+                )
+            });
+        let local_dir = local.get(&p).cloned();
+        let high_watermark = local_dir
+            .as_ref()
+            .and_then(|d| export::read_high_watermark(d.parent()?, topic, p));
+        let (target, progress, cancel, limit, options) = (
+            target.clone(),
+            progress.clone(),
+            cancel.clone(),
+            limit.clone(),
+            options.clone(),
+        );
+        let topic = topic.to_string();
+        jobs.spawn(async move {
+            let _permit = limit.acquire_owned().await;
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                let (checkpoint, _) = target.read_checkpoint(&topic, p).await?;
+                let from = checkpoint.map_or(range.from_offset.unwrap_or(0), |c| c.next_offset);
+                let plan = export::plan_partition(PlanInput {
+                    topic: &topic,
+                    partition: p,
+                    remote: remote.clone(),
+                    local_dir: local_dir.clone(),
+                    high_watermark,
+                    from,
+                })
+                .await?;
+                match export::export_partition(
+                    Arc::new(plan),
+                    target.clone(),
+                    range,
+                    options.clone(),
+                    progress.clone(),
+                    cancel.clone(),
+                )
+                .await
+                {
+                    // Local retention deleted a segment after its upload: plan again.
+                    Err(e) if e.needs_new_plan() && attempt < 5 => continue,
+                    other => return other,
+                }
+            }
+        });
+    }
+
+    let tty = std::io::stderr().is_terminal();
+    let report = |final_line: bool| {
+        let records = progress.records.load(Ordering::Relaxed);
+        let bytes_in = progress.bytes_in.load(Ordering::Relaxed);
+        let planned = progress.bytes_planned.load(Ordering::Relaxed).max(bytes_in);
+        let secs = started.elapsed().as_secs_f64().max(1e-3);
+        let rate = bytes_in as f64 / secs;
+        let eta = if rate > 0.0 {
+            format!("{:.0}s", (planned - bytes_in) as f64 / rate)
+        } else {
+            "-".into()
+        };
+        let line = format!(
+            "{records} records, {:.1}/{:.1} MiB read ({:.1} MiB/s), {} files, {:.1} MiB written, ETA {eta}",
+            bytes_in as f64 / 1048576.0,
+            planned as f64 / 1048576.0,
+            rate / 1048576.0,
+            progress.files.load(Ordering::Relaxed),
+            progress.bytes_out.load(Ordering::Relaxed) as f64 / 1048576.0,
+        );
+        if tty && !final_line {
+            eprint!("\r\x1b[2K{line}");
+        } else {
+            eprintln!("{line}");
+        }
+    };
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.tick().await;
+    let mut summaries = Vec::new();
+    let mut failures = Vec::new();
+    loop {
+        tokio::select! {
+            done = jobs.join_next() => match done {
+                None => break,
+                Some(Ok(Ok(s))) => summaries.push(s),
+                Some(Ok(Err(e))) => failures.push(e.to_string()),
+                Some(Err(e)) => failures.push(e.to_string()),
+            },
+            _ = tick.tick() => report(false),
+            _ = tokio::signal::ctrl_c() => {
+                cancel.cancel();
+            }
+        }
+    }
+    if tty {
+        eprintln!();
+    }
+    report(true);
+    summaries.sort_by_key(|s| s.partition);
+    let secs = started.elapsed().as_secs_f64();
+    let mut records = 0;
+    for s in &summaries {
+        records += s.records;
+        println!(
+            "{}-{}: offsets {}..{} -> {} records in {} file(s), {} bytes",
+            s.topic,
+            s.partition,
+            s.start_offset,
+            s.end_offset,
+            s.records,
+            s.files.len(),
+            s.bytes_out
+        );
+    }
+    println!(
+        "exported {records} records from {} partition(s) to {target} in {secs:.1}s ({:.1} MiB/s read)",
+        summaries.len(),
+        progress.bytes_in.load(Ordering::Relaxed) as f64 / 1048576.0 / secs.max(1e-3)
+    );
+    if !failures.is_empty() {
+        anyhow::bail!(
+            "{} partition(s) failed (re-run to resume from their checkpoints):\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
     }
     Ok(())
 }

@@ -246,6 +246,13 @@ impl Running {
             {
                 tracing::warn!("final upload to remote storage did not finish within 20s");
             }
+            // Running Parquet exports stop at their next batch; checkpoints say where to resume.
+            if tokio::time::timeout(Duration::from_secs(10), t.exporter.shutdown())
+                .await
+                .is_err()
+            {
+                tracing::warn!("Parquet export did not stop within 10s");
+            }
             t.reader.close().await;
         }
         let b = self.broker.clone();

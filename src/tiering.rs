@@ -53,6 +53,8 @@ pub struct Tiering {
     deleted: Mutex<Vec<(String, Uuid, i32)>>,
     last_scrub: Mutex<Option<Instant>>,
     pub metrics: TieringMetrics,
+    /// Continuous Parquet export of topics with strata.export.parquet=true.
+    pub exporter: strata_tiering::export::ContinuousExporter,
 }
 
 /// Why a remote read produced no data.
@@ -86,7 +88,7 @@ impl Tiering {
         };
         tracing::info!(store = %store, "tiered storage enabled");
         Ok(Arc::new(Tiering {
-            store,
+            store: store.clone(),
             reader,
             config: config.clone(),
             partitions: Mutex::new(HashMap::new()),
@@ -94,6 +96,11 @@ impl Tiering {
             deleted: Mutex::new(Vec::new()),
             last_scrub: Mutex::new(None),
             metrics: TieringMetrics::default(),
+            exporter: strata_tiering::export::ContinuousExporter::new(
+                store.clone(),
+                config.store.clone(),
+                1,
+            ),
         }))
     }
 
@@ -275,6 +282,7 @@ impl Tiering {
             .await??;
             self.throttle(size, started.elapsed()).await;
         }
+        export_parquet_after_upload(self, topic, p.index, &tp);
         if topic.config.cleanup_policy_compact {
             self.snapshot_compacted(broker, topic, p, &tp, epoch)
                 .await?;
@@ -937,4 +945,37 @@ fn write_file(path: &Path, data: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("restore.tmp");
     std::fs::write(&tmp, data)?;
     std::fs::rename(tmp, path)
+}
+
+/// Continuous export: once a partition's uploads are committed, brings its Parquet export up
+/// to the manifest's end in the background (the first poke after the topic turns
+/// strata.export.parquet on backfills what is already remote).
+fn export_parquet_after_upload(tiering: &Tiering, topic: &Topic, index: i32, tp: &TieredPartition) {
+    use crate::config::topic::{EXPORT_PARQUET, EXPORT_PARQUET_FILE_BYTES, EXPORT_PARQUET_TARGET};
+    let enabled = topic
+        .overrides
+        .get(EXPORT_PARQUET)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    if !enabled || tp.manifest().segments.is_empty() {
+        return;
+    }
+    let target_url = topic
+        .overrides
+        .get(EXPORT_PARQUET_TARGET)
+        .filter(|v| !v.trim().is_empty())
+        .cloned()
+        .unwrap_or_else(|| {
+            strata_tiering::export::ContinuousExporter::default_target(&tiering.config.store.url)
+        });
+    let file_bytes = topic
+        .overrides
+        .get(EXPORT_PARQUET_FILE_BYTES)
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(256 << 20);
+    tiering.exporter.poke(strata_tiering::export::ExportJob {
+        id: partition_id(topic, index),
+        target_url,
+        file_bytes,
+        remote_end: tp.manifest().end_offset().unwrap_or(0),
+    });
 }

@@ -120,6 +120,14 @@ fn segment_bytes(k: &str, v: &str) -> Result<(), ValueError> {
 /// accepted on create/alter but not listed by DescribeConfigs, as in Kafka.
 pub const INTERNAL_SEGMENT_BYTES: &str = "internal.segment.bytes";
 
+/// Continuous Parquet export (Strata only): `strata.export.parquet=true` makes the tiering task
+/// export each uploaded segment to `strata.export.parquet.target` (default `<remote store
+/// url>/export`), in files of up to `strata.export.parquet.file.bytes`. Accepted on
+/// create/alter and read from the topic's overrides; not listed by DescribeConfigs.
+pub const EXPORT_PARQUET: &str = "strata.export.parquet";
+pub const EXPORT_PARQUET_TARGET: &str = "strata.export.parquet.target";
+pub const EXPORT_PARQUET_FILE_BYTES: &str = "strata.export.parquet.file.bytes";
+
 const LONG_MAX: &str = "9223372036854775807";
 
 pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
@@ -330,8 +338,41 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
 ];
 
 pub fn def(name: &str) -> Option<&'static TopicConfigDef> {
-    TOPIC_CONFIGS.iter().find(|d| d.name == name)
+    TOPIC_CONFIGS
+        .iter()
+        .chain(STRATA_TOPIC_CONFIGS)
+        .find(|d| d.name == name)
 }
+
+fn export_file_bytes(k: &str, v: &str) -> Result<(), ValueError> {
+    long_at_least(1 << 20)(k, v)
+}
+
+/// Strata's own topic configs: settable (CreateTopics, AlterConfigs, IncrementalAlterConfigs)
+/// and described when set, but not listed among Kafka's configs and without broker synonym.
+pub static STRATA_TOPIC_CONFIGS: &[TopicConfigDef] = &[
+    TopicConfigDef {
+        name: EXPORT_PARQUET,
+        broker_synonym: "",
+        kind: Kind::Boolean,
+        default: "false",
+        validate: boolean,
+    },
+    TopicConfigDef {
+        name: EXPORT_PARQUET_TARGET,
+        broker_synonym: "",
+        kind: Kind::String,
+        default: "",
+        validate: any,
+    },
+    TopicConfigDef {
+        name: EXPORT_PARQUET_FILE_BYTES,
+        broker_synonym: "",
+        kind: Kind::Long,
+        default: "268435456",
+        validate: export_file_bytes,
+    },
+];
 
 /// Why a topic config was refused. Maps to INVALID_CONFIG.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -14,6 +14,8 @@
 //! - [`partition`]: commit of uploads, remote retention, the orphan scrubber.
 //! - [`reader`]: cached, chunked, parallel remote reads with read-ahead.
 //! - [`catalog`]: the topics kept in the bucket, for restoring a cluster from the bucket alone.
+//! - [`export`]: Parquet export of partitions (remote and sealed local segments) for bulk
+//!   loads, with per-partition checkpoints for exactly-once re-runs.
 //!
 //! Accepted orphans (invariant 4): a bundle uploaded whose manifest commit never happened
 //! (crash or store error between the two), and a bundle dropped from the manifest whose
@@ -21,6 +23,7 @@
 //! [`partition::TieredPartition::scrub`] once older than its grace period.
 
 pub mod catalog;
+pub mod export;
 pub mod manifest;
 pub mod partition;
 pub mod reader;

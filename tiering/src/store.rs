@@ -382,6 +382,69 @@ impl RemoteStore {
         Ok(())
     }
 
+    /// Writes a local file as one object without holding it in memory: one PUT when it fits
+    /// in `part_size`, else a multipart upload reading one part at a time. Returns its size.
+    pub async fn put_file(
+        &self,
+        topic: &str,
+        key: &str,
+        file: &std::path::Path,
+        part_size: usize,
+    ) -> StoreResult<u64> {
+        use tokio::io::AsyncReadExt;
+        let io_err = |e: std::io::Error| StoreError::Request(format!("{}: {e}", file.display()));
+        let mut f = tokio::fs::File::open(file).await.map_err(io_err)?;
+        let size = f.metadata().await.map_err(io_err)?.len();
+        let part_size = part_size.max(5 << 20);
+        let read_part = async |f: &mut tokio::fs::File| -> StoreResult<Bytes> {
+            let mut buf = Vec::with_capacity(part_size);
+            (&mut *f)
+                .take(part_size as u64)
+                .read_to_end(&mut buf)
+                .await
+                .map_err(io_err)?;
+            Ok(Bytes::from(buf))
+        };
+        if size <= part_size as u64 {
+            let data = read_part(&mut f).await?;
+            self.put(topic, key, PutPayload::from(data)).await?;
+            return Ok(size);
+        }
+        self.before(topic, Op::Put, key).await?;
+        let r = self
+            .inner
+            .put_multipart_opts(&self.path(key), PutMultipartOptions::default())
+            .await;
+        let mut upload = self.failed(key, r)?;
+        let mut sent = 0u64;
+        while sent < size {
+            let part = match read_part(&mut f).await {
+                Ok(p) if !p.is_empty() => p,
+                Ok(_) => break,
+                Err(e) => {
+                    let _ = upload.abort().await;
+                    return Err(e);
+                }
+            };
+            let len = part.len() as u64;
+            if let Err(e) = self.before(topic, Op::MultipartPart, key).await {
+                let _ = upload.abort().await;
+                return Err(e);
+            }
+            if let Err(e) = upload.put_part(PutPayload::from(part)).await {
+                let _ = upload.abort().await;
+                return self.failed(key, Err(e));
+            }
+            sent += len;
+            self.metrics
+                .bytes_uploaded
+                .fetch_add(len, Ordering::Relaxed);
+        }
+        let r = upload.complete().await;
+        self.failed(key, r)?;
+        Ok(sent)
+    }
+
     /// Reads `range` of an object.
     pub async fn get_range(&self, topic: &str, key: &str, range: Range<u64>) -> StoreResult<Bytes> {
         self.before(topic, Op::Get, key).await?;

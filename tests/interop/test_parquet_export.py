@@ -1,0 +1,429 @@
+"""Parquet export (`strata export`): records produced with real clients (every compression
+codec, keys, null values, repeated header keys, explicit timestamps, committed and aborted
+transactions) to a tiered topic are exported from the bucket's segments and the sealed local
+segments, then read back with pyarrow and DuckDB and compared exactly. Exports go to a local
+directory and to the S3-compatible test server (moto); an exporter killed with SIGKILL
+between writing a file and committing its checkpoint is re-run and leaves no duplicate and
+no gap.
+
+Strata only: the reference Kafka broker has no remote storage plugin configured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from helpers import QUIET, create_topic
+from test_tiering import (REMOTE_TOPIC_CONFIG, seal_records, tiered_broker_props,
+                          wait_until_remote_only)
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+ds = pytest.importorskip("pyarrow.dataset")
+duckdb = pytest.importorskip("duckdb")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("STRATA_TEST_TARGET", "strata").strip().lower() == "kafka",
+        reason="the reference Kafka broker has no remote storage plugin configured"),
+]
+
+PARTS = 2
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+PER_CODEC = 1500
+T0 = 1_700_000_000_000
+EXPORT_TIMEOUT_S = 120
+
+
+def _binary() -> Path:
+    b = Path(os.environ.get("STRATA_BIN", "target/debug/strata"))
+    return b if b.is_absolute() else Path(__file__).resolve().parents[2] / b
+
+
+class Produced:
+    """What the log should hold: (partition, offset) -> (key, value, headers, timestamp)."""
+
+    def __init__(self):
+        self.records: dict[tuple[int, int], tuple] = {}
+        self.aborted: set[tuple[int, int]] = set()
+
+    def producer(self, bootstrap: str, conf: dict, into_aborted: bool = False) -> Producer:
+        def cb_for(headers):
+            # Delivery reports carry no headers: remember the ones produced.
+            def cb(err, msg):
+                assert err is None, err
+                key = (msg.partition(), msg.offset())
+                if into_aborted:
+                    self.aborted.add(key)
+                else:
+                    self.records[key] = (msg.key(), msg.value(), list(headers),
+                                         msg.timestamp()[1])
+            return cb
+        return Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         **QUIET, **conf}), cb_for
+
+
+def record(i: int, rnd: random.Random) -> dict:
+    headers = [("idx", b"%d" % i), ("dup", b"a"), ("dup", b"b")]
+    if i % 7 == 0:
+        headers.append(("nullhdr", None))
+    return {
+        "key": None if i % 5 == 0 else b"key-%d" % (i % 113),
+        "value": None if i % 11 == 0 else b"%07d:" % i + rnd.randbytes(rnd.randint(0, 300)),
+        "headers": headers,
+        "timestamp": T0 + i * 10,
+        "partition": i % PARTS,
+    }
+
+
+def produce_all(bootstrap: str, topic: str, produced: Produced) -> None:
+    rnd = random.Random(7)
+    i = 0
+    for codec in CODECS:
+        p, cb = produced.producer(bootstrap, {"compression.type": codec, "linger.ms": 5,
+                                              "batch.size": 16384})
+        for _ in range(PER_CODEC):
+            r = record(i, rnd)
+            p.produce(topic, value=r["value"], key=r["key"], headers=r["headers"],
+                      timestamp=r["timestamp"], partition=r["partition"],
+                      on_delivery=cb(r["headers"]))
+            p.poll(0)
+            i += 1
+        assert p.flush(60) == 0
+    # Transactions: committed, aborted (its records reach the log, then an ABORT marker),
+    # committed again.
+    for outcome in ["commit", "abort", "commit"]:
+        tid = f"export-{uuid.uuid4().hex[:8]}"
+        p, cb = produced.producer(bootstrap, {"transactional.id": tid, "compression.type": "zstd",
+                                              "linger.ms": 5}, into_aborted=outcome == "abort")
+        p.init_transactions(30)
+        p.begin_transaction()
+        for _ in range(400):
+            r = record(i, rnd)
+            p.produce(topic, value=r["value"], key=r["key"], headers=r["headers"],
+                      timestamp=r["timestamp"], partition=r["partition"],
+                      on_delivery=cb(r["headers"]))
+            p.poll(0)
+            i += 1
+        assert p.flush(60) == 0
+        if outcome == "commit":
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+
+
+@pytest.fixture(scope="module")
+def exported_topic(s3_server, module_broker_factory):
+    """A tiered 2-partition topic with every kind of record, sealed and mostly uploaded.
+    Yields (broker, topic, produced)."""
+    props = tiered_broker_props(s3_server.broker_props("export-src"))
+    # The exporter caps local segments at the high-watermark checkpoint: keep it fresh.
+    props["log.flush.offset.checkpoint.interval.ms"] = "200"
+    b = module_broker_factory(name="export", props=props)
+    topic = f"export-{uuid.uuid4().hex[:8]}"
+    create_topic(b.bootstrap, topic, partitions=PARTS, config=REMOTE_TOPIC_CONFIG)
+    produced = Produced()
+    produce_all(b.bootstrap, topic, produced)
+    last = {p: max(o for (q, o) in list(produced.records) + list(produced.aborted) if q == p)
+            for p in range(PARTS)}
+    # Roll past the last record (+ its transaction marker) so every produced record is in a
+    # sealed segment, then wait until the early segments are remote-only.
+    seal_records(b, topic, {p: o + 1 for p, o in last.items()})
+    wait_until_remote_only(b, topic, {p: 0 for p in range(PARTS)})
+    time.sleep(1.0)  # a high-watermark checkpoint after the fillers
+    return b, topic, produced, last
+
+
+def run_export(broker, topic: str, out: str, *extra: str, env: dict | None = None,
+               check: bool = True) -> subprocess.CompletedProcess:
+    cmd = [str(_binary()), "export", "--topic", topic, "--out", out,
+           "--config", str(broker.config_path), *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S,
+                       env={**os.environ, **(env or {})})
+    if check:
+        assert r.returncode == 0, f"{cmd} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def checkpoint_ends(read_json, topic: str) -> dict[int, int]:
+    return {p: read_json(f"topic={topic}/partition={p}/_checkpoint.json")["next_offset"]
+            for p in range(PARTS)}
+
+
+def expected_rows(produced: Produced, ends: dict[int, int]) -> list[tuple]:
+    """Non-aborted produced records below each partition's exported end, by (partition,
+    offset). Fillers are produced by seal_records through helpers.produce and are not
+    tracked: rows are compared by the tracked records only, plus a gap check."""
+    out = []
+    for (p, o), (k, v, h, ts) in sorted(produced.records.items()):
+        if o < ends[p]:
+            out.append((p, o, k, v, h, ts))
+    return out
+
+
+def rows_from_arrow(table) -> list[tuple]:
+    t = table.sort_by([("partition", "ascending"), ("offset", "ascending")])
+    cols = t.to_pydict()
+    # DuckDB hands TIMESTAMPTZ back in microseconds; the file holds milliseconds.
+    ts = t.column("timestamp").cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_pylist()
+    return [(cols["partition"][i], cols["offset"][i], cols["key"][i], cols["value"][i],
+             [(h["key"], h["value"]) for h in cols["headers"][i]], ts[i])
+            for i in range(t.num_rows)]
+
+
+def assert_exact(rows: list[tuple], produced: Produced, ends: dict[int, int], last, reader: str):
+    offsets = [(r[0], r[1]) for r in rows]
+    assert len(offsets) == len(set(offsets)), f"{reader}: duplicate offsets"
+    assert not set(offsets) & produced.aborted, f"{reader}: aborted records were exported"
+    for p in range(PARTS):
+        assert ends[p] > last[p], f"{reader}: partition {p} exported only below {ends[p]}"
+    want = expected_rows(produced, ends)
+    tracked = [r for r in rows if (r[0], r[1]) in produced.records]
+    assert len(tracked) == len(want), f"{reader}: {len(tracked)} rows, wanted {len(want)}"
+    for got, w in zip(tracked, want):
+        assert got == w, f"{reader}: row differs\n got {got}\nwant {w}"
+    # Every other row is a filler (produced after the tracked records), never a gap filler.
+    others = [r for r in rows if (r[0], r[1]) not in produced.records]
+    for r in others:
+        assert r[1] > last[r[0]] and r[3].startswith(b"filler:"), f"{reader}: stray row {r[:2]}"
+
+
+def test_export_to_a_directory_reads_back_exactly_in_pyarrow_and_duckdb(exported_topic, tmp_path):
+    b, topic, produced, last = exported_topic
+    out = tmp_path / "export"
+    r = run_export(b, topic, str(out))
+    assert "exported" in r.stdout, r.stdout
+    assert "records" in r.stderr, r.stderr  # the progress line
+
+    def read_json(rel):
+        return json.loads((out / rel).read_text())
+    ends = checkpoint_ends(read_json, topic)
+
+    files = sorted(out.glob(f"topic={topic}/partition=*/*.parquet"))
+    assert files, list(out.rglob("*"))
+    for f in files:
+        first, last_off = (int(x) for x in f.stem.split("-"))
+        offs = pq.read_table(f, columns=["offset"]).column("offset").to_pylist()
+        assert (offs[0], offs[-1]) == (first, last_off), f.name
+        md = pq.ParquetFile(f).metadata
+        assert md.row_group(0).column(0).compression == "ZSTD"
+        stats = md.row_group(0).column(2).statistics  # offset
+        assert stats is not None and stats.has_min_max and stats.min == first
+
+    schema = pq.read_schema(files[0])
+    assert schema.field("timestamp").type == pa.timestamp("ms", tz="UTC")
+    assert schema.field("key").type == pa.binary()
+    assert schema.field("headers").type.value_type == pa.struct(
+        [pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
+
+    # pyarrow, as a Hive-partitioned dataset (partition columns come from the file too).
+    dataset = ds.dataset(out, format="parquet", partitioning="hive",
+                         exclude_invalid_files=True)
+    table = dataset.to_table(columns=["partition", "offset", "key", "value", "headers",
+                                      "timestamp"])
+    assert_exact(rows_from_arrow(table), produced, ends, last, "pyarrow")
+
+    # DuckDB, the way a user would query it.
+    con = duckdb.connect()
+    glob = str(out / "topic=*" / "partition=*" / "*.parquet")
+    n, distinct = con.sql(
+        f"SELECT count(*), count(DISTINCT (partition, \"offset\")) FROM read_parquet('{glob}', "
+        f"hive_partitioning = false)").fetchall()[0]
+    assert n == distinct
+    dtable = con.sql(
+        f"SELECT partition, \"offset\", key, value, headers, timestamp FROM read_parquet('{glob}')"
+    ).to_arrow_table()
+    assert_exact(rows_from_arrow(dtable), produced, ends, last, "duckdb")
+    ts_type = con.sql(f"SELECT typeof(timestamp) FROM read_parquet('{glob}') LIMIT 1").fetchall()[0][0]
+    assert ts_type == "TIMESTAMP WITH TIME ZONE"
+    # Row-group pruning has what it needs: min/max offset per file.
+    (mn,) = con.sql(f"SELECT min(\"offset\") FROM read_parquet('{glob}') WHERE partition = 0").fetchall()[0]
+    assert mn == 0
+
+    # A re-run has nothing left to do and writes nothing.
+    before = {f: f.read_bytes() for f in files}
+    r2 = run_export(b, topic, str(out))
+    assert sorted(out.glob(f"topic={topic}/partition=*/*.parquet")) == files
+    assert {f: f.read_bytes() for f in files} == before
+
+
+def test_export_to_s3_reads_back_exactly_in_pyarrow_and_duckdb(exported_topic, s3_server, tmp_path):
+    b, topic, produced, last = exported_topic
+    prefix = f"exports-{uuid.uuid4().hex[:6]}"
+    run_export(b, topic, f"s3://{s3_server.bucket}/{prefix}")
+    keys = s3_server.keys(prefix + "/")
+    assert any(k.endswith(".parquet") for k in keys), keys[:10]
+    assert all(k.startswith(f"{prefix}/topic={topic}/partition=") for k in keys), keys[:10]
+
+    def read_json(rel):
+        return json.loads(s3_server.client.get_object(
+            Bucket=s3_server.bucket, Key=f"{prefix}/{rel}")["Body"].read())
+    ends = checkpoint_ends(read_json, topic)
+
+    from pyarrow import fs
+    s3 = fs.S3FileSystem(access_key=s3_server.access_key, secret_key=s3_server.secret_key,
+                         region=s3_server.region, scheme="http",
+                         endpoint_override=s3_server.endpoint.removeprefix("http://"))
+    dataset = ds.dataset(f"{s3_server.bucket}/{prefix}", filesystem=s3, format="parquet",
+                         partitioning="hive", exclude_invalid_files=True)
+    table = dataset.to_table(columns=["partition", "offset", "key", "value", "headers",
+                                      "timestamp"])
+    assert_exact(rows_from_arrow(table), produced, ends, last, "pyarrow over S3")
+
+    # DuckDB reads the same objects (downloaded: its httpfs extension is not installed here).
+    local = tmp_path / "s3copy"
+    for k in keys:
+        if k.endswith(".parquet"):
+            dst = local / k
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            s3_server.client.download_file(s3_server.bucket, k, str(dst))
+    con = duckdb.connect()
+    dtable = con.sql(
+        f"SELECT partition, \"offset\", key, value, headers, timestamp FROM "
+        f"read_parquet('{local}/{prefix}/*/*/*.parquet')").to_arrow_table()
+    assert_exact(rows_from_arrow(dtable), produced, ends, last, "duckdb (S3 objects)")
+
+
+def test_exporter_killed_between_file_and_checkpoint_reruns_without_duplicates_or_gaps(
+        exported_topic, tmp_path):
+    b, topic, produced, last = exported_topic
+    out = tmp_path / "crash"
+    cmd = [str(_binary()), "export", "--topic", topic, "--out", str(out), "--parallelism", "1",
+           "--config", str(b.config_path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "STRATA_EXPORT_FAILPOINT_PAUSE_MS": "400"})
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(out.glob("topic=*/partition=*/*.parquet"))) < 3:
+            assert proc.poll() is None, "the exporter finished before it could be killed"
+            assert time.monotonic() < deadline, "the exporter wrote no files"
+            time.sleep(0.05)
+        # Inside the pause: the newest file has landed, its checkpoint not yet.
+        time.sleep(0.1)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    first_run = {f.relative_to(out): f.read_bytes()
+                 for f in out.glob("topic=*/partition=*/*.parquet")}
+    cps = {p: json.loads(c.read_text())["next_offset"]
+           for p, c in ((int(c.parent.name.split("=")[1]), c)
+                        for c in out.glob("topic=*/partition=*/_checkpoint.json"))}
+    # The file written but not checkpointed exists: a name starting at the checkpoint.
+    uncovered = [f for f in first_run
+                 if int(f.stem.split("-")[0]) >= cps.get(int(f.parent.name.split("=")[1]), 0)]
+    assert uncovered, f"no file beyond the checkpoints {cps}: {sorted(first_run)}"
+
+    run_export(b, topic, str(out))
+    files = sorted(out.glob("topic=*/partition=*/*.parquet"))
+    # Files of the killed run are rewritten under the same name with the same bytes.
+    for rel, data in first_run.items():
+        assert (out / rel).read_bytes() == data, f"{rel} differs after the re-run"
+    assert not list(out.rglob("*.tmp")), "spool files left behind"
+    table = ds.dataset(out, format="parquet", partitioning="hive",
+                       exclude_invalid_files=True).to_table(
+        columns=["partition", "offset", "key", "value", "headers", "timestamp"])
+    ends = checkpoint_ends(lambda rel: json.loads((out / rel).read_text()), topic)
+    assert_exact(rows_from_arrow(table), produced, ends, last, "after kill -9 and re-run")
+    # Files tile each partition: no offset range overlaps another.
+    for p in range(PARTS):
+        ranges = sorted(tuple(int(x) for x in f.stem.split("-"))
+                        for f in files if f.parent.name == f"partition={p}")
+        for (a0, a1), (b0, b1) in zip(ranges, ranges[1:]):
+            assert a1 < b0, f"partition {p}: {a0}-{a1} overlaps {b0}-{b1}"
+
+
+def test_offset_and_time_ranges_select_exactly_those_records(exported_topic, tmp_path):
+    b, topic, produced, last = exported_topic
+    out = tmp_path / "ranges"
+    run_export(b, topic, str(out), "--partitions", "0", "--from-offset", "100",
+               "--to-offset", "1200")
+    t = ds.dataset(out, format="parquet", partitioning="hive").to_table()
+    offs = sorted(t.column("offset").to_pylist())
+    want = sorted(o for (p, o) in produced.records if p == 0 and 100 <= o < 1200)
+    assert offs == want
+    assert set(t.column("partition").to_pylist()) == {0}
+
+    # By time: records of partition 1 with CreateTime in [T0+20000, T0+40000].
+    out2 = tmp_path / "times"
+    run_export(b, topic, str(out2), "--partitions", "1",
+               "--from-time", "2023-11-14T22:13:40Z", "--to-time", str(T0 + 40_000))
+    t2 = ds.dataset(out2, format="parquet", partitioning="hive").to_table()
+    got = sorted(t2.column("offset").to_pylist())
+    want2 = sorted(o for (p, o), (_, _, _, ts) in produced.records.items()
+                   if p == 1 and T0 + 20_000 <= ts <= T0 + 40_000)
+    assert got == want2
+
+
+def test_continuous_export_backfills_remote_data_and_follows_new_uploads(
+        exported_topic, s3_server):
+    """strata.export.parquet=true on a topic that already has remote data: the tiering task
+    exports what is remote (backfill), then each segment it uploads afterwards."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    from helpers import admin, produce
+
+    b, topic, produced, last = exported_topic
+    prefix = f"continuous-{uuid.uuid4().hex[:6]}"
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("strata.export.parquet", "true",
+                    incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("strata.export.parquet.target", f"s3://{s3_server.bucket}/{prefix}",
+                    incremental_operation=AlterConfigOpType.SET),
+    ])
+    admin(b.bootstrap).incremental_alter_configs([res])[res].result(timeout=30)
+
+    def read_json(rel):
+        return json.loads(s3_server.client.get_object(
+            Bucket=s3_server.bucket, Key=f"{prefix}/{rel}")["Body"].read())
+
+    def ends_now():
+        try:
+            return checkpoint_ends(read_json, topic)
+        except Exception:
+            return None
+
+    # Backfill: every tracked record is exported without producing anything new.
+    deadline = time.monotonic() + 60
+    while not (ends_now() and all(e > last[p] for p, e in ends_now().items())):
+        assert time.monotonic() < deadline, f"no backfill within 60s: {ends_now()}\n{b.log_tail(30)}"
+        time.sleep(0.5)
+
+    # New records: exported once their segment is sealed and uploaded.
+    before = ends_now()
+    more, _ = produce(b.bootstrap, topic, [{"value": b"late-%d" % i, "partition": i % PARTS}
+                                           for i in range(200)])
+    newest = {p: max(d.offset for d in more if d.partition == p) for p in range(PARTS)}
+    seal_records(b, topic, newest)
+    deadline = time.monotonic() + 60
+    while not all(e > newest[p] for p, e in (ends_now() or {}).items()):
+        assert time.monotonic() < deadline, f"new records not exported: {ends_now()} vs {newest}"
+        time.sleep(0.5)
+    assert all(ends_now()[p] > before[p] for p in range(PARTS))
+
+    from pyarrow import fs
+    s3 = fs.S3FileSystem(access_key=s3_server.access_key, secret_key=s3_server.secret_key,
+                         region=s3_server.region, scheme="http",
+                         endpoint_override=s3_server.endpoint.removeprefix("http://"))
+    table = ds.dataset(f"{s3_server.bucket}/{prefix}", filesystem=s3, format="parquet",
+                       partitioning="hive", exclude_invalid_files=True).to_table(
+        columns=["partition", "offset", "key", "value", "headers", "timestamp"])
+    rows = rows_from_arrow(table)
+    offsets = [(r[0], r[1]) for r in rows]
+    assert len(offsets) == len(set(offsets)), "duplicates in the continuous export"
+    tracked = [r for r in rows if (r[0], r[1]) in produced.records]
+    assert tracked == expected_rows(produced, {p: last[p] + 1 for p in range(PARTS)})
+    late = {(d.partition, d.offset): d.value for d in more}
+    got_late = {(r[0], r[1]): r[3] for r in rows if (r[0], r[1]) in late}
+    assert got_late == late

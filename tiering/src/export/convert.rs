@@ -1,0 +1,591 @@
+//! RecordBatch v2 bytes to Parquet, without I/O: batches in, rows appended to an
+//! [`ArrowWriter`] over any `Write`.
+//!
+//! Decompression uses kafka-protocol's codecs (gzip, snappy, lz4, zstd). Records are parsed
+//! here rather than through `RecordBatchDecoder::decode`, for two reasons that change what
+//! readers see: its `Record::headers` is a map, so repeated header keys (legal in Kafka) would
+//! be merged, and it derives every timestamp from `baseTimestamp + delta`, while a
+//! `LogAppendTime` batch's records all carry the batch's `maxTimestamp`.
+//!
+//! Memory: rows are buffered in Arrow builders up to [`ConvertOptions::batch_rows`] rows or
+//! [`ConvertOptions::batch_bytes`] bytes, then handed to the Parquet writer, which flushes a
+//! row group at [`ConvertOptions::row_group_bytes`]. One decompressed batch is held at a time.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    BinaryBuilder, Int64Builder, ListBuilder, StringBuilder, StructBuilder,
+    TimestampMillisecondBuilder,
+};
+use arrow_array::{ArrayRef, Int32Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+use bytes::Bytes;
+use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+
+/// Size of the RecordBatch v2 header that precedes the records.
+pub const BATCH_HEADER_LEN: usize = 61;
+/// The batch occupies `LOG_OVERHEAD + batchLength` bytes.
+pub const LOG_OVERHEAD: usize = 12;
+
+const ATTR_COMPRESSION: i16 = 0x07;
+const ATTR_LOG_APPEND_TIME: i16 = 0x08;
+const ATTR_TRANSACTIONAL: i16 = 0x10;
+const ATTR_CONTROL: i16 = 0x20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    #[error("corrupt batch at offset {offset}: {reason}")]
+    Corrupt { offset: i64, reason: String },
+    #[error("parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow_schema::ArrowError),
+}
+
+fn corrupt(offset: i64, reason: impl Into<String>) -> ConvertError {
+    ConvertError::Corrupt {
+        offset,
+        reason: reason.into(),
+    }
+}
+
+/// The header fields of one RecordBatch v2 that the export needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    /// Bytes the batch occupies, header included.
+    pub size: usize,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub records_count: i32,
+}
+
+impl BatchHeader {
+    /// Parses the header at the start of `b`; `Ok(None)` when `b` holds less than a whole
+    /// batch (the caller reads more).
+    pub fn parse(b: &[u8]) -> Result<Option<BatchHeader>, ConvertError> {
+        if b.len() < LOG_OVERHEAD {
+            return Ok(None);
+        }
+        let base_offset = i64_at(b, 0);
+        let length = i32_at(b, 8);
+        if length < (BATCH_HEADER_LEN - LOG_OVERHEAD) as i32 {
+            return Err(corrupt(base_offset, format!("batch length {length}")));
+        }
+        let size = LOG_OVERHEAD + length as usize;
+        if b.len() < size {
+            return Ok(None);
+        }
+        if b[16] != 2 {
+            return Err(corrupt(
+                base_offset,
+                format!("magic {} (only RecordBatch v2 is supported)", b[16] as i8),
+            ));
+        }
+        Ok(Some(BatchHeader {
+            base_offset,
+            size,
+            attributes: i16_at(b, 21),
+            last_offset_delta: i32_at(b, 23),
+            base_timestamp: i64_at(b, 27),
+            max_timestamp: i64_at(b, 35),
+            producer_id: i64_at(b, 43),
+            records_count: i32_at(b, 57),
+        }))
+    }
+
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + self.last_offset_delta as i64
+    }
+    pub fn next_offset(&self) -> i64 {
+        self.last_offset() + 1
+    }
+    pub fn is_control(&self) -> bool {
+        self.attributes & ATTR_CONTROL != 0
+    }
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & ATTR_TRANSACTIONAL != 0
+    }
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & ATTR_LOG_APPEND_TIME != 0
+    }
+}
+
+fn i16_at(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+fn i32_at(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+fn i64_at(b: &[u8], at: usize) -> i64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    i64::from_be_bytes(a)
+}
+
+/// An aborted transaction, from a segment's `.txnindex`: the producer's records with offsets
+/// in `first_offset..=last_offset` (the ABORT marker) are not exported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AbortedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: i64,
+}
+
+impl AbortedTxn {
+    /// Parses `.txnindex` bytes (34-byte entries: version, producer id, first offset, last
+    /// offset, last stable offset); a torn tail is ignored.
+    pub fn parse_index(raw: &[u8]) -> Vec<AbortedTxn> {
+        raw.chunks_exact(34)
+            .filter(|e| i16_at(e, 0) == 0)
+            .map(|e| AbortedTxn {
+                producer_id: i64_at(e, 2),
+                first_offset: i64_at(e, 10),
+                last_offset: i64_at(e, 18),
+            })
+            .collect()
+    }
+}
+
+/// The aborted transactions of a partition, for "is this transactional batch aborted?".
+#[derive(Debug, Clone, Default)]
+pub struct AbortedTxns {
+    /// Sorted by (producer id, first offset).
+    txns: Vec<AbortedTxn>,
+}
+
+impl AbortedTxns {
+    pub fn new(mut txns: Vec<AbortedTxn>) -> AbortedTxns {
+        txns.sort();
+        txns.dedup();
+        AbortedTxns { txns }
+    }
+    pub fn len(&self) -> usize {
+        self.txns.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.txns.is_empty()
+    }
+    /// True when a transactional batch of `producer_id` at `offset` belongs to an aborted
+    /// transaction.
+    pub fn is_aborted(&self, producer_id: i64, offset: i64) -> bool {
+        let end = self
+            .txns
+            .partition_point(|t| (t.producer_id, t.first_offset) <= (producer_id, offset));
+        self.txns[..end]
+            .iter()
+            .rev()
+            .take_while(|t| t.producer_id == producer_id)
+            .any(|t| offset <= t.last_offset)
+    }
+}
+
+/// Parquet layout settings.
+#[derive(Debug, Clone)]
+pub struct ConvertOptions {
+    /// Rows per Arrow batch handed to the writer.
+    pub batch_rows: usize,
+    /// Key+value+header bytes per Arrow batch handed to the writer.
+    pub batch_bytes: usize,
+    /// A row group is closed when its encoded size passes this (also bounds memory).
+    pub row_group_bytes: usize,
+    pub zstd_level: i32,
+}
+
+impl Default for ConvertOptions {
+    fn default() -> Self {
+        ConvertOptions {
+            batch_rows: 16 * 1024,
+            batch_bytes: 8 << 20,
+            row_group_bytes: 64 << 20,
+            // Arrow's (and pyarrow's) default level: fast, and smaller files than snappy.
+            zstd_level: 1,
+        }
+    }
+}
+
+/// The export's Arrow schema (and so its Parquet schema).
+pub fn schema() -> SchemaRef {
+    let header = Fields::from(vec![
+        Field::new("key", DataType::Utf8, false),
+        Field::new("value", DataType::Binary, true),
+    ]);
+    Arc::new(Schema::new(vec![
+        Field::new("topic", DataType::Utf8, false),
+        Field::new("partition", DataType::Int32, false),
+        Field::new("offset", DataType::Int64, false),
+        Field::new(
+            "timestamp",
+            DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+            false,
+        ),
+        Field::new("timestamp_type", DataType::Utf8, false),
+        Field::new("key", DataType::Binary, true),
+        Field::new("value", DataType::Binary, true),
+        Field::new(
+            "headers",
+            DataType::List(Arc::new(Field::new(
+                "element",
+                DataType::Struct(header),
+                false,
+            ))),
+            false,
+        ),
+        Field::new("producer_id", DataType::Int64, false),
+    ]))
+}
+
+fn writer_properties(o: &ConvertOptions) -> Result<WriterProperties, ConvertError> {
+    let mut p = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(o.zstd_level)?))
+        .set_max_row_group_bytes(Some(o.row_group_bytes.max(1)))
+        .set_max_row_group_row_count(None)
+        .set_statistics_enabled(EnabledStatistics::Chunk)
+        .set_created_by("strata export (parquet-rs 60)".to_string());
+    for col in ["offset", "timestamp"] {
+        p = p.set_column_statistics_enabled(ColumnPath::from(col), EnabledStatistics::Page);
+    }
+    for col in [
+        vec!["key"],
+        vec!["value"],
+        vec!["headers", "list", "element", "key"],
+        vec!["headers", "list", "element", "value"],
+    ] {
+        let path = ColumnPath::new(col.iter().map(|s| s.to_string()).collect());
+        p = p
+            .set_column_statistics_enabled(path.clone(), EnabledStatistics::None)
+            .set_column_dictionary_enabled(path, false);
+    }
+    Ok(p.build())
+}
+
+/// What one call to [`ParquetFileWriter::push_batch`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pushed {
+    pub rows: u64,
+    /// Records skipped: outside the range, or control or aborted records.
+    pub skipped: u64,
+}
+
+/// Which records of the log are exported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordFilter {
+    /// Offsets `from..to`.
+    pub from: i64,
+    pub to: i64,
+    /// Skip records until the first whose timestamp is at or after this, then take every
+    /// record (a consumer that seeks by time). Cleared once a record qualifies.
+    pub from_time: Option<i64>,
+    /// Stop at the first record whose timestamp is after this; `to` becomes its offset.
+    pub to_time: Option<i64>,
+}
+
+impl RecordFilter {
+    pub fn offsets(from: i64, to: i64) -> RecordFilter {
+        RecordFilter {
+            from,
+            to,
+            from_time: None,
+            to_time: None,
+        }
+    }
+}
+
+/// Rows of one Parquet file being written.
+pub struct ParquetFileWriter<W: Write + Send> {
+    topic: String,
+    partition: i32,
+    options: ConvertOptions,
+    writer: ArrowWriter<W>,
+    rows: Rows,
+    pub first_offset: Option<i64>,
+    pub last_offset: Option<i64>,
+    pub row_count: u64,
+    pub min_timestamp: Option<i64>,
+    pub max_timestamp: Option<i64>,
+}
+
+struct Rows {
+    len: usize,
+    bytes: usize,
+    offset: Int64Builder,
+    timestamp: TimestampMillisecondBuilder,
+    timestamp_type: StringBuilder,
+    key: BinaryBuilder,
+    value: BinaryBuilder,
+    headers: ListBuilder<StructBuilder>,
+    producer_id: Int64Builder,
+}
+
+impl Rows {
+    fn new() -> Rows {
+        let header_fields = match schema().field(7).data_type() {
+            DataType::List(f) => match f.data_type() {
+                DataType::Struct(fields) => fields.clone(),
+                _ => Fields::empty(),
+            },
+            _ => Fields::empty(),
+        };
+        let item = Field::new("element", DataType::Struct(header_fields.clone()), false);
+        Rows {
+            len: 0,
+            bytes: 0,
+            offset: Int64Builder::new(),
+            timestamp: TimestampMillisecondBuilder::new().with_timezone("UTC"),
+            timestamp_type: StringBuilder::new(),
+            key: BinaryBuilder::new(),
+            value: BinaryBuilder::new(),
+            headers: ListBuilder::new(StructBuilder::from_fields(header_fields, 0))
+                .with_field(Arc::new(item)),
+            producer_id: Int64Builder::new(),
+        }
+    }
+}
+
+impl<W: Write + Send> ParquetFileWriter<W> {
+    pub fn new(
+        out: W,
+        topic: &str,
+        partition: i32,
+        options: &ConvertOptions,
+    ) -> Result<Self, ConvertError> {
+        let writer = ArrowWriter::try_new(out, schema(), Some(writer_properties(options)?))?;
+        Ok(ParquetFileWriter {
+            topic: topic.to_string(),
+            partition,
+            options: options.clone(),
+            writer,
+            rows: Rows::new(),
+            first_offset: None,
+            last_offset: None,
+            row_count: 0,
+            min_timestamp: None,
+            max_timestamp: None,
+        })
+    }
+
+    /// Encoded bytes so far (written plus buffered), for splitting files by size.
+    pub fn approximate_size(&self) -> usize {
+        self.writer.bytes_written() + self.writer.in_progress_size() + self.rows.bytes
+    }
+
+    /// Appends the exportable records of one whole batch (`batch` starts at its header):
+    /// those with `from <= offset < to`, unless the batch is a control batch or belongs to an
+    /// aborted transaction.
+    pub fn push_batch(
+        &mut self,
+        header: &BatchHeader,
+        batch: &Bytes,
+        filter: &mut RecordFilter,
+        aborted: &AbortedTxns,
+    ) -> Result<Pushed, ConvertError> {
+        let count = header.records_count.max(0) as u64;
+        if header.is_control()
+            || (header.is_transactional()
+                && aborted.is_aborted(header.producer_id, header.base_offset))
+            || header.next_offset() <= filter.from
+            || header.base_offset >= filter.to
+        {
+            return Ok(Pushed {
+                rows: 0,
+                skipped: count,
+            });
+        }
+        let base = header.base_offset;
+        let stored = i32_at(batch, 17) as u32;
+        let computed = crc32c::crc32c(&batch[21..header.size]);
+        if stored != computed {
+            return Err(corrupt(
+                base,
+                format!("CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"),
+            ));
+        }
+        let mut records = batch.slice(BATCH_HEADER_LEN..header.size);
+        // kafka-protocol's codec closures return anyhow::Result; errors become text here.
+        let mut parse = |buf: &mut Bytes| -> anyhow::Result<Pushed> {
+            let mut pushed = Pushed::default();
+            let mut cur: &[u8] = buf;
+            for _ in 0..header.records_count.max(0) {
+                self.push_record(header, &mut cur, filter, &mut pushed)
+                    .map_err(anyhow::Error::msg)?;
+            }
+            Ok(pushed)
+        };
+        let result = match header.attributes & ATTR_COMPRESSION {
+            0 => parse(&mut records),
+            1 => Gzip::decompress(&mut records, parse),
+            2 => Snappy::decompress(&mut records, parse),
+            3 => Lz4::decompress(&mut records, parse),
+            4 => Zstd::decompress(&mut records, parse),
+            c => Err(anyhow::anyhow!("unknown compression codec {c}")),
+        }
+        .map_err(|e| format!("{e:#}"));
+        let pushed = result.map_err(|reason| corrupt(base, reason))?;
+        if self.rows.len >= self.options.batch_rows || self.rows.bytes >= self.options.batch_bytes {
+            self.write_rows()?;
+        }
+        Ok(pushed)
+    }
+
+    fn push_record(
+        &mut self,
+        header: &BatchHeader,
+        cur: &mut &[u8],
+        filter: &mut RecordFilter,
+        pushed: &mut Pushed,
+    ) -> Result<(), String> {
+        let size = varint(cur)?;
+        let size = usize::try_from(size).map_err(|_| format!("record size {size}"))?;
+        if cur.len() < size {
+            return Err(format!("record of {size} bytes overruns the batch"));
+        }
+        let (mut rec, rest) = cur.split_at(size);
+        *cur = rest;
+        let _attributes = take(&mut rec, 1)?;
+        let timestamp_delta = varlong(&mut rec)?;
+        let offset_delta = varint(&mut rec)?;
+        let offset = header.base_offset + offset_delta as i64;
+        let timestamp = if header.is_log_append_time() {
+            header.max_timestamp
+        } else {
+            header.base_timestamp.wrapping_add(timestamp_delta)
+        };
+        if offset < filter.from || offset >= filter.to {
+            pushed.skipped += 1;
+            return Ok(());
+        }
+        if filter.to_time.is_some_and(|t| timestamp > t) {
+            filter.to = offset;
+            pushed.skipped += 1;
+            return Ok(());
+        }
+        if let Some(t) = filter.from_time {
+            if timestamp < t {
+                pushed.skipped += 1;
+                return Ok(());
+            }
+            filter.from_time = None;
+        }
+        let key = bytes_field(&mut rec)?;
+        let value = bytes_field(&mut rec)?;
+        let header_count = varint(&mut rec)?;
+        let r = &mut self.rows;
+        let hb = r.headers.values();
+        let mut header_bytes = 0;
+        for _ in 0..header_count.max(0) {
+            let k = bytes_field(&mut rec)?.ok_or("null header key")?;
+            let v = bytes_field(&mut rec)?;
+            header_bytes += k.len() + v.map_or(0, <[u8]>::len);
+            match std::str::from_utf8(k) {
+                Ok(s) => field_builder::<StringBuilder>(hb, 0).append_value(s),
+                Err(_) => {
+                    field_builder::<StringBuilder>(hb, 0).append_value(String::from_utf8_lossy(k))
+                }
+            }
+            field_builder::<BinaryBuilder>(hb, 1).append_option(v);
+            hb.append(true);
+        }
+        r.headers.append(true);
+        r.offset.append_value(offset);
+        r.timestamp.append_value(timestamp);
+        r.timestamp_type
+            .append_value(if header.is_log_append_time() {
+                "LogAppendTime"
+            } else {
+                "CreateTime"
+            });
+        r.bytes += key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len) + header_bytes + 32;
+        r.key.append_option(key);
+        r.value.append_option(value);
+        r.producer_id.append_value(header.producer_id);
+        r.len += 1;
+        self.first_offset.get_or_insert(offset);
+        self.last_offset = Some(offset);
+        self.row_count += 1;
+        self.min_timestamp = Some(self.min_timestamp.map_or(timestamp, |m| m.min(timestamp)));
+        self.max_timestamp = Some(self.max_timestamp.map_or(timestamp, |m| m.max(timestamp)));
+        pushed.rows += 1;
+        Ok(())
+    }
+
+    fn write_rows(&mut self) -> Result<(), ConvertError> {
+        let n = self.rows.len;
+        if n == 0 {
+            return Ok(());
+        }
+        let mut r = std::mem::replace(&mut self.rows, Rows::new());
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                self.topic.as_str(),
+                n,
+            ))),
+            Arc::new(Int32Array::from_value(self.partition, n)),
+            Arc::new(r.offset.finish()),
+            Arc::new(r.timestamp.finish()),
+            Arc::new(r.timestamp_type.finish()),
+            Arc::new(r.key.finish()),
+            Arc::new(r.value.finish()),
+            Arc::new(r.headers.finish()),
+            Arc::new(r.producer_id.finish()),
+        ];
+        let batch = RecordBatch::try_new(schema(), columns)?;
+        self.writer.write(&batch)?;
+        Ok(())
+    }
+
+    /// Writes the buffered rows and the footer; returns the output.
+    pub fn finish(mut self) -> Result<W, ConvertError> {
+        self.write_rows()?;
+        Ok(self.writer.into_inner()?)
+    }
+}
+
+fn field_builder<T: arrow_array::builder::ArrayBuilder>(b: &mut StructBuilder, i: usize) -> &mut T {
+    // The struct's fields are built from the schema above: 0 is Utf8, 1 is Binary.
+    b.field_builder::<T>(i)
+        .expect("header struct fields match the schema")
+}
+
+fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
+    if b.len() < n {
+        return Err("record truncated".into());
+    }
+    let (h, t) = b.split_at(n);
+    *b = t;
+    Ok(h)
+}
+
+fn varlong(b: &mut &[u8]) -> Result<i64, String> {
+    let mut raw: u64 = 0;
+    for i in 0..10 {
+        let byte = *b.first().ok_or("varint truncated")?;
+        *b = &b[1..];
+        raw |= ((byte & 0x7f) as u64) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+        }
+    }
+    Err("varint too long".into())
+}
+
+fn varint(b: &mut &[u8]) -> Result<i32, String> {
+    let v = varlong(b)?;
+    i32::try_from(v).map_err(|_| format!("varint {v} out of range"))
+}
+
+/// A varint length then that many bytes; length -1 is null.
+fn bytes_field<'a>(b: &mut &'a [u8]) -> Result<Option<&'a [u8]>, String> {
+    let len = varint(b)?;
+    if len < 0 {
+        return Ok(None);
+    }
+    take(b, len as usize).map(Some)
+}

@@ -1,0 +1,540 @@
+//! Parquet export: a partition's records (remote segments and sealed local segments) as
+//! Parquet files that Spark, DuckDB and warehouses bulk-load.
+//!
+//! Layout: `<out>/topic=T/partition=P/<first:020>-<last:020>.parquet`, named by the offsets of
+//! their first and last record, plus `<out>/topic=T/partition=P/_checkpoint.json` (the next
+//! offset to export). Columns: topic, partition, offset, timestamp (UTC millis),
+//! timestamp_type, key, value, headers (list of key/value structs), producer_id; see
+//! [`convert::schema`]. Control batches and records of aborted transactions are never exported.
+//!
+//! Invariants:
+//! - Files never span segments: a file ends at a segment's end, at the export's end, or (for
+//!   segments larger than [`ExportOptions::file_bytes`]) at a batch boundary once the file
+//!   passes that size. Boundaries therefore depend only on the log and the start offset, so a
+//!   re-run from a checkpoint writes byte-identical files under identical names.
+//! - Exactly once: the checkpoint is replaced only after the file it covers has landed, and a
+//!   run starts at the checkpoint. A file that landed without its checkpoint is rewritten
+//!   with the same name and rows; nothing is skipped because the checkpoint never passes a
+//!   record that is not in a landed file.
+//! - The checkpoint wins over `from`: to export a range again, use another target (or delete
+//!   the checkpoint). With `from_time`, no checkpoint is written before the first exported
+//!   record, so a re-run seeks by time again.
+//!
+//! Memory: a segment is read in chunks of [`ExportOptions::chunk_bytes`] (two in flight),
+//! one batch is decompressed at a time and rows go to the Parquet writer in bounded Arrow
+//! batches; a row group is flushed at [`convert::ConvertOptions::row_group_bytes`]. Nothing
+//! is proportional to a segment's or a partition's size.
+//!
+//! Concurrency: one partition's export runs on one blocking thread (decoding and encoding are
+//! CPU work) with its reads prefetched by an async task; partitions run in parallel. A
+//! cancelled export stops between batches and leaves its checkpoint where it was.
+//!
+//! Retries: store requests retry inside `object_store`; any other failure ends the
+//! partition's export with an error and the checkpoint says where a re-run resumes.
+
+pub mod continuous;
+pub mod convert;
+pub mod plan;
+pub mod target;
+
+use std::io::BufWriter;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::AsyncReadExt;
+use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
+
+pub use continuous::{ContinuousExporter, ExportJob};
+pub use convert::{AbortedTxn, AbortedTxns, ConvertOptions, ParquetFileWriter, RecordFilter};
+pub use plan::{plan_partition, read_high_watermark, PartitionPlan, PlanInput, Source};
+pub use target::{Checkpoint, Target};
+
+use crate::store::{RemoteStore, StoreError};
+use convert::{BatchHeader, ConvertError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Convert(#[from] ConvertError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("segment {0} disappeared while it was exported (moved to remote storage?)")]
+    SourceGone(String),
+    #[error("{0}")]
+    Checkpoint(String),
+    #[error("export cancelled")]
+    Cancelled,
+}
+
+impl ExportError {
+    /// A fresh plan (the manifest and the local segments read again) may succeed.
+    pub fn needs_new_plan(&self) -> bool {
+        matches!(self, ExportError::SourceGone(_))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ExportOptions {
+    pub convert: ConvertOptions,
+    /// A file is closed at the next batch boundary once it passes this many bytes.
+    pub file_bytes: usize,
+    /// Bytes per read of a segment (local read or ranged GET).
+    pub chunk_bytes: usize,
+    /// Fail point for crash tests: sleep between a file landing and its checkpoint commit.
+    pub pause_before_checkpoint: Option<std::time::Duration>,
+}
+
+impl Default for ExportOptions {
+    fn default() -> Self {
+        ExportOptions {
+            convert: ConvertOptions::default(),
+            file_bytes: 256 << 20,
+            chunk_bytes: 8 << 20,
+            pause_before_checkpoint: None,
+        }
+    }
+}
+
+/// Which records to export; `None` means from the log start / to the safe end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExportRange {
+    pub from_offset: Option<i64>,
+    /// Exclusive.
+    pub to_offset: Option<i64>,
+    /// Start at the first record with a timestamp at or after this (ms).
+    pub from_time: Option<i64>,
+    /// Stop at the first record with a timestamp after this (ms).
+    pub to_time: Option<i64>,
+}
+
+/// Counters shared with a progress display.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub records: AtomicU64,
+    pub skipped: AtomicU64,
+    /// Segment bytes read.
+    pub bytes_in: AtomicU64,
+    /// Segment bytes the export expects to read in all.
+    pub bytes_planned: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub files: AtomicU64,
+}
+
+/// What the export of one partition did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionSummary {
+    pub topic: String,
+    pub partition: i32,
+    /// Where this run started and ended (exclusive).
+    pub start_offset: i64,
+    pub end_offset: i64,
+    pub records: u64,
+    pub files: Vec<String>,
+    pub bytes_out: u64,
+}
+
+/// Parses a time for `--from-time`/`--to-time`: RFC 3339 (`2026-01-02T03:04:05Z`, with an
+/// offset or fraction), a UTC date-time without zone (`2026-01-02T03:04:05`, `2026-01-02
+/// 03:04:05`), a UTC date (`2026-01-02`), or epoch milliseconds.
+pub fn parse_time(text: &str) -> Result<i64, String> {
+    use chrono::{NaiveDate, NaiveDateTime};
+    let t = text.trim();
+    if let Ok(ms) = t.parse::<i64>() {
+        return Ok(ms);
+    }
+    if let Ok(d) = chrono::DateTime::parse_from_rfc3339(t) {
+        return Ok(d.timestamp_millis());
+    }
+    for f in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"] {
+        if let Ok(d) = NaiveDateTime::parse_from_str(t, f) {
+            return Ok(d.and_utc().timestamp_millis());
+        }
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(t, "%Y-%m-%d") {
+        if let Some(dt) = d.and_hms_opt(0, 0, 0) {
+            return Ok(dt.and_utc().timestamp_millis());
+        }
+    }
+    Err(format!(
+        "cannot read '{text}' as a time (use e.g. 2026-01-02T03:04:05Z, 2026-01-02 or epoch ms)"
+    ))
+}
+
+/// The segment bytes an export of `plan` from `start` will read (for an ETA).
+pub fn planned_bytes(plan: &PartitionPlan, start: i64, end: i64) -> u64 {
+    plan.segments
+        .iter()
+        .filter(|s| s.next_offset() > start && s.base_offset() < end)
+        .map(Source::size)
+        .sum()
+}
+
+/// Resolves where this run starts (checkpoint, `from`, log start) and where it ends.
+pub async fn resolve_start(
+    plan: &PartitionPlan,
+    target: &Target,
+    range: &ExportRange,
+) -> Result<(i64, i64, Option<String>, bool), ExportError> {
+    let (checkpoint, e_tag) = target.read_checkpoint(&plan.topic, plan.partition).await?;
+    let from = range.from_offset.unwrap_or(0).max(plan.log_start_offset);
+    let start = checkpoint
+        .as_ref()
+        .map_or(from, |c| c.next_offset.max(from));
+    let end = range
+        .to_offset
+        .map_or(plan.safe_end, |t| t.min(plan.safe_end));
+    Ok((start, end, e_tag, checkpoint.is_some()))
+}
+
+/// Exports one partition per `plan` into `target`, resuming at its checkpoint. Runs the CPU
+/// work on a blocking thread.
+pub async fn export_partition(
+    plan: Arc<PartitionPlan>,
+    target: Arc<Target>,
+    range: ExportRange,
+    options: ExportOptions,
+    progress: Arc<Progress>,
+    cancel: CancellationToken,
+) -> Result<PartitionSummary, ExportError> {
+    target.prepare(&plan.topic, plan.partition).await?;
+    let (start, end, e_tag, resumed) = resolve_start(&plan, &target, &range).await?;
+    progress
+        .bytes_planned
+        .fetch_add(planned_bytes(&plan, start, end), Ordering::Relaxed);
+    let handle = Handle::current();
+    let run = Run {
+        plan,
+        target,
+        options,
+        progress,
+        cancel,
+        handle,
+    };
+    let filter = RecordFilter {
+        from: start,
+        to: end,
+        // A checkpoint means the time seek already happened.
+        from_time: if resumed { None } else { range.from_time },
+        to_time: range.to_time,
+    };
+    tokio::task::spawn_blocking(move || run.export(filter, e_tag))
+        .await
+        .map_err(|e| ExportError::Io(std::io::Error::other(e)))?
+}
+
+struct Run {
+    plan: Arc<PartitionPlan>,
+    target: Arc<Target>,
+    options: ExportOptions,
+    progress: Arc<Progress>,
+    cancel: CancellationToken,
+    handle: Handle,
+}
+
+struct OpenFile {
+    writer: ParquetFileWriter<BufWriter<std::fs::File>>,
+    spool: std::path::PathBuf,
+}
+
+impl Run {
+    fn export(
+        &self,
+        mut filter: RecordFilter,
+        mut e_tag: Option<String>,
+    ) -> Result<PartitionSummary, ExportError> {
+        let plan = &*self.plan;
+        let (topic, partition) = (plan.topic.as_str(), plan.partition);
+        let mut summary = PartitionSummary {
+            topic: topic.to_string(),
+            partition,
+            start_offset: filter.from,
+            end_offset: filter.from,
+            ..Default::default()
+        };
+        let mut cursor = filter.from;
+        for source in &plan.segments {
+            if source.next_offset() <= cursor {
+                continue;
+            }
+            if source.base_offset() >= filter.to {
+                break;
+            }
+            if filter.from_time.is_some()
+                && source
+                    .max_timestamp()
+                    .is_some_and(|m| m < filter.from_time.unwrap_or(0))
+            {
+                // Every record of this segment is before the time to start from.
+                cursor = source.next_offset();
+                continue;
+            }
+            let mut chunks = self.read_segment(source);
+            let mut buf = Bytes::new();
+            let mut file: Option<OpenFile> = None;
+            let mut exhausted = false;
+            loop {
+                if self.cancel.is_cancelled() {
+                    if let Some(f) = file.take() {
+                        let _ = std::fs::remove_file(&f.spool);
+                    }
+                    return Err(ExportError::Cancelled);
+                }
+                let header = match BatchHeader::parse(&buf)? {
+                    Some(h) => h,
+                    None => match chunks.blocking_recv() {
+                        Some(Ok(chunk)) => {
+                            buf = if buf.is_empty() {
+                                chunk
+                            } else {
+                                let mut m = BytesMut::with_capacity(buf.len() + chunk.len());
+                                m.extend_from_slice(&buf);
+                                m.extend_from_slice(&chunk);
+                                m.freeze()
+                            };
+                            continue;
+                        }
+                        Some(Err(e)) => return Err(e),
+                        None if buf.is_empty() => {
+                            exhausted = true;
+                            break;
+                        }
+                        None => {
+                            return Err(ConvertError::Corrupt {
+                                offset: cursor,
+                                reason: format!(
+                                    "{} ends inside a batch ({} bytes left)",
+                                    source.describe(),
+                                    buf.len()
+                                ),
+                            }
+                            .into())
+                        }
+                    },
+                };
+                let batch = buf.split_to(header.size);
+                self.progress
+                    .bytes_in
+                    .fetch_add(header.size as u64, Ordering::Relaxed);
+                if header.next_offset() <= cursor {
+                    continue;
+                }
+                if header.base_offset >= filter.to {
+                    break;
+                }
+                let open = match &mut file {
+                    Some(f) => f,
+                    None => file.insert(self.open_file()?),
+                };
+                let pushed = open
+                    .writer
+                    .push_batch(&header, &batch, &mut filter, &plan.aborted)?;
+                self.progress
+                    .records
+                    .fetch_add(pushed.rows, Ordering::Relaxed);
+                self.progress
+                    .skipped
+                    .fetch_add(pushed.skipped, Ordering::Relaxed);
+                let batch_end = header.next_offset().min(filter.to);
+                if open.writer.approximate_size() >= self.options.file_bytes
+                    && batch_end < source.next_offset().min(filter.to)
+                {
+                    let f = file.take().expect("file is open");
+                    self.close_file(f, batch_end, &mut e_tag, &filter, &mut summary)?;
+                    cursor = batch_end;
+                    continue;
+                }
+                cursor = batch_end;
+                if cursor >= filter.to {
+                    break;
+                }
+            }
+            drop(chunks);
+            // The segment ends at its next offset, or where the export ends inside it.
+            let seg_end = if exhausted {
+                source.next_offset().min(filter.to)
+            } else {
+                cursor.min(filter.to)
+            };
+            let seg_end = seg_end.max(cursor);
+            match file.take() {
+                Some(f) => self.close_file(f, seg_end, &mut e_tag, &filter, &mut summary)?,
+                None if filter.from_time.is_none() && seg_end > summary.end_offset => {
+                    e_tag = self.commit(seg_end, None, e_tag.as_deref())?;
+                    summary.end_offset = seg_end;
+                }
+                None => {}
+            }
+            cursor = seg_end;
+            if cursor >= filter.to {
+                break;
+            }
+        }
+        summary.end_offset = summary.end_offset.max(cursor.min(filter.to));
+        Ok(summary)
+    }
+
+    fn open_file(&self) -> Result<OpenFile, ExportError> {
+        let plan = &*self.plan;
+        let spool = self.target.spool_path(
+            &plan.topic,
+            plan.partition,
+            &format!("writing-{}", uuid::Uuid::new_v4().simple()),
+        );
+        let out = BufWriter::with_capacity(1 << 20, std::fs::File::create(&spool)?);
+        let writer =
+            ParquetFileWriter::new(out, &plan.topic, plan.partition, &self.options.convert)?;
+        Ok(OpenFile { writer, spool })
+    }
+
+    /// Finishes a file, lands it, and moves the checkpoint to `next_offset`.
+    fn close_file(
+        &self,
+        f: OpenFile,
+        next_offset: i64,
+        e_tag: &mut Option<String>,
+        filter: &RecordFilter,
+        summary: &mut PartitionSummary,
+    ) -> Result<(), ExportError> {
+        let plan = &*self.plan;
+        let (first, last) = (f.writer.first_offset, f.writer.last_offset);
+        let rows = f.writer.row_count;
+        let out = f.writer.finish()?;
+        let file = out.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        drop(file);
+        let (Some(first), Some(last)) = (first, last) else {
+            // Nothing exportable (aborted or control records only).
+            let _ = std::fs::remove_file(&f.spool);
+            if filter.from_time.is_none() {
+                *e_tag = self.commit(next_offset, None, e_tag.as_deref())?;
+                summary.end_offset = next_offset;
+            }
+            return Ok(());
+        };
+        let name = target::file_name(first, last);
+        let size =
+            self.handle.block_on(
+                self.target
+                    .land(&plan.topic, plan.partition, &f.spool, &name),
+            )?;
+        self.progress.bytes_out.fetch_add(size, Ordering::Relaxed);
+        self.progress.files.fetch_add(1, Ordering::Relaxed);
+        summary.bytes_out += size;
+        summary.records += rows;
+        summary.files.push(name.clone());
+        if let Some(pause) = self.options.pause_before_checkpoint {
+            std::thread::sleep(pause);
+        }
+        *e_tag = self.commit(next_offset, Some(name), e_tag.as_deref())?;
+        summary.end_offset = next_offset;
+        Ok(())
+    }
+
+    fn commit(
+        &self,
+        next_offset: i64,
+        last_file: Option<String>,
+        e_tag: Option<&str>,
+    ) -> Result<Option<String>, ExportError> {
+        let plan = &*self.plan;
+        self.handle.block_on(self.target.write_checkpoint(
+            &plan.topic,
+            plan.partition,
+            next_offset,
+            last_file,
+            e_tag,
+        ))
+    }
+
+    /// Reads a segment's log bytes in chunks on an async task, two chunks ahead.
+    fn read_segment(&self, source: &Source) -> SegmentChunks {
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        let chunk = self.options.chunk_bytes.max(64 << 10);
+        let source = source.clone();
+        let store = self.plan.remote_store.clone();
+        let task = self.handle.spawn(async move {
+            let r = read_chunks(&source, store.as_deref(), chunk, &tx).await;
+            if let Err(e) = r {
+                let _ = tx.send(Err(e)).await;
+            }
+        });
+        SegmentChunks { rx, task }
+    }
+}
+
+/// The chunks of one segment; dropping it stops the reader task.
+struct SegmentChunks {
+    rx: tokio::sync::mpsc::Receiver<Result<Bytes, ExportError>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SegmentChunks {
+    fn blocking_recv(&mut self) -> Option<Result<Bytes, ExportError>> {
+        self.rx.blocking_recv()
+    }
+}
+
+impl Drop for SegmentChunks {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn read_chunks(
+    source: &Source,
+    store: Option<&RemoteStore>,
+    chunk: usize,
+    tx: &tokio::sync::mpsc::Sender<Result<Bytes, ExportError>>,
+) -> Result<(), ExportError> {
+    match source {
+        Source::Local { log, .. } => {
+            let mut f = match tokio::fs::File::open(log).await {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(ExportError::SourceGone(log.display().to_string()))
+                }
+                Err(e) => return Err(e.into()),
+            };
+            loop {
+                let mut buf = BytesMut::with_capacity(chunk);
+                while buf.len() < chunk {
+                    if f.read_buf(&mut buf).await? == 0 {
+                        break;
+                    }
+                }
+                if buf.is_empty() {
+                    return Ok(());
+                }
+                if tx.send(Ok(buf.freeze())).await.is_err() {
+                    return Ok(());
+                }
+            }
+        }
+        Source::Remote { topic, segment } => {
+            let store = store.ok_or_else(|| {
+                ExportError::Checkpoint("a remote segment without a store".to_string())
+            })?;
+            let mut pos = segment.log.start;
+            while pos < segment.log.end {
+                let end = (pos + chunk as u64).min(segment.log.end);
+                let data = match store.get_range(topic, &segment.key, pos..end).await {
+                    Ok(d) => d,
+                    Err(StoreError::NotFound(k)) => return Err(ExportError::SourceGone(k)),
+                    Err(e) => return Err(e.into()),
+                };
+                pos = end;
+                if tx.send(Ok(data)).await.is_err() {
+                    return Ok(());
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
