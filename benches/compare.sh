@@ -22,6 +22,11 @@
 #   BENCH_ACKS            default "1 all"
 #   BENCH_COMPRESSION     default lz4
 #   BENCH_PRODUCER_PROPS  extra producer properties, space-separated k=v (both targets)
+#   BENCH_TRANSACTION_DURATION_MS  if set: transactional produce. ProducerPerformance gets
+#                         --transactional-id bench-txn-<target>-<acks> and
+#                         --transaction-duration-ms <this> (it commits a transaction every that
+#                         many ms), and ConsumerPerformance reads with isolation.level=
+#                         read_committed. Needs acks=all (benches/transactions.sh sets it).
 #   BENCH_STRATA_EXTRA    extra lines for Strata's server.properties (newline-separated k=v)
 #   BENCH_DIR             work dir (default: a new /tmp/strata-bench.XXXXXX); results.tsv and
 #                         the tools' output stay there
@@ -35,7 +40,7 @@ ROOT="$STRATA_REPO_ROOT"
 
 case "${1:-}" in
   "") ;;
-  -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: $0   (configured through environment variables; see $0 --help)" >&2; exit 2 ;;
 esac
 
@@ -49,9 +54,13 @@ START_TIMEOUT="${BENCH_START_TIMEOUT:-60}"
 TOOL_HEAP="${BENCH_TOOL_HEAP:--Xmx512m}"
 STRATA_BIN="${STRATA_BIN:-$ROOT/target/release/strata}"
 [[ "$STRATA_BIN" == /* ]] || STRATA_BIN="$ROOT/$STRATA_BIN"
-for v in RECORDS RECORD_SIZE PARTITIONS START_TIMEOUT; do
+TXN_MS="${BENCH_TRANSACTION_DURATION_MS:-}"
+for v in RECORDS RECORD_SIZE PARTITIONS START_TIMEOUT ${TXN_MS:+TXN_MS}; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || strata_die "$v must be a positive integer, got '${!v}'"
 done
+if [[ -n "$TXN_MS" && " $ACKS_LIST " != " all " && " $ACKS_LIST " != " -1 " ]]; then
+  strata_die "transactional produce needs acks=all (BENCH_ACKS=all), got '$ACKS_LIST'"
+fi
 
 if [[ -n "${BENCH_DIR:-}" ]]; then
   WORK="$BENCH_DIR"
@@ -125,7 +134,8 @@ if [[ " $TARGETS " == *" strata "* ]]; then
 fi
 
 echo "bench: records=$RECORDS size=${RECORD_SIZE}B partitions=$PARTITIONS acks=[$ACKS_LIST]" \
-     "compression=$COMPRESSION kafka=$KAFKA_VERSION targets=[$TARGETS] work=$WORK"
+     "compression=$COMPRESSION kafka=$KAFKA_VERSION targets=[$TARGETS]" \
+     "${TXN_MS:+transactions=${TXN_MS}ms }work=$WORK"
 printf 'target\tacks\tprod_rps\tprod_mbps\tp50\tp99\tp999\tavg\tmax\tcons_mbps\tcons_rps\trss_mib\tcpu_s\tstatus\n' >"$RESULTS"
 
 # ------------------------------------------------------------------ targets
@@ -208,11 +218,16 @@ run_row() {
     status="create-topic-failed"
   fi
 
+  local txn_args=() cons_args=()
+  if [[ -n "$TXN_MS" ]]; then
+    txn_args=(--transactional-id "bench-txn-$target-$acks" --transaction-duration-ms "$TXN_MS")
+    cons_args=(--command-property isolation.level=read_committed)
+  fi
   if [[ $status == ok ]]; then
     # shellcheck disable=SC2086
     if run_tool "$dir/producer.out" "${JAVA_TOOL[@]}" -cp "$TOOLS_CP" org.apache.kafka.tools.ProducerPerformance \
         --bootstrap-server "$bootstrap" --topic "$topic" --num-records "$RECORDS" \
-        --record-size "$RECORD_SIZE" --throughput -1 \
+        --record-size "$RECORD_SIZE" --throughput -1 "${txn_args[@]}" \
         "$PROPS_OPT" acks="$acks" compression.type="$COMPRESSION" ${BENCH_PRODUCER_PROPS:-}; then
       grep 'records sent' "$dir/producer.out" | tail -n 1 || true
       prod="$(python3 "$ROOT/benches/perf_report.py" producer "$dir/producer.out")" || { status="producer-failed"; prod="- - - - - - - -"; }
@@ -227,7 +242,7 @@ run_row() {
   if [[ $status == ok ]]; then
     if run_tool "$dir/consumer.out" "${JAVA_TOOL[@]}" -cp "$TOOLS_CP" org.apache.kafka.tools.ConsumerPerformance \
         --bootstrap-server "$bootstrap" --topic "$topic" "$NUM_OPT" "$RECORDS" --timeout 30000 \
-        --group "bench-consumer-$acks"; then
+        --group "bench-consumer-$acks" "${cons_args[@]}"; then
       grep -A1 'MB.sec' "$dir/consumer.out" | tail -n 1 || true
       cons="$(python3 "$ROOT/benches/perf_report.py" consumer "$dir/consumer.out")" || { status="consumer-failed"; cons="- - -"; }
       read -r -a c <<<"$cons"
@@ -268,7 +283,7 @@ done
 
 echo
 echo "Results ($RECORDS x ${RECORD_SIZE}B records, $PARTITIONS partitions, compression=$COMPRESSION," \
-     "Kafka $KAFKA_VERSION perf tools; raw: $RESULTS)"
+     "${TXN_MS:+transactional (a commit every ${TXN_MS} ms, read_committed consumer), }Kafka $KAFKA_VERSION perf tools; raw: $RESULTS)"
 if [[ " $TARGETS " == *" strata "* && $STRATA_OK == 0 ]]; then
   echo "NOTE: Strata was not run (no binary at $STRATA_BIN): Kafka side only."
 fi

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Compile the Java interop client (tests/java/src/**.java) with plain javac against the
-# kafka-clients classpath, into $STRATA_CACHE/java-classes. Skips when sources are unchanged.
+# Compile the Java interop client and the Kafka Streams test app (tests/java/src/**.java) with
+# plain javac against the kafka-streams classpath (which includes kafka-clients), into
+# $STRATA_CACHE/java-classes. Skips when sources are unchanged. InteropClient itself only needs
+# kafka-clients at run time (java-classpath.sh interop); StreamsWordCount needs streams-app.
 #
 #   scripts/build-java-tests.sh [--force]
 #
 # Run it afterwards with:
 #   java -cp "$(scripts/java-classpath.sh interop)" io.strata.interop.InteropClient --help
+#   java -cp "$(scripts/java-classpath.sh streams-app)" io.strata.interop.StreamsWordCount ...
 set -euo pipefail
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -14,12 +17,12 @@ FORCE=0
 case "${1:-}" in
   "") ;;
   --force) FORCE=1 ;;
-  -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: $0 [--force]" >&2; exit 2 ;;
 esac
 
 SRC="$STRATA_REPO_ROOT/tests/java/src"
-CP="$("$STRATA_REPO_ROOT/scripts/java-classpath.sh" clients)"
+CP="$("$STRATA_REPO_ROOT/scripts/java-classpath.sh" streams)"
 mapfile -t sources < <(find "$SRC" -name '*.java' | sort)
 ((${#sources[@]})) || strata_die "no Java sources under $SRC"
 

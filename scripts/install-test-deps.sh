@@ -8,7 +8,8 @@
 # Steps:
 #   1. Debian packages: kcat (or kafkacat), plus java/javac/mvn/curl/python3 if missing
 #   2. Python virtualenv $STRATA_VENV with tests/interop/requirements.txt
-#   3. Java jars from Maven Central into $STRATA_CACHE/jars/kafka-$KAFKA_VERSION/{clients,tools,broker}
+#   3. Java jars from Maven Central into $STRATA_CACHE/jars/kafka-$KAFKA_VERSION/{clients,tools,broker,
+#      streams} (streams: kafka-streams without rocksdbjni; the tests use in-memory stores)
 #   4. The Java interop client (scripts/build-java-tests.sh)
 #   5. s3s-fs $S3S_FS_VERSION (an S3-compatible server over a directory, checks SigV4) from
 #      crates.io into $STRATA_CACHE/s3s-fs/bin/s3s-fs for the tiering tests; built in its own
@@ -126,7 +127,7 @@ resolve_set() {
   rm -rf "$dest"
   mv "$tmp" "$dest"
 }
-for set in clients tools broker; do
+for set in clients tools broker streams; do
   resolve_set "$set"
 done
 
@@ -190,6 +191,7 @@ Strata test dependencies ready:
   client jars:     $STRATA_JARS_DIR/clients   (scripts/java-classpath.sh clients)
   tools jars:      $STRATA_JARS_DIR/tools     (scripts/java-classpath.sh tools)
   broker jars:     $STRATA_JARS_DIR/broker    (scripts/java-classpath.sh broker)
+  streams jars:    $STRATA_JARS_DIR/streams   (scripts/java-classpath.sh streams)
   java test client: $STRATA_JAVA_CLASSES  (scripts/java-classpath.sh interop)
   s3s-fs:          $S3S_FS
   checkov:         $CHECKOV_VENV/bin/checkov

@@ -4,14 +4,16 @@
 #   scripts/java-classpath.sh clients   # kafka-clients + slf4j-simple
 #   scripts/java-classpath.sh tools     # kafka-tools (ProducerPerformance, TopicCommand, ...)
 #   scripts/java-classpath.sh broker    # kafka_2.13 broker + kafka-tools + log4j2
+#   scripts/java-classpath.sh streams   # kafka-streams (no rocksdbjni) + kafka-clients + slf4j-simple
 #   scripts/java-classpath.sh interop   # clients + the compiled InteropClient classes
+#   scripts/java-classpath.sh streams-app  # streams + the compiled classes (StreamsWordCount)
 #
 # The jars are installed by scripts/install-test-deps.sh.
 set -euo pipefail
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
-usage() { echo "usage: $0 <clients|tools|broker|interop>" >&2; exit 2; }
+usage() { echo "usage: $0 <clients|tools|broker|streams|interop|streams-app>" >&2; exit 2; }
 [[ $# -eq 1 ]] || usage
 
 jars_of() {
@@ -24,11 +26,12 @@ jars_of() {
 }
 
 case "$1" in
-  clients|tools|broker) jars_of "$1"; echo ;;
-  interop)
+  clients|tools|broker|streams) jars_of "$1"; echo ;;
+  interop|streams-app)
     [[ -f "$STRATA_JAVA_CLASSES/.strata-stamp" ]] \
       || strata_die "$STRATA_JAVA_CLASSES is missing; run scripts/build-java-tests.sh"
-    printf '%s:%s\n' "$STRATA_JAVA_CLASSES" "$(jars_of clients)" ;;
+    if [[ $1 == interop ]]; then jarset=clients; else jarset=streams; fi
+    printf '%s:%s\n' "$STRATA_JAVA_CLASSES" "$(jars_of "$jarset")" ;;
   -h|--help) usage ;;
   *) usage ;;
 esac

@@ -64,6 +64,9 @@ public final class InteropClient {
         "      without --group: assigns all partitions and reads from the beginning;",
         "      with --group: subscribes (auto.offset.reset=earliest) and commits what it read.",
         "      prints {\"partition\",\"offset\",\"key\",\"value\",\"headers\",\"timestamp\",\"timestamp_type\"}",
+        "      [--min-duration-ms MS] keeps polling until MS have passed even after N records;",
+        "      [--metrics NAME,...] prints {\"metrics\": {NAME: value summed over the client's metrics",
+        "      of that name}} at the end (e.g. successful-reauthentication-total).",
         "  group-member   --topic T --group G [--instance-id I] [--session-timeout-ms MS]",
         "                 [--heartbeat-interval-ms MS] [--assignor range|roundrobin|sticky|cooperative-sticky]",
         "      a long-running subscribed consumer driven through stdin/stdout (one JSON object a line,",
@@ -72,6 +75,15 @@ public final class InteropClient {
         "      {partitions}, records {records: [[partition, offset, value]...]} after a successful",
         "      commitSync of them (commit_failed {error, records} otherwise), status {...} and",
         "      closed. stdin commands: 'status', 'close' (KafkaConsumer.close(); EOF does the same).",
+        "  eos-transform  --input T --output U --group G --transactional-id X [--commit-every N (100)]",
+        "                 [--suffix S ('!')] [--record-delay-ms MS] [--session-timeout-ms MS (6000)]",
+        "                 [--transaction-timeout-ms MS (60000)]",
+        "      consume-transform-produce with exactly-once: reads T (read_committed, subscribed as",
+        "      group G), writes each record to U with the same key and value+S, and every N records",
+        "      (or when a poll comes back empty) sends the consumed offsets to the transaction",
+        "      (sendOffsetsToTransaction with consumer.groupMetadata()) and commits it. Prints",
+        "      {\"ev\":\"started\"|\"assigned\"|\"committed\"|\"done\"|\"fenced\",...}; exits 0 once",
+        "      it owns every partition of T and its position is at the LSO of each, 4 when fenced.",
         "  admin-create   --topic T [--partitions P (default 1)] [--replication-factor R (default 1)]",
         "                 [--topic-config k=v ...] [--if-not-exists]",
         "  admin-describe [--topic T]   (without --topic: describes the cluster)",
@@ -122,6 +134,7 @@ public final class InteropClient {
             case "consume": return consume(a);
             case "consume-perf": return consumePerf(a);
             case "group-member": return groupMember(a);
+            case "eos-transform": return eosTransform(a);
             case "admin-create": return adminCreate(a);
             case "admin-describe": return adminDescribe(a);
             case "admin-list": return adminList(a);
@@ -254,6 +267,8 @@ public final class InteropClient {
         long timeoutMs = a.intOpt("timeout-ms", 30000);
         String group = a.opt("group", null);
         Integer onlyPartition = a.has("partition") ? a.intOpt("partition", 0) : null;
+        long minDurationMs = a.intOpt("min-duration-ms", 0);
+        String metricNames = a.opt("metrics", "");
 
         Properties p = a.clientProps();
         p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
@@ -263,7 +278,9 @@ public final class InteropClient {
         a.applyExtraConfig(p);
         a.checkAllUsed();
 
-        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
+        long started = System.nanoTime();
+        long deadline = started + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
+        long minUntil = started + TimeUnit.MILLISECONDS.toNanos(minDurationMs);
         int seen = 0;
         try (KafkaConsumer<byte[], byte[]> consumer =
                  new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
@@ -286,12 +303,12 @@ public final class InteropClient {
                 consumer.assign(tps);
                 if (group == null) consumer.seekToBeginning(tps);
             }
-            while (seen < count) {
+            while (seen < count || remainingMs(minUntil) > 0) {
                 long left = remainingMs(deadline);
                 if (left <= 0) break;
                 ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(Math.min(left, 500)));
                 for (ConsumerRecord<byte[], byte[]> r : recs) {
-                    if (seen >= count) break;
+                    if (seen >= count && minDurationMs == 0) break;
                     List<Object> hs = new ArrayList<>();
                     for (Header h : r.headers()) hs.add(obj("key", h.key(), "value", str(h.value())));
                     emit(obj("partition", r.partition(), "offset", r.offset(), "key", str(r.key()),
@@ -301,6 +318,20 @@ public final class InteropClient {
                 }
             }
             if (group != null) consumer.commitSync(Duration.ofMillis(Math.max(remainingMs(deadline), 5000)));
+            if (!metricNames.isEmpty()) {
+                Map<String, Object> values = new LinkedHashMap<>();
+                for (String name : metricNames.split(",")) {
+                    double sum = 0;
+                    for (Map.Entry<org.apache.kafka.common.MetricName, ? extends org.apache.kafka.common.Metric> m
+                             : consumer.metrics().entrySet()) {
+                        if (m.getKey().name().equals(name) && m.getValue().metricValue() instanceof Number) {
+                            sum += ((Number) m.getValue().metricValue()).doubleValue();
+                        }
+                    }
+                    values.put(name, sum);
+                }
+                emit(obj("metrics", values));
+            }
         }
         System.err.printf("consumed %d/%d record(s) from %s%n", seen, count, topic);
         if (seen < count) {
@@ -442,6 +473,148 @@ public final class InteropClient {
         }
         GroupEvents.emit("closed");
         return 0;
+    }
+
+    // ------------------------------------------------------------------ eos-transform
+
+    /**
+     * The consume-transform-produce loop of KIP-98/KIP-447: one transaction holds the output
+     * records and the input offsets, so after a crash the next instance (same transactional.id,
+     * which fences the old producer epoch and aborts its open transaction) resumes exactly after
+     * the last committed transaction. Written so that it can be SIGKILLed at any instruction.
+     */
+    static int eosTransform(Args a) throws Exception {
+        String input = a.required("input");
+        String output = a.required("output");
+        String group = a.required("group");
+        String txnId = a.required("transactional-id");
+        int commitEvery = a.intOpt("commit-every", 100);
+        int recordDelayMs = a.intOpt("record-delay-ms", 0);
+        byte[] suffix = a.opt("suffix", "!").getBytes(StandardCharsets.UTF_8);
+
+        Properties cp = a.clientProps();
+        cp.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        cp.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        cp.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        cp.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        // A SIGKILLed member stays in the group until its session expires; keep that short.
+        cp.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, a.opt("session-timeout-ms", "6000"));
+        cp.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
+        cp.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, Integer.toString(Math.max(commitEvery, 1)));
+        cp.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "100");
+        Properties pp = a.clientProps();
+        pp.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
+        pp.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        pp.put(ProducerConfig.ACKS_CONFIG, "all");
+        pp.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        pp.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, a.opt("transaction-timeout-ms", "60000"));
+        a.applyExtraConfig(cp);
+        a.applyExtraConfig(pp);
+        a.checkAllUsed();
+
+        long total = 0;
+        try (KafkaConsumer<byte[], byte[]> consumer =
+                 new KafkaConsumer<>(cp, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+             KafkaProducer<byte[], byte[]> producer =
+                 new KafkaProducer<>(pp, new ByteArraySerializer(), new ByteArraySerializer())) {
+            producer.initTransactions();
+            GroupEvents.emit("started", "transactional_id", txnId);
+            // Offsets (next to read) of the records in the open transaction, per input partition.
+            final Map<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata> pending = new HashMap<>();
+            final boolean[] inTxn = {false};
+            final long[] committedTotal = {0};
+            final int[] txnRecords = {0};
+            Runnable commit = () -> {
+                if (!inTxn[0]) return;
+                if (!pending.isEmpty()) {
+                    producer.sendOffsetsToTransaction(new HashMap<>(pending), consumer.groupMetadata());
+                }
+                producer.commitTransaction();
+                committedTotal[0] += txnRecords[0];
+                GroupEvents.emit("committed", "records", txnRecords[0], "total", committedTotal[0],
+                                 "offsets", offsetsJson(pending));
+                pending.clear();
+                txnRecords[0] = 0;
+                inTxn[0] = false;
+            };
+            org.apache.kafka.clients.consumer.ConsumerRebalanceListener listener =
+                new org.apache.kafka.clients.consumer.ConsumerRebalanceListener() {
+                    @Override
+                    public void onPartitionsRevoked(Collection<TopicPartition> parts) {
+                        // Still a member of the current generation: finish what was read.
+                        commit.run();
+                        GroupEvents.emit("revoked", "partitions", partitionsJson(parts));
+                    }
+
+                    @Override
+                    public void onPartitionsLost(Collection<TopicPartition> parts) {
+                        // No longer a member: the offsets could not be committed, so drop the
+                        // output too. The partitions restart from the committed offsets.
+                        if (inTxn[0]) {
+                            producer.abortTransaction();
+                            pending.clear();
+                            txnRecords[0] = 0;
+                            inTxn[0] = false;
+                        }
+                        GroupEvents.emit("lost", "partitions", partitionsJson(parts));
+                    }
+
+                    @Override
+                    public void onPartitionsAssigned(Collection<TopicPartition> parts) {
+                        GroupEvents.emit("assigned", "partitions", partitionsJson(consumer.assignment()),
+                                         "generation", consumer.groupMetadata().generationId());
+                    }
+                };
+            consumer.subscribe(Collections.singletonList(input), listener);
+            int inputPartitions = consumer.partitionsFor(input, Duration.ofSeconds(30)).size();
+            try {
+                while (true) {
+                    ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(200));
+                    for (ConsumerRecord<byte[], byte[]> r : recs) {
+                        if (!inTxn[0]) {
+                            producer.beginTransaction();
+                            inTxn[0] = true;
+                        }
+                        byte[] v = r.value() == null ? new byte[0] : r.value();
+                        byte[] out = java.util.Arrays.copyOf(v, v.length + suffix.length);
+                        System.arraycopy(suffix, 0, out, v.length, suffix.length);
+                        producer.send(new ProducerRecord<>(output, null, r.key(), out));
+                        pending.put(new TopicPartition(r.topic(), r.partition()),
+                                    new org.apache.kafka.clients.consumer.OffsetAndMetadata(r.offset() + 1));
+                        txnRecords[0]++;
+                        if (recordDelayMs > 0) Thread.sleep(recordDelayMs);
+                        if (txnRecords[0] >= commitEvery) commit.run();
+                    }
+                    if (!recs.isEmpty()) continue;
+                    commit.run();
+                    java.util.Set<TopicPartition> owned = consumer.assignment();
+                    if (owned.size() < inputPartitions) continue;
+                    // Under read_committed endOffsets() is the last stable offset.
+                    Map<TopicPartition, Long> end = consumer.endOffsets(owned);
+                    boolean caughtUp = true;
+                    for (TopicPartition tp : owned) {
+                        if (consumer.position(tp) < end.get(tp)) caughtUp = false;
+                    }
+                    if (caughtUp) break;
+                }
+            } catch (org.apache.kafka.common.errors.ProducerFencedException
+                     | org.apache.kafka.common.errors.InvalidProducerEpochException e) {
+                GroupEvents.emit("fenced", "error", describe(e));
+                return 4;
+            }
+            total = committedTotal[0];
+            GroupEvents.emit("done", "total", total);
+        }
+        return 0;
+    }
+
+    static Map<String, Object> offsetsJson(
+            Map<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata> offsets) {
+        Map<String, Object> m = new java.util.TreeMap<>();
+        for (Map.Entry<TopicPartition, org.apache.kafka.clients.consumer.OffsetAndMetadata> e : offsets.entrySet()) {
+            m.put(Integer.toString(e.getKey().partition()), e.getValue().offset());
+        }
+        return m;
     }
 
     static long remainingMs(long deadlineNanos) {
