@@ -103,6 +103,12 @@ struct ExportArgs {
     /// zstd level of the Parquet pages (1-22).
     #[arg(long, default_value_t = 1)]
     zstd_level: i32,
+    /// Also decode JSON values into typed `value_<name>` columns declared in this file, e.g.
+    /// {"fields":[{"name":"id","type":"long"},{"name":"tags","type":"string","nullable":true}]}
+    /// (types: long, int, double, string, boolean, timestamp_ms). The raw `value` column is
+    /// kept; values that are not JSON objects or do not fit get nulls and are counted.
+    #[arg(long, value_name = "FILE")]
+    value_schema: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -476,6 +482,16 @@ async fn export(config: BrokerConfig, args: ExportArgs) -> anyhow::Result<()> {
                 .join(",")
         );
     }
+    // Read the value schema before anything is written.
+    let value_schema = match &args.value_schema {
+        Some(path) => {
+            let raw = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let schema = export::ValueSchema::from_json(&raw)
+                .with_context(|| format!("value schema {}", path.display()))?;
+            Some(Arc::new(schema))
+        }
+        None => None,
+    };
     let target = Arc::new(Target::open(&args.out, &config.tiering.store)?);
     let mut options = ExportOptions {
         file_bytes: args.file_bytes.max(1),
@@ -483,6 +499,7 @@ async fn export(config: BrokerConfig, args: ExportArgs) -> anyhow::Result<()> {
     };
     options.convert.row_group_bytes = args.row_group_bytes.max(1);
     options.convert.zstd_level = args.zstd_level;
+    options.convert.value_schema = value_schema;
     // Fail point for the crash tests: a pause between a file landing and its checkpoint.
     options.pause_before_checkpoint = std::env::var("STRATA_EXPORT_FAILPOINT_PAUSE_MS")
         .ok()
@@ -612,10 +629,21 @@ async fn export(config: BrokerConfig, args: ExportArgs) -> anyhow::Result<()> {
     summaries.sort_by_key(|s| s.partition);
     let secs = started.elapsed().as_secs_f64();
     let mut records = 0;
+    let (mut not_json, mut mismatched) = (0, 0);
     for s in &summaries {
         records += s.records;
+        not_json += s.values_not_json;
+        mismatched += s.values_mismatched;
+        let decoded = if args.value_schema.is_some() {
+            format!(
+                " ({} values not JSON, {} not matching the value schema)",
+                s.values_not_json, s.values_mismatched
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "{}-{}: offsets {}..{} -> {} records in {} file(s), {} bytes",
+            "{}-{}: offsets {}..{} -> {} records in {} file(s), {} bytes{decoded}",
             s.topic,
             s.partition,
             s.start_offset,
@@ -630,6 +658,12 @@ async fn export(config: BrokerConfig, args: ExportArgs) -> anyhow::Result<()> {
         summaries.len(),
         progress.bytes_in.load(Ordering::Relaxed) as f64 / 1048576.0 / secs.max(1e-3)
     );
+    if args.value_schema.is_some() {
+        println!(
+            "value schema: {not_json} values not JSON objects, {mismatched} not matching the \
+             schema (typed columns null, records exported)"
+        );
+    }
     if !failures.is_empty() {
         anyhow::bail!(
             "{} partition(s) failed (re-run to resume from their checkpoints):\n{}",

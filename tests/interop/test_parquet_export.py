@@ -1,10 +1,11 @@
 """Parquet export (`strata export`): records produced with real clients (every compression
 codec, keys, null values, repeated header keys, explicit timestamps, committed and aborted
 transactions) to a tiered topic are exported from the bucket's segments and the sealed local
-segments, then read back with pyarrow and DuckDB and compared exactly. Exports go to a local
-directory and to the S3-compatible test server (moto); an exporter killed with SIGKILL
-between writing a file and committing its checkpoint is re-run and leaves no duplicate and
-no gap.
+segments, then read back with pyarrow, DuckDB and Spark (pyspark, local[1], skipped without
+Java 17+) and compared exactly. Exports go to a local directory and to the S3-compatible test
+server (moto); an exporter killed with SIGKILL between writing a file and committing its
+checkpoint is re-run and leaves no duplicate and no gap. `--value-schema` adds typed columns
+decoded from JSON values next to the raw value.
 
 Strata only: the reference Kafka broker has no remote storage plugin configured.
 """
@@ -367,10 +368,189 @@ def test_offset_and_time_ranges_select_exactly_those_records(exported_topic, tmp
     assert got == want2
 
 
+def _java_major() -> int | None:
+    """The major version of the `java` on PATH (or under JAVA_HOME), None without one."""
+    import re
+    import shutil
+    java = shutil.which("java")
+    if os.environ.get("JAVA_HOME"):
+        java = str(Path(os.environ["JAVA_HOME"]) / "bin" / "java")
+    if not java or not Path(java).exists():
+        return None
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    if not m:
+        return None
+    major = int(m.group(1))
+    return int(m.group(2)) if major == 1 else major
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory):
+    """A local Spark session (one core, small heap, no UI), stopped at the module's end."""
+    major = _java_major()
+    if major is None:
+        pytest.skip("Spark needs Java: no java on PATH or under JAVA_HOME")
+    if major < 17:
+        pytest.skip(f"pyspark 4 needs Java 17 or newer, found Java {major}")
+    pytest.importorskip("pyspark", reason="pyspark is not installed "
+                        "(pip install -r tests/interop/requirements.txt)")
+    from pyspark.sql import SparkSession
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    session = (SparkSession.builder.master("local[1]").appName("strata-parquet-export")
+               .config("spark.driver.memory", "512m")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "1")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
+               .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def rows_from_spark(df) -> list[tuple]:
+    """(partition, offset, key, value, headers, timestamp ms) per row, like rows_from_arrow;
+    the timestamp as epoch millis so no time zone is involved."""
+    rows = df.selectExpr("partition", "offset", "key", "value", "headers",
+                         "unix_millis(timestamp) AS ts").orderBy("partition", "offset").collect()
+
+    def b(v):  # Spark hands binary columns back as bytearrays
+        return None if v is None else bytes(v)
+    return [(r["partition"], r["offset"], b(r["key"]), b(r["value"]),
+             [(h["key"], b(h["value"])) for h in r["headers"]], r["ts"]) for r in rows]
+
+
+def test_export_reads_back_exactly_in_spark_with_hive_partition_discovery(
+        spark, exported_topic, tmp_path):
+    b, topic, produced, last = exported_topic
+    out = tmp_path / "spark"
+    run_export(b, topic, str(out))
+    ends = checkpoint_ends(lambda rel: json.loads((out / rel).read_text()), topic)
+
+    # The whole export, partition columns discovered from topic=/partition= directories
+    # (_checkpoint.json is skipped: Spark ignores files starting with '_').
+    df = spark.read.parquet(str(out))
+    types = dict(df.dtypes)
+    assert types["topic"] == "string" and types["partition"] == "int", df.dtypes
+    assert types["offset"] == "bigint" and types["timestamp"] == "timestamp", df.dtypes
+    assert types["key"] == "binary" and types["value"] == "binary", df.dtypes
+    assert types["headers"] == "array<struct<key:string,value:binary>>", df.dtypes
+    assert df.select("topic").distinct().collect()[0]["topic"] == topic
+    assert df.count() == df.select("partition", "offset").distinct().count()
+    assert_exact(rows_from_spark(df), produced, ends, last, "spark")
+
+    # The README's line: one topic's directory, filtered on offset.
+    since = spark.read.parquet(str(out / f"topic={topic}")).where("offset >= 1000")
+    got = sorted((r["partition"], r["offset"]) for r in since.select("partition", "offset").collect())
+    want = sorted((p, o) for (p, o) in produced.records if o >= 1000 and o < ends[p])
+    assert [k for k in got if k in produced.records] == want
+    assert all(o >= 1000 for _, o in got)
+
+
+VALUE_SCHEMA = {"fields": [
+    {"name": "id", "type": "long"},
+    {"name": "n", "type": "int"},
+    {"name": "amount", "type": "double"},
+    {"name": "ts", "type": "timestamp_ms"},
+    {"name": "ok", "type": "boolean", "nullable": True},
+    {"name": "tags", "type": "string", "nullable": True},
+]}
+
+
+def json_value(i: int) -> tuple[bytes | None, str]:
+    """The i-th value of the typed-columns test and how it should decode."""
+    kind = i % 6
+    if kind == 0:
+        return json.dumps({"id": i, "n": -i, "amount": i + 0.25, "ts": T0 + i, "ok": i % 4 == 0,
+                           "tags": f"t{i}", "extra": [1, 2]}).encode(), "typed"
+    if kind == 1:  # nullable fields absent; nested JSON kept as text; an RFC 3339 time
+        return json.dumps({"id": i, "n": i, "amount": i, "ts": "2023-11-14T22:13:20.007Z",
+                           "tags": {"a": [i]}}).encode(), "typed"
+    if kind == 2:
+        return b"not json %d" % i, "not_json"
+    if kind == 3:  # id of the wrong type, n out of int range
+        return json.dumps({"id": str(i), "n": 2**40, "amount": 1.5, "ts": T0}).encode(), "mismatched"
+    if kind == 4:  # a required field missing
+        return json.dumps({"n": 1, "amount": 2, "ts": T0}).encode(), "mismatched"
+    return None, "null"
+
+
+def test_value_schema_decodes_json_values_into_typed_columns_next_to_the_raw_value(
+        exported_topic, tmp_path):
+    from helpers import produce
+    b = exported_topic[0]
+    topic = f"export-json-{uuid.uuid4().hex[:8]}"
+    create_topic(b.bootstrap, topic, partitions=1, config=REMOTE_TOPIC_CONFIG)
+    records = [json_value(i) for i in range(300)]
+    delivered, _ = produce(b.bootstrap, topic, [{"value": v, "partition": 0} for v, _ in records])
+    in_order = sorted(delivered, key=lambda d: d.offset)
+    assert [d.value for d in in_order] == [v for v, _ in records]
+    by_offset = {d.offset: records[i] for i, d in enumerate(in_order)}
+    seal_records(b, topic, {0: max(by_offset)})
+    time.sleep(1.0)  # a high-watermark checkpoint after the fillers
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(VALUE_SCHEMA))
+    out = tmp_path / "typed"
+    r = run_export(b, topic, str(out), "--value-schema", str(schema_file))
+
+    t = ds.dataset(out, format="parquet", partitioning="hive",
+                   exclude_invalid_files=True).to_table().sort_by("offset")
+    s = t.schema
+    assert s.field("value").type == pa.binary()  # the raw value stays
+    assert [(f.name, f.type) for f in s if f.name.startswith("value_")] == [
+        ("value_id", pa.int64()), ("value_n", pa.int32()), ("value_amount", pa.float64()),
+        ("value_ts", pa.timestamp("ms", tz="UTC")), ("value_ok", pa.bool_()),
+        ("value_tags", pa.string())]
+    cols = t.to_pydict()
+    ts_ms = t.column("value_ts").cast(pa.int64()).to_pylist()
+    offsets = cols["offset"]
+    assert offsets[:len(by_offset)] == sorted(by_offset), "a record is missing"
+    fillers = 0
+    for row, o in enumerate(offsets):
+        typed = {k: cols["value_" + k][row] for k in ("id", "n", "amount", "ok", "tags")}
+        typed["ts"] = ts_ms[row]
+        if o not in by_offset:
+            assert cols["value"][row].startswith(b"filler:")
+            assert set(typed.values()) == {None}
+            fillers += 1
+            continue
+        raw, kind = by_offset[o]
+        i = json.loads(raw)["id"] if kind == "typed" else None
+        assert cols["value"][row] == raw, o
+        if kind == "typed" and i % 6 == 0:
+            assert typed == {"id": i, "n": -i, "amount": i + 0.25, "ts": T0 + i,
+                             "ok": i % 4 == 0, "tags": f"t{i}"}, o
+        elif kind == "typed":
+            assert typed == {"id": i, "n": i, "amount": float(i), "ts": 1_700_000_000_007,
+                             "ok": None, "tags": json.dumps({"a": [i]}, separators=(",", ":"))}, o
+        elif kind == "mismatched" and b'"id"' in raw:
+            assert typed == {"id": None, "n": None, "amount": 1.5, "ts": T0, "ok": None,
+                             "tags": None}, o
+        elif kind == "mismatched":
+            assert typed == {"id": None, "n": 1, "amount": 2.0, "ts": T0, "ok": None,
+                             "tags": None}, o
+        else:  # not JSON, or a null value
+            assert set(typed.values()) == {None}, o
+    kinds = [k for _, k in by_offset.values()]
+    not_json = kinds.count("not_json") + fillers
+    assert (f"{not_json} values not JSON objects, {kinds.count('mismatched')} not matching"
+            in r.stdout), r.stdout
+
+    # A schema that cannot be read is refused before anything is written.
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"fields": [{"name": "x", "type": "decimal"}]}')
+    r2 = run_export(b, topic, str(tmp_path / "never"), "--value-schema", str(bad), check=False)
+    assert r2.returncode != 0 and "unknown type 'decimal'" in r2.stderr, r2.stderr
+    assert not (tmp_path / "never").exists()
+
+
 def test_continuous_export_backfills_remote_data_and_follows_new_uploads(
         exported_topic, s3_server):
     """strata.export.parquet=true on a topic that already has remote data: the tiering task
-    exports what is remote (backfill), then each segment it uploads afterwards."""
+    exports what is remote (backfill), then each segment it uploads afterwards. Last in this
+    module: it produces more records to the shared topic."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
     from helpers import admin, produce
 

@@ -27,6 +27,8 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
+use super::value_schema::{Decoded, ValueColumns, ValueSchema};
+
 /// Size of the RecordBatch v2 header that precedes the records.
 pub const BATCH_HEADER_LEN: usize = 61;
 /// The batch occupies `LOG_OVERHEAD + batchLength` bytes.
@@ -198,6 +200,8 @@ pub struct ConvertOptions {
     /// A row group is closed when its encoded size passes this (also bounds memory).
     pub row_group_bytes: usize,
     pub zstd_level: i32,
+    /// Decode JSON values into typed `value_<name>` columns (see [`super::value_schema`]).
+    pub value_schema: Option<Arc<ValueSchema>>,
 }
 
 impl Default for ConvertOptions {
@@ -208,11 +212,25 @@ impl Default for ConvertOptions {
             row_group_bytes: 64 << 20,
             // Arrow's (and pyarrow's) default level: fast, and smaller files than snappy.
             zstd_level: 1,
+            value_schema: None,
         }
     }
 }
 
-/// The export's Arrow schema (and so its Parquet schema).
+/// The Arrow schema (and so the Parquet schema) of an export with `options`: [`schema`], then
+/// the typed value columns if a value schema is set.
+pub fn schema_for(options: &ConvertOptions) -> SchemaRef {
+    match &options.value_schema {
+        None => schema(),
+        Some(v) => {
+            let mut fields: Vec<Field> = schema().fields().iter().map(|f| (**f).clone()).collect();
+            fields.extend(v.arrow_fields());
+            Arc::new(Schema::new(fields))
+        }
+    }
+}
+
+/// The export's fixed columns (the schema when no value schema is set).
 pub fn schema() -> SchemaRef {
     let header = Fields::from(vec![
         Field::new("key", DataType::Utf8, false),
@@ -273,6 +291,10 @@ pub struct Pushed {
     pub rows: u64,
     /// Records skipped: outside the range, or control or aborted records.
     pub skipped: u64,
+    /// With a value schema: exported records whose value is not a JSON object.
+    pub values_not_json: u64,
+    /// With a value schema: exported records with a field of the wrong type or missing.
+    pub values_mismatched: u64,
 }
 
 /// Which records of the log are exported.
@@ -304,6 +326,7 @@ pub struct ParquetFileWriter<W: Write + Send> {
     topic: String,
     partition: i32,
     options: ConvertOptions,
+    schema: SchemaRef,
     writer: ArrowWriter<W>,
     rows: Rows,
     pub first_offset: Option<i64>,
@@ -311,6 +334,10 @@ pub struct ParquetFileWriter<W: Write + Send> {
     pub row_count: u64,
     pub min_timestamp: Option<i64>,
     pub max_timestamp: Option<i64>,
+    /// Rows whose value is not a JSON object (with a value schema).
+    pub values_not_json: u64,
+    /// Rows whose JSON value mismatches the value schema.
+    pub values_mismatched: u64,
 }
 
 struct Rows {
@@ -323,10 +350,11 @@ struct Rows {
     value: BinaryBuilder,
     headers: ListBuilder<StructBuilder>,
     producer_id: Int64Builder,
+    values: Option<ValueColumns>,
 }
 
 impl Rows {
-    fn new() -> Rows {
+    fn new(value_schema: Option<&Arc<ValueSchema>>) -> Rows {
         let header_fields = match schema().field(7).data_type() {
             DataType::List(f) => match f.data_type() {
                 DataType::Struct(fields) => fields.clone(),
@@ -346,6 +374,7 @@ impl Rows {
             headers: ListBuilder::new(StructBuilder::from_fields(header_fields, 0))
                 .with_field(Arc::new(item)),
             producer_id: Int64Builder::new(),
+            values: value_schema.map(|v| ValueColumns::new(v.clone())),
         }
     }
 }
@@ -357,18 +386,22 @@ impl<W: Write + Send> ParquetFileWriter<W> {
         partition: i32,
         options: &ConvertOptions,
     ) -> Result<Self, ConvertError> {
-        let writer = ArrowWriter::try_new(out, schema(), Some(writer_properties(options)?))?;
+        let schema = schema_for(options);
+        let writer = ArrowWriter::try_new(out, schema.clone(), Some(writer_properties(options)?))?;
         Ok(ParquetFileWriter {
             topic: topic.to_string(),
             partition,
             options: options.clone(),
+            schema,
             writer,
-            rows: Rows::new(),
+            rows: Rows::new(options.value_schema.as_ref()),
             first_offset: None,
             last_offset: None,
             row_count: 0,
             min_timestamp: None,
             max_timestamp: None,
+            values_not_json: 0,
+            values_mismatched: 0,
         })
     }
 
@@ -395,8 +428,8 @@ impl<W: Write + Send> ParquetFileWriter<W> {
             || header.base_offset >= filter.to
         {
             return Ok(Pushed {
-                rows: 0,
                 skipped: count,
+                ..Pushed::default()
             });
         }
         let base = header.base_offset;
@@ -505,6 +538,19 @@ impl<W: Write + Send> ParquetFileWriter<W> {
         r.bytes += key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len) + header_bytes + 32;
         r.key.append_option(key);
         r.value.append_option(value);
+        if let Some(columns) = &mut r.values {
+            match columns.append(value, &mut r.bytes) {
+                Decoded::NotJson => {
+                    pushed.values_not_json += 1;
+                    self.values_not_json += 1;
+                }
+                Decoded::Mismatched => {
+                    pushed.values_mismatched += 1;
+                    self.values_mismatched += 1;
+                }
+                Decoded::Typed | Decoded::Null => {}
+            }
+        }
         r.producer_id.append_value(header.producer_id);
         r.len += 1;
         self.first_offset.get_or_insert(offset);
@@ -521,8 +567,9 @@ impl<W: Write + Send> ParquetFileWriter<W> {
         if n == 0 {
             return Ok(());
         }
-        let mut r = std::mem::replace(&mut self.rows, Rows::new());
-        let columns: Vec<ArrayRef> = vec![
+        let fresh = Rows::new(self.options.value_schema.as_ref());
+        let mut r = std::mem::replace(&mut self.rows, fresh);
+        let mut columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
                 self.topic.as_str(),
                 n,
@@ -536,7 +583,10 @@ impl<W: Write + Send> ParquetFileWriter<W> {
             Arc::new(r.headers.finish()),
             Arc::new(r.producer_id.finish()),
         ];
-        let batch = RecordBatch::try_new(schema(), columns)?;
+        if let Some(values) = &mut r.values {
+            columns.extend(values.finish());
+        }
+        let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
         self.writer.write(&batch)?;
         Ok(())
     }

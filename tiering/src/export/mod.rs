@@ -5,7 +5,9 @@
 //! their first and last record, plus `<out>/topic=T/partition=P/_checkpoint.json` (the next
 //! offset to export). Columns: topic, partition, offset, timestamp (UTC millis),
 //! timestamp_type, key, value, headers (list of key/value structs), producer_id; see
-//! [`convert::schema`]. Control batches and records of aborted transactions are never exported.
+//! [`convert::schema`]. With a [`ValueSchema`], typed `value_<name>` columns decoded from JSON
+//! values follow ([`value_schema`]). Control batches and records of aborted transactions are
+//! never exported.
 //!
 //! Invariants:
 //! - Files never span segments: a file ends at a segment's end, at the export's end, or (for
@@ -36,6 +38,7 @@ pub mod continuous;
 pub mod convert;
 pub mod plan;
 pub mod target;
+pub mod value_schema;
 
 use std::io::BufWriter;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,6 +53,7 @@ pub use continuous::{ContinuousExporter, ExportJob};
 pub use convert::{AbortedTxn, AbortedTxns, ConvertOptions, ParquetFileWriter, RecordFilter};
 pub use plan::{plan_partition, read_high_watermark, PartitionPlan, PlanInput, Source};
 pub use target::{Checkpoint, Target};
+pub use value_schema::{ValueSchema, ValueSchemaError};
 
 use crate::store::{RemoteStore, StoreError};
 use convert::{BatchHeader, ConvertError};
@@ -122,6 +126,10 @@ pub struct Progress {
     pub bytes_planned: AtomicU64,
     pub bytes_out: AtomicU64,
     pub files: AtomicU64,
+    /// With a value schema: records whose value is not a JSON object.
+    pub values_not_json: AtomicU64,
+    /// With a value schema: records with a field of the wrong type or missing.
+    pub values_mismatched: AtomicU64,
 }
 
 /// What the export of one partition did.
@@ -135,6 +143,12 @@ pub struct PartitionSummary {
     pub records: u64,
     pub files: Vec<String>,
     pub bytes_out: u64,
+    /// With a value schema: exported records whose value is not a JSON object (their typed
+    /// columns are null).
+    pub values_not_json: u64,
+    /// With a value schema: exported records with a field of the wrong type or a required
+    /// field missing (null in that column).
+    pub values_mismatched: u64,
 }
 
 /// Parses a time for `--from-time`/`--to-time`: RFC 3339 (`2026-01-02T03:04:05Z`, with an
@@ -338,6 +352,12 @@ impl Run {
                 self.progress
                     .skipped
                     .fetch_add(pushed.skipped, Ordering::Relaxed);
+                self.progress
+                    .values_not_json
+                    .fetch_add(pushed.values_not_json, Ordering::Relaxed);
+                self.progress
+                    .values_mismatched
+                    .fetch_add(pushed.values_mismatched, Ordering::Relaxed);
                 let batch_end = header.next_offset().min(filter.to);
                 if open.writer.approximate_size() >= self.options.file_bytes
                     && batch_end < source.next_offset().min(filter.to)
@@ -402,6 +422,7 @@ impl Run {
         let plan = &*self.plan;
         let (first, last) = (f.writer.first_offset, f.writer.last_offset);
         let rows = f.writer.row_count;
+        let (not_json, mismatched) = (f.writer.values_not_json, f.writer.values_mismatched);
         let out = f.writer.finish()?;
         let file = out.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
@@ -425,6 +446,8 @@ impl Run {
         self.progress.files.fetch_add(1, Ordering::Relaxed);
         summary.bytes_out += size;
         summary.records += rows;
+        summary.values_not_json += not_json;
+        summary.values_mismatched += mismatched;
         summary.files.push(name.clone());
         if let Some(pause) = self.options.pause_before_checkpoint {
             std::thread::sleep(pause);

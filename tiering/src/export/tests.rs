@@ -790,3 +790,134 @@ fn times_parse_in_the_usual_forms() {
     assert_eq!(parse_time("2023-11-14"), Ok(1_699_920_000_000));
     assert!(parse_time("yesterday").is_err());
 }
+
+#[test]
+fn a_value_schema_adds_typed_columns_keeps_raw_values_and_counts_mismatches() {
+    let value_schema = ValueSchema::from_json(
+        br#"{"fields":[{"name":"id","type":"long"},{"name":"amount","type":"double"},
+        {"name":"ts","type":"timestamp_ms"},{"name":"tags","type":"string","nullable":true}]}"#,
+    )
+    .unwrap();
+    let values: Vec<Option<Vec<u8>>> = (0..250)
+        .map(|i| match i % 5 {
+            0 => Some(format!(
+                r#"{{"id":{i},"amount":{i}.5,"ts":{},"tags":"t{i}"}}"#,
+                1000 + i
+            )),
+            1 => Some(format!(
+                r#"{{"id":{i},"amount":{i},"ts":"1970-01-01T00:00:01Z"}}"#
+            )),
+            2 => Some(format!("not json {i}")),
+            3 => Some(format!(r#"{{"id":"{i}","amount":1,"ts":1}}"#)),
+            _ => None,
+        })
+        .map(|v| v.map(String::into_bytes))
+        .collect();
+    let batches: Vec<Vec<u8>> = values
+        .chunks(50)
+        .enumerate()
+        .map(|(b, chunk)| {
+            let recs: Vec<Rec> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, v)| Rec {
+                    offset_delta: i as i32,
+                    ts_delta: 0,
+                    key: None,
+                    value: v.as_deref(),
+                    headers: vec![],
+                })
+                .collect();
+            batch(spec(b as i64 * 50, 4), &recs)
+        })
+        .collect();
+    // Small Arrow batches: the typed columns are flushed with the fixed ones.
+    let options = ConvertOptions {
+        batch_rows: 64,
+        value_schema: Some(Arc::new(value_schema)),
+        ..Default::default()
+    };
+    let mut w = ParquetFileWriter::new(Vec::new(), "t", 0, &options).unwrap();
+    let mut filter = RecordFilter::offsets(0, i64::MAX);
+    let mut pushed = Pushed::default();
+    for b in &batches {
+        let bytes = Bytes::copy_from_slice(b);
+        let h = BatchHeader::parse(&bytes).unwrap().unwrap();
+        let p = w
+            .push_batch(&h, &bytes, &mut filter, &AbortedTxns::default())
+            .unwrap();
+        pushed.rows += p.rows;
+        pushed.values_not_json += p.values_not_json;
+        pushed.values_mismatched += p.values_mismatched;
+    }
+    assert_eq!(
+        (
+            pushed.rows,
+            pushed.values_not_json,
+            pushed.values_mismatched
+        ),
+        (250, 50, 50)
+    );
+    assert_eq!((w.values_not_json, w.values_mismatched), (50, 50));
+    let parquet = w.finish().unwrap();
+
+    // The fixed columns are unchanged (raw values kept), the typed ones follow.
+    let rows = read_rows(&parquet);
+    assert_eq!(rows.len(), 250);
+    for (row, v) in rows.iter().zip(&values) {
+        assert_eq!(&row.value, v);
+    }
+    let reader = ParquetRecordBatchReaderBuilder::try_new(Bytes::from(parquet))
+        .unwrap()
+        .build()
+        .unwrap();
+    let names: Vec<String> = arrow_array::RecordBatchReader::schema(&reader)
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(
+        names[9..],
+        ["value_id", "value_amount", "value_ts", "value_tags"]
+    );
+    let mut i = 0usize;
+    for b in reader {
+        let b = b.unwrap();
+        let id = b.column(9).as_primitive::<Int64Type>();
+        let amount = b
+            .column(10)
+            .as_primitive::<arrow_array::types::Float64Type>();
+        let ts = b.column(11).as_primitive::<TimestampMillisecondType>();
+        let tags = b.column(12).as_string::<i32>();
+        for r in 0..b.num_rows() {
+            let n = i as i64;
+            match i % 5 {
+                0 => {
+                    assert_eq!((id.value(r), amount.value(r)), (n, n as f64 + 0.5));
+                    assert_eq!(
+                        (ts.value(r), tags.value(r)),
+                        (1000 + n, format!("t{i}").as_str())
+                    );
+                }
+                1 => {
+                    assert_eq!(
+                        (id.value(r), amount.value(r), ts.value(r)),
+                        (n, n as f64, 1000)
+                    );
+                    assert!(tags.is_null(r));
+                }
+                3 => {
+                    assert!(id.is_null(r), "row {i}");
+                    assert_eq!((amount.value(r), ts.value(r)), (1.0, 1));
+                }
+                _ => {
+                    for c in 9..13 {
+                        assert!(b.column(c).is_null(r), "row {i} column {c}");
+                    }
+                }
+            }
+            i += 1;
+        }
+    }
+    assert_eq!(i, 250);
+}
