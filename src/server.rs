@@ -281,6 +281,14 @@ where
         }
         if close_after {
             writer.flush().await?;
+            // KIP-306: Kafka waits connection.failed.authentication.delay.ms before closing,
+            // which slows password guessing and lets clients read the error before the EOF.
+            let delay =
+                Duration::from_millis(broker.config.security.failed_authentication_delay_ms);
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = tokio::time::sleep(delay) => {}
+            }
             return Err(ConnectionEnd::AuthenticationFailed);
         }
         broker

@@ -60,6 +60,11 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "",
     },
     BrokerConfigDef {
+        name: "connection.failed.authentication.delay.ms",
+        kind: Kind::Int,
+        default: "100",
+    },
+    BrokerConfigDef {
         name: "connections.max.reauth.ms",
         kind: Kind::Long,
         default: "0",
@@ -991,6 +996,8 @@ pub struct SecurityConfig {
     pub sasl: BTreeMap<String, SaslConfig>,
     /// `connections.max.reauth.ms` (0: sessions never expire).
     pub max_reauth_ms: i64,
+    /// `connection.failed.authentication.delay.ms` (KIP-306).
+    pub failed_authentication_delay_ms: u64,
 }
 
 /// Parses Kafka's JAAS `PlainLoginModule required user_alice="pw" ...;` for the users.
@@ -1029,7 +1036,12 @@ impl SecurityConfig {
         let read = |key: &str, path: &str| -> Result<String, ConfigError> {
             std::fs::read_to_string(path).map_err(|e| invalid(key, path, e))
         };
+        let delay_key = "connection.failed.authentication.delay.ms";
+        let failed_authentication_delay_ms = value::parse_long(delay_key, &get(delay_key))
+            .map_err(|e| invalid(delay_key, &get(delay_key), e))?
+            .max(0) as u64;
         let mut out = SecurityConfig {
+            failed_authentication_delay_ms,
             max_reauth_ms: value::parse_long(
                 "connections.max.reauth.ms",
                 &get("connections.max.reauth.ms"),
