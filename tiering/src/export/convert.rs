@@ -15,7 +15,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use arrow_array::builder::{
-    BinaryBuilder, Int64Builder, ListBuilder, StringBuilder, StructBuilder,
+    ArrayBuilder, BinaryBuilder, Int64Builder, ListBuilder, StringBuilder, StructBuilder,
     TimestampMillisecondBuilder,
 };
 use arrow_array::{ArrayRef, Int32Array, RecordBatch, StringArray};
@@ -353,8 +353,27 @@ struct Rows {
     values: Option<ValueColumns>,
 }
 
+/// Builder sizes for the next Arrow batch, taken from the previous one (batches of a file are
+/// alike), so the builders do not grow (reallocate and copy) while rows are appended.
+#[derive(Debug, Clone, Copy, Default)]
+struct RowsCapacity {
+    rows: usize,
+    key_bytes: usize,
+    value_bytes: usize,
+    headers: usize,
+    header_key_bytes: usize,
+    header_value_bytes: usize,
+}
+
+impl RowsCapacity {
+    /// Room for `n` plus an eighth: the next batch may end a Kafka batch later.
+    fn with_slack(n: usize) -> usize {
+        n + n / 8
+    }
+}
+
 impl Rows {
-    fn new(value_schema: Option<&Arc<ValueSchema>>) -> Rows {
+    fn new(value_schema: Option<&Arc<ValueSchema>>, cap: RowsCapacity) -> Rows {
         let header_fields = match schema().field(7).data_type() {
             DataType::List(f) => match f.data_type() {
                 DataType::Struct(fields) => fields.clone(),
@@ -363,18 +382,50 @@ impl Rows {
             _ => Fields::empty(),
         };
         let item = Field::new("element", DataType::Struct(header_fields.clone()), false);
+        let slack = RowsCapacity::with_slack;
+        let rows = slack(cap.rows);
+        let headers = slack(cap.headers);
+        let header_builders: Vec<Box<dyn ArrayBuilder>> = vec![
+            Box::new(StringBuilder::with_capacity(
+                headers,
+                slack(cap.header_key_bytes),
+            )),
+            Box::new(BinaryBuilder::with_capacity(
+                headers,
+                slack(cap.header_value_bytes),
+            )),
+        ];
         Rows {
             len: 0,
             bytes: 0,
-            offset: Int64Builder::new(),
-            timestamp: TimestampMillisecondBuilder::new().with_timezone("UTC"),
-            timestamp_type: StringBuilder::new(),
-            key: BinaryBuilder::new(),
-            value: BinaryBuilder::new(),
-            headers: ListBuilder::new(StructBuilder::from_fields(header_fields, 0))
-                .with_field(Arc::new(item)),
-            producer_id: Int64Builder::new(),
+            offset: Int64Builder::with_capacity(rows),
+            timestamp: TimestampMillisecondBuilder::with_capacity(rows).with_timezone("UTC"),
+            timestamp_type: StringBuilder::with_capacity(rows, rows * "LogAppendTime".len()),
+            key: BinaryBuilder::with_capacity(rows, slack(cap.key_bytes)),
+            value: BinaryBuilder::with_capacity(rows, slack(cap.value_bytes)),
+            headers: ListBuilder::with_capacity(
+                StructBuilder::new(header_fields, header_builders),
+                rows,
+            )
+            .with_field(Arc::new(item)),
+            producer_id: Int64Builder::with_capacity(rows),
             values: value_schema.map(|v| ValueColumns::new(v.clone())),
+        }
+    }
+
+    /// What this batch used, as the capacity of the next.
+    fn capacity(&mut self) -> RowsCapacity {
+        let hb = self.headers.values();
+        let headers = hb.len();
+        let header_key_bytes = field_builder::<StringBuilder>(hb, 0).values_slice().len();
+        let header_value_bytes = field_builder::<BinaryBuilder>(hb, 1).values_slice().len();
+        RowsCapacity {
+            rows: self.len,
+            key_bytes: self.key.values_slice().len(),
+            value_bytes: self.value.values_slice().len(),
+            headers,
+            header_key_bytes,
+            header_value_bytes,
         }
     }
 }
@@ -394,7 +445,7 @@ impl<W: Write + Send> ParquetFileWriter<W> {
             options: options.clone(),
             schema,
             writer,
-            rows: Rows::new(options.value_schema.as_ref()),
+            rows: Rows::new(options.value_schema.as_ref(), RowsCapacity::default()),
             first_offset: None,
             last_offset: None,
             row_count: 0,
@@ -567,7 +618,7 @@ impl<W: Write + Send> ParquetFileWriter<W> {
         if n == 0 {
             return Ok(());
         }
-        let fresh = Rows::new(self.options.value_schema.as_ref());
+        let fresh = Rows::new(self.options.value_schema.as_ref(), self.rows.capacity());
         let mut r = std::mem::replace(&mut self.rows, fresh);
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
@@ -598,7 +649,7 @@ impl<W: Write + Send> ParquetFileWriter<W> {
     }
 }
 
-fn field_builder<T: arrow_array::builder::ArrayBuilder>(b: &mut StructBuilder, i: usize) -> &mut T {
+fn field_builder<T: ArrayBuilder>(b: &mut StructBuilder, i: usize) -> &mut T {
     // The struct's fields are built from the schema above: 0 is Utf8, 1 is Binary.
     b.field_builder::<T>(i)
         .expect("header struct fields match the schema")
@@ -613,7 +664,19 @@ fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
     Ok(h)
 }
 
+#[inline]
 fn varlong(b: &mut &[u8]) -> Result<i64, String> {
+    // Most deltas, lengths and counts fit in one byte.
+    if let Some(&byte) = b.first() {
+        if byte & 0x80 == 0 {
+            *b = &b[1..];
+            return Ok(((byte >> 1) as i64) ^ -((byte & 1) as i64));
+        }
+    }
+    varlong_multi_byte(b)
+}
+
+fn varlong_multi_byte(b: &mut &[u8]) -> Result<i64, String> {
     let mut raw: u64 = 0;
     for i in 0..10 {
         let byte = *b.first().ok_or("varint truncated")?;
@@ -626,6 +689,7 @@ fn varlong(b: &mut &[u8]) -> Result<i64, String> {
     Err("varint too long".into())
 }
 
+#[inline]
 fn varint(b: &mut &[u8]) -> Result<i32, String> {
     let v = varlong(b)?;
     i32::try_from(v).map_err(|_| format!("varint {v} out of range"))

@@ -22,7 +22,8 @@
 //!   the checkpoint). With `from_time`, no checkpoint is written before the first exported
 //!   record, so a re-run seeks by time again.
 //!
-//! Memory: a segment is read in chunks of [`ExportOptions::chunk_bytes`] (two in flight),
+//! Memory: a segment is read in chunks of [`ExportOptions::chunk_bytes`] (two in flight;
+//! local reads reuse a few pooled chunk buffers),
 //! one batch is decompressed at a time and rows go to the Parquet writer in bounded Arrow
 //! batches; a row group is flushed at [`convert::ConvertOptions::row_group_bytes`]. Nothing
 //! is proportional to a segment's or a partition's size.
@@ -40,12 +41,11 @@ pub mod plan;
 pub mod target;
 pub mod value_schema;
 
-use std::io::BufWriter;
+use std::io::{BufWriter, Read};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::AsyncReadExt;
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
@@ -56,7 +56,7 @@ pub use target::{Checkpoint, Target};
 pub use value_schema::{ValueSchema, ValueSchemaError};
 
 use crate::store::{RemoteStore, StoreError};
-use convert::{BatchHeader, ConvertError};
+use convert::{BatchHeader, ConvertError, LOG_OVERHEAD};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
@@ -227,6 +227,7 @@ pub async fn export_partition(
         progress,
         cancel,
         handle,
+        chunk_pool: ChunkPool::default(),
     };
     let filter = RecordFilter {
         from: start,
@@ -247,6 +248,7 @@ struct Run {
     progress: Arc<Progress>,
     cancel: CancellationToken,
     handle: Handle,
+    chunk_pool: ChunkPool,
 }
 
 struct OpenFile {
@@ -287,7 +289,10 @@ impl Run {
                 continue;
             }
             let mut chunks = self.read_segment(source);
+            // `buf` starts at a batch boundary; `next` is the unread rest of the last chunk.
+            // A batch that straddles two chunks is the only one copied.
             let mut buf = Bytes::new();
+            let mut next = Bytes::new();
             let mut file: Option<OpenFile> = None;
             let mut exhausted = false;
             loop {
@@ -299,16 +304,29 @@ impl Run {
                 }
                 let header = match BatchHeader::parse(&buf)? {
                     Some(h) => h,
+                    None if !next.is_empty() => {
+                        buf = if buf.is_empty() {
+                            std::mem::take(&mut next)
+                        } else {
+                            // Complete the batch header, then the batch, from `next`.
+                            let want = match buf.get(8..LOG_OVERHEAD) {
+                                Some(len) => {
+                                    let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+                                    (LOG_OVERHEAD + len.max(0) as usize).saturating_sub(buf.len())
+                                }
+                                None => LOG_OVERHEAD - buf.len(),
+                            };
+                            let tail = next.split_to(want.min(next.len()));
+                            let mut m = BytesMut::with_capacity(buf.len() + tail.len());
+                            m.extend_from_slice(&buf);
+                            m.extend_from_slice(&tail);
+                            m.freeze()
+                        };
+                        continue;
+                    }
                     None => match chunks.blocking_recv() {
                         Some(Ok(chunk)) => {
-                            buf = if buf.is_empty() {
-                                chunk
-                            } else {
-                                let mut m = BytesMut::with_capacity(buf.len() + chunk.len());
-                                m.extend_from_slice(&buf);
-                                m.extend_from_slice(&chunk);
-                                m.freeze()
-                            };
+                            next = chunk;
                             continue;
                         }
                         Some(Err(e)) => return Err(e),
@@ -479,8 +497,9 @@ impl Run {
         let chunk = self.options.chunk_bytes.max(64 << 10);
         let source = source.clone();
         let store = self.plan.remote_store.clone();
+        let pool = self.chunk_pool.clone();
         let task = self.handle.spawn(async move {
-            let r = read_chunks(&source, store.as_deref(), chunk, &tx).await;
+            let r = read_chunks(&source, store.as_deref(), &pool, chunk, &tx).await;
             if let Err(e) = r {
                 let _ = tx.send(Err(e)).await;
             }
@@ -507,32 +526,89 @@ impl Drop for SegmentChunks {
     }
 }
 
+/// Buffers for local segment reads, handed back when the converter drops the last slice of a
+/// chunk: a partition's export reuses a few chunk-sized buffers instead of faulting fresh
+/// memory in for every chunk. Holds at most [`POOLED_CHUNKS`] idle buffers, never more than
+/// were in use at once.
+#[derive(Clone, Default)]
+struct ChunkPool(Arc<std::sync::Mutex<Vec<Vec<u8>>>>);
+
+const POOLED_CHUNKS: usize = 4;
+
+impl ChunkPool {
+    /// An empty buffer with room for `capacity` bytes.
+    fn take(&self, capacity: usize) -> Vec<u8> {
+        let mut buf = self
+            .0
+            .lock()
+            .ok()
+            .and_then(|mut idle| idle.pop())
+            .unwrap_or_default();
+        buf.clear();
+        buf.reserve_exact(capacity);
+        buf
+    }
+
+    /// `data` as `Bytes` that return the buffer to the pool when the last slice is dropped.
+    fn bytes(&self, data: Vec<u8>) -> Bytes {
+        Bytes::from_owner(PooledChunk {
+            data,
+            pool: self.clone(),
+        })
+    }
+}
+
+struct PooledChunk {
+    data: Vec<u8>,
+    pool: ChunkPool,
+}
+
+impl AsRef<[u8]> for PooledChunk {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl Drop for PooledChunk {
+    fn drop(&mut self) {
+        if let Ok(mut idle) = self.pool.0.lock() {
+            if idle.len() < POOLED_CHUNKS {
+                idle.push(std::mem::take(&mut self.data));
+            }
+        }
+    }
+}
+
 async fn read_chunks(
     source: &Source,
     store: Option<&RemoteStore>,
+    pool: &ChunkPool,
     chunk: usize,
     tx: &tokio::sync::mpsc::Sender<Result<Bytes, ExportError>>,
 ) -> Result<(), ExportError> {
     match source {
         Source::Local { log, .. } => {
-            let mut f = match tokio::fs::File::open(log).await {
-                Ok(f) => f,
+            let f = match tokio::fs::File::open(log).await {
+                Ok(f) => Arc::new(f.into_std().await),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     return Err(ExportError::SourceGone(log.display().to_string()))
                 }
                 Err(e) => return Err(e.into()),
             };
             loop {
-                let mut buf = BytesMut::with_capacity(chunk);
-                while buf.len() < chunk {
-                    if f.read_buf(&mut buf).await? == 0 {
-                        break;
-                    }
-                }
+                // Read straight into a pooled buffer on a blocking thread (tokio's File would
+                // read into its own buffer and copy).
+                let (f, buf) = (f.clone(), pool.take(chunk));
+                let buf = tokio::task::spawn_blocking(move || {
+                    let mut buf = buf;
+                    (&*f).take(chunk as u64).read_to_end(&mut buf).map(|_| buf)
+                })
+                .await
+                .map_err(std::io::Error::other)??;
                 if buf.is_empty() {
                     return Ok(());
                 }
-                if tx.send(Ok(buf.freeze())).await.is_err() {
+                if tx.send(Ok(pool.bytes(buf))).await.is_err() {
                     return Ok(());
                 }
             }

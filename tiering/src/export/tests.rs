@@ -675,6 +675,91 @@ async fn large_segments_split_into_files_at_the_same_batches_every_time() {
 }
 
 #[tokio::test]
+async fn batches_straddling_read_chunks_export_the_same_files_as_one_read() {
+    // Reads come in chunks of at least 64 KiB. Lay out a segment where a chunk boundary cuts
+    // a batch header, and a batch spans more than a whole chunk.
+    const CHUNK: usize = 64 << 10;
+    let mut tail = Vec::new();
+    let mut records = 1;
+    for n in [6000, 3, 1, 2000, 7, 1, 1, 500] {
+        tail.push(simple(spec(records, 0), n as i32));
+        records += n;
+    }
+    // A first record with a `pad`-byte value shifts every later batch by a byte a step.
+    let first = |pad: usize| {
+        let padding = vec![b'p'; pad];
+        let rec = Rec {
+            offset_delta: 0,
+            ts_delta: 0,
+            key: None,
+            value: Some(&padding),
+            headers: vec![],
+        };
+        batch(spec(0, 0), &[rec])
+    };
+    let cuts_a_header = |first: &[u8]| {
+        let mut start = first.len();
+        tail.iter().any(|b| {
+            let cut = (start / CHUNK + 1) * CHUNK;
+            let cut_inside_header = cut - start < LOG_OVERHEAD;
+            start += b.len();
+            cut_inside_header
+        })
+    };
+    let head = (0..CHUNK)
+        .map(first)
+        .find(|f| cuts_a_header(f))
+        .expect("some padding makes a chunk boundary cut a batch header");
+    let batches: Vec<Vec<u8>> = std::iter::once(head).chain(tail).collect();
+    assert!(batches.iter().any(|b| b.len() > CHUNK));
+    let log = tempfile::tempdir().unwrap();
+    write_segment(log.path(), 0, &batches);
+    write_segment(log.path(), records, &[]);
+    let plan = local_plan(log.path()).await;
+    let mut runs = Vec::new();
+    for chunk_bytes in [CHUNK, 64 << 20] {
+        let out = tempfile::tempdir().unwrap();
+        let target =
+            Arc::new(Target::open(out.path().to_str().unwrap(), &Default::default()).unwrap());
+        let options = ExportOptions {
+            chunk_bytes,
+            ..Default::default()
+        };
+        let s = run_export(&plan, &target, ExportRange::default(), &options)
+            .await
+            .unwrap();
+        assert_eq!(s.records, records as u64);
+        runs.push(exported(out.path()));
+    }
+    assert_eq!(runs[0], runs[1]);
+    let offsets: Vec<i64> = runs[0]
+        .values()
+        .flat_map(|f| read_rows(f))
+        .map(|r| r.offset)
+        .collect();
+    assert_eq!(offsets, (0..records).collect::<Vec<_>>());
+
+    // A segment that ends inside a batch is an error, whatever the chunking.
+    let all = batches.concat();
+    std::fs::write(
+        log.path().join(format!("{:020}.log", 0)),
+        &all[..all.len() - 5],
+    )
+    .unwrap();
+    let plan = local_plan(log.path()).await;
+    let out = tempfile::tempdir().unwrap();
+    let target = Arc::new(Target::open(out.path().to_str().unwrap(), &Default::default()).unwrap());
+    let options = ExportOptions {
+        chunk_bytes: CHUNK,
+        ..Default::default()
+    };
+    let err = run_export(&plan, &target, ExportRange::default(), &options)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("ends inside a batch"), "{err}");
+}
+
+#[tokio::test]
 async fn remote_segments_and_an_object_store_target() {
     use crate::manifest::{self as m, Part, PartitionManifest, RemoteSegment};
     let store = Arc::new(RemoteStore::in_memory());
