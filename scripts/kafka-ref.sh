@@ -11,7 +11,9 @@
 # and logs/ (server.log, kafka.out).
 #
 # Environment:
-#   KAFKA_REF_EXTRA            extra server properties, newline-separated key=value (override defaults)
+#   KAFKA_REF_EXTRA            extra server properties, newline-separated key=value (override defaults;
+#                              a `listeners` / `listener.security.protocol.map` override keeps
+#                              the CONTROLLER listener, so SASL/SSL listeners can be added)
 #   KAFKA_REF_CONTROLLER_PORT  controller listener port (default: a free port)
 #   KAFKA_REF_HEAP_OPTS        default "-Xmx1g -Xms1g"
 #   KAFKA_REF_JVM_OPTS         extra JVM options
@@ -22,7 +24,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 usage() {
-  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -102,7 +104,13 @@ num.network.threads=3
 num.io.threads=8
 EOF
   if [[ -n "${KAFKA_REF_EXTRA:-}" ]]; then
-    printf '# KAFKA_REF_EXTRA\n%s\n' "$KAFKA_REF_EXTRA" >>"$dir/server.properties"
+    # An extra `listeners` or `listener.security.protocol.map` (e.g. SASL/SSL listeners next to
+    # PLAINTEXT) replaces the default, so the controller listener is added back to it.
+    printf '# KAFKA_REF_EXTRA\n%s\n' "$KAFKA_REF_EXTRA" \
+      | awk -v ctl="CONTROLLER://127.0.0.1:$cport" '
+          /^listeners=/ && !/CONTROLLER:\/\// { print $0 "," ctl; next }
+          /^listener\.security\.protocol\.map=/ && !/CONTROLLER:/ { print $0 ",CONTROLLER:PLAINTEXT"; next }
+          { print }' >>"$dir/server.properties"
   fi
 
   cat >"$dir/log4j2.properties" <<EOF
