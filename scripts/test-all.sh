@@ -31,7 +31,7 @@ scripts/install-test-deps.sh
 
 strata_log "cargo test"
 cargo build --locked --bin strata
-cargo test --locked --all-targets
+cargo test --locked --workspace --all-targets
 
 export STRATA_BIN="$CARGO_TARGET_DIR/debug/strata"
 

@@ -211,30 +211,8 @@ fn main() -> ExitCode {
             }
         },
         Command::Export(args) => {
-            let config = match BrokerConfig::load(args.config.as_deref(), &args.overrides) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("invalid configuration: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let rt = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("cannot start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match rt.block_on(export(config, args)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("{e:#}");
-                    ExitCode::FAILURE
-                }
-            }
+            let (config, overrides) = (args.config.clone(), args.overrides.clone());
+            run_with_config(config.as_deref(), &overrides, false, |c| export(c, args))
         }
         Command::Scram {
             command:
@@ -254,56 +232,53 @@ fn main() -> ExitCode {
                 }
                 | TierCommand::Restore { config, overrides } => (config.clone(), overrides.clone()),
             };
-            let config = match BrokerConfig::load(config.as_deref(), &overrides) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("invalid configuration: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let rt = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("cannot start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match rt.block_on(tier(config, command)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("{e:#}");
-                    ExitCode::FAILURE
-                }
-            }
+            run_with_config(config.as_deref(), &overrides, false, |c| tier(c, command))
         }
         Command::Serve { config, overrides } => {
-            let config = match BrokerConfig::load(config.as_deref(), &overrides) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("invalid configuration: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let rt = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("cannot start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match rt.block_on(serve(config)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!("{e:#}");
-                    ExitCode::FAILURE
-                }
-            }
+            run_with_config(config.as_deref(), &overrides, true, serve)
+        }
+    }
+}
+
+/// Loads the configuration, then runs `job` on a multi-threaded runtime. A bad configuration
+/// exits with 2, a failed job with 1 (logged through tracing when `log` is set, as the broker
+/// does; printed otherwise).
+fn run_with_config<F, Fut>(
+    config: Option<&std::path::Path>,
+    overrides: &[String],
+    log: bool,
+    job: F,
+) -> ExitCode
+where
+    F: FnOnce(BrokerConfig) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let config = match BrokerConfig::load(config, overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(job(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if log => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("{e:#}");
+            ExitCode::FAILURE
         }
     }
 }

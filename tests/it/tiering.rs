@@ -86,36 +86,7 @@ async fn produce_batches(c: &mut Client, n: usize) -> i64 {
 
 /// Reads the whole partition from offset 0 and returns the offsets seen.
 async fn read_all(c: &mut Client, end: i64) -> Vec<i64> {
-    let mut offsets = Vec::new();
-    let mut next = 0;
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while next < end {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "stuck at offset {next}"
-        );
-        let p = fetch(
-            c,
-            TOPIC,
-            0,
-            FetchArgs {
-                offset: next,
-                max_wait_ms: 100,
-                ..Default::default()
-            },
-        )
-        .await;
-        assert_eq!(p.error_code, 0, "fetch at {next}");
-        for o in record_offsets(&p.records) {
-            if o >= next {
-                offsets.push(o);
-            }
-        }
-        if let Some(&last) = offsets.last() {
-            next = last + 1;
-        }
-    }
-    offsets
+    read_all_from(c, 0, end).await
 }
 
 async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {

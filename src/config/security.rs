@@ -1,0 +1,342 @@
+//! Listener security: Kafka's security protocols per listener, TLS keys (PEM) and SASL
+//! settings (mechanisms, PLAIN users in JAAS syntax), with Kafka's setting names.
+
+use std::collections::BTreeMap;
+
+use super::{invalid, value, ConfigError, Listener};
+
+/// Kafka's security protocols, mapped to listeners by `listener.security.protocol.map`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub fn parse(s: &str) -> Option<SecurityProtocol> {
+        match s.trim() {
+            "PLAINTEXT" => Some(SecurityProtocol::Plaintext),
+            "SSL" => Some(SecurityProtocol::Ssl),
+            "SASL_PLAINTEXT" => Some(SecurityProtocol::SaslPlaintext),
+            "SASL_SSL" => Some(SecurityProtocol::SaslSsl),
+            _ => None,
+        }
+    }
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+    pub fn uses_sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+}
+
+pub(super) fn parse_protocol_map(
+    text: &str,
+) -> Result<BTreeMap<String, SecurityProtocol>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, proto) = item.split_once(':').ok_or_else(|| {
+            invalid(
+                "listener.security.protocol.map",
+                text,
+                "expected NAME:PROTOCOL,...",
+            )
+        })?;
+        let p = SecurityProtocol::parse(proto).ok_or_else(|| {
+            invalid(
+                "listener.security.protocol.map",
+                text,
+                format!("unknown security protocol {proto}"),
+            )
+        })?;
+        out.insert(name.trim().to_string(), p);
+    }
+    Ok(out)
+}
+
+pub(super) fn controller_listener_names(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// Where TLS keys come from (PEM only: Kafka's `ssl.keystore.type=PEM`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// PEM certificate chain (from `ssl.keystore.location`, or inline
+    /// `ssl.keystore.certificate.chain`).
+    pub cert_chain_pem: String,
+    /// PEM private key (the same file, or inline `ssl.keystore.key`).
+    pub key_pem: String,
+    /// PEM CA certificates for client certificates (`ssl.truststore.location` or inline
+    /// `ssl.truststore.certificates`).
+    pub truststore_pem: Option<String>,
+    /// `ssl.client.auth`: none, requested or required.
+    pub client_auth: ClientAuth,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    None,
+    Requested,
+    Required,
+}
+
+/// SASL settings of one listener.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SaslConfig {
+    /// `sasl.enabled.mechanisms` (per listener: `listener.name.<l>.sasl.enabled.mechanisms`).
+    pub mechanisms: Vec<String>,
+    /// PLAIN users from the listener's JAAS config (`user_NAME="password"`).
+    pub plain_users: BTreeMap<String, String>,
+}
+
+/// TLS and SASL settings per listener name.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SecurityConfig {
+    pub tls: BTreeMap<String, TlsConfig>,
+    pub sasl: BTreeMap<String, SaslConfig>,
+    /// `connections.max.reauth.ms` (0: sessions never expire).
+    pub max_reauth_ms: i64,
+    /// `connection.failed.authentication.delay.ms` (KIP-306).
+    pub failed_authentication_delay_ms: u64,
+}
+
+/// Parses Kafka's JAAS `PlainLoginModule required user_alice="pw" ...;` for the users.
+pub fn parse_plain_jaas(text: &str) -> BTreeMap<String, String> {
+    let mut users = BTreeMap::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("user_") {
+        rest = &rest[i + 5..];
+        let Some(eq) = rest.find('=') else { break };
+        let name = rest[..eq].trim().to_string();
+        let after = rest[eq + 1..].trim_start();
+        let Some(stripped) = after.strip_prefix('"') else {
+            continue;
+        };
+        let Some(end) = stripped.find('"') else { break };
+        users.insert(name, stripped[..end].to_string());
+        rest = &stripped[end + 1..];
+    }
+    users
+}
+
+impl SecurityConfig {
+    pub(super) fn build(
+        explicit: &BTreeMap<String, String>,
+        get: &dyn Fn(&str) -> String,
+        listeners: &[Listener],
+    ) -> Result<SecurityConfig, ConfigError> {
+        // A listener-prefixed setting wins over the plain one, as in Kafka.
+        let lookup = |listener: &str, key: &str| -> Option<(String, String)> {
+            let prefixed = format!("listener.name.{}.{key}", listener.to_lowercase());
+            explicit
+                .get(&prefixed)
+                .map(|v| (prefixed.clone(), v.clone()))
+                .or_else(|| explicit.get(key).map(|v| (key.to_string(), v.clone())))
+        };
+        let read = |key: &str, path: &str| -> Result<String, ConfigError> {
+            std::fs::read_to_string(path).map_err(|e| invalid(key, path, e))
+        };
+        let delay_key = "connection.failed.authentication.delay.ms";
+        let failed_authentication_delay_ms = value::parse_long(delay_key, &get(delay_key))
+            .map_err(|e| invalid(delay_key, &get(delay_key), e))?
+            .max(0) as u64;
+        let mut out = SecurityConfig {
+            failed_authentication_delay_ms,
+            max_reauth_ms: value::parse_long(
+                "connections.max.reauth.ms",
+                &get("connections.max.reauth.ms"),
+            )
+            .map_err(|e| {
+                invalid(
+                    "connections.max.reauth.ms",
+                    &get("connections.max.reauth.ms"),
+                    e,
+                )
+            })?,
+            ..Default::default()
+        };
+        for l in listeners {
+            if l.security.uses_tls() {
+                if let Some((k, t)) = lookup(&l.name, "ssl.keystore.type") {
+                    if !t.eq_ignore_ascii_case("PEM") {
+                        return Err(invalid(
+                            &k,
+                            &t,
+                            "only PEM keystores are supported (ssl.keystore.type=PEM)",
+                        ));
+                    }
+                }
+                let (cert_chain_pem, key_pem) = match (
+                    lookup(&l.name, "ssl.keystore.certificate.chain"),
+                    lookup(&l.name, "ssl.keystore.key"),
+                    lookup(&l.name, "ssl.keystore.location"),
+                ) {
+                    (Some((_, chain)), Some((_, key)), _) => (chain, key),
+                    (_, _, Some((k, path))) => {
+                        let pem = read(&k, &path)?;
+                        (pem.clone(), pem)
+                    }
+                    _ => {
+                        return Err(invalid(
+                            "listeners",
+                            &l.name,
+                            format!("listener {} uses TLS but has no ssl.keystore.location (PEM with certificate chain and key) or ssl.keystore.certificate.chain + ssl.keystore.key", l.name),
+                        ))
+                    }
+                };
+                let truststore_pem = match (
+                    lookup(&l.name, "ssl.truststore.certificates"),
+                    lookup(&l.name, "ssl.truststore.location"),
+                ) {
+                    (Some((_, pem)), _) => Some(pem),
+                    (None, Some((k, path))) => Some(read(&k, &path)?),
+                    _ => None,
+                };
+                let client_auth =
+                    match lookup(&l.name, "ssl.client.auth").map(|(_, v)| v.to_lowercase()) {
+                        None => ClientAuth::None,
+                        Some(v) if v == "none" => ClientAuth::None,
+                        Some(v) if v == "requested" => ClientAuth::Requested,
+                        Some(v) if v == "required" => ClientAuth::Required,
+                        Some(v) => {
+                            return Err(invalid(
+                                "ssl.client.auth",
+                                &v,
+                                "expected none, requested or required",
+                            ))
+                        }
+                    };
+                if client_auth != ClientAuth::None && truststore_pem.is_none() {
+                    return Err(invalid(
+                        "ssl.client.auth",
+                        "required",
+                        "client authentication needs ssl.truststore.location",
+                    ));
+                }
+                out.tls.insert(
+                    l.name.clone(),
+                    TlsConfig {
+                        cert_chain_pem,
+                        key_pem,
+                        truststore_pem,
+                        client_auth,
+                    },
+                );
+            }
+            if l.security.uses_sasl() {
+                let mechanisms: Vec<String> = lookup(&l.name, "sasl.enabled.mechanisms")
+                    .map(|(_, v)| v)
+                    .unwrap_or_else(|| "GSSAPI".to_string())
+                    .split(',')
+                    .map(|m| m.trim().to_uppercase())
+                    .filter(|m| !m.is_empty())
+                    .collect();
+                for m in &mechanisms {
+                    if !matches!(m.as_str(), "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512") {
+                        return Err(invalid(
+                            "sasl.enabled.mechanisms",
+                            m,
+                            "supported mechanisms: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+                        ));
+                    }
+                }
+                let plain_users = lookup(&l.name, "plain.sasl.jaas.config")
+                    .or_else(|| lookup(&l.name, "sasl.jaas.config"))
+                    .map(|(_, v)| parse_plain_jaas(&v))
+                    .unwrap_or_default();
+                out.sasl.insert(
+                    l.name.clone(),
+                    SaslConfig {
+                        mechanisms,
+                        plain_users,
+                    },
+                );
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+
+    fn build(pairs: &[(&str, &str)]) -> Result<BrokerConfig, ConfigError> {
+        let m: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        BrokerConfig::build(&[m])
+    }
+
+    #[test]
+    fn listeners_map_to_security_protocols_as_kafka_does() {
+        let c = build(&[
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:0,CLIENT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+            ),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,CLIENT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            ),
+            ("controller.listener.names", "CONTROLLER"),
+            (
+                "listener.name.client.sasl.enabled.mechanisms",
+                "SCRAM-SHA-512",
+            ),
+            ("advertised.listeners", "CLIENT://broker1.example:9093"),
+        ])
+        .unwrap();
+        // The controller listener of a KRaft config is not served.
+        let names: Vec<&str> = c.listeners.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, vec!["PLAINTEXT", "CLIENT"]);
+        assert_eq!(c.listeners[1].security, SecurityProtocol::SaslPlaintext);
+        assert_eq!(c.listeners[1].advertised_host, "broker1.example");
+        assert_eq!(c.listeners[1].advertised_port, 9093);
+        assert_eq!(c.security.sasl["CLIENT"].mechanisms, vec!["SCRAM-SHA-512"]);
+    }
+
+    #[test]
+    fn bad_security_settings_name_the_problem() {
+        let e = build(&[("listeners", "CLIENT://127.0.0.1:0")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("no security protocol for listener CLIENT"),
+            "{e}"
+        );
+        let e = build(&[("listeners", "SSL://127.0.0.1:0")]).unwrap_err();
+        assert!(e.to_string().contains("ssl.keystore.location"), "{e}");
+        let e = build(&[
+            ("listeners", "SSL://127.0.0.1:0"),
+            ("ssl.keystore.type", "JKS"),
+            ("ssl.keystore.location", "/x.jks"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("only PEM keystores"), "{e}");
+        let e = build(&[
+            ("listeners", "SASL_PLAINTEXT://127.0.0.1:0"),
+            ("sasl.enabled.mechanisms", "GSSAPI"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("supported mechanisms"), "{e}");
+    }
+
+    #[test]
+    fn plain_users_come_from_kafkas_jaas_syntax() {
+        let users = parse_plain_jaas(
+            r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="a" user_admin="a" user_alice = "p w";"#,
+        );
+        assert_eq!(users.len(), 2);
+        assert_eq!(users["admin"], "a");
+        assert_eq!(users["alice"], "p w");
+    }
+}
