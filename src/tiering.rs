@@ -330,7 +330,6 @@ impl Tiering {
             })
             .await??;
         }
-        let _ = broker;
         Ok(())
     }
 
@@ -627,14 +626,15 @@ impl Tiering {
         let mut out = Vec::new();
         for seg in manifest.segments.iter().filter(|s| s.next_offset > from) {
             let raw = self.reader.txn_index(&topic.name, seg).await?;
+            let entries = crate::log::txn_index::parse(&raw).map_err(|m| {
+                RemoteReadError::Store(StoreError::Request(format!("{}: {m}", seg.key)))
+            })?;
             let mut complete = false;
-            for e in raw.chunks_exact(34) {
-                let at = |a: usize| i64::from_be_bytes(e[a..a + 8].try_into().unwrap_or([0; 8]));
-                let (pid, first, last) = (at(2), at(10), at(18));
-                if last >= from && first < upper {
-                    out.push((pid, first));
+            for t in entries {
+                if t.last_offset >= from && t.first_offset < upper {
+                    out.push((t.producer_id, t.first_offset));
                 }
-                complete |= last >= upper;
+                complete |= t.last_offset >= upper;
             }
             if complete {
                 break;

@@ -31,14 +31,22 @@ pub fn read(path: &Path) -> io::Result<Vec<AbortedTxn>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
+    parse(&raw).map_err(|m| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: {m}", path.display()),
+        )
+    })
+}
+
+/// Parses index bytes (a local file's, or the `.txnindex` part of a remote segment bundle);
+/// a torn tail is ignored.
+pub fn parse(raw: &[u8]) -> Result<Vec<AbortedTxn>, String> {
     let i64_at = |e: &[u8], a: usize| i64::from_be_bytes(e[a..a + 8].try_into().unwrap_or([0; 8]));
     let mut out = Vec::with_capacity(raw.len() / ENTRY_LEN);
     for e in raw.chunks_exact(ENTRY_LEN) {
         if i16::from_be_bytes([e[0], e[1]]) != VERSION {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{}: unsupported entry version", path.display()),
-            ));
+            return Err("unsupported transaction index entry version".into());
         }
         out.push(AbortedTxn {
             producer_id: i64_at(e, 2),
