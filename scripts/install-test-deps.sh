@@ -9,7 +9,8 @@
 #   1. Debian packages: kcat (or kafkacat), plus java/javac/mvn/curl/python3 if missing
 #   2. Python virtualenv $STRATA_VENV with tests/interop/requirements.txt
 #   3. Java jars from Maven Central into $STRATA_CACHE/jars/kafka-$KAFKA_VERSION/{clients,tools,broker,
-#      streams} (streams: kafka-streams without rocksdbjni; the tests use in-memory stores)
+#      streams,spark-s3} (streams: kafka-streams without rocksdbjni; the tests use in-memory stores;
+#      spark-s3: hadoop-aws + the AWS SDK modules s3a needs, ~13 MB, for pyspark reading s3a://)
 #   4. The Java interop client (scripts/build-java-tests.sh)
 #   5. s3s-fs $S3S_FS_VERSION (an S3-compatible server over a directory, checks SigV4) from
 #      crates.io into $STRATA_CACHE/s3s-fs/bin/s3s-fs for the tiering tests; built in its own
@@ -27,7 +28,7 @@ FORCE=0
 case "${1:-}" in
   "") ;;
   --force) FORCE=1 ;;
-  -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) strata_die "unknown argument '$1' (usage: $0 [--force])" ;;
 esac
 
@@ -127,7 +128,7 @@ resolve_set() {
   rm -rf "$dest"
   mv "$tmp" "$dest"
 }
-for set in clients tools broker streams; do
+for set in clients tools broker streams spark-s3; do
   resolve_set "$set"
 done
 
@@ -192,6 +193,7 @@ Strata test dependencies ready:
   tools jars:      $STRATA_JARS_DIR/tools     (scripts/java-classpath.sh tools)
   broker jars:     $STRATA_JARS_DIR/broker    (scripts/java-classpath.sh broker)
   streams jars:    $STRATA_JARS_DIR/streams   (scripts/java-classpath.sh streams)
+  spark s3a jars:  $STRATA_JARS_DIR/spark-s3  (scripts/java-classpath.sh spark-s3)
   java test client: $STRATA_JAVA_CLASSES  (scripts/java-classpath.sh interop)
   s3s-fs:          $S3S_FS
   checkov:         $CHECKOV_VENV/bin/checkov

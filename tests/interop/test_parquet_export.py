@@ -3,9 +3,11 @@ codec, keys, null values, repeated header keys, explicit timestamps, committed a
 transactions) to a tiered topic are exported from the bucket's segments and the sealed local
 segments, then read back with pyarrow, DuckDB and Spark (pyspark, local[1], skipped without
 Java 17+) and compared exactly. Exports go to a local directory and to the S3-compatible test
-server (moto); an exporter killed with SIGKILL between writing a file and committing its
-checkpoint is re-run and leaves no duplicate and no gap. `--value-schema` adds typed columns
-decoded from JSON values next to the raw value.
+server (moto), which pyarrow, DuckDB (httpfs) and Spark (s3a://, with the spark-s3 jar set of
+scripts/install-test-deps.sh: hadoop-aws and the AWS SDK modules it uses) read back; an
+exporter killed with SIGKILL between writing a file and committing its checkpoint is re-run
+and leaves no duplicate and no gap. `--value-schema` adds typed columns decoded from JSON
+values next to the raw value.
 
 Strata only: the reference Kafka broker has no remote storage plugin configured.
 """
@@ -410,9 +412,37 @@ def _java_major() -> int | None:
     return int(m.group(2)) if major == 1 else major
 
 
+def spark_s3a_jars() -> tuple[str | None, str | None]:
+    """(spark.jars value: hadoop-aws and the AWS SDK modules s3a needs, None) or (None, why
+    not). The jars are the spark-s3 set of scripts/install-test-deps.sh; pyspark ships the
+    hadoop they go with."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "java-classpath.sh"
+    cp = subprocess.run(["bash", str(script), "spark-s3"], capture_output=True, text=True)
+    if cp.returncode != 0 or not cp.stdout.strip():
+        return None, f"no s3a jars for Spark (hadoop-aws, AWS SDK): {cp.stderr.strip()}"
+    return cp.stdout.strip().replace(":", ","), None
+
+
+def s3a_conf(s3_server) -> dict[str, str]:
+    """Spark settings that point s3a:// at the moto server (what a user sets for MinIO & co)."""
+    return {
+        "spark.hadoop.fs.s3a.endpoint": s3_server.endpoint,
+        "spark.hadoop.fs.s3a.endpoint.region": s3_server.region,
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+        "spark.hadoop.fs.s3a.access.key": s3_server.access_key,
+        "spark.hadoop.fs.s3a.secret.key": s3_server.secret_key,
+        # Static keys only: the default chain would also ask the EC2 instance metadata address.
+        "spark.hadoop.fs.s3a.aws.credentials.provider":
+            "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+    }
+
+
 @pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    """A local Spark session (one core, small heap, no UI), stopped at the module's end."""
+def spark(tmp_path_factory, s3_server):
+    """A local Spark session (one core, small heap, no UI), stopped at the module's end.
+    When the spark-s3 jars are installed it also reads s3a:// from the module's moto server
+    (spark.jars must be set before the JVM starts, so it is this one session)."""
     major = _java_major()
     if major is None:
         pytest.skip("Spark needs Java: no java on PATH or under JAVA_HOME")
@@ -422,17 +452,29 @@ def spark(tmp_path_factory):
                         "(pip install -r tests/interop/requirements.txt)")
     from pyspark.sql import SparkSession
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    session = (SparkSession.builder.master("local[1]").appName("strata-parquet-export")
+    jars, _ = spark_s3a_jars()
+    builder = (SparkSession.builder.master("local[1]").appName("strata-parquet-export")
                .config("spark.driver.memory", "512m")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "1")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
-               .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
-               .getOrCreate())
+               .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC"))
+    if jars:
+        builder = builder.config("spark.jars", jars).config(map=s3a_conf(s3_server))
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_s3a(spark):
+    """The Spark session, for a test that reads s3a:// (skips without the spark-s3 jars)."""
+    _, why_not = spark_s3a_jars()
+    if why_not:
+        pytest.skip(why_not)
+    return spark
 
 
 def rows_from_spark(df) -> list[tuple]:
@@ -468,6 +510,37 @@ def test_export_reads_back_exactly_in_spark_with_hive_partition_discovery(
 
     # The README's line: one topic's directory, filtered on offset.
     since = spark.read.parquet(str(out / f"topic={topic}")).where("offset >= 1000")
+    got = sorted((r["partition"], r["offset"]) for r in since.select("partition", "offset").collect())
+    want = sorted((p, o) for (p, o) in produced.records if o >= 1000 and o < ends[p])
+    assert [k for k in got if k in produced.records] == want
+    assert all(o >= 1000 for _, o in got)
+
+
+def test_export_to_s3_reads_back_exactly_in_spark_over_s3a(spark_s3a, exported_topic, s3_server):
+    spark = spark_s3a
+    b, topic, produced, last = exported_topic
+    prefix = f"spark-{uuid.uuid4().hex[:6]}"
+    run_export(b, topic, f"s3://{s3_server.bucket}/{prefix}")
+
+    def read_json(rel):
+        return json.loads(s3_server.client.get_object(
+            Bucket=s3_server.bucket, Key=f"{prefix}/{rel}")["Body"].read())
+    ends = checkpoint_ends(read_json, topic)
+
+    # The whole export from the bucket, topic and partition discovered from the key prefixes
+    # (the _checkpoint.json objects are skipped like the local files).
+    df = spark.read.parquet(f"s3a://{s3_server.bucket}/{prefix}")
+    types = dict(df.dtypes)
+    assert types["topic"] == "string" and types["partition"] == "int", df.dtypes
+    assert types["offset"] == "bigint" and types["timestamp"] == "timestamp", df.dtypes
+    assert types["headers"] == "array<struct<key:string,value:binary>>", df.dtypes
+    assert [r["topic"] for r in df.select("topic").distinct().collect()] == [topic]
+    assert df.count() == df.select("partition", "offset").distinct().count()
+    assert_exact(rows_from_spark(df), produced, ends, last, "spark over s3a")
+
+    # The README's line: one topic's prefix, filtered on offset.
+    since = spark.read.parquet(f"s3a://{s3_server.bucket}/{prefix}/topic={topic}").where(
+        "offset >= 1000")
     got = sorted((r["partition"], r["offset"]) for r in since.select("partition", "offset").collect())
     want = sorted((p, o) for (p, o) in produced.records if o >= 1000 and o < ends[p])
     assert [k for k in got if k in produced.records] == want
