@@ -296,6 +296,9 @@ struct MetadataFile {
     /// SCRAM credentials: user -> mechanism name -> salted keys (never the password).
     #[serde(default)]
     scram_credentials: ScramStore,
+    /// ACLs created with CreateAcls.
+    #[serde(default)]
+    acls: Vec<crate::acl::AclBinding>,
 }
 
 type ScramStore = BTreeMap<String, BTreeMap<String, crate::auth::scram::Credential>>;
@@ -358,6 +361,8 @@ pub struct Broker {
     /// See [`MetadataFile::broker_configs`].
     dynamic_configs: RwLock<BTreeMap<String, BTreeMap<String, String>>>,
     scram: RwLock<ScramStore>,
+    /// ACLs and the settings that decide with them (see [`crate::acl`]).
+    pub authorizer: crate::acl::Authorizer,
     /// Set once at start-up, after the logs are open (the coordinator replays its topic).
     groups: std::sync::OnceLock<Arc<crate::coordinator::GroupCoordinator>>,
     /// Tiered storage, when remote.log.storage.system.enable is set.
@@ -396,6 +401,10 @@ pub fn write_restored_metadata(
         .map(|(t, p, o)| format!("{t} {p} {o}"))
         .collect();
     checkpoint::write(&dir.join(LOG_START_FILE), &lines)?;
+    let existing = fs::read_to_string(dir.join(METADATA_FILE))
+        .ok()
+        .and_then(|t| toml::from_str::<MetadataFile>(&t).ok())
+        .unwrap_or_default();
     let file = MetadataFile {
         cluster_id: config.cluster_id.clone().unwrap_or_default(),
         next_producer_id_block,
@@ -410,11 +419,8 @@ pub fn write_restored_metadata(
             .collect(),
         broker_configs: BTreeMap::new(),
         // Keep credentials added with `strata scram add` before this first start.
-        scram_credentials: fs::read_to_string(dir.join(METADATA_FILE))
-            .ok()
-            .and_then(|t| toml::from_str::<MetadataFile>(&t).ok())
-            .map(|m| m.scram_credentials)
-            .unwrap_or_default(),
+        scram_credentials: existing.scram_credentials,
+        acls: existing.acls,
     };
     let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
     let path = dir.join(METADATA_FILE);
@@ -523,6 +529,12 @@ impl Broker {
             fetch_sessions: Mutex::new(FetchSessionCache::new(FETCH_SESSION_SLOTS)),
             dynamic_configs: RwLock::new(meta.broker_configs.clone()),
             scram: RwLock::new(meta.scram_credentials.clone()),
+            authorizer: crate::acl::Authorizer::new(
+                config.security.authorizer_enabled,
+                config.security.super_users.iter().cloned(),
+                config.security.allow_everyone_if_no_acl_found,
+                meta.acls.clone(),
+            ),
             groups: std::sync::OnceLock::new(),
             tiering: std::sync::OnceLock::new(),
             txns: std::sync::OnceLock::new(),
@@ -619,6 +631,7 @@ impl Broker {
             topics,
             broker_configs,
             scram_credentials,
+            acls: self.authorizer.acls(),
         };
         let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
         let path = self.config.log_dirs[0].join(METADATA_FILE);
@@ -868,6 +881,35 @@ impl Broker {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         self.save_metadata()
+    }
+
+    /// Adds ACLs and persists them; on failure nothing changes. Blocking.
+    pub fn create_acls(&self, new: &[crate::acl::AclBinding]) -> io::Result<()> {
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let before = self.authorizer.acls();
+        self.authorizer.add(new);
+        self.save_metadata()
+            .inspect_err(|_| self.authorizer.replace(before))
+    }
+
+    /// Deletes the ACLs matching each filter and persists the rest; returns what each filter
+    /// deleted. On failure nothing changes. Blocking.
+    pub fn delete_acls(
+        &self,
+        filters: &[crate::acl::AclFilter],
+    ) -> io::Result<Vec<Vec<crate::acl::AclBinding>>> {
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let before = self.authorizer.acls();
+        let (removed, _) = self.authorizer.remove(filters);
+        self.save_metadata()
+            .inspect_err(|_| self.authorizer.replace(before))?;
+        Ok(removed)
     }
 
     pub fn tiering(&self) -> Option<&Arc<crate::tiering::Tiering>> {

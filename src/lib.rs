@@ -25,6 +25,7 @@
 //! - [`server`]: the Kafka listener and connection loop.
 //! - [`api`]: request handlers.
 //! - [`broker`]: catalog and partitions.
+//! - [`acl`]: ACLs and the authorizer (Kafka's StandardAuthorizer rules).
 //! - [`coordinator`]: consumer groups and their `__consumer_offsets` records.
 //! - [`fetch_session`]: incremental fetch sessions (KIP-227).
 //! - [`log`]: the storage engine.
@@ -32,6 +33,7 @@
 //! - [`metrics`], [`admin_http`]: Prometheus metrics and health.
 //! - [`runtime`]: start-up, background services and the shutdown order.
 
+pub mod acl;
 pub mod admin_http;
 pub mod api;
 pub mod auth;

@@ -56,6 +56,9 @@ pub const SUPPORTED_APIS: &[ApiKey] = &[
     ApiKey::SaslAuthenticate,
     ApiKey::DescribeUserScramCredentials,
     ApiKey::AlterUserScramCredentials,
+    ApiKey::DescribeAcls,
+    ApiKey::CreateAcls,
+    ApiKey::DeleteAcls,
 ];
 
 /// (min, max) version Strata accepts for an API, if it serves it at all: the crate's range
@@ -107,6 +110,9 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::SaslAuthenticate => SaslAuthenticateRequest::VERSIONS,
         ApiKey::DescribeUserScramCredentials => DescribeUserScramCredentialsRequest::VERSIONS,
         ApiKey::AlterUserScramCredentials => AlterUserScramCredentialsRequest::VERSIONS,
+        ApiKey::DescribeAcls => DescribeAclsRequest::VERSIONS,
+        ApiKey::CreateAcls => CreateAclsRequest::VERSIONS,
+        ApiKey::DeleteAcls => DeleteAclsRequest::VERSIONS,
         _ => return None,
     };
     let r = key.valid_versions().intersect(&codec);

@@ -1,9 +1,11 @@
 //! Kafka API handlers, one file per API. Each takes the decoded request and returns the
 //! response body; Kafka-facing error codes are chosen in [`errors`] only.
 
+pub mod acls;
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod api_versions;
+pub mod authorize;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
 pub mod create_partitions;
@@ -86,6 +88,23 @@ impl Context {
     pub fn client_host(&self) -> String {
         format!("/{}", self.peer.ip())
     }
+
+    /// Whether this request's principal, from its host, may perform `op` on the resource.
+    pub fn allowed(
+        &self,
+        broker: &Broker,
+        op: crate::acl::Operation,
+        resource_type: crate::acl::ResourceType,
+        name: &str,
+    ) -> bool {
+        broker.authorizer.authorize(
+            &self.principal,
+            &self.peer.ip().to_string(),
+            op,
+            resource_type,
+            name,
+        )
+    }
 }
 
 /// Handles one request.
@@ -107,13 +126,26 @@ pub async fn handle(
             .unwrap_or_default(),
     };
     let version = request.header.request_api_version;
+    let (body, finish) = match authorize::gate(broker, &ctx, request.body, version) {
+        authorize::Gate::Answer(response) => return Outcome::Respond(Box::new(response)),
+        authorize::Gate::Run(body, finish) => (body, finish),
+    };
+    let outcome = run(broker, &ctx, body, version).await;
+    match finish {
+        Some(f) => f(outcome),
+        None => outcome,
+    }
+}
+
+/// Runs the handler for an authorized request.
+async fn run(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i16) -> Outcome {
     let b = broker.clone();
-    let response = match request.body {
+    let response = match body {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, version)),
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(b, r, version, ctx.listener).await)
         }
-        RequestKind::Produce(r) => return produce::handle(b, &ctx, r, version).await,
+        RequestKind::Produce(r) => return produce::handle(b, ctx, r, version).await,
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(b, r, version).await),
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(b, r, version).await)
@@ -155,7 +187,7 @@ pub async fn handle(
             ResponseKind::FindCoordinator(find_coordinator::handle(&b, r, version, ctx.listener))
         }
         RequestKind::JoinGroup(r) => {
-            ResponseKind::JoinGroup(join_group::handle(&b, &ctx, r, version).await)
+            ResponseKind::JoinGroup(join_group::handle(&b, ctx, r, version).await)
         }
         RequestKind::SyncGroup(r) => {
             ResponseKind::SyncGroup(sync_group::handle(&b, r, version).await)
@@ -181,7 +213,7 @@ pub async fn handle(
             ResponseKind::OffsetDelete(offset_delete::handle(b, r).await)
         }
         RequestKind::ConsumerGroupHeartbeat(r) => {
-            ResponseKind::ConsumerGroupHeartbeat(consumer_group_heartbeat::handle(&b, &ctx, r))
+            ResponseKind::ConsumerGroupHeartbeat(consumer_group_heartbeat::handle(&b, ctx, r))
         }
         RequestKind::AddPartitionsToTxn(r) => {
             ResponseKind::AddPartitionsToTxn(add_partitions_to_txn::handle(b, r, version).await)
@@ -214,6 +246,9 @@ pub async fn handle(
         RequestKind::AlterUserScramCredentials(r) => {
             ResponseKind::AlterUserScramCredentials(scram_credentials::alter(b, r).await)
         }
+        RequestKind::DescribeAcls(r) => ResponseKind::DescribeAcls(acls::describe(&b, ctx, r)),
+        RequestKind::CreateAcls(r) => ResponseKind::CreateAcls(acls::create(b, ctx, r).await),
+        RequestKind::DeleteAcls(r) => ResponseKind::DeleteAcls(acls::delete(b, ctx, r).await),
         // SASL requests reach here on listeners without SASL, or after authentication: Kafka
         // answers ILLEGAL_SASL_STATE.
         RequestKind::SaslHandshake(_) => ResponseKind::SaslHandshake(

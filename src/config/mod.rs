@@ -75,6 +75,21 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "0",
     },
     BrokerConfigDef {
+        name: "authorizer.class.name",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "super.users",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "allow.everyone.if.no.acl.found",
+        kind: Kind::Boolean,
+        default: "false",
+    },
+    BrokerConfigDef {
         name: "sasl.enabled.mechanisms",
         kind: Kind::List,
         default: "GSSAPI",

@@ -106,7 +106,21 @@ pub struct SecurityConfig {
     pub max_reauth_ms: i64,
     /// `connection.failed.authentication.delay.ms` (KIP-306).
     pub failed_authentication_delay_ms: u64,
+    /// `authorizer.class.name` is set (to Kafka's StandardAuthorizer or AclAuthorizer): ACLs
+    /// are enforced.
+    pub authorizer_enabled: bool,
+    /// `super.users`: principals (`User:NAME`) allowed everything.
+    pub super_users: Vec<String>,
+    /// `allow.everyone.if.no.acl.found`.
+    pub allow_everyone_if_no_acl_found: bool,
 }
+
+/// The `authorizer.class.name` values Strata's built-in authorizer stands in for.
+pub const AUTHORIZER_CLASSES: &[&str] = &[
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+    "strata",
+];
 
 /// Parses Kafka's JAAS `PlainLoginModule required user_alice="pw" ...;` for the users.
 pub fn parse_plain_jaas(text: &str) -> BTreeMap<String, String> {
@@ -148,7 +162,33 @@ impl SecurityConfig {
         let failed_authentication_delay_ms = value::parse_long(delay_key, &get(delay_key))
             .map_err(|e| invalid(delay_key, &get(delay_key), e))?
             .max(0) as u64;
+        let authorizer_class = get("authorizer.class.name");
+        let authorizer_class = authorizer_class.trim();
+        if !authorizer_class.is_empty() && !AUTHORIZER_CLASSES.contains(&authorizer_class) {
+            return Err(invalid(
+                "authorizer.class.name",
+                authorizer_class,
+                format!(
+                    "Strata's built-in ACL authorizer is enabled by one of {}",
+                    AUTHORIZER_CLASSES.join(", ")
+                ),
+            ));
+        }
+        let super_users = crate::acl::parse_super_users(&get("super.users"));
+        if let Some(bad) = super_users.iter().find(|u| !u.contains(':')) {
+            return Err(invalid(
+                "super.users",
+                &get("super.users"),
+                format!("{bad} is not a principal of the form Type:name (e.g. User:admin)"),
+            ));
+        }
+        let allow_everyone = get("allow.everyone.if.no.acl.found");
+        let allow_everyone_if_no_acl_found = value::parse_bool(&allow_everyone)
+            .map_err(|e| invalid("allow.everyone.if.no.acl.found", &allow_everyone, e))?;
         let mut out = SecurityConfig {
+            authorizer_enabled: !authorizer_class.is_empty(),
+            super_users,
+            allow_everyone_if_no_acl_found,
             failed_authentication_delay_ms,
             max_reauth_ms: value::parse_long(
                 "connections.max.reauth.ms",

@@ -5,6 +5,7 @@
 mod client;
 mod harness;
 
+mod acls;
 mod admin;
 mod compaction;
 mod group_offsets;
