@@ -129,7 +129,7 @@ pub fn place_replicas(
     let start = seed.start_index % n;
     let mut shift = seed.replica_shift % n;
 
-    let mut assignments = Vec::with_capacity(partitions as usize);
+    let mut assignments = Vec::new();
     for partition in first_partition..first_partition.saturating_add(partitions) {
         let p = partition as usize;
         if p > 0 && p % n == 0 {

@@ -342,7 +342,11 @@ impl LogDisk {
                 match read_frame(&bytes, pos) {
                     Frame::End => break,
                     Frame::Invalid { reason } if is_last => {
-                        tracing::warn!(path = %path.display(), %reason, "cutting a torn write off the end of the metadata log");
+                        tracing::warn!(
+                            path = %path.display(),
+                            %reason,
+                            "cutting a torn write off the end of the metadata log"
+                        );
                         let file = OpenOptions::new()
                             .write(true)
                             .open(&path)

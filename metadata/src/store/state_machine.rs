@@ -256,7 +256,11 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
         self.store_snapshot(stored)
             .await
             .map_err(|e| storage_error(|e| StorageIOError::write_snapshot(None, e), e))?;
-        tracing::debug!(snapshot = %meta.snapshot_id, bytes = data.len(), "built a metadata snapshot");
+        tracing::debug!(
+            snapshot = %meta.snapshot_id,
+            bytes = data.len(),
+            "built a metadata snapshot"
+        );
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),
@@ -289,7 +293,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     let result =
                         Arc::make_mut(&mut applied.state).apply(entry.log_id.index, &command);
                     if let Err(error) = &result {
-                        tracing::debug!(index = entry.log_id.index, command = command.name(), %error, "metadata command rejected");
+                        tracing::debug!(
+                            index = entry.log_id.index,
+                            command = command.name(),
+                            %error,
+                            "metadata command rejected"
+                        );
                     }
                     result
                 }
