@@ -78,10 +78,15 @@ struct Cluster {
     dirs: BTreeMap<u64, TempDir>,
     voters: BTreeMap<u64, String>,
     nodes: BTreeMap<u64, MetadataNode>,
+    propose_timeout: Duration,
 }
 
 impl Cluster {
     async fn start(n: u64) -> Cluster {
+        Self::start_with(n, Duration::from_secs(10)).await
+    }
+
+    async fn start_with(n: u64, propose_timeout: Duration) -> Cluster {
         let mut listeners = BTreeMap::new();
         let mut voters = BTreeMap::new();
         for id in 1..=n {
@@ -93,6 +98,7 @@ impl Cluster {
             dirs: BTreeMap::new(),
             voters,
             nodes: BTreeMap::new(),
+            propose_timeout,
         };
         for (id, listener) in listeners {
             cluster.dirs.insert(id, tempfile::tempdir().unwrap());
@@ -102,7 +108,8 @@ impl Cluster {
     }
 
     async fn start_node(&mut self, id: u64, listener: TcpListener) {
-        let config = test_config(id, &self.dirs[&id], &self.voters);
+        let mut config = test_config(id, &self.dirs[&id], &self.voters);
+        config.propose_timeout = self.propose_timeout;
         let node = MetadataNode::start_with_listener(config, listener)
             .await
             .unwrap();
@@ -414,4 +421,41 @@ async fn malformed_rpc_frames_close_only_their_connection() {
     // The node still serves.
     node.propose(put("still-serving")).await.unwrap();
     node.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_lost_its_quorum_fails_proposals_within_the_timeout() {
+    let propose_timeout = Duration::from_secs(2);
+    let mut cluster = Cluster::start_with(2, propose_timeout).await;
+    let leader = cluster
+        .agreed_leader(None, Duration::from_secs(15))
+        .await
+        .expect("the voters elect a leader");
+    cluster.nodes[&leader].propose(put("before")).await.unwrap();
+    // Stop the other voter: whichever way the survivor sees it (a leader that cannot
+    // commit, or a candidate without a leader), the proposal fails in bounded time.
+    let other = *cluster.nodes.keys().find(|id| **id != leader).unwrap();
+    cluster
+        .nodes
+        .remove(&other)
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let err = cluster.nodes[&leader]
+        .propose(put("after"))
+        .await
+        .unwrap_err();
+    println!(
+        "proposal without a quorum failed after {:?}: {err}",
+        started.elapsed()
+    );
+    assert!(err.is_retriable(), "{err}");
+    assert!(
+        started.elapsed() < propose_timeout + Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    cluster.shutdown().await;
 }

@@ -320,7 +320,17 @@ impl Quorum {
         let started = Instant::now();
         let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
         loop {
-            match op.run_locally(&self.raft).await {
+            // A leader that lost its quorum never answers: bound the wait. The entry may
+            // still commit later, so the outcome is unknown rather than failed.
+            let local = tokio::time::timeout_at(deadline, op.run_locally(&self.raft))
+                .await
+                .map_err(|_| {
+                    ProposeError::OutcomeUnknown(format!(
+                        "not committed within {:?}",
+                        started.elapsed()
+                    ))
+                })?;
+            match local {
                 Ok(reply) => return Ok(reply),
                 Err(LeaderError::NotLeader {
                     leader_addr: Some(leader_addr),
@@ -335,11 +345,13 @@ impl Quorum {
                 Err(LeaderError::ShuttingDown) => return Err(ProposeError::ShuttingDown),
                 Err(LeaderError::Failed(reason)) => return Err(ProposeError::Refused(reason)),
             }
-            if Instant::now() >= deadline {
-                return Err(ProposeError::NoLeader(started.elapsed()));
-            }
+            // The wait ends at the deadline at the latest; a new attempt then would start
+            // with no time left, so give up instead.
             if !backoff.wait(&self.cancel, Some(deadline)).await {
                 return Err(ProposeError::ShuttingDown);
+            }
+            if Instant::now() >= deadline {
+                return Err(ProposeError::NoLeader(started.elapsed()));
             }
         }
     }
@@ -426,11 +438,25 @@ impl MetadataNode {
             source,
         })?;
         let addr = match role {
-            Role::Voter => config
-                .voters
-                .get(&config.node_id)
-                .cloned()
-                .unwrap_or_default(),
+            Role::Voter => {
+                let addr = config
+                    .voters
+                    .get(&config.node_id)
+                    .cloned()
+                    .unwrap_or_default();
+                let configured_port = addr
+                    .rsplit_once(':')
+                    .and_then(|(_, p)| p.parse::<u16>().ok());
+                if configured_port.is_some_and(|port| port != local_addr.port()) {
+                    tracing::warn!(
+                        node_id = config.node_id,
+                        %addr,
+                        %local_addr,
+                        "this voter listens on another port than its voter entry: peers cannot reach it"
+                    );
+                }
+                addr
+            }
             Role::SingleNode | Role::Learner => config
                 .advertised_addr
                 .clone()

@@ -47,8 +47,7 @@ struct LogMeta {
     last_purged: Option<LogId<u64>>,
 }
 
-/// The Raft log storage. Cheap to clone; clones share the same files.
-#[derive(Clone)]
+/// The Raft log storage. Owned by openraft's storage task; readers get a [`LogReader`].
 pub struct LogStore {
     /// All entries after the last purged one, in memory for readers.
     entries: Arc<RwLock<BTreeMap<u64, LogEntry>>>,
