@@ -372,8 +372,16 @@ impl Quorum {
         let mut client = RpcClient::new(leader_addr);
         match client.call(&op.request(), timeout).await {
             Ok(RpcResponse::Leader(Ok(reply))) => Ok(Forwarded::Done(reply)),
+            // openraft answers "forward to leader" for a write it had accepted only when it
+            // truncated that entry, so this proves the command is not (and will not be)
+            // committed.
             Ok(RpcResponse::Leader(Err(LeaderError::NotLeader { .. }))) => Ok(Forwarded::Retry),
-            Ok(RpcResponse::Leader(Err(LeaderError::ShuttingDown))) => Ok(Forwarded::Retry),
+            // A leader stopping mid-write may have replicated the entry already.
+            Ok(RpcResponse::Leader(Err(LeaderError::ShuttingDown))) => {
+                Err(ProposeError::OutcomeUnknown(format!(
+                    "the leader at {leader_addr} shut down during the request"
+                )))
+            }
             Ok(RpcResponse::Leader(Err(LeaderError::Failed(reason)))) => {
                 Err(ProposeError::Refused(reason))
             }
