@@ -1,8 +1,11 @@
-//! Micro-benchmarks of the storage hot paths, without the network:
+//! Micro-benchmarks of the broker's hot paths, without the network:
 //! - `log_append/lz4_16KiB`: `Log::append_as_leader` of ~16 KiB lz4-compressed batches (CRC
 //!   check, producer-state check, offset assignment, write to the page cache, index update).
 //! - `offset_index/lookup`: `OffsetIndex::lookup` in a 100k-entry index.
 //! - `batch_validate/lz4_16KiB`: `BatchHeader::parse` + `validate` (CRC32C over the batch).
+//! - `acl_authorize/<n>_acls`: one ACL check (what every request does per topic, group or
+//!   transactional id) with n ACLs loaded: literal ACLs on other topics and users, prefixed
+//!   ACLs, and the one that allows it.
 //!
 //! Run: `cargo bench --bench log_micro -- --warm-up-time 1 --measurement-time 3`
 
@@ -206,5 +209,67 @@ fn bench_validate(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_append, bench_index, bench_validate);
+fn bench_acl(c: &mut Criterion) {
+    use strata::acl::{AclBinding, Authorizer, Operation, PatternType, Permission, ResourceType};
+    let acl = |name: String, pattern_type, principal: String, operation| AclBinding {
+        resource_type: ResourceType::Topic,
+        resource_name: name,
+        pattern_type,
+        principal,
+        host: "*".to_string(),
+        operation,
+        permission: Permission::Allow,
+    };
+    let mut group = c.benchmark_group("acl_authorize");
+    for n in [10usize, 100_000] {
+        let mut acls: Vec<AclBinding> = (0..n)
+            .map(|i| {
+                if i % 10 == 0 {
+                    let prefix = format!("team-{}-", i % 997);
+                    acl(
+                        prefix,
+                        PatternType::Prefixed,
+                        format!("User:u{i}"),
+                        Operation::Write,
+                    )
+                } else {
+                    let topic = format!("topic-{i}");
+                    acl(
+                        topic,
+                        PatternType::Literal,
+                        format!("User:u{i}"),
+                        Operation::Read,
+                    )
+                }
+            })
+            .collect();
+        acls.push(acl(
+            "team-7-orders".into(),
+            PatternType::Literal,
+            "User:alice".into(),
+            Operation::Read,
+        ));
+        let authorizer = Authorizer::new(true, Vec::new(), false, acls);
+        group.bench_function(format!("{n}_acls"), |b| {
+            b.iter(|| {
+                black_box(authorizer.authorize(
+                    "User:alice",
+                    "10.0.0.1",
+                    Operation::Read,
+                    ResourceType::Topic,
+                    black_box("team-7-orders"),
+                ))
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_append,
+    bench_index,
+    bench_validate,
+    bench_acl
+);
 criterion_main!(benches);
