@@ -296,6 +296,9 @@ struct MetadataFile {
     /// SCRAM credentials: user -> mechanism name -> salted keys (never the password).
     #[serde(default)]
     scram_credentials: ScramStore,
+    /// Client quotas set with AlterClientQuotas (entity and values).
+    #[serde(default)]
+    client_quotas: Vec<crate::quota::QuotaRecord>,
 }
 
 type ScramStore = BTreeMap<String, BTreeMap<String, crate::auth::scram::Credential>>;
@@ -358,6 +361,8 @@ pub struct Broker {
     /// See [`MetadataFile::broker_configs`].
     dynamic_configs: RwLock<BTreeMap<String, BTreeMap<String, String>>>,
     scram: RwLock<ScramStore>,
+    /// Client quotas and connection limits.
+    pub quotas: crate::quota::Quotas,
     /// Set once at start-up, after the logs are open (the coordinator replays its topic).
     groups: std::sync::OnceLock<Arc<crate::coordinator::GroupCoordinator>>,
     /// Tiered storage, when remote.log.storage.system.enable is set.
@@ -396,6 +401,9 @@ pub fn write_restored_metadata(
         .map(|(t, p, o)| format!("{t} {p} {o}"))
         .collect();
     checkpoint::write(&dir.join(LOG_START_FILE), &lines)?;
+    let previous = fs::read_to_string(dir.join(METADATA_FILE))
+        .ok()
+        .and_then(|t| toml::from_str::<MetadataFile>(&t).ok());
     let file = MetadataFile {
         cluster_id: config.cluster_id.clone().unwrap_or_default(),
         next_producer_id_block,
@@ -410,11 +418,11 @@ pub fn write_restored_metadata(
             .collect(),
         broker_configs: BTreeMap::new(),
         // Keep credentials added with `strata scram add` before this first start.
-        scram_credentials: fs::read_to_string(dir.join(METADATA_FILE))
-            .ok()
-            .and_then(|t| toml::from_str::<MetadataFile>(&t).ok())
-            .map(|m| m.scram_credentials)
+        scram_credentials: previous
+            .as_ref()
+            .map(|m| m.scram_credentials.clone())
             .unwrap_or_default(),
+        client_quotas: previous.map(|m| m.client_quotas).unwrap_or_default(),
     };
     let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
     let path = dir.join(METADATA_FILE);
@@ -523,6 +531,11 @@ impl Broker {
             fetch_sessions: Mutex::new(FetchSessionCache::new(FETCH_SESSION_SLOTS)),
             dynamic_configs: RwLock::new(meta.broker_configs.clone()),
             scram: RwLock::new(meta.scram_credentials.clone()),
+            quotas: crate::quota::Quotas::open(
+                config.quota_sample,
+                config.connection_limits.clone(),
+                &meta.client_quotas,
+            ),
             groups: std::sync::OnceLock::new(),
             tiering: std::sync::OnceLock::new(),
             txns: std::sync::OnceLock::new(),
@@ -619,6 +632,7 @@ impl Broker {
             topics,
             broker_configs,
             scram_credentials,
+            client_quotas: self.quotas.records(),
         };
         let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
         let path = self.config.log_dirs[0].join(METADATA_FILE);
@@ -868,6 +882,18 @@ impl Broker {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         self.save_metadata()
+    }
+
+    /// Applies validated client quota changes and persists them. Blocking.
+    pub fn alter_client_quotas(&self, changes: &[crate::quota::Change]) -> io::Result<()> {
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if self.quotas.apply(changes) {
+            self.save_metadata()?;
+        }
+        Ok(())
     }
 
     pub fn tiering(&self) -> Option<&Arc<crate::tiering::Tiering>> {

@@ -56,6 +56,8 @@ pub const SUPPORTED_APIS: &[ApiKey] = &[
     ApiKey::SaslAuthenticate,
     ApiKey::DescribeUserScramCredentials,
     ApiKey::AlterUserScramCredentials,
+    ApiKey::DescribeClientQuotas,
+    ApiKey::AlterClientQuotas,
 ];
 
 /// (min, max) version Strata accepts for an API, if it serves it at all: the crate's range
@@ -107,6 +109,8 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::SaslAuthenticate => SaslAuthenticateRequest::VERSIONS,
         ApiKey::DescribeUserScramCredentials => DescribeUserScramCredentialsRequest::VERSIONS,
         ApiKey::AlterUserScramCredentials => AlterUserScramCredentialsRequest::VERSIONS,
+        ApiKey::DescribeClientQuotas => DescribeClientQuotasRequest::VERSIONS,
+        ApiKey::AlterClientQuotas => AlterClientQuotasRequest::VERSIONS,
         _ => return None,
     };
     let r = key.valid_versions().intersect(&codec);
