@@ -1,7 +1,9 @@
 """Client quotas with real clients (KIP-219 throttling).
 
 Quotas are set with AlterClientQuotas from kafka-python's protocol classes (neither Python admin
-client wraps the API) and checked with DescribeClientQuotas. Then, on a dedicated broker:
+client wraps the API) and checked with DescribeClientQuotas; Kafka's kafka-configs.sh
+(ConfigCommand, when the Java tools are installed) sets, describes and deletes them too. Then, on
+a dedicated broker:
 
 * a librdkafka producer whose client-id has producer_byte_rate is slowed to the quota
   (within 10 %, measured over ~35 s) and sees throttle_time_ms through throttle_cb, while a
@@ -14,6 +16,7 @@ The measured figures are printed (run pytest with -s to see them).
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 
@@ -23,6 +26,7 @@ from kafka import KafkaAdminClient
 from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
 from helpers import create_topic
+from java_apps import JVM_OPTS, _java_bin, classpath
 
 QUOTA = 512 * 1024  # bytes per second
 MESSAGE = bytes(range(256)) * 40  # 10 KiB
@@ -93,6 +97,36 @@ def test_quotas_are_set_and_described_with_kafkas_validation(quota_admin):
         (("client-id", "quota-reader"),): {"consumer_byte_rate": float(QUOTA)},
     }
     assert quota_admin.describe([("user", 1, None)]) == {}, "validate_only changed nothing"
+
+
+def test_kafka_configs_sets_and_describes_quotas(quota_broker, quota_admin):
+    """Kafka's own kafka-configs.sh (ConfigCommand) against the broker, as the README shows."""
+    cp, why = classpath("tools")
+    if cp is None:
+        pytest.skip(why)
+
+    def kafka_configs(*args):
+        r = subprocess.run([_java_bin(), *JVM_OPTS, "-cp", cp, "org.apache.kafka.tools.ConfigCommand",
+                            "--bootstrap-server", quota_broker.bootstrap, *args],
+                           capture_output=True, text=True, timeout=120)
+        return r.returncode, r.stdout + r.stderr
+
+    code, out = kafka_configs("--alter", "--entity-type", "users", "--entity-name", "carol",
+                              "--entity-type", "clients", "--entity-default",
+                              "--add-config", "producer_byte_rate=1024,request_percentage=25")
+    assert code == 0, out
+    assert quota_admin.describe([("user", 0, "carol")]) == {
+        (("user", "carol"), ("client-id", None)): {
+            "producer_byte_rate": 1024.0, "request_percentage": 25.0},
+    }
+    code, out = kafka_configs("--describe", "--entity-type", "users", "--entity-name", "carol",
+                              "--entity-type", "clients", "--entity-default")
+    assert code == 0 and "producer_byte_rate=1024.0, request_percentage=25.0" in out, out
+    code, out = kafka_configs("--alter", "--entity-type", "users", "--entity-name", "carol",
+                              "--entity-type", "clients", "--entity-default",
+                              "--delete-config", "producer_byte_rate,request_percentage")
+    assert code == 0, out
+    assert quota_admin.describe([("user", 0, "carol")]) == {}
 
 
 class Meter:

@@ -522,3 +522,43 @@ async fn an_ip_over_its_connection_creation_rate_is_closed_after_the_throttle_ti
     );
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_over_its_request_percentage_is_throttled_for_at_most_one_window() {
+    let b = TestBroker::start().await;
+    let mut c = b.client().await;
+    // 0.01 % of one thread: a few dozen requests are over it.
+    let r = alter(
+        &mut c,
+        vec![entry(
+            &[
+                ("user", Some("ANONYMOUS")),
+                ("client-id", Some("strata-it")),
+            ],
+            vec![set("request_percentage", 0.01)],
+        )],
+        false,
+    )
+    .await;
+    assert_eq!(r[0].0, 0);
+    let mut throttle = 0;
+    for _ in 0..2000 {
+        let resp = c.call(12, &MetadataRequest::default()).await;
+        if resp.throttle_time_ms > 0 {
+            throttle = resp.throttle_time_ms;
+            break;
+        }
+    }
+    assert!(
+        (1..=1000).contains(&throttle),
+        "Metadata was throttled, at most one quota window: {throttle}"
+    );
+    let (_, metrics) = crate::http::http_get(b.admin_addr, "/metrics").await;
+    assert!(
+        metrics.contains(
+            "strata_client_quota_request_time_percent{type=\"Request\",user=\"ANONYMOUS\",client_id=\"strata-it\"}"
+        ),
+        "{metrics}"
+    );
+    b.shutdown().await;
+}
