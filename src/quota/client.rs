@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use super::entity::{EntityName, QuotaEntity, QuotaKey, QuotaStore};
+use super::entity::{EntityName, QuotaKey, QuotaStore};
 use super::rate::{Avg, QuotaSensor, SampleConfig};
 
 /// Sensors unused for this long are dropped (Kafka's `InactiveSensorExpirationTimeSeconds`).
@@ -370,44 +370,15 @@ impl Sensors {
     }
 }
 
-/// The entity a client's quota of type `t` comes from, for logs and tests.
-pub fn entity_for(tags: &MetricTags, limits: &Limits, t: QuotaType) -> Option<QuotaEntity> {
-    let l = &limits.by_type[t.index()];
-    let named = |s: &str| EntityName::Named(s.to_string());
-    let d = EntityName::Default;
-    let (user, client_id) = (tags.user.as_str(), tags.client_id.as_str());
-    let entity = |u: Option<EntityName>, c: Option<EntityName>| QuotaEntity {
-        user: u,
-        client_id: c,
-        ip: None,
-    };
-    let candidates: Vec<(Option<EntityName>, Option<EntityName>)> =
-        if !user.is_empty() && !client_id.is_empty() {
-            vec![
-                (Some(named(user)), Some(named(client_id))),
-                (Some(named(user)), Some(d.clone())),
-                (Some(d.clone()), Some(named(client_id))),
-                (Some(d.clone()), Some(d)),
-            ]
-        } else if !user.is_empty() {
-            vec![(Some(named(user)), None), (Some(d), None)]
-        } else if !client_id.is_empty() {
-            vec![(None, Some(named(client_id))), (None, Some(d))]
-        } else {
-            Vec::new()
-        };
-    candidates
-        .into_iter()
-        .find(|(u, c)| l.has(u.as_ref(), c.as_ref()))
-        .map(|(u, c)| entity(u, c))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::quota::entity::Alteration;
 
-    fn store(items: &[(&[(&str, Option<&str>)], &str, f64)]) -> QuotaStore {
+    /// (entity as (type, name) pairs, key, value).
+    type Spec<'a> = (&'a [(&'a str, Option<&'a str>)], &'a str, f64);
+
+    fn store(items: &[Spec<'_>]) -> QuotaStore {
         let mut s = QuotaStore::default();
         for (entity, key, value) in items {
             let a = Alteration {
@@ -428,7 +399,7 @@ mod tests {
         limit.map(|l| (tags.user, tags.client_id, l))
     }
 
-    const ALL_LEVELS: [(&[(&str, Option<&str>)], &str, f64); 8] = [
+    const ALL_LEVELS: [Spec<'static>; 8] = [
         (
             &[("user", Some("alice")), ("client-id", Some("app"))],
             "producer_byte_rate",
@@ -495,18 +466,6 @@ mod tests {
         // Quotas of another type do not apply.
         let s = store(&[(&[("user", Some("bob"))], "consumer_byte_rate", 9.0)]);
         assert_eq!(resolved(&s, "bob", "x"), None);
-    }
-
-    #[test]
-    fn entity_for_names_the_source_entity() {
-        let s = store(&ALL_LEVELS[3..]);
-        let limits = Limits::from_store(&s);
-        let (tags, _) = limits.resolve(QuotaType::Produce, "alice", "app");
-        let e = entity_for(&tags, &limits, QuotaType::Produce).unwrap();
-        assert_eq!(
-            e.to_string(),
-            "ClientQuotaEntity(entries={user=null, client-id=app})"
-        );
     }
 
     #[test]

@@ -197,6 +197,9 @@ pub const MATCH_TYPE_EXACT: i8 = 0;
 pub const MATCH_TYPE_DEFAULT: i8 = 1;
 pub const MATCH_TYPE_SPECIFIED: i8 = 2;
 
+/// Entities with their quota values, as DescribeClientQuotas returns them.
+pub type DescribedQuotas = Vec<(QuotaEntity, Vec<(QuotaKey, f64)>)>;
+
 /// The configured client quotas: entity -> key -> value.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct QuotaStore {
@@ -287,7 +290,7 @@ impl QuotaStore {
         &self,
         components: &[FilterComponent],
         strict: bool,
-    ) -> Result<Vec<(QuotaEntity, Vec<(QuotaKey, f64)>)>, QuotaError> {
+    ) -> Result<DescribedQuotas, QuotaError> {
         // entity type -> exact name (None = the default); and types that must be present.
         let mut exact: BTreeMap<&str, Option<&str>> = BTreeMap::new();
         let mut typed: Vec<&str> = Vec::new();
@@ -577,7 +580,10 @@ mod tests {
         assert_eq!(c.entity.user, Some(EntityName::Default));
     }
 
-    fn store_with(items: &[(&[(&str, Option<&str>)], &str, f64)]) -> QuotaStore {
+    /// (entity as (type, name) pairs, key, value).
+    type Spec<'a> = (&'a [(&'a str, Option<&'a str>)], &'a str, f64);
+
+    fn store_with(items: &[Spec<'_>]) -> QuotaStore {
         let mut s = QuotaStore::default();
         for (entity, key, value) in items {
             let c = QuotaStore::validate(&alteration(entity, &[(key, Some(*value))]), &|_| true)

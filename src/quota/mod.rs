@@ -35,7 +35,8 @@ use kafka_protocol::protocol::Encodable;
 
 pub use client::{Client, ClientQuotas, QuotaType};
 pub use connection::{ConnectionLimits, ConnectionLimitsConfig, ConnectionPermit, Refusal};
-pub use entity::{Alteration, Change, FilterComponent, QuotaEntity, QuotaError, QuotaKey};
+pub use entity::{Alteration, Change, DescribedQuotas, FilterComponent, QuotaEntity};
+pub use entity::{QuotaError, QuotaKey};
 pub use entity::{QuotaRecord, QuotaStore};
 pub use rate::SampleConfig;
 
@@ -75,7 +76,7 @@ impl Quotas {
         &self,
         components: &[FilterComponent],
         strict: bool,
-    ) -> Result<Vec<(QuotaEntity, Vec<(QuotaKey, f64)>)>, QuotaError> {
+    ) -> Result<DescribedQuotas, QuotaError> {
         self.store
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -94,9 +95,11 @@ impl Quotas {
     pub fn apply(&self, changes: &[Change]) -> bool {
         let changed = {
             let mut store = self.store.write().unwrap_or_else(|e| e.into_inner());
-            changes
-                .iter()
-                .fold(false, |changed, c| store.apply(c) || changed)
+            let mut changed = false;
+            for c in changes {
+                changed |= store.apply(c);
+            }
+            changed
         };
         if changed {
             self.refresh();
@@ -172,7 +175,7 @@ impl Quotas {
             return Duration::ZERO;
         }
         clients.record_throttle(quota_type, client, throttle_ms, now);
-        if let Some(r) = response.as_deref_mut() {
+        if let Some(r) = response {
             request::set_throttle_time(r, throttle_ms.min(i32::MAX as i64) as i32);
         }
         tracing::debug!(

@@ -105,7 +105,10 @@ async fn describe(c: &mut Client, components: Vec<ComponentData>, strict: bool) 
     out
 }
 
-fn described(items: &[(&[&str], &[(&str, f64)])]) -> Described {
+/// An entity's "type=name" parts and its values.
+type Expected<'a> = (&'a [&'a str], &'a [(&'a str, f64)]);
+
+fn described(items: &[Expected<'_>]) -> Described {
     let mut out: Described = items
         .iter()
         .map(|(e, v)| {
