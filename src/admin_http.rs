@@ -62,6 +62,7 @@ async fn respond(mut stream: TcpStream, broker: Arc<Broker>) -> std::io::Result<
                 if let Some(t) = b.tiering() {
                     t.render_metrics(&mut text, &b.remote_upload_lag());
                 }
+                b.quotas.render_metrics(&mut text);
                 if let Some(c) = b.txn_coordinator() {
                     crate::metrics::render_transactions(
                         &mut text,

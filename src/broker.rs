@@ -299,6 +299,9 @@ struct MetadataFile {
     /// ACLs created with CreateAcls.
     #[serde(default)]
     acls: Vec<crate::acl::AclBinding>,
+    /// Client quotas set with AlterClientQuotas (entity and values).
+    #[serde(default)]
+    client_quotas: Vec<crate::quota::QuotaRecord>,
 }
 
 type ScramStore = BTreeMap<String, BTreeMap<String, crate::auth::scram::Credential>>;
@@ -363,6 +366,8 @@ pub struct Broker {
     scram: RwLock<ScramStore>,
     /// ACLs and the settings that decide with them (see [`crate::acl`]).
     pub authorizer: crate::acl::Authorizer,
+    /// Client quotas and connection limits.
+    pub quotas: crate::quota::Quotas,
     /// Set once at start-up, after the logs are open (the coordinator replays its topic).
     groups: std::sync::OnceLock<Arc<crate::coordinator::GroupCoordinator>>,
     /// Tiered storage, when remote.log.storage.system.enable is set.
@@ -421,6 +426,7 @@ pub fn write_restored_metadata(
         // Keep credentials added with `strata scram add` before this first start.
         scram_credentials: existing.scram_credentials,
         acls: existing.acls,
+        client_quotas: existing.client_quotas,
     };
     let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
     let path = dir.join(METADATA_FILE);
@@ -535,6 +541,11 @@ impl Broker {
                 config.security.allow_everyone_if_no_acl_found,
                 meta.acls.clone(),
             ),
+            quotas: crate::quota::Quotas::open(
+                config.quota_sample,
+                config.connection_limits.clone(),
+                &meta.client_quotas,
+            ),
             groups: std::sync::OnceLock::new(),
             tiering: std::sync::OnceLock::new(),
             txns: std::sync::OnceLock::new(),
@@ -632,6 +643,7 @@ impl Broker {
             broker_configs,
             scram_credentials,
             acls: self.authorizer.acls(),
+            client_quotas: self.quotas.records(),
         };
         let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
         let path = self.config.log_dirs[0].join(METADATA_FILE);
@@ -910,6 +922,18 @@ impl Broker {
         self.save_metadata()
             .inspect_err(|_| self.authorizer.replace(before))?;
         Ok(removed)
+    }
+
+    /// Applies validated client quota changes and persists them. Blocking.
+    pub fn alter_client_quotas(&self, changes: &[crate::quota::Change]) -> io::Result<()> {
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if self.quotas.apply(changes) {
+            self.save_metadata()?;
+        }
+        Ok(())
     }
 
     pub fn tiering(&self) -> Option<&Arc<crate::tiering::Tiering>> {

@@ -30,6 +30,7 @@
 //! - [`fetch_session`]: incremental fetch sessions (KIP-227).
 //! - [`log`]: the storage engine.
 //! - [`log_cleaner`]: the log cleaner service compacting `cleanup.policy=compact` topics.
+//! - [`quota`]: client quotas (byte rates, request time) and connection limits, as Kafka.
 //! - [`metrics`], [`admin_http`]: Prometheus metrics and health.
 //! - [`runtime`]: start-up, background services and the shutdown order.
 
@@ -45,6 +46,7 @@ pub mod log;
 pub mod log_cleaner;
 pub mod metrics;
 pub mod protocol;
+pub mod quota;
 pub mod runtime;
 pub mod server;
 pub mod tiering;

@@ -59,6 +59,8 @@ pub const SUPPORTED_APIS: &[ApiKey] = &[
     ApiKey::DescribeAcls,
     ApiKey::CreateAcls,
     ApiKey::DeleteAcls,
+    ApiKey::DescribeClientQuotas,
+    ApiKey::AlterClientQuotas,
 ];
 
 /// (min, max) version Strata accepts for an API, if it serves it at all: the crate's range
@@ -113,6 +115,8 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::DescribeAcls => DescribeAclsRequest::VERSIONS,
         ApiKey::CreateAcls => CreateAclsRequest::VERSIONS,
         ApiKey::DeleteAcls => DeleteAclsRequest::VERSIONS,
+        ApiKey::DescribeClientQuotas => DescribeClientQuotasRequest::VERSIONS,
+        ApiKey::AlterClientQuotas => AlterClientQuotasRequest::VERSIONS,
         _ => return None,
     };
     let r = key.valid_versions().intersect(&codec);

@@ -6,6 +6,10 @@
 //! undecodable frames close only that connection, with the reason logged at debug level and
 //! counted in `strata_connections_closed_bad_request_total`.
 //!
+//! Quotas: connection limits are applied when a connection is accepted; a client over a
+//! byte-rate or request-time quota gets its response at once with `throttle_time_ms` set, and
+//! its connection is then muted (nothing is read from it) for that time, as in Kafka (KIP-219).
+//!
 //! Cancellation: every connection task watches the shutdown token and stops after the
 //! request in progress; the listener stops accepting first.
 
@@ -25,6 +29,7 @@ use crate::api;
 use crate::auth::{self, Sasl, SaslOutcome};
 use crate::broker::Broker;
 use crate::protocol::{self, FrameError};
+use crate::quota::{self, Refusal, RequestCost};
 
 /// How long a TLS handshake may take before the connection is dropped.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -57,6 +62,32 @@ pub async fn serve(
         };
         match accepted {
             Ok((stream, peer)) => {
+                // Connection limits: may wait (broker-wide rate, max.connections) like Kafka's
+                // acceptor, refuse at once (per-IP count) or close after a delay (IP rate).
+                let admitted = tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    a = broker.quotas.connections.admit(peer.ip()) => a,
+                };
+                let permit = match admitted {
+                    Ok(p) => p,
+                    Err(Refusal::TooManyFromIp { max }) => {
+                        tracing::info!(ip = %peer.ip(), max, "Rejected connection: address already has the configured maximum of connections");
+                        drop(stream);
+                        continue;
+                    }
+                    Err(Refusal::Throttled { delay }) => {
+                        tracing::debug!(ip = %peer.ip(), ?delay, "connection creation rate over the IP's quota: closing after the throttle time");
+                        let shutdown = shutdown.clone();
+                        tracker.spawn(async move {
+                            tokio::select! {
+                                _ = shutdown.cancelled() => {}
+                                _ = tokio::time::sleep(delay) => {}
+                            }
+                            drop(stream);
+                        });
+                        continue;
+                    }
+                };
                 let _ = stream.set_nodelay(true);
                 let broker = broker.clone();
                 let shutdown = shutdown.clone();
@@ -119,6 +150,7 @@ pub async fn serve(
                         .metrics
                         .connections_active
                         .fetch_sub(1, Ordering::Relaxed);
+                    drop(permit);
                 });
             }
             Err(e) => {
@@ -232,6 +264,15 @@ where
         let api_key = request.api_key;
         let version = request.header.request_api_version;
         let correlation_id = request.header.correlation_id;
+        let request_size = request.size;
+        let client_id = request
+            .header
+            .client_id
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default();
+        // Thread time of a request that counts against quotas (not SASL authentication).
+        let mut thread_time = None;
         // SASL: the handshake and authentication are connection state, handled here.
         let mut close_after = false;
         let outcome = match (&mut sasl, &request.body) {
@@ -267,8 +308,34 @@ where
             // A request parked in a long poll must not hold up shutdown.
             _ => tokio::select! {
                 _ = shutdown.cancelled() => return Ok(()),
-                o = api::handle(broker, peer, &conn, request) => o,
+                (o, used) = quota::request::measure_thread_time(api::handle(broker, peer, &conn, request)) => {
+                    thread_time = Some(used);
+                    o
+                }
             },
+        };
+        let mut outcome = outcome;
+        // KIP-219: a client over a quota gets its response at once, with throttle_time_ms,
+        // and the connection is muted for that long afterwards.
+        let mute = match thread_time {
+            Some(thread_time) => {
+                let cost = RequestCost {
+                    client: quota::Client {
+                        user: quota::user_of(&conn.principal),
+                        client_id: &client_id,
+                    },
+                    api_key,
+                    version,
+                    request_size,
+                    thread_time,
+                };
+                match &mut outcome {
+                    api::Outcome::Respond(body) => broker.quotas.throttle(&cost, Some(body)),
+                    api::Outcome::NoResponse => broker.quotas.throttle(&cost, None),
+                    api::Outcome::Close(_) => Duration::ZERO,
+                }
+            }
+            None => Duration::ZERO,
         };
         match outcome {
             api::Outcome::Respond(body) => {
@@ -294,6 +361,12 @@ where
         broker
             .metrics
             .record_request(api_key as i16, started.elapsed());
+        if !mute.is_zero() {
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                _ = tokio::time::sleep(mute) => {}
+            }
+        }
     }
 }
 

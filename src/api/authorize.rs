@@ -480,6 +480,44 @@ pub fn gate(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i16
             }
             Gate::Run(RequestKind::AlterUserScramCredentials(r), None)
         }
+        RequestKind::DescribeClientQuotas(r) => {
+            if !who.may_cluster(DescribeConfigs) {
+                return Gate::Answer(ResponseKind::DescribeClientQuotas(
+                    DescribeClientQuotasResponse::default()
+                        .with_error_code(CLUSTER_DENIED.code())
+                        .with_error_message(message(CLUSTER_DENIED))
+                        .with_entries(None),
+                ));
+            }
+            Gate::Run(RequestKind::DescribeClientQuotas(r), None)
+        }
+        RequestKind::AlterClientQuotas(r) => {
+            if !who.may_cluster(AlterConfigs) {
+                let entries = r
+                    .entries
+                    .iter()
+                    .map(|e| {
+                        alter_client_quotas_response::EntryData::default()
+                            .with_error_code(CLUSTER_DENIED.code())
+                            .with_error_message(message(CLUSTER_DENIED))
+                            .with_entity(
+                                e.entity
+                                    .iter()
+                                    .map(|x| {
+                                        alter_client_quotas_response::EntityData::default()
+                                            .with_entity_type(x.entity_type.clone())
+                                            .with_entity_name(x.entity_name.clone())
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+                return Gate::Answer(ResponseKind::AlterClientQuotas(
+                    AlterClientQuotasResponse::default().with_entries(entries),
+                ));
+            }
+            Gate::Run(RequestKind::AlterClientQuotas(r), None)
+        }
         other => groups_and_transactions(who, other, version),
     }
 }

@@ -48,6 +48,13 @@ pub fn topic_error(e: &TopicError) -> ResponseError {
     }
 }
 
+pub fn quota_error(e: &crate::quota::QuotaError) -> ResponseError {
+    match e {
+        crate::quota::QuotaError::InvalidRequest(_) => ResponseError::InvalidRequest,
+        crate::quota::QuotaError::UnsupportedVersion(_) => ResponseError::UnsupportedVersion,
+    }
+}
+
 /// Error code for a failed blocking task (a bug, reported rather than propagated).
 pub fn internal() -> ResponseError {
     ResponseError::UnknownServerError

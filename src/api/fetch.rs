@@ -51,7 +51,14 @@ struct RemoteRead {
     read_committed: bool,
 }
 
-pub async fn handle(broker: Arc<Broker>, req: FetchRequest, _version: i16) -> FetchResponse {
+/// `quota_cap`: the most a consumer with a byte quota may get in one response (Kafka caps
+/// `max_bytes` so that one response cannot exceed the quota window).
+pub async fn handle(
+    broker: Arc<Broker>,
+    req: FetchRequest,
+    _version: i16,
+    quota_cap: Option<f64>,
+) -> FetchResponse {
     let position = |p: &kafka_protocol::messages::fetch_request::FetchPartition| FetchPosition {
         fetch_offset: p.fetch_offset,
         partition_max_bytes: p.partition_max_bytes,
@@ -103,8 +110,10 @@ pub async fn handle(broker: Arc<Broker>, req: FetchRequest, _version: i16) -> Fe
         }
     }
     let wanted = Arc::new(wanted);
-    let max_bytes = (req.max_bytes.max(0) as usize).min(broker.config.fetch_max_bytes);
-    let min_bytes = req.min_bytes.max(0) as usize;
+    let max_bytes = (req.max_bytes.max(0) as usize)
+        .min(broker.config.fetch_max_bytes)
+        .min(quota_cap.map_or(usize::MAX, |c| c.max(0.0) as usize));
+    let min_bytes = (req.min_bytes.max(0) as usize).min(max_bytes);
     let read_committed = req.isolation_level == 1;
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let pass = loop {

@@ -6,6 +6,7 @@ pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod api_versions;
 pub mod authorize;
+pub mod client_quotas;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
 pub mod create_partitions;
@@ -51,10 +52,12 @@ use crate::protocol::Request;
 
 /// Runs `f` on the blocking pool (file I/O, fsync, directory changes). A panic there is a bug;
 /// it is reported as a storage error rather than taking the connection task down.
+///
+/// The closure's run time counts towards the request's thread time (request quotas).
 pub async fn blocking<R: Send + 'static>(
     f: impl FnOnce() -> R + Send + 'static,
 ) -> Result<R, tokio::task::JoinError> {
-    tokio::task::spawn_blocking(f).await
+    tokio::task::spawn_blocking(crate::quota::request::account_blocking(f)).await
 }
 
 /// What the connection does after a request.
@@ -146,7 +149,17 @@ async fn run(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i1
             ResponseKind::Metadata(metadata::handle(b, r, version, ctx.listener).await)
         }
         RequestKind::Produce(r) => return produce::handle(b, ctx, r, version).await,
-        RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(b, r, version).await),
+        RequestKind::Fetch(r) => {
+            // A consumer with a byte quota gets at most what the quota window allows.
+            let quota_cap = broker.quotas.clients.max_value_in_window(
+                crate::quota::QuotaType::Fetch,
+                crate::quota::Client {
+                    user: crate::quota::user_of(&ctx.principal),
+                    client_id: &ctx.client_id,
+                },
+            );
+            ResponseKind::Fetch(fetch::handle(b, r, version, quota_cap).await)
+        }
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(b, r, version).await)
         }
@@ -249,6 +262,12 @@ async fn run(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i1
         RequestKind::DescribeAcls(r) => ResponseKind::DescribeAcls(acls::describe(&b, ctx, r)),
         RequestKind::CreateAcls(r) => ResponseKind::CreateAcls(acls::create(b, ctx, r).await),
         RequestKind::DeleteAcls(r) => ResponseKind::DeleteAcls(acls::delete(b, ctx, r).await),
+        RequestKind::DescribeClientQuotas(r) => {
+            ResponseKind::DescribeClientQuotas(client_quotas::describe(&b, r))
+        }
+        RequestKind::AlterClientQuotas(r) => {
+            ResponseKind::AlterClientQuotas(client_quotas::alter(b, r).await)
+        }
         // SASL requests reach here on listeners without SASL, or after authentication: Kafka
         // answers ILLEGAL_SASL_STATE.
         RequestKind::SaslHandshake(_) => ResponseKind::SaslHandshake(

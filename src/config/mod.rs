@@ -185,6 +185,36 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "600000",
     },
     BrokerConfigDef {
+        name: "max.connections.per.ip",
+        kind: Kind::Int,
+        default: "2147483647",
+    },
+    BrokerConfigDef {
+        name: "max.connections.per.ip.overrides",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "max.connections",
+        kind: Kind::Int,
+        default: "2147483647",
+    },
+    BrokerConfigDef {
+        name: "max.connection.creation.rate",
+        kind: Kind::Int,
+        default: "2147483647",
+    },
+    BrokerConfigDef {
+        name: "quota.window.num",
+        kind: Kind::Int,
+        default: "11",
+    },
+    BrokerConfigDef {
+        name: "quota.window.size.seconds",
+        kind: Kind::Int,
+        default: "1",
+    },
+    BrokerConfigDef {
         name: "fetch.max.bytes",
         kind: Kind::Int,
         default: "57671680",
@@ -565,6 +595,10 @@ pub struct BrokerConfig {
     pub group_consumer_heartbeat_interval_ms: u64,
     pub tiering: TieringConfig,
     pub log_cleaner: LogCleanerConfig,
+    /// `quota.window.num` samples of `quota.window.size.seconds` for client quotas.
+    pub quota_sample: crate::quota::SampleConfig,
+    /// `max.connections*` settings.
+    pub connection_limits: crate::quota::ConnectionLimitsConfig,
     /// The `log.*` and other topic-config synonyms as set, for topic defaults.
     pub topic_defaults: BrokerDefaults,
     /// Every explicitly set key (for DescribeConfigs on the broker resource).
@@ -767,6 +801,61 @@ impl TieringConfig {
                 .max(0) as u64,
         })
     }
+}
+
+/// The `max.connections*` settings, with Kafka's checks: counts and rates are non-negative,
+/// `max.connections.per.ip` may be 0 only with overrides, and override hosts must resolve.
+fn connection_limits(
+    get: &dyn Fn(&str) -> String,
+    long: &dyn Fn(&str) -> Result<i64, ConfigError>,
+    sample: crate::quota::SampleConfig,
+) -> Result<crate::quota::ConnectionLimitsConfig, ConfigError> {
+    let int = |k: &str| -> Result<i32, ConfigError> {
+        let v = long(k)?;
+        if !(0..=i32::MAX as i64).contains(&v) {
+            return Err(invalid(k, &get(k), "must be between 0 and 2147483647"));
+        }
+        Ok(v as i32)
+    };
+    const OVERRIDES: &str = "max.connections.per.ip.overrides";
+    let text = get(OVERRIDES);
+    let overrides = crate::quota::connection::parse_per_ip_overrides(&text)
+        .map_err(|e| invalid(OVERRIDES, &text, e))?;
+    let max_per_ip = int("max.connections.per.ip")?;
+    if max_per_ip == 0 && overrides.is_empty() {
+        return Err(invalid(
+            "max.connections.per.ip",
+            "0",
+            format!("can be set to zero only if {OVERRIDES} property is set"),
+        ));
+    }
+    let mut per_ip_overrides = std::collections::HashMap::new();
+    for (host, count) in overrides {
+        let addrs: Vec<std::net::IpAddr> = match host.parse() {
+            Ok(ip) => vec![ip],
+            Err(_) => (host.as_str(), 0)
+                .to_socket_addrs()
+                .map(|a| a.map(|a| a.ip()).collect())
+                .unwrap_or_default(),
+        };
+        if addrs.is_empty() {
+            return Err(invalid(
+                OVERRIDES,
+                &text,
+                format!("contains invalid addresses : {host}"),
+            ));
+        }
+        for a in addrs {
+            per_ip_overrides.insert(a, count);
+        }
+    }
+    Ok(crate::quota::ConnectionLimitsConfig {
+        max_per_ip,
+        per_ip_overrides,
+        max_connections: int("max.connections")?,
+        max_creation_rate: int("max.connection.creation.rate")?,
+        sample,
+    })
 }
 
 /// Parses a Kafka `server.properties` file: `key=value` or `key: value`, `#`/`!` comments,
@@ -1143,6 +1232,11 @@ impl BrokerConfig {
 
         let tiering = TieringConfig::build(&get, &long, &bool_of, &log_dirs)?;
         let log_cleaner = LogCleanerConfig::build(&get, &long, &bool_of)?;
+        let quota_sample = crate::quota::SampleConfig {
+            samples: positive("quota.window.num")?.min(i32::MAX as u64) as u32,
+            window_ms: positive("quota.window.size.seconds")?.min(i32::MAX as u64) as i64 * 1000,
+        };
+        let connection_limits = connection_limits(&get, &long, quota_sample)?;
         Ok(BrokerConfig {
             node_id: node_id as i32,
             rack: Some(get("broker.rack")).filter(|r| !r.is_empty()),
@@ -1190,6 +1284,8 @@ impl BrokerConfig {
             group_consumer_heartbeat_interval_ms: positive("group.consumer.heartbeat.interval.ms")?,
             tiering,
             log_cleaner,
+            quota_sample,
+            connection_limits,
             topic_defaults,
             explicit,
         })
@@ -1329,6 +1425,36 @@ mod tests {
             "log.cleaner.io.buffer.load.factor=1.5\n",
             "log.cleaner.threads=-1\n",
             "log.cleaner.dedupe.buffer.size=0\n",
+        ] {
+            let e = BrokerConfig::build(&[props(bad)]).unwrap_err().to_string();
+            assert!(e.contains(bad.split('=').next().unwrap()), "{e}");
+        }
+    }
+
+    #[test]
+    fn quota_and_connection_limit_settings_take_kafka_names_and_defaults() {
+        let c = BrokerConfig::build(&[]).unwrap();
+        assert_eq!(c.quota_sample, crate::quota::SampleConfig::DEFAULT);
+        let l = &c.connection_limits;
+        assert_eq!(
+            (l.max_per_ip, l.max_connections, l.max_creation_rate),
+            (i32::MAX, i32::MAX, i32::MAX)
+        );
+        let c = BrokerConfig::build(&[props(
+            "max.connections.per.ip=0\nmax.connections.per.ip.overrides=127.0.0.1:3,10.0.0.1:0\n\
+             quota.window.num=5\nquota.window.size.seconds=2\nmax.connections=100\n",
+        )])
+        .unwrap();
+        assert_eq!(c.quota_sample.samples, 5);
+        assert_eq!(c.quota_sample.window_ms, 2000);
+        let l = &c.connection_limits;
+        assert_eq!(l.per_ip_overrides[&"127.0.0.1".parse().unwrap()], 3);
+        assert_eq!(l.max_connections, 100);
+        for bad in [
+            "max.connections.per.ip=0\n",
+            "max.connections.per.ip.overrides=127.0.0.1\n",
+            "max.connections=-1\n",
+            "quota.window.num=0\n",
         ] {
             let e = BrokerConfig::build(&[props(bad)]).unwrap_err().to_string();
             assert!(e.contains(bad.split('=').next().unwrap()), "{e}");

@@ -148,6 +148,8 @@ async fn each_api_refuses_what_the_principal_may_not_do() {
     acls.operation = 1;
     acls.permission_type = 1;
     assert_eq!(c.call(3, &acls).await.error_code, CLUSTER_DENIED);
+    let q = c.call(1, &DescribeClientQuotasRequest::default()).await;
+    assert_eq!(q.error_code, CLUSTER_DENIED);
 
     // The ACLs outlive a restart.
     let b = b.restart().await;

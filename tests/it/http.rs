@@ -8,7 +8,7 @@ use tokio::net::TcpStream;
 
 use crate::harness::*;
 
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+pub(crate) async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr)
         .await
         .expect("connect admin listener");

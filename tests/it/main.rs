@@ -16,6 +16,7 @@ mod lifecycle;
 mod list_offsets;
 mod produce_fetch;
 mod protocol;
+mod quotas;
 mod recovery;
 mod restart;
 mod security;

@@ -503,6 +503,21 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
             r.filters = vec![f];
             r.into()
         }
+        ApiKey::DescribeClientQuotas => DescribeClientQuotasRequest::default().into(),
+        ApiKey::AlterClientQuotas => {
+            let mut e = alter_client_quotas_request::EntityData::default();
+            e.entity_type = str_bytes("client-id");
+            e.entity_name = Some(str_bytes(&format!("sweep-client-v{v}")));
+            let mut op = alter_client_quotas_request::OpData::default();
+            op.key = str_bytes("producer_byte_rate");
+            op.value = 1_048_576.0;
+            let mut entry = alter_client_quotas_request::EntryData::default();
+            entry.entity = vec![e];
+            entry.ops = vec![op];
+            let mut r = AlterClientQuotasRequest::default();
+            r.entries = vec![entry];
+            r.into()
+        }
         other => panic!("ApiVersions lists {other:?}, which this test does not know"),
     }
 }
@@ -639,6 +654,8 @@ fn error_codes(resp: &ResponseKind) -> Vec<i16> {
         ResponseKind::AlterUserScramCredentials(r) => {
             r.results.iter().map(|x| x.error_code).collect()
         }
+        ResponseKind::DescribeClientQuotas(r) => vec![r.error_code],
+        ResponseKind::AlterClientQuotas(r) => r.entries.iter().map(|e| e.error_code).collect(),
         _ => vec![],
     }
 }
