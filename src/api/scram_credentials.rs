@@ -104,9 +104,21 @@ pub async fn alter(
             order.push(user.to_string());
         }
     };
+    // Kafka's ScramControlManager keys a request's changes by user name alone: a second
+    // change of the same user, whatever its mechanism, refuses all of that user's changes.
+    let duplicate = || {
+        (
+            ResponseError::DuplicateResource,
+            "A user credential cannot be altered twice in the same request".to_string(),
+        )
+    };
     for d in &req.deletions {
         let user = d.name.to_string();
         note(&user);
+        if !seen.insert(user.clone()) {
+            errors.entry(user).or_insert_with(duplicate);
+            continue;
+        }
         let Some(m) = Mechanism::from_code(d.mechanism) else {
             errors.entry(user).or_insert((
                 ResponseError::UnsupportedSaslMechanism,
@@ -114,13 +126,6 @@ pub async fn alter(
             ));
             continue;
         };
-        if !seen.insert((user.clone(), m)) {
-            errors.entry(user.clone()).or_insert((
-                ResponseError::DuplicateResource,
-                format!("A user credential cannot be altered twice in the same request: {user}"),
-            ));
-            continue;
-        }
         let exists = existing
             .iter()
             .any(|(u, ms)| *u == user && ms.iter().any(|(x, _)| *x == m));
@@ -136,6 +141,10 @@ pub async fn alter(
     for u in &req.upsertions {
         let user = u.name.to_string();
         note(&user);
+        if !seen.insert(user.clone()) {
+            errors.entry(user).or_insert_with(duplicate);
+            continue;
+        }
         if user.is_empty() {
             errors.entry(user).or_insert((
                 ResponseError::UnacceptableCredential,
@@ -150,13 +159,6 @@ pub async fn alter(
             ));
             continue;
         };
-        if !seen.insert((user.clone(), m)) {
-            errors.entry(user.clone()).or_insert((
-                ResponseError::DuplicateResource,
-                format!("A user credential cannot be altered twice in the same request: {user}"),
-            ));
-            continue;
-        }
         if u.iterations < m.min_iterations() {
             errors.entry(user).or_insert((
                 ResponseError::UnacceptableCredential,

@@ -197,6 +197,27 @@ async fn scram_logins_use_credentials_managed_by_the_admin_apis() {
     bad.mechanism = 9;
     r.deletions = vec![bad];
     assert_eq!(admin.call(0, &r).await.results[0].error_code, 33);
+    // Two changes of one user in one request, even for different mechanisms, are refused
+    // together, as Kafka's ScramControlManager does.
+    let upsert = |m: Mechanism| {
+        let mut u = alter_user_scram_credentials_request::ScramCredentialUpsertion::default();
+        u.name = str_bytes("dave");
+        u.mechanism = m.code();
+        u.iterations = 4096;
+        u.salt = bytes::Bytes::from_static(b"salt-salt-salt");
+        u.salted_password = scram::salted_password(m, b"pw", b"salt-salt-salt", 4096).into();
+        u
+    };
+    let mut r = AlterUserScramCredentialsRequest::default();
+    r.upsertions = vec![upsert(Mechanism::Sha256), upsert(Mechanism::Sha512)];
+    let twice = admin.call(0, &r).await;
+    assert_eq!(twice.results.len(), 1);
+    assert_eq!(twice.results[0].error_code, 92, "DUPLICATE_RESOURCE");
+    assert_eq!(
+        twice.results[0].error_message.as_deref(),
+        Some("A user credential cannot be altered twice in the same request")
+    );
+    assert!(b.broker().scram_users().iter().all(|(u, _)| u != "dave"));
     let mut d = DescribeUserScramCredentialsRequest::default();
     let mut n = describe_user_scram_credentials_request::UserName::default();
     n.name = str_bytes("carol");
