@@ -30,6 +30,8 @@
 //! - [`fetch_session`]: incremental fetch sessions (KIP-227).
 //! - [`log`]: the storage engine.
 //! - [`log_cleaner`]: the log cleaner service compacting `cleanup.policy=compact` topics.
+//! - [`replication`]: partition leadership from the control plane, high watermark and ISR
+//!   on the leader, replica fetchers on followers.
 //! - [`metrics`], [`admin_http`]: Prometheus metrics and health.
 //! - [`runtime`]: start-up, background services and the shutdown order.
 
@@ -45,6 +47,7 @@ pub mod log;
 pub mod log_cleaner;
 pub mod metrics;
 pub mod protocol;
+pub mod replication;
 pub mod runtime;
 pub mod server;
 pub mod tiering;

@@ -146,7 +146,9 @@ async fn run(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i1
             ResponseKind::Metadata(metadata::handle(b, r, version, ctx.listener).await)
         }
         RequestKind::Produce(r) => return produce::handle(b, ctx, r, version).await,
-        RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(b, r, version).await),
+        RequestKind::Fetch(r) => {
+            ResponseKind::Fetch(fetch::handle(b, r, version, ctx.listener).await)
+        }
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(b, r, version).await)
         }
