@@ -17,6 +17,7 @@ mod list_offsets;
 mod produce_fetch;
 mod protocol;
 mod recovery;
+mod replication;
 mod restart;
 mod security;
 mod tiering;

@@ -1,0 +1,403 @@
+//! Replication between in-process brokers whose roles the tests set through the in-process
+//! controller (the stand-in for the Raft metadata quorum): acks=all and the high watermark,
+//! byte-identical follower logs, ISR shrink and expansion, and truncation of an old leader's
+//! unreplicated suffix after a leader change.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
+use kafka_protocol::messages::{DescribeClusterRequest, MetadataRequest, ProduceResponse};
+use kafka_protocol::ResponseError;
+use strata::replication::in_process::InProcessController;
+use strata::replication::{BrokerEndpoint, ClusterBroker, PartitionLeadership};
+use uuid::Uuid;
+
+use crate::harness::*;
+
+const TOPIC: &str = "replicated";
+
+struct Cluster {
+    /// Brokers 1..=n at index id - 1.
+    brokers: Vec<TestBroker>,
+    controller: Arc<InProcessController>,
+    topic_id: Uuid,
+}
+
+fn endpoint(id: i32, b: &TestBroker) -> ClusterBroker {
+    ClusterBroker {
+        id,
+        rack: None,
+        endpoints: vec![BrokerEndpoint {
+            listener: "PLAINTEXT".into(),
+            host: "127.0.0.1".into(),
+            port: b.kafka_addr.port(),
+        }],
+    }
+}
+
+impl Cluster {
+    async fn start(n: i32, extra: &[(&str, &str)]) -> Cluster {
+        let mut brokers = Vec::new();
+        for id in 1..=n {
+            let node = id.to_string();
+            let mut cfg = vec![("node.id", node.as_str()), ("cluster.id", "repl-test")];
+            cfg.extend_from_slice(extra);
+            brokers.push(TestBroker::start_with(&cfg).await);
+        }
+        Cluster {
+            brokers,
+            controller: InProcessController::new(),
+            topic_id: Uuid::new_v4(),
+        }
+    }
+
+    fn broker(&self, id: i32) -> &TestBroker {
+        &self.brokers[(id - 1) as usize]
+    }
+
+    /// Registers broker `id` with the controller (cluster view, ISR sink, partition states).
+    async fn register(&self, id: i32) {
+        let controller = self.controller.clone();
+        let broker = self.broker(id).broker().clone();
+        let endpoint = endpoint(id, self.broker(id));
+        tokio::task::spawn_blocking(move || controller.register(&broker, endpoint))
+            .await
+            .unwrap();
+    }
+
+    fn state(
+        &self,
+        leader: i32,
+        leader_epoch: i32,
+        isr: &[i32],
+        epoch: i32,
+    ) -> PartitionLeadership {
+        PartitionLeadership {
+            topic: TOPIC.into(),
+            topic_id: self.topic_id,
+            partition: 0,
+            leader: Some(leader),
+            leader_epoch,
+            replicas: vec![1, 2, 3],
+            isr: isr.to_vec(),
+            partition_epoch: epoch,
+        }
+    }
+
+    async fn set_partition(&self, state: PartitionLeadership) {
+        let controller = self.controller.clone();
+        tokio::task::spawn_blocking(move || controller.set_partitions(vec![state]))
+            .await
+            .unwrap();
+    }
+
+    fn isr(&self) -> Vec<i32> {
+        let mut isr = self
+            .controller
+            .partition(self.topic_id, 0)
+            .expect("partition state")
+            .isr;
+        isr.sort_unstable();
+        isr
+    }
+
+    fn partition(&self, id: i32) -> Arc<strata::broker::Partition> {
+        self.broker(id)
+            .broker()
+            .partition(TOPIC, 0)
+            .expect("partition exists")
+    }
+
+    async fn shutdown(self) {
+        for b in self.brokers {
+            b.shutdown().await;
+        }
+    }
+}
+
+/// Waits up to 15 s for `cond`.
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The stored bytes of the partition on broker `id`, from offset 0 to its log end.
+fn log_bytes(c: &Cluster, id: i32) -> Bytes {
+    let p = c.partition(id);
+    let end = p.offsets().log_end_offset;
+    p.read(0, 64 << 20, end, true)
+        .expect("read log")
+        .map(|s| s.read().expect("read slice"))
+        .unwrap_or_default()
+}
+
+async fn produce_with(
+    b: &TestBroker,
+    acks: i16,
+    timeout_ms: i32,
+    version: i16,
+    records: Bytes,
+) -> ProduceResponse {
+    let mut req = produce_request(TOPIC, 0, records, acks);
+    req.timeout_ms = timeout_ms;
+    b.client().await.call(version, &req).await
+}
+
+fn only_partition(r: ProduceResponse) -> PartitionProduceResponse {
+    r.responses
+        .into_iter()
+        .next()
+        .expect("one topic")
+        .partition_responses
+        .remove(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acks_all_waits_for_the_isr_and_followers_store_identical_bytes() {
+    let c = Cluster::start(3, &[]).await;
+    c.set_partition(c.state(1, 0, &[1, 2, 3], 0)).await;
+    // Only the leader knows its state: the followers do not fetch yet.
+    c.register(1).await;
+
+    // acks=all cannot complete while the ISR has not fetched: REQUEST_TIMED_OUT.
+    let r = only_partition(produce_with(c.broker(1), -1, 300, PRODUCE_V, batch(3)).await);
+    assert_eq!(r.error_code, ResponseError::RequestTimedOut.code());
+    // acks=1 is answered after the local append, but consumers do not see it yet.
+    let r = only_partition(produce_with(c.broker(1), 1, 5_000, PRODUCE_V, batch(2)).await);
+    assert_eq!((r.error_code, r.base_offset), (0, 3));
+    let leader = c.partition(1);
+    assert_eq!(leader.offsets().log_end_offset, 5);
+    assert_eq!(leader.offsets().high_watermark, 0);
+    let mut consumer = c.broker(1).client().await;
+    let data = fetch(&mut consumer, TOPIC, 0, FetchArgs::default()).await;
+    assert_eq!((data.high_watermark, count_records(&data.records)), (0, 0));
+
+    // A follower's produce is refused with the leader's identity (KIP-951, Produce v10+).
+    c.register(2).await;
+    c.register(3).await;
+    let r = produce_with(c.broker(2), 1, 5_000, 11, batch(1)).await;
+    let endpoints = r.node_endpoints.clone();
+    let r = only_partition(r);
+    assert_eq!(r.error_code, ResponseError::NotLeaderOrFollower.code());
+    assert_eq!(
+        (r.current_leader.leader_id.0, r.current_leader.leader_epoch),
+        (1, 0)
+    );
+    assert_eq!(endpoints.len(), 1);
+    assert_eq!(
+        (endpoints[0].node_id.0, endpoints[0].port),
+        (1, c.broker(1).kafka_addr.port() as i32)
+    );
+
+    // Once the followers fetch, the high watermark reaches the log end and acks=all works.
+    eventually("the high watermark to reach the log end", || {
+        leader.offsets().high_watermark == 5
+    })
+    .await;
+    for i in 0..5 {
+        let r =
+            only_partition(produce_with(c.broker(1), -1, 10_000, PRODUCE_V, batch(i + 1)).await);
+        assert_eq!(r.error_code, 0, "acks=all produce {i}");
+        // Acknowledged means replicated to the whole ISR.
+        assert!(leader.offsets().high_watermark > r.base_offset + i as i64);
+        for id in [2, 3] {
+            assert!(c.partition(id).offsets().log_end_offset >= leader.offsets().high_watermark);
+        }
+    }
+    let end = leader.offsets().log_end_offset;
+    assert_eq!(end, 20);
+    for id in [2, 3] {
+        let p = c.partition(id);
+        eventually("a follower's high watermark to follow the leader's", || {
+            p.offsets().high_watermark == end
+        })
+        .await;
+        assert_eq!(log_bytes(&c, id), log_bytes(&c, 1), "broker {id}'s log");
+        assert_eq!(p.with_log(|l| l.latest_epoch()), Some(0));
+    }
+
+    // Every broker describes the same cluster and partition.
+    for id in 1..=3 {
+        let mut client = c.broker(id).client().await;
+        let md = client
+            .call(12, &MetadataRequest::default().with_topics(None))
+            .await;
+        let mut ids: Vec<i32> = md.brokers.iter().map(|b| b.node_id.0).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, vec![1, 2, 3]);
+        let t = md
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == TOPIC))
+            .expect("topic in metadata");
+        let p = &t.partitions[0];
+        assert_eq!((p.leader_id.0, p.leader_epoch), (1, 0));
+        let mut isr: Vec<i32> = p.isr_nodes.iter().map(|n| n.0).collect();
+        isr.sort_unstable();
+        assert_eq!(isr, vec![1, 2, 3]);
+        assert!(p.offline_replicas.is_empty());
+        let dc = client.call(0, &DescribeClusterRequest::default()).await;
+        assert_eq!(dc.brokers.len(), 3);
+    }
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopped_follower_leaves_the_isr_and_rejoins_after_catching_up() {
+    let mut c = Cluster::start(
+        3,
+        &[
+            ("replica.lag.time.max.ms", "1000"),
+            ("min.insync.replicas", "2"),
+            ("replica.fetch.backoff.ms", "100"),
+        ],
+    )
+    .await;
+    c.set_partition(c.state(1, 0, &[1, 2, 3], 0)).await;
+    for id in 1..=3 {
+        c.register(id).await;
+    }
+    let r = only_partition(produce_with(c.broker(1), -1, 10_000, PRODUCE_V, batch(4)).await);
+    assert_eq!(r.error_code, 0);
+
+    // Broker 3 stops and falls behind: after replica.lag.time.max.ms without catching up the
+    // leader drops it from the ISR. (A stopped follower that has everything stays in sync.)
+    c.brokers[2].stop().await;
+    let r = only_partition(produce_with(c.broker(1), 1, 10_000, PRODUCE_V, batch(1)).await);
+    assert_eq!((r.error_code, r.base_offset), (0, 4));
+    eventually("the ISR to shrink to [1, 2]", || c.isr() == vec![1, 2]).await;
+    let r = only_partition(produce_with(c.broker(1), -1, 10_000, PRODUCE_V, batch(3)).await);
+    assert_eq!(
+        (r.error_code, r.base_offset),
+        (0, 5),
+        "ISR of 2 meets min.insync.replicas=2"
+    );
+
+    // Broker 2 stops too: only the leader is left, below min.insync.replicas.
+    c.brokers[1].stop().await;
+    let r = only_partition(produce_with(c.broker(1), 1, 10_000, PRODUCE_V, batch(1)).await);
+    assert_eq!((r.error_code, r.base_offset), (0, 8));
+    eventually("the ISR to shrink to [1]", || c.isr() == vec![1]).await;
+    let r = only_partition(produce_with(c.broker(1), -1, 10_000, PRODUCE_V, batch(1)).await);
+    assert_eq!(r.error_code, ResponseError::NotEnoughReplicas.code());
+    let leader = c.partition(1);
+    assert_eq!(leader.offsets().log_end_offset, 9, "nothing appended");
+    // acks=1 still appends, but under min ISR the high watermark stays (Kafka 4).
+    let r = only_partition(produce_with(c.broker(1), 1, 10_000, PRODUCE_V, batch(2)).await);
+    assert_eq!((r.error_code, r.base_offset), (0, 9));
+    assert_eq!(leader.offsets().high_watermark, 8);
+
+    // Both come back, catch up and rejoin the ISR; the high watermark moves on.
+    for i in [1, 2] {
+        c.brokers[i].resume().await;
+        c.register(i as i32 + 1).await;
+    }
+    eventually("the ISR to grow back to [1, 2, 3]", || {
+        c.isr() == vec![1, 2, 3]
+    })
+    .await;
+    eventually("the high watermark to reach the log end", || {
+        leader.offsets().high_watermark == 11
+    })
+    .await;
+    for id in [2, 3] {
+        let p = c.partition(id);
+        eventually("the follower to catch up", || {
+            p.offsets().log_end_offset == 11
+        })
+        .await;
+        assert_eq!(log_bytes(&c, id), log_bytes(&c, 1), "broker {id}'s log");
+    }
+    let r = only_partition(produce_with(c.broker(1), -1, 10_000, PRODUCE_V, batch(1)).await);
+    assert_eq!((r.error_code, r.base_offset), (0, 11));
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_leader_makes_the_old_leader_truncate_its_unreplicated_suffix() {
+    let c = Cluster::start(3, &[("replica.fetch.backoff.ms", "100")]).await;
+    c.set_partition(c.state(1, 0, &[1, 2, 3], 0)).await;
+    for id in 1..=3 {
+        c.register(id).await;
+    }
+    let mut acknowledged = Vec::new();
+    for i in 0..3 {
+        let r = only_partition(produce_with(c.broker(1), -1, 10_000, PRODUCE_V, batch(2)).await);
+        assert_eq!(r.error_code, 0, "acks=all produce {i}");
+        acknowledged.push(r.base_offset);
+    }
+    let replicated = c.partition(1).offsets().high_watermark;
+    assert_eq!(replicated, 6);
+    let acked_bytes = log_bytes(&c, 1);
+
+    // The followers lose the leader (its address no longer answers)...
+    let unreachable: Vec<ClusterBroker> = (1..=3)
+        .map(|id| {
+            let mut e = endpoint(id, c.broker(id));
+            if id == 1 {
+                e.endpoints[0].port = 1;
+            }
+            e
+        })
+        .collect();
+    for id in [2, 3] {
+        c.broker(id)
+            .broker()
+            .set_cluster_brokers(unreachable.clone());
+    }
+    // ...while the old leader still takes acks=1 writes that nobody replicates.
+    for _ in 0..2 {
+        let r = only_partition(produce_with(c.broker(1), 1, 10_000, PRODUCE_V, batch(3)).await);
+        assert_eq!(r.error_code, 0);
+    }
+    assert_eq!(c.partition(1).offsets().log_end_offset, 12);
+    assert_eq!(c.partition(2).offsets().log_end_offset, 6);
+
+    // The controller elects broker 2 with a new epoch; everyone learns it.
+    c.set_partition(c.state(2, 1, &[1, 2, 3], 1)).await;
+    let good: Vec<ClusterBroker> = (1..=3).map(|id| endpoint(id, c.broker(id))).collect();
+    for id in [2, 3] {
+        c.broker(id).broker().set_cluster_brokers(good.clone());
+    }
+    let new_leader = c.partition(2);
+    assert!(new_leader.is_leader());
+    assert_eq!(new_leader.with_log(|l| l.end_offset_for_epoch(0)), (0, 6));
+
+    // The old leader refuses produce now and names the new leader.
+    let r = only_partition(produce_with(c.broker(1), 1, 10_000, 11, batch(1)).await);
+    assert_eq!(r.error_code, ResponseError::NotLeaderOrFollower.code());
+    assert_eq!(
+        (r.current_leader.leader_id.0, r.current_leader.leader_epoch),
+        (2, 1)
+    );
+
+    // It truncates its divergent suffix (offsets 6..12 of epoch 0) and follows broker 2.
+    let old = c.partition(1);
+    eventually("the old leader to truncate to the new leader's log", || {
+        old.offsets().log_end_offset == 6
+    })
+    .await;
+    let r = only_partition(produce_with(c.broker(2), -1, 10_000, PRODUCE_V, batch(4)).await);
+    assert_eq!((r.error_code, r.base_offset), (0, 6));
+    for id in [1, 3] {
+        let p = c.partition(id);
+        eventually("the followers to replicate the new epoch", || {
+            p.offsets().log_end_offset == 10
+        })
+        .await;
+        assert_eq!(log_bytes(&c, id), log_bytes(&c, 2), "broker {id}'s log");
+        assert_eq!(p.with_log(|l| l.end_offset_for_epoch(0)), (0, 6));
+        assert_eq!(p.with_log(|l| l.latest_epoch()), Some(1));
+    }
+    // No acknowledged record was lost: the first 6 offsets are the bytes acknowledged.
+    assert_eq!(&log_bytes(&c, 2)[..acked_bytes.len()], &acked_bytes[..]);
+    c.shutdown().await;
+}
