@@ -557,8 +557,14 @@ impl Partition {
             if hw > log.high_watermark() {
                 log.update_high_watermark(hw);
             }
+            // The leader's log start moved (retention, DeleteRecords): follow it. Without
+            // remote storage the segments wholly below it go now, as on the leader.
             if leader_log_start_offset > log.log_start_offset() {
-                log.advance_log_start_offset(leader_log_start_offset)?;
+                if log.config().remote_storage_enable {
+                    log.advance_log_start_offset(leader_log_start_offset)?;
+                } else {
+                    log.delete_records_before(leader_log_start_offset)?;
+                }
             }
             self.publish(&log);
             appended

@@ -453,7 +453,11 @@ fn read_pass(
                 continue;
             }
             let offsets = p.offsets();
-            if pos.last_fetched_epoch >= 0 {
+            // The common case needs no epoch lookup: the fetcher is in the leader's epoch.
+            let in_current_epoch = role == Role::Leader
+                && pos.last_fetched_epoch == p.leader_epoch()
+                && fetch_offset <= offsets.log_end_offset;
+            if pos.last_fetched_epoch >= 0 && !in_current_epoch {
                 match diverging_epoch(&p, pos.last_fetched_epoch, fetch_offset, offsets) {
                     Ok(None) => {}
                     Ok(Some(diverging)) => {

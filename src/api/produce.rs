@@ -307,7 +307,11 @@ fn append_all(
                             .produce_records
                             .fetch_add(info.records as u64, Ordering::Relaxed);
                     }
-                    if req.acks == -1 {
+                    // Already replicated (a single replica): answer without waiting.
+                    let replicated = partition
+                        .check_enough_replicas_reach_offset(info.last_offset + 1, min_isr)
+                        .unwrap_or(false);
+                    if req.acks == -1 && !replicated {
                         awaiting.push(Awaiting {
                             topic_slot: out.len(),
                             partition_slot: partitions.len(),
