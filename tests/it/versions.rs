@@ -472,6 +472,37 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
             r.upsertions = vec![u];
             r.into()
         }
+        ApiKey::DescribeAcls => {
+            let mut r = DescribeAclsRequest::default();
+            r.resource_type_filter = 1;
+            r.pattern_type_filter = 1;
+            r.operation = 1;
+            r.permission_type = 1;
+            r.into()
+        }
+        ApiKey::CreateAcls => {
+            let mut a = create_acls_request::AclCreation::default();
+            a.resource_type = 2;
+            a.resource_name = str_bytes("sweep");
+            a.resource_pattern_type = 3;
+            a.principal = str_bytes("User:sweep");
+            a.host = str_bytes("*");
+            a.operation = 3;
+            a.permission_type = 3;
+            let mut r = CreateAclsRequest::default();
+            r.creations = vec![a];
+            r.into()
+        }
+        ApiKey::DeleteAcls => {
+            let mut f = delete_acls_request::DeleteAclsFilter::default();
+            f.resource_type_filter = 1;
+            f.pattern_type_filter = 1;
+            f.operation = 1;
+            f.permission_type = 1;
+            let mut r = DeleteAclsRequest::default();
+            r.filters = vec![f];
+            r.into()
+        }
         other => panic!("ApiVersions lists {other:?}, which this test does not know"),
     }
 }
@@ -602,6 +633,9 @@ fn error_codes(resp: &ResponseKind) -> Vec<i16> {
         ResponseKind::SaslHandshake(r) => vec![r.error_code],
         ResponseKind::SaslAuthenticate(r) => vec![r.error_code],
         ResponseKind::DescribeUserScramCredentials(r) => vec![r.error_code],
+        ResponseKind::DescribeAcls(r) => vec![r.error_code],
+        ResponseKind::CreateAcls(r) => r.results.iter().map(|x| x.error_code).collect(),
+        ResponseKind::DeleteAcls(r) => r.filter_results.iter().map(|x| x.error_code).collect(),
         ResponseKind::AlterUserScramCredentials(r) => {
             r.results.iter().map(|x| x.error_code).collect()
         }
@@ -670,6 +704,12 @@ async fn every_advertised_api_version_answers_with_a_decodable_response() {
             } else if matches!(api, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
                 // On a PLAINTEXT listener Kafka answers ILLEGAL_SASL_STATE.
                 assert_eq!(codes, vec![34], "{api:?} v{v}: {resp:?}");
+            } else if matches!(
+                api,
+                ApiKey::DescribeAcls | ApiKey::CreateAcls | ApiKey::DeleteAcls
+            ) {
+                // No authorizer configured: Kafka answers SECURITY_DISABLED.
+                assert_eq!(codes, vec![54], "{api:?} v{v}: {resp:?}");
             } else if api == ApiKey::JoinGroup && v >= 4 {
                 // A new member of a group is first asked to rejoin with the id it is handed.
                 if let ResponseKind::JoinGroup(r) = &resp {
