@@ -108,6 +108,8 @@ pub struct Partition {
     log: Mutex<Log>,
     local_id: i32,
     leader_epoch: AtomicI32,
+    /// The leader as last applied (-1: none).
+    leader_id: AtomicI32,
     /// One of `ROLE_*`; written under both the replica set and the log lock.
     role: AtomicU8,
     /// Set once the control plane applied a state: the high watermark then follows the ISR.
@@ -168,6 +170,7 @@ impl Partition {
             index,
             local_id,
             leader_epoch: AtomicI32::new(epoch),
+            leader_id: AtomicI32::new(local_id),
             role: AtomicU8::new(ROLE_LEADER),
             replicated: AtomicBool::new(false),
             replica_set: Mutex::new(ReplicaSet::sole_leader(
@@ -253,11 +256,8 @@ impl Partition {
 
     /// The current leader and its epoch as this broker knows them.
     pub fn leader_and_epoch(&self) -> (Option<i32>, i32) {
-        if !self.is_replicated() {
-            return (Some(self.local_id), self.leader_epoch());
-        }
-        let set = self.lock_replicas();
-        (set.leader, set.leader_epoch)
+        let leader = self.leader_id.load(Ordering::Acquire);
+        ((leader >= 0).then_some(leader), self.leader_epoch())
     }
 
     /// A snapshot of the replica set (leadership, ISR, follower progress).
@@ -524,6 +524,8 @@ impl Partition {
         }
         self.publish_isr(&set);
         self.leader_epoch.store(set.leader_epoch, Ordering::Release);
+        self.leader_id
+            .store(state.leader.unwrap_or(-1), Ordering::Release);
         self.role.store(role, Ordering::Release);
         self.replicated.store(true, Ordering::Release);
         drop(log);

@@ -7,8 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
 use kafka_protocol::messages::produce_response::PartitionProduceResponse;
-use kafka_protocol::messages::{DescribeClusterRequest, MetadataRequest, ProduceResponse};
+use kafka_protocol::messages::{
+    DescribeClusterRequest, MetadataRequest, OffsetForLeaderEpochRequest, ProduceResponse,
+};
 use kafka_protocol::ResponseError;
 use strata::replication::in_process::InProcessController;
 use strata::replication::{BrokerEndpoint, ClusterBroker, PartitionLeadership};
@@ -397,6 +402,65 @@ async fn a_new_leader_makes_the_old_leader_truncate_its_unreplicated_suffix() {
         assert_eq!(p.with_log(|l| l.end_offset_for_epoch(0)), (0, 6));
         assert_eq!(p.with_log(|l| l.latest_epoch()), Some(1));
     }
+    // OffsetForLeaderEpoch is answered by the leader only, with Kafka's end offsets.
+    let epoch_end = |client_broker: i32, epoch: i32| {
+        let mut p = OffsetForLeaderPartition::default();
+        p.partition = 0;
+        p.current_leader_epoch = 1;
+        p.leader_epoch = epoch;
+        let mut t = OffsetForLeaderTopic::default();
+        t.topic = name(TOPIC);
+        t.partitions = vec![p];
+        let mut req = OffsetForLeaderEpochRequest::default();
+        req.replica_id = (-1).into();
+        req.topics = vec![t];
+        let addr = c.broker(client_broker).kafka_addr;
+        async move {
+            let mut client = crate::client::Client::connect(addr).await;
+            let r = client.call(4, &req).await;
+            let p = &r.topics[0].partitions[0];
+            (p.error_code, p.leader_epoch, p.end_offset)
+        }
+    };
+    assert_eq!(epoch_end(2, 0).await, (0, 0, 6));
+    assert_eq!(epoch_end(2, 1).await, (0, 1, 10));
+    assert_eq!(epoch_end(2, 5).await, (0, -1, -1), "an unknown newer epoch");
+    assert_eq!(
+        epoch_end(1, 0).await.0,
+        ResponseError::NotLeaderOrFollower.code()
+    );
+    // A consumer positioned in the truncated suffix learns of the divergence (KIP-320).
+    let mut req = fetch_request(
+        TOPIC,
+        0,
+        &FetchArgs {
+            offset: 9,
+            ..FetchArgs::default()
+        },
+    );
+    req.topics[0].partitions[0].last_fetched_epoch = 0;
+    req.topics[0].partitions[0].current_leader_epoch = 1;
+    let r = c.broker(2).client().await.call(FETCH_V, &req).await;
+    let p = &r.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    assert_eq!(
+        (p.diverging_epoch.epoch, p.diverging_epoch.end_offset),
+        (0, 6)
+    );
+    // Consumers (Fetch v11+) may read from a follower, up to its high watermark.
+    let data = fetch(
+        &mut c.broker(3).client().await,
+        TOPIC,
+        0,
+        FetchArgs::default(),
+    )
+    .await;
+    assert_eq!(data.error_code, 0);
+    assert_eq!(
+        record_offsets(&data.records).len() as i64,
+        data.high_watermark
+    );
+
     // No acknowledged record was lost: the first 6 offsets are the bytes acknowledged.
     assert_eq!(&log_bytes(&c, 2)[..acked_bytes.len()], &acked_bytes[..]);
     c.shutdown().await;
