@@ -110,6 +110,10 @@ pub struct Partition {
     leader_epoch: AtomicI32,
     /// The leader as last applied (-1: none).
     leader_id: AtomicI32,
+    /// The high watermark checkpointed before the last shutdown (-1: none). A single node
+    /// takes the log end as its high watermark on start; a replica starts from this instead
+    /// once the control plane applies its first state (Kafka's replication-offset-checkpoint).
+    checkpointed_high_watermark: AtomicI64,
     /// One of `ROLE_*`; written under both the replica set and the log lock.
     role: AtomicU8,
     /// Set once the control plane applied a state: the high watermark then follows the ISR.
@@ -171,6 +175,7 @@ impl Partition {
             local_id,
             leader_epoch: AtomicI32::new(epoch),
             leader_id: AtomicI32::new(local_id),
+            checkpointed_high_watermark: AtomicI64::new(-1),
             role: AtomicU8::new(ROLE_LEADER),
             replicated: AtomicBool::new(false),
             replica_set: Mutex::new(ReplicaSet::sole_leader(
@@ -504,6 +509,11 @@ impl Partition {
             ROLE_NONE
         };
         let mut log = self.lock();
+        let checkpointed = self.checkpointed_high_watermark.swap(-1, Ordering::AcqRel);
+        if first && checkpointed >= 0 && checkpointed < log.high_watermark() {
+            log.update_high_watermark(checkpointed);
+            self.publish(&log);
+        }
         if role == ROLE_LEADER {
             if new_epoch {
                 let leo = log.log_end_offset();
@@ -891,6 +901,7 @@ impl Broker {
         }
         let mut recovery_points = HashMap::new();
         let mut log_starts = HashMap::new();
+        let mut high_watermarks = HashMap::new();
         for d in &config.log_dirs {
             for (t, p, o) in
                 checkpoint::read_offsets(&d.join(RECOVERY_POINT_FILE)).unwrap_or_default()
@@ -899,6 +910,11 @@ impl Broker {
             }
             for (t, p, o) in checkpoint::read_offsets(&d.join(LOG_START_FILE)).unwrap_or_default() {
                 log_starts.insert((t, p), o);
+            }
+            for (t, p, o) in
+                checkpoint::read_offsets(&d.join(HIGH_WATERMARK_FILE)).unwrap_or_default()
+            {
+                high_watermarks.insert((t, p), o);
             }
         }
         // Finish deletions interrupted by a crash.
@@ -961,13 +977,13 @@ impl Broker {
                 let log = Log::open(&dir, config.clone(), opts)
                     .map_err(|e| anyhow::anyhow!("cannot open log {}: {e}", dir.display()))?;
                 write_partition_metadata(&dir, id)?;
-                partitions.push(Arc::new(Partition::new(
-                    &rec.name,
-                    id,
-                    p,
-                    log,
-                    &broker.config,
-                )));
+                let partition = Partition::new(&rec.name, id, p, log, &broker.config);
+                if let Some(&hw) = high_watermarks.get(&key) {
+                    partition
+                        .checkpointed_high_watermark
+                        .store(hw, Ordering::Release);
+                }
+                partitions.push(Arc::new(partition));
             }
             let topic = Arc::new(Topic {
                 name: rec.name.clone(),

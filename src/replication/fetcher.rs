@@ -46,10 +46,29 @@ struct RunningFetcher {
 
 /// Keeps one fetcher per leader this broker follows partitions of, until `shutdown`.
 pub async fn manage(broker: Arc<Broker>, shutdown: CancellationToken) {
+    let name = broker
+        .config
+        .replication
+        .inter_broker_listener_name
+        .clone()
+        .unwrap_or_else(|| broker.config.listeners[0].name.clone());
+    let plaintext = broker
+        .config
+        .listeners
+        .iter()
+        .find(|l| l.name == name)
+        .is_none_or(|l| l.security == crate::config::SecurityProtocol::Plaintext);
     let tasks = TaskTracker::new();
     let mut fetchers: HashMap<i32, RunningFetcher> = HashMap::new();
+    let mut reported = false;
     loop {
-        reconcile(&broker, &mut fetchers, &tasks, &shutdown);
+        if plaintext {
+            reconcile(&broker, &mut fetchers, &tasks, &shutdown);
+        } else if !reported && follows_any(&broker) {
+            // Followers speak plaintext only so far: say so once rather than fail every fetch.
+            tracing::error!(listener = %name, "the inter-broker listener uses TLS or SASL, which replica fetchers do not support yet: this broker does not replicate; set inter.broker.listener.name to a PLAINTEXT listener");
+            reported = true;
+        }
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = broker.replication().follow_changed.notified() => {}
@@ -60,6 +79,13 @@ pub async fn manage(broker: Arc<Broker>, shutdown: CancellationToken) {
     }
     tasks.close();
     tasks.wait().await;
+}
+
+fn follows_any(broker: &Broker) -> bool {
+    broker
+        .all_partitions()
+        .iter()
+        .any(|p| p.is_replicated() && p.role() == Role::Follower)
 }
 
 /// The address of `leader` on the inter-broker listener (or its first listener).
