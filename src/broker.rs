@@ -270,6 +270,11 @@ impl Partition {
         self.lock_replicas().clone()
     }
 
+    /// The committed ISR's size (1 until the control plane applies a state).
+    pub fn isr_len(&self) -> usize {
+        self.isr_len.load(Ordering::Acquire)
+    }
+
     /// Kafka's acks=all checks: the committed ISR size and the effective min ISR (capped by the
     /// replication factor) before an append.
     pub fn has_enough_in_sync_replicas(&self, min_insync_replicas: i32) -> bool {
@@ -653,6 +658,9 @@ impl Partition {
     }
 
     fn gauges(&self) -> PartitionGauges {
+        let leader = self.is_leader();
+        let under_replicated = leader
+            && self.isr_len.load(Ordering::Acquire) < self.replica_count.load(Ordering::Acquire);
         let log = self.lock();
         PartitionGauges {
             topic: self.topic.clone(),
@@ -663,6 +671,8 @@ impl Partition {
             size_bytes: log.size_bytes(),
             segments: log.segment_count(),
             cleaner_dirty_ratio: None,
+            leader,
+            under_replicated,
         }
     }
 }

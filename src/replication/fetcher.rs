@@ -146,6 +146,7 @@ fn reconcile(
                 cancel: cancel.clone(),
                 paused: HashMap::new(),
                 failures: 0,
+                round: 0,
             }
             .run(),
         );
@@ -191,6 +192,9 @@ struct Fetcher {
     paused: HashMap<(Uuid, i32), Pause>,
     /// Consecutive failed requests (quiet logging first, louder if they persist).
     failures: u32,
+    /// Rotates the order of partitions in requests: only the first partition with data may
+    /// exceed its byte limit (KIP-74), so every partition gets to be first in turn.
+    round: usize,
 }
 
 impl Fetcher {
@@ -209,7 +213,10 @@ impl Fetcher {
             }
             let connection = match conn.as_mut() {
                 Some(c) => c,
-                None => match self.connect().await {
+                None => match tokio::select! {
+                    _ = self.cancel.cancelled() => return,
+                    c = self.connect() => c,
+                } {
                     Ok(c) => conn.insert(c),
                     Err(e) => {
                         self.failed(&e);
@@ -243,7 +250,12 @@ impl Fetcher {
             let out_of_range = self.process(targets, response).await;
             for target in out_of_range {
                 let Some(c) = conn.as_mut() else { break };
-                if let Err(e) = self.reset_out_of_range(c, &target).await {
+                let cancel = self.cancel.clone();
+                let reset = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    r = self.reset_out_of_range(c, &target) => r,
+                };
+                if let Err(e) = reset {
                     conn = None;
                     self.failed(&e);
                 }
@@ -301,6 +313,11 @@ impl Fetcher {
                 leader_epoch: epoch,
                 partition: p,
             });
+        }
+        if !out.is_empty() {
+            self.round = self.round.wrapping_add(1);
+            let n = out.len();
+            out.rotate_left(self.round % n);
         }
         out
     }

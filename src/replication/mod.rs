@@ -150,6 +150,8 @@ pub enum ReplicationError {
 pub(crate) struct IsrJob {
     pub partition: Arc<Partition>,
     pub request: AlterPartitionRequest,
+    /// The committed ISR's size when the change was proposed.
+    pub isr_len_before: usize,
 }
 
 /// The broker's replication state shared by the API handlers, the fetchers and the control
@@ -237,7 +239,13 @@ impl ReplicaManager {
 
     /// Queues an ISR change proposed by a partition leader.
     pub(crate) fn propose(&self, partition: Arc<Partition>, request: AlterPartitionRequest) {
-        if self.isr_jobs.send(IsrJob { partition, request }).is_err() {
+        let isr_len_before = partition.isr_len();
+        let job = IsrJob {
+            partition,
+            request,
+            isr_len_before,
+        };
+        if self.isr_jobs.send(job).is_err() {
             tracing::debug!("ISR updater stopped; proposal dropped");
         }
     }
@@ -289,6 +297,17 @@ async fn update_isr(
         };
         match answer {
             Ok(committed) => {
+                let before = job.isr_len_before;
+                let counter = if committed.isr.len() < before {
+                    Some(&broker.metrics.isr_shrinks)
+                } else if committed.isr.len() > before {
+                    Some(&broker.metrics.isr_expands)
+                } else {
+                    None
+                };
+                if let Some(c) = counter {
+                    c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 tracing::info!(topic = %job.partition.topic, partition = job.partition.index, isr = ?committed.isr, partition_epoch = committed.partition_epoch, "ISR updated");
                 let p = job.partition.clone();
                 let now = crate::broker::now_ms();

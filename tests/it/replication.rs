@@ -323,6 +323,14 @@ async fn a_stopped_follower_leaves_the_isr_and_rejoins_after_catching_up() {
     }
     let r = only_partition(produce_with(c.broker(1), -1, 10_000, PRODUCE_V, batch(1)).await);
     assert_eq!((r.error_code, r.base_offset), (0, 11));
+    let m = &c.broker(1).broker().metrics;
+    assert_eq!(
+        (
+            m.isr_shrinks.load(std::sync::atomic::Ordering::Relaxed),
+            m.isr_expands.load(std::sync::atomic::Ordering::Relaxed)
+        ),
+        (2, 2)
+    );
     c.shutdown().await;
 }
 
@@ -463,5 +471,80 @@ async fn a_new_leader_makes_the_old_leader_truncate_its_unreplicated_suffix() {
 
     // No acknowledged record was lost: the first 6 offsets are the bytes acknowledged.
     assert_eq!(&log_bytes(&c, 2)[..acked_bytes.len()], &acked_bytes[..]);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_behind_the_leaders_log_start_restarts_its_log_there() {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::DeleteRecordsRequest;
+    let mut c = Cluster::start(
+        3,
+        &[
+            ("replica.lag.time.max.ms", "500"),
+            ("replica.fetch.backoff.ms", "100"),
+        ],
+    )
+    .await;
+    c.set_partition(c.state(1, 0, &[1, 2, 3], 0)).await;
+    for id in 1..=3 {
+        c.register(id).await;
+    }
+    let r = only_partition(produce_with(c.broker(1), -1, 10_000, PRODUCE_V, batch(5)).await);
+    assert_eq!(r.error_code, 0);
+    c.brokers[2].stop().await;
+    for _ in 0..3 {
+        let r = only_partition(produce_with(c.broker(1), 1, 10_000, PRODUCE_V, batch(2)).await);
+        assert_eq!(r.error_code, 0);
+    }
+    eventually("the ISR to shrink to [1, 2]", || c.isr() == vec![1, 2]).await;
+    let leader = c.partition(1);
+    eventually("the high watermark to reach the log end", || {
+        leader.offsets().high_watermark == 11
+    })
+    .await;
+    // DeleteRecords moves the log start past everything broker 3 has.
+    let mut p = DeleteRecordsPartition::default();
+    p.partition_index = 0;
+    p.offset = 9;
+    let mut t = DeleteRecordsTopic::default();
+    t.name = name(TOPIC);
+    t.partitions = vec![p];
+    let mut req = DeleteRecordsRequest::default();
+    req.topics = vec![t];
+    req.timeout_ms = 10_000;
+    let r = c.broker(1).client().await.call(2, &req).await;
+    let p = &r.topics[0].partitions[0];
+    assert_eq!((p.error_code, p.low_watermark), (0, 9));
+    // The in-sync follower follows the leader's log start.
+    let follower = c.partition(2);
+    eventually("broker 2's log start to follow the leader's", || {
+        follower.offsets().log_start_offset == 9
+    })
+    .await;
+
+    // Broker 3 comes back with offsets 0..5: out of range, it restarts its log at 9.
+    c.brokers[2].resume().await;
+    c.register(3).await;
+    let lagging = c.partition(3);
+    eventually(
+        "broker 3 to restart at the leader's log start and catch up",
+        || {
+            let o = lagging.offsets();
+            o.log_start_offset == 9 && o.log_end_offset == 11
+        },
+    )
+    .await;
+    eventually("broker 3 to rejoin the ISR", || c.isr() == vec![1, 2, 3]).await;
+    let from_nine = |id: i32| {
+        let p = c.partition(id);
+        p.read(9, 1 << 20, 11, true)
+            .expect("read")
+            .map(|s| s.read().expect("slice"))
+            .unwrap_or_default()
+    };
+    assert_eq!(from_nine(3), from_nine(1));
     c.shutdown().await;
 }
