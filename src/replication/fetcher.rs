@@ -17,7 +17,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, ListOffsetsRequest, TopicName};
@@ -561,7 +560,7 @@ fn apply_partition_data(
             }
         };
     }
-    let records = data.records.unwrap_or_else(Bytes::new);
+    let records = data.records.unwrap_or_default();
     if p.offsets().log_end_offset != t.fetch_offset {
         // The log moved (truncated) since the request: this answer is stale.
         return Next::Continue;
