@@ -548,3 +548,124 @@ async fn a_follower_behind_the_leaders_log_start_restarts_its_log_there() {
     assert_eq!(from_nine(3), from_nine(1));
     c.shutdown().await;
 }
+
+/// A real client (librdkafka through confluent-kafka, when its Python venv is present:
+/// `STRATA_PYTHON`, default `/root/.cache/strata/venv/bin/python`): an idempotent acks=all
+/// producer keeps producing across a leader change (NOT_LEADER_OR_FOLLOWER, metadata refresh,
+/// the new leader's producer state), and a consumer reads every record once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_librdkafka_producer_and_consumer_follow_a_leader_change() {
+    use std::process::Stdio;
+    let python = std::env::var("STRATA_PYTHON")
+        .unwrap_or_else(|_| "/root/.cache/strata/venv/bin/python".to_string());
+    let usable = std::process::Command::new(&python)
+        .args(["-c", "import confluent_kafka"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !usable {
+        eprintln!("skipped: no Python with confluent-kafka at {python}");
+        return;
+    }
+    let c = Cluster::start(3, &[("replica.fetch.backoff.ms", "100")]).await;
+    c.set_partition(c.state(1, 0, &[1, 2, 3], 0)).await;
+    for id in 1..=3 {
+        c.register(id).await;
+    }
+    let bootstrap = (1..=3)
+        .map(|id| format!("127.0.0.1:{}", c.broker(id).kafka_addr.port()))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut child = std::process::Command::new(&python)
+        .args(["-c", LIBRDKAFKA_SCRIPT, &bootstrap, TOPIC])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start python");
+    let mut stdin = child.stdin.take().expect("stdin");
+    // The client's lines, read on a thread of their own.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let stdout = child.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut next_line = async || {
+        tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .expect("the client answers in time")
+            .expect("client output line")
+    };
+    assert_eq!(next_line().await, "produced 100");
+    // Broker 2 takes over with a new epoch while the client is connected to broker 1.
+    c.set_partition(c.state(2, 1, &[1, 2, 3], 1)).await;
+    {
+        use std::io::Write;
+        stdin.write_all(b"go\n").expect("signal the client");
+        stdin.flush().expect("signal the client");
+    }
+    assert_eq!(next_line().await, "produced 200");
+    assert_eq!(next_line().await, "consumed 200 in order");
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .expect("wait task")
+        .expect("client status");
+    assert!(status.success());
+    reader.join().expect("reader thread");
+    assert_eq!(c.partition(2).offsets().high_watermark, 200);
+    for id in [1, 3] {
+        let p = c.partition(id);
+        eventually("followers to hold every record", || {
+            p.offsets().log_end_offset == 200
+        })
+        .await;
+        assert_eq!(log_bytes(&c, id), log_bytes(&c, 2));
+    }
+    c.shutdown().await;
+}
+
+const LIBRDKAFKA_SCRIPT: &str = r#"
+import sys
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+bootstrap, topic = sys.argv[1], sys.argv[2]
+errors = []
+def report(err, msg):
+    if err is not None:
+        errors.append(str(err))
+
+p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+              "linger.ms": 5, "message.timeout.ms": 30000})
+def produce(prefix):
+    for i in range(100):
+        p.produce(topic, value=f"{prefix}-{i}".encode(), partition=0, on_delivery=report)
+        p.poll(0)
+    left = p.flush(30)
+    assert left == 0 and not errors, (left, errors)
+
+produce("a")
+print("produced 100", flush=True)
+assert sys.stdin.readline().strip() == "go"
+produce("b")
+print("produced 200", flush=True)
+
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": "repl-interop",
+              "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+c.assign([TopicPartition(topic, 0, 0)])
+values = []
+while len(values) < 200:
+    m = c.poll(30)
+    assert m is not None, f"no record after {len(values)}"
+    assert m.error() is None, m.error()
+    values.append(m.value().decode())
+c.close()
+expected = [f"a-{i}" for i in range(100)] + [f"b-{i}" for i in range(100)]
+assert values == expected, values[:10]
+print("consumed 200 in order", flush=True)
+"#;
