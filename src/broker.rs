@@ -1540,6 +1540,8 @@ impl Broker {
         };
         self.save_metadata()?;
         self.replication.forget_topic(&topic.name);
+        // Fetchers drop its partitions.
+        self.replication.follow_changed.notify_one();
         // A cleaner pass on one of its partitions stops first (Kafka's abortCleaning).
         self.log_cleaner.abort_topic(
             &topic.name,

@@ -292,6 +292,8 @@ impl Fetcher {
     fn targets(&mut self) -> Vec<Target> {
         let now = Instant::now();
         let partitions = self.partitions.borrow_and_update().clone();
+        self.paused
+            .retain(|key, _| partitions.iter().any(|p| (p.topic_id, p.index) == *key));
         let mut out = Vec::with_capacity(partitions.len());
         for p in partitions {
             let (leader, epoch) = p.leader_and_epoch();
