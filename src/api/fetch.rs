@@ -33,14 +33,14 @@ struct Wanted {
 
 /// Who fetches, and how the request is answered.
 #[derive(Clone, Copy)]
-struct Fetcher {
+struct FetchParams {
     /// A follower's broker id, or -1 for a consumer.
     replica_id: i32,
     version: i16,
     read_committed: bool,
 }
 
-impl Fetcher {
+impl FetchParams {
     fn is_follower(&self) -> bool {
         self.replica_id >= 0
     }
@@ -93,7 +93,7 @@ pub async fn handle(
         },
         log_start_offset: p.log_start_offset,
     };
-    let fetcher = Fetcher {
+    let params = FetchParams {
         replica_id: if version >= 15 {
             req.replica_state.replica_id.0
         } else {
@@ -152,7 +152,7 @@ pub async fn handle(
         let b = broker.clone();
         let w = wanted.clone();
         let record = std::mem::take(&mut first);
-        let pass = match blocking(move || read_pass(&b, &w, max_bytes, fetcher, record)).await {
+        let pass = match blocking(move || read_pass(&b, &w, max_bytes, params, record)).await {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!(error = %e, "fetch task failed");
@@ -185,7 +185,7 @@ pub async fn handle(
             // Deadline: one last pass returns whatever has arrived.
             let b = broker.clone();
             let w = wanted.clone();
-            match blocking(move || read_pass(&b, &w, max_bytes, fetcher, false)).await {
+            match blocking(move || read_pass(&b, &w, max_bytes, params, false)).await {
                 Ok(p) => break p,
                 Err(_) => {
                     return FetchResponse::default().with_error_code(errors::internal().code())
@@ -395,10 +395,10 @@ fn read_pass(
     broker: &Broker,
     wanted: &[Wanted],
     max_bytes: usize,
-    fetcher: Fetcher,
+    params: FetchParams,
     record_follower_position: bool,
 ) -> Pass {
-    let read_committed = fetcher.read_committed;
+    let read_committed = params.read_committed;
     let mut pass = Pass {
         topics: Vec::with_capacity(wanted.len()),
         bytes: 0,
@@ -445,7 +445,7 @@ fn read_pass(
                 continue;
             }
             let role = p.role();
-            if role == Role::None || (fetcher.only_from_leader() && role != Role::Leader) {
+            if role == Role::None || (params.only_from_leader() && role != Role::Leader) {
                 pass.errors = true;
                 let (data, leader) = not_leader(&p, index);
                 pass.leaders.extend(leader);
@@ -491,7 +491,7 @@ fn read_pass(
             let min_one = pass.bytes == 0;
             // Followers read up to the log end; read_committed consumers stop at the last
             // stable offset, others at the high watermark.
-            let max_offset = if fetcher.is_follower() {
+            let max_offset = if params.is_follower() {
                 offsets.log_end_offset
             } else if read_committed {
                 offsets.last_stable_offset
@@ -538,9 +538,9 @@ fn read_pass(
                     continue;
                 }
             };
-            if fetcher.is_follower() && record_follower_position {
+            if params.is_follower() && record_follower_position {
                 match p.update_follower_fetch_state(
-                    fetcher.replica_id,
+                    params.replica_id,
                     fetch_offset,
                     pos.log_start_offset,
                     offsets.log_end_offset,
