@@ -54,7 +54,8 @@ impl FetchParams {
 struct Pass {
     topics: Vec<FetchableTopicResponse>,
     bytes: usize,
-    errors: bool,
+    /// An error or a diverging epoch: answer without waiting for data.
+    answer_now: bool,
     /// Partitions consulted with the (high watermark, log end offset) seen, to detect appends
     /// that race the wait.
     watched: Vec<(Arc<Partition>, i64, i64)>,
@@ -160,7 +161,7 @@ pub async fn handle(
             }
         };
         if pass.bytes >= min_bytes
-            || pass.errors
+            || pass.answer_now
             || pass.remote.is_some()
             || Instant::now() >= deadline
             || pass.watched.is_empty()
@@ -402,7 +403,7 @@ fn read_pass(
     let mut pass = Pass {
         topics: Vec::with_capacity(wanted.len()),
         bytes: 0,
-        errors: false,
+        answer_now: false,
         watched: Vec::new(),
         leaders: Vec::new(),
         remote: None,
@@ -430,12 +431,12 @@ fn read_pass(
                 .and_then(|t| t.partitions.get(usize::try_from(index).ok()?))
                 .cloned()
             else {
-                pass.errors = true;
+                pass.answer_now = true;
                 partitions.push(partition_response(index, missing));
                 continue;
             };
             if current_leader_epoch >= 0 && current_leader_epoch != p.leader_epoch() {
-                pass.errors = true;
+                pass.answer_now = true;
                 let e = if current_leader_epoch > p.leader_epoch() {
                     ResponseError::UnknownLeaderEpoch
                 } else {
@@ -446,7 +447,7 @@ fn read_pass(
             }
             let role = p.role();
             if role == Role::None || (params.only_from_leader() && role != Role::Leader) {
-                pass.errors = true;
+                pass.answer_now = true;
                 let (data, leader) = not_leader(&p, index);
                 pass.leaders.extend(leader);
                 partitions.push(data);
@@ -461,7 +462,7 @@ fn read_pass(
                 match diverging_epoch(&p, pos.last_fetched_epoch, fetch_offset, offsets) {
                     Ok(None) => {}
                     Ok(Some(diverging)) => {
-                        pass.errors = true;
+                        pass.answer_now = true;
                         partitions.push(
                             PartitionData::default()
                                 .with_partition_index(index)
@@ -475,7 +476,7 @@ fn read_pass(
                         continue;
                     }
                     Err(code) => {
-                        pass.errors = true;
+                        pass.answer_now = true;
                         broker.metrics.record_error(1, code.code());
                         partitions.push(
                             partition_response(index, code)
@@ -523,7 +524,7 @@ fn read_pass(
                     Bytes::new()
                 }
                 Err(e) => {
-                    pass.errors = true;
+                    pass.answer_now = true;
                     let code = errors::read_error(&e);
                     if code == ResponseError::KafkaStorageError {
                         tracing::error!(topic = %p.topic, partition = index, error = %e, "fetch read failed");
@@ -549,7 +550,7 @@ fn read_pass(
                     Ok(Some(expansion)) => broker.replication().propose(p.clone(), expansion),
                     Ok(None) => {}
                     Err(FollowerFetchError::NotLeaderOrFollower) => {
-                        pass.errors = true;
+                        pass.answer_now = true;
                         let (data, leader) = not_leader(&p, index);
                         pass.leaders.extend(leader);
                         partitions.push(data);
