@@ -1723,7 +1723,13 @@ impl Broker {
         let mut follow_changed = false;
         for (name, states) in by_topic {
             let topic_id = states[0].topic_id;
-            let count = states.iter().map(|s| s.partition + 1).max().unwrap_or(1);
+            // Out-of-range partitions are refused below; they do not size the topic.
+            let count = states
+                .iter()
+                .filter(|s| (0..100_000).contains(&s.partition))
+                .map(|s| s.partition + 1)
+                .max()
+                .unwrap_or(1);
             let topic = match self.ensure_topic(&name, topic_id, count) {
                 Ok(t) => t,
                 Err(e) => {
@@ -1741,8 +1747,12 @@ impl Broker {
                     });
                     continue;
                 }
-                let invalid = if state.partition < 0 {
-                    Some("negative partition")
+                let invalid = if !(0..100_000).contains(&state.partition) {
+                    Some("partition out of range")
+                } else if state.leader_epoch < 0 || state.partition_epoch < 0 {
+                    Some("negative epoch")
+                } else if state.replicas.is_empty() {
+                    Some("no replicas")
                 } else if state.leader.is_some_and(|l| !state.replicas.contains(&l)) {
                     Some("the leader is not a replica")
                 } else if state.isr.iter().any(|r| !state.replicas.contains(r)) {

@@ -329,6 +329,44 @@ mod tests {
         assert_eq!(s.expansion(2, 50), Some(vec![1, 2]));
     }
 
+    proptest::proptest! {
+        /// Whatever the followers fetch and however the ISR changes, the high watermark never
+        /// passes the log end offset of the leader or of a maximal-ISR member.
+        #[test]
+        fn the_high_watermark_never_passes_an_in_sync_replica(
+            steps in proptest::collection::vec((2i32..=3, 0i64..50, 0i64..3_000, 0u8..4), 1..60)
+        ) {
+            let mut s = leader_of_three();
+            let mut leader_end = 10i64;
+            let mut now = 5_000i64;
+            for (follower, advance, elapsed, action) in steps {
+                now += elapsed;
+                leader_end += advance;
+                match action {
+                    0 => {
+                        let f = s.followers.get_mut(&follower).unwrap();
+                        let offset = (f.log_end_offset.max(0) + advance).min(leader_end);
+                        f.record_fetch(offset, 0, now, leader_end);
+                    }
+                    1 => if let Some(isr) = s.shrink(leader_end, now) { s.isr = isr },
+                    2 => if let Some(isr) = s.expansion(follower, leader_end) {
+                        s.pending_isr = Some(isr);
+                    },
+                    _ => if let Some(p) = s.pending_isr.take() { s.isr = p },
+                }
+                proptest::prop_assert!(s.isr.contains(&1), "the leader stays in its ISR");
+                if let Some(hw) = s.high_watermark(leader_end, now, 1) {
+                    proptest::prop_assert!(hw <= leader_end);
+                    for id in s.maximal_isr() {
+                        if let Some(f) = s.followers.get(&id) {
+                            proptest::prop_assert!(hw <= f.log_end_offset, "hw {} > replica {} at {}", hw, id, f.log_end_offset);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn effective_min_isr_is_capped_by_the_replication_factor() {
         let s = ReplicaSet::sole_leader(1, 0, 1000);

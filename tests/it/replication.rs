@@ -229,6 +229,40 @@ async fn acks_all_waits_for_the_isr_and_followers_store_identical_bytes() {
         assert_eq!(p.with_log(|l| l.latest_epoch()), Some(0));
     }
 
+    // Malformed control-plane states are refused with a reason, and change nothing.
+    let mut bad = c.state(4, 1, &[1, 2, 3], 1);
+    bad.replicas = vec![1, 2, 3];
+    let b = c.broker(1).broker().clone();
+    let refused = tokio::task::spawn_blocking(move || {
+        let mut huge = bad.clone();
+        huge.leader = Some(1);
+        huge.partition = 1 << 30;
+        (
+            b.apply_partition_states(vec![bad])
+                .map_err(|e| e.to_string()),
+            b.apply_partition_states(vec![huge])
+                .map_err(|e| e.to_string()),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(
+        refused
+            .0
+            .as_ref()
+            .is_err_and(|e| e.contains("leader is not a replica")),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .1
+            .as_ref()
+            .is_err_and(|e| e.contains("out of range")),
+        "{refused:?}"
+    );
+    assert!(leader.is_leader());
+    assert_eq!(leader.leader_and_epoch(), (Some(1), 0));
+
     // Every broker describes the same cluster and partition.
     for id in 1..=3 {
         let mut client = c.broker(id).client().await;
