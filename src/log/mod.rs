@@ -621,6 +621,9 @@ impl Log {
     /// anything was removed.
     pub fn truncate_to(&mut self, offset: i64, now_ms: i64) -> io::Result<bool> {
         if offset >= self.log_end_offset {
+            // Still drop an epoch that starts at the log end: this broker led that epoch
+            // without appending, and the entry would make every fetch diverge (as Kafka does).
+            self.epochs.truncate_from_end(self.log_end_offset)?;
             return Ok(false);
         }
         if offset < self.log_start_offset {

@@ -164,3 +164,17 @@ fn truncation_below_the_log_start_restarts_the_log() {
     );
     assert_eq!(log.latest_epoch(), None);
 }
+
+#[test]
+fn truncating_at_the_log_end_drops_an_epoch_led_without_appending() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &[]);
+    let b = encode_batch(&[b"a", b"b"], Compression::None, now());
+    log.append_as_leader(&b, 0, now()).unwrap();
+    // Elected for epoch 3, then demoted before any append.
+    log.assign_epoch_start_offset(3, 2).unwrap();
+    assert_eq!(log.latest_epoch(), Some(3));
+    assert!(!log.truncate_to(2, now()).unwrap());
+    assert_eq!(log.latest_epoch(), Some(0));
+    assert_eq!(log.log_end_offset(), 2);
+}

@@ -583,6 +583,35 @@ async fn a_follower_behind_the_leaders_log_start_restarts_its_log_there() {
     c.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_demoted_before_appending_drops_its_empty_epoch_and_replicates_on() {
+    let c = Cluster::start(3, &[("replica.fetch.backoff.ms", "100")]).await;
+    c.set_partition(c.state(1, 0, &[1, 2, 3], 0)).await;
+    for id in 1..=3 {
+        c.register(id).await;
+    }
+    let r = only_partition(produce_with(c.broker(1), -1, 10_000, PRODUCE_V, batch(3)).await);
+    assert_eq!(r.error_code, 0);
+    // Broker 2 leads epoch 1 without appending anything, then broker 1 is back for epoch 2.
+    c.set_partition(c.state(2, 1, &[1, 2, 3], 1)).await;
+    assert_eq!(c.partition(2).with_log(|l| l.latest_epoch()), Some(1));
+    c.set_partition(c.state(1, 2, &[1, 2, 3], 2)).await;
+    let r = only_partition(produce_with(c.broker(1), -1, 10_000, PRODUCE_V, batch(2)).await);
+    assert_eq!((r.error_code, r.base_offset), (0, 3));
+    for id in [2, 3] {
+        let p = c.partition(id);
+        eventually("the follower to replicate epoch 2", || {
+            p.offsets().log_end_offset == 5
+        })
+        .await;
+        assert_eq!(log_bytes(&c, id), log_bytes(&c, 1), "broker {id}'s log");
+        // Broker 2's empty epoch 1 is gone: its epochs are the leader's.
+        assert_eq!(p.with_log(|l| l.end_offset_for_epoch(1)), (0, 3));
+        assert_eq!(p.with_log(|l| l.latest_epoch()), Some(2));
+    }
+    c.shutdown().await;
+}
+
 /// A real client (librdkafka through confluent-kafka, when its Python venv is present:
 /// `STRATA_PYTHON`, default `/root/.cache/strata/venv/bin/python`): an idempotent acks=all
 /// producer keeps producing across a leader change (NOT_LEADER_OR_FOLLOWER, metadata refresh,
