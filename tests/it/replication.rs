@@ -229,6 +229,36 @@ async fn acks_all_waits_for_the_isr_and_followers_store_identical_bytes() {
         assert_eq!(p.with_log(|l| l.latest_epoch()), Some(0));
     }
 
+    // A follower's fetch sent to another follower names the leader (Fetch v16, KIP-951).
+    let mut req = fetch_request(TOPIC, 0, &FetchArgs::default());
+    req.topics[0].topic_id = c.topic_id;
+    req.replica_state.replica_id = 3.into();
+    let r = c.broker(2).client().await.call(16, &req).await;
+    let p = &r.responses[0].partitions[0];
+    assert_eq!(p.error_code, ResponseError::NotLeaderOrFollower.code());
+    assert_eq!(
+        (p.current_leader.leader_id.0, p.current_leader.leader_epoch),
+        (1, 0)
+    );
+    assert_eq!(
+        r.node_endpoints
+            .iter()
+            .map(|e| (e.node_id.0, e.port))
+            .collect::<Vec<_>>(),
+        vec![(1, c.broker(1).kafka_addr.port() as i32)]
+    );
+    // So does a consumer's before KIP-392 (Fetch v10); from v11 it may read a follower.
+    let r = c
+        .broker(2)
+        .client()
+        .await
+        .call(10, &fetch_request(TOPIC, 0, &FetchArgs::default()))
+        .await;
+    assert_eq!(
+        r.responses[0].partitions[0].error_code,
+        ResponseError::NotLeaderOrFollower.code()
+    );
+
     // Malformed control-plane states are refused with a reason, and change nothing.
     let mut bad = c.state(4, 1, &[1, 2, 3], 1);
     bad.replicas = vec![1, 2, 3];
