@@ -1,26 +1,37 @@
 //! Replication data plane: partition leadership as decided by the control plane, the leader's
 //! follower tracking (high watermark, ISR), and the followers' replica fetchers.
 //!
-//! Interface with the control plane (the Raft metadata quorum, wired in later):
-//! - [`crate::broker::Broker::set_cluster_brokers`] registers every broker and its listeners;
-//! - [`crate::broker::Broker::apply_partition_states`] applies leader, leader epoch, replicas,
-//!   ISR and partition epoch per partition; this broker becomes leader or follower exactly as
-//!   Kafka's `Partition.makeLeader` / `makeFollower` do, and its fetchers are (re)started;
-//! - the leader proposes ISR changes through an [`IsrChangeSink`] (Kafka's AlterPartition) set
-//!   with [`crate::broker::Broker::set_isr_change_sink`]; the committed result comes back as
-//!   the sink's answer (and, later, as a new partition state).
+//! Interface with the control plane (the Raft metadata quorum, wired in later), in this order
+//! after start-up and again after every change it commits:
+//! 1. [`crate::broker::Broker::set_cluster_brokers`]: every registered broker with its
+//!    listeners (followers connect to `inter.broker.listener.name`, else the first listener);
+//! 2. [`crate::broker::Broker::set_isr_change_sink`]: where this broker, as a leader, proposes
+//!    ISR changes (Kafka's AlterPartition). The sink answers the committed [`LeaderAndIsr`]
+//!    (with the bumped partition epoch) or an [`AlterPartitionError`]; the leader then applies
+//!    it, and the control plane should also publish it as a new partition state;
+//! 3. [`crate::broker::Broker::apply_partition_states`] (blocking): leader, leader epoch,
+//!    replicas, ISR and partition epoch per partition. This broker becomes leader or follower
+//!    exactly as Kafka's `Partition.makeLeader` / `makeFollower` do; states older than the
+//!    partition epoch already applied are ignored; fetchers are (re)started. Nothing of it is
+//!    persisted: after a restart the control plane applies the states again, and until then
+//!    the broker behaves as a single node.
+//!
+//! [`in_process::InProcessController`] implements this for brokers in one process (tests).
 //!
 //! Until a state is applied a partition behaves as on a single node: this broker leads it with
 //! ISR = {itself} and the high watermark follows the log end offset, with no extra lock on the
 //! append path.
 //!
 //! Concurrency: per partition, the replica set (`state::ReplicaSet`) is behind its own mutex,
-//! taken before the log lock and never the other way round; role flags are atomics written
-//! under both. Fetchers and the ISR updater are tasks owned by [`run`], which the runtime
-//! spawns and cancels; they ask the partition to change rather than share its locks.
+//! taken before the log lock and never the other way round; role, leader, epoch and ISR sizes
+//! are atomics written under both, so the produce and fetch paths read them without locking.
+//! Fetchers and the ISR updater are tasks owned by [`run`], which the runtime spawns and
+//! cancels; they ask the partition to change rather than share its locks.
 //!
-//! Crash consistency: nothing here is persisted beyond the logs (leader epochs in the
-//! `leader-epoch-checkpoint`); the control plane re-applies states after a restart.
+//! Crash consistency: leader epochs live in the log's `leader-epoch-checkpoint`; a replica
+//! restarts from its `replication-offset-checkpoint` high watermark once a state is applied.
+//! Retries: fetch errors back off by `replica.fetch.backoff.ms`; a refused or unanswered ISR
+//! change is proposed again by the next fetch or expiration check.
 
 pub mod fetcher;
 pub mod in_process;
