@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -29,6 +29,7 @@ use crate::log::checkpoint;
 use crate::log::segment::FileSlice;
 use crate::log::{AppendError, AppendInfo, LoadOptions, Log, ReadError};
 use crate::metrics::{Metrics, PartitionGauges};
+use crate::replication::state::ReplicaSet;
 
 const METADATA_FILE: &str = "strata-metadata.toml";
 const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
@@ -102,14 +103,48 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
 
 pub struct Partition {
     pub topic: String,
+    pub topic_id: Uuid,
     pub index: i32,
     log: Mutex<Log>,
-    leader_epoch: i32,
+    local_id: i32,
+    leader_epoch: AtomicI32,
+    /// The leader as last applied (-1: none).
+    leader_id: AtomicI32,
+    /// The high watermark checkpointed before the last shutdown (-1: none). A single node
+    /// takes the log end as its high watermark on start; a replica starts from this instead
+    /// once the control plane applies its first state (Kafka's replication-offset-checkpoint).
+    checkpointed_high_watermark: AtomicI64,
+    /// One of `ROLE_*`; written under both the replica set and the log lock.
+    role: AtomicU8,
+    /// Set once the control plane applied a state: the high watermark then follows the ISR.
+    /// While unset this broker leads alone and the append path takes no other lock.
+    replicated: AtomicBool,
+    /// Leadership, ISR and follower progress (see [`crate::replication::state`]). Lock order:
+    /// this before the log, never the reverse.
+    replica_set: Mutex<ReplicaSet>,
+    /// Sizes of the committed ISR, the maximal ISR and the replica set, readable without the
+    /// replica set lock (acks=all checks on the async workers).
+    isr_len: AtomicUsize,
+    maximal_isr_len: AtomicUsize,
+    replica_count: AtomicUsize,
     waiters: Mutex<Vec<Arc<Notify>>>,
     high_watermark: AtomicI64,
     log_end_offset: AtomicI64,
     log_start_offset: AtomicI64,
     last_stable_offset: AtomicI64,
+}
+
+const ROLE_LEADER: u8 = 0;
+const ROLE_FOLLOWER: u8 = 1;
+/// This broker is not among the partition's replicas.
+const ROLE_NONE: u8 = 2;
+
+/// This broker's part in a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Leader,
+    Follower,
+    None,
 }
 
 /// Offsets of a partition without taking its log lock.
@@ -122,12 +157,35 @@ pub struct PartitionOffsets {
     pub last_stable_offset: i64,
 }
 
+/// Why a follower's fetch state could not be recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowerFetchError {
+    NotLeaderOrFollower,
+}
+
 impl Partition {
-    fn new(topic: &str, index: i32, log: Log) -> Partition {
+    fn new(topic: &str, topic_id: Uuid, index: i32, log: Log, config: &BrokerConfig) -> Partition {
+        let epoch = log.latest_epoch().unwrap_or(0).max(0);
+        let local_id = config.node_id;
+        let replica_lag_time_max_ms = config.replication.replica_lag_time_max.as_millis() as i64;
         Partition {
             topic: topic.to_string(),
+            topic_id,
             index,
-            leader_epoch: log.latest_epoch().unwrap_or(0).max(0),
+            local_id,
+            leader_epoch: AtomicI32::new(epoch),
+            leader_id: AtomicI32::new(local_id),
+            checkpointed_high_watermark: AtomicI64::new(-1),
+            role: AtomicU8::new(ROLE_LEADER),
+            replicated: AtomicBool::new(false),
+            replica_set: Mutex::new(ReplicaSet::sole_leader(
+                local_id,
+                epoch,
+                replica_lag_time_max_ms,
+            )),
+            isr_len: AtomicUsize::new(1),
+            maximal_isr_len: AtomicUsize::new(1),
+            replica_count: AtomicUsize::new(1),
             high_watermark: AtomicI64::new(log.high_watermark()),
             log_end_offset: AtomicI64::new(log.log_end_offset()),
             log_start_offset: AtomicI64::new(log.log_start_offset()),
@@ -143,6 +201,23 @@ impl Partition {
         self.log.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn lock_replicas(&self) -> std::sync::MutexGuard<'_, ReplicaSet> {
+        self.replica_set.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn publish_isr(&self, set: &ReplicaSet) {
+        self.isr_len.store(set.isr.len(), Ordering::Release);
+        self.maximal_isr_len
+            .store(set.maximal_isr().len(), Ordering::Release);
+        self.replica_count
+            .store(set.replicas.len().max(1), Ordering::Release);
+    }
+
+    /// Kafka's `effectiveMinIsr`: min.insync.replicas capped by the replication factor.
+    fn effective_min_isr(&self, min_insync_replicas: i32) -> usize {
+        (min_insync_replicas.max(1) as usize).min(self.replica_count.load(Ordering::Acquire))
+    }
+
     fn publish(&self, log: &Log) {
         self.log_start_offset
             .store(log.log_start_offset(), Ordering::Release);
@@ -155,7 +230,7 @@ impl Partition {
     }
 
     pub fn leader_epoch(&self) -> i32 {
-        self.leader_epoch
+        self.leader_epoch.load(Ordering::Acquire)
     }
 
     pub fn offsets(&self) -> PartitionOffsets {
@@ -164,6 +239,68 @@ impl Partition {
             high_watermark: self.high_watermark.load(Ordering::Acquire),
             log_end_offset: self.log_end_offset.load(Ordering::Acquire),
             last_stable_offset: self.last_stable_offset.load(Ordering::Acquire),
+        }
+    }
+
+    pub fn role(&self) -> Role {
+        match self.role.load(Ordering::Acquire) {
+            ROLE_LEADER => Role::Leader,
+            ROLE_FOLLOWER => Role::Follower,
+            _ => Role::None,
+        }
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.role.load(Ordering::Acquire) == ROLE_LEADER
+    }
+
+    /// Whether the control plane has applied a state to this partition.
+    pub fn is_replicated(&self) -> bool {
+        self.replicated.load(Ordering::Acquire)
+    }
+
+    /// The current leader and its epoch as this broker knows them.
+    pub fn leader_and_epoch(&self) -> (Option<i32>, i32) {
+        let leader = self.leader_id.load(Ordering::Acquire);
+        ((leader >= 0).then_some(leader), self.leader_epoch())
+    }
+
+    /// A snapshot of the replica set (leadership, ISR, follower progress).
+    pub fn replica_set(&self) -> ReplicaSet {
+        self.lock_replicas().clone()
+    }
+
+    /// The committed ISR's size (1 until the control plane applies a state).
+    pub fn isr_len(&self) -> usize {
+        self.isr_len.load(Ordering::Acquire)
+    }
+
+    /// Kafka's acks=all checks: the committed ISR size and the effective min ISR (capped by the
+    /// replication factor) before an append.
+    pub fn has_enough_in_sync_replicas(&self, min_insync_replicas: i32) -> bool {
+        self.isr_len.load(Ordering::Acquire) >= self.effective_min_isr(min_insync_replicas)
+    }
+
+    /// Kafka's `checkEnoughReplicasReachOffset` for a waiting acks=all produce: `Ok(true)` once
+    /// the high watermark reached `required_offset` with the maximal ISR at least min ISR.
+    pub fn check_enough_replicas_reach_offset(
+        &self,
+        required_offset: i64,
+        min_insync_replicas: i32,
+    ) -> Result<bool, kafka_protocol::ResponseError> {
+        use kafka_protocol::ResponseError;
+        if !self.is_leader() {
+            return Err(ResponseError::NotLeaderOrFollower);
+        }
+        if self.offsets().high_watermark < required_offset {
+            return Ok(false);
+        }
+        if self.maximal_isr_len.load(Ordering::Acquire)
+            >= self.effective_min_isr(min_insync_replicas)
+        {
+            Ok(true)
+        } else {
+            Err(ResponseError::NotEnoughReplicasAfterAppend)
         }
     }
 
@@ -178,20 +315,21 @@ impl Partition {
     ) -> Result<i64, AppendError> {
         let offset = {
             let mut log = self.lock();
+            if !self.is_leader() {
+                return Err(AppendError::NotLeaderOrFollower);
+            }
             let offset = log.append_txn_marker(
                 producer_id,
                 producer_epoch,
                 coordinator_epoch,
                 commit,
-                self.leader_epoch,
+                self.leader_epoch(),
                 now_ms(),
             )?;
-            let leo = log.log_end_offset();
-            log.update_high_watermark(leo);
-            self.publish(&log);
+            self.after_leader_append(&mut log);
             offset
         };
-        self.wake_waiters();
+        self.after_append_unlocked();
         Ok(offset)
     }
 
@@ -199,17 +337,288 @@ impl Partition {
     pub fn append(&self, records: &[u8]) -> Result<AppendInfo, AppendError> {
         let info = {
             let mut log = self.lock();
-            let info = log.append_as_leader(records, self.leader_epoch, now_ms())?;
-            // A single replica is the whole ISR: the high watermark follows the log end.
-            let leo = log.log_end_offset();
-            log.update_high_watermark(leo);
-            self.publish(&log);
+            // Checked under the log lock: a role change takes it too.
+            if !self.is_leader() {
+                return Err(AppendError::NotLeaderOrFollower);
+            }
+            let info = log.append_as_leader(records, self.leader_epoch(), now_ms())?;
+            self.after_leader_append(&mut log);
             info
         };
         if !info.duplicate {
-            self.wake_waiters();
+            self.after_append_unlocked();
         }
         Ok(info)
+    }
+
+    /// A single replica is the whole ISR: the high watermark follows the log end.
+    fn after_leader_append(&self, log: &mut Log) {
+        if !self.is_replicated() {
+            let leo = log.log_end_offset();
+            log.update_high_watermark(leo);
+        }
+        self.publish(log);
+    }
+
+    fn after_append_unlocked(&self) {
+        if self.is_replicated() {
+            self.maybe_increment_high_watermark(now_ms());
+        }
+        self.wake_waiters();
+    }
+
+    /// Kafka's `maybeIncrementLeaderHW`: moves the high watermark up to the smallest log end
+    /// offset of the (maximal) ISR and wakes waiters. Blocking (takes the log lock).
+    pub fn maybe_increment_high_watermark(&self, now: i64) -> bool {
+        let set = self.lock_replicas();
+        if !set.is_leader() {
+            return false;
+        }
+        let mut log = self.lock();
+        let candidate =
+            set.high_watermark(log.log_end_offset(), now, log.config().min_insync_replicas);
+        drop(set);
+        let moved = candidate.is_some_and(|hw| hw > log.high_watermark());
+        if let Some(hw) = candidate.filter(|_| moved) {
+            log.update_high_watermark(hw);
+            self.publish(&log);
+        }
+        drop(log);
+        if moved {
+            self.wake_waiters();
+        }
+        moved
+    }
+
+    /// Records a follower's fetch at `fetch_offset` (Kafka's `updateFollowerFetchState`),
+    /// moves the high watermark, and returns an ISR expansion to propose, if any. Blocking.
+    pub fn update_follower_fetch_state(
+        &self,
+        replica_id: i32,
+        fetch_offset: i64,
+        follower_log_start_offset: i64,
+        leader_log_end_offset: i64,
+        now: i64,
+    ) -> Result<Option<crate::replication::AlterPartitionRequest>, FollowerFetchError> {
+        let (moved_end, expansion) = {
+            let mut set = self.lock_replicas();
+            if !set.is_leader() {
+                return Err(FollowerFetchError::NotLeaderOrFollower);
+            }
+            let Some(f) = set.followers.get_mut(&replica_id) else {
+                return Err(FollowerFetchError::NotLeaderOrFollower);
+            };
+            let before = f.log_end_offset;
+            f.record_fetch(
+                fetch_offset,
+                follower_log_start_offset,
+                now,
+                leader_log_end_offset,
+            );
+            let hw = self.offsets().high_watermark;
+            let expansion = set.expansion(replica_id, hw).map(|new_isr| {
+                set.pending_isr = Some(new_isr.clone());
+                self.publish_isr(&set);
+                crate::replication::AlterPartitionRequest {
+                    topic_id: self.topic_id,
+                    partition: self.index,
+                    leader_epoch: set.leader_epoch,
+                    new_isr,
+                    partition_epoch: set.partition_epoch,
+                }
+            });
+            (before != fetch_offset, expansion)
+        };
+        if moved_end {
+            self.maybe_increment_high_watermark(now);
+        }
+        Ok(expansion)
+    }
+
+    /// The ISR shrink to propose when followers lag (Kafka's `maybeShrinkIsr`).
+    pub fn maybe_shrink_isr(&self, now: i64) -> Option<crate::replication::AlterPartitionRequest> {
+        if !self.is_replicated() {
+            return None;
+        }
+        let mut set = self.lock_replicas();
+        let new_isr = set.shrink(self.offsets().log_end_offset, now)?;
+        tracing::info!(topic = %self.topic, partition = self.index, isr = ?set.isr, new_isr = ?new_isr, "shrinking ISR: followers out of sync");
+        set.pending_isr = Some(new_isr.clone());
+        self.publish_isr(&set);
+        Some(crate::replication::AlterPartitionRequest {
+            topic_id: self.topic_id,
+            partition: self.index,
+            leader_epoch: set.leader_epoch,
+            new_isr,
+            partition_epoch: set.partition_epoch,
+        })
+    }
+
+    /// The controller committed an ISR change. Blocking.
+    pub fn isr_change_committed(&self, committed: &crate::replication::LeaderAndIsr, now: i64) {
+        {
+            let mut set = self.lock_replicas();
+            if committed.leader_epoch != set.leader_epoch
+                || committed.partition_epoch < set.partition_epoch
+            {
+                set.pending_isr = None;
+                self.publish_isr(&set);
+                return;
+            }
+            set.isr = committed.isr.clone();
+            set.partition_epoch = committed.partition_epoch;
+            set.pending_isr = None;
+            self.publish_isr(&set);
+        }
+        self.maybe_increment_high_watermark(now);
+        self.wake_waiters();
+    }
+
+    /// The controller refused or did not answer an ISR change: propose again later.
+    pub fn isr_change_failed(&self, request: &crate::replication::AlterPartitionRequest) {
+        let mut set = self.lock_replicas();
+        if set.pending_isr.as_ref() == Some(&request.new_isr) {
+            set.pending_isr = None;
+            self.publish_isr(&set);
+        }
+    }
+
+    /// Applies a control-plane state (Kafka's `makeLeader` / `makeFollower`). Returns whether
+    /// fetching must (re)start for it: this broker follows and the leader epoch changed.
+    /// Stale states (older partition epoch) are ignored. Blocking.
+    pub fn apply_state(
+        &self,
+        state: &crate::replication::PartitionLeadership,
+        replica_lag_time_max_ms: i64,
+        now: i64,
+    ) -> io::Result<bool> {
+        let mut set = self.lock_replicas();
+        let first = !self.is_replicated();
+        if !first && state.partition_epoch < set.partition_epoch {
+            tracing::info!(topic = %self.topic, partition = self.index, partition_epoch = state.partition_epoch, current = set.partition_epoch, "skipped a stale partition state");
+            return Ok(false);
+        }
+        let was_leader = set.is_leader() && !first;
+        let new_epoch = first || state.leader_epoch > set.leader_epoch;
+        set.replica_lag_time_max_ms = replica_lag_time_max_ms;
+        set.replicas = state.replicas.clone();
+        set.isr = state.isr.clone();
+        set.pending_isr = None;
+        set.partition_epoch = state.partition_epoch;
+        set.leader = state.leader;
+        let role = if state.leader == Some(self.local_id) {
+            ROLE_LEADER
+        } else if state.replicas.contains(&self.local_id) {
+            ROLE_FOLLOWER
+        } else {
+            ROLE_NONE
+        };
+        let mut log = self.lock();
+        let checkpointed = self.checkpointed_high_watermark.swap(-1, Ordering::AcqRel);
+        if first && checkpointed >= 0 && checkpointed < log.high_watermark() {
+            log.update_high_watermark(checkpointed);
+            self.publish(&log);
+        }
+        if role == ROLE_LEADER {
+            if new_epoch {
+                let leo = log.log_end_offset();
+                log.assign_epoch_start_offset(state.leader_epoch, leo)?;
+                set.leader_epoch = state.leader_epoch;
+                set.start_leader_epoch(was_leader, leo, now);
+                tracing::info!(topic = %self.topic, partition = self.index, leader_epoch = state.leader_epoch, start_offset = leo, high_watermark = log.high_watermark(), isr = ?state.isr, "became leader");
+            } else {
+                set.sync_followers();
+            }
+        } else {
+            if new_epoch {
+                tracing::info!(topic = %self.topic, partition = self.index, leader = ?state.leader, leader_epoch = state.leader_epoch, "became follower");
+            }
+            set.leader_epoch = state.leader_epoch.max(set.leader_epoch);
+            set.leader_epoch_start_offset = None;
+            set.followers.clear();
+        }
+        self.publish_isr(&set);
+        self.leader_epoch.store(set.leader_epoch, Ordering::Release);
+        self.leader_id
+            .store(state.leader.unwrap_or(-1), Ordering::Release);
+        self.role.store(role, Ordering::Release);
+        self.replicated.store(true, Ordering::Release);
+        drop(log);
+        drop(set);
+        if role == ROLE_LEADER {
+            // The ISR may be down to this broker alone.
+            self.maybe_increment_high_watermark(now);
+        }
+        // Waiting produces and fetches re-check their partition (leadership may be gone).
+        self.wake_waiters();
+        Ok(role == ROLE_FOLLOWER && new_epoch)
+    }
+
+    /// Appends batches fetched from the leader (offsets and epochs kept) and takes the
+    /// leader's high watermark and log start offset, as Kafka's follower does after each
+    /// fetch. Refused unless this broker follows at `leader_epoch`. Blocking.
+    pub fn append_as_follower(
+        &self,
+        leader_epoch: i32,
+        records: &[u8],
+        leader_high_watermark: i64,
+        leader_log_start_offset: i64,
+    ) -> Result<usize, AppendError> {
+        let appended = {
+            let mut log = self.lock();
+            if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
+                return Err(AppendError::NotLeaderOrFollower);
+            }
+            let appended = log.append_as_follower(records, now_ms())?;
+            let hw = leader_high_watermark.min(log.log_end_offset());
+            if hw > log.high_watermark() {
+                log.update_high_watermark(hw);
+            }
+            // The leader's log start moved (retention, DeleteRecords): follow it. Without
+            // remote storage the segments wholly below it go now, as on the leader.
+            if leader_log_start_offset > log.log_start_offset() {
+                if log.config().remote_storage_enable {
+                    log.advance_log_start_offset(leader_log_start_offset)?;
+                } else {
+                    log.delete_records_before(leader_log_start_offset)?;
+                }
+            }
+            self.publish(&log);
+            appended
+        };
+        self.wake_waiters();
+        Ok(appended)
+    }
+
+    /// Truncates a follower's log to `offset` (divergence after a leader change). Blocking.
+    pub fn truncate_to(&self, leader_epoch: i32, offset: i64) -> Result<bool, AppendError> {
+        let mut log = self.lock();
+        if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
+            return Err(AppendError::NotLeaderOrFollower);
+        }
+        let removed = log.truncate_to(offset, now_ms())?;
+        if removed {
+            tracing::info!(topic = %self.topic, partition = self.index, offset, log_end_offset = log.log_end_offset(), "truncated divergent log suffix");
+        }
+        self.publish(&log);
+        Ok(removed)
+    }
+
+    /// Empties a follower's log and restarts it at `offset` (the leader's log start is past
+    /// this follower's end). Blocking.
+    pub fn truncate_fully_and_start_at(
+        &self,
+        leader_epoch: i32,
+        offset: i64,
+    ) -> Result<(), AppendError> {
+        let mut log = self.lock();
+        if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
+            return Err(AppendError::NotLeaderOrFollower);
+        }
+        log.truncate_fully_and_start_at(offset, now_ms())?;
+        tracing::info!(topic = %self.topic, partition = self.index, offset, "restarted follower log at the leader's log start");
+        self.publish(&log);
+        Ok(())
     }
 
     /// Finds the file range to serve for a fetch. Blocking (may read segment headers).
@@ -249,6 +658,9 @@ impl Partition {
     }
 
     fn gauges(&self) -> PartitionGauges {
+        let leader = self.is_leader();
+        let under_replicated = leader
+            && self.isr_len.load(Ordering::Acquire) < self.replica_count.load(Ordering::Acquire);
         let log = self.lock();
         PartitionGauges {
             topic: self.topic.clone(),
@@ -259,6 +671,8 @@ impl Partition {
             size_bytes: log.size_bytes(),
             segments: log.segment_count(),
             cleaner_dirty_ratio: None,
+            leader,
+            under_replicated,
         }
     }
 }
@@ -377,6 +791,9 @@ pub struct Broker {
     /// Log cleaner state (checkpoints, which partitions are being cleaned); its tasks are
     /// spawned by the runtime.
     log_cleaner: crate::log_cleaner::LogCleaner,
+    /// Cluster view, partition leadership and ISR proposals; its tasks are spawned by the
+    /// runtime.
+    replication: crate::replication::ReplicaManager,
 }
 
 /// True when the broker has never run on these log dirs (no meta.properties, and no topics in
@@ -500,6 +917,7 @@ impl Broker {
         }
         let mut recovery_points = HashMap::new();
         let mut log_starts = HashMap::new();
+        let mut high_watermarks = HashMap::new();
         for d in &config.log_dirs {
             for (t, p, o) in
                 checkpoint::read_offsets(&d.join(RECOVERY_POINT_FILE)).unwrap_or_default()
@@ -508,6 +926,11 @@ impl Broker {
             }
             for (t, p, o) in checkpoint::read_offsets(&d.join(LOG_START_FILE)).unwrap_or_default() {
                 log_starts.insert((t, p), o);
+            }
+            for (t, p, o) in
+                checkpoint::read_offsets(&d.join(HIGH_WATERMARK_FILE)).unwrap_or_default()
+            {
+                high_watermarks.insert((t, p), o);
             }
         }
         // Finish deletions interrupted by a crash.
@@ -553,6 +976,7 @@ impl Broker {
                 config.log_cleaner.clone(),
                 &config.log_dirs,
             ),
+            replication: crate::replication::ReplicaManager::default(),
             config,
         };
         let now = now_ms();
@@ -574,7 +998,13 @@ impl Broker {
                 let log = Log::open(&dir, config.clone(), opts)
                     .map_err(|e| anyhow::anyhow!("cannot open log {}: {e}", dir.display()))?;
                 write_partition_metadata(&dir, id)?;
-                partitions.push(Arc::new(Partition::new(&rec.name, p, log)));
+                let partition = Partition::new(&rec.name, id, p, log, &broker.config);
+                if let Some(&hw) = high_watermarks.get(&key) {
+                    partition
+                        .checkpointed_high_watermark
+                        .store(hw, Ordering::Release);
+                }
+                partitions.push(Arc::new(partition));
             }
             let topic = Arc::new(Topic {
                 name: rec.name.clone(),
@@ -1114,7 +1544,7 @@ impl Broker {
             },
         )?;
         write_partition_metadata(&dir, id)?;
-        Ok(Partition::new(topic, p, log))
+        Ok(Partition::new(topic, id, p, log, &self.config))
     }
 
     /// Deletes a topic and its data. Blocking.
@@ -1133,6 +1563,9 @@ impl Broker {
             t
         };
         self.save_metadata()?;
+        self.replication.forget_topic(&topic.name);
+        // Fetchers drop its partitions.
+        self.replication.follow_changed.notify_one();
         // A cleaner pass on one of its partitions stops first (Kafka's abortCleaning).
         self.log_cleaner.abort_topic(
             &topic.name,
@@ -1237,6 +1670,215 @@ impl Broker {
         let mut c = self.catalog.write().unwrap_or_else(|e| e.into_inner());
         c.by_id.insert(topic.id, topic.clone());
         c.by_name.insert(topic.name.clone(), topic);
+    }
+
+    /// The replication state: cluster view, leadership, ISR proposals.
+    pub fn replication(&self) -> &crate::replication::ReplicaManager {
+        &self.replication
+    }
+
+    /// Control plane: the registered brokers and their listeners. Metadata, DescribeCluster
+    /// and FindCoordinator answer from this view once set, and fetchers connect through it.
+    pub fn set_cluster_brokers(&self, brokers: Vec<crate::replication::ClusterBroker>) {
+        self.replication.set_cluster(brokers);
+    }
+
+    /// (id, host, port, rack) of broker `id` on the listener the request came in on (the
+    /// listener of the same name on that broker): from the cluster view, or this broker's own
+    /// listener on a single node.
+    pub fn broker_endpoint(
+        &self,
+        id: i32,
+        listener: usize,
+    ) -> Option<(i32, String, u16, Option<String>)> {
+        let l = self.config.listeners.get(listener)?;
+        match self.replication.cluster() {
+            Some(brokers) => {
+                let b = brokers.iter().find(|b| b.id == id)?;
+                let e = b.endpoint(&l.name)?;
+                Some((id, e.host.clone(), e.port, b.rack.clone()))
+            }
+            None if id == self.config.node_id => Some((
+                id,
+                l.advertised_host.clone(),
+                l.advertised_port,
+                self.config.rack.clone(),
+            )),
+            None => None,
+        }
+    }
+
+    /// (id, host, port, rack) of every broker reachable on the request's listener: the
+    /// cluster view's brokers that have a listener of that name, or this broker alone.
+    pub fn cluster_endpoints(&self, listener: usize) -> Vec<(i32, String, u16, Option<String>)> {
+        let ids: Vec<i32> = match self.replication.cluster() {
+            Some(brokers) => brokers.iter().map(|b| b.id).collect(),
+            None => vec![self.config.node_id],
+        };
+        ids.into_iter()
+            .filter_map(|id| self.broker_endpoint(id, listener))
+            .collect()
+    }
+
+    /// Control plane: where this broker sends ISR changes as a partition leader.
+    pub fn set_isr_change_sink(&self, sink: Arc<dyn crate::replication::IsrChangeSink>) {
+        self.replication.set_sink(sink);
+    }
+
+    /// Control plane: applies partition leadership (Kafka's `ReplicaManager.applyDelta`).
+    /// Creates the topic and partition logs that do not exist yet, then makes this broker
+    /// leader or follower of each partition as Kafka's `Partition.makeLeader` /
+    /// `makeFollower` do, and restarts the fetchers of partitions whose leader epoch changed.
+    /// States for other partitions are applied even when one fails; the first error is
+    /// returned. Blocking (creates directories, writes leader epoch checkpoints).
+    pub fn apply_partition_states(
+        &self,
+        states: Vec<crate::replication::PartitionLeadership>,
+    ) -> Result<(), crate::replication::ReplicationError> {
+        use crate::replication::ReplicationError;
+        let mut first_error = None;
+        let mut by_topic: BTreeMap<String, Vec<crate::replication::PartitionLeadership>> =
+            BTreeMap::new();
+        for s in states {
+            by_topic.entry(s.topic.clone()).or_default().push(s);
+        }
+        let lag_ms = self.config.replication.replica_lag_time_max.as_millis() as i64;
+        let now = now_ms();
+        let mut follow_changed = false;
+        for (name, states) in by_topic {
+            let topic_id = states[0].topic_id;
+            // Out-of-range partitions are refused below; they do not size the topic.
+            let count = states
+                .iter()
+                .filter(|s| (0..100_000).contains(&s.partition))
+                .map(|s| s.partition + 1)
+                .max()
+                .unwrap_or(1);
+            let topic = match self.ensure_topic(&name, topic_id, count) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!(topic = %name, error = %e, "cannot apply partition states");
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+            };
+            for state in states {
+                if state.topic_id != topic.id {
+                    first_error.get_or_insert(ReplicationError::TopicIdMismatch {
+                        topic: name.clone(),
+                        local: topic.id,
+                        given: state.topic_id,
+                    });
+                    continue;
+                }
+                let invalid = if !(0..100_000).contains(&state.partition) {
+                    Some("partition out of range")
+                } else if state.leader_epoch < 0 || state.partition_epoch < 0 {
+                    Some("negative epoch")
+                } else if state.replicas.is_empty() {
+                    Some("no replicas")
+                } else if state.leader.is_some_and(|l| !state.replicas.contains(&l)) {
+                    Some("the leader is not a replica")
+                } else if state.isr.iter().any(|r| !state.replicas.contains(r)) {
+                    Some("the ISR is not a subset of the replicas")
+                } else {
+                    None
+                };
+                if let Some(reason) = invalid {
+                    first_error.get_or_insert(ReplicationError::InvalidState {
+                        topic: name.clone(),
+                        partition: state.partition,
+                        reason,
+                    });
+                    continue;
+                }
+                let Some(p) = topic.partitions.get(state.partition as usize) else {
+                    continue;
+                };
+                let was_follower = p.is_replicated() && p.role() == Role::Follower;
+                match p.apply_state(&state, lag_ms, now) {
+                    Ok(restart) => {
+                        follow_changed |= restart || was_follower != (p.role() == Role::Follower);
+                        self.replication.record_leadership(state);
+                    }
+                    Err(e) => {
+                        tracing::error!(topic = %name, partition = state.partition, error = %e, "cannot apply partition state");
+                        first_error.get_or_insert(e.into());
+                    }
+                }
+            }
+        }
+        if follow_changed {
+            self.replication.follow_changed.notify_one();
+        }
+        match first_error {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// The topic `name` with at least `partitions` partitions and id `id`, created or grown
+    /// as needed (a replica learns topics from the control plane). Blocking.
+    fn ensure_topic(
+        &self,
+        name: &str,
+        id: Uuid,
+        partitions: i32,
+    ) -> Result<Arc<Topic>, crate::replication::ReplicationError> {
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = self.topic(name) {
+            if t.id != id {
+                return Err(crate::replication::ReplicationError::TopicIdMismatch {
+                    topic: name.to_string(),
+                    local: t.id,
+                    given: id,
+                });
+            }
+            if t.partitions.len() as i32 >= partitions {
+                return Ok(t);
+            }
+            let mut parts = t.partitions.clone();
+            for p in t.partitions.len() as i32..partitions {
+                parts.push(Arc::new(self.open_new_partition(name, p, id, &t.config)?));
+            }
+            self.replace_topic(Topic {
+                name: t.name.clone(),
+                id,
+                overrides: t.overrides.clone(),
+                config: t.config.clone(),
+                partitions: parts,
+            });
+            self.save_metadata()?;
+            return self.topic(name).ok_or(TopicError::Unknown.into());
+        }
+        validate_topic_name(name)?;
+        let config = self.topic_config(&BTreeMap::new());
+        let mut parts = Vec::with_capacity(partitions as usize);
+        for p in 0..partitions {
+            parts.push(Arc::new(self.open_new_partition(name, p, id, &config)?));
+        }
+        let topic = Arc::new(Topic {
+            name: name.to_string(),
+            id,
+            overrides: BTreeMap::new(),
+            config,
+            partitions: parts,
+        });
+        {
+            let mut c = self.catalog.write().unwrap_or_else(|e| e.into_inner());
+            c.by_name.insert(name.to_string(), topic.clone());
+            c.by_id.insert(id, topic.clone());
+        }
+        self.save_metadata()?;
+        tracing::info!(
+            topic = name,
+            partitions,
+            "created topic from the control plane"
+        );
+        Ok(topic)
     }
 
     /// Allocates a producer id for an idempotent producer. Blocking (may persist a new block).

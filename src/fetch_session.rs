@@ -20,6 +20,10 @@ pub struct FetchPosition {
     pub fetch_offset: i64,
     pub partition_max_bytes: i32,
     pub current_leader_epoch: i32,
+    /// The epoch of the last record the fetcher has (KIP-320; -1 when unknown).
+    pub last_fetched_epoch: i32,
+    /// A follower's log start offset (-1 for consumers).
+    pub log_start_offset: i64,
 }
 
 /// What was last sent for a partition; an incremental response includes the partition only
@@ -209,6 +213,8 @@ mod tests {
             fetch_offset: o,
             partition_max_bytes: 1000,
             current_leader_epoch: -1,
+            last_fetched_epoch: -1,
+            log_start_offset: -1,
         }
     }
     fn state(hw: i64) -> SentState {

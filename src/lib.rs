@@ -31,6 +31,8 @@
 //! - [`log`]: the storage engine.
 //! - [`log_cleaner`]: the log cleaner service compacting `cleanup.policy=compact` topics.
 //! - [`quota`]: client quotas (byte rates, request time) and connection limits, as Kafka.
+//! - [`replication`]: partition leadership from the control plane, high watermark and ISR
+//!   on the leader, replica fetchers on followers.
 //! - [`metrics`], [`admin_http`]: Prometheus metrics and health.
 //! - [`runtime`]: start-up, background services and the shutdown order.
 
@@ -47,6 +49,7 @@ pub mod log_cleaner;
 pub mod metrics;
 pub mod protocol;
 pub mod quota;
+pub mod replication;
 pub mod runtime;
 pub mod server;
 pub mod tiering;

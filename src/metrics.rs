@@ -62,6 +62,9 @@ pub struct Metrics {
     pub cleaner_records_removed: AtomicU64,
     pub cleaner_errors: AtomicU64,
     pub cleaner_last_pass_micros: AtomicU64,
+    /// ISR changes committed by this broker as leader (Kafka's IsrShrinks/IsrExpands).
+    pub isr_shrinks: AtomicU64,
+    pub isr_expands: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -83,6 +86,8 @@ impl Default for Metrics {
             cleaner_records_removed: AtomicU64::new(0),
             cleaner_errors: AtomicU64::new(0),
             cleaner_last_pass_micros: AtomicU64::new(0),
+            isr_shrinks: AtomicU64::new(0),
+            isr_expands: AtomicU64::new(0),
         }
     }
 }
@@ -126,6 +131,10 @@ pub struct PartitionGauges {
     pub segments: usize,
     /// Compacted partitions only: cleanable bytes / (clean + cleanable bytes).
     pub cleaner_dirty_ratio: Option<f64>,
+    /// This broker leads the partition.
+    pub leader: bool,
+    /// Led here with an ISR smaller than the replica set.
+    pub under_replicated: bool,
 }
 
 impl Metrics {
@@ -208,7 +217,28 @@ impl Metrics {
                 );
             }
         }
-        let gauges: [(&str, &str, i64); 8] = [
+        let count = |f: fn(&PartitionGauges) -> bool| partitions.iter().filter(|p| f(p)).count();
+        let gauges: [(&str, &str, i64); 12] = [
+            (
+                "strata_partitions_leader",
+                "Partitions this broker leads.",
+                count(|p| p.leader) as i64,
+            ),
+            (
+                "strata_partitions_under_replicated",
+                "Partitions led here whose ISR is smaller than their replica set.",
+                count(|p| p.under_replicated) as i64,
+            ),
+            (
+                "strata_isr_shrinks_total",
+                "ISR shrinks committed for partitions led here.",
+                self.isr_shrinks.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "strata_isr_expands_total",
+                "ISR expansions committed for partitions led here.",
+                self.isr_expands.load(Ordering::Relaxed) as i64,
+            ),
             (
                 "strata_connections_active",
                 "Open client connections.",

@@ -171,6 +171,7 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
             ));
         }
     }
+    services.spawn(crate::replication::run(broker.clone(), shutdown.clone()));
     let flush_every =
         Duration::from_millis(broker.config.log_flush_scheduler_interval_ms.min(1000));
     spawn_periodic(

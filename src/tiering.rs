@@ -150,6 +150,8 @@ impl Tiering {
             .flat_map(|t| {
                 t.partitions
                     .iter()
+                    // Only a partition's leader uploads (as Kafka's RemoteLogManager).
+                    .filter(|p| p.is_leader())
                     .map(|p| (t.clone(), p.clone()))
                     .collect::<Vec<_>>()
             })
@@ -538,7 +540,7 @@ impl Tiering {
             if !t.config.remote_storage_enable {
                 continue;
             }
-            for p in &t.partitions {
+            for p in t.partitions.iter().filter(|p| p.is_leader()) {
                 let Ok(tp) = self.partition(&t, p.index).await else {
                     continue;
                 };

@@ -26,6 +26,9 @@ pub async fn handle(broker: Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRec
                         let Some(part) = topic.as_ref().and_then(|x| x.partitions.get(usize::try_from(p.partition_index).ok()?)).cloned() else {
                             return r.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                         };
+                        if !part.is_leader() {
+                            return r.with_error_code(ResponseError::NotLeaderOrFollower.code());
+                        }
                         let hw = part.offsets().high_watermark;
                         let target = if p.offset == -1 { hw } else { p.offset };
                         if target < 0 || target > hw {

@@ -1,5 +1,5 @@
-//! DescribeCluster: this broker is the whole cluster (and its controller) until the Raft
-//! metadata quorum lands.
+//! DescribeCluster: the registered brokers once the control plane has set the cluster view,
+//! else this broker alone (and its controller).
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{DescribeClusterRequest, DescribeClusterResponse};
@@ -13,17 +13,22 @@ pub fn handle(
     req: DescribeClusterRequest,
     listener: usize,
 ) -> DescribeClusterResponse {
-    let l = &broker.config.listeners[listener];
-    let me = DescribeClusterBroker::default()
-        .with_broker_id(broker.config.node_id.into())
-        .with_host(StrBytes::from_string(l.advertised_host.clone()))
-        .with_port(l.advertised_port as i32)
-        .with_rack(broker.config.rack.clone().map(StrBytes::from_string));
+    let brokers = broker
+        .cluster_endpoints(listener)
+        .into_iter()
+        .map(|(id, host, port, rack)| {
+            DescribeClusterBroker::default()
+                .with_broker_id(id.into())
+                .with_host(StrBytes::from_string(host))
+                .with_port(port as i32)
+                .with_rack(rack.map(StrBytes::from_string))
+        })
+        .collect();
     DescribeClusterResponse::default()
         .with_endpoint_type(req.endpoint_type)
         .with_cluster_id(StrBytes::from_string(broker.cluster_id.clone()))
         .with_controller_id(broker.config.node_id.into())
-        .with_brokers(vec![me])
+        .with_brokers(brokers)
         .with_cluster_authorized_operations(if req.include_cluster_authorized_operations {
             CLUSTER_AUTHORIZED_OPERATIONS
         } else {

@@ -23,6 +23,8 @@ pub fn append_error(e: &AppendError) -> ResponseError {
         AppendError::Producer(ProducerError::CoordinatorFenced { .. }) => {
             ResponseError::TransactionCoordinatorFenced
         }
+        AppendError::NotLeaderOrFollower => ResponseError::NotLeaderOrFollower,
+        AppendError::UnexpectedOffset { .. } => ResponseError::UnknownServerError,
         AppendError::Io(_) => ResponseError::KafkaStorageError,
     }
 }

@@ -12,29 +12,55 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{
-    AbortedTransaction, FetchableTopicResponse, PartitionData,
+    AbortedTransaction, EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint,
+    PartitionData,
 };
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::api::{blocking, errors};
-use crate::broker::{Broker, Partition, Topic};
+use crate::broker::{Broker, FollowerFetchError, Partition, Role, Topic};
 use crate::fetch_session::{FetchPosition, PartitionKey, SentState, SessionMode};
 
 struct Wanted {
     topic_name: TopicName,
     topic_id: uuid::Uuid,
-    partitions: Vec<(i32, i64, i32, i32)>, // (partition, fetch_offset, partition_max_bytes, current_leader_epoch)
+    partitions: Vec<(i32, FetchPosition)>,
+}
+
+/// Who fetches, and how the request is answered.
+#[derive(Clone, Copy)]
+struct FetchParams {
+    /// A follower's broker id, or -1 for a consumer.
+    replica_id: i32,
+    version: i16,
+    read_committed: bool,
+}
+
+impl FetchParams {
+    fn is_follower(&self) -> bool {
+        self.replica_id >= 0
+    }
+
+    /// Followers, and consumers before KIP-392 (v11), read only from the leader.
+    fn only_from_leader(&self) -> bool {
+        self.is_follower() || self.version < 11
+    }
 }
 
 struct Pass {
     topics: Vec<FetchableTopicResponse>,
     bytes: usize,
-    errors: bool,
-    /// Partitions consulted with the high watermark seen, to detect appends that race the wait.
-    watched: Vec<(Arc<Partition>, i64)>,
+    /// An error or a diverging epoch: answer without waiting for data.
+    answer_now: bool,
+    /// Partitions consulted with the (high watermark, log end offset) seen, to detect appends
+    /// that race the wait.
+    watched: Vec<(Arc<Partition>, i64, i64)>,
+    /// Leaders named in NOT_LEADER_OR_FOLLOWER answers (KIP-951 node endpoints).
+    leaders: Vec<i32>,
     /// A partition whose fetch offset is below its local log start: read from remote storage
     /// after the pass (at most one per request, as Kafka does).
     remote: Option<RemoteRead>,
@@ -51,18 +77,35 @@ struct RemoteRead {
     read_committed: bool,
 }
 
+/// `listener`: the listener the request came in on (KIP-951 leader endpoints).
 /// `quota_cap`: the most a consumer with a byte quota may get in one response (Kafka caps
 /// `max_bytes` so that one response cannot exceed the quota window).
 pub async fn handle(
     broker: Arc<Broker>,
     req: FetchRequest,
-    _version: i16,
+    version: i16,
+    listener: usize,
     quota_cap: Option<f64>,
 ) -> FetchResponse {
     let position = |p: &kafka_protocol::messages::fetch_request::FetchPartition| FetchPosition {
         fetch_offset: p.fetch_offset,
         partition_max_bytes: p.partition_max_bytes,
         current_leader_epoch: p.current_leader_epoch,
+        last_fetched_epoch: if version >= 12 {
+            p.last_fetched_epoch
+        } else {
+            -1
+        },
+        log_start_offset: p.log_start_offset,
+    };
+    let params = FetchParams {
+        replica_id: if version >= 15 {
+            req.replica_state.replica_id.0
+        } else {
+            req.replica_id.0
+        },
+        version,
+        read_committed: req.isolation_level == 1,
     };
     let requested: Vec<(PartitionKey, FetchPosition)> = req
         .topics
@@ -101,25 +144,24 @@ pub async fn handle(
             }),
         }
         if let Some(w) = wanted.last_mut() {
-            w.partitions.push((
-                partition,
-                pos.fetch_offset,
-                pos.partition_max_bytes,
-                pos.current_leader_epoch,
-            ));
+            w.partitions.push((partition, pos));
         }
     }
     let wanted = Arc::new(wanted);
     let max_bytes = (req.max_bytes.max(0) as usize)
         .min(broker.config.fetch_max_bytes)
         .min(quota_cap.map_or(usize::MAX, |c| c.max(0.0) as usize));
+    // Capped with max_bytes, so a consumer held by its quota is not parked for more bytes
+    // than it may receive.
     let min_bytes = (req.min_bytes.max(0) as usize).min(max_bytes);
-    let read_committed = req.isolation_level == 1;
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
+    // A follower's fetch position is recorded by the first read only (as in Kafka).
+    let mut first = true;
     let pass = loop {
         let b = broker.clone();
         let w = wanted.clone();
-        let pass = match blocking(move || read_pass(&b, &w, max_bytes, read_committed)).await {
+        let record = std::mem::take(&mut first);
+        let pass = match blocking(move || read_pass(&b, &w, max_bytes, params, record)).await {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!(error = %e, "fetch task failed");
@@ -127,7 +169,7 @@ pub async fn handle(
             }
         };
         if pass.bytes >= min_bytes
-            || pass.errors
+            || pass.answer_now
             || pass.remote.is_some()
             || Instant::now() >= deadline
             || pass.watched.is_empty()
@@ -135,15 +177,14 @@ pub async fn handle(
             break pass;
         }
         let notify = Arc::new(Notify::new());
-        for (p, _) in &pass.watched {
+        for (p, _, _) in &pass.watched {
             p.add_waiter(notify.clone());
         }
         // An append between the read and the registration would not wake us: re-check.
-        if pass
-            .watched
-            .iter()
-            .any(|(p, hw)| p.offsets().high_watermark != *hw)
-        {
+        if pass.watched.iter().any(|(p, hw, leo)| {
+            let now = p.offsets();
+            now.high_watermark != *hw || now.log_end_offset != *leo
+        }) {
             continue;
         }
         if tokio::time::timeout_at(deadline, notify.notified())
@@ -153,7 +194,7 @@ pub async fn handle(
             // Deadline: one last pass returns whatever has arrived.
             let b = broker.clone();
             let w = wanted.clone();
-            match blocking(move || read_pass(&b, &w, max_bytes, read_committed)).await {
+            match blocking(move || read_pass(&b, &w, max_bytes, params, false)).await {
                 Ok(p) => break p,
                 Err(_) => {
                     return FetchResponse::default().with_error_code(errors::internal().code())
@@ -169,7 +210,40 @@ pub async fn handle(
         .metrics
         .fetch_bytes
         .fetch_add(pass.bytes as u64, Ordering::Relaxed);
-    respond(&broker, mode, pass.topics)
+    let mut response = respond(&broker, mode, pass.topics);
+    if version >= 16 {
+        response.node_endpoints = node_endpoints(&broker, &pass.leaders, listener);
+    }
+    response
+}
+
+/// KIP-951: the endpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers, on the
+/// request's listener.
+fn node_endpoints(broker: &Broker, leaders: &[i32], listener: usize) -> Vec<NodeEndpoint> {
+    let mut ids: Vec<i32> = leaders.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.into_iter()
+        .filter_map(|id| broker.broker_endpoint(id, listener))
+        .map(|(id, host, port, rack)| {
+            NodeEndpoint::default()
+                .with_node_id(id.into())
+                .with_host(StrBytes::from_string(host))
+                .with_port(port as i32)
+                .with_rack(rack.map(StrBytes::from_string))
+        })
+        .collect()
+}
+
+/// NOT_LEADER_OR_FOLLOWER with the leader this broker knows (KIP-951).
+fn not_leader(p: &Partition, index: i32) -> (PartitionData, Option<i32>) {
+    let (leader, epoch) = p.leader_and_epoch();
+    let data = partition_response(index, ResponseError::NotLeaderOrFollower).with_current_leader(
+        LeaderIdAndEpoch::default()
+            .with_leader_id(leader.unwrap_or(-1).into())
+            .with_leader_epoch(epoch),
+    );
+    (data, leader)
 }
 
 /// Fills in the records of the partition that needs remote storage, waiting at most
@@ -290,6 +364,32 @@ fn respond(
         .with_responses(topics)
 }
 
+/// KIP-320 on the leader (Kafka's `Partition.readRecords`): when the fetcher's last fetched
+/// epoch ends before its fetch offset here, or is unknown here, answer the end of the largest
+/// epoch both have so it truncates. Blocking (takes the log lock).
+fn diverging_epoch(
+    p: &Partition,
+    last_fetched_epoch: i32,
+    fetch_offset: i64,
+    offsets: crate::broker::PartitionOffsets,
+) -> Result<Option<EpochEndOffset>, ResponseError> {
+    let (epoch, end_offset) = p.with_log(|l| l.end_offset_for_epoch(last_fetched_epoch));
+    if epoch < 0 || end_offset < 0 {
+        return Err(ResponseError::OffsetOutOfRange);
+    }
+    if fetch_offset < offsets.log_start_offset {
+        return Err(ResponseError::OffsetOutOfRange);
+    }
+    if epoch < last_fetched_epoch || end_offset < fetch_offset {
+        return Ok(Some(
+            EpochEndOffset::default()
+                .with_epoch(epoch)
+                .with_end_offset(end_offset),
+        ));
+    }
+    Ok(None)
+}
+
 fn partition_response(index: i32, error: ResponseError) -> PartitionData {
     PartitionData::default()
         .with_partition_index(index)
@@ -300,12 +400,20 @@ fn partition_response(index: i32, error: ResponseError) -> PartitionData {
         .with_records(Some(Bytes::new()))
 }
 
-fn read_pass(broker: &Broker, wanted: &[Wanted], max_bytes: usize, read_committed: bool) -> Pass {
+fn read_pass(
+    broker: &Broker,
+    wanted: &[Wanted],
+    max_bytes: usize,
+    params: FetchParams,
+    record_follower_position: bool,
+) -> Pass {
+    let read_committed = params.read_committed;
     let mut pass = Pass {
         topics: Vec::with_capacity(wanted.len()),
         bytes: 0,
-        errors: false,
+        answer_now: false,
         watched: Vec::new(),
+        leaders: Vec::new(),
         remote: None,
     };
     let mut remaining = max_bytes;
@@ -322,18 +430,21 @@ fn read_pass(broker: &Broker, wanted: &[Wanted], max_bytes: usize, read_committe
             ResponseError::UnknownTopicOrPartition
         };
         let mut partitions = Vec::with_capacity(w.partitions.len());
-        for &(index, fetch_offset, partition_max_bytes, current_leader_epoch) in &w.partitions {
+        for &(index, pos) in &w.partitions {
+            let fetch_offset = pos.fetch_offset;
+            let partition_max_bytes = pos.partition_max_bytes;
+            let current_leader_epoch = pos.current_leader_epoch;
             let Some(p) = topic
                 .as_ref()
                 .and_then(|t| t.partitions.get(usize::try_from(index).ok()?))
                 .cloned()
             else {
-                pass.errors = true;
+                pass.answer_now = true;
                 partitions.push(partition_response(index, missing));
                 continue;
             };
             if current_leader_epoch >= 0 && current_leader_epoch != p.leader_epoch() {
-                pass.errors = true;
+                pass.answer_now = true;
                 let e = if current_leader_epoch > p.leader_epoch() {
                     ResponseError::UnknownLeaderEpoch
                 } else {
@@ -342,11 +453,56 @@ fn read_pass(broker: &Broker, wanted: &[Wanted], max_bytes: usize, read_committe
                 partitions.push(partition_response(index, e));
                 continue;
             }
+            let role = p.role();
+            if role == Role::None || (params.only_from_leader() && role != Role::Leader) {
+                pass.answer_now = true;
+                let (data, leader) = not_leader(&p, index);
+                pass.leaders.extend(leader);
+                partitions.push(data);
+                continue;
+            }
             let offsets = p.offsets();
+            // The common case needs no epoch lookup: the fetcher is in the leader's epoch.
+            let in_current_epoch = role == Role::Leader
+                && pos.last_fetched_epoch == p.leader_epoch()
+                && fetch_offset <= offsets.log_end_offset;
+            if pos.last_fetched_epoch >= 0 && !in_current_epoch {
+                match diverging_epoch(&p, pos.last_fetched_epoch, fetch_offset, offsets) {
+                    Ok(None) => {}
+                    Ok(Some(diverging)) => {
+                        pass.answer_now = true;
+                        partitions.push(
+                            PartitionData::default()
+                                .with_partition_index(index)
+                                .with_high_watermark(offsets.high_watermark)
+                                .with_last_stable_offset(offsets.last_stable_offset)
+                                .with_log_start_offset(offsets.log_start_offset)
+                                .with_diverging_epoch(diverging)
+                                .with_aborted_transactions(read_committed.then(Vec::new))
+                                .with_records(Some(Bytes::new())),
+                        );
+                        continue;
+                    }
+                    Err(code) => {
+                        pass.answer_now = true;
+                        broker.metrics.record_error(1, code.code());
+                        partitions.push(
+                            partition_response(index, code)
+                                .with_high_watermark(offsets.high_watermark)
+                                .with_last_stable_offset(offsets.last_stable_offset)
+                                .with_log_start_offset(offsets.log_start_offset),
+                        );
+                        continue;
+                    }
+                }
+            }
             let limit = (partition_max_bytes.max(0) as usize).min(remaining);
             let min_one = pass.bytes == 0;
-            // read_committed consumers stop at the last stable offset.
-            let max_offset = if read_committed {
+            // Followers read up to the log end; read_committed consumers stop at the last
+            // stable offset, others at the high watermark.
+            let max_offset = if params.is_follower() {
+                offsets.log_end_offset
+            } else if read_committed {
                 offsets.last_stable_offset
             } else {
                 offsets.high_watermark
@@ -376,7 +532,7 @@ fn read_pass(broker: &Broker, wanted: &[Wanted], max_bytes: usize, read_committe
                     Bytes::new()
                 }
                 Err(e) => {
-                    pass.errors = true;
+                    pass.answer_now = true;
                     let code = errors::read_error(&e);
                     if code == ResponseError::KafkaStorageError {
                         tracing::error!(topic = %p.topic, partition = index, error = %e, "fetch read failed");
@@ -391,9 +547,29 @@ fn read_pass(broker: &Broker, wanted: &[Wanted], max_bytes: usize, read_committe
                     continue;
                 }
             };
+            if params.is_follower() && record_follower_position {
+                match p.update_follower_fetch_state(
+                    params.replica_id,
+                    fetch_offset,
+                    pos.log_start_offset,
+                    offsets.log_end_offset,
+                    crate::broker::now_ms(),
+                ) {
+                    Ok(Some(expansion)) => broker.replication().propose(p.clone(), expansion),
+                    Ok(None) => {}
+                    Err(FollowerFetchError::NotLeaderOrFollower) => {
+                        pass.answer_now = true;
+                        let (data, leader) = not_leader(&p, index);
+                        pass.leaders.extend(leader);
+                        partitions.push(data);
+                        continue;
+                    }
+                }
+            }
             remaining = remaining.saturating_sub(records.len());
             pass.bytes += records.len();
-            pass.watched.push((p.clone(), offsets.high_watermark));
+            pass.watched
+                .push((p.clone(), offsets.high_watermark, offsets.log_end_offset));
             let aborted = if !read_committed {
                 None
             } else if records.is_empty() {

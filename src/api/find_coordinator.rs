@@ -1,5 +1,6 @@
-//! FindCoordinator: this broker coordinates every group and every transactional id (it leads
-//! every `__consumer_offsets` and `__transaction_state` partition until replication lands).
+//! FindCoordinator: the coordinator of a group (transactional id) is the leader of its
+//! `__consumer_offsets` (`__transaction_state`) partition. On a single node, or for internal
+//! partitions the control plane has not assigned, that is this broker.
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
@@ -7,6 +8,9 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::broker::Broker;
+use crate::coordinator::offsets_topic::partition_for;
+use crate::coordinator::txn::TRANSACTION_STATE_TOPIC;
+use crate::coordinator::OFFSETS_TOPIC;
 
 const KEY_GROUP: i8 = 0;
 const KEY_TRANSACTION: i8 = 1;
@@ -35,13 +39,32 @@ pub fn handle(
             )),
         }
     };
-    let l = &broker.config.listeners[listener];
-    let host = StrBytes::from_string(l.advertised_host.clone());
-    let port = l.advertised_port as i32;
-    let node = broker.config.node_id;
+    // The leader of the key's internal partition, with its address on this listener.
+    let locate = |key: &str| -> Result<(i32, StrBytes, i32), (ResponseError, &'static str)> {
+        answer(req.key_type)?;
+        let (topic, partitions) = if req.key_type == KEY_GROUP {
+            (OFFSETS_TOPIC, broker.config.offsets_topic_num_partitions)
+        } else {
+            (
+                TRANSACTION_STATE_TOPIC,
+                broker.config.transaction_state_log_num_partitions,
+            )
+        };
+        let partition = partition_for(key, partitions);
+        let node = match broker.replication().leadership(topic, partition) {
+            Some(state) => state.leader,
+            None => Some(broker.config.node_id),
+        };
+        node.and_then(|id| broker.broker_endpoint(id, listener))
+            .map(|(id, host, port, _)| (id, StrBytes::from_string(host), port as i32))
+            .ok_or((
+                ResponseError::CoordinatorNotAvailable,
+                "The coordinator is not available.",
+            ))
+    };
     if version < 4 {
-        return match answer(req.key_type) {
-            Ok(()) => FindCoordinatorResponse::default()
+        return match locate(req.key.as_str()) {
+            Ok((node, host, port)) => FindCoordinatorResponse::default()
                 .with_node_id(node.into())
                 .with_host(host)
                 .with_port(port),
@@ -55,11 +78,11 @@ pub fn handle(
     let coordinators = req
         .coordinator_keys
         .into_iter()
-        .map(|key| match answer(req.key_type) {
-            Ok(()) => Coordinator::default()
+        .map(|key| match locate(key.as_str()) {
+            Ok((node, host, port)) => Coordinator::default()
                 .with_key(key)
                 .with_node_id(node.into())
-                .with_host(host.clone())
+                .with_host(host)
                 .with_port(port),
             Err((e, msg)) => Coordinator::default()
                 .with_key(key)

@@ -132,6 +132,14 @@ fn list(
                 partitions.push(answer(p.partition_index, e));
                 continue;
             }
+            // Kafka's `fetchOnlyFromLeader`: everyone but the debugging replica id (-2).
+            if req.replica_id.0 != -2 && !partition.is_leader() {
+                partitions.push(answer(
+                    p.partition_index,
+                    ResponseError::NotLeaderOrFollower,
+                ));
+                continue;
+            }
             let offsets = partition.offsets();
             let found = |offset: i64, timestamp: i64, leader_epoch: i32| {
                 ListOffsetsPartitionResponse::default()
@@ -142,6 +150,8 @@ fn list(
             };
             let resp = match p.timestamp {
                 // read_committed (isolation level 1) sees up to the last stable offset.
+                // Replicas (followers, and the debugging id) see the log end offset.
+                LATEST if req.replica_id.0 != -1 => found(offsets.log_end_offset, -1, epoch),
                 LATEST if req.isolation_level == 1 => found(offsets.last_stable_offset, -1, epoch),
                 LATEST => found(offsets.high_watermark, -1, epoch),
                 EARLIEST => found(offsets.log_start_offset, -1, epoch),

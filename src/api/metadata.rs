@@ -33,16 +33,46 @@ pub const CLUSTER_AUTHORIZED_OPERATIONS: i32 = (1 << 5)
 
 pub fn topic_metadata(broker: &Broker, topic: &Topic, include_ops: bool) -> MetadataResponseTopic {
     let node = broker.config.node_id;
+    let replication = broker.replication();
+    let cluster = replication.cluster();
     let partitions = topic
         .partitions
         .iter()
-        .map(|p| {
-            MetadataResponsePartition::default()
+        .map(|p| match replication.leadership(&topic.name, p.index) {
+            // The control plane's view: leader, epoch, replicas, ISR; replicas on brokers
+            // that are not registered are offline.
+            Some(state) => {
+                let registered = |id: &i32| {
+                    cluster
+                        .as_ref()
+                        .is_none_or(|c| c.iter().any(|b| b.id == *id))
+                };
+                let offline: Vec<_> = state
+                    .replicas
+                    .iter()
+                    .filter(|id| !registered(id))
+                    .map(|&id| id.into())
+                    .collect();
+                let leader = state.leader.filter(registered);
+                MetadataResponsePartition::default()
+                    .with_error_code(if leader.is_some() {
+                        0
+                    } else {
+                        ResponseError::LeaderNotAvailable.code()
+                    })
+                    .with_partition_index(p.index)
+                    .with_leader_id(leader.unwrap_or(-1).into())
+                    .with_leader_epoch(state.leader_epoch)
+                    .with_replica_nodes(state.replicas.iter().map(|&id| id.into()).collect())
+                    .with_isr_nodes(state.isr.iter().map(|&id| id.into()).collect())
+                    .with_offline_replicas(offline)
+            }
+            None => MetadataResponsePartition::default()
                 .with_partition_index(p.index)
                 .with_leader_id(node.into())
                 .with_leader_epoch(p.leader_epoch())
                 .with_replica_nodes(vec![node.into()])
-                .with_isr_nodes(vec![node.into()])
+                .with_isr_nodes(vec![node.into()]),
         })
         .collect();
     MetadataResponseTopic::default()
@@ -72,12 +102,17 @@ pub async fn handle(
     listener: usize,
 ) -> MetadataResponse {
     // Clients are told the address of the listener they came in on, as in Kafka.
-    let l = &broker.config.listeners[listener];
-    let me = MetadataResponseBroker::default()
-        .with_node_id(broker.config.node_id.into())
-        .with_host(StrBytes::from_string(l.advertised_host.clone()))
-        .with_port(l.advertised_port as i32)
-        .with_rack(broker.config.rack.clone().map(StrBytes::from_string));
+    let brokers: Vec<MetadataResponseBroker> = broker
+        .cluster_endpoints(listener)
+        .into_iter()
+        .map(|(id, host, port, rack)| {
+            MetadataResponseBroker::default()
+                .with_node_id(id.into())
+                .with_host(StrBytes::from_string(host))
+                .with_port(port as i32)
+                .with_rack(rack.map(StrBytes::from_string))
+        })
+        .collect();
     let include_ops = req.include_topic_authorized_operations && version >= 8;
     // v0: an empty list means all topics; v1+: null means all topics.
     let all = match &req.topics {
@@ -163,7 +198,7 @@ pub async fn handle(
         }
     }
     MetadataResponse::default()
-        .with_brokers(vec![me])
+        .with_brokers(brokers)
         .with_cluster_id(Some(StrBytes::from_string(broker.cluster_id.clone())))
         .with_controller_id(broker.config.node_id.into())
         .with_topics(topics)

@@ -158,7 +158,7 @@ async fn run(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i1
                     client_id: &ctx.client_id,
                 },
             );
-            ResponseKind::Fetch(fetch::handle(b, r, version, quota_cap).await)
+            ResponseKind::Fetch(fetch::handle(b, r, version, ctx.listener, quota_cap).await)
         }
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(b, r, version).await)

@@ -1,4 +1,9 @@
-//! OffsetForLeaderEpoch: the end offset of a leader epoch, from the leader epoch cache.
+//! OffsetForLeaderEpoch: the end offset of a leader epoch, from the leader epoch cache (Kafka's
+//! `Partition.lastOffsetForLeaderEpoch`). Consumers and followers are answered by the leader
+//! only; the debugging replica id (-2, also every request before v3) by any replica.
+
+/// Kafka's `OffsetsForLeaderEpochRequest.DEBUGGING_REPLICA_ID`.
+const DEBUGGING_REPLICA_ID: i32 = -2;
 
 use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
@@ -6,7 +11,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 use kafka_protocol::ResponseError;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, Role};
 
 /// Runs on the blocking pool: it takes partition log locks, which an append may hold
 /// across an fsync.
@@ -20,6 +25,7 @@ pub async fn handle(
 }
 
 fn lookup(broker: &Broker, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
+    let only_leader = req.replica_id.0 != DEBUGGING_REPLICA_ID;
     let topics = req
         .topics
         .into_iter()
@@ -48,6 +54,14 @@ fn lookup(broker: &Broker, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderE
                             ResponseError::FencedLeaderEpoch
                         };
                         return r.with_error_code(e.code());
+                    }
+                    let serves = match part.role() {
+                        Role::Leader => true,
+                        Role::Follower => !only_leader,
+                        Role::None => false,
+                    };
+                    if !serves {
+                        return r.with_error_code(ResponseError::NotLeaderOrFollower.code());
                     }
                     let (epoch, end) = part.with_log(|l| l.end_offset_for_epoch(p.leader_epoch));
                     r.with_leader_epoch(epoch).with_end_offset(end)

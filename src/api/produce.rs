@@ -1,19 +1,27 @@
 //! Produce: validate each partition's batch (CRC, size, timestamps, producer sequence) and
 //! append it, without decompressing. All partitions of a request are appended in one trip to
-//! the blocking pool; acks=0 gets no response.
+//! the blocking pool; acks=0 gets no response, acks=1 is answered after the local append, and
+//! acks=all waits until the high watermark passes the batch (Kafka's DelayedProduce) or the
+//! request's timeout (REQUEST_TIMED_OUT). A broker that does not lead the partition answers
+//! NOT_LEADER_OR_FOLLOWER with the current leader (KIP-951).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kafka_protocol::messages::produce_response::{
-    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
+    TopicProduceResponse,
 };
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
 use crate::api::{blocking, errors};
-use crate::broker::Broker;
+use crate::broker::{Broker, Partition};
 
 pub async fn handle(
     broker: Arc<Broker>,
@@ -22,17 +30,25 @@ pub async fn handle(
     version: i16,
 ) -> super::Outcome {
     let acks = req.acks;
+    let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
     let b = broker.clone();
     // Only the broker writes internal topics; Kafka lets its own admin client through.
     let may_write_internal = ctx.client_id == "__admin_client";
     let result = blocking(move || append_all(&b, req, version, may_write_internal)).await;
-    let responses = match result {
+    let Appended {
+        mut responses,
+        awaiting,
+        leaders,
+    } = match result {
         Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, "produce task failed");
-            Vec::new()
+            Appended::default()
         }
     };
+    if acks == -1 && !awaiting.is_empty() {
+        await_replication(&mut responses, awaiting, timeout).await;
+    }
     if acks == 0 {
         let failed = responses
             .iter()
@@ -44,9 +60,98 @@ pub async fn handle(
             super::Outcome::NoResponse
         };
     }
+    let node_endpoints = node_endpoints(&broker, leaders, ctx.listener);
     super::Outcome::Respond(Box::new(kafka_protocol::messages::ResponseKind::Produce(
-        ProduceResponse::default().with_responses(responses),
+        ProduceResponse::default()
+            .with_responses(responses)
+            .with_node_endpoints(node_endpoints),
     )))
+}
+
+/// An acks=all append waiting for the ISR: where its answer is, and the offset the high
+/// watermark must reach.
+struct Awaiting {
+    topic_slot: usize,
+    partition_slot: usize,
+    partition: Arc<Partition>,
+    required_offset: i64,
+    min_insync_replicas: i32,
+}
+
+#[derive(Default)]
+struct Appended {
+    responses: Vec<TopicProduceResponse>,
+    awaiting: Vec<Awaiting>,
+    /// Leaders named in NOT_LEADER_OR_FOLLOWER answers.
+    leaders: Vec<i32>,
+}
+
+/// Kafka's DelayedProduce: waits until every append is replicated to the ISR (woken by high
+/// watermark moves), fails one whose partition lost leadership or whose ISR shrank below
+/// min.insync.replicas, and times the rest out.
+async fn await_replication(
+    responses: &mut [TopicProduceResponse],
+    mut awaiting: Vec<Awaiting>,
+    timeout: Duration,
+) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let notify = Arc::new(Notify::new());
+        for a in &awaiting {
+            a.partition.add_waiter(notify.clone());
+        }
+        awaiting.retain(|a| {
+            let outcome = a
+                .partition
+                .check_enough_replicas_reach_offset(a.required_offset, a.min_insync_replicas);
+            match outcome {
+                Ok(false) => true,
+                Ok(true) => false,
+                Err(code) => {
+                    set_error(responses, a, code);
+                    false
+                }
+            }
+        });
+        if awaiting.is_empty() {
+            return;
+        }
+        if tokio::time::timeout_at(deadline, notify.notified())
+            .await
+            .is_err()
+        {
+            for a in &awaiting {
+                set_error(responses, a, ResponseError::RequestTimedOut);
+            }
+            return;
+        }
+    }
+}
+
+fn set_error(responses: &mut [TopicProduceResponse], a: &Awaiting, code: ResponseError) {
+    if let Some(r) = responses
+        .get_mut(a.topic_slot)
+        .and_then(|t| t.partition_responses.get_mut(a.partition_slot))
+    {
+        r.error_code = code.code();
+    }
+}
+
+/// KIP-951: the endpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers.
+fn node_endpoints(broker: &Broker, mut leaders: Vec<i32>, listener: usize) -> Vec<NodeEndpoint> {
+    leaders.sort_unstable();
+    leaders.dedup();
+    leaders
+        .into_iter()
+        .filter_map(|id| broker.broker_endpoint(id, listener))
+        .map(|(id, host, port, rack)| {
+            NodeEndpoint::default()
+                .with_node_id(id.into())
+                .with_host(StrBytes::from_string(host))
+                .with_port(port as i32)
+                .with_rack(rack.map(StrBytes::from_string))
+        })
+        .collect()
 }
 
 fn partition_error(
@@ -65,6 +170,18 @@ fn partition_error(
 
 fn partition_config_min_isr(topic: Option<&crate::broker::Topic>) -> i32 {
     topic.map(|t| t.config.min_insync_replicas).unwrap_or(1)
+}
+
+/// NOT_LEADER_OR_FOLLOWER with the leader this broker knows.
+fn not_leader(partition: &Partition, index: i32) -> (PartitionProduceResponse, Option<i32>) {
+    let (leader, epoch) = partition.leader_and_epoch();
+    let response = partition_error(index, ResponseError::NotLeaderOrFollower, None)
+        .with_current_leader(
+            LeaderIdAndEpoch::default()
+                .with_leader_id(leader.unwrap_or(-1).into())
+                .with_leader_epoch(epoch),
+        );
+    (response, leader)
 }
 
 /// KIP-890 part 1: a transactional batch is accepted only if the coordinator has the
@@ -105,10 +222,12 @@ fn append_all(
     req: ProduceRequest,
     version: i16,
     may_write_internal: bool,
-) -> Vec<TopicProduceResponse> {
+) -> Appended {
     let transactional_id = req.transactional_id.as_ref().map(|t| t.0.to_string());
     let acks_valid = matches!(req.acks, -1..=1);
     let mut out = Vec::with_capacity(req.topic_data.len());
+    let mut awaiting = Vec::new();
+    let mut leaders = Vec::new();
     for topic_data in req.topic_data {
         let topic = if topic_data.name.0.is_empty() {
             broker.topic_by_id(&topic_data.topic_id)
@@ -145,13 +264,21 @@ fn append_all(
                 partitions.push(partition_error(pd.index, missing, None));
                 continue;
             };
-            // The ISR of a single broker is one replica; acks=all needs min.insync.replicas.
-            let isr_size = 1;
-            if req.acks == -1 && isr_size < partition_config_min_isr(topic.as_deref()) {
+            if !partition.is_leader() {
+                let (response, leader) = not_leader(partition, pd.index);
+                leaders.extend(leader);
+                partitions.push(response);
+                continue;
+            }
+            // acks=all needs min.insync.replicas (capped by the replication factor) in sync.
+            let min_isr = partition_config_min_isr(topic.as_deref());
+            if req.acks == -1 && !partition.has_enough_in_sync_replicas(min_isr) {
                 partitions.push(partition_error(
                     pd.index,
                     ResponseError::NotEnoughReplicas,
-                    None,
+                    Some(format!(
+                        "The size of the current ISR is below min.insync.replicas {min_isr}"
+                    )),
                 ));
                 continue;
             }
@@ -180,6 +307,19 @@ fn append_all(
                             .produce_records
                             .fetch_add(info.records as u64, Ordering::Relaxed);
                     }
+                    // Already replicated (a single replica): answer without waiting.
+                    let replicated = partition
+                        .check_enough_replicas_reach_offset(info.last_offset + 1, min_isr)
+                        .unwrap_or(false);
+                    if req.acks == -1 && !replicated {
+                        awaiting.push(Awaiting {
+                            topic_slot: out.len(),
+                            partition_slot: partitions.len(),
+                            partition: partition.clone(),
+                            required_offset: info.last_offset + 1,
+                            min_insync_replicas: min_isr,
+                        });
+                    }
                     partitions.push(
                         PartitionProduceResponse::default()
                             .with_index(pd.index)
@@ -187,6 +327,11 @@ fn append_all(
                             .with_log_append_time_ms(info.log_append_time)
                             .with_log_start_offset(partition.offsets().log_start_offset),
                     );
+                }
+                Err(crate::log::AppendError::NotLeaderOrFollower) => {
+                    let (response, leader) = not_leader(partition, pd.index);
+                    leaders.extend(leader);
+                    partitions.push(response);
                 }
                 Err(e) => {
                     let code = errors::append_error(&e);
@@ -220,5 +365,9 @@ fn append_all(
                 .with_partition_responses(partitions),
         );
     }
-    out
+    Appended {
+        responses: out,
+        awaiting,
+        leaders,
+    }
 }

@@ -470,6 +470,46 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "5000",
     },
     BrokerConfigDef {
+        name: "inter.broker.listener.name",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "replica.lag.time.max.ms",
+        kind: Kind::Long,
+        default: "30000",
+    },
+    BrokerConfigDef {
+        name: "replica.fetch.wait.max.ms",
+        kind: Kind::Int,
+        default: "500",
+    },
+    BrokerConfigDef {
+        name: "replica.fetch.min.bytes",
+        kind: Kind::Int,
+        default: "1",
+    },
+    BrokerConfigDef {
+        name: "replica.fetch.max.bytes",
+        kind: Kind::Int,
+        default: "1048576",
+    },
+    BrokerConfigDef {
+        name: "replica.fetch.response.max.bytes",
+        kind: Kind::Int,
+        default: "10485760",
+    },
+    BrokerConfigDef {
+        name: "replica.fetch.backoff.ms",
+        kind: Kind::Int,
+        default: "1000",
+    },
+    BrokerConfigDef {
+        name: "replica.socket.timeout.ms",
+        kind: Kind::Int,
+        default: "30000",
+    },
+    BrokerConfigDef {
         name: "log.cleaner.enable",
         kind: Kind::Boolean,
         default: "true",
@@ -506,7 +546,6 @@ const IGNORED_KAFKA_KEYS: &[&str] = &[
     "process.roles",
     "controller.quorum.voters",
     "controller.quorum.bootstrap.servers",
-    "inter.broker.listener.name",
     "num.network.threads",
     "num.io.threads",
     "socket.send.buffer.bytes",
@@ -599,10 +638,33 @@ pub struct BrokerConfig {
     pub quota_sample: crate::quota::SampleConfig,
     /// `max.connections*` settings.
     pub connection_limits: crate::quota::ConnectionLimitsConfig,
+    pub replication: ReplicationConfig,
     /// The `log.*` and other topic-config synonyms as set, for topic defaults.
     pub topic_defaults: BrokerDefaults,
     /// Every explicitly set key (for DescribeConfigs on the broker resource).
     pub explicit: BTreeMap<String, String>,
+}
+
+/// Replica fetching and ISR maintenance (`replica.*`, Kafka's names and defaults).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicationConfig {
+    /// `inter.broker.listener.name`: the listener followers fetch from (empty = the first).
+    pub inter_broker_listener_name: Option<String>,
+    /// `replica.lag.time.max.ms`: a follower that has not caught up for this long leaves the
+    /// ISR.
+    pub replica_lag_time_max: std::time::Duration,
+    /// `replica.fetch.wait.max.ms`: how long a follower's fetch waits on the leader.
+    pub fetch_wait_max: std::time::Duration,
+    /// `replica.fetch.min.bytes`.
+    pub fetch_min_bytes: i32,
+    /// `replica.fetch.max.bytes`: per partition.
+    pub fetch_max_bytes: i32,
+    /// `replica.fetch.response.max.bytes`: per fetch response.
+    pub fetch_response_max_bytes: i32,
+    /// `replica.fetch.backoff.ms`: pause after a fetch error.
+    pub fetch_backoff: std::time::Duration,
+    /// `replica.socket.timeout.ms`: a fetch unanswered for this long (beyond its wait) fails.
+    pub socket_timeout: std::time::Duration,
 }
 
 /// The log cleaner's broker-wide settings (`log.cleaner.*`, Kafka's names and defaults).
@@ -1237,6 +1299,27 @@ impl BrokerConfig {
             window_ms: positive("quota.window.size.seconds")?.min(i32::MAX as u64) as i64 * 1000,
         };
         let connection_limits = connection_limits(&get, &long, quota_sample)?;
+        let ms = |k: &str| positive(k).map(std::time::Duration::from_millis);
+        let int =
+            |k: &str| -> Result<i32, ConfigError> { Ok(positive(k)?.min(i32::MAX as u64) as i32) };
+        let inter_broker = get("inter.broker.listener.name");
+        if !inter_broker.is_empty() && !listeners.iter().any(|l| l.name == inter_broker) {
+            return Err(invalid(
+                "inter.broker.listener.name",
+                &inter_broker,
+                "must be the name of one of the listeners",
+            ));
+        }
+        let replication = ReplicationConfig {
+            inter_broker_listener_name: Some(inter_broker).filter(|n| !n.is_empty()),
+            replica_lag_time_max: ms("replica.lag.time.max.ms")?,
+            fetch_wait_max: ms("replica.fetch.wait.max.ms")?,
+            fetch_min_bytes: int("replica.fetch.min.bytes")?,
+            fetch_max_bytes: int("replica.fetch.max.bytes")?,
+            fetch_response_max_bytes: int("replica.fetch.response.max.bytes")?,
+            fetch_backoff: ms("replica.fetch.backoff.ms")?,
+            socket_timeout: ms("replica.socket.timeout.ms")?,
+        };
         Ok(BrokerConfig {
             node_id: node_id as i32,
             rack: Some(get("broker.rack")).filter(|r| !r.is_empty()),
@@ -1286,6 +1369,7 @@ impl BrokerConfig {
             log_cleaner,
             quota_sample,
             connection_limits,
+            replication,
             topic_defaults,
             explicit,
         })

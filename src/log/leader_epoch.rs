@@ -61,20 +61,26 @@ impl LeaderEpochCache {
         self.flush()
     }
 
-    /// Kafka's `endOffsetFor`: the (epoch, end offset) pair for the largest epoch <= `epoch`,
-    /// where the end offset is the start of the next epoch, or `log_end_offset` for the latest.
-    /// `(-1, -1)` when the requested epoch predates every entry.
+    /// Kafka's `LeaderEpochFileCache.endOffsetFor`: the (epoch, end offset) pair for the
+    /// largest epoch <= `epoch`, where the end offset is the start of the next epoch, or
+    /// `log_end_offset` when `epoch` is the latest. An epoch older than every entry answers
+    /// (`epoch`, start of the first entry); an undefined (-1) or unknown newer epoch, or an empty
+    /// cache, answers `(-1, -1)`.
     pub fn end_offset_for(&self, epoch: i32, log_end_offset: i64) -> (i32, i64) {
-        match self.entries.iter().rposition(|e| e.epoch <= epoch) {
-            None => (-1, -1),
-            Some(i) if i + 1 == self.entries.len() => (self.entries[i].epoch, log_end_offset),
-            Some(i) => {
-                if self.entries[i].epoch == epoch {
-                    (epoch, self.entries[i + 1].start_offset)
-                } else {
-                    (self.entries[i].epoch, self.entries[i + 1].start_offset)
-                }
-            }
+        const UNDEFINED: (i32, i64) = (-1, -1);
+        if epoch < 0 {
+            return UNDEFINED;
+        }
+        if self.latest_epoch() == Some(epoch) {
+            return (epoch, log_end_offset);
+        }
+        let Some(higher) = self.entries.iter().position(|e| e.epoch > epoch) else {
+            return UNDEFINED;
+        };
+        let next_start = self.entries[higher].start_offset;
+        match higher.checked_sub(1).map(|i| self.entries[i]) {
+            None => (epoch, next_start),
+            Some(floor) => (floor.epoch, next_start),
         }
     }
 
@@ -103,6 +109,12 @@ impl LeaderEpochCache {
             }
         }
         Ok(())
+    }
+
+    /// Forgets every entry (the log was truncated fully).
+    pub fn clear(&mut self) -> io::Result<()> {
+        self.entries.clear();
+        self.flush()
     }
 
     pub fn entries(&self) -> &[EpochEntry] {
@@ -134,7 +146,10 @@ mod tests {
         assert_eq!(c.end_offset_for(0, 50), (0, 10));
         assert_eq!(c.end_offset_for(1, 50), (0, 10));
         assert_eq!(c.end_offset_for(2, 50), (2, 30));
-        assert_eq!(c.end_offset_for(7, 50), (5, 50));
+        assert_eq!(c.end_offset_for(5, 50), (5, 50));
+        // Newer than any epoch, or undefined: Kafka answers UNDEFINED_EPOCH(_OFFSET).
+        assert_eq!(c.end_offset_for(7, 50), (-1, -1));
+        assert_eq!(c.end_offset_for(-1, 50), (-1, -1));
         let c2 = LeaderEpochCache::load(dir.path()).unwrap();
         assert_eq!(c2.entries(), c.entries());
         let mut c3 = c2;

@@ -66,6 +66,15 @@ pub enum AppendError {
     InvalidTimestamp { timestamp: i64, now: i64 },
     #[error(transparent)]
     Producer(#[from] ProducerError),
+    /// The partition is not led by this broker (Kafka's NOT_LEADER_OR_FOLLOWER).
+    #[error("this broker is not the leader of the partition")]
+    NotLeaderOrFollower,
+    /// A replicated batch does not continue the log (Kafka's UnexpectedAppendOffsetException).
+    #[error("replicated batch at offset {base_offset} does not follow the log end offset {log_end_offset}")]
+    UnexpectedOffset {
+        base_offset: i64,
+        log_end_offset: i64,
+    },
     #[error("storage error: {0}")]
     Io(#[from] io::Error),
 }
@@ -541,6 +550,163 @@ impl Log {
             records: header.records_count,
             bytes: owned.len(),
         })
+    }
+
+    /// Appends batches fetched from the leader as they are: offsets, partition leader epochs
+    /// and producer ids are the leader's (Kafka's `appendAsFollower`). Whole batches only; a
+    /// partial batch at the end of a fetch response is left for the next fetch. Each batch's
+    /// epoch enters the leader epoch cache, producer state and aborted transactions follow the
+    /// markers. Returns the number of bytes appended.
+    pub fn append_as_follower(
+        &mut self,
+        records: &[u8],
+        now_ms: i64,
+    ) -> Result<usize, AppendError> {
+        let mut appended = 0;
+        for item in BatchIter::new(records) {
+            let (_, header, bytes) = match item {
+                Ok(b) => b,
+                // A fetch response may end with a partial batch: the next fetch gets it whole.
+                Err(BatchError::Truncated { .. }) => break,
+                Err(e) => return Err(AppendError::Corrupt(e)),
+            };
+            header.validate(bytes).map_err(AppendError::Corrupt)?;
+            if header.base_offset < self.log_end_offset {
+                return Err(AppendError::UnexpectedOffset {
+                    base_offset: header.base_offset,
+                    log_end_offset: self.log_end_offset,
+                });
+            }
+            let abort = header.is_control()
+                && header.is_transactional()
+                && header.has_producer_id()
+                && marker_type(bytes) == Some(MARKER_ABORT);
+            let first = self
+                .producers
+                .ongoing_txn(header.producer_id)
+                .unwrap_or(header.base_offset);
+            if header.is_control() && header.has_producer_id() {
+                let coordinator_epoch = marker_coordinator_epoch(bytes).unwrap_or(-1);
+                self.producers
+                    .set_coordinator_epoch(header.producer_id, coordinator_epoch);
+            }
+            self.append_batch(&header, bytes, header.partition_leader_epoch, now_ms)?;
+            if abort {
+                let lso = self
+                    .producers
+                    .first_unstable_offset_excluding(header.producer_id)
+                    .unwrap_or(header.base_offset + 1);
+                self.index_aborted_txn(txn_index::AbortedTxn {
+                    producer_id: header.producer_id,
+                    first_offset: first,
+                    last_offset: header.base_offset,
+                    last_stable_offset: lso,
+                })?;
+            }
+            appended += bytes.len();
+        }
+        Ok(appended)
+    }
+
+    /// Records that `epoch` starts at `start_offset` (a new leader starts its epoch at its log
+    /// end offset, Kafka's `assignEpochStartOffset`).
+    pub fn assign_epoch_start_offset(&mut self, epoch: i32, start_offset: i64) -> io::Result<()> {
+        self.epochs.assign(epoch, start_offset)
+    }
+
+    /// Removes everything at or above `offset` (a follower's divergent suffix). The log end
+    /// offset becomes `offset` or less (a batch straddling it goes whole); the high watermark,
+    /// recovery point, leader epochs, producer state and aborted transactions follow. Below
+    /// the log start offset the log is emptied and restarted at `offset`. Returns whether
+    /// anything was removed.
+    pub fn truncate_to(&mut self, offset: i64, now_ms: i64) -> io::Result<bool> {
+        if offset >= self.log_end_offset {
+            // Still drop an epoch that starts at the log end: this broker led that epoch
+            // without appending, and the entry would make every fetch diverge (as Kafka does).
+            self.epochs.truncate_from_end(self.log_end_offset)?;
+            return Ok(false);
+        }
+        if offset < self.log_start_offset {
+            self.truncate_fully_and_start_at(offset, now_ms)?;
+            return Ok(true);
+        }
+        let doomed: Vec<i64> = self.segments.range(offset + 1..).map(|(b, _)| *b).collect();
+        if doomed.len() == self.segments.len() {
+            // Keep a segment to append to.
+            self.segments.insert(
+                offset,
+                Segment::create(&self.dir, offset, limits(&self.config), now_ms)?,
+            );
+        }
+        for base in doomed {
+            if base == offset {
+                continue;
+            }
+            if let Some(seg) = self.segments.remove(&base) {
+                seg.delete()?;
+            }
+        }
+        if let Some(seg) = self.segments.values_mut().next_back() {
+            seg.truncate_to(offset)?;
+        }
+        self.log_end_offset = self
+            .segments
+            .values()
+            .next_back()
+            .map(|s| s.next_offset())
+            .unwrap_or(offset);
+        let end = self.log_end_offset;
+        self.epochs.truncate_from_end(end)?;
+        self.high_watermark = self.high_watermark.min(end);
+        self.recovery_point = self.recovery_point.min(end);
+        // Aborted transactions whose marker is gone leave the indexes.
+        let before = self.aborted.len();
+        self.aborted.retain(|t| t.last_offset < end);
+        if self.aborted.len() != before {
+            for &base in self.segments.keys() {
+                let path = txn_index::path(&self.dir, base);
+                let keep: Vec<_> = txn_index::read(&path)?
+                    .into_iter()
+                    .filter(|t| t.last_offset < end)
+                    .collect();
+                txn_index::rewrite(&path, &keep)?;
+            }
+        }
+        // Producer state: the newest snapshot at or below the new end, replayed forward.
+        for snapshot in ProducerStateManager::list_snapshots(&self.dir)? {
+            if snapshot > end {
+                let _ = fs::remove_file(ProducerStateManager::snapshot_path(&self.dir, snapshot));
+            }
+        }
+        self.producers = ProducerStateManager::new();
+        self.load_producer_state()?;
+        Ok(true)
+    }
+
+    /// Deletes every segment and restarts the log empty at `offset` (Kafka's
+    /// `truncateFullyAndStartAt`: a follower far behind the leader's log start).
+    pub fn truncate_fully_and_start_at(&mut self, offset: i64, now_ms: i64) -> io::Result<()> {
+        let bases: Vec<i64> = self.segments.keys().copied().collect();
+        for base in bases {
+            if let Some(seg) = self.segments.remove(&base) {
+                seg.delete()?;
+            }
+        }
+        self.segments.insert(
+            offset,
+            Segment::create(&self.dir, offset, limits(&self.config), now_ms)?,
+        );
+        for snapshot in ProducerStateManager::list_snapshots(&self.dir)? {
+            let _ = fs::remove_file(ProducerStateManager::snapshot_path(&self.dir, snapshot));
+        }
+        self.producers = ProducerStateManager::new();
+        self.aborted.clear();
+        self.epochs.clear()?;
+        self.log_start_offset = offset;
+        self.log_end_offset = offset;
+        self.high_watermark = offset;
+        self.recovery_point = offset;
+        Ok(())
     }
 
     /// Appends a batch whose offsets are final (leader path after assignment, or replication).
@@ -1052,6 +1218,13 @@ fn marker_type(raw: &[u8]) -> Option<i16> {
     (key.len() >= 4).then(|| i16::from_be_bytes([key[2], key[3]]))
 }
 
+/// The coordinator epoch in a COMMIT/ABORT marker's value (version i16, epoch i32).
+fn marker_coordinator_epoch(raw: &[u8]) -> Option<i32> {
+    let records = decode_records(raw).ok()?;
+    let value = records.first()?.value.as_ref()?;
+    (value.len() >= 6).then(|| i32::from_be_bytes([value[2], value[3], value[4], value[5]]))
+}
+
 /// A control batch holding one COMMIT or ABORT marker, as Kafka writes it (uncompressed,
 /// transactional, no sequence; value: version 0 and the coordinator epoch).
 fn control_batch(
@@ -1125,6 +1298,8 @@ fn recompress(bytes: &[u8], target: Compression) -> Result<Vec<u8>, AppendError>
     Ok(out.to_vec())
 }
 
+#[cfg(test)]
+mod replica_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -330,6 +330,49 @@ impl Segment {
         Ok(())
     }
 
+    /// Drops every batch whose last offset is >= `offset` (a batch straddling `offset` goes
+    /// whole, as in Kafka's `LogSegment.truncateTo`), with their index entries. Returns the
+    /// bytes removed.
+    pub fn truncate_to(&mut self, offset: i64) -> io::Result<u64> {
+        let Some((position, _)) = self.translate_offset(offset)? else {
+            return Ok(0);
+        };
+        let removed = self.size - position;
+        self.file.set_len(position)?;
+        self.size = position;
+        self.offset_index.truncate_to(offset)?;
+        self.time_index.truncate_to(offset)?;
+        // Recompute the tail state from the last index entry that survived.
+        self.next_offset = self.base_offset;
+        self.bytes_since_last_index_entry = 0;
+        (self.max_timestamp, self.offset_of_max_timestamp) = match self.time_index.last() {
+            Some(TimestampOffset { timestamp, offset }) => (timestamp, offset),
+            None => (-1, -1),
+        };
+        // An entry for a straddling batch points at the new end: scan from the start then.
+        let mut pos = match self.offset_index.last() {
+            Some(e) if (e.position as u64) < self.size => e.position as u64,
+            _ => 0,
+        };
+        let mut header_buf = [0u8; BATCH_HEADER_LEN];
+        while pos + BATCH_HEADER_LEN as u64 <= self.size {
+            self.file.read_exact_at(&mut header_buf, pos)?;
+            let h = BatchHeader::parse(&header_buf)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if h.max_timestamp > self.max_timestamp {
+                self.max_timestamp = h.max_timestamp;
+                self.offset_of_max_timestamp = h.last_offset();
+            }
+            self.next_offset = h.last_offset() + 1;
+            self.bytes_since_last_index_entry += h.total_size();
+            pos += h.total_size() as u64;
+        }
+        if self.size == 0 {
+            self.rolling_base_timestamp = None;
+        }
+        Ok(removed)
+    }
+
     /// Whether appending `len` more bytes would overflow this segment or its indexes, or the
     /// segment spans more than `segment_ms`. As in Kafka, the span is measured from the first
     /// batch's timestamp to the incoming batch's max timestamp (`message_timestamp`), or by

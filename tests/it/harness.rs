@@ -147,6 +147,27 @@ impl TestBroker {
         after(self.dir.path());
     }
 
+    /// Clean shutdown that keeps the data dir, for [`TestBroker::resume`].
+    pub async fn stop(&mut self) {
+        if let Some(r) = self.running.take() {
+            tokio::time::timeout(Duration::from_secs(30), r.shutdown())
+                .await
+                .expect("shutdown finishes in time")
+                .expect("clean shutdown");
+        }
+    }
+
+    /// Starts a broker again on the data dir of a stopped one (new ephemeral ports).
+    pub async fn resume(&mut self) {
+        assert!(self.running.is_none(), "resume a stopped broker");
+        let running = strata::runtime::start(config_for(self.dir.path(), &self.extra))
+            .await
+            .expect("broker restarts");
+        self.kafka_addr = running.kafka_addr;
+        self.admin_addr = running.admin_addr;
+        self.running = Some(running);
+    }
+
     pub async fn shutdown(mut self) {
         if let Some(r) = self.running.take() {
             tokio::time::timeout(Duration::from_secs(30), r.shutdown())

@@ -18,6 +18,7 @@ mod produce_fetch;
 mod protocol;
 mod quotas;
 mod recovery;
+mod replication;
 mod restart;
 mod security;
 mod tiering;

@@ -1,0 +1,615 @@
+//! Replica fetchers: one task per leader broker, fetching every partition this broker follows
+//! from it over one connection with the Fetch API (v16, sessionless), as Kafka's
+//! `ReplicaFetcherThread` does.
+//!
+//! Each round sends, per partition, the follower's log end offset as the fetch offset and the
+//! latest epoch of its leader epoch cache as `last_fetched_epoch`; the leader answers with
+//! records, its high watermark and log start offset, or a diverging epoch (KIP-320), on which
+//! the follower truncates to the end of the largest epoch both logs share and fetches again.
+//!
+//! Errors: an unreachable leader is retried with `replica.fetch.backoff.ms`;
+//! NOT_LEADER_OR_FOLLOWER and UNKNOWN_LEADER_EPOCH pause the partition for the backoff;
+//! FENCED_LEADER_EPOCH pauses it until the control plane applies a newer state;
+//! OFFSET_OUT_OF_RANGE asks the leader's log end and start offsets (ListOffsets) and truncates
+//! or restarts the log there. Cancellation stops a fetcher between requests or while waiting.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ListOffsetsRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use super::peer::{PeerConnection, PeerError};
+use crate::broker::{Broker, Partition, Role};
+use crate::log::AppendError;
+
+/// The Fetch version followers send (replica_state, topic ids, KIP-951 fields).
+const FETCH_VERSION: i16 = 16;
+const LIST_OFFSETS_VERSION: i16 = 7;
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+
+struct RunningFetcher {
+    address: (String, u16),
+    partitions: watch::Sender<Vec<Arc<Partition>>>,
+    cancel: CancellationToken,
+}
+
+/// Keeps one fetcher per leader this broker follows partitions of, until `shutdown`.
+pub async fn manage(broker: Arc<Broker>, shutdown: CancellationToken) {
+    let name = broker
+        .config
+        .replication
+        .inter_broker_listener_name
+        .clone()
+        .unwrap_or_else(|| broker.config.listeners[0].name.clone());
+    let plaintext = broker
+        .config
+        .listeners
+        .iter()
+        .find(|l| l.name == name)
+        .is_none_or(|l| l.security == crate::config::SecurityProtocol::Plaintext);
+    let tasks = TaskTracker::new();
+    let mut fetchers: HashMap<i32, RunningFetcher> = HashMap::new();
+    let mut reported = false;
+    loop {
+        if plaintext {
+            reconcile(&broker, &mut fetchers, &tasks, &shutdown);
+        } else if !reported && follows_any(&broker) {
+            // Followers speak plaintext only so far: say so once rather than fail every fetch.
+            tracing::error!(listener = %name, "the inter-broker listener uses TLS or SASL, which replica fetchers do not support yet: this broker does not replicate; set inter.broker.listener.name to a PLAINTEXT listener");
+            reported = true;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = broker.replication().follow_changed.notified() => {}
+        }
+    }
+    for f in fetchers.values() {
+        f.cancel.cancel();
+    }
+    tasks.close();
+    tasks.wait().await;
+}
+
+fn follows_any(broker: &Broker) -> bool {
+    broker
+        .all_partitions()
+        .iter()
+        .any(|p| p.is_replicated() && p.role() == Role::Follower)
+}
+
+/// The address of `leader` on the inter-broker listener (or its first listener).
+fn leader_address(broker: &Broker, leader: i32) -> Option<(String, u16)> {
+    let b = broker.replication().cluster_broker(leader)?;
+    let e = match &broker.config.replication.inter_broker_listener_name {
+        Some(name) => b.endpoint(name)?,
+        None => b
+            .endpoint(&broker.config.listeners[0].name)
+            .or(b.endpoints.first())?,
+    };
+    Some((e.host.clone(), e.port))
+}
+
+fn reconcile(
+    broker: &Arc<Broker>,
+    fetchers: &mut HashMap<i32, RunningFetcher>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) {
+    let mut wanted: HashMap<i32, Vec<Arc<Partition>>> = HashMap::new();
+    for p in broker.all_partitions() {
+        if p.is_replicated() && p.role() == Role::Follower {
+            if let (Some(leader), _) = p.leader_and_epoch() {
+                wanted.entry(leader).or_default().push(p);
+            }
+        }
+    }
+    fetchers.retain(|leader, f| {
+        let keep = wanted.contains_key(leader)
+            && leader_address(broker, *leader).as_ref() == Some(&f.address);
+        if !keep {
+            f.cancel.cancel();
+        }
+        keep
+    });
+    for (leader, partitions) in wanted {
+        if let Some(f) = fetchers.get(&leader) {
+            f.partitions.send_replace(partitions);
+            continue;
+        }
+        let Some(address) = leader_address(broker, leader) else {
+            tracing::warn!(
+                leader,
+                "no endpoint known for the leader: cannot fetch from it"
+            );
+            continue;
+        };
+        let (tx, rx) = watch::channel(partitions);
+        let cancel = shutdown.child_token();
+        tracing::info!(leader, host = %address.0, port = address.1, "starting replica fetcher");
+        tasks.spawn(
+            Fetcher {
+                broker: broker.clone(),
+                leader,
+                address: address.clone(),
+                partitions: rx,
+                cancel: cancel.clone(),
+                paused: HashMap::new(),
+                failures: 0,
+                round: 0,
+            }
+            .run(),
+        );
+        fetchers.insert(
+            leader,
+            RunningFetcher {
+                address,
+                partitions: tx,
+                cancel,
+            },
+        );
+    }
+}
+
+/// Why a partition is not fetched for now.
+#[derive(Debug, Clone, Copy)]
+enum Pause {
+    /// Until this time (transient errors), at this leader epoch.
+    Until(Instant, i32),
+    /// Until the control plane applies another leader epoch (fenced).
+    EpochChange(i32),
+}
+
+struct Target {
+    partition: Arc<Partition>,
+    leader_epoch: i32,
+    fetch_offset: i64,
+}
+
+/// What to do after processing one partition of a fetch response.
+enum Next {
+    Continue,
+    Pause(Pause),
+    OutOfRange,
+}
+
+struct Fetcher {
+    broker: Arc<Broker>,
+    leader: i32,
+    address: (String, u16),
+    partitions: watch::Receiver<Vec<Arc<Partition>>>,
+    cancel: CancellationToken,
+    paused: HashMap<(Uuid, i32), Pause>,
+    /// Consecutive failed requests (quiet logging first, louder if they persist).
+    failures: u32,
+    /// Rotates the order of partitions in requests: only the first partition with data may
+    /// exceed its byte limit (KIP-74), so every partition gets to be first in turn.
+    round: usize,
+}
+
+impl Fetcher {
+    async fn run(mut self) {
+        let mut conn: Option<PeerConnection> = None;
+        while !self.cancel.is_cancelled() {
+            let targets = self.targets();
+            if targets.is_empty() {
+                let wait = self.next_unpause().unwrap_or(Duration::from_secs(1));
+                tokio::select! {
+                    _ = self.cancel.cancelled() => return,
+                    _ = self.partitions.changed() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                }
+                continue;
+            }
+            let connection = match conn.as_mut() {
+                Some(c) => c,
+                None => match tokio::select! {
+                    _ = self.cancel.cancelled() => return,
+                    c = self.connect() => c,
+                } {
+                    Ok(c) => conn.insert(c),
+                    Err(e) => {
+                        self.failed(&e);
+                        self.backoff().await;
+                        continue;
+                    }
+                },
+            };
+            let request = self.fetch_request(&targets);
+            let timeout = self.broker.config.replication.fetch_wait_max
+                + self.broker.config.replication.socket_timeout;
+            let response = tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                r = connection.call(FETCH_VERSION, &request, timeout) => r,
+            };
+            let response = match response {
+                Ok(r) => r,
+                Err(e) => {
+                    conn = None;
+                    self.failed(&e);
+                    self.backoff().await;
+                    continue;
+                }
+            };
+            self.failures = 0;
+            if response.error_code != 0 {
+                tracing::info!(leader = self.leader, error = ?ResponseError::try_from_code(response.error_code), "fetch refused by the leader");
+                self.backoff().await;
+                continue;
+            }
+            let out_of_range = self.process(targets, response).await;
+            for target in out_of_range {
+                let Some(c) = conn.as_mut() else { break };
+                let cancel = self.cancel.clone();
+                let reset = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    r = self.reset_out_of_range(c, &target) => r,
+                };
+                if let Err(e) = reset {
+                    conn = None;
+                    self.failed(&e);
+                }
+            }
+        }
+    }
+
+    fn failed(&mut self, e: &PeerError) {
+        self.failures += 1;
+        if self.failures <= 3 {
+            tracing::debug!(leader = self.leader, error = %e, "replica fetch failed; retrying");
+        } else if self.failures % 10 == 4 {
+            tracing::warn!(leader = self.leader, error = %e, failures = self.failures, "replica fetch keeps failing");
+        }
+    }
+
+    async fn backoff(&self) {
+        tokio::select! {
+            _ = self.cancel.cancelled() => {}
+            _ = tokio::time::sleep(self.broker.config.replication.fetch_backoff) => {}
+        }
+    }
+
+    async fn connect(&self) -> Result<PeerConnection, PeerError> {
+        PeerConnection::connect(
+            &self.address.0,
+            self.address.1,
+            format!("broker-{}-fetcher-0", self.broker.config.node_id),
+            self.broker.config.replication.socket_timeout,
+        )
+        .await
+    }
+
+    /// The followed partitions not paused, with their fetch positions.
+    fn targets(&mut self) -> Vec<Target> {
+        let now = Instant::now();
+        let partitions = self.partitions.borrow_and_update().clone();
+        self.paused
+            .retain(|key, _| partitions.iter().any(|p| (p.topic_id, p.index) == *key));
+        let mut out = Vec::with_capacity(partitions.len());
+        for p in partitions {
+            let (leader, epoch) = p.leader_and_epoch();
+            if p.role() != Role::Follower || leader != Some(self.leader) {
+                continue;
+            }
+            let key = (p.topic_id, p.index);
+            match self.paused.get(&key) {
+                Some(Pause::Until(t, e)) if *t > now && *e == epoch => continue,
+                Some(Pause::EpochChange(e)) if *e == epoch => continue,
+                Some(_) => {
+                    self.paused.remove(&key);
+                }
+                None => {}
+            }
+            out.push(Target {
+                fetch_offset: p.offsets().log_end_offset,
+                leader_epoch: epoch,
+                partition: p,
+            });
+        }
+        if !out.is_empty() {
+            self.round = self.round.wrapping_add(1);
+            let n = out.len();
+            out.rotate_left(self.round % n);
+        }
+        out
+    }
+
+    fn next_unpause(&self) -> Option<Duration> {
+        let now = Instant::now();
+        self.paused
+            .values()
+            .filter_map(|p| match p {
+                Pause::Until(t, _) => Some(t.saturating_duration_since(now)),
+                Pause::EpochChange(_) => None,
+            })
+            .min()
+    }
+
+    fn fetch_request(&self, targets: &[Target]) -> FetchRequest {
+        let c = &self.broker.config.replication;
+        let mut topics: Vec<FetchTopic> = Vec::new();
+        for t in targets {
+            let p = &t.partition;
+            let last_fetched_epoch = p.with_log(|l| l.latest_epoch()).unwrap_or(-1);
+            let fp = FetchPartition::default()
+                .with_partition(p.index)
+                .with_current_leader_epoch(t.leader_epoch)
+                .with_fetch_offset(t.fetch_offset)
+                .with_last_fetched_epoch(last_fetched_epoch)
+                .with_log_start_offset(p.offsets().log_start_offset)
+                .with_partition_max_bytes(c.fetch_max_bytes);
+            match topics.iter_mut().find(|x| x.topic_id == p.topic_id) {
+                Some(x) => x.partitions.push(fp),
+                None => topics.push(
+                    FetchTopic::default()
+                        .with_topic_id(p.topic_id)
+                        .with_topic(TopicName(StrBytes::from_string(p.topic.clone())))
+                        .with_partitions(vec![fp]),
+                ),
+            }
+        }
+        FetchRequest::default()
+            .with_replica_state(
+                ReplicaState::default().with_replica_id(self.broker.config.node_id.into()),
+            )
+            .with_max_wait_ms(c.fetch_wait_max.as_millis().min(i32::MAX as u128) as i32)
+            .with_min_bytes(c.fetch_min_bytes)
+            .with_max_bytes(c.fetch_response_max_bytes)
+            .with_isolation_level(0)
+            .with_session_id(0)
+            .with_session_epoch(-1)
+            .with_topics(topics)
+    }
+
+    /// Applies a fetch response; returns the partitions whose offset was out of range.
+    async fn process(&mut self, targets: Vec<Target>, response: FetchResponse) -> Vec<Target> {
+        let mut by_key: HashMap<(Uuid, i32), Target> = targets
+            .into_iter()
+            .map(|t| ((t.partition.topic_id, t.partition.index), t))
+            .collect();
+        let mut work = Vec::new();
+        for topic in response.responses {
+            for data in topic.partitions {
+                if let Some(t) = by_key.remove(&(topic.topic_id, data.partition_index)) {
+                    work.push((t, data));
+                }
+            }
+        }
+        let backoff = self.broker.config.replication.fetch_backoff;
+        let leader = self.leader;
+        let results = crate::api::blocking(move || {
+            work.into_iter()
+                .map(|(t, data)| {
+                    let next = apply_partition_data(&t, data, leader, backoff);
+                    (t, next)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+        let Ok(results) = results else {
+            tracing::error!(leader = self.leader, "applying a fetch response panicked");
+            return Vec::new();
+        };
+        let mut out_of_range = Vec::new();
+        for (t, next) in results {
+            match next {
+                Next::Continue => {}
+                Next::Pause(p) => {
+                    self.paused
+                        .insert((t.partition.topic_id, t.partition.index), p);
+                }
+                Next::OutOfRange => out_of_range.push(t),
+            }
+        }
+        out_of_range
+    }
+
+    /// Kafka's `fetchOffsetAndTruncate`: the leader's log ends before ours (truncate there) or
+    /// starts after it (restart our log at the leader's start).
+    async fn reset_out_of_range(
+        &mut self,
+        conn: &mut PeerConnection,
+        target: &Target,
+    ) -> Result<(), PeerError> {
+        let p = target.partition.clone();
+        let leader_end = self
+            .list_offset(conn, &p, target.leader_epoch, LATEST)
+            .await?;
+        let leader_start = self
+            .list_offset(conn, &p, target.leader_epoch, EARLIEST)
+            .await?;
+        let (Some(leader_end), Some(leader_start)) = (leader_end, leader_start) else {
+            self.paused.insert(
+                (p.topic_id, p.index),
+                Pause::Until(
+                    Instant::now() + self.broker.config.replication.fetch_backoff,
+                    target.leader_epoch,
+                ),
+            );
+            return Ok(());
+        };
+        let epoch = target.leader_epoch;
+        let result = crate::api::blocking(move || -> Result<(), AppendError> {
+            let end = p.offsets().log_end_offset;
+            if leader_end < end {
+                tracing::warn!(topic = %p.topic, partition = p.index, leader_end, end, "leader's log ends before ours: truncating");
+                p.truncate_to(epoch, leader_end)?;
+            } else if end < leader_start {
+                p.truncate_fully_and_start_at(epoch, leader_start)?;
+            }
+            Ok(())
+        })
+        .await;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::info!(topic = %target.partition.topic, partition = target.partition.index, error = %e, "cannot reset out-of-range follower")
+            }
+            Err(_) => tracing::error!("resetting an out-of-range follower panicked"),
+        }
+        Ok(())
+    }
+
+    /// The leader's offset for `timestamp` (-1 latest = its log end, -2 earliest), or `None`
+    /// when the leader refuses (the partition is paused then).
+    async fn list_offset(
+        &self,
+        conn: &mut PeerConnection,
+        p: &Partition,
+        leader_epoch: i32,
+        timestamp: i64,
+    ) -> Result<Option<i64>, PeerError> {
+        let request = ListOffsetsRequest::default()
+            .with_replica_id(self.broker.config.node_id.into())
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_string(p.topic.clone())))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(p.index)
+                    .with_current_leader_epoch(leader_epoch)
+                    .with_timestamp(timestamp)])]);
+        let response = conn
+            .call(
+                LIST_OFFSETS_VERSION,
+                &request,
+                self.broker.config.replication.socket_timeout,
+            )
+            .await?;
+        let answer = response
+            .topics
+            .into_iter()
+            .flat_map(|t| t.partitions)
+            .find(|x| x.partition_index == p.index);
+        Ok(answer.filter(|a| a.error_code == 0).map(|a| a.offset))
+    }
+}
+
+/// Where a follower truncates on a diverging epoch from the leader (Kafka's
+/// `getOffsetTruncationState`). `follower_end_for_epoch` is the follower's own
+/// `endOffsetFor(leader_epoch)`.
+pub fn truncation_offset(
+    diverging_epoch: i32,
+    diverging_end_offset: i64,
+    follower_log_end_offset: i64,
+    follower_high_watermark: i64,
+    follower_end_for_epoch: (i32, i64),
+) -> i64 {
+    if diverging_end_offset < 0 {
+        // The leader cannot say: fall back to the high watermark.
+        return follower_high_watermark.min(follower_log_end_offset);
+    }
+    if diverging_epoch < 0 {
+        return diverging_end_offset.min(follower_log_end_offset);
+    }
+    match follower_end_for_epoch {
+        (_, end) if end < 0 => diverging_end_offset.min(follower_log_end_offset),
+        // The follower does not have the leader's epoch: go back to the end of its own
+        // largest earlier epoch, and let the next fetch compare again.
+        (epoch, end) if epoch != diverging_epoch => end.min(follower_log_end_offset),
+        (_, end) => end.min(diverging_end_offset).min(follower_log_end_offset),
+    }
+}
+
+/// Applies one partition of a fetch response. Blocking.
+fn apply_partition_data(
+    t: &Target,
+    data: kafka_protocol::messages::fetch_response::PartitionData,
+    leader: i32,
+    backoff: Duration,
+) -> Next {
+    let p = &t.partition;
+    let pause = || Next::Pause(Pause::Until(Instant::now() + backoff, t.leader_epoch));
+    match ResponseError::try_from_code(data.error_code) {
+        None => {}
+        Some(ResponseError::OffsetOutOfRange) => return Next::OutOfRange,
+        Some(ResponseError::FencedLeaderEpoch) => {
+            tracing::info!(topic = %p.topic, partition = p.index, leader, leader_epoch = t.leader_epoch, "fenced by the leader: waiting for a newer partition state");
+            return Next::Pause(Pause::EpochChange(t.leader_epoch));
+        }
+        Some(e) => {
+            tracing::debug!(topic = %p.topic, partition = p.index, leader, error = ?e, "fetch error; backing off");
+            return pause();
+        }
+    }
+    if data.diverging_epoch.epoch >= 0 || data.diverging_epoch.end_offset >= 0 {
+        let (end, hw, own) = p.with_log(|l| {
+            (
+                l.log_end_offset(),
+                l.high_watermark(),
+                l.end_offset_for_epoch(data.diverging_epoch.epoch),
+            )
+        });
+        let offset = truncation_offset(
+            data.diverging_epoch.epoch,
+            data.diverging_epoch.end_offset,
+            end,
+            hw,
+            own,
+        );
+        return match p.truncate_to(t.leader_epoch, offset) {
+            Ok(_) => Next::Continue,
+            Err(e) => {
+                report_append_error(p, &e);
+                pause()
+            }
+        };
+    }
+    let records = data.records.unwrap_or_default();
+    if p.offsets().log_end_offset != t.fetch_offset {
+        // The log moved (truncated) since the request: this answer is stale.
+        return Next::Continue;
+    }
+    match p.append_as_follower(
+        t.leader_epoch,
+        &records,
+        data.high_watermark,
+        data.log_start_offset,
+    ) {
+        Ok(_) => Next::Continue,
+        Err(e) => {
+            report_append_error(p, &e);
+            pause()
+        }
+    }
+}
+
+fn report_append_error(p: &Partition, e: &AppendError) {
+    match e {
+        AppendError::NotLeaderOrFollower => {
+            tracing::debug!(topic = %p.topic, partition = p.index, "partition state changed during the fetch")
+        }
+        AppendError::Io(_) => {
+            tracing::error!(topic = %p.topic, partition = p.index, error = %e, "cannot write replicated data")
+        }
+        _ => {
+            tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "leader sent data the follower cannot append")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncation_offset;
+
+    #[test]
+    fn a_follower_truncates_to_the_end_of_the_largest_common_epoch() {
+        // Leader: epoch 3 ends at 40. Follower has epoch 3 up to 55: truncate to 40.
+        assert_eq!(truncation_offset(3, 40, 55, 30, (3, 55)), 40);
+        // Follower never saw epoch 3 (its largest earlier epoch 2 ends at 35): go to 35.
+        assert_eq!(truncation_offset(3, 40, 55, 30, (2, 35)), 35);
+        // The leader has no end offset for the epoch: the high watermark.
+        assert_eq!(truncation_offset(-1, -1, 55, 30, (-1, -1)), 30);
+        // Never beyond the follower's own end.
+        assert_eq!(truncation_offset(3, 80, 55, 30, (3, 90)), 55);
+        // The follower has no epochs at all: the leader's end offset.
+        assert_eq!(truncation_offset(3, 40, 55, 30, (-1, -1)), 40);
+    }
+}
