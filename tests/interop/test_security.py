@@ -37,7 +37,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import (ScramCredentialInfo, ScramMechanism,
                                    UserScramCredentialUpsertion)
 
-from conftest import free_port
+from conftest import TARGET, free_port
 from helpers import QUIET, admin, consume, create_topic, produce, watermarks
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -515,9 +515,15 @@ def _auth_failed(client, mechanism) -> list[str]:
               "java": r"SaslAuthenticationException: "}[client]
     want = [prefix + re.escape(message)]
     if client == "kafka-python":
-        # Every refused login shows the broker's message: Kafka sends the SaslAuthenticate
-        # error and closes the connection only after connection.failed.authentication.delay.ms
-        # (100 ms). kafka-python drops a response that arrives together with the EOF.
+        if TARGET == "kafka":
+            # Kafka 4.4 often closes the connection before kafka-python reads the
+            # SaslAuthenticate error, so kafka-python may see only the disconnect (measured:
+            # some runs never show the message). The refusal is still a refusal.
+            return [r"SaslAuthenticationFailedError: " + re.escape(message)
+                    + r"|socket disconnected"]
+        # Strata: every refused login shows the broker's message. It sends the
+        # SaslAuthenticate error and closes only after connection.failed.authentication.delay.ms
+        # (100 ms); kafka-python drops a response that arrives together with the EOF.
         want.append(r"^(?!(.|\n)*socket disconnected)")
     return want
 
@@ -605,7 +611,8 @@ def test_missing_client_certificate_is_refused_where_required(secured, certs, to
     got = attempt(client, secured.at("SSL"), Spec("SSL", ca=certs.ca), topic_name, [b"leak"],
                   want=1)
     want = {
-        "librdkafka": [r"_(SSL|TRANSPORT): .*certificate required"],
+        # TLS 1.3's "certificate required" alert (rustls), or "bad certificate" (Kafka's JSSE).
+        "librdkafka": [r"_(SSL|TRANSPORT): .*(certificate required|bad certificate)"],
         "kafka-python": [r"(KafkaTimeoutError|NoBrokersAvailable)"],
         "java": [r"SslAuthenticationException: "],
     }[client]
