@@ -788,6 +788,11 @@ pub struct Broker {
     tiering: std::sync::OnceLock<Arc<crate::tiering::Tiering>>,
     /// Set once at start-up, after the group coordinator (markers complete its offsets).
     txns: std::sync::OnceLock<Arc<crate::coordinator::txn::TransactionCoordinator>>,
+    /// The `__consumer_offsets` and `__transaction_state` partitions this broker serves as
+    /// coordinator, following leadership (kept here so a state applied before the
+    /// coordinators start is not lost).
+    group_ownership: Arc<crate::coordinator::ownership::Ownership>,
+    txn_ownership: Arc<crate::coordinator::ownership::Ownership>,
     /// Log cleaner state (checkpoints, which partitions are being cleaned); its tasks are
     /// spawned by the runtime.
     log_cleaner: crate::log_cleaner::LogCleaner,
@@ -972,6 +977,8 @@ impl Broker {
             groups: std::sync::OnceLock::new(),
             tiering: std::sync::OnceLock::new(),
             txns: std::sync::OnceLock::new(),
+            group_ownership: Arc::default(),
+            txn_ownership: Arc::default(),
             log_cleaner: crate::log_cleaner::LogCleaner::open(
                 config.log_cleaner.clone(),
                 &config.log_dirs,
@@ -1184,7 +1191,7 @@ impl Broker {
             c.offsets_topic_num_partitions,
             c.offsets_topic_segment_bytes,
         );
-        let coordinator = GroupCoordinator::new(
+        let coordinator = GroupCoordinator::with_ownership(
             GroupConfig {
                 initial_rebalance_delay: Duration::from_millis(c.group_initial_rebalance_delay_ms),
                 min_session_timeout: Duration::from_millis(c.group_min_session_timeout_ms),
@@ -1199,6 +1206,7 @@ impl Broker {
                 ),
             },
             Arc::new(log),
+            self.group_ownership.clone(),
         );
         let records = coordinator.load()?;
         tracing::info!(records, "group coordinator loaded __consumer_offsets");
@@ -1224,7 +1232,7 @@ impl Broker {
             c.transaction_state_log_segment_bytes,
         );
         log.ensure_topic()?;
-        let coordinator = TransactionCoordinator::new(
+        let coordinator = TransactionCoordinator::with_ownership(
             TxnConfig {
                 max_timeout_ms: c.transaction_max_timeout_ms,
                 transactional_id_expiration_ms: c.transactional_id_expiration_ms,
@@ -1237,6 +1245,7 @@ impl Broker {
             },
             Arc::new(log),
             Arc::new(BrokerParticipants::new(Arc::downgrade(self))),
+            self.txn_ownership.clone(),
         );
         let records = coordinator.load()?;
         tracing::info!(
@@ -1799,6 +1808,7 @@ impl Broker {
                 match p.apply_state(&state, lag_ms, now) {
                     Ok(restart) => {
                         follow_changed |= restart || was_follower != (p.role() == Role::Follower);
+                        self.follow_coordinator_partition(&state, p.role() == Role::Leader);
                         self.replication.record_leadership(state);
                     }
                     Err(e) => {
@@ -1814,6 +1824,36 @@ impl Broker {
         match first_error {
             None => Ok(()),
             Some(e) => Err(e),
+        }
+    }
+
+    /// A coordinator partition's leadership changed: its coordinator loads it (this broker
+    /// leads it) or unloads it (Kafka's `onElection` / `onResignation`). The coordinator
+    /// epoch is the partition's leader epoch.
+    fn follow_coordinator_partition(
+        &self,
+        state: &crate::replication::PartitionLeadership,
+        leader: bool,
+    ) {
+        use crate::coordinator::{txn::TRANSACTION_STATE_TOPIC, OFFSETS_TOPIC};
+        let (ownership, groups, txns) = match state.topic.as_str() {
+            OFFSETS_TOPIC => (&self.group_ownership, self.groups.get(), None),
+            TRANSACTION_STATE_TOPIC => (&self.txn_ownership, None, self.txns.get()),
+            _ => return,
+        };
+        let p = state.partition;
+        match (groups, txns, leader) {
+            (Some(g), _, true) => g.on_election(p, state.leader_epoch),
+            (Some(g), _, false) => g.on_resignation(p),
+            (_, Some(t), true) => t.on_election(p, state.leader_epoch),
+            (_, Some(t), false) => t.on_resignation(p),
+            // The coordinator starts later: it loads what the ownership says it serves.
+            (None, None, true) => {
+                ownership.elect(p, state.leader_epoch, || {});
+            }
+            (None, None, false) => {
+                ownership.resign(p, || {});
+            }
         }
     }
 

@@ -204,6 +204,24 @@ fn verify_transactional(
     let Some(id) = transactional_id else {
         return Err(ResponseError::TransactionalIdAuthorizationFailed);
     };
+    use crate::coordinator::txn::state_log::{remote_coordinator, verify_remotely};
+    let produce_error = |e| crate::coordinator::txn::produce_error(e, version);
+    match remote_coordinator(broker, id) {
+        Ok(None) => {}
+        Ok(Some(coordinator)) => {
+            return verify_remotely(
+                broker,
+                coordinator,
+                id,
+                h.producer_id,
+                h.producer_epoch,
+                topic,
+                partition,
+            )
+            .map_err(produce_error)
+        }
+        Err(()) => return Err(produce_error(ResponseError::CoordinatorNotAvailable)),
+    }
     match broker.txn_coordinator() {
         Some(c) => c.verify_partition_for_produce(
             id,

@@ -18,6 +18,7 @@ pub mod consumer_group;
 pub mod group;
 pub mod offsets_log;
 pub mod offsets_topic;
+pub mod ownership;
 pub mod txn;
 
 use std::collections::HashMap;
@@ -39,7 +40,11 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 pub trait OffsetsLog: Send + Sync {
     /// Appends (key, value-or-tombstone) records to the group's partition, durably enough to
     /// acknowledge (the partition's high watermark covers them when this returns).
-    fn append(&self, group: &str, records: Vec<(Bytes, Option<Bytes>)>) -> io::Result<()>;
+    fn append(
+        &self,
+        group: &str,
+        records: Vec<(Bytes, Option<Bytes>)>,
+    ) -> Result<(), LogWriteError>;
     /// Appends records as one transactional batch of the producer (TxnOffsetCommit); returns
     /// the `__consumer_offsets` partition written.
     fn append_transactional(
@@ -48,11 +53,65 @@ pub trait OffsetsLog: Send + Sync {
         producer_id: i64,
         producer_epoch: i16,
         records: Vec<(Bytes, Option<Bytes>)>,
-    ) -> io::Result<i32>;
+    ) -> Result<i32, LogWriteError>;
     /// Every record and transaction marker of the topic, in log order per partition.
     fn replay(&self) -> io::Result<Vec<LogEntry>>;
+    /// The records and markers of one partition (a superset is fine: the coordinator keeps
+    /// only the groups of `partition`).
+    fn replay_partition(&self, partition: i32) -> io::Result<Vec<LogEntry>> {
+        let _ = partition;
+        self.replay()
+    }
+    /// The `__consumer_offsets` partition of a group.
+    fn partition_for(&self, group: &str) -> i32 {
+        let _ = group;
+        0
+    }
     /// A topic's id and partition count (for server-side assignment).
     fn resolve_topic(&self, name: &str) -> Option<(uuid::Uuid, i32)>;
+}
+
+/// Why a coordinator's append was not acknowledged.
+#[derive(Debug, thiserror::Error)]
+pub enum LogWriteError {
+    /// This broker no longer leads the coordinator partition.
+    #[error("this broker does not lead the coordinator partition")]
+    NotLeader,
+    /// The ISR is smaller than min.insync.replicas (before or after the append).
+    #[error("not enough in-sync replicas")]
+    NotEnoughReplicas,
+    /// The in-sync replicas did not acknowledge within the commit timeout.
+    #[error("the in-sync replicas did not acknowledge in time")]
+    Timeout,
+    #[error("records too large: {0}")]
+    TooLarge(String),
+    /// The coordinator topic or partition is missing, or the broker is stopping.
+    #[error("coordinator partition unavailable: {0}")]
+    Unavailable(String),
+    #[error("storage error: {0}")]
+    Storage(String),
+}
+
+impl LogWriteError {
+    /// The error an offset commit answers (Kafka's `GroupMetadataManager.storeOffsets`).
+    pub fn offset_commit_error(&self) -> ResponseError {
+        match self {
+            LogWriteError::TooLarge(_) => ResponseError::InvalidCommitOffsetSize,
+            other => other.state_error(),
+        }
+    }
+
+    /// The error a group metadata or transaction state write answers (Kafka's
+    /// `GroupMetadataManager.storeGroup` and `TransactionStateManager.appendTransactionToLog`).
+    pub fn state_error(&self) -> ResponseError {
+        match self {
+            LogWriteError::NotLeader | LogWriteError::Storage(_) => ResponseError::NotCoordinator,
+            LogWriteError::NotEnoughReplicas
+            | LogWriteError::Timeout
+            | LogWriteError::Unavailable(_) => ResponseError::CoordinatorNotAvailable,
+            LogWriteError::TooLarge(_) => ResponseError::UnknownServerError,
+        }
+    }
 }
 
 /// One item of a `__consumer_offsets` replay.
@@ -119,6 +178,8 @@ pub struct GroupCoordinator {
     /// Rebalances of groups that no longer exist, so the metric never goes backwards.
     removed_rebalances: std::sync::atomic::AtomicU64,
     pending_txn: Mutex<PendingTxnOffsets>,
+    /// The `__consumer_offsets` partitions this broker serves.
+    ownership: Arc<ownership::Ownership>,
 }
 
 /// Kafka's `offsets.retention.check.interval.ms` default: how often empty groups without
@@ -143,6 +204,15 @@ fn now_ms() -> i64 {
 
 impl GroupCoordinator {
     pub fn new(config: GroupConfig, log: Arc<dyn OffsetsLog>) -> Self {
+        Self::with_ownership(config, log, Arc::default())
+    }
+
+    /// A coordinator serving the `__consumer_offsets` partitions `ownership` says it owns.
+    pub fn with_ownership(
+        config: GroupConfig,
+        log: Arc<dyn OffsetsLog>,
+        ownership: Arc<ownership::Ownership>,
+    ) -> Self {
         GroupCoordinator {
             groups: Mutex::new(HashMap::new()),
             config,
@@ -150,6 +220,97 @@ impl GroupCoordinator {
             last_cleanup: Mutex::new(Instant::now()),
             removed_rebalances: std::sync::atomic::AtomicU64::new(0),
             pending_txn: Mutex::new(HashMap::new()),
+            ownership,
+        }
+    }
+
+    /// Whether this broker coordinates the group now: NOT_COORDINATOR when another broker
+    /// leads its partition, COORDINATOR_LOAD_IN_PROGRESS while the partition loads.
+    pub fn check_coordinator(&self, group_id: &str) -> Result<(), ResponseError> {
+        self.ownership.check(self.log.partition_for(group_id))
+    }
+
+    /// This broker became leader of `__consumer_offsets` partition `partition` at `epoch`
+    /// (Kafka's `onElection`): its groups are loaded by the timer.
+    pub fn on_election(&self, partition: i32, epoch: i32) {
+        let t = self
+            .ownership
+            .elect(partition, epoch, || self.unload(partition));
+        if t != ownership::Transition::None {
+            tracing::info!(partition, epoch, "loading __consumer_offsets partition");
+        }
+    }
+
+    /// This broker stopped leading `partition` (Kafka's `onResignation`): its groups are
+    /// dropped and their waiting members answered NOT_COORDINATOR.
+    pub fn on_resignation(&self, partition: i32) {
+        let t = self.ownership.resign(partition, || self.unload(partition));
+        if t != ownership::Transition::None {
+            tracing::info!(partition, "unloaded __consumer_offsets partition");
+        }
+    }
+
+    fn unload(&self, partition: i32) {
+        let removed: Vec<Group> = {
+            let mut groups = self.groups();
+            let ids: Vec<String> = groups
+                .keys()
+                .filter(|g| self.log.partition_for(g) == partition)
+                .cloned()
+                .collect();
+            ids.iter().filter_map(|id| groups.remove(id)).collect()
+        };
+        for mut g in removed {
+            for (id, m) in g.members.iter_mut() {
+                if let Some(tx) = m.awaiting_join.take() {
+                    let _ = tx.send(JoinResult::error(ResponseError::NotCoordinator, id));
+                }
+                if let Some(tx) = m.awaiting_sync.take() {
+                    let _ = tx.send(SyncResult::error(ResponseError::NotCoordinator));
+                }
+            }
+            self.count_removed(&g);
+        }
+        self.pending_txn().retain(|_, groups| {
+            groups.retain(|_, (p, _)| *p != partition);
+            !groups.is_empty()
+        });
+    }
+
+    /// Replays the partitions waiting for their load (Kafka's `loadGroupsForPartition`), each
+    /// installed only if this broker still leads it at the same epoch. Blocking.
+    pub fn load_elected(&self) {
+        for (partition, epoch) in self.ownership.loading() {
+            let entries = match self.log.replay_partition(partition) {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!(partition, epoch, error = %e, "cannot load __consumer_offsets partition; will retry");
+                    continue;
+                }
+            };
+            let (mut loaded, mut pending) = self.rebuild(entries);
+            loaded.retain(|id, _| self.log.partition_for(id) == partition);
+            pending.retain(|_, groups| {
+                groups.retain(|_, (p, _)| *p == partition);
+                !groups.is_empty()
+            });
+            let count = loaded.len();
+            let installed = self.ownership.complete_load(partition, epoch, || {
+                self.unload(partition);
+                self.groups().extend(loaded);
+                let mut all = self.pending_txn();
+                for (pid, groups) in pending {
+                    all.entry(pid).or_default().extend(groups);
+                }
+            });
+            if installed {
+                tracing::info!(
+                    partition,
+                    epoch,
+                    groups = count,
+                    "loaded __consumer_offsets partition"
+                );
+            }
         }
     }
 
@@ -162,11 +323,27 @@ impl GroupCoordinator {
     }
 
     /// Rebuilds groups and offsets from the log. Blocking.
+    /// Partitions the control plane has assigned elsewhere (or that still wait for their
+    /// load) are left out.
     pub fn load(&self) -> io::Result<usize> {
         let entries = self.log.replay()?;
+        let n = entries.len();
+        let (mut groups, mut pending) = self.rebuild(entries);
+        groups.retain(|id, _| self.ownership.is_served(self.log.partition_for(id)));
+        pending.retain(|_, groups| {
+            groups.retain(|_, (p, _)| self.ownership.is_served(*p));
+            !groups.is_empty()
+        });
+        *self.groups() = groups;
+        *self.pending_txn() = pending;
+        Ok(n)
+    }
+
+    /// Groups and pending transactional offsets from replayed entries (last record per key
+    /// wins, null values delete).
+    fn rebuild(&self, entries: Vec<LogEntry>) -> (HashMap<String, Group>, PendingTxnOffsets) {
         let now = Instant::now();
-        let mut groups = self.groups();
-        groups.clear();
+        let mut groups: HashMap<String, Group> = HashMap::new();
         let mut pending: PendingTxnOffsets = HashMap::new();
         let n = entries.len();
         let mut records = Vec::with_capacity(n);
@@ -223,7 +400,6 @@ impl GroupCoordinator {
                 }
             }
         }
-        *self.pending_txn() = pending;
         for (key, value) in records {
             let key = match offsets_topic::decode_key(key) {
                 Ok(k) => k,
@@ -275,7 +451,7 @@ impl GroupCoordinator {
                 },
             }
         }
-        Ok(n)
+        (groups, pending)
     }
 
     fn persist_group(
@@ -288,8 +464,8 @@ impl GroupCoordinator {
         });
         let value = value.map(|v| offsets_topic::encode_group(&v));
         self.log.append(group_id, vec![(key, value)]).map_err(|e| {
-            tracing::error!(group = group_id, error = %e, "cannot persist group metadata");
-            ResponseError::CoordinatorNotAvailable
+            tracing::warn!(group = group_id, error = %e, "cannot persist group metadata");
+            e.state_error()
         })
     }
 
@@ -313,6 +489,9 @@ impl GroupCoordinator {
     pub async fn join(self: &Arc<Self>, group_id: &str, req: JoinRequest) -> JoinResult {
         if group_id.is_empty() {
             return JoinResult::error(ResponseError::InvalidGroupId, &req.member_id);
+        }
+        if let Err(e) = self.check_coordinator(group_id) {
+            return JoinResult::error(e, &req.member_id);
         }
         if !self.check_session_timeout(req.session_timeout) {
             return JoinResult::error(ResponseError::InvalidSessionTimeout, &req.member_id);
@@ -372,6 +551,9 @@ impl GroupCoordinator {
         if group_id.is_empty() {
             return SyncResult::error(ResponseError::InvalidGroupId);
         }
+        if let Err(e) = self.check_coordinator(group_id) {
+            return SyncResult::error(e);
+        }
         let (tx, rx) = oneshot::channel();
         let (immediate, persist, wait) = {
             let mut groups = self.groups();
@@ -419,6 +601,7 @@ impl GroupCoordinator {
         if group_id.is_empty() {
             return Err(ResponseError::InvalidGroupId);
         }
+        self.check_coordinator(group_id)?;
         let resolve = |name: &str| self.log.resolve_topic(name);
         let mut groups = self.groups();
         if req.member_epoch != 0 && !groups.contains_key(group_id) {
@@ -492,6 +675,9 @@ impl GroupCoordinator {
         if group_id.is_empty() {
             return Some(ResponseError::InvalidGroupId);
         }
+        if let Err(e) = self.check_coordinator(group_id) {
+            return Some(e);
+        }
         match self.groups().get_mut(group_id) {
             Some(g) => g.heartbeat(member_id, group_instance_id, generation, Instant::now()),
             None => Some(ResponseError::UnknownMemberId),
@@ -504,6 +690,7 @@ impl GroupCoordinator {
         group_id: &str,
         identities: &[(String, Option<String>)],
     ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        self.check_coordinator(group_id)?;
         let (results, persist) = {
             let mut groups = self.groups();
             let Some(g) = groups.get_mut(group_id) else {
@@ -538,6 +725,7 @@ impl GroupCoordinator {
         if group_id.is_empty() {
             return Err(ResponseError::InvalidGroupId);
         }
+        self.check_coordinator(group_id)?;
         {
             let mut groups = self.groups();
             let check = match groups.get(group_id) {
@@ -583,9 +771,12 @@ impl GroupCoordinator {
         }
         if !records.is_empty() {
             self.log.append(group_id, records).map_err(|e| {
-                tracing::error!(group = group_id, error = %e, "cannot persist offsets");
-                ResponseError::CoordinatorNotAvailable
+                tracing::warn!(group = group_id, error = %e, "cannot persist offsets");
+                e.offset_commit_error()
             })?;
+            // The partition moved while the append waited: the new coordinator has them.
+            self.check_coordinator(group_id)
+                .map_err(|_| ResponseError::NotCoordinator)?;
             let mut groups = self.groups();
             if let Some(g) = groups.get_mut(group_id) {
                 for (k, v) in accepted {
@@ -613,6 +804,7 @@ impl GroupCoordinator {
         if group_id.is_empty() {
             return Err(ResponseError::InvalidGroupId);
         }
+        self.check_coordinator(group_id)?;
         {
             let mut groups = self.groups();
             match groups.get(group_id) {
@@ -687,8 +879,10 @@ impl GroupCoordinator {
                 .append_transactional(group_id, producer_id, producer_epoch, records)
                 .map_err(|e| {
                     tracing::warn!(group = group_id, producer_id, error = %e, "cannot persist transactional offsets");
-                    ResponseError::CoordinatorNotAvailable
+                    e.offset_commit_error()
                 })?;
+            self.check_coordinator(group_id)
+                .map_err(|_| ResponseError::NotCoordinator)?;
             let mut pending = self.pending_txn();
             let slot = pending
                 .entry(producer_id)
@@ -814,6 +1008,7 @@ impl GroupCoordinator {
         let mut v: Vec<_> = self
             .groups()
             .values()
+            .filter(|g| self.check_coordinator(&g.id).is_ok())
             .map(|g| {
                 (
                     g.id.clone(),
@@ -836,6 +1031,9 @@ impl GroupCoordinator {
 
     /// Deletes an empty group and its offsets. Blocking.
     pub fn delete_group(&self, group_id: &str) -> Option<ResponseError> {
+        if let Err(e) = self.check_coordinator(group_id) {
+            return Some(e);
+        }
         let offsets: Vec<(String, i32)> = {
             let groups = self.groups();
             let Some(g) = groups.get(group_id) else {
@@ -866,8 +1064,8 @@ impl GroupCoordinator {
             None,
         ));
         if let Err(e) = self.log.append(group_id, records) {
-            tracing::error!(group = group_id, error = %e, "cannot persist group deletion");
-            return Some(ResponseError::CoordinatorNotAvailable);
+            tracing::warn!(group = group_id, error = %e, "cannot persist group deletion");
+            return Some(e.state_error());
         }
         if let Some(g) = self.groups().remove(group_id) {
             self.count_removed(&g);
@@ -882,6 +1080,7 @@ impl GroupCoordinator {
         group_id: &str,
         partitions: &[(String, i32)],
     ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        self.check_coordinator(group_id)?;
         let subscribed_topics: Vec<String> = {
             let groups = self.groups();
             let g = groups.get(group_id).ok_or(ResponseError::GroupIdNotFound)?;
@@ -922,7 +1121,7 @@ impl GroupCoordinator {
         if !records.is_empty() {
             self.log
                 .append(group_id, records)
-                .map_err(|_| ResponseError::CoordinatorNotAvailable)?;
+                .map_err(|e| e.offset_commit_error())?;
             let mut groups = self.groups();
             if let Some(g) = groups.get_mut(group_id) {
                 for ((topic, partition), r) in partitions.iter().zip(&results) {
@@ -938,6 +1137,7 @@ impl GroupCoordinator {
     /// Timer work: completes joins, expires members, persists changed groups, expires
     /// offsets of groups empty for longer than the retention. Blocking.
     pub fn tick(&self) {
+        self.load_elected();
         let now = Instant::now();
         let now_wall = now_ms();
         let mut persist = Vec::new();
@@ -1098,7 +1298,11 @@ mod tests {
     struct MemoryLog(Mutex<Vec<LogEntry>>);
 
     impl OffsetsLog for MemoryLog {
-        fn append(&self, _group: &str, records: Vec<(Bytes, Option<Bytes>)>) -> io::Result<()> {
+        fn append(
+            &self,
+            _group: &str,
+            records: Vec<(Bytes, Option<Bytes>)>,
+        ) -> Result<(), LogWriteError> {
             self.0.lock().unwrap().extend(
                 records
                     .into_iter()
@@ -1112,7 +1316,7 @@ mod tests {
             producer_id: i64,
             _producer_epoch: i16,
             records: Vec<(Bytes, Option<Bytes>)>,
-        ) -> io::Result<i32> {
+        ) -> Result<i32, LogWriteError> {
             self.0
                 .lock()
                 .unwrap()

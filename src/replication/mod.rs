@@ -35,7 +35,7 @@
 
 pub mod fetcher;
 pub mod in_process;
-mod peer;
+pub(crate) mod peer;
 pub mod state;
 
 use std::collections::HashMap;

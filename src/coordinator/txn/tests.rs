@@ -12,9 +12,14 @@ struct MemoryLog {
 }
 
 impl TransactionLog for MemoryLog {
-    fn append(&self, _id: &str, key: Bytes, value: Option<Bytes>) -> io::Result<()> {
+    fn append(
+        &self,
+        _id: &str,
+        key: Bytes,
+        value: Option<Bytes>,
+    ) -> Result<(), crate::coordinator::LogWriteError> {
         if self.fail.load(Ordering::SeqCst) {
-            return Err(io::Error::other("injected"));
+            return Err(crate::coordinator::LogWriteError::NotEnoughReplicas);
         }
         self.records.lock().unwrap().push((key, value));
         Ok(())
