@@ -240,14 +240,16 @@ impl OffsetsLog for BrokerOffsetsLog {
     }
 }
 
-/// The records and markers of `partitions` up to their high watermarks, in log order.
+/// The records and markers of `partitions` up to their log ends, in log order.
 fn replay_partitions(partitions: &[Arc<Partition>]) -> io::Result<Vec<LogEntry>> {
     let mut out = Vec::new();
     for p in partitions {
         let mut offset = p.offsets().log_start_offset;
         loop {
-            let hw = p.offsets().high_watermark;
-            let slice = match p.read(offset, 1 << 20, hw, true) {
+            // Up to the log end, as Kafka's loaders read: a new leader's high watermark
+            // can lag what its predecessor already acknowledged.
+            let end = p.offsets().log_end_offset;
+            let slice = match p.read(offset, 1 << 20, end, true) {
                 Ok(Some(s)) => s,
                 Ok(None) => break,
                 Err(e) => return Err(io::Error::other(e.to_string())),
