@@ -6,8 +6,16 @@
 //! call, or by the timer ([`GroupCoordinator::tick`], run every 50 ms by the broker runtime).
 //!
 //! Durability: offset commits and group metadata are appended to the group's
-//! `__consumer_offsets` partition through the normal log before the commit is acknowledged;
-//! on start the topic is replayed (last record per key wins, null values delete).
+//! `__consumer_offsets` partition through the normal log and acknowledged like acks=all (the
+//! high watermark covers them); on start the topic is replayed (last record per key wins,
+//! null values delete).
+//!
+//! Leadership ([`ownership`]): in a cluster this broker coordinates only the groups of the
+//! partitions it leads. Becoming leader (Kafka's `onElection`) loads a partition on the timer
+//! at the leader epoch (requests get COORDINATOR_LOAD_IN_PROGRESS meanwhile); losing it
+//! (`onResignation`) drops its groups, answers their parked joins and syncs NOT_COORDINATOR,
+//! and a write that finishes after the change answers NOT_COORDINATOR. Partitions the control
+//! plane never assigned are served as on a single node.
 //!
 //! Transactional offsets (TxnOffsetCommit) are appended as a transactional batch with the
 //! producer's id and epoch and kept pending per producer until the producer's COMMIT or ABORT
@@ -454,6 +462,22 @@ impl GroupCoordinator {
         (groups, pending)
     }
 
+    /// Runs one write for the group; NOT_COORDINATOR when the leadership of its partition
+    /// changed while the write waited (Kafka compares the coordinator epoch after appending).
+    fn fenced_write<R>(
+        &self,
+        group_id: &str,
+        write: impl FnOnce() -> Result<R, ResponseError>,
+    ) -> Result<R, ResponseError> {
+        let partition = self.log.partition_for(group_id);
+        let before = self.ownership.status(partition);
+        let r = write()?;
+        if self.ownership.status(partition) != before {
+            return Err(ResponseError::NotCoordinator);
+        }
+        Ok(r)
+    }
+
     fn persist_group(
         &self,
         group_id: &str,
@@ -463,9 +487,11 @@ impl GroupCoordinator {
             group: group_id.to_string(),
         });
         let value = value.map(|v| offsets_topic::encode_group(&v));
-        self.log.append(group_id, vec![(key, value)]).map_err(|e| {
-            tracing::warn!(group = group_id, error = %e, "cannot persist group metadata");
-            e.state_error()
+        self.fenced_write(group_id, || {
+            self.log.append(group_id, vec![(key, value)]).map_err(|e| {
+                tracing::warn!(group = group_id, error = %e, "cannot persist group metadata");
+                e.state_error()
+            })
         })
     }
 
@@ -770,13 +796,12 @@ impl GroupCoordinator {
             results.push(None);
         }
         if !records.is_empty() {
-            self.log.append(group_id, records).map_err(|e| {
-                tracing::warn!(group = group_id, error = %e, "cannot persist offsets");
-                e.offset_commit_error()
+            self.fenced_write(group_id, || {
+                self.log.append(group_id, records).map_err(|e| {
+                    tracing::warn!(group = group_id, error = %e, "cannot persist offsets");
+                    e.offset_commit_error()
+                })
             })?;
-            // The partition moved while the append waited: the new coordinator has them.
-            self.check_coordinator(group_id)
-                .map_err(|_| ResponseError::NotCoordinator)?;
             let mut groups = self.groups();
             if let Some(g) = groups.get_mut(group_id) {
                 for (k, v) in accepted {
@@ -874,15 +899,14 @@ impl GroupCoordinator {
             results.push(None);
         }
         if !records.is_empty() {
-            let partition = self
-                .log
-                .append_transactional(group_id, producer_id, producer_epoch, records)
-                .map_err(|e| {
-                    tracing::warn!(group = group_id, producer_id, error = %e, "cannot persist transactional offsets");
-                    e.offset_commit_error()
-                })?;
-            self.check_coordinator(group_id)
-                .map_err(|_| ResponseError::NotCoordinator)?;
+            let partition = self.fenced_write(group_id, || {
+                self.log
+                    .append_transactional(group_id, producer_id, producer_epoch, records)
+                    .map_err(|e| {
+                        tracing::warn!(group = group_id, producer_id, error = %e, "cannot persist transactional offsets");
+                        e.offset_commit_error()
+                    })
+            })?;
             let mut pending = self.pending_txn();
             let slot = pending
                 .entry(producer_id)
@@ -1063,9 +1087,14 @@ impl GroupCoordinator {
             }),
             None,
         ));
-        if let Err(e) = self.log.append(group_id, records) {
-            tracing::warn!(group = group_id, error = %e, "cannot persist group deletion");
-            return Some(e.state_error());
+        let deleted = self.fenced_write(group_id, || {
+            self.log.append(group_id, records).map_err(|e| {
+                tracing::warn!(group = group_id, error = %e, "cannot persist group deletion");
+                e.state_error()
+            })
+        });
+        if let Err(e) = deleted {
+            return Some(e);
         }
         if let Some(g) = self.groups().remove(group_id) {
             self.count_removed(&g);
@@ -1119,9 +1148,11 @@ impl GroupCoordinator {
             results.push(None);
         }
         if !records.is_empty() {
-            self.log
-                .append(group_id, records)
-                .map_err(|e| e.offset_commit_error())?;
+            self.fenced_write(group_id, || {
+                self.log
+                    .append(group_id, records)
+                    .map_err(|e| e.offset_commit_error())
+            })?;
             let mut groups = self.groups();
             if let Some(g) = groups.get_mut(group_id) {
                 for ((topic, partition), r) in partitions.iter().zip(&results) {
@@ -1468,5 +1499,62 @@ mod tests {
                 metadata: "m".into()
             })
         );
+    }
+
+    #[tokio::test]
+    async fn a_resigned_partition_answers_not_coordinator_and_an_elected_one_loads() {
+        let log: Arc<MemoryLog> = Arc::default();
+        let mut c = coordinator(log.clone());
+        // The first join waits out group.initial.rebalance.delay.ms.
+        c.config.initial_rebalance_delay = Duration::from_secs(60);
+        let c = Arc::new(c);
+        let commit = |c: &GroupCoordinator, offset: i64| {
+            c.commit_offsets(
+                "g",
+                "",
+                None,
+                -1,
+                vec![("t".into(), 0, offset, -1, None)],
+                ResponseError::IllegalGeneration,
+            )
+        };
+        assert_eq!(commit(&c, 7), Ok(vec![None]));
+        // A member waits in JoinGroup until the timer completes the rebalance.
+        let joining = {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let req = JoinRequest {
+                    member_id: String::new(),
+                    group_instance_id: None,
+                    client_id: "client".into(),
+                    client_host: "/127.0.0.1".into(),
+                    session_timeout: Duration::from_secs(10),
+                    rebalance_timeout: Duration::from_secs(10),
+                    protocol_type: "consumer".into(),
+                    protocols: vec![("range".into(), Bytes::new())],
+                    require_known_member_id: false,
+                };
+                c.join("g", req).await
+            })
+        };
+        while c.describe("g").is_none_or(|d| d.members.is_empty()) {
+            tokio::task::yield_now().await;
+        }
+        c.on_resignation(0);
+        let joined = joining.await.unwrap();
+        assert_eq!(joined.error, Some(ResponseError::NotCoordinator));
+        assert_eq!(c.check_coordinator("g"), Err(ResponseError::NotCoordinator));
+        assert_eq!(commit(&c, 8), Err(ResponseError::NotCoordinator));
+        assert!(c.list().is_empty());
+
+        c.on_election(0, 3);
+        assert_eq!(
+            c.check_coordinator("g"),
+            Err(ResponseError::CoordinatorLoadInProgress)
+        );
+        c.load_elected();
+        assert_eq!(c.check_coordinator("g"), Ok(()));
+        let got = c.fetch_offsets("g", Some(&[("t".to_string(), 0)]));
+        assert_eq!(got[0].1.as_ref().map(|o| o.offset), Some(7));
     }
 }

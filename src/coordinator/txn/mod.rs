@@ -15,6 +15,14 @@
 //! Prepare state has its markers written again by the timer, and an Ongoing one times out as
 //! usual (its start time is persisted).
 //!
+//! Leadership ([`super::ownership`]): in a cluster this broker coordinates only the
+//! transactional ids of the `__transaction_state` partitions it leads, loaded on the timer
+//! when it becomes leader (COORDINATOR_LOAD_IN_PROGRESS meanwhile; the coordinator epoch is
+//! the leader epoch) and dropped when it stops (NOT_COORDINATOR, also for a write that
+//! finishes after the change). The new coordinator finishes a loaded Prepare transaction's
+//! markers and lets an Ongoing one end or time out, as Kafka does. Markers for partitions
+//! led by other brokers are sent to them as WriteTxnMarkers (see [`state_log`]).
+//!
 //! Retries: a marker that cannot be written is retried by the timer every
 //! [`MARKER_RETRY`]; a partition that no longer exists is skipped, as Kafka does.
 
@@ -289,12 +297,20 @@ impl TransactionCoordinator {
     fn persist(&self, m: &TxnMetadata) -> Result<(), ResponseError> {
         let id = &m.transactional_id;
         let value = (m.state != TxnState::Dead).then(|| transaction_log::encode_value(m));
+        let partition = self.log.partition_for(id);
+        let before = self.ownership.status(partition);
         self.log
             .append(id, transaction_log::encode_key(id), value)
             .map_err(|e| {
                 tracing::warn!(transactional_id = %id, error = %e, "cannot persist transaction state");
                 e.state_error()
-            })
+            })?;
+        // The partition moved (or was reloaded at a new coordinator epoch) meanwhile: the
+        // state in memory is not this write's to change, as Kafka checks the epoch.
+        if self.ownership.status(partition) != before {
+            return Err(ResponseError::NotCoordinator);
+        }
+        Ok(())
     }
 
     /// Persists a prepared transition and applies it (or only clears the pending mark).
