@@ -209,6 +209,14 @@ fn verify_transactional(
     match remote_coordinator(broker, id) {
         Ok(None) => {}
         Ok(Some(coordinator)) => {
+            // As Kafka, only a producer's first batch of a transaction on this partition is
+            // verified: later ones continue a transaction the coordinator already vouched for.
+            let ongoing = broker.partition(topic, partition).is_some_and(|p| {
+                p.with_log(|l| l.has_ongoing_transaction(h.producer_id, h.producer_epoch))
+            });
+            if ongoing {
+                return Ok(());
+            }
             return verify_remotely(
                 broker,
                 coordinator,
@@ -218,7 +226,7 @@ fn verify_transactional(
                 topic,
                 partition,
             )
-            .map_err(produce_error)
+            .map_err(produce_error);
         }
         Err(()) => return Err(produce_error(ResponseError::CoordinatorNotAvailable)),
     }

@@ -176,6 +176,8 @@ pub struct ReplicaManager {
     pub(crate) follow_changed: Notify,
     isr_jobs: mpsc::UnboundedSender<IsrJob>,
     isr_receiver: Mutex<Option<mpsc::UnboundedReceiver<IsrJob>>>,
+    /// Connections to other brokers for the coordinators' requests.
+    pub(crate) peers: peer::PeerPool,
 }
 
 impl Default for ReplicaManager {
@@ -188,6 +190,7 @@ impl Default for ReplicaManager {
             follow_changed: Notify::new(),
             isr_jobs: tx,
             isr_receiver: Mutex::new(Some(rx)),
+            peers: peer::PeerPool::default(),
         }
     }
 }

@@ -343,6 +343,12 @@ async fn transactions_across_leaders_commit_and_abort_with_markers_on_every_part
     assert_eq!(data_values(&d.records), vec!["txn-0", "txn-1"]);
     assert_eq!(d.last_stable_offset, 3);
 
+    // Broker 2 verifies a transactional write with the coordinator on broker 1: a partition
+    // not added to the (new) transaction is refused (INVALID_TXN_STATE at Produce v9).
+    let mut c2 = c.client(2).await;
+    let r = produce_txn(&mut c2, "app", "spread", 0, txn_batch(1, producer, 3)).await;
+    assert_eq!(produce_error(&r), crate::transactions::INVALID_TXN_STATE);
+
     // The next transaction aborts: ABORT markers, and read_committed consumers are told to
     // skip its records.
     assert_eq!(

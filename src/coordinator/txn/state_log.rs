@@ -25,13 +25,12 @@ use crate::broker::{now_ms, Broker, Partition, Topic, TopicError};
 use crate::coordinator::offsets_log::{append_replicated, await_replicated};
 use crate::coordinator::offsets_topic::partition_for;
 use crate::coordinator::{LogWriteError, OFFSETS_TOPIC};
-use crate::replication::peer::PeerConnection;
 
 /// How long a transaction state write or a marker waits for the in-sync replicas (Kafka
 /// uses `request.timeout.ms` for both).
 const REPLICATION_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a WriteTxnMarkers exchange with another broker may take.
-const MARKER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a WriteTxnMarkers or verification exchange with another broker may take.
+const PEER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// WriteTxnMarkers v1 (flexible), as Kafka's coordinator sends it.
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
 use crate::log::batch::{build_batch, BatchIter};
@@ -274,10 +273,15 @@ fn call_broker<R: kafka_protocol::protocol::Request>(
     }
     let client_id = format!("broker-{}-{role}", broker.config.node_id);
     let socket_timeout = broker.config.replication.socket_timeout;
-    futures::executor::block_on(async {
-        let mut conn = PeerConnection::connect(host, port, client_id, socket_timeout).await?;
-        conn.call(version, request, MARKER_REQUEST_TIMEOUT).await
-    })
+    futures::executor::block_on(broker.replication().peers.call(
+        host,
+        port,
+        &client_id,
+        socket_timeout,
+        version,
+        request,
+        PEER_REQUEST_TIMEOUT,
+    ))
     .map_err(|e| e.to_string())
 }
 
