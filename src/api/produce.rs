@@ -204,11 +204,13 @@ fn verify_transactional(
     let Some(id) = transactional_id else {
         return Err(ResponseError::TransactionalIdAuthorizationFailed);
     };
-    use crate::coordinator::txn::state_log::{remote_coordinator, verify_remotely};
+    use crate::coordinator::txn::state_log::{
+        coordinator_location, verify_remotely, CoordinatorLocation,
+    };
     let produce_error = |e| crate::coordinator::txn::produce_error(e, version);
-    match remote_coordinator(broker, id) {
-        Ok(None) => {}
-        Ok(Some(coordinator)) => {
+    match coordinator_location(broker, id) {
+        CoordinatorLocation::Local => {}
+        CoordinatorLocation::Remote(coordinator) => {
             // As Kafka, only a producer's first batch of a transaction on this partition is
             // verified: later ones continue a transaction the coordinator already vouched for.
             let ongoing = broker.partition(topic, partition).is_some_and(|p| {
@@ -228,7 +230,9 @@ fn verify_transactional(
             )
             .map_err(produce_error);
         }
-        Err(()) => return Err(produce_error(ResponseError::CoordinatorNotAvailable)),
+        CoordinatorLocation::Unavailable => {
+            return Err(produce_error(ResponseError::CoordinatorNotAvailable))
+        }
     }
     match broker.txn_coordinator() {
         Some(c) => c.verify_partition_for_produce(

@@ -293,27 +293,17 @@ async fn committed_offsets_survive_moving_the_offsets_partition_to_another_broke
     c.shutdown().await;
 }
 
-/// Produces `n` transactional records to `topic`-`partition` through its leader, which
-/// verifies them with the (remote) transaction coordinator.
+/// Produces a transactional batch to `topic`-`partition` through its leader, which verifies
+/// it with the (remote) transaction coordinator.
 async fn produce_to_leader(
     c: &Cluster,
     leader: i32,
     id: &str,
-    producer: (i64, i16),
-    topic: &str,
-    partition: i32,
-    n: usize,
-    base_sequence: i32,
+    (topic, partition): (&str, i32),
+    records: Bytes,
 ) {
     let mut client = c.client(leader).await;
-    let r = produce_txn(
-        &mut client,
-        id,
-        topic,
-        partition,
-        txn_batch(n, producer, base_sequence),
-    )
-    .await;
+    let r = produce_txn(&mut client, id, topic, partition, records).await;
     assert_eq!(produce_error(&r), NONE, "{r:?}");
 }
 
@@ -330,8 +320,8 @@ async fn transactions_across_leaders_commit_and_abort_with_markers_on_every_part
         add_partitions(&mut c1, "app", producer, "spread", &[0, 1]).await,
         vec![NONE, NONE]
     );
-    produce_to_leader(&c, 2, "app", producer, "spread", 0, 3, 0).await;
-    produce_to_leader(&c, 3, "app", producer, "spread", 1, 2, 0).await;
+    produce_to_leader(&c, 2, "app", ("spread", 0), txn_batch(3, producer, 0)).await;
+    produce_to_leader(&c, 3, "app", ("spread", 1), txn_batch(2, producer, 0)).await;
     assert_eq!(end_txn(&mut c1, "app", producer, true).await, NONE);
     // Each leader holds the COMMIT marker (sent to it as WriteTxnMarkers) and its
     // read_committed consumers see the records.
@@ -355,8 +345,8 @@ async fn transactions_across_leaders_commit_and_abort_with_markers_on_every_part
         add_partitions(&mut c1, "app", producer, "spread", &[0, 1]).await,
         vec![NONE, NONE]
     );
-    produce_to_leader(&c, 2, "app", producer, "spread", 0, 2, 3).await;
-    produce_to_leader(&c, 3, "app", producer, "spread", 1, 1, 2).await;
+    produce_to_leader(&c, 2, "app", ("spread", 0), txn_batch(2, producer, 3)).await;
+    produce_to_leader(&c, 3, "app", ("spread", 1), txn_batch(1, producer, 2)).await;
     assert_eq!(end_txn(&mut c1, "app", producer, false).await, NONE);
     for (leader, partition, first, end) in [(2, 0, 4, 7), (3, 1, 3, 5)] {
         let d = await_decided(&c, leader, "spread", partition).await;
@@ -392,9 +382,9 @@ async fn a_new_transaction_coordinator_completes_or_aborts_what_its_predecessor_
         add_partitions(&mut c1, "left", left, "moved", &[1]).await,
         vec![NONE]
     );
-    produce_to_leader(&c, 2, "kept", kept, "moved", 0, 2, 0).await;
-    produce_to_leader(&c, 3, "kept", kept, "moved", 1, 1, 0).await;
-    produce_to_leader(&c, 3, "left", left, "moved", 1, 1, 0).await;
+    produce_to_leader(&c, 2, "kept", ("moved", 0), txn_batch(2, kept, 0)).await;
+    produce_to_leader(&c, 3, "kept", ("moved", 1), txn_batch(1, kept, 0)).await;
+    produce_to_leader(&c, 3, "left", ("moved", 1), txn_batch(1, left, 0)).await;
 
     // Broker 2 takes over __transaction_state between AddPartitions and EndTxn.
     c.lead(TXN_STATE, 0, 2, 1).await;

@@ -25,6 +25,8 @@ use crate::broker::{now_ms, Broker, Partition, Topic, TopicError};
 use crate::coordinator::offsets_log::{append_replicated, await_replicated};
 use crate::coordinator::offsets_topic::partition_for;
 use crate::coordinator::{LogWriteError, OFFSETS_TOPIC};
+use crate::log::batch::{build_batch, BatchIter};
+use crate::replication::peer::PeerError;
 
 /// How long a transaction state write or a marker waits for the in-sync replicas (Kafka
 /// uses `request.timeout.ms` for both).
@@ -33,7 +35,6 @@ const REPLICATION_TIMEOUT: Duration = Duration::from_secs(30);
 const PEER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// WriteTxnMarkers v1 (flexible), as Kafka's coordinator sends it.
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
-use crate::log::batch::{build_batch, BatchIter};
 
 pub struct BrokerTransactionLog {
     broker: Weak<Broker>,
@@ -267,9 +268,11 @@ fn call_broker<R: kafka_protocol::protocol::Request>(
     role: &str,
     version: i16,
     request: &R,
-) -> Result<R::Response, String> {
+) -> Result<R::Response, PeerError> {
     if tokio::runtime::Handle::try_current().is_err() {
-        return Err("no runtime to reach the broker".into());
+        return Err(PeerError::Io(io::Error::other(
+            "no runtime to reach the broker",
+        )));
     }
     let client_id = format!("broker-{}-{role}", broker.config.node_id);
     let socket_timeout = broker.config.replication.socket_timeout;
@@ -282,13 +285,21 @@ fn call_broker<R: kafka_protocol::protocol::Request>(
         request,
         PEER_REQUEST_TIMEOUT,
     ))
-    .map_err(|e| e.to_string())
 }
 
-/// The broker coordinating `transactional_id` when it is not this one: the leader of its
-/// `__transaction_state` partition in the cluster view. `Err` when that partition has no
-/// leader; `Ok(None)` when this broker coordinates it (or the partition was never assigned).
-pub fn remote_coordinator(broker: &Broker, transactional_id: &str) -> Result<Option<i32>, ()> {
+/// Where a transactional id's coordinator is, from the leadership of its
+/// `__transaction_state` partition in the cluster view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoordinatorLocation {
+    /// This broker (also when the control plane never assigned the partition).
+    Local,
+    /// Another broker, by id.
+    Remote(i32),
+    /// The partition has no leader.
+    Unavailable,
+}
+
+pub fn coordinator_location(broker: &Broker, transactional_id: &str) -> CoordinatorLocation {
     let count = broker
         .topic(TRANSACTION_STATE_TOPIC)
         .map(|t| t.partitions.len() as i32)
@@ -298,11 +309,11 @@ pub fn remote_coordinator(broker: &Broker, transactional_id: &str) -> Result<Opt
         .replication()
         .leadership(TRANSACTION_STATE_TOPIC, partition)
     {
-        None => Ok(None),
+        None => CoordinatorLocation::Local,
         Some(state) => match state.leader {
-            None => Err(()),
-            Some(id) if id == broker.config.node_id => Ok(None),
-            Some(id) => Ok(Some(id)),
+            None => CoordinatorLocation::Unavailable,
+            Some(id) if id == broker.config.node_id => CoordinatorLocation::Local,
+            Some(id) => CoordinatorLocation::Remote(id),
         },
     }
 }
