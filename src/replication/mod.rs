@@ -12,7 +12,9 @@
 //! 3. [`crate::broker::Broker::apply_partition_states`] (blocking): leader, leader epoch,
 //!    replicas, ISR and partition epoch per partition. This broker becomes leader or follower
 //!    exactly as Kafka's `Partition.makeLeader` / `makeFollower` do; states older than the
-//!    partition epoch already applied are ignored; fetchers are (re)started. Nothing of it is
+//!    partition epoch already applied are ignored; fetchers are (re)started; the group and
+//!    transaction coordinators load or unload the `__consumer_offsets` /
+//!    `__transaction_state` partitions this broker starts or stops leading. Nothing of it is
 //!    persisted: after a restart the control plane applies the states again, and until then
 //!    the broker behaves as a single node.
 //!

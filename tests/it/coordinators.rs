@@ -22,6 +22,7 @@ use crate::transactions::{add_partitions, end_txn, init_txn, try_init, txn_batch
 const OFFSETS: &str = "__consumer_offsets";
 const TXN_STATE: &str = "__transaction_state";
 const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 const NOT_COORDINATOR: i16 = 16;
 
 /// One partition per internal topic, so every group and transactional id lands on
@@ -115,6 +116,24 @@ impl Cluster {
             leader_epoch,
             replicas: vec![1, 2, 3],
             isr: vec![1, 2, 3],
+            partition_epoch: leader_epoch,
+        };
+        let controller = self.controller.clone();
+        tokio::task::spawn_blocking(move || controller.set_partitions(vec![state]))
+            .await
+            .unwrap();
+    }
+
+    /// Leaves `topic`-`partition` without a leader at `leader_epoch` (all replicas offline).
+    async fn offline(&self, topic: &str, partition: i32, leader_epoch: i32) {
+        let state = PartitionLeadership {
+            topic: topic.into(),
+            topic_id: self.topic_ids[topic],
+            partition,
+            leader: None,
+            leader_epoch,
+            replicas: vec![1, 2, 3],
+            isr: vec![],
             partition_epoch: leader_epoch,
         };
         let controller = self.controller.clone();
@@ -288,6 +307,20 @@ async fn committed_offsets_survive_moving_the_offsets_partition_to_another_broke
     }
     assert_eq!(
         fetch_committed(&mut c2, "g1", "events").await.0,
+        NOT_COORDINATOR
+    );
+    // Without a leader there is no coordinator to find, and none serves the group.
+    c.offline(OFFSETS, 0, 3).await;
+    let mut r = FindCoordinatorRequest::default();
+    r.key_type = 0;
+    r.coordinator_keys = vec![str_bytes("g1")];
+    let found = c1.call(4, &r).await;
+    assert_eq!(
+        found.coordinators[0].error_code, COORDINATOR_NOT_AVAILABLE,
+        "{found:?}"
+    );
+    assert_eq!(
+        fetch_committed(&mut c1, "g1", "events").await.0,
         NOT_COORDINATOR
     );
     c.shutdown().await;
