@@ -861,6 +861,19 @@ fn partition_dir_name(topic: &str, partition: i32) -> String {
     format!("{topic}-{partition}")
 }
 
+/// Whether a coordinator topic this broker created for itself (the transaction coordinator
+/// creates `__transaction_state` at start-up, the group coordinator `__consumer_offsets` on
+/// first use) may take the control plane's topic id: it was never replicated and holds
+/// nothing. With data in it the ids conflict and the control plane's state is refused.
+fn adoptable_internal_topic(t: &Topic) -> bool {
+    use crate::coordinator::{txn::TRANSACTION_STATE_TOPIC, OFFSETS_TOPIC};
+    (t.name == OFFSETS_TOPIC || t.name == TRANSACTION_STATE_TOPIC)
+        && t.partitions.iter().all(|p| {
+            let o = p.offsets();
+            !p.is_replicated() && o.log_end_offset == 0 && o.log_start_offset == 0
+        })
+}
+
 /// Kafka's `partition.metadata`: the topic id, base64url without padding... Kafka writes the
 /// id with `Uuid.toString()`, which is exactly that encoding.
 fn write_partition_metadata(dir: &Path, id: Uuid) -> io::Result<()> {
@@ -1857,6 +1870,44 @@ impl Broker {
         }
     }
 
+    /// Replaces a coordinator topic this broker created on its own (empty, never replicated)
+    /// with the control plane's: same name and configs, the cluster's id. Call with
+    /// `catalog_writes` held. Blocking.
+    fn adopt_internal_topic(
+        &self,
+        local: &Topic,
+        id: Uuid,
+        partitions: i32,
+    ) -> Result<Arc<Topic>, crate::replication::ReplicationError> {
+        let count = partitions.max(local.partitions.len() as i32);
+        let mut parts = Vec::with_capacity(count as usize);
+        for p in 0..count {
+            // Reopens the (empty) directory fresh with the new topic id.
+            parts.push(Arc::new(self.open_new_partition(
+                &local.name,
+                p,
+                id,
+                &local.config,
+            )?));
+        }
+        let topic = Arc::new(Topic {
+            name: local.name.clone(),
+            id,
+            overrides: local.overrides.clone(),
+            config: local.config.clone(),
+            partitions: parts,
+        });
+        {
+            let mut c = self.catalog.write().unwrap_or_else(|e| e.into_inner());
+            c.by_id.remove(&local.id);
+            c.by_id.insert(id, topic.clone());
+            c.by_name.insert(local.name.clone(), topic.clone());
+        }
+        self.save_metadata()?;
+        tracing::info!(topic = %local.name, local_id = %local.id, %id, "adopted the control plane's id for an empty internal topic");
+        Ok(topic)
+    }
+
     /// The topic `name` with at least `partitions` partitions and id `id`, created or grown
     /// as needed (a replica learns topics from the control plane). Blocking.
     fn ensure_topic(
@@ -1870,6 +1921,9 @@ impl Broker {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         if let Some(t) = self.topic(name) {
+            if t.id != id && adoptable_internal_topic(&t) {
+                return self.adopt_internal_topic(&t, id, partitions);
+            }
             if t.id != id {
                 return Err(crate::replication::ReplicationError::TopicIdMismatch {
                     topic: name.to_string(),

@@ -53,27 +53,12 @@ impl Cluster {
             cfg.extend_from_slice(&SETTINGS);
             brokers.push(TestBroker::start_with(&cfg).await);
         }
-        // Every broker creates an empty `__transaction_state` at start-up, each with its own
-        // id. The control plane creates internal topics once for the cluster: keep broker 1's
-        // id and let the others recreate the topic with it from the partition states.
-        let txn_topic_id = brokers[0]
-            .broker()
-            .topic(TXN_STATE)
-            .expect("__transaction_state created at start-up")
-            .id;
-        for b in &brokers[1..] {
-            let broker = b.broker().clone();
-            tokio::task::spawn_blocking(move || broker.delete_topic(TXN_STATE))
-                .await
-                .unwrap()
-                .expect("drop the local __transaction_state");
-        }
-        let mut topic_ids = std::collections::HashMap::new();
-        topic_ids.insert(TXN_STATE.to_string(), txn_topic_id);
+        // Every broker creates its own empty `__transaction_state` at start-up; all take the
+        // control plane's id for it when its partition states arrive.
         let c = Cluster {
             brokers,
             controller: InProcessController::new(),
-            topic_ids,
+            topic_ids: std::collections::HashMap::new(),
         };
         for id in 1..=3 {
             let controller = c.controller.clone();
@@ -346,6 +331,13 @@ async fn transactions_across_leaders_commit_and_abort_with_markers_on_every_part
     c.lead(TXN_STATE, 0, 1, 0).await;
     c.lead("spread", 0, 2, 0).await;
     c.lead("spread", 1, 3, 0).await;
+    for id in 1..=3 {
+        let local = c.broker(id).broker().topic(TXN_STATE).expect("topic").id;
+        assert_eq!(
+            local, c.topic_ids[TXN_STATE],
+            "broker {id} took the cluster's id"
+        );
+    }
     let mut c1 = c.client(1).await;
     assert_eq!(coordinator_of(&mut c1, 1, "app").await, 1);
     let producer = init_txn(&mut c1, "app").await;
@@ -454,4 +446,39 @@ async fn a_new_transaction_coordinator_completes_or_aborts_what_its_predecessor_
         crate::transactions::PRODUCER_FENCED
     );
     c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_internal_topic_holding_state_keeps_its_id_and_refuses_another() {
+    let mut cfg = vec![("node.id", "1")];
+    cfg.extend_from_slice(&SETTINGS);
+    let b = TestBroker::start_with(&cfg).await;
+    let mut c = b.client().await;
+    let producer = init_txn(&mut c, "used").await;
+    let local = b.broker().topic(TXN_STATE).expect("topic").id;
+    let state = PartitionLeadership {
+        topic: TXN_STATE.into(),
+        topic_id: Uuid::new_v4(),
+        partition: 0,
+        leader: Some(1),
+        leader_epoch: 0,
+        replicas: vec![1],
+        isr: vec![1],
+        partition_epoch: 0,
+    };
+    let broker = b.broker().clone();
+    let applied = tokio::task::spawn_blocking(move || broker.apply_partition_states(vec![state]))
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            applied,
+            Err(strata::replication::ReplicationError::TopicIdMismatch { .. })
+        ),
+        "{applied:?}"
+    );
+    assert_eq!(b.broker().topic(TXN_STATE).expect("topic").id, local);
+    // The transactional id is still served from the local topic.
+    assert_eq!(init_txn(&mut c, "used").await.0, producer.0);
+    b.shutdown().await;
 }
