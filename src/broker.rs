@@ -788,6 +788,11 @@ pub struct Broker {
     tiering: std::sync::OnceLock<Arc<crate::tiering::Tiering>>,
     /// Set once at start-up, after the group coordinator (markers complete its offsets).
     txns: std::sync::OnceLock<Arc<crate::coordinator::txn::TransactionCoordinator>>,
+    /// The `__consumer_offsets` and `__transaction_state` partitions this broker serves as
+    /// coordinator, following leadership (kept here so a state applied before the
+    /// coordinators start is not lost).
+    group_ownership: Arc<crate::coordinator::ownership::Ownership>,
+    txn_ownership: Arc<crate::coordinator::ownership::Ownership>,
     /// Log cleaner state (checkpoints, which partitions are being cleaned); its tasks are
     /// spawned by the runtime.
     log_cleaner: crate::log_cleaner::LogCleaner,
@@ -854,6 +859,19 @@ pub fn write_restored_metadata(
 
 fn partition_dir_name(topic: &str, partition: i32) -> String {
     format!("{topic}-{partition}")
+}
+
+/// Whether a coordinator topic this broker created for itself (the transaction coordinator
+/// creates `__transaction_state` at start-up, the group coordinator `__consumer_offsets` on
+/// first use) may take the control plane's topic id: it was never replicated and holds
+/// nothing. With data in it the ids conflict and the control plane's state is refused.
+fn adoptable_internal_topic(t: &Topic) -> bool {
+    use crate::coordinator::{txn::TRANSACTION_STATE_TOPIC, OFFSETS_TOPIC};
+    (t.name == OFFSETS_TOPIC || t.name == TRANSACTION_STATE_TOPIC)
+        && t.partitions.iter().all(|p| {
+            let o = p.offsets();
+            !p.is_replicated() && o.log_end_offset == 0 && o.log_start_offset == 0
+        })
 }
 
 /// Kafka's `partition.metadata`: the topic id, base64url without padding... Kafka writes the
@@ -972,6 +990,8 @@ impl Broker {
             groups: std::sync::OnceLock::new(),
             tiering: std::sync::OnceLock::new(),
             txns: std::sync::OnceLock::new(),
+            group_ownership: Arc::default(),
+            txn_ownership: Arc::default(),
             log_cleaner: crate::log_cleaner::LogCleaner::open(
                 config.log_cleaner.clone(),
                 &config.log_dirs,
@@ -1184,7 +1204,7 @@ impl Broker {
             c.offsets_topic_num_partitions,
             c.offsets_topic_segment_bytes,
         );
-        let coordinator = GroupCoordinator::new(
+        let coordinator = GroupCoordinator::with_ownership(
             GroupConfig {
                 initial_rebalance_delay: Duration::from_millis(c.group_initial_rebalance_delay_ms),
                 min_session_timeout: Duration::from_millis(c.group_min_session_timeout_ms),
@@ -1199,6 +1219,7 @@ impl Broker {
                 ),
             },
             Arc::new(log),
+            self.group_ownership.clone(),
         );
         let records = coordinator.load()?;
         tracing::info!(records, "group coordinator loaded __consumer_offsets");
@@ -1224,7 +1245,7 @@ impl Broker {
             c.transaction_state_log_segment_bytes,
         );
         log.ensure_topic()?;
-        let coordinator = TransactionCoordinator::new(
+        let coordinator = TransactionCoordinator::with_ownership(
             TxnConfig {
                 max_timeout_ms: c.transaction_max_timeout_ms,
                 transactional_id_expiration_ms: c.transactional_id_expiration_ms,
@@ -1237,6 +1258,7 @@ impl Broker {
             },
             Arc::new(log),
             Arc::new(BrokerParticipants::new(Arc::downgrade(self))),
+            self.txn_ownership.clone(),
         );
         let records = coordinator.load()?;
         tracing::info!(
@@ -1799,6 +1821,7 @@ impl Broker {
                 match p.apply_state(&state, lag_ms, now) {
                     Ok(restart) => {
                         follow_changed |= restart || was_follower != (p.role() == Role::Follower);
+                        self.follow_coordinator_partition(&state, p.role() == Role::Leader);
                         self.replication.record_leadership(state);
                     }
                     Err(e) => {
@@ -1817,6 +1840,74 @@ impl Broker {
         }
     }
 
+    /// A coordinator partition's leadership changed: its coordinator loads it (this broker
+    /// leads it) or unloads it (Kafka's `onElection` / `onResignation`). The coordinator
+    /// epoch is the partition's leader epoch.
+    fn follow_coordinator_partition(
+        &self,
+        state: &crate::replication::PartitionLeadership,
+        leader: bool,
+    ) {
+        use crate::coordinator::{txn::TRANSACTION_STATE_TOPIC, OFFSETS_TOPIC};
+        let (ownership, groups, txns) = match state.topic.as_str() {
+            OFFSETS_TOPIC => (&self.group_ownership, self.groups.get(), None),
+            TRANSACTION_STATE_TOPIC => (&self.txn_ownership, None, self.txns.get()),
+            _ => return,
+        };
+        let p = state.partition;
+        match (groups, txns, leader) {
+            (Some(g), _, true) => g.on_election(p, state.leader_epoch),
+            (Some(g), _, false) => g.on_resignation(p),
+            (_, Some(t), true) => t.on_election(p, state.leader_epoch),
+            (_, Some(t), false) => t.on_resignation(p),
+            // The coordinator starts later: it loads what the ownership says it serves.
+            (None, None, true) => {
+                ownership.elect(p, state.leader_epoch, || {});
+            }
+            (None, None, false) => {
+                ownership.resign(p, || {});
+            }
+        }
+    }
+
+    /// Replaces a coordinator topic this broker created on its own (empty, never replicated)
+    /// with the control plane's: same name and configs, the cluster's id. Call with
+    /// `catalog_writes` held. Blocking.
+    fn adopt_internal_topic(
+        &self,
+        local: &Topic,
+        id: Uuid,
+        partitions: i32,
+    ) -> Result<Arc<Topic>, crate::replication::ReplicationError> {
+        let count = partitions.max(local.partitions.len() as i32);
+        let mut parts = Vec::with_capacity(count as usize);
+        for p in 0..count {
+            // Reopens the (empty) directory fresh with the new topic id.
+            parts.push(Arc::new(self.open_new_partition(
+                &local.name,
+                p,
+                id,
+                &local.config,
+            )?));
+        }
+        let topic = Arc::new(Topic {
+            name: local.name.clone(),
+            id,
+            overrides: local.overrides.clone(),
+            config: local.config.clone(),
+            partitions: parts,
+        });
+        {
+            let mut c = self.catalog.write().unwrap_or_else(|e| e.into_inner());
+            c.by_id.remove(&local.id);
+            c.by_id.insert(id, topic.clone());
+            c.by_name.insert(local.name.clone(), topic.clone());
+        }
+        self.save_metadata()?;
+        tracing::info!(topic = %local.name, local_id = %local.id, %id, "adopted the control plane's id for an empty internal topic");
+        Ok(topic)
+    }
+
     /// The topic `name` with at least `partitions` partitions and id `id`, created or grown
     /// as needed (a replica learns topics from the control plane). Blocking.
     fn ensure_topic(
@@ -1830,6 +1921,9 @@ impl Broker {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         if let Some(t) = self.topic(name) {
+            if t.id != id && adoptable_internal_topic(&t) {
+                return self.adopt_internal_topic(&t, id, partitions);
+            }
             if t.id != id {
                 return Err(crate::replication::ReplicationError::TopicIdMismatch {
                     topic: name.to_string(),

@@ -26,7 +26,8 @@
 //! - [`api`]: request handlers.
 //! - [`broker`]: catalog and partitions.
 //! - [`acl`]: ACLs and the authorizer (Kafka's StandardAuthorizer rules).
-//! - [`coordinator`]: consumer groups and their `__consumer_offsets` records.
+//! - [`coordinator`]: consumer groups and their `__consumer_offsets` records, transactions and
+//!   `__transaction_state`; each coordinator serves the partitions this broker leads.
 //! - [`fetch_session`]: incremental fetch sessions (KIP-227).
 //! - [`log`]: the storage engine.
 //! - [`log_cleaner`]: the log cleaner service compacting `cleanup.policy=compact` topics.

@@ -44,6 +44,9 @@ pub fn handle(broker: &Broker, req: ConsumerGroupDescribeRequest) -> ConsumerGro
             let Some(coordinator) = broker.group_coordinator() else {
                 return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
             };
+            if let Err(e) = coordinator.check_coordinator(id.0.as_str()) {
+                return base.with_error_code(e.code());
+            }
             let described = coordinator.with_consumer_group(id.0.as_str(), |c| {
                 let members = c
                     .members

@@ -30,6 +30,9 @@ pub fn handle(broker: &Broker, req: DescribeGroupsRequest, version: i16) -> Desc
             let Some(coordinator) = broker.group_coordinator() else {
                 return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
             };
+            if let Err(e) = coordinator.check_coordinator(id.0.as_str()) {
+                return base.with_error_code(e.code());
+            }
             match coordinator.describe(id.0.as_str()) {
                 None if version >= 6 => base
                     .with_error_code(ResponseError::GroupIdNotFound.code())

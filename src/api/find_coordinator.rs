@@ -1,6 +1,8 @@
 //! FindCoordinator: the coordinator of a group (transactional id) is the leader of its
 //! `__consumer_offsets` (`__transaction_state`) partition. On a single node, or for internal
-//! partitions the control plane has not assigned, that is this broker.
+//! partitions the control plane has not assigned, that is this broker; a partition without a
+//! leader answers COORDINATOR_NOT_AVAILABLE. The named broker may still be loading the
+//! partition: it answers the group's requests COORDINATOR_LOAD_IN_PROGRESS until done.
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};

@@ -77,6 +77,11 @@ pub fn handle(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetF
             .groups
             .into_iter()
             .map(|g| {
+                if let Err(e) = coordinator.check_coordinator(g.group_id.0.as_str()) {
+                    return OffsetFetchResponseGroup::default()
+                        .with_group_id(g.group_id)
+                        .with_error_code(e.code());
+                }
                 // v9+: a consumer-protocol member fetching its offsets is fenced by epoch.
                 if let Some(member) = g.member_id.as_ref().filter(|_| g.member_epoch >= 0) {
                     let check = coordinator.with_consumer_group(g.group_id.0.as_str(), |c| match c
@@ -133,6 +138,9 @@ pub fn handle(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetF
             })
             .collect();
         return OffsetFetchResponse::default().with_groups(groups);
+    }
+    if let Err(e) = coordinator.check_coordinator(req.group_id.0.as_str()) {
+        return OffsetFetchResponse::default().with_error_code(e.code());
     }
     let topics = req.topics.map(|ts| {
         ts.into_iter()

@@ -204,6 +204,36 @@ fn verify_transactional(
     let Some(id) = transactional_id else {
         return Err(ResponseError::TransactionalIdAuthorizationFailed);
     };
+    use crate::coordinator::txn::state_log::{
+        coordinator_location, verify_remotely, CoordinatorLocation,
+    };
+    let produce_error = |e| crate::coordinator::txn::produce_error(e, version);
+    match coordinator_location(broker, id) {
+        CoordinatorLocation::Local => {}
+        CoordinatorLocation::Remote(coordinator) => {
+            // As Kafka, only a producer's first batch of a transaction on this partition is
+            // verified: later ones continue a transaction the coordinator already vouched for.
+            let ongoing = broker.partition(topic, partition).is_some_and(|p| {
+                p.with_log(|l| l.has_ongoing_transaction(h.producer_id, h.producer_epoch))
+            });
+            if ongoing {
+                return Ok(());
+            }
+            return verify_remotely(
+                broker,
+                coordinator,
+                id,
+                h.producer_id,
+                h.producer_epoch,
+                topic,
+                partition,
+            )
+            .map_err(produce_error);
+        }
+        CoordinatorLocation::Unavailable => {
+            return Err(produce_error(ResponseError::CoordinatorNotAvailable))
+        }
+    }
     match broker.txn_coordinator() {
         Some(c) => c.verify_partition_for_produce(
             id,

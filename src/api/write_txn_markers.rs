@@ -1,6 +1,6 @@
 //! WriteTxnMarkers: the inter-broker request a transaction coordinator sends to partition
-//! leaders. Strata's own coordinator writes its markers directly; this serves other callers
-//! (tools, tests) the same way.
+//! leaders. Strata's coordinator sends it for partitions another broker leads and writes its
+//! own partitions' markers directly. Answered once the marker is replicated (acks=all).
 
 use std::sync::Arc;
 
@@ -12,7 +12,11 @@ use kafka_protocol::ResponseError;
 
 use crate::api::{blocking, errors};
 use crate::broker::Broker;
-use crate::coordinator::OFFSETS_TOPIC;
+use crate::coordinator::offsets_log::await_replicated;
+use crate::coordinator::{LogWriteError, OFFSETS_TOPIC};
+
+/// How long a marker waits for the in-sync replicas (Kafka: `request.timeout.ms`).
+const MARKER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub async fn handle(broker: Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
     let b = broker.clone();
@@ -71,8 +75,17 @@ fn write_one(
     let p = broker
         .partition(topic, partition)
         .ok_or(ResponseError::UnknownTopicOrPartition)?;
-    p.write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+    let offset = p
+        .write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
         .map_err(|e| errors::append_error(&e))?;
+    // Kafka appends markers with acks=all: the coordinator completes the transaction only
+    // once every marker is replicated.
+    await_replicated(&p, offset + 1, MARKER_TIMEOUT).map_err(|e| match e {
+        LogWriteError::NotLeader => ResponseError::NotLeaderOrFollower,
+        LogWriteError::NotEnoughReplicas => ResponseError::NotEnoughReplicasAfterAppend,
+        LogWriteError::Timeout => ResponseError::RequestTimedOut,
+        _ => ResponseError::KafkaStorageError,
+    })?;
     if topic == OFFSETS_TOPIC {
         if let Some(g) = broker.group_coordinator() {
             g.complete_txn_offsets(producer_id, partition, commit);

@@ -6,8 +6,16 @@
 //! call, or by the timer ([`GroupCoordinator::tick`], run every 50 ms by the broker runtime).
 //!
 //! Durability: offset commits and group metadata are appended to the group's
-//! `__consumer_offsets` partition through the normal log before the commit is acknowledged;
-//! on start the topic is replayed (last record per key wins, null values delete).
+//! `__consumer_offsets` partition through the normal log and acknowledged like acks=all (the
+//! high watermark covers them); on start the topic is replayed (last record per key wins,
+//! null values delete).
+//!
+//! Leadership ([`ownership`]): in a cluster this broker coordinates only the groups of the
+//! partitions it leads. Becoming leader (Kafka's `onElection`) loads a partition on the timer
+//! at the leader epoch (requests get COORDINATOR_LOAD_IN_PROGRESS meanwhile); losing it
+//! (`onResignation`) drops its groups, answers their parked joins and syncs NOT_COORDINATOR,
+//! and a write that finishes after the change answers NOT_COORDINATOR. Partitions the control
+//! plane never assigned are served as on a single node.
 //!
 //! Transactional offsets (TxnOffsetCommit) are appended as a transactional batch with the
 //! producer's id and epoch and kept pending per producer until the producer's COMMIT or ABORT
@@ -18,6 +26,7 @@ pub mod consumer_group;
 pub mod group;
 pub mod offsets_log;
 pub mod offsets_topic;
+pub mod ownership;
 pub mod txn;
 
 use std::collections::HashMap;
@@ -39,7 +48,11 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 pub trait OffsetsLog: Send + Sync {
     /// Appends (key, value-or-tombstone) records to the group's partition, durably enough to
     /// acknowledge (the partition's high watermark covers them when this returns).
-    fn append(&self, group: &str, records: Vec<(Bytes, Option<Bytes>)>) -> io::Result<()>;
+    fn append(
+        &self,
+        group: &str,
+        records: Vec<(Bytes, Option<Bytes>)>,
+    ) -> Result<(), LogWriteError>;
     /// Appends records as one transactional batch of the producer (TxnOffsetCommit); returns
     /// the `__consumer_offsets` partition written.
     fn append_transactional(
@@ -48,11 +61,65 @@ pub trait OffsetsLog: Send + Sync {
         producer_id: i64,
         producer_epoch: i16,
         records: Vec<(Bytes, Option<Bytes>)>,
-    ) -> io::Result<i32>;
+    ) -> Result<i32, LogWriteError>;
     /// Every record and transaction marker of the topic, in log order per partition.
     fn replay(&self) -> io::Result<Vec<LogEntry>>;
+    /// The records and markers of one partition (a superset is fine: the coordinator keeps
+    /// only the groups of `partition`).
+    fn replay_partition(&self, partition: i32) -> io::Result<Vec<LogEntry>> {
+        let _ = partition;
+        self.replay()
+    }
+    /// The `__consumer_offsets` partition of a group.
+    fn partition_for(&self, group: &str) -> i32 {
+        let _ = group;
+        0
+    }
     /// A topic's id and partition count (for server-side assignment).
     fn resolve_topic(&self, name: &str) -> Option<(uuid::Uuid, i32)>;
+}
+
+/// Why a coordinator's append was not acknowledged.
+#[derive(Debug, thiserror::Error)]
+pub enum LogWriteError {
+    /// This broker no longer leads the coordinator partition.
+    #[error("this broker does not lead the coordinator partition")]
+    NotLeader,
+    /// The ISR is smaller than min.insync.replicas (before or after the append).
+    #[error("not enough in-sync replicas")]
+    NotEnoughReplicas,
+    /// The in-sync replicas did not acknowledge within the commit timeout.
+    #[error("the in-sync replicas did not acknowledge in time")]
+    Timeout,
+    #[error("records too large: {0}")]
+    TooLarge(String),
+    /// The coordinator topic or partition is missing, or the broker is stopping.
+    #[error("coordinator partition unavailable: {0}")]
+    Unavailable(String),
+    #[error("storage error: {0}")]
+    Storage(String),
+}
+
+impl LogWriteError {
+    /// The error an offset commit answers (Kafka's `GroupMetadataManager.storeOffsets`).
+    pub fn offset_commit_error(&self) -> ResponseError {
+        match self {
+            LogWriteError::TooLarge(_) => ResponseError::InvalidCommitOffsetSize,
+            other => other.state_error(),
+        }
+    }
+
+    /// The error a group metadata or transaction state write answers (Kafka's
+    /// `GroupMetadataManager.storeGroup` and `TransactionStateManager.appendTransactionToLog`).
+    pub fn state_error(&self) -> ResponseError {
+        match self {
+            LogWriteError::NotLeader | LogWriteError::Storage(_) => ResponseError::NotCoordinator,
+            LogWriteError::NotEnoughReplicas
+            | LogWriteError::Timeout
+            | LogWriteError::Unavailable(_) => ResponseError::CoordinatorNotAvailable,
+            LogWriteError::TooLarge(_) => ResponseError::UnknownServerError,
+        }
+    }
 }
 
 /// One item of a `__consumer_offsets` replay.
@@ -119,6 +186,8 @@ pub struct GroupCoordinator {
     /// Rebalances of groups that no longer exist, so the metric never goes backwards.
     removed_rebalances: std::sync::atomic::AtomicU64,
     pending_txn: Mutex<PendingTxnOffsets>,
+    /// The `__consumer_offsets` partitions this broker serves.
+    ownership: Arc<ownership::Ownership>,
 }
 
 /// Kafka's `offsets.retention.check.interval.ms` default: how often empty groups without
@@ -143,6 +212,15 @@ fn now_ms() -> i64 {
 
 impl GroupCoordinator {
     pub fn new(config: GroupConfig, log: Arc<dyn OffsetsLog>) -> Self {
+        Self::with_ownership(config, log, Arc::default())
+    }
+
+    /// A coordinator serving the `__consumer_offsets` partitions `ownership` says it owns.
+    pub fn with_ownership(
+        config: GroupConfig,
+        log: Arc<dyn OffsetsLog>,
+        ownership: Arc<ownership::Ownership>,
+    ) -> Self {
         GroupCoordinator {
             groups: Mutex::new(HashMap::new()),
             config,
@@ -150,6 +228,97 @@ impl GroupCoordinator {
             last_cleanup: Mutex::new(Instant::now()),
             removed_rebalances: std::sync::atomic::AtomicU64::new(0),
             pending_txn: Mutex::new(HashMap::new()),
+            ownership,
+        }
+    }
+
+    /// Whether this broker coordinates the group now: NOT_COORDINATOR when another broker
+    /// leads its partition, COORDINATOR_LOAD_IN_PROGRESS while the partition loads.
+    pub fn check_coordinator(&self, group_id: &str) -> Result<(), ResponseError> {
+        self.ownership.check(self.log.partition_for(group_id))
+    }
+
+    /// This broker became leader of `__consumer_offsets` partition `partition` at `epoch`
+    /// (Kafka's `onElection`): its groups are loaded by the timer.
+    pub fn on_election(&self, partition: i32, epoch: i32) {
+        let t = self
+            .ownership
+            .elect(partition, epoch, || self.unload(partition));
+        if t != ownership::Transition::None {
+            tracing::info!(partition, epoch, "loading __consumer_offsets partition");
+        }
+    }
+
+    /// This broker stopped leading `partition` (Kafka's `onResignation`): its groups are
+    /// dropped and their waiting members answered NOT_COORDINATOR.
+    pub fn on_resignation(&self, partition: i32) {
+        let t = self.ownership.resign(partition, || self.unload(partition));
+        if t != ownership::Transition::None {
+            tracing::info!(partition, "unloaded __consumer_offsets partition");
+        }
+    }
+
+    fn unload(&self, partition: i32) {
+        let removed: Vec<Group> = {
+            let mut groups = self.groups();
+            let ids: Vec<String> = groups
+                .keys()
+                .filter(|g| self.log.partition_for(g) == partition)
+                .cloned()
+                .collect();
+            ids.iter().filter_map(|id| groups.remove(id)).collect()
+        };
+        for mut g in removed {
+            for (id, m) in g.members.iter_mut() {
+                if let Some(tx) = m.awaiting_join.take() {
+                    let _ = tx.send(JoinResult::error(ResponseError::NotCoordinator, id));
+                }
+                if let Some(tx) = m.awaiting_sync.take() {
+                    let _ = tx.send(SyncResult::error(ResponseError::NotCoordinator));
+                }
+            }
+            self.count_removed(&g);
+        }
+        self.pending_txn().retain(|_, groups| {
+            groups.retain(|_, (p, _)| *p != partition);
+            !groups.is_empty()
+        });
+    }
+
+    /// Replays the partitions waiting for their load (Kafka's `loadGroupsForPartition`), each
+    /// installed only if this broker still leads it at the same epoch. Blocking.
+    pub fn load_elected(&self) {
+        for (partition, epoch) in self.ownership.loading() {
+            let entries = match self.log.replay_partition(partition) {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!(partition, epoch, error = %e, "cannot load __consumer_offsets partition; will retry");
+                    continue;
+                }
+            };
+            let (mut loaded, mut pending) = self.rebuild(entries);
+            loaded.retain(|id, _| self.log.partition_for(id) == partition);
+            pending.retain(|_, groups| {
+                groups.retain(|_, (p, _)| *p == partition);
+                !groups.is_empty()
+            });
+            let count = loaded.len();
+            let installed = self.ownership.complete_load(partition, epoch, || {
+                self.unload(partition);
+                self.groups().extend(loaded);
+                let mut all = self.pending_txn();
+                for (pid, groups) in pending {
+                    all.entry(pid).or_default().extend(groups);
+                }
+            });
+            if installed {
+                tracing::info!(
+                    partition,
+                    epoch,
+                    groups = count,
+                    "loaded __consumer_offsets partition"
+                );
+            }
         }
     }
 
@@ -162,11 +331,27 @@ impl GroupCoordinator {
     }
 
     /// Rebuilds groups and offsets from the log. Blocking.
+    /// Partitions the control plane has assigned elsewhere (or that still wait for their
+    /// load) are left out.
     pub fn load(&self) -> io::Result<usize> {
         let entries = self.log.replay()?;
+        let n = entries.len();
+        let (mut groups, mut pending) = self.rebuild(entries);
+        groups.retain(|id, _| self.ownership.is_served(self.log.partition_for(id)));
+        pending.retain(|_, groups| {
+            groups.retain(|_, (p, _)| self.ownership.is_served(*p));
+            !groups.is_empty()
+        });
+        *self.groups() = groups;
+        *self.pending_txn() = pending;
+        Ok(n)
+    }
+
+    /// Groups and pending transactional offsets from replayed entries (last record per key
+    /// wins, null values delete).
+    fn rebuild(&self, entries: Vec<LogEntry>) -> (HashMap<String, Group>, PendingTxnOffsets) {
         let now = Instant::now();
-        let mut groups = self.groups();
-        groups.clear();
+        let mut groups: HashMap<String, Group> = HashMap::new();
         let mut pending: PendingTxnOffsets = HashMap::new();
         let n = entries.len();
         let mut records = Vec::with_capacity(n);
@@ -223,7 +408,6 @@ impl GroupCoordinator {
                 }
             }
         }
-        *self.pending_txn() = pending;
         for (key, value) in records {
             let key = match offsets_topic::decode_key(key) {
                 Ok(k) => k,
@@ -275,7 +459,23 @@ impl GroupCoordinator {
                 },
             }
         }
-        Ok(n)
+        (groups, pending)
+    }
+
+    /// Runs one write for the group; NOT_COORDINATOR when the leadership of its partition
+    /// changed while the write waited (Kafka compares the coordinator epoch after appending).
+    fn fenced_write<R>(
+        &self,
+        group_id: &str,
+        write: impl FnOnce() -> Result<R, ResponseError>,
+    ) -> Result<R, ResponseError> {
+        let partition = self.log.partition_for(group_id);
+        let before = self.ownership.status(partition);
+        let r = write()?;
+        if self.ownership.status(partition) != before {
+            return Err(ResponseError::NotCoordinator);
+        }
+        Ok(r)
     }
 
     fn persist_group(
@@ -287,9 +487,11 @@ impl GroupCoordinator {
             group: group_id.to_string(),
         });
         let value = value.map(|v| offsets_topic::encode_group(&v));
-        self.log.append(group_id, vec![(key, value)]).map_err(|e| {
-            tracing::error!(group = group_id, error = %e, "cannot persist group metadata");
-            ResponseError::CoordinatorNotAvailable
+        self.fenced_write(group_id, || {
+            self.log.append(group_id, vec![(key, value)]).map_err(|e| {
+                tracing::warn!(group = group_id, error = %e, "cannot persist group metadata");
+                e.state_error()
+            })
         })
     }
 
@@ -313,6 +515,9 @@ impl GroupCoordinator {
     pub async fn join(self: &Arc<Self>, group_id: &str, req: JoinRequest) -> JoinResult {
         if group_id.is_empty() {
             return JoinResult::error(ResponseError::InvalidGroupId, &req.member_id);
+        }
+        if let Err(e) = self.check_coordinator(group_id) {
+            return JoinResult::error(e, &req.member_id);
         }
         if !self.check_session_timeout(req.session_timeout) {
             return JoinResult::error(ResponseError::InvalidSessionTimeout, &req.member_id);
@@ -372,6 +577,9 @@ impl GroupCoordinator {
         if group_id.is_empty() {
             return SyncResult::error(ResponseError::InvalidGroupId);
         }
+        if let Err(e) = self.check_coordinator(group_id) {
+            return SyncResult::error(e);
+        }
         let (tx, rx) = oneshot::channel();
         let (immediate, persist, wait) = {
             let mut groups = self.groups();
@@ -419,6 +627,7 @@ impl GroupCoordinator {
         if group_id.is_empty() {
             return Err(ResponseError::InvalidGroupId);
         }
+        self.check_coordinator(group_id)?;
         let resolve = |name: &str| self.log.resolve_topic(name);
         let mut groups = self.groups();
         if req.member_epoch != 0 && !groups.contains_key(group_id) {
@@ -492,6 +701,9 @@ impl GroupCoordinator {
         if group_id.is_empty() {
             return Some(ResponseError::InvalidGroupId);
         }
+        if let Err(e) = self.check_coordinator(group_id) {
+            return Some(e);
+        }
         match self.groups().get_mut(group_id) {
             Some(g) => g.heartbeat(member_id, group_instance_id, generation, Instant::now()),
             None => Some(ResponseError::UnknownMemberId),
@@ -504,6 +716,7 @@ impl GroupCoordinator {
         group_id: &str,
         identities: &[(String, Option<String>)],
     ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        self.check_coordinator(group_id)?;
         let (results, persist) = {
             let mut groups = self.groups();
             let Some(g) = groups.get_mut(group_id) else {
@@ -538,6 +751,7 @@ impl GroupCoordinator {
         if group_id.is_empty() {
             return Err(ResponseError::InvalidGroupId);
         }
+        self.check_coordinator(group_id)?;
         {
             let mut groups = self.groups();
             let check = match groups.get(group_id) {
@@ -582,9 +796,11 @@ impl GroupCoordinator {
             results.push(None);
         }
         if !records.is_empty() {
-            self.log.append(group_id, records).map_err(|e| {
-                tracing::error!(group = group_id, error = %e, "cannot persist offsets");
-                ResponseError::CoordinatorNotAvailable
+            self.fenced_write(group_id, || {
+                self.log.append(group_id, records).map_err(|e| {
+                    tracing::warn!(group = group_id, error = %e, "cannot persist offsets");
+                    e.offset_commit_error()
+                })
             })?;
             let mut groups = self.groups();
             if let Some(g) = groups.get_mut(group_id) {
@@ -613,6 +829,7 @@ impl GroupCoordinator {
         if group_id.is_empty() {
             return Err(ResponseError::InvalidGroupId);
         }
+        self.check_coordinator(group_id)?;
         {
             let mut groups = self.groups();
             match groups.get(group_id) {
@@ -682,13 +899,14 @@ impl GroupCoordinator {
             results.push(None);
         }
         if !records.is_empty() {
-            let partition = self
-                .log
-                .append_transactional(group_id, producer_id, producer_epoch, records)
-                .map_err(|e| {
-                    tracing::warn!(group = group_id, producer_id, error = %e, "cannot persist transactional offsets");
-                    ResponseError::CoordinatorNotAvailable
-                })?;
+            let partition = self.fenced_write(group_id, || {
+                self.log
+                    .append_transactional(group_id, producer_id, producer_epoch, records)
+                    .map_err(|e| {
+                        tracing::warn!(group = group_id, producer_id, error = %e, "cannot persist transactional offsets");
+                        e.offset_commit_error()
+                    })
+            })?;
             let mut pending = self.pending_txn();
             let slot = pending
                 .entry(producer_id)
@@ -814,6 +1032,7 @@ impl GroupCoordinator {
         let mut v: Vec<_> = self
             .groups()
             .values()
+            .filter(|g| self.check_coordinator(&g.id).is_ok())
             .map(|g| {
                 (
                     g.id.clone(),
@@ -836,6 +1055,9 @@ impl GroupCoordinator {
 
     /// Deletes an empty group and its offsets. Blocking.
     pub fn delete_group(&self, group_id: &str) -> Option<ResponseError> {
+        if let Err(e) = self.check_coordinator(group_id) {
+            return Some(e);
+        }
         let offsets: Vec<(String, i32)> = {
             let groups = self.groups();
             let Some(g) = groups.get(group_id) else {
@@ -865,9 +1087,14 @@ impl GroupCoordinator {
             }),
             None,
         ));
-        if let Err(e) = self.log.append(group_id, records) {
-            tracing::error!(group = group_id, error = %e, "cannot persist group deletion");
-            return Some(ResponseError::CoordinatorNotAvailable);
+        let deleted = self.fenced_write(group_id, || {
+            self.log.append(group_id, records).map_err(|e| {
+                tracing::warn!(group = group_id, error = %e, "cannot persist group deletion");
+                e.state_error()
+            })
+        });
+        if let Err(e) = deleted {
+            return Some(e);
         }
         if let Some(g) = self.groups().remove(group_id) {
             self.count_removed(&g);
@@ -882,6 +1109,7 @@ impl GroupCoordinator {
         group_id: &str,
         partitions: &[(String, i32)],
     ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        self.check_coordinator(group_id)?;
         let subscribed_topics: Vec<String> = {
             let groups = self.groups();
             let g = groups.get(group_id).ok_or(ResponseError::GroupIdNotFound)?;
@@ -920,9 +1148,11 @@ impl GroupCoordinator {
             results.push(None);
         }
         if !records.is_empty() {
-            self.log
-                .append(group_id, records)
-                .map_err(|_| ResponseError::CoordinatorNotAvailable)?;
+            self.fenced_write(group_id, || {
+                self.log
+                    .append(group_id, records)
+                    .map_err(|e| e.offset_commit_error())
+            })?;
             let mut groups = self.groups();
             if let Some(g) = groups.get_mut(group_id) {
                 for ((topic, partition), r) in partitions.iter().zip(&results) {
@@ -938,6 +1168,7 @@ impl GroupCoordinator {
     /// Timer work: completes joins, expires members, persists changed groups, expires
     /// offsets of groups empty for longer than the retention. Blocking.
     pub fn tick(&self) {
+        self.load_elected();
         let now = Instant::now();
         let now_wall = now_ms();
         let mut persist = Vec::new();
@@ -1098,7 +1329,11 @@ mod tests {
     struct MemoryLog(Mutex<Vec<LogEntry>>);
 
     impl OffsetsLog for MemoryLog {
-        fn append(&self, _group: &str, records: Vec<(Bytes, Option<Bytes>)>) -> io::Result<()> {
+        fn append(
+            &self,
+            _group: &str,
+            records: Vec<(Bytes, Option<Bytes>)>,
+        ) -> Result<(), LogWriteError> {
             self.0.lock().unwrap().extend(
                 records
                     .into_iter()
@@ -1112,7 +1347,7 @@ mod tests {
             producer_id: i64,
             _producer_epoch: i16,
             records: Vec<(Bytes, Option<Bytes>)>,
-        ) -> io::Result<i32> {
+        ) -> Result<i32, LogWriteError> {
             self.0
                 .lock()
                 .unwrap()
@@ -1264,5 +1499,62 @@ mod tests {
                 metadata: "m".into()
             })
         );
+    }
+
+    #[tokio::test]
+    async fn a_resigned_partition_answers_not_coordinator_and_an_elected_one_loads() {
+        let log: Arc<MemoryLog> = Arc::default();
+        let mut c = coordinator(log.clone());
+        // The first join waits out group.initial.rebalance.delay.ms.
+        c.config.initial_rebalance_delay = Duration::from_secs(60);
+        let c = Arc::new(c);
+        let commit = |c: &GroupCoordinator, offset: i64| {
+            c.commit_offsets(
+                "g",
+                "",
+                None,
+                -1,
+                vec![("t".into(), 0, offset, -1, None)],
+                ResponseError::IllegalGeneration,
+            )
+        };
+        assert_eq!(commit(&c, 7), Ok(vec![None]));
+        // A member waits in JoinGroup until the timer completes the rebalance.
+        let joining = {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let req = JoinRequest {
+                    member_id: String::new(),
+                    group_instance_id: None,
+                    client_id: "client".into(),
+                    client_host: "/127.0.0.1".into(),
+                    session_timeout: Duration::from_secs(10),
+                    rebalance_timeout: Duration::from_secs(10),
+                    protocol_type: "consumer".into(),
+                    protocols: vec![("range".into(), Bytes::new())],
+                    require_known_member_id: false,
+                };
+                c.join("g", req).await
+            })
+        };
+        while c.describe("g").is_none_or(|d| d.members.is_empty()) {
+            tokio::task::yield_now().await;
+        }
+        c.on_resignation(0);
+        let joined = joining.await.unwrap();
+        assert_eq!(joined.error, Some(ResponseError::NotCoordinator));
+        assert_eq!(c.check_coordinator("g"), Err(ResponseError::NotCoordinator));
+        assert_eq!(commit(&c, 8), Err(ResponseError::NotCoordinator));
+        assert!(c.list().is_empty());
+
+        c.on_election(0, 3);
+        assert_eq!(
+            c.check_coordinator("g"),
+            Err(ResponseError::CoordinatorLoadInProgress)
+        );
+        c.load_elected();
+        assert_eq!(c.check_coordinator("g"), Ok(()));
+        let got = c.fetch_offsets("g", Some(&[("t".to_string(), 0)]));
+        assert_eq!(got[0].1.as_ref().map(|o| o.offset), Some(7));
     }
 }

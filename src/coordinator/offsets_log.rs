@@ -1,16 +1,22 @@
 //! [`OffsetsLog`] on top of the broker's own `__consumer_offsets` partitions.
+//!
+//! Appends go through the partition as leader and are acknowledged like an acks=all produce
+//! (Kafka's coordinators append with `requiredAcks = -1`): once the high watermark covers
+//! them with at least min.insync.replicas in the ISR, or they fail with a [`LogWriteError`].
 
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
 
 use super::offsets_topic::partition_for;
-use super::{LogEntry, OffsetsLog, OFFSETS_TOPIC};
-use crate::broker::{now_ms, Broker, Topic, TopicError};
+use super::{LogEntry, LogWriteError, OffsetsLog, OFFSETS_TOPIC};
+use crate::broker::{now_ms, Broker, Partition, Topic, TopicError};
 use crate::log::batch::{build_batch, BatchIter};
+use crate::log::AppendError;
 
 pub struct BrokerOffsetsLog {
     broker: Weak<Broker>,
@@ -51,16 +57,81 @@ impl BrokerOffsetsLog {
 }
 
 impl BrokerOffsetsLog {
-    fn partition_of(&self, group: &str) -> io::Result<std::sync::Arc<crate::broker::Partition>> {
+    fn partition_of(&self, group: &str) -> Result<Arc<Partition>, LogWriteError> {
+        let unavailable = |e: String| LogWriteError::Unavailable(e);
         let topic = self
-            .topic(true)?
-            .ok_or_else(|| io::Error::other("no offsets topic"))?;
+            .topic(true)
+            .map_err(|e| unavailable(e.to_string()))?
+            .ok_or_else(|| unavailable("no offsets topic".into()))?;
         let index = partition_for(group, topic.partitions.len() as i32) as usize;
         topic
             .partitions
             .get(index)
             .cloned()
-            .ok_or_else(|| io::Error::other("offsets partition missing"))
+            .ok_or_else(|| unavailable("offsets partition missing".into()))
+    }
+}
+
+/// Kafka's default `offsets.commit.timeout.ms`: how long an offset commit or group write
+/// waits for the in-sync replicas.
+pub const COMMIT_TIMEOUT: Duration = Duration::from_millis(5_000);
+
+/// Appends `records` to `partition` as leader and waits, as an acks=all produce does, until
+/// the high watermark covers them with min.insync.replicas in the ISR. Blocking: call from a
+/// blocking thread.
+pub(crate) fn append_replicated(
+    partition: &Partition,
+    records: &[u8],
+    timeout: Duration,
+) -> Result<(), LogWriteError> {
+    let min_isr = partition.with_log(|l| l.config().min_insync_replicas);
+    if !partition.is_leader() {
+        return Err(LogWriteError::NotLeader);
+    }
+    if !partition.has_enough_in_sync_replicas(min_isr) {
+        return Err(LogWriteError::NotEnoughReplicas);
+    }
+    let info = partition.append(records).map_err(|e| match e {
+        AppendError::NotLeaderOrFollower => LogWriteError::NotLeader,
+        AppendError::MessageTooLarge { .. } => LogWriteError::TooLarge(e.to_string()),
+        other => LogWriteError::Storage(other.to_string()),
+    })?;
+    await_replicated(partition, info.last_offset + 1, timeout)
+}
+
+/// Kafka's DelayedProduce for one append of this broker (a coordinator write, a transaction
+/// marker): waits until the high watermark reaches `required_offset` with min.insync.replicas
+/// in the ISR, woken by high watermark moves. Blocking.
+pub(crate) fn await_replicated(
+    partition: &Partition,
+    required_offset: i64,
+    timeout: Duration,
+) -> Result<(), LogWriteError> {
+    use kafka_protocol::ResponseError;
+    let min_isr = partition.with_log(|l| l.config().min_insync_replicas);
+    let deadline = Instant::now() + timeout;
+    loop {
+        let notify = Arc::new(tokio::sync::Notify::new());
+        partition.add_waiter(notify.clone());
+        match partition.check_enough_replicas_reach_offset(required_offset, min_isr) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(ResponseError::NotLeaderOrFollower) => return Err(LogWriteError::NotLeader),
+            Err(_) => return Err(LogWriteError::NotEnoughReplicas),
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(LogWriteError::Timeout);
+        }
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // A blocking thread of the runtime: its timer and the fetch handlers that move the
+            // high watermark run on the workers.
+            futures::executor::block_on(async {
+                let _ = tokio::time::timeout(left, notify.notified()).await;
+            });
+        } else {
+            std::thread::sleep(left.min(Duration::from_millis(10)));
+        }
     }
 }
 
@@ -107,18 +178,19 @@ fn transactional_batch(
 }
 
 impl OffsetsLog for BrokerOffsetsLog {
-    fn append(&self, group: &str, records: Vec<(Bytes, Option<Bytes>)>) -> io::Result<()> {
+    fn append(
+        &self,
+        group: &str,
+        records: Vec<(Bytes, Option<Bytes>)>,
+    ) -> Result<(), LogWriteError> {
         let partition = self.partition_of(group)?;
         let now = now_ms();
         let buf = build_batch(
             records.into_iter().map(|(k, v)| (now, Some(k), v)),
             Compression::None,
         )
-        .map_err(|e| io::Error::other(format!("cannot encode offsets batch: {e}")))?;
-        partition
-            .append(&buf)
-            .map(drop)
-            .map_err(|e| io::Error::other(e.to_string()))
+        .map_err(|e| LogWriteError::Storage(format!("cannot encode offsets batch: {e}")))?;
+        append_replicated(&partition, &buf, COMMIT_TIMEOUT)
     }
 
     fn append_transactional(
@@ -127,13 +199,32 @@ impl OffsetsLog for BrokerOffsetsLog {
         producer_id: i64,
         producer_epoch: i16,
         records: Vec<(Bytes, Option<Bytes>)>,
-    ) -> io::Result<i32> {
+    ) -> Result<i32, LogWriteError> {
         let partition = self.partition_of(group)?;
-        let buf = transactional_batch(producer_id, producer_epoch, records)?;
-        partition
-            .append(&buf)
-            .map(|_| partition.index)
-            .map_err(|e| io::Error::other(e.to_string()))
+        let buf = transactional_batch(producer_id, producer_epoch, records)
+            .map_err(|e| LogWriteError::Storage(e.to_string()))?;
+        append_replicated(&partition, &buf, COMMIT_TIMEOUT)?;
+        Ok(partition.index)
+    }
+
+    fn partition_for(&self, group: &str) -> i32 {
+        let count = self
+            .broker
+            .upgrade()
+            .and_then(|b| b.topic(OFFSETS_TOPIC))
+            .map(|t| t.partitions.len() as i32)
+            .unwrap_or(self.partitions);
+        partition_for(group, count)
+    }
+
+    fn replay_partition(&self, partition: i32) -> io::Result<Vec<LogEntry>> {
+        let Some(topic) = self.topic(false)? else {
+            return Ok(Vec::new());
+        };
+        match topic.partitions.get(partition as usize) {
+            Some(p) => replay_partitions(std::slice::from_ref(p)),
+            None => Ok(Vec::new()),
+        }
     }
 
     fn resolve_topic(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
@@ -145,62 +236,69 @@ impl OffsetsLog for BrokerOffsetsLog {
         let Some(topic) = self.topic(false)? else {
             return Ok(Vec::new());
         };
-        let mut out = Vec::new();
-        for p in &topic.partitions {
-            let mut offset = p.offsets().log_start_offset;
-            loop {
-                let hw = p.offsets().high_watermark;
-                let slice = match p.read(offset, 1 << 20, hw, true) {
-                    Ok(Some(s)) => s,
-                    Ok(None) => break,
-                    Err(e) => return Err(io::Error::other(e.to_string())),
-                };
-                let bytes = slice.read()?;
-                let mut next = offset;
-                for item in BatchIter::new(&bytes) {
-                    let (_, h, raw) =
-                        item.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                    next = h.last_offset() + 1;
-                    let mut b = Bytes::copy_from_slice(raw);
-                    let set = RecordBatchDecoder::decode(&mut b)
-                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-                    if h.is_control() {
-                        // A control record's key: version (int16), type (0 abort, 1 commit).
-                        if let Some(k) = set.records.first().and_then(|r| r.key.clone()) {
-                            if h.is_transactional() && k.len() >= 4 {
-                                out.push(LogEntry::Marker {
-                                    partition: p.index,
-                                    producer_id: h.producer_id,
-                                    commit: i16::from_be_bytes([k[2], k[3]]) == 1,
-                                });
-                            }
-                        }
-                        continue;
-                    }
-                    for r in set.records {
-                        if let Some(key) = r.key {
-                            out.push(if h.is_transactional() {
-                                LogEntry::Transactional {
-                                    partition: p.index,
-                                    producer_id: h.producer_id,
-                                    key,
-                                    value: r.value,
-                                }
-                            } else {
-                                LogEntry::Record {
-                                    key,
-                                    value: r.value,
-                                }
+        replay_partitions(&topic.partitions)
+    }
+}
+
+/// The records and markers of `partitions` up to their log ends, in log order.
+fn replay_partitions(partitions: &[Arc<Partition>]) -> io::Result<Vec<LogEntry>> {
+    let mut out = Vec::new();
+    for p in partitions {
+        let mut offset = p.offsets().log_start_offset;
+        loop {
+            // Up to the log end, as Kafka's loaders read: a new leader's high watermark
+            // can lag what its predecessor already acknowledged.
+            let end = p.offsets().log_end_offset;
+            let slice = match p.read(offset, 1 << 20, end, true) {
+                Ok(Some(s)) => s,
+                Ok(None) => break,
+                Err(e) => return Err(io::Error::other(e.to_string())),
+            };
+            let bytes = slice.read()?;
+            let mut next = offset;
+            for item in BatchIter::new(&bytes) {
+                let (_, h, raw) =
+                    item.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                next = h.last_offset() + 1;
+                let mut b = Bytes::copy_from_slice(raw);
+                let set = RecordBatchDecoder::decode(&mut b)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                if h.is_control() {
+                    // A control record's key: version (int16), type (0 abort, 1 commit).
+                    if let Some(k) = set.records.first().and_then(|r| r.key.clone()) {
+                        if h.is_transactional() && k.len() >= 4 {
+                            out.push(LogEntry::Marker {
+                                partition: p.index,
+                                producer_id: h.producer_id,
+                                commit: i16::from_be_bytes([k[2], k[3]]) == 1,
                             });
                         }
                     }
+                    continue;
                 }
-                if next <= offset {
-                    break;
+                for r in set.records {
+                    if let Some(key) = r.key {
+                        out.push(if h.is_transactional() {
+                            LogEntry::Transactional {
+                                partition: p.index,
+                                producer_id: h.producer_id,
+                                key,
+                                value: r.value,
+                            }
+                        } else {
+                            LogEntry::Record {
+                                key,
+                                value: r.value,
+                            }
+                        });
+                    }
                 }
-                offset = next;
             }
+            if next <= offset {
+                break;
+            }
+            offset = next;
         }
-        Ok(out)
     }
+    Ok(out)
 }

@@ -391,6 +391,14 @@ impl Log {
         self.producers.describe()
     }
 
+    /// Whether the producer has a transaction in progress here at `producer_epoch` (Kafka's
+    /// `hasOngoingTransaction`: its later batches need no verification with the coordinator).
+    pub fn has_ongoing_transaction(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        self.producers
+            .get(producer_id)
+            .is_some_and(|e| e.current_txn_first_offset.is_some() && e.epoch == producer_epoch)
+    }
+
     /// Appends a COMMIT or ABORT marker for the producer's transaction (WriteTxnMarkers).
     /// Returns the marker's offset.
     pub fn append_txn_marker(

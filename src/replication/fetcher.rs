@@ -88,7 +88,7 @@ fn follows_any(broker: &Broker) -> bool {
 }
 
 /// The address of `leader` on the inter-broker listener (or its first listener).
-fn leader_address(broker: &Broker, leader: i32) -> Option<(String, u16)> {
+pub(crate) fn leader_address(broker: &Broker, leader: i32) -> Option<(String, u16)> {
     let b = broker.replication().cluster_broker(leader)?;
     let e = match &broker.config.replication.inter_broker_listener_name {
         Some(name) => b.endpoint(name)?,

@@ -12,7 +12,9 @@
 //! 3. [`crate::broker::Broker::apply_partition_states`] (blocking): leader, leader epoch,
 //!    replicas, ISR and partition epoch per partition. This broker becomes leader or follower
 //!    exactly as Kafka's `Partition.makeLeader` / `makeFollower` do; states older than the
-//!    partition epoch already applied are ignored; fetchers are (re)started. Nothing of it is
+//!    partition epoch already applied are ignored; fetchers are (re)started; the group and
+//!    transaction coordinators load or unload the `__consumer_offsets` /
+//!    `__transaction_state` partitions this broker starts or stops leading. Nothing of it is
 //!    persisted: after a restart the control plane applies the states again, and until then
 //!    the broker behaves as a single node.
 //!
@@ -35,7 +37,7 @@
 
 pub mod fetcher;
 pub mod in_process;
-mod peer;
+pub(crate) mod peer;
 pub mod state;
 
 use std::collections::HashMap;
@@ -176,6 +178,8 @@ pub struct ReplicaManager {
     pub(crate) follow_changed: Notify,
     isr_jobs: mpsc::UnboundedSender<IsrJob>,
     isr_receiver: Mutex<Option<mpsc::UnboundedReceiver<IsrJob>>>,
+    /// Connections to other brokers for the coordinators' requests.
+    pub(crate) peers: peer::PeerPool,
 }
 
 impl Default for ReplicaManager {
@@ -188,6 +192,7 @@ impl Default for ReplicaManager {
             follow_changed: Notify::new(),
             isr_jobs: tx,
             isr_receiver: Mutex::new(Some(rx)),
+            peers: peer::PeerPool::default(),
         }
     }
 }

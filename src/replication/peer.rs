@@ -1,6 +1,9 @@
 //! A connection from this broker to another broker's Kafka listener (plaintext), carrying one
-//! request at a time: the replica fetcher's Fetch and ListOffsets.
+//! request at a time: the replica fetcher's Fetch and ListOffsets, and (through [`PeerPool`])
+//! the coordinators' WriteTxnMarkers and transaction verifications.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -110,5 +113,59 @@ impl PeerConnection {
             ));
         }
         Ok(body)
+    }
+}
+
+/// Idle connections kept per broker address.
+const MAX_IDLE_PER_PEER: usize = 4;
+
+/// Reusable connections to other brokers for one-off requests. A call checks a connection
+/// out (so calls never share one), and returns it after a successful exchange; a pooled
+/// connection that fails (the peer restarted) is replaced by a fresh one once.
+#[derive(Default)]
+pub struct PeerPool {
+    idle: Mutex<HashMap<(String, u16), Vec<PeerConnection>>>,
+}
+
+impl PeerPool {
+    #[allow(clippy::too_many_arguments)]
+    pub async fn call<R: Request>(
+        &self,
+        host: &str,
+        port: u16,
+        client_id: &str,
+        connect_timeout: Duration,
+        version: i16,
+        request: &R,
+        timeout: Duration,
+    ) -> Result<R::Response, PeerError> {
+        let key = (host.to_string(), port);
+        let pooled = self
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&key)
+            .and_then(Vec::pop);
+        let (mut conn, reused) = match pooled {
+            Some(c) => (c, true),
+            None => (
+                PeerConnection::connect(host, port, client_id.to_string(), connect_timeout).await?,
+                false,
+            ),
+        };
+        let mut result = conn.call(version, request, timeout).await;
+        if reused && matches!(result, Err(PeerError::Io(_))) {
+            conn =
+                PeerConnection::connect(host, port, client_id.to_string(), connect_timeout).await?;
+            result = conn.call(version, request, timeout).await;
+        }
+        if result.is_ok() {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let slot = idle.entry(key).or_default();
+            if slot.len() < MAX_IDLE_PER_PEER {
+                slot.push(conn);
+            }
+        }
+        result
     }
 }

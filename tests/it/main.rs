@@ -8,6 +8,7 @@ mod harness;
 mod acls;
 mod admin;
 mod compaction;
+mod coordinators;
 mod group_offsets;
 mod groups;
 mod http;

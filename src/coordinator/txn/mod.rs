@@ -15,6 +15,14 @@
 //! Prepare state has its markers written again by the timer, and an Ongoing one times out as
 //! usual (its start time is persisted).
 //!
+//! Leadership ([`super::ownership`]): in a cluster this broker coordinates only the
+//! transactional ids of the `__transaction_state` partitions it leads, loaded on the timer
+//! when it becomes leader (COORDINATOR_LOAD_IN_PROGRESS meanwhile; the coordinator epoch is
+//! the leader epoch) and dropped when it stops (NOT_COORDINATOR, also for a write that
+//! finishes after the change). The new coordinator finishes a loaded Prepare transaction's
+//! markers and lets an Ongoing one end or time out, as Kafka does. Markers for partitions
+//! led by other brokers are sent to them as WriteTxnMarkers (see [`state_log`]).
+//!
 //! Retries: a marker that cannot be written is retried by the timer every
 //! [`MARKER_RETRY`]; a partition that no longer exists is skipped, as Kafka does.
 
@@ -32,6 +40,9 @@ use kafka_protocol::ResponseError;
 
 use metadata::{TxnMetadata, TxnState, NO_PRODUCER_ID};
 
+use super::ownership::{Ownership, Transition};
+use super::LogWriteError;
+
 pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
 
 /// How long a failed marker write waits before the timer tries again.
@@ -41,9 +52,25 @@ pub const MARKER_RETRY: Duration = Duration::from_millis(500);
 /// `__transaction_state` partitions. Blocking.
 pub trait TransactionLog: Send + Sync {
     /// Appends one record to the transactional id's partition, durably enough to acknowledge.
-    fn append(&self, transactional_id: &str, key: Bytes, value: Option<Bytes>) -> io::Result<()>;
+    fn append(
+        &self,
+        transactional_id: &str,
+        key: Bytes,
+        value: Option<Bytes>,
+    ) -> Result<(), LogWriteError>;
     /// Every record of the topic, in log order per partition.
     fn replay(&self) -> io::Result<Vec<(Bytes, Option<Bytes>)>>;
+    /// The records of one partition (a superset is fine: the coordinator keeps only the ids
+    /// of `partition`).
+    fn replay_partition(&self, partition: i32) -> io::Result<Vec<(Bytes, Option<Bytes>)>> {
+        let _ = partition;
+        self.replay()
+    }
+    /// The `__transaction_state` partition of a transactional id.
+    fn partition_for(&self, transactional_id: &str) -> i32 {
+        let _ = transactional_id;
+        0
+    }
     /// The coordinator epoch for the id's partition (the partition's leader epoch).
     fn coordinator_epoch(&self, transactional_id: &str) -> i32;
 }
@@ -128,6 +155,8 @@ pub struct TransactionCoordinator {
     participants: Arc<dyn Participants>,
     last_abort_scan: Mutex<Instant>,
     last_expire_scan: Mutex<Instant>,
+    /// The `__transaction_state` partitions this broker serves.
+    ownership: Arc<Ownership>,
 }
 
 fn now_ms() -> i64 {
@@ -162,6 +191,16 @@ impl TransactionCoordinator {
         log: Arc<dyn TransactionLog>,
         participants: Arc<dyn Participants>,
     ) -> Self {
+        Self::with_ownership(config, log, participants, Arc::default())
+    }
+
+    /// A coordinator serving the `__transaction_state` partitions `ownership` says it owns.
+    pub fn with_ownership(
+        config: TxnConfig,
+        log: Arc<dyn TransactionLog>,
+        participants: Arc<dyn Participants>,
+        ownership: Arc<Ownership>,
+    ) -> Self {
         TransactionCoordinator {
             txns: Mutex::new(HashMap::new()),
             config,
@@ -169,6 +208,71 @@ impl TransactionCoordinator {
             participants,
             last_abort_scan: Mutex::new(Instant::now()),
             last_expire_scan: Mutex::new(Instant::now()),
+            ownership,
+        }
+    }
+
+    /// Whether this broker coordinates the transactional id now: NOT_COORDINATOR when another
+    /// broker leads its partition, COORDINATOR_LOAD_IN_PROGRESS while the partition loads.
+    pub fn check_coordinator(&self, transactional_id: &str) -> Result<(), ResponseError> {
+        self.ownership
+            .check(self.log.partition_for(transactional_id))
+    }
+
+    /// This broker became leader of `__transaction_state` partition `partition` at `epoch`
+    /// (the coordinator epoch): its transactional ids are loaded by the timer.
+    pub fn on_election(&self, partition: i32, epoch: i32) {
+        let t = self
+            .ownership
+            .elect(partition, epoch, || self.unload(partition));
+        if t != Transition::None {
+            tracing::info!(partition, epoch, "loading __transaction_state partition");
+        }
+    }
+
+    /// This broker stopped leading `partition`: its transactional ids are dropped; writes in
+    /// flight for them end with NOT_COORDINATOR.
+    pub fn on_resignation(&self, partition: i32) {
+        let t = self.ownership.resign(partition, || self.unload(partition));
+        if t != Transition::None {
+            tracing::info!(partition, "unloaded __transaction_state partition");
+        }
+    }
+
+    fn unload(&self, partition: i32) {
+        self.txns()
+            .retain(|id, _| self.log.partition_for(id) != partition);
+    }
+
+    /// Replays the partitions waiting for their load (Kafka's
+    /// `loadTransactionsForTxnTopicPartition`), each installed only if this broker still
+    /// leads it at the same epoch. Prepared transactions have their markers written by the
+    /// timer; Ongoing ones time out as usual. Blocking.
+    pub fn load_elected(&self) {
+        for (partition, epoch) in self.ownership.loading() {
+            let records = match self.log.replay_partition(partition) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(partition, epoch, error = %e, "cannot load __transaction_state partition; will retry");
+                    continue;
+                }
+            };
+            let mut loaded = latest_metadata(records);
+            loaded.retain(|id, _| self.log.partition_for(id) == partition);
+            let count = loaded.len();
+            let installed = self.ownership.complete_load(partition, epoch, || {
+                let mut txns = self.txns();
+                txns.retain(|id, _| self.log.partition_for(id) != partition);
+                txns.extend(loaded.into_iter().map(|(id, m)| (id, Entry::new(m))));
+            });
+            if installed {
+                tracing::info!(
+                    partition,
+                    epoch,
+                    transactional_ids = count,
+                    "loaded __transaction_state partition"
+                );
+            }
         }
     }
 
@@ -177,64 +281,53 @@ impl TransactionCoordinator {
     }
 
     /// Rebuilds every transactional id from the log. Blocking.
+    /// Partitions the control plane has assigned elsewhere (or that still wait for their
+    /// load) are left out.
     pub fn load(&self) -> io::Result<usize> {
         let records = self.log.replay()?;
         let n = records.len();
-        let mut latest: HashMap<String, Option<TxnMetadata>> = HashMap::new();
-        for (key, value) in records {
-            let id = match transaction_log::decode_key(key) {
-                Ok(id) => id,
-                Err(e) => {
-                    tracing::warn!(error = %e, "skipping undecodable __transaction_state key");
-                    continue;
-                }
-            };
-            match value {
-                None => {
-                    latest.insert(id, None);
-                }
-                Some(v) => match transaction_log::decode_value(&id, v) {
-                    Ok(m) => {
-                        latest.insert(id, Some(m));
-                    }
-                    Err(e) => {
-                        tracing::warn!(transactional_id = %id, error = %e, "skipping undecodable transaction state")
-                    }
-                },
-            }
-        }
+        let mut latest = latest_metadata(records);
+        latest.retain(|id, _| self.ownership.is_served(self.log.partition_for(id)));
         let mut txns = self.txns();
         txns.clear();
-        for (id, m) in latest {
-            if let Some(m) = m.filter(|m| m.state != TxnState::Dead) {
-                txns.insert(id, Entry::new(m));
-            }
-        }
+        txns.extend(latest.into_iter().map(|(id, m)| (id, Entry::new(m))));
         Ok(n)
     }
 
     fn persist(&self, m: &TxnMetadata) -> Result<(), ResponseError> {
         let id = &m.transactional_id;
         let value = (m.state != TxnState::Dead).then(|| transaction_log::encode_value(m));
+        let partition = self.log.partition_for(id);
+        let before = self.ownership.status(partition);
         self.log
             .append(id, transaction_log::encode_key(id), value)
             .map_err(|e| {
                 tracing::warn!(transactional_id = %id, error = %e, "cannot persist transaction state");
-                ResponseError::CoordinatorNotAvailable
-            })
+                e.state_error()
+            })?;
+        // The partition moved (or was reloaded at a new coordinator epoch) meanwhile: the
+        // state in memory is not this write's to change, as Kafka checks the epoch.
+        if self.ownership.status(partition) != before {
+            return Err(ResponseError::NotCoordinator);
+        }
+        Ok(())
     }
 
     /// Persists a prepared transition and applies it (or only clears the pending mark).
     fn persist_and_apply(&self, transit: TxnMetadata) -> Result<(), ResponseError> {
         let result = self.persist(&transit);
         let mut txns = self.txns();
-        if let Some(e) = txns.get_mut(&transit.transactional_id) {
-            e.pending = None;
-            if result.is_ok() {
-                e.meta = transit;
+        match txns.get_mut(&transit.transactional_id) {
+            Some(e) => {
+                e.pending = None;
+                if result.is_ok() {
+                    e.meta = transit;
+                }
+                result
             }
+            // Unloaded while the write was in flight: another broker coordinates it now.
+            None => Err(ResponseError::NotCoordinator),
         }
-        result
     }
 
     pub fn validate_timeout(&self, timeout_ms: i32) -> bool {
@@ -251,6 +344,7 @@ impl TransactionCoordinator {
         if transactional_id.is_empty() {
             return Err(ResponseError::InvalidRequest);
         }
+        self.check_coordinator(transactional_id)?;
         if !self.validate_timeout(timeout_ms) {
             return Err(ResponseError::InvalidTransactionTimeout);
         }
@@ -370,6 +464,7 @@ impl TransactionCoordinator {
         if transactional_id.is_empty() {
             return Err(ResponseError::InvalidRequest);
         }
+        self.check_coordinator(transactional_id)?;
         let transit = {
             let mut txns = self.txns();
             let e = txns
@@ -409,6 +504,7 @@ impl TransactionCoordinator {
         if transactional_id.is_empty() {
             return Err(ResponseError::InvalidRequest);
         }
+        self.check_coordinator(transactional_id)?;
         let txns = self.txns();
         let e = txns
             .get(transactional_id)
@@ -511,6 +607,7 @@ impl TransactionCoordinator {
         if id.is_empty() {
             return Err(ResponseError::InvalidRequest);
         }
+        self.check_coordinator(id)?;
         let now = now_ms();
         let (transit, is_fence) = {
             let mut txns = self.txns();
@@ -697,6 +794,7 @@ impl TransactionCoordinator {
         if transactional_id.is_empty() {
             return Err(ResponseError::InvalidRequest);
         }
+        self.check_coordinator(transactional_id)?;
         let txns = self.txns();
         let e = txns
             .get(transactional_id)
@@ -765,6 +863,7 @@ impl TransactionCoordinator {
     /// aborts transactions open longer than their timeout (fencing their producer), and
     /// expires idle transactional ids. Blocking.
     pub fn tick(&self) {
+        self.load_elected();
         let now = Instant::now();
         let prepared: Vec<String> = self
             .txns()
@@ -857,6 +956,38 @@ impl TransactionCoordinator {
             }
         }
     }
+}
+
+/// The live metadata per transactional id after replaying `records` (the last record per id
+/// wins; a null value or a Dead state deletes it).
+fn latest_metadata(records: Vec<(Bytes, Option<Bytes>)>) -> HashMap<String, TxnMetadata> {
+    let mut latest: HashMap<String, Option<TxnMetadata>> = HashMap::new();
+    for (key, value) in records {
+        let id = match transaction_log::decode_key(key) {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::warn!(error = %e, "skipping undecodable __transaction_state key");
+                continue;
+            }
+        };
+        match value {
+            None => {
+                latest.insert(id, None);
+            }
+            Some(v) => match transaction_log::decode_value(&id, v) {
+                Ok(m) => {
+                    latest.insert(id, Some(m));
+                }
+                Err(e) => {
+                    tracing::warn!(transactional_id = %id, error = %e, "skipping undecodable transaction state")
+                }
+            },
+        }
+    }
+    latest
+        .into_iter()
+        .filter_map(|(id, m)| Some((id, m.filter(|m| m.state != TxnState::Dead)?)))
+        .collect()
 }
 
 fn describe(m: &TxnMetadata) -> TxnDescription {

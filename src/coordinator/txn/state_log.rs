@@ -1,19 +1,40 @@
 //! [`TransactionLog`] and [`Participants`] on top of the broker: `__transaction_state`
-//! partitions of its own log, producer ids from its block, and markers written straight to the
-//! local partition leaders (Kafka sends WriteTxnMarkers; every leader is this broker).
+//! partitions of its own log (appends acknowledged like acks=all), producer ids from its
+//! block, and markers: written straight to a partition this broker leads (or that the control
+//! plane never assigned), else sent as WriteTxnMarkers to the partition's leader through the
+//! cluster view (Kafka's `TransactionMarkerChannelManager`). A marker that is not written
+//! (NOT_LEADER_OR_FOLLOWER, an unreachable leader, ...) is retried by the coordinator's timer,
+//! towards the leader known then.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use bytes::Bytes;
+use kafka_protocol::messages::write_txn_markers_request::{
+    WritableTxnMarker, WritableTxnMarkerTopic,
+};
+use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
+use kafka_protocol::ResponseError;
 
 use super::{MarkerError, Participants, TransactionLog, TRANSACTION_STATE_TOPIC};
-use crate::broker::{now_ms, Broker, Topic, TopicError};
+use crate::broker::{now_ms, Broker, Partition, Topic, TopicError};
+use crate::coordinator::offsets_log::{append_replicated, await_replicated};
 use crate::coordinator::offsets_topic::partition_for;
-use crate::coordinator::OFFSETS_TOPIC;
+use crate::coordinator::{LogWriteError, OFFSETS_TOPIC};
 use crate::log::batch::{build_batch, BatchIter};
+use crate::replication::peer::PeerError;
+
+/// How long a transaction state write or a marker waits for the in-sync replicas (Kafka
+/// uses `request.timeout.ms` for both).
+const REPLICATION_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a WriteTxnMarkers or verification exchange with another broker may take.
+const PEER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// WriteTxnMarkers v1 (flexible), as Kafka's coordinator sends it.
+const WRITE_TXN_MARKERS_VERSION: i16 = 1;
 
 pub struct BrokerTransactionLog {
     broker: Weak<Broker>,
@@ -63,68 +84,55 @@ impl BrokerTransactionLog {
 }
 
 impl TransactionLog for BrokerTransactionLog {
-    fn append(&self, transactional_id: &str, key: Bytes, value: Option<Bytes>) -> io::Result<()> {
+    fn append(
+        &self,
+        transactional_id: &str,
+        key: Bytes,
+        value: Option<Bytes>,
+    ) -> Result<(), LogWriteError> {
+        let unavailable = |e: String| LogWriteError::Unavailable(e);
         let topic = self
-            .topic(true)?
-            .ok_or_else(|| io::Error::other("no transaction state topic"))?;
+            .topic(true)
+            .map_err(|e| unavailable(e.to_string()))?
+            .ok_or_else(|| unavailable("no transaction state topic".into()))?;
         let index = partition_for(transactional_id, topic.partitions.len() as i32) as usize;
         let partition = topic
             .partitions
             .get(index)
-            .ok_or_else(|| io::Error::other("transaction state partition missing"))?;
+            .ok_or_else(|| unavailable("transaction state partition missing".into()))?;
         let buf = build_batch(
             std::iter::once((now_ms(), Some(key), value)),
             Compression::None,
         )
-        .map_err(|e| io::Error::other(format!("cannot encode transaction state: {e}")))?;
-        partition
-            .append(&buf)
-            .map(drop)
-            .map_err(|e| io::Error::other(e.to_string()))
+        .map_err(|e| LogWriteError::Storage(format!("cannot encode transaction state: {e}")))?;
+        append_replicated(partition, &buf, REPLICATION_TIMEOUT)
+    }
+
+    fn partition_for(&self, transactional_id: &str) -> i32 {
+        let count = self
+            .broker
+            .upgrade()
+            .and_then(|b| b.topic(TRANSACTION_STATE_TOPIC))
+            .map(|t| t.partitions.len() as i32)
+            .unwrap_or(self.partitions);
+        partition_for(transactional_id, count)
     }
 
     fn replay(&self) -> io::Result<Vec<(Bytes, Option<Bytes>)>> {
         let Some(topic) = self.topic(false)? else {
             return Ok(Vec::new());
         };
-        let mut out = Vec::new();
-        for p in &topic.partitions {
-            let mut offset = p.offsets().log_start_offset;
-            loop {
-                let hw = p.offsets().high_watermark;
-                let slice = match p.read(offset, 1 << 20, hw, true) {
-                    Ok(Some(s)) => s,
-                    Ok(None) => break,
-                    Err(e) => return Err(io::Error::other(e.to_string())),
-                };
-                let bytes = slice.read()?;
-                let mut next = offset;
-                for item in BatchIter::new(&bytes) {
-                    let (_, h, raw) =
-                        item.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                    next = h.last_offset() + 1;
-                    if h.is_control() {
-                        continue;
-                    }
-                    let mut b = Bytes::copy_from_slice(raw);
-                    let set = RecordBatchDecoder::decode(&mut b)
-                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-                    for r in set.records {
-                        if r.offset < offset {
-                            continue;
-                        }
-                        if let Some(k) = r.key {
-                            out.push((k, r.value));
-                        }
-                    }
-                }
-                if next <= offset {
-                    break;
-                }
-                offset = next;
-            }
+        replay_partitions(&topic.partitions)
+    }
+
+    fn replay_partition(&self, partition: i32) -> io::Result<Vec<(Bytes, Option<Bytes>)>> {
+        let Some(topic) = self.topic(false)? else {
+            return Ok(Vec::new());
+        };
+        match topic.partitions.get(partition as usize) {
+            Some(p) => replay_partitions(std::slice::from_ref(p)),
+            None => Ok(Vec::new()),
         }
-        Ok(out)
     }
 
     fn coordinator_epoch(&self, transactional_id: &str) -> i32 {
@@ -138,6 +146,50 @@ impl TransactionLog for BrokerTransactionLog {
             .map(|p| p.leader_epoch().max(0))
             .unwrap_or(0)
     }
+}
+
+/// The records of `partitions` up to their log ends, in log order.
+fn replay_partitions(partitions: &[Arc<Partition>]) -> io::Result<Vec<(Bytes, Option<Bytes>)>> {
+    let mut out = Vec::new();
+    for p in partitions {
+        let mut offset = p.offsets().log_start_offset;
+        loop {
+            // Up to the log end, as Kafka's loaders read: a new leader's high watermark
+            // can lag what its predecessor already acknowledged.
+            let end = p.offsets().log_end_offset;
+            let slice = match p.read(offset, 1 << 20, end, true) {
+                Ok(Some(s)) => s,
+                Ok(None) => break,
+                Err(e) => return Err(io::Error::other(e.to_string())),
+            };
+            let bytes = slice.read()?;
+            let mut next = offset;
+            for item in BatchIter::new(&bytes) {
+                let (_, h, raw) =
+                    item.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                next = h.last_offset() + 1;
+                if h.is_control() {
+                    continue;
+                }
+                let mut b = Bytes::copy_from_slice(raw);
+                let set = RecordBatchDecoder::decode(&mut b)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                for r in set.records {
+                    if r.offset < offset {
+                        continue;
+                    }
+                    if let Some(k) = r.key {
+                        out.push((k, r.value));
+                    }
+                }
+            }
+            if next <= offset {
+                break;
+            }
+            offset = next;
+        }
+    }
+    Ok(out)
 }
 
 /// Producer ids and transaction markers, from the broker.
@@ -172,15 +224,202 @@ impl Participants for BrokerParticipants {
             .broker
             .upgrade()
             .ok_or_else(|| MarkerError::Failed("broker is shutting down".into()))?;
-        write_txn_marker(
-            &broker,
+        // A partition the control plane never assigned is led here, as on a single node.
+        let remote_leader = match broker.replication().leadership(topic, partition) {
+            None => None,
+            Some(state) => match state.leader {
+                Some(id) if id == broker.config.node_id => None,
+                Some(id) => Some(id),
+                None => {
+                    return Err(MarkerError::Failed(format!(
+                        "{topic}-{partition} has no leader"
+                    )))
+                }
+            },
+        };
+        let marker = Marker {
             topic,
             partition,
             producer_id,
             producer_epoch,
             coordinator_epoch,
             commit,
-        )
+        };
+        match remote_leader {
+            None => write_txn_marker(
+                &broker,
+                topic,
+                partition,
+                producer_id,
+                producer_epoch,
+                coordinator_epoch,
+                commit,
+            ),
+            Some(leader) => send_marker(&broker, leader, &marker),
+        }
+    }
+}
+
+/// Sends one request to another broker's inter-broker listener and waits for its response.
+/// Blocking: call from a blocking thread of the runtime (its workers drive the socket).
+fn call_broker<R: kafka_protocol::protocol::Request>(
+    broker: &Broker,
+    (host, port): (&str, u16),
+    role: &str,
+    version: i16,
+    request: &R,
+) -> Result<R::Response, PeerError> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(PeerError::Io(io::Error::other(
+            "no runtime to reach the broker",
+        )));
+    }
+    let client_id = format!("broker-{}-{role}", broker.config.node_id);
+    let socket_timeout = broker.config.replication.socket_timeout;
+    futures::executor::block_on(broker.replication().peers.call(
+        host,
+        port,
+        &client_id,
+        socket_timeout,
+        version,
+        request,
+        PEER_REQUEST_TIMEOUT,
+    ))
+}
+
+/// Where a transactional id's coordinator is, from the leadership of its
+/// `__transaction_state` partition in the cluster view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoordinatorLocation {
+    /// This broker (also when the control plane never assigned the partition).
+    Local,
+    /// Another broker, by id.
+    Remote(i32),
+    /// The partition has no leader.
+    Unavailable,
+}
+
+pub fn coordinator_location(broker: &Broker, transactional_id: &str) -> CoordinatorLocation {
+    let count = broker
+        .topic(TRANSACTION_STATE_TOPIC)
+        .map(|t| t.partitions.len() as i32)
+        .unwrap_or(broker.config.transaction_state_log_num_partitions);
+    let partition = partition_for(transactional_id, count);
+    match broker
+        .replication()
+        .leadership(TRANSACTION_STATE_TOPIC, partition)
+    {
+        None => CoordinatorLocation::Local,
+        Some(state) => match state.leader {
+            None => CoordinatorLocation::Unavailable,
+            Some(id) if id == broker.config.node_id => CoordinatorLocation::Local,
+            Some(id) => CoordinatorLocation::Remote(id),
+        },
+    }
+}
+
+/// KIP-890 verification of a transactional produce by the transaction coordinator on broker
+/// `coordinator` (Kafka's `AddPartitionsToTxnManager`: AddPartitionsToTxn v4, verify only).
+/// `Ok(())` when the partition is in the transaction, else the coordinator's error for it.
+/// Blocking.
+pub fn verify_remotely(
+    broker: &Broker,
+    coordinator: i32,
+    transactional_id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    topic: &str,
+    partition: i32,
+) -> Result<(), ResponseError> {
+    use kafka_protocol::messages::add_partitions_to_txn_request::{
+        AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+    };
+    use kafka_protocol::messages::{AddPartitionsToTxnRequest, TransactionalId};
+    let (host, port) = crate::replication::fetcher::leader_address(broker, coordinator)
+        .ok_or(ResponseError::CoordinatorNotAvailable)?;
+    let request = AddPartitionsToTxnRequest::default().with_transactions(vec![
+        AddPartitionsToTxnTransaction::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_string(
+                transactional_id.to_string(),
+            )))
+            .with_producer_id(ProducerId(producer_id))
+            .with_producer_epoch(producer_epoch)
+            .with_verify_only(true)
+            .with_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![partition])]),
+    ]);
+    let response = call_broker(broker, (&host, port), "txn-verifier", 4, &request).map_err(|e| {
+        tracing::debug!(coordinator, transactional_id, error = %e, "cannot verify a transactional produce");
+        ResponseError::NetworkException
+    })?;
+    if let Some(e) = ResponseError::try_from_code(response.error_code) {
+        return Err(e);
+    }
+    let code = response
+        .results_by_transaction
+        .first()
+        .and_then(|t| t.topic_results.first())
+        .and_then(|t| t.results_by_partition.first())
+        .map(|p| p.partition_error_code)
+        .ok_or(ResponseError::UnknownServerError)?;
+    match ResponseError::try_from_code(code) {
+        None => Ok(()),
+        Some(e) => Err(e),
+    }
+}
+
+/// One COMMIT or ABORT marker for one partition.
+struct Marker<'a> {
+    topic: &'a str,
+    partition: i32,
+    producer_id: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+    commit: bool,
+}
+
+/// Sends WriteTxnMarkers for one partition to its leader `leader` and waits for the answer
+/// (the leader answers once the marker is replicated). Blocking: call from a blocking thread
+/// of the runtime.
+fn send_marker(broker: &Broker, leader: i32, m: &Marker<'_>) -> Result<(), MarkerError> {
+    let (host, port) = crate::replication::fetcher::leader_address(broker, leader)
+        .ok_or_else(|| MarkerError::Failed(format!("no endpoint known for broker {leader}")))?;
+    let request =
+        WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
+            .with_producer_id(ProducerId(m.producer_id))
+            .with_producer_epoch(m.producer_epoch)
+            .with_transaction_result(m.commit)
+            .with_coordinator_epoch(m.coordinator_epoch)
+            .with_topics(vec![WritableTxnMarkerTopic::default()
+                .with_name(TopicName(StrBytes::from_string(m.topic.to_string())))
+                .with_partition_indexes(vec![m.partition])])]);
+    let response = call_broker(
+        broker,
+        (&host, port),
+        "txn-marker-sender",
+        WRITE_TXN_MARKERS_VERSION,
+        &request,
+    )
+    .map_err(|e| MarkerError::Failed(format!("WriteTxnMarkers to broker {leader}: {e}")))?;
+    let code = response
+        .markers
+        .first()
+        .and_then(|r| r.topics.first())
+        .and_then(|t| t.partitions.first())
+        .map(|p| p.error_code)
+        .ok_or_else(|| {
+            MarkerError::Failed(format!(
+                "broker {leader} answered WriteTxnMarkers without the partition"
+            ))
+        })?;
+    match ResponseError::try_from_code(code) {
+        None => Ok(()),
+        // Retried, as Kafka's marker channel does: the leader may not know the partition yet.
+        Some(e) => Err(MarkerError::Failed(format!(
+            "broker {leader} answered {e:?} for {}-{}",
+            m.topic, m.partition
+        ))),
     }
 }
 
@@ -199,8 +438,11 @@ pub fn write_txn_marker(
     let p = broker
         .partition(topic, partition)
         .ok_or(MarkerError::UnknownPartition)?;
-    p.write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+    let offset = p
+        .write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
         .map_err(|e| MarkerError::Failed(e.to_string()))?;
+    await_replicated(&p, offset + 1, REPLICATION_TIMEOUT)
+        .map_err(|e| MarkerError::Failed(format!("marker not replicated: {e}")))?;
     if topic == OFFSETS_TOPIC {
         if let Some(g) = broker.group_coordinator() {
             g.complete_txn_offsets(producer_id, partition, commit);

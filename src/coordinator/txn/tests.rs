@@ -12,9 +12,14 @@ struct MemoryLog {
 }
 
 impl TransactionLog for MemoryLog {
-    fn append(&self, _id: &str, key: Bytes, value: Option<Bytes>) -> io::Result<()> {
+    fn append(
+        &self,
+        _id: &str,
+        key: Bytes,
+        value: Option<Bytes>,
+    ) -> Result<(), crate::coordinator::LogWriteError> {
         if self.fail.load(Ordering::SeqCst) {
-            return Err(io::Error::other("injected"));
+            return Err(crate::coordinator::LogWriteError::NotEnoughReplicas);
         }
         self.records.lock().unwrap().push((key, value));
         Ok(())
@@ -363,4 +368,44 @@ fn idle_transactional_ids_expire_with_a_tombstone() {
         c2.describe("tx"),
         Err(ResponseError::TransactionalIdNotFound)
     );
+}
+
+#[test]
+fn a_moved_partition_is_refused_then_reloaded_with_its_prepared_transaction_finished() {
+    let log: Arc<MemoryLog> = Arc::default();
+    let parts: Arc<FakeParticipants> = Arc::default();
+    let c = coordinator(&log, &parts);
+    let (pid, e) = c.init_producer_id("tx", 60_000, None).unwrap();
+    c.add_partitions("tx", pid, e, vec![tp("a", 0)]).unwrap();
+    // The markers cannot be written: the transaction stays PrepareCommit.
+    parts.fail_markers.store(true, Ordering::SeqCst);
+    assert_eq!(c.end_txn("tx", pid, e, true, 0), Ok((pid, e)));
+    assert_eq!(state(&c, "tx"), "PrepareCommit");
+
+    c.on_resignation(0);
+    assert_eq!(c.describe("tx"), Err(ResponseError::NotCoordinator));
+    assert_eq!(
+        c.init_producer_id("tx", 60_000, None),
+        Err(ResponseError::NotCoordinator)
+    );
+    assert_eq!(
+        c.end_txn("tx", pid, e, true, 0),
+        Err(ResponseError::NotCoordinator)
+    );
+    c.tick();
+    assert!(
+        parts.markers.lock().unwrap().is_empty(),
+        "no markers once resigned"
+    );
+
+    // Leader again at a new epoch: loading, then the timer finishes the commit.
+    parts.fail_markers.store(false, Ordering::SeqCst);
+    c.on_election(0, 5);
+    assert_eq!(
+        c.end_txn("tx", pid, e, true, 0),
+        Err(ResponseError::CoordinatorLoadInProgress)
+    );
+    c.tick();
+    assert_eq!(state(&c, "tx"), "CompleteCommit");
+    assert_eq!(parts.markers.lock().unwrap().len(), 1);
 }
