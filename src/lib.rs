@@ -26,6 +26,9 @@
 //! - [`api`]: request handlers.
 //! - [`broker`]: catalog and partitions.
 //! - [`acl`]: ACLs and the authorizer (Kafka's StandardAuthorizer rules).
+//! - [`controller`]: cluster mode: the broker's membership in the metadata quorum
+//!   (registration, heartbeats, the active controller's fencing and elections, metadata sync,
+//!   admin changes through the quorum).
 //! - [`coordinator`]: consumer groups and their `__consumer_offsets` records.
 //! - [`fetch_session`]: incremental fetch sessions (KIP-227).
 //! - [`log`]: the storage engine.
@@ -42,6 +45,7 @@ pub mod api;
 pub mod auth;
 pub mod broker;
 pub mod config;
+pub mod controller;
 pub mod coordinator;
 pub mod fetch_session;
 pub mod log;

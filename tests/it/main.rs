@@ -7,6 +7,7 @@ mod harness;
 
 mod acls;
 mod admin;
+mod cluster;
 mod compaction;
 mod group_offsets;
 mod groups;

@@ -1,0 +1,265 @@
+//! Cluster mode: three in-process brokers form a metadata quorum (`controller.quorum.voters`)
+//! and replicate a topic created through it; the controller moves leadership off a broker
+//! that stops, and the broker rejoins the ISR after a restart.
+
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+use kafka_protocol::ResponseError;
+
+use crate::harness::*;
+
+const TOPIC: &str = "quorum-replicated";
+const METADATA_V: i16 = 12;
+
+struct QuorumCluster {
+    /// Brokers 1..=3 at index id - 1.
+    brokers: Vec<TestBroker>,
+}
+
+/// A port free right now on 127.0.0.1 (voters need fixed metadata RPC addresses).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+impl QuorumCluster {
+    async fn start() -> QuorumCluster {
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let voters = ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let configs: Vec<Vec<(String, String)>> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, port)| {
+                vec![
+                    ("node.id".into(), (i + 1).to_string()),
+                    ("cluster.id".into(), "quorum-test".into()),
+                    (
+                        "listeners".into(),
+                        format!("PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:{port}"),
+                    ),
+                    ("controller.listener.names".into(), "CONTROLLER".into()),
+                    ("controller.quorum.voters".into(), voters.clone()),
+                    ("broker.session.timeout.ms".into(), "2000".into()),
+                    ("broker.heartbeat.interval.ms".into(), "250".into()),
+                ]
+            })
+            .collect();
+        // Registration needs a quorum: the three start together.
+        let starts = configs.iter().map(|cfg| async move {
+            let cfg: Vec<(&str, &str)> =
+                cfg.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            TestBroker::start_with(&cfg).await
+        });
+        let brokers = futures::future::join_all(starts).await;
+        QuorumCluster { brokers }
+    }
+
+    fn broker(&self, id: i32) -> &TestBroker {
+        &self.brokers[(id - 1) as usize]
+    }
+
+    fn broker_mut(&mut self, id: i32) -> &mut TestBroker {
+        &mut self.brokers[(id - 1) as usize]
+    }
+
+    /// The partition's (leader, sorted ISR) as the metadata on broker `id` has it.
+    fn partition_state(&self, id: i32) -> Option<(Option<i32>, Vec<i32>)> {
+        let control = self.broker(id).broker().cluster()?;
+        let state = control.node().ok()?.state();
+        let p = state.topic_by_name(TOPIC)?.partitions.first()?.clone();
+        let mut isr: Vec<i32> = p.isr.iter().map(|b| b.0).collect();
+        isr.sort_unstable();
+        Some((p.leader.map(|b| b.0), isr))
+    }
+
+    async fn shutdown(self) {
+        for b in self.brokers {
+            b.shutdown().await;
+        }
+    }
+}
+
+async fn metadata(b: &TestBroker) -> MetadataResponse {
+    let mut req = MetadataRequest::default();
+    let mut t = MetadataRequestTopic::default();
+    t.name = Some(name(TOPIC));
+    req.topics = Some(vec![t]);
+    b.client().await.call(METADATA_V, &req).await
+}
+
+/// (broker ids, leader of partition 0) in broker `b`'s Metadata answer.
+async fn view(b: &TestBroker) -> (Vec<i32>, i32) {
+    let m = metadata(b).await;
+    let mut ids: Vec<i32> = m.brokers.iter().map(|x| x.node_id.0).collect();
+    ids.sort_unstable();
+    let leader = m
+        .topics
+        .first()
+        .filter(|t| t.error_code == 0)
+        .and_then(|t| t.partitions.first())
+        .filter(|p| p.error_code == 0)
+        .map_or(-1, |p| p.leader_id.0);
+    (ids, leader)
+}
+
+/// Waits up to 20 s for `cond`.
+async fn eventually<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Produces `count` batches of 5 records with acks=all to `leader`; returns their offsets.
+async fn produce_all(b: &TestBroker, count: usize) -> Vec<i64> {
+    let mut c = b.client().await;
+    let mut offsets = Vec::new();
+    for _ in 0..count {
+        let r = produce(&mut c, TOPIC, 0, batch(5)).await;
+        assert_eq!(r.error_code, 0, "acks=all produce to the leader");
+        offsets.push(r.base_offset);
+    }
+    offsets
+}
+
+/// Every record of partition 0 that `b` serves, up to its high watermark.
+async fn read_all(b: &TestBroker) -> Vec<i64> {
+    let mut c = b.client().await;
+    let mut offsets = Vec::new();
+    loop {
+        let a = FetchArgs {
+            offset: offsets.last().map_or(0, |o| o + 1),
+            ..FetchArgs::default()
+        };
+        let data = fetch(&mut c, TOPIC, 0, a).await;
+        assert_eq!(data.error_code, 0, "fetch from the leader");
+        let got = record_offsets(&data.records);
+        if got.is_empty() {
+            return offsets;
+        }
+        offsets.extend(got);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn quorum_replicates_a_topic_and_moves_leadership_off_a_stopped_broker() {
+    let mut c = QuorumCluster::start().await;
+
+    // CreateTopics with RF=3 on any broker goes through the quorum.
+    let mut t = CreatableTopic::default();
+    t.name = name(TOPIC);
+    t.num_partitions = 1;
+    t.replication_factor = 3;
+    let mut admin = c.broker(2).client().await;
+    let r = create_topics(&mut admin, vec![t]).await.remove(0);
+    assert_eq!(r.error_code, 0, "create: {:?}", r.error_message);
+    assert!(!r.topic_id.is_nil());
+    // RF above the number of unfenced brokers is refused as Kafka does.
+    let mut too_many = CreatableTopic::default();
+    too_many.name = name("too-many-replicas");
+    too_many.num_partitions = 1;
+    too_many.replication_factor = 4;
+    let r = create_topics(&mut admin, vec![too_many]).await.remove(0);
+    assert_eq!(r.error_code, ResponseError::InvalidReplicationFactor.code());
+
+    // Every broker lists the three brokers and the same leader.
+    let mut leader = -1;
+    for id in 1..=3 {
+        let b = c.broker(id);
+        eventually(
+            "every broker's metadata shows 3 brokers and a leader",
+            || async {
+                let (ids, l) = view(b).await;
+                ids == vec![1, 2, 3] && l > 0
+            },
+        )
+        .await;
+        let (_, l) = view(b).await;
+        assert!(
+            leader == -1 || leader == l,
+            "brokers disagree on the leader"
+        );
+        leader = l;
+    }
+
+    // acks=all to the leader, read back from it.
+    let first = produce_all(c.broker(leader), 10).await;
+    assert_eq!(first, (0..10).map(|i| i * 5).collect::<Vec<i64>>());
+    assert_eq!(
+        read_all(c.broker(leader)).await,
+        (0..50).collect::<Vec<i64>>()
+    );
+
+    // Stop the leader: the controller moves leadership to another ISR member.
+    let stopped_at = Instant::now();
+    c.broker_mut(leader).stop().await;
+    let survivor = if leader == 1 { 2 } else { 1 };
+    let old = leader;
+    {
+        let c = &c;
+        eventually("a new leader from the ISR", || async move {
+            c.partition_state(survivor)
+                .is_some_and(|(l, isr)| l.is_some_and(|l| l != old) && !isr.contains(&old))
+        })
+        .await;
+    }
+    let (new_leader, isr) = c.partition_state(survivor).expect("partition state");
+    let new_leader = new_leader.expect("a leader");
+    println!(
+        "new leader {new_leader} (ISR {isr:?}) {:?} after stopping broker {old}",
+        stopped_at.elapsed()
+    );
+    {
+        let b = c.broker(new_leader);
+        eventually("the new leader serves the partition", || async move {
+            view(b).await.1 == new_leader
+        })
+        .await;
+    }
+
+    // acks=all continues on the new leader; no acknowledged record is lost.
+    let second = produce_all(c.broker(new_leader), 10).await;
+    assert_eq!(second, (10..20).map(|i| i * 5).collect::<Vec<i64>>());
+    assert_eq!(
+        read_all(c.broker(new_leader)).await,
+        (0..100).collect::<Vec<i64>>()
+    );
+
+    // The stopped broker rejoins, catches up and re-enters the ISR.
+    c.broker_mut(old).resume().await;
+    {
+        let c = &c;
+        eventually("the restarted broker re-enters the ISR", || async move {
+            c.partition_state(survivor)
+                .is_some_and(|(_, isr)| isr == vec![1, 2, 3])
+        })
+        .await;
+    }
+    let rejoined = c
+        .broker(old)
+        .broker()
+        .partition(TOPIC, 0)
+        .expect("the restarted broker has the partition");
+    assert_eq!(rejoined.offsets().log_end_offset, 100);
+    assert_eq!(view(c.broker(old)).await, (vec![1, 2, 3], new_leader));
+
+    c.shutdown().await;
+}
