@@ -1512,6 +1512,7 @@ impl Broker {
                 partitions,
                 replication_factor,
                 configs,
+                None,
             );
         }
         let _w = self

@@ -1561,6 +1561,54 @@ mod tests {
     }
 
     #[test]
+    fn cluster_mode_needs_voters_and_binds_the_controller_listener() {
+        let c = BrokerConfig::build(&[]).unwrap();
+        assert!(c.cluster.is_none(), "no voters: single node");
+
+        let c = BrokerConfig::build(&[props(
+            "process.roles=broker,controller\nnode.id=2\n\
+             listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093\n\
+             controller.listener.names=CONTROLLER\n\
+             controller.quorum.voters=1@10.0.0.1:9093,2@10.0.0.2:9093,3@10.0.0.3:9093\n\
+             log.dirs=/data/a,/data/b\n",
+        )])
+        .unwrap();
+        assert_eq!(
+            c.listeners.len(),
+            1,
+            "the controller listener is not Kafka protocol"
+        );
+        let cluster = c.cluster.expect("cluster mode");
+        assert_eq!(cluster.voters.len(), 3);
+        assert_eq!(cluster.rpc_bind.port(), 9093);
+        assert_eq!(cluster.rpc_advertised, "10.0.0.2:9093");
+        assert_eq!(
+            cluster.metadata_log_dir,
+            PathBuf::from("/data/a/__cluster_metadata")
+        );
+        assert_eq!(cluster.session_timeout.as_millis(), 9000);
+        assert_eq!(cluster.heartbeat_interval.as_millis(), 2000);
+
+        // A voter without a controller listener binds its voter entry.
+        let c = BrokerConfig::build(&[props(
+            "node.id=1\ncontroller.quorum.voters=1@127.0.0.1:9193\nmetadata.log.dir=/m\n",
+        )])
+        .unwrap();
+        let cluster = c.cluster.expect("cluster mode");
+        assert_eq!(cluster.rpc_bind.port(), 9193);
+        assert_eq!(cluster.metadata_log_dir, PathBuf::from("/m"));
+
+        for bad in [
+            "controller.quorum.voters=1@h\n",
+            "node.id=4\ncontroller.quorum.voters=1@127.0.0.1:9193\n",
+            "node.id=1\ncontroller.quorum.voters=1@127.0.0.1:9193\nprocess.roles=observer\n",
+            "node.id=1\ncontroller.quorum.voters=1@127.0.0.1:9193\nbroker.heartbeat.interval.ms=9000\n",
+        ] {
+            assert!(BrokerConfig::build(&[props(bad)]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn zero_config_is_a_local_broker() {
         let c = BrokerConfig::build(&[]).unwrap();
         assert_eq!(c.listener.bind, "127.0.0.1:9092".parse().unwrap());

@@ -87,7 +87,42 @@ pub fn topic_exists(control: &ClusterControl, name: &str) -> bool {
         .is_ok_and(|n| n.state().topic_by_name(name).is_some())
 }
 
-/// CreateTopic through the quorum; the broker validated the request. Blocking.
+/// Checks explicit replica assignments (CreateTopics `assignments`): every partition names
+/// the same number of distinct, registered brokers.
+pub fn check_assignments(control: &ClusterControl, assignments: &[Vec<i32>]) -> Result<(), String> {
+    let node = control.node().map_err(|e| e.to_string())?;
+    let state = node.state();
+    let size = assignments.first().map_or(0, Vec::len);
+    for (partition, replicas) in assignments.iter().enumerate() {
+        if replicas.is_empty() || replicas.len() != size {
+            return Err(format!(
+                "All partitions should have the same number of replicas; partition {partition} has {}.",
+                replicas.len()
+            ));
+        }
+        let mut seen = replicas.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() != replicas.len() {
+            return Err(format!(
+                "Duplicate brokers not allowed in replica assignment: {replicas:?} for partition {partition}."
+            ));
+        }
+        if let Some(unknown) = replicas
+            .iter()
+            .find(|id| state.broker(strata_metadata::ids::BrokerId(**id)).is_none())
+        {
+            return Err(format!(
+                "Unknown broker {unknown} in the replica assignment of partition {partition}."
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// CreateTopic through the quorum; the broker validated the request. `assignments` are the
+/// client's explicit replicas (checked with [`check_assignments`]), else placement computes
+/// them. Blocking.
 pub fn create_topic(
     broker: &Broker,
     control: &Arc<ClusterControl>,
@@ -95,6 +130,7 @@ pub fn create_topic(
     partitions: i32,
     replication_factor: i16,
     configs: BTreeMap<String, String>,
+    assignments: Option<Vec<Vec<i32>>>,
 ) -> Result<Arc<Topic>, TopicError> {
     let node = control.node()?;
     let state = node.state();
@@ -102,13 +138,24 @@ pub fn create_topic(
         return Err(TopicError::AlreadyExists(name.to_string()));
     }
     let id = Uuid128::from_bytes(*Uuid::new_v4().as_bytes());
-    let assignments = place(
-        &state,
-        id,
-        u32::try_from(partitions).unwrap_or(0),
-        u16::try_from(replication_factor).unwrap_or(0),
-        0,
-    )?;
+    let assignments = match assignments {
+        Some(explicit) => explicit
+            .into_iter()
+            .map(|replicas| PartitionAssignment {
+                replicas: replicas
+                    .into_iter()
+                    .map(strata_metadata::ids::BrokerId)
+                    .collect(),
+            })
+            .collect(),
+        None => place(
+            &state,
+            id,
+            u32::try_from(partitions).unwrap_or(0),
+            u16::try_from(replication_factor).unwrap_or(0),
+            0,
+        )?,
+    };
     let command = Command::CreateTopic {
         name: name.to_string(),
         id,

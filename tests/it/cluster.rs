@@ -4,8 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::BrokerId;
 use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
 use kafka_protocol::ResponseError;
 
@@ -19,12 +20,19 @@ struct QuorumCluster {
     brokers: Vec<TestBroker>,
 }
 
-/// A port free right now on 127.0.0.1 (voters need fixed metadata RPC addresses).
+/// A port free right now on 127.0.0.1 (voters need fixed metadata RPC addresses). Taken
+/// below Linux's ephemeral range (32768+), so the listeners other tests bind on port 0
+/// cannot take it between this check and the broker's bind.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let seed = (std::process::id() as u16).wrapping_mul(7919) % 12_000;
+    loop {
+        let port = 20_000 + (seed + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 impl QuorumCluster {
@@ -94,6 +102,7 @@ async fn metadata(b: &TestBroker) -> MetadataResponse {
     let mut t = MetadataRequestTopic::default();
     t.name = Some(name(TOPIC));
     req.topics = Some(vec![t]);
+    req.allow_auto_topic_creation = false;
     b.client().await.call(METADATA_V, &req).await
 }
 
@@ -163,6 +172,15 @@ async fn read_all(b: &TestBroker) -> Vec<i64> {
 async fn quorum_replicates_a_topic_and_moves_leadership_off_a_stopped_broker() {
     let mut c = QuorumCluster::start().await;
 
+    // Every broker sees the three brokers unfenced.
+    for id in 1..=3 {
+        let b = c.broker(id);
+        eventually("every broker lists 3 brokers", || async {
+            view(b).await.0 == vec![1, 2, 3]
+        })
+        .await;
+    }
+
     // CreateTopics with RF=3 on any broker goes through the quorum.
     let mut t = CreatableTopic::default();
     t.name = name(TOPIC);
@@ -179,6 +197,68 @@ async fn quorum_replicates_a_topic_and_moves_leadership_off_a_stopped_broker() {
     too_many.replication_factor = 4;
     let r = create_topics(&mut admin, vec![too_many]).await.remove(0);
     assert_eq!(r.error_code, ResponseError::InvalidReplicationFactor.code());
+
+    // Explicit replicas, topic configs and deletion go through the quorum to every broker.
+    let mut assigned = CreatableTopic::default();
+    assigned.name = name("assigned");
+    assigned.num_partitions = -1;
+    assigned.replication_factor = -1;
+    let mut a = CreatableReplicaAssignment::default();
+    a.partition_index = 0;
+    a.broker_ids = vec![BrokerId(3), BrokerId(1)];
+    assigned.assignments = vec![a];
+    let r = create_topics(&mut admin, vec![assigned]).await.remove(0);
+    assert_eq!(
+        r.error_code, 0,
+        "create with assignments: {:?}",
+        r.error_message
+    );
+    let mut unknown = CreatableTopic::default();
+    unknown.name = name("assigned-to-nobody");
+    unknown.num_partitions = -1;
+    unknown.replication_factor = -1;
+    let mut a = CreatableReplicaAssignment::default();
+    a.partition_index = 0;
+    a.broker_ids = vec![BrokerId(7)];
+    unknown.assignments = vec![a];
+    let r = create_topics(&mut admin, vec![unknown]).await.remove(0);
+    assert_eq!(r.error_code, ResponseError::InvalidReplicaAssignment.code());
+    let b1 = c.broker(1).broker().clone();
+    tokio::task::spawn_blocking(move || {
+        b1.set_topic_configs(
+            "assigned",
+            [("retention.ms".to_string(), "123456".to_string())].into(),
+        )
+    })
+    .await
+    .unwrap()
+    .expect("topic configs through the quorum");
+    for id in 1..=3 {
+        let b = c.broker(id).broker().clone();
+        eventually("the topic config on every broker", || {
+            let b = b.clone();
+            async move {
+                b.topic("assigned").is_some_and(|t| {
+                    t.config.retention_ms == 123456
+                        && t.partitions[0].replica_set().replicas == vec![3, 1]
+                })
+            }
+        })
+        .await;
+    }
+    let b2 = c.broker(2).broker().clone();
+    tokio::task::spawn_blocking(move || b2.delete_topic("assigned"))
+        .await
+        .unwrap()
+        .expect("delete through the quorum");
+    for id in 1..=3 {
+        let b = c.broker(id).broker().clone();
+        eventually("the topic deleted on every broker", || {
+            let b = b.clone();
+            async move { b.topic("assigned").is_none() }
+        })
+        .await;
+    }
 
     // Every broker lists the three brokers and the same leader.
     let mut leader = -1;
