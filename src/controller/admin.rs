@@ -72,6 +72,37 @@ fn place(
     .map_err(|e| placement_error(e, brokers.len()))
 }
 
+/// How long an admin request naming a topic this node does not know yet waits for it (the
+/// topic may have just been created through another broker, a few entries ahead).
+const TOPIC_CATCH_UP: Duration = Duration::from_millis(1000);
+
+/// The metadata state, once it has topic `name` (bounded by [`TOPIC_CATCH_UP`]).
+fn state_with_topic(
+    control: &Arc<ClusterControl>,
+    name: &str,
+) -> Result<Arc<MetadataState>, TopicError> {
+    let node = control.node()?;
+    let state = node.state();
+    if state.topic_by_name(name).is_some() {
+        return Ok(state);
+    }
+    let mut images = node.subscribe();
+    let name = name.to_string();
+    let found = wait_for(async move {
+        let waited = tokio::time::timeout(
+            TOPIC_CATCH_UP,
+            images.wait_for(|i| i.state.topic_by_name(&name).is_some()),
+        )
+        .await;
+        let state = match waited {
+            Ok(Ok(image)) => Some(image.state.clone()),
+            _ => None,
+        };
+        Ok(state)
+    })?;
+    found.ok_or(TopicError::Unknown)
+}
+
 /// The number of unfenced brokers (the most replicas a new partition can have).
 pub fn unfenced_brokers(control: &ClusterControl) -> usize {
     control
@@ -175,9 +206,7 @@ pub fn create_topic(
 
 /// DeleteTopic through the quorum. Blocking.
 pub fn delete_topic(control: &Arc<ClusterControl>, name: &str) -> Result<Uuid, TopicError> {
-    let node = control.node()?;
-    let id = node
-        .state()
+    let id = state_with_topic(control, name)?
         .topic_by_name(name)
         .map(|t| t.id)
         .ok_or(TopicError::Unknown)?;
@@ -197,8 +226,7 @@ pub fn create_partitions(
     count: i32,
     validate_only: bool,
 ) -> Result<(), TopicError> {
-    let node = control.node()?;
-    let state = node.state();
+    let state = state_with_topic(control, name)?;
     let topic = state.topic_by_name(name).ok_or(TopicError::Unknown)?;
     let current = topic.partitions.len() as i32;
     if count < current {
@@ -245,8 +273,7 @@ pub fn set_topic_configs(
     name: &str,
     overrides: BTreeMap<String, String>,
 ) -> Result<(), TopicError> {
-    let node = control.node()?;
-    let state = node.state();
+    let state = state_with_topic(control, name)?;
     let topic = state.topic_by_name(name).ok_or(TopicError::Unknown)?;
     let mut changes: BTreeMap<String, Option<String>> = topic
         .configs

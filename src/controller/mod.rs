@@ -105,6 +105,8 @@ pub struct ClusterControl {
     /// The applied index the local broker has synced to (`None` before the first sync).
     synced: watch::Sender<Option<u64>>,
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
+    /// (Raft term, wall-clock ms) when this node last became the active controller.
+    controller_since: Mutex<Option<(u64, i64)>>,
 }
 
 impl ClusterControl {
@@ -145,6 +147,7 @@ impl ClusterControl {
             default_unclean,
             synced,
             producer_ids: tokio::sync::Mutex::new((0, 0)),
+            controller_since: Mutex::new(None),
         }))
     }
 
@@ -302,11 +305,30 @@ impl ClusterControl {
         if !node.is_leader() {
             return;
         }
+        let now = now_ms();
+        let term = node.metrics().borrow().current_term;
+        let since = {
+            let mut since = self
+                .controller_since
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            match *since {
+                Some((t, at)) if t == term => at,
+                _ => {
+                    *since = Some((term, now));
+                    now
+                }
+            }
+        };
         let session_ms = i64::try_from(self.session_timeout.as_millis()).unwrap_or(i64::MAX);
-        for id in node
-            .state()
-            .brokers_with_expired_session(now_ms(), session_ms)
-        {
+        // As Kafka's new active controller, give every broker a full session first: no
+        // heartbeat could commit while there was no leader.
+        let expired = if now - since > session_ms {
+            node.state().brokers_with_expired_session(now, session_ms)
+        } else {
+            Vec::new()
+        };
+        for id in expired {
             tracing::info!(broker = id.0, "broker session expired: fencing it");
             if let Err(e) = node.propose(Command::FenceBroker { id }).await {
                 tracing::warn!(broker = id.0, error = %e, "fencing a broker failed");

@@ -10,6 +10,8 @@ use kafka_protocol::messages::BrokerId;
 use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
 use kafka_protocol::ResponseError;
 
+use strata_metadata::ids::BrokerId as MetadataBrokerId;
+
 use crate::harness::*;
 
 const TOPIC: &str = "quorum-replicated";
@@ -341,5 +343,104 @@ async fn quorum_replicates_a_topic_and_moves_leadership_off_a_stopped_broker() {
     assert_eq!(rejoined.offsets().log_end_offset, 100);
     assert_eq!(view(c.broker(old)).await, (vec![1, 2, 3], new_leader));
 
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn controller_fences_a_crashed_leader_after_its_session_expires() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("strata=info,strata_metadata=info,openraft=warn")
+        .with_test_writer()
+        .try_init();
+    let mut c = QuorumCluster::start().await;
+    for id in 1..=3 {
+        let b = c.broker(id);
+        eventually("every broker lists 3 brokers", || async {
+            view(b).await.0 == vec![1, 2, 3]
+        })
+        .await;
+    }
+    let mut t = CreatableTopic::default();
+    t.name = name(TOPIC);
+    t.num_partitions = 1;
+    t.replication_factor = 3;
+    let r = create_topics(&mut c.broker(1).client().await, vec![t])
+        .await
+        .remove(0);
+    assert_eq!(r.error_code, 0, "create: {:?}", r.error_message);
+    {
+        let c = &c;
+        eventually("a leader with a full ISR", || async move {
+            c.partition_state(1)
+                .is_some_and(|(l, isr)| l.is_some() && isr == vec![1, 2, 3])
+        })
+        .await;
+    }
+    let (leader, _) = c.partition_state(1).expect("partition state");
+    let old = leader.expect("a leader");
+    {
+        let b = c.broker(old);
+        eventually("the leader serves the partition", || async move {
+            view(b).await.1 == old
+        })
+        .await;
+    }
+    assert_eq!(produce_all(c.broker(old), 4).await, vec![0, 5, 10, 15]);
+
+    // A crash: no controlled shutdown, the heartbeats just stop.
+    let crashed_at = Instant::now();
+    c.broker_mut(old).crash().await;
+    let survivor = if old == 1 { 2 } else { 1 };
+    {
+        let c = &c;
+        eventually("the crashed leader fenced and replaced", || async move {
+            c.partition_state(survivor)
+                .is_some_and(|(l, isr)| l.is_some_and(|l| l != old) && !isr.contains(&old))
+        })
+        .await;
+    }
+    let elapsed = crashed_at.elapsed();
+    let fenced = c
+        .broker(survivor)
+        .broker()
+        .cluster()
+        .and_then(|control| control.node().ok())
+        .and_then(|node| node.state().broker(MetadataBrokerId(old)).map(|b| b.fenced));
+    assert_eq!(
+        fenced,
+        Some(true),
+        "the controller fenced the crashed broker"
+    );
+    let new_leader = c
+        .partition_state(survivor)
+        .and_then(|(l, _)| l)
+        .expect("a new leader");
+    println!("broker {old} crashed: fenced and replaced by {new_leader} after {elapsed:?}");
+    {
+        let b = c.broker(new_leader);
+        eventually("the new leader serves the partition", || async move {
+            view(b).await.1 == new_leader
+        })
+        .await;
+    }
+    assert_eq!(
+        produce_all(c.broker(new_leader), 4).await,
+        vec![20, 25, 30, 35]
+    );
+    assert_eq!(
+        read_all(c.broker(new_leader)).await,
+        (0..40).collect::<Vec<i64>>()
+    );
+
+    // After a restart the broker registers again and rejoins the ISR.
+    c.broker_mut(old).resume().await;
+    {
+        let c = &c;
+        eventually("the restarted broker re-enters the ISR", || async move {
+            c.partition_state(survivor)
+                .is_some_and(|(_, isr)| isr == vec![1, 2, 3])
+        })
+        .await;
+    }
     c.shutdown().await;
 }
