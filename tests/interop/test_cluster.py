@@ -118,6 +118,7 @@ class NumberedProducer:
         })
         self.sent = 0
         self.acked = {}  # number -> (offset, ack time)
+        self.produced_at = []  # number -> when it was handed to the producer
         self.errors = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -135,8 +136,10 @@ class NumberedProducer:
     def _run(self):
         while not self.stop.is_set():
             try:
+                now = time.monotonic()
                 self.producer.produce(TOPIC, value=b"%d" % self.sent, partition=0,
                                       on_delivery=self._delivered)
+                self.produced_at.append(now)
                 self.sent += 1
             except BufferError:
                 pass
@@ -144,8 +147,9 @@ class NumberedProducer:
         self.producer.flush(120)
 
     def first_ack_after(self, t):
+        """When the first record produced after `t` was acknowledged (None: not yet)."""
         with self.lock:
-            times = [at for _, at in self.acked.values() if at > t]
+            times = [at for n, (_, at) in self.acked.items() if self.produced_at[n] > t]
         return min(times) if times else None
 
 
@@ -165,8 +169,8 @@ def test_acked_records_survive_repeated_kill9_of_the_partition_leader(cluster):
             time.sleep(2.0)
             leader, _ = partition_state(cluster)
             victim = cluster[leader - 1]
+            victim.kill9()  # returns once the process is gone
             killed_at = time.monotonic()
-            victim.kill9()
             wait_until("an acknowledged produce after the kill",
                        lambda: p.first_ack_after(killed_at) is not None, timeout=60)
             recovery = p.first_ack_after(killed_at) - killed_at
