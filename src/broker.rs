@@ -61,6 +61,8 @@ pub enum TopicError {
     #[error("{0}")]
     InvalidReplicationFactor(String),
     #[error("{0}")]
+    InvalidReplicaAssignment(String),
+    #[error("{0}")]
     InvalidConfig(String),
     #[error("Topic deletion is disabled.")]
     DeletionDisabled,
@@ -1634,7 +1636,13 @@ impl Broker {
         validate_only: bool,
     ) -> Result<(), TopicError> {
         if let Some(c) = self.cluster().filter(|_| !is_internal_topic(name)) {
-            return crate::controller::admin::create_partitions(c, name, count, validate_only);
+            return crate::controller::admin::create_partitions(
+                c,
+                name,
+                count,
+                validate_only,
+                None,
+            );
         }
         let _w = self
             .catalog_writes

@@ -44,6 +44,7 @@ pub fn topic_error(e: &TopicError) -> ResponseError {
         TopicError::Unknown => ResponseError::UnknownTopicOrPartition,
         TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
         TopicError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
+        TopicError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
         TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
         TopicError::DeletionDisabled => ResponseError::TopicDeletionDisabled,
         TopicError::Io(_) => ResponseError::KafkaStorageError,

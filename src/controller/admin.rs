@@ -47,7 +47,7 @@ fn placement_error(e: PlacementError, unfenced: usize) -> TopicError {
         PlacementError::InvalidPartitions => TopicError::InvalidPartitions(
             "Number of partitions must be larger than 0.".into(),
         ),
-        PlacementError::NoEligibleBroker { partition } => TopicError::InvalidReplicationFactor(
+        PlacementError::NoEligibleBroker { partition } => TopicError::InvalidReplicaAssignment(
             format!("No eligible broker for partition {partition}."),
         ),
     }
@@ -218,13 +218,15 @@ pub fn delete_topic(control: &Arc<ClusterControl>, name: &str) -> Result<Uuid, T
     Ok(Uuid::from_bytes(*id.as_bytes()))
 }
 
-/// CreatePartitions through the quorum: the new partitions get as many replicas as the
-/// topic's first partition. Blocking.
+/// CreatePartitions through the quorum: the new partitions get the client's explicit
+/// replicas (`assignments`, one list per new partition), else as many replicas as the topic's
+/// first partition, placed round robin. Blocking.
 pub fn create_partitions(
     control: &Arc<ClusterControl>,
     name: &str,
     count: i32,
     validate_only: bool,
+    assignments: Option<Vec<Vec<i32>>>,
 ) -> Result<(), TopicError> {
     let state = state_with_topic(control, name)?;
     let topic = state.topic_by_name(name).ok_or(TopicError::Unknown)?;
@@ -244,13 +246,39 @@ pub fn create_partitions(
         .first()
         .map(|p| p.replicas.len())
         .unwrap_or(1);
-    let assignments = place(
-        &state,
-        topic.id,
-        (count - current) as u32,
-        u16::try_from(replication_factor).unwrap_or(u16::MAX),
-        current as u32,
-    )?;
+    let assignments = match assignments {
+        Some(explicit) => {
+            if explicit.len() as i32 != count - current {
+                return Err(TopicError::InvalidReplicaAssignment(format!(
+                    "Increasing the number of partitions by {} but {} assignments provided.",
+                    count - current,
+                    explicit.len()
+                )));
+            }
+            if explicit.iter().any(|r| r.len() != replication_factor) {
+                return Err(TopicError::InvalidReplicaAssignment(format!(
+                    "Inconsistent replication factor between partitions, partition 0 has {replication_factor}."
+                )));
+            }
+            check_assignments(control, &explicit).map_err(TopicError::InvalidReplicaAssignment)?;
+            explicit
+                .into_iter()
+                .map(|replicas| PartitionAssignment {
+                    replicas: replicas
+                        .into_iter()
+                        .map(strata_metadata::ids::BrokerId)
+                        .collect(),
+                })
+                .collect()
+        }
+        None => place(
+            &state,
+            topic.id,
+            (count - current) as u32,
+            u16::try_from(replication_factor).unwrap_or(u16::MAX),
+            current as u32,
+        )?,
+    };
     if validate_only {
         return Ok(());
     }

@@ -4,9 +4,12 @@
 
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::create_partitions_request::{
+    CreatePartitionsAssignment, CreatePartitionsTopic,
+};
 use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::BrokerId;
+use kafka_protocol::messages::{BrokerId, CreatePartitionsRequest};
 use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
 use kafka_protocol::ResponseError;
 
@@ -172,6 +175,10 @@ async fn read_all(b: &TestBroker) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn quorum_replicates_a_topic_and_moves_leadership_off_a_stopped_broker() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("strata=info,strata::replication=debug,strata_metadata=info,openraft=warn")
+        .with_test_writer()
+        .try_init();
     let mut c = QuorumCluster::start().await;
 
     // Every broker sees the three brokers unfenced.
@@ -243,6 +250,40 @@ async fn quorum_replicates_a_topic_and_moves_leadership_off_a_stopped_broker() {
                 b.topic("assigned").is_some_and(|t| {
                     t.config.retention_ms == 123456
                         && t.partitions[0].replica_set().replicas == vec![3, 1]
+                })
+            }
+        })
+        .await;
+    }
+    // CreatePartitions with explicit replicas, checked against the registered brokers.
+    for (replicas, code) in [
+        (vec![7, 1], ResponseError::InvalidReplicaAssignment.code()),
+        (vec![2], ResponseError::InvalidReplicaAssignment.code()),
+        (vec![2, 3], 0),
+    ] {
+        let mut t = CreatePartitionsTopic::default();
+        t.name = name("assigned");
+        t.count = 2;
+        let mut a = CreatePartitionsAssignment::default();
+        a.broker_ids = replicas.iter().map(|id| BrokerId(*id)).collect();
+        t.assignments = Some(vec![a]);
+        let mut req = CreatePartitionsRequest::default();
+        req.topics = vec![t];
+        req.timeout_ms = 10_000;
+        let r = c.broker(3).client().await.call(3, &req).await;
+        assert_eq!(
+            r.results[0].error_code, code,
+            "{replicas:?}: {:?}",
+            r.results[0].error_message
+        );
+    }
+    for id in 1..=3 {
+        let b = c.broker(id).broker().clone();
+        eventually("the new partition on every broker", || {
+            let b = b.clone();
+            async move {
+                b.topic("assigned").is_some_and(|t| {
+                    t.partitions.len() == 2 && t.partitions[1].replica_set().replicas == vec![2, 3]
                 })
             }
         })
@@ -349,7 +390,7 @@ async fn quorum_replicates_a_topic_and_moves_leadership_off_a_stopped_broker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn controller_fences_a_crashed_leader_after_its_session_expires() {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter("strata=info,strata_metadata=info,openraft=warn")
+        .with_env_filter("strata=info,strata::replication=debug,strata_metadata=info,openraft=warn")
         .with_test_writer()
         .try_init();
     let mut c = QuorumCluster::start().await;
