@@ -61,11 +61,16 @@ pub enum TopicError {
     #[error("{0}")]
     InvalidReplicationFactor(String),
     #[error("{0}")]
+    InvalidReplicaAssignment(String),
+    #[error("{0}")]
     InvalidConfig(String),
     #[error("Topic deletion is disabled.")]
     DeletionDisabled,
     #[error("storage error: {0}")]
     Io(#[from] io::Error),
+    /// Cluster mode: the metadata quorum refused or could not commit the change.
+    #[error("{0}")]
+    Cluster(#[from] crate::controller::ClusterError),
 }
 
 /// Kafka's internal topics: only the broker writes them.
@@ -799,6 +804,8 @@ pub struct Broker {
     /// Cluster view, partition leadership and ISR proposals; its tasks are spawned by the
     /// runtime.
     replication: crate::replication::ReplicaManager,
+    /// Cluster mode: the metadata quorum membership (set once at start-up).
+    cluster: std::sync::OnceLock<Arc<crate::controller::ClusterControl>>,
 }
 
 /// True when the broker has never run on these log dirs (no meta.properties, and no topics in
@@ -997,6 +1004,7 @@ impl Broker {
                 &config.log_dirs,
             ),
             replication: crate::replication::ReplicaManager::default(),
+            cluster: std::sync::OnceLock::new(),
             config,
         };
         let now = now_ms();
@@ -1471,7 +1479,10 @@ impl Broker {
         configs: &BTreeMap<String, String>,
     ) -> Result<(), TopicError> {
         validate_topic_name(name)?;
-        if self.topic(name).is_some() {
+        let cluster = self.cluster().filter(|_| !is_internal_topic(name));
+        if self.topic(name).is_some()
+            || cluster.is_some_and(|c| crate::controller::admin::topic_exists(c, name))
+        {
             return Err(TopicError::AlreadyExists(name.to_string()));
         }
         if partitions < 1 {
@@ -1489,9 +1500,10 @@ impl Broker {
                 "Replication factor must be larger than 0.".into(),
             ));
         }
-        if replication_factor > 1 {
+        let available = cluster.map_or(1, |c| crate::controller::admin::unfenced_brokers(c));
+        if replication_factor as usize > available {
             return Err(TopicError::InvalidReplicationFactor(format!(
-                "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered."
+                "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only {available} broker(s) are registered."
             )));
         }
         for (k, v) in configs {
@@ -1515,6 +1527,18 @@ impl Broker {
         replication_factor: i16,
         configs: BTreeMap<String, String>,
     ) -> Result<Arc<Topic>, TopicError> {
+        if let Some(c) = self.cluster().filter(|_| !is_internal_topic(name)) {
+            self.check_new_topic(name, partitions, replication_factor, &configs)?;
+            return crate::controller::admin::create_topic(
+                self,
+                c,
+                name,
+                partitions,
+                replication_factor,
+                configs,
+                None,
+            );
+        }
         let _w = self
             .catalog_writes
             .lock()
@@ -1569,11 +1593,20 @@ impl Broker {
         Ok(Partition::new(topic, id, p, log, &self.config))
     }
 
-    /// Deletes a topic and its data. Blocking.
+    /// Deletes a topic and its data (in cluster mode: on every broker, through the quorum).
+    /// Blocking.
     pub fn delete_topic(&self, name: &str) -> Result<Uuid, TopicError> {
         if !self.config.delete_topic_enable {
             return Err(TopicError::DeletionDisabled);
         }
+        if let Some(c) = self.cluster().filter(|_| !is_internal_topic(name)) {
+            return crate::controller::admin::delete_topic(c, name);
+        }
+        self.delete_topic_local(name)
+    }
+
+    /// Deletes this broker's copy of a topic and its data. Blocking.
+    pub fn delete_topic_local(&self, name: &str) -> Result<Uuid, TopicError> {
         let _w = self
             .catalog_writes
             .lock()
@@ -1624,6 +1657,15 @@ impl Broker {
         count: i32,
         validate_only: bool,
     ) -> Result<(), TopicError> {
+        if let Some(c) = self.cluster().filter(|_| !is_internal_topic(name)) {
+            return crate::controller::admin::create_partitions(
+                c,
+                name,
+                count,
+                validate_only,
+                None,
+            );
+        }
         let _w = self
             .catalog_writes
             .lock()
@@ -1661,8 +1703,21 @@ impl Broker {
         Ok(())
     }
 
-    /// Replaces a topic's config overrides (validated by the caller). Blocking.
+    /// Replaces a topic's config overrides (validated by the caller; in cluster mode on every
+    /// broker, through the quorum). Blocking.
     pub fn set_topic_configs(
+        &self,
+        name: &str,
+        overrides: BTreeMap<String, String>,
+    ) -> Result<(), TopicError> {
+        if let Some(c) = self.cluster().filter(|_| !is_internal_topic(name)) {
+            return crate::controller::admin::set_topic_configs(c, name, overrides);
+        }
+        self.set_topic_configs_local(name, overrides)
+    }
+
+    /// Replaces this broker's config overrides of a topic. Blocking.
+    pub fn set_topic_configs_local(
         &self,
         name: &str,
         overrides: BTreeMap<String, String>,
@@ -1692,6 +1747,16 @@ impl Broker {
         let mut c = self.catalog.write().unwrap_or_else(|e| e.into_inner());
         c.by_id.insert(topic.id, topic.clone());
         c.by_name.insert(topic.name.clone(), topic);
+    }
+
+    /// Cluster mode's metadata quorum membership; `None` on a single node.
+    pub fn cluster(&self) -> Option<&Arc<crate::controller::ClusterControl>> {
+        self.cluster.get()
+    }
+
+    /// Enters cluster mode (once, at start-up, before serving clients).
+    pub fn set_cluster(&self, control: Arc<crate::controller::ClusterControl>) {
+        let _ = self.cluster.set(control);
     }
 
     /// The replication state: cluster view, leadership, ISR proposals.
@@ -1975,8 +2040,12 @@ impl Broker {
         Ok(topic)
     }
 
-    /// Allocates a producer id for an idempotent producer. Blocking (may persist a new block).
+    /// Allocates a producer id for an idempotent producer. Blocking (may persist a new block;
+    /// in cluster mode, may commit a new block through the quorum).
     pub fn allocate_producer_id(&self) -> io::Result<i64> {
+        if let Some(c) = self.cluster() {
+            return crate::controller::admin::allocate_producer_id(c).map_err(io::Error::other);
+        }
         let mut ids = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
         if ids.next >= ids.block_end {
             ids.block_end = ids.next + PRODUCER_ID_BLOCK;

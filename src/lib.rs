@@ -26,6 +26,9 @@
 //! - [`api`]: request handlers.
 //! - [`broker`]: catalog and partitions.
 //! - [`acl`]: ACLs and the authorizer (Kafka's StandardAuthorizer rules).
+//! - [`controller`]: cluster mode: the broker's membership in the metadata quorum
+//!   (registration, heartbeats, the active controller's fencing and elections, metadata sync,
+//!   admin changes through the quorum).
 //! - [`coordinator`]: consumer groups and their `__consumer_offsets` records, transactions and
 //!   `__transaction_state`; each coordinator serves the partitions this broker leads.
 //! - [`fetch_session`]: incremental fetch sessions (KIP-227).
@@ -43,6 +46,7 @@ pub mod api;
 pub mod auth;
 pub mod broker;
 pub mod config;
+pub mod controller;
 pub mod coordinator;
 pub mod fetch_session;
 pub mod log;

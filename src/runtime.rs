@@ -1,8 +1,15 @@
 //! Start-up and shutdown of a broker process.
 //!
-//! Shutdown order (each step bounded): stop accepting connections; let in-flight requests
-//! finish (up to 10 s); stop background services; flush and close every log, write
-//! checkpoints and the clean-shutdown marker.
+//! Start-up in cluster mode (`controller.quorum.voters` set): after the logs are open, start
+//! the metadata node and the metadata-sync task, register the broker, wait for the first sync
+//! (until then a partition would behave as on a single node), ask to be unfenced, start the
+//! heartbeat and controller loops, and only then serve clients.
+//!
+//! Shutdown order (each step bounded): in cluster mode, stop heartbeats and do a controlled
+//! shutdown (fence this broker, move its partitions' leadership away); stop accepting
+//! connections; let in-flight requests finish (up to 10 s); stop background services; flush
+//! and close every log, write checkpoints and the clean-shutdown marker; in cluster mode, stop
+//! the metadata node last.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,6 +22,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::broker::Broker;
 use crate::config::BrokerConfig;
+use crate::controller::{ClusterControl, QuorumIsrSink};
 
 /// A running broker.
 pub struct Running {
@@ -24,6 +32,61 @@ pub struct Running {
     shutdown: CancellationToken,
     connections: TaskTracker,
     services: TaskTracker,
+    cluster: Option<ClusterMembership>,
+}
+
+/// Cluster mode's parts the runtime stops in order.
+struct ClusterMembership {
+    control: Arc<ClusterControl>,
+    /// Stops the heartbeats before the controlled shutdown fences this broker.
+    heartbeats: CancellationToken,
+}
+
+/// Time allowed for the controlled shutdown and for stopping the metadata node.
+const CLUSTER_SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
+/// How long start-up waits for the first metadata sync after registering.
+const FIRST_SYNC_LIMIT: Duration = Duration::from_secs(60);
+
+/// Starts cluster mode: metadata node, sync task, registration, first sync, unfencing, then
+/// the heartbeat and controller loops.
+async fn join_cluster(
+    broker: &Arc<Broker>,
+    cluster: &crate::config::ClusterConfig,
+    shutdown: &CancellationToken,
+    services: &TaskTracker,
+) -> anyhow::Result<ClusterMembership> {
+    let control = ClusterControl::start(&broker.config, cluster)
+        .await
+        .context("starting the metadata quorum node")?;
+    broker.set_cluster(control.clone());
+    broker.set_isr_change_sink(Arc::new(QuorumIsrSink {
+        control: control.clone(),
+    }));
+    services.spawn(crate::controller::sync::run(
+        control.clone(),
+        broker.clone(),
+        shutdown.clone(),
+    ));
+    let joined = async {
+        control.register(shutdown).await?;
+        control.wait_synced(0, FIRST_SYNC_LIMIT).await?;
+        control.unfence_self().await
+    };
+    if let Err(e) = joined.await {
+        control.shutdown(CLUSTER_SHUTDOWN_LIMIT).await;
+        return Err(anyhow::anyhow!(e).context("joining the cluster"));
+    }
+    let heartbeats = shutdown.child_token();
+    services.spawn(control.clone().run_heartbeats(heartbeats.clone()));
+    services.spawn(control.clone().run_controller(shutdown.clone()));
+    tracing::info!(
+        node_id = broker.config.node_id,
+        "joined the cluster: registered, synced and unfenced"
+    );
+    Ok(ClusterMembership {
+        control,
+        heartbeats,
+    })
 }
 
 /// Opens the logs, binds the listeners and spawns the servers and background services.
@@ -84,6 +147,20 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
     let shutdown = CancellationToken::new();
     let connections = TaskTracker::new();
     let services = TaskTracker::new();
+    let cluster = match broker.config.cluster.clone() {
+        Some(c) => match join_cluster(&broker, &c, &shutdown, &services).await {
+            Ok(m) => Some(m),
+            Err(e) => {
+                shutdown.cancel();
+                services.close();
+                services.wait().await;
+                let b = broker.clone();
+                let _ = tokio::task::spawn_blocking(move || b.close()).await;
+                return Err(e);
+            }
+        },
+        None => None,
+    };
     for (index, socket) in kafka_listeners.into_iter().enumerate() {
         services.spawn(crate::server::serve(
             socket,
@@ -190,6 +267,7 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
         shutdown,
         connections,
         services,
+        cluster,
     })
 }
 
@@ -223,6 +301,10 @@ impl Running {
     /// Shuts down in order; returns once the logs are closed.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         tracing::info!("shutting down");
+        if let Some(m) = &self.cluster {
+            m.heartbeats.cancel();
+            m.control.controlled_shutdown(CLUSTER_SHUTDOWN_LIMIT).await;
+        }
         self.shutdown.cancel();
         self.services.close();
         self.connections.close();
@@ -261,6 +343,9 @@ impl Running {
             .await
             .context("close task")?
             .context("closing logs")?;
+        if let Some(m) = &self.cluster {
+            m.control.shutdown(CLUSTER_SHUTDOWN_LIMIT).await;
+        }
         tracing::info!("shutdown complete");
         Ok(())
     }

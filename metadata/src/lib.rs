@@ -6,7 +6,8 @@
 //! configs, producer-id blocks, opaque ACL/SCRAM/quota records) is applied in order by every
 //! node to an identical [`MetadataState`]. The Raft leader is the active controller.
 //!
-//! The crate does not depend on the broker, and the broker does not use it yet.
+//! The crate does not depend on the broker; the broker uses it in cluster mode (its
+//! `controller` module), when `controller.quorum.voters` is set.
 //!
 //! # How the broker uses it
 //! - **Start-up.** Each broker starts one [`MetadataNode`] from its config: `node.id` becomes

@@ -18,6 +18,26 @@ pub async fn handle(broker: Arc<Broker>, req: CreatePartitionsRequest) -> Create
         for t in req.topics {
             let name = t.name.0.to_string();
             let result = CreatePartitionsTopicResult::default().with_name(t.name.clone());
+            if let (Some(c), Some(assignments)) = (b.cluster(), &t.assignments) {
+                let replicas: Vec<Vec<i32>> = assignments
+                    .iter()
+                    .map(|a| a.broker_ids.iter().map(|id| id.0).collect())
+                    .collect();
+                let r = crate::controller::admin::create_partitions(
+                    c,
+                    &name,
+                    t.count,
+                    req.validate_only,
+                    Some(replicas),
+                );
+                out.push(match r {
+                    Ok(()) => result,
+                    Err(e) => result
+                        .with_error_code(errors::topic_error(&e).code())
+                        .with_error_message(Some(StrBytes::from_string(e.to_string()))),
+                });
+                continue;
+            }
             if let Some(assignments) = &t.assignments {
                 let current = b.topic(&name).map(|x| x.partitions.len() as i32).unwrap_or(0);
                 let me = b.config.node_id;

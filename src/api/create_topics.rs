@@ -67,16 +67,41 @@ fn create(broker: &Broker, req: CreateTopicsRequest, version: i16) -> Vec<Creata
             ));
             continue;
         }
+        // Cluster mode: the client's explicit replicas, checked against the registered brokers.
+        let mut assigned: Option<Vec<Vec<i32>>> = None;
         let (partitions, rf) = if !t.assignments.is_empty() {
             if t.num_partitions != -1 || t.replication_factor != -1 {
                 out.push(fail(ResponseError::InvalidRequest, "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into()));
                 continue;
             }
+            if let Some(c) = broker.cluster() {
+                let in_order = t
+                    .assignments
+                    .iter()
+                    .enumerate()
+                    .all(|(i, a)| a.partition_index == i as i32);
+                let replicas: Vec<Vec<i32>> = t
+                    .assignments
+                    .iter()
+                    .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
+                    .collect();
+                let checked = if in_order {
+                    crate::controller::admin::check_assignments(c, &replicas)
+                } else {
+                    Err("Partitions must be assigned in order, from 0.".into())
+                };
+                if let Err(reason) = checked {
+                    out.push(fail(ResponseError::InvalidReplicaAssignment, reason));
+                    continue;
+                }
+                assigned = Some(replicas);
+            }
             let me = broker.config.node_id;
             let bad = t.assignments.iter().enumerate().find(|(i, a)| {
-                a.partition_index != *i as i32
-                    || a.broker_ids.iter().any(|b| b.0 != me)
-                    || a.broker_ids.is_empty()
+                assigned.is_none()
+                    && (a.partition_index != *i as i32
+                        || a.broker_ids.iter().any(|b| b.0 != me)
+                        || a.broker_ids.is_empty())
             });
             if let Some((_, a)) = bad {
                 out.push(fail(
@@ -110,6 +135,21 @@ fn create(broker: &Broker, req: CreateTopicsRequest, version: i16) -> Vec<Creata
             broker
                 .check_new_topic(&name, partitions, rf, &configs)
                 .map(|_| None)
+        } else if let (Some(c), Some(replicas)) = (broker.cluster(), assigned) {
+            broker
+                .check_new_topic(&name, partitions, rf, &configs)
+                .and_then(|_| {
+                    crate::controller::admin::create_topic(
+                        broker,
+                        c,
+                        &name,
+                        partitions,
+                        rf,
+                        configs.clone(),
+                        Some(replicas),
+                    )
+                })
+                .map(Some)
         } else {
             broker
                 .create_topic(&name, partitions, rf, configs.clone())

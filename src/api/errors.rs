@@ -44,9 +44,12 @@ pub fn topic_error(e: &TopicError) -> ResponseError {
         TopicError::Unknown => ResponseError::UnknownTopicOrPartition,
         TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
         TopicError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
+        TopicError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
         TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
         TopicError::DeletionDisabled => ResponseError::TopicDeletionDisabled,
         TopicError::Io(_) => ResponseError::KafkaStorageError,
+        TopicError::Cluster(c) => ResponseError::try_from_code(c.kafka_error_code())
+            .unwrap_or(ResponseError::UnknownServerError),
     }
 }
 

@@ -65,6 +65,31 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "",
     },
     BrokerConfigDef {
+        name: "process.roles",
+        kind: Kind::List,
+        default: "broker,controller",
+    },
+    BrokerConfigDef {
+        name: "controller.quorum.voters",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "broker.session.timeout.ms",
+        kind: Kind::Long,
+        default: "9000",
+    },
+    BrokerConfigDef {
+        name: "broker.heartbeat.interval.ms",
+        kind: Kind::Long,
+        default: "2000",
+    },
+    BrokerConfigDef {
+        name: "metadata.log.dir",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
         name: "connection.failed.authentication.delay.ms",
         kind: Kind::Int,
         default: "100",
@@ -543,8 +568,6 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
 
 /// Kafka settings Strata reads but does not need (KRaft roles, thread pools, buffer sizes).
 const IGNORED_KAFKA_KEYS: &[&str] = &[
-    "process.roles",
-    "controller.quorum.voters",
     "controller.quorum.bootstrap.servers",
     "num.network.threads",
     "num.io.threads",
@@ -639,10 +662,30 @@ pub struct BrokerConfig {
     /// `max.connections*` settings.
     pub connection_limits: crate::quota::ConnectionLimitsConfig,
     pub replication: ReplicationConfig,
+    /// Cluster mode: set when `controller.quorum.voters` is (see [`crate::controller`]).
+    pub cluster: Option<ClusterConfig>,
     /// The `log.*` and other topic-config synonyms as set, for topic defaults.
     pub topic_defaults: BrokerDefaults,
     /// Every explicitly set key (for DescribeConfigs on the broker resource).
     pub explicit: BTreeMap<String, String>,
+}
+
+/// The metadata quorum settings of cluster mode (Kafka's KRaft names).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterConfig {
+    /// `controller.quorum.voters`: voter id to its metadata RPC address (`host:port`).
+    pub voters: BTreeMap<u64, String>,
+    /// Where the metadata RPC binds: the `controller.listener.names` listener, else this
+    /// node's voter entry.
+    pub rpc_bind: SocketAddr,
+    /// The address other nodes reach this node's metadata RPC at.
+    pub rpc_advertised: String,
+    /// `metadata.log.dir` (default: `<first log dir>/__cluster_metadata`).
+    pub metadata_log_dir: PathBuf,
+    /// `broker.session.timeout.ms`: a broker without heartbeat for this long is fenced.
+    pub session_timeout: std::time::Duration,
+    /// `broker.heartbeat.interval.ms`.
+    pub heartbeat_interval: std::time::Duration,
 }
 
 /// Replica fetching and ISR maintenance (`replica.*`, Kafka's names and defaults).
@@ -1087,6 +1130,94 @@ fn parse_listener(key: &str, spec: &str) -> Result<(String, String, u16), Config
     Ok((name.trim().to_string(), host, port))
 }
 
+impl ClusterConfig {
+    fn build(
+        get: &dyn Fn(&str) -> String,
+        long: &dyn Fn(&str) -> Result<i64, ConfigError>,
+        node_id: u64,
+        controller_listener: Option<(String, u16)>,
+        log_dirs: &[PathBuf],
+    ) -> Result<Option<ClusterConfig>, ConfigError> {
+        let text = get("controller.quorum.voters");
+        let voters = strata_metadata::MetadataConfig::parse_voters(&text)
+            .map_err(|e| invalid("controller.quorum.voters", &text, e))?;
+        if voters.is_empty() {
+            return Ok(None);
+        }
+        let roles = get("process.roles");
+        for role in roles.split(',').map(str::trim).filter(|r| !r.is_empty()) {
+            if role != "broker" && role != "controller" {
+                return Err(invalid(
+                    "process.roles",
+                    &roles,
+                    "roles are broker and controller (every Strata node is both)",
+                ));
+            }
+        }
+        let own_entry = voters.get(&node_id).cloned();
+        let (bind_text, advertised) =
+            match (controller_listener, own_entry) {
+                (Some((host, port)), entry) => {
+                    let bind_host = if host.is_empty() {
+                        "0.0.0.0".into()
+                    } else {
+                        host.clone()
+                    };
+                    let advertised = entry.unwrap_or_else(|| {
+                        let h = if host.is_empty() || host == "0.0.0.0" {
+                            "127.0.0.1".to_string()
+                        } else {
+                            host
+                        };
+                        format!("{h}:{port}")
+                    });
+                    (format!("{bind_host}:{port}"), advertised)
+                }
+                (None, Some(entry)) => (entry.clone(), entry),
+                (None, None) => return Err(invalid(
+                    "controller.listener.names",
+                    &get("controller.listener.names"),
+                    "a node that is not a voter needs a controller listener for the metadata RPC",
+                )),
+            };
+        let rpc_bind = bind_text
+            .to_socket_addrs()
+            .map_err(|e| invalid("controller.listener.names", &bind_text, e))?
+            .next()
+            .ok_or_else(|| invalid("controller.listener.names", &bind_text, "does not resolve"))?;
+        let ms = |k: &str| -> Result<std::time::Duration, ConfigError> {
+            let v = long(k)?;
+            if v < 1 {
+                return Err(invalid(k, &get(k), "must be positive"));
+            }
+            Ok(std::time::Duration::from_millis(v as u64))
+        };
+        let session_timeout = ms("broker.session.timeout.ms")?;
+        let heartbeat_interval = ms("broker.heartbeat.interval.ms")?;
+        if heartbeat_interval >= session_timeout {
+            return Err(invalid(
+                "broker.heartbeat.interval.ms",
+                &get("broker.heartbeat.interval.ms"),
+                "must be below broker.session.timeout.ms",
+            ));
+        }
+        let dir = get("metadata.log.dir");
+        let metadata_log_dir = if dir.is_empty() {
+            log_dirs[0].join("__cluster_metadata")
+        } else {
+            PathBuf::from(dir)
+        };
+        Ok(Some(ClusterConfig {
+            voters,
+            rpc_bind,
+            rpc_advertised: advertised,
+            metadata_log_dir,
+            session_timeout,
+            heartbeat_interval,
+        }))
+    }
+}
+
 impl BrokerConfig {
     /// Merges the sources (file < env < overrides) and validates the result.
     pub fn build(layers: &[BTreeMap<String, String>]) -> Result<BrokerConfig, ConfigError> {
@@ -1189,6 +1320,7 @@ impl BrokerConfig {
             advertised.insert(n, (h, p));
         }
         let mut listeners: Vec<Listener> = Vec::new();
+        let mut controller_listener: Option<(String, u16)> = None;
         for spec in listener_specs
             .split(',')
             .map(str::trim)
@@ -1196,8 +1328,11 @@ impl BrokerConfig {
         {
             let (name, host, port) = parse_listener("listeners", spec)?;
             if controller_listener_names(&get("controller.listener.names")).contains(&name) {
-                // KRaft controller listeners of a Kafka config: Strata has no separate
-                // controller (yet), so they are not served.
+                // KRaft controller listeners: not Kafka protocol. In cluster mode the first
+                // one is where the metadata quorum's RPC binds.
+                if controller_listener.is_none() {
+                    controller_listener = Some((host, port));
+                }
                 continue;
             }
             if listeners.iter().any(|l| l.name == name) {
@@ -1320,6 +1455,8 @@ impl BrokerConfig {
             fetch_backoff: ms("replica.fetch.backoff.ms")?,
             socket_timeout: ms("replica.socket.timeout.ms")?,
         };
+        let cluster =
+            ClusterConfig::build(&get, &long, node_id as u64, controller_listener, &log_dirs)?;
         Ok(BrokerConfig {
             node_id: node_id as i32,
             rack: Some(get("broker.rack")).filter(|r| !r.is_empty()),
@@ -1370,6 +1507,7 @@ impl BrokerConfig {
             quota_sample,
             connection_limits,
             replication,
+            cluster,
             topic_defaults,
             explicit,
         })
@@ -1420,6 +1558,54 @@ mod tests {
 
     fn props(s: &str) -> BTreeMap<String, String> {
         parse_properties(s, Path::new("server.properties")).unwrap()
+    }
+
+    #[test]
+    fn cluster_mode_needs_voters_and_binds_the_controller_listener() {
+        let c = BrokerConfig::build(&[]).unwrap();
+        assert!(c.cluster.is_none(), "no voters: single node");
+
+        let c = BrokerConfig::build(&[props(
+            "process.roles=broker,controller\nnode.id=2\n\
+             listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093\n\
+             controller.listener.names=CONTROLLER\n\
+             controller.quorum.voters=1@10.0.0.1:9093,2@10.0.0.2:9093,3@10.0.0.3:9093\n\
+             log.dirs=/data/a,/data/b\n",
+        )])
+        .unwrap();
+        assert_eq!(
+            c.listeners.len(),
+            1,
+            "the controller listener is not Kafka protocol"
+        );
+        let cluster = c.cluster.expect("cluster mode");
+        assert_eq!(cluster.voters.len(), 3);
+        assert_eq!(cluster.rpc_bind.port(), 9093);
+        assert_eq!(cluster.rpc_advertised, "10.0.0.2:9093");
+        assert_eq!(
+            cluster.metadata_log_dir,
+            PathBuf::from("/data/a/__cluster_metadata")
+        );
+        assert_eq!(cluster.session_timeout.as_millis(), 9000);
+        assert_eq!(cluster.heartbeat_interval.as_millis(), 2000);
+
+        // A voter without a controller listener binds its voter entry.
+        let c = BrokerConfig::build(&[props(
+            "node.id=1\ncontroller.quorum.voters=1@127.0.0.1:9193\nmetadata.log.dir=/m\n",
+        )])
+        .unwrap();
+        let cluster = c.cluster.expect("cluster mode");
+        assert_eq!(cluster.rpc_bind.port(), 9193);
+        assert_eq!(cluster.metadata_log_dir, PathBuf::from("/m"));
+
+        for bad in [
+            "controller.quorum.voters=1@h\n",
+            "node.id=4\ncontroller.quorum.voters=1@127.0.0.1:9193\n",
+            "node.id=1\ncontroller.quorum.voters=1@127.0.0.1:9193\nprocess.roles=observer\n",
+            "node.id=1\ncontroller.quorum.voters=1@127.0.0.1:9193\nbroker.heartbeat.interval.ms=9000\n",
+        ] {
+            assert!(BrokerConfig::build(&[props(bad)]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Replication data plane: partition leadership as decided by the control plane, the leader's
 //! follower tracking (high watermark, ISR), and the followers' replica fetchers.
 //!
-//! Interface with the control plane (the Raft metadata quorum, wired in later), in this order
-//! after start-up and again after every change it commits:
+//! Interface with the control plane (the Raft metadata quorum, see [`crate::controller`]), in
+//! this order after start-up and again after every change it commits:
 //! 1. [`crate::broker::Broker::set_cluster_brokers`]: every registered broker with its
 //!    listeners (followers connect to `inter.broker.listener.name`, else the first listener);
 //! 2. [`crate::broker::Broker::set_isr_change_sink`]: where this broker, as a leader, proposes

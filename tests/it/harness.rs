@@ -125,6 +125,19 @@ impl TestBroker {
         self
     }
 
+    /// Simulates a crash that keeps the data dir for [`TestBroker::resume`]: stops serving and
+    /// (in cluster mode) stops the metadata node without a controlled shutdown, and never
+    /// closes the logs.
+    pub async fn crash(&mut self) {
+        let running = self.running.take().expect("running");
+        running.shutdown_token().cancel();
+        if let Some(control) = running.broker.cluster() {
+            control.shutdown(Duration::from_secs(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(running);
+    }
+
     /// Clean shutdown, returning how long it took.
     pub async fn timed_shutdown(mut self) -> Duration {
         let started = std::time::Instant::now();

@@ -7,6 +7,7 @@ mod harness;
 
 mod acls;
 mod admin;
+mod cluster;
 mod compaction;
 mod coordinators;
 mod group_offsets;

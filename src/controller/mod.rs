@@ -1,0 +1,524 @@
+//! Cluster mode: the broker's side of the metadata quorum (`strata-metadata`), Kafka's
+//! KRaft broker lifecycle and active controller.
+//!
+//! Cluster mode is on when `controller.quorum.voters` is set; without it nothing here runs and
+//! the broker is the zero-config single node. A [`ClusterControl`] owns this node's
+//! [`MetadataNode`] and:
+//! - registers the broker (all its listeners, its rack, a fresh incarnation), then heartbeats
+//!   every `broker.heartbeat.interval.ms`; a heartbeat answered "fenced" (after a session
+//!   expiry or a restart) makes the broker ask to be unfenced, since it has caught up with the
+//!   log by then (it serves clients only after its first metadata sync);
+//! - on the node that is the Raft leader (the active controller), fences brokers whose session
+//!   expired, moves their partitions off them ([`placement::reelect_for_fenced_broker`]) and
+//!   brings offline partitions back ([`placement::elect_offline_partitions`]);
+//! - follows every applied metadata image ([`sync`]): the cluster view, the partition states
+//!   (leader, epochs, replicas, ISR) of every partition, local topic creation and deletion and
+//!   topic configs;
+//! - implements [`IsrChangeSink`] by proposing `AlterPartition`;
+//! - serves the metadata-changing admin requests (topics, partitions, topic configs) and
+//!   producer-id blocks by proposing commands ([`admin`]).
+//!
+//! Concurrency and cancellation: the heartbeat, controller and sync loops are spawned by the
+//! runtime on its service tracker and stop on its cancellation token; each proposal is bounded
+//! by the node's propose timeout. Blocking work (applying states, creating or deleting logs)
+//! runs on the blocking pool.
+//!
+//! Crash consistency: nothing here is persisted by the broker; the metadata log is the truth
+//! and every restart re-applies it. Retries: a failed heartbeat, fence or election is retried
+//! on the next tick; registration retries with a backoff until the previous incarnation's
+//! session expired (Kafka's DUPLICATE_BROKER_REGISTRATION).
+//!
+//! Not done yet: internal topics (`__consumer_offsets`, `__transaction_state`) stay per broker
+//! as on a single node (the coordinators own them); ACLs, SCRAM credentials, quotas and
+//! dynamic broker configs are not replicated through the quorum yet.
+
+pub mod admin;
+pub mod sync;
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use strata_metadata::command::Endpoint;
+use strata_metadata::ids::{BrokerEpoch, BrokerId, LeaderEpoch, PartitionEpoch, Uuid128};
+use strata_metadata::{
+    placement, ApplyError, Command, MetadataConfig, MetadataNode, ProposeError, Response,
+};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::now_ms;
+use crate::config::{BrokerConfig, ClusterConfig};
+use crate::replication::{AlterPartitionError, AlterPartitionRequest, IsrChangeSink, LeaderAndIsr};
+
+/// How many producer ids one `AllocateProducerIds` takes (Kafka's block size).
+const PRODUCER_ID_BLOCK: u32 = 1000;
+
+/// Why a cluster-mode operation failed; carries the Kafka error code to answer with.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClusterError {
+    #[error(transparent)]
+    Propose(#[from] ProposeError),
+    #[error("the metadata node is stopped")]
+    Stopped,
+    #[error("the committed change did not reach this broker within {0:?}")]
+    NotSynced(Duration),
+    #[error("unexpected metadata response {0:?}")]
+    UnexpectedResponse(String),
+}
+
+impl ClusterError {
+    pub fn kafka_error_code(&self) -> i16 {
+        match self {
+            ClusterError::Propose(e) => e.kafka_error_code(),
+            ClusterError::Stopped => strata_metadata::command::kafka_codes::NOT_CONTROLLER,
+            ClusterError::NotSynced(_) => strata_metadata::command::kafka_codes::REQUEST_TIMED_OUT,
+            ClusterError::UnexpectedResponse(_) => {
+                strata_metadata::command::kafka_codes::UNKNOWN_SERVER_ERROR
+            }
+        }
+    }
+
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            ClusterError::Propose(e) => e.is_retriable(),
+            ClusterError::NotSynced(_) => true,
+            ClusterError::Stopped | ClusterError::UnexpectedResponse(_) => false,
+        }
+    }
+}
+
+/// This broker's membership in the cluster: its metadata node, registration and loops.
+pub struct ClusterControl {
+    broker_id: BrokerId,
+    node: Mutex<Option<Arc<MetadataNode>>>,
+    incarnation: Uuid128,
+    rack: Option<String>,
+    endpoints: Vec<Endpoint>,
+    /// `-1` until registered.
+    broker_epoch: AtomicI64,
+    session_timeout: Duration,
+    heartbeat_interval: Duration,
+    /// The broker-level `unclean.leader.election.enable` default.
+    default_unclean: bool,
+    /// The applied index the local broker has synced to (`None` before the first sync).
+    synced: watch::Sender<Option<u64>>,
+    producer_ids: tokio::sync::Mutex<(i64, i64)>,
+    /// (Raft term, wall-clock ms) when this node last became the active controller.
+    controller_since: Mutex<Option<(u64, i64)>>,
+}
+
+impl ClusterControl {
+    /// Starts the metadata node (binding its RPC listener) and waits for a leader.
+    pub async fn start(
+        config: &BrokerConfig,
+        cluster: &ClusterConfig,
+    ) -> anyhow::Result<Arc<ClusterControl>> {
+        let mut meta = MetadataConfig::new(config.node_id as u64, &cluster.metadata_log_dir);
+        meta.voters = cluster.voters.clone();
+        meta.listen_addr = cluster.rpc_bind;
+        meta.advertised_addr = Some(cluster.rpc_advertised.clone());
+        let node = MetadataNode::start(meta).await?;
+        let endpoints = config
+            .listeners
+            .iter()
+            .map(|l| Endpoint {
+                listener: l.name.clone(),
+                host: l.advertised_host.clone(),
+                port: l.advertised_port,
+                security_protocol: protocol_name(l.security).to_string(),
+            })
+            .collect();
+        let default_unclean = config
+            .topic_defaults
+            .get(placement::UNCLEAN_LEADER_ELECTION)
+            .is_some_and(|(v, _)| v.trim().eq_ignore_ascii_case("true"));
+        let (synced, _) = watch::channel(None);
+        Ok(Arc::new(ClusterControl {
+            broker_id: BrokerId(config.node_id),
+            node: Mutex::new(Some(Arc::new(node))),
+            incarnation: Uuid128::from_bytes(*uuid::Uuid::new_v4().as_bytes()),
+            rack: config.rack.clone(),
+            endpoints,
+            broker_epoch: AtomicI64::new(-1),
+            session_timeout: cluster.session_timeout,
+            heartbeat_interval: cluster.heartbeat_interval,
+            default_unclean,
+            synced,
+            producer_ids: tokio::sync::Mutex::new((0, 0)),
+            controller_since: Mutex::new(None),
+        }))
+    }
+
+    /// The running metadata node.
+    pub fn node(&self) -> Result<Arc<MetadataNode>, ClusterError> {
+        self.node
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(ClusterError::Stopped)
+    }
+
+    pub fn broker_id(&self) -> i32 {
+        self.broker_id.0
+    }
+
+    fn broker_epoch(&self) -> BrokerEpoch {
+        BrokerEpoch(self.broker_epoch.load(Ordering::Acquire))
+    }
+
+    /// Proposes a command and returns the committed response with the applied index it is
+    /// visible at locally.
+    pub async fn propose(&self, command: Command) -> Result<(Response, u64), ClusterError> {
+        let node = self.node()?;
+        let response = node.propose(command).await?;
+        let index = node.image().applied_index.unwrap_or(0);
+        Ok((response, index))
+    }
+
+    /// Registers this broker, retrying while the previous incarnation is still live (its
+    /// session has to expire first) or no leader is known, until `cancel`.
+    pub async fn register(&self, cancel: &CancellationToken) -> Result<(), ClusterError> {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let command = Command::RegisterBroker {
+                id: self.broker_id,
+                incarnation: self.incarnation,
+                rack: self.rack.clone(),
+                endpoints: self.endpoints.clone(),
+                now_ms: now_ms(),
+            };
+            match self.propose(command).await {
+                Ok((Response::BrokerRegistered { broker_epoch }, _)) => {
+                    self.broker_epoch.store(broker_epoch.0, Ordering::Release);
+                    tracing::info!(
+                        broker = self.broker_id.0,
+                        broker_epoch = broker_epoch.0,
+                        "registered with the metadata quorum"
+                    );
+                    return Ok(());
+                }
+                Ok((other, _)) => {
+                    return Err(ClusterError::UnexpectedResponse(format!("{other:?}")));
+                }
+                Err(ClusterError::Propose(ProposeError::Rejected(
+                    ApplyError::DuplicateBrokerRegistration { .. },
+                ))) => {
+                    tracing::info!(
+                        broker = self.broker_id.0,
+                        "a previous incarnation is still registered; waiting for its session to expire"
+                    );
+                }
+                Err(e) if e.is_retriable() => {
+                    tracing::info!(error = %e, "registration not committed yet; retrying");
+                }
+                Err(e) => return Err(e),
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return Err(ClusterError::Stopped),
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(self.heartbeat_interval);
+        }
+    }
+
+    /// Asks the controller to unfence this broker (it has caught up with the log).
+    pub async fn unfence_self(&self) -> Result<(), ClusterError> {
+        self.propose(Command::UnfenceBroker {
+            id: self.broker_id,
+            broker_epoch: self.broker_epoch(),
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// One heartbeat; re-registers when the quorum no longer knows this incarnation.
+    async fn heartbeat(&self, cancel: &CancellationToken) -> Result<(), ClusterError> {
+        let command = Command::BrokerHeartbeat {
+            id: self.broker_id,
+            broker_epoch: self.broker_epoch(),
+            now_ms: now_ms(),
+        };
+        match self.propose(command).await {
+            Ok((Response::HeartbeatAccepted { fenced: true }, _)) => self.unfence_self().await,
+            Ok(_) => Ok(()),
+            Err(ClusterError::Propose(ProposeError::Rejected(
+                ApplyError::StaleBrokerEpoch { .. } | ApplyError::BrokerNotRegistered(_),
+            ))) => {
+                self.register(cancel).await?;
+                self.unfence_self().await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The heartbeat loop, until `cancel`.
+    pub async fn run_heartbeats(self: Arc<Self>, cancel: CancellationToken) {
+        let mut ticker = tokio::time::interval(self.heartbeat_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failures = 0u32;
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = ticker.tick() => {}
+            }
+            let result = tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = self.heartbeat(&cancel) => r,
+            };
+            match result {
+                Ok(()) => failures = 0,
+                Err(e) => {
+                    failures += 1;
+                    if failures >= 3 {
+                        tracing::warn!(error = %e, failures, "broker heartbeats are failing");
+                    } else {
+                        tracing::debug!(error = %e, "broker heartbeat failed");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The active controller's loop: fencing expired sessions, moving partitions off fenced
+    /// brokers and electing leaders of offline partitions. Runs on every node; acts only while
+    /// this node is the Raft leader.
+    pub async fn run_controller(self: Arc<Self>, cancel: CancellationToken) {
+        let every = (self.heartbeat_interval / 2).max(Duration::from_millis(100));
+        let mut ticker = tokio::time::interval(every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = ticker.tick() => {}
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = self.controller_tick() => {}
+            }
+        }
+    }
+
+    async fn controller_tick(&self) {
+        let Ok(node) = self.node() else { return };
+        if !node.is_leader() {
+            return;
+        }
+        let now = now_ms();
+        let term = node.metrics().borrow().current_term;
+        let since = {
+            let mut since = self
+                .controller_since
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            match *since {
+                Some((t, at)) if t == term => at,
+                _ => {
+                    *since = Some((term, now));
+                    now
+                }
+            }
+        };
+        let session_ms = i64::try_from(self.session_timeout.as_millis()).unwrap_or(i64::MAX);
+        // As Kafka's new active controller, give every broker a full session first: no
+        // heartbeat could commit while there was no leader.
+        let expired = if now - since > session_ms {
+            node.state().brokers_with_expired_session(now, session_ms)
+        } else {
+            Vec::new()
+        };
+        for id in expired {
+            tracing::info!(broker = id.0, "broker session expired: fencing it");
+            if let Err(e) = node.propose(Command::FenceBroker { id }).await {
+                tracing::warn!(broker = id.0, error = %e, "fencing a broker failed");
+            }
+        }
+        // Partitions still led by (or with an ISR holding) a fenced broker, then offline ones.
+        let state = node.state();
+        let mut commands: Vec<Command> = state
+            .brokers()
+            .filter(|b| b.fenced)
+            .flat_map(|b| placement::reelect_for_fenced_broker(&state, b.id, self.default_unclean))
+            .collect();
+        commands.extend(placement::elect_offline_partitions(
+            &state,
+            self.default_unclean,
+        ));
+        for command in commands {
+            match node.propose(command).await {
+                Ok(_) => {}
+                // Raced another change: recomputed from the newer state on the next tick.
+                Err(ProposeError::Rejected(
+                    ApplyError::InvalidUpdateVersion { .. } | ApplyError::FencedLeaderEpoch { .. },
+                )) => {}
+                Err(e) => tracing::warn!(error = %e, "a leader election was not committed"),
+            }
+        }
+    }
+
+    /// Waits until the local broker has synced the metadata image at `index` or later.
+    pub async fn wait_synced(&self, index: u64, timeout: Duration) -> Result<(), ClusterError> {
+        let mut rx = self.synced.subscribe();
+        let reached = tokio::time::timeout(timeout, rx.wait_for(|s| s.is_some_and(|s| s >= index)))
+            .await
+            .map(|r| r.is_ok());
+        match reached {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ClusterError::Stopped),
+            Err(_) => Err(ClusterError::NotSynced(timeout)),
+        }
+    }
+
+    pub(crate) fn mark_synced(&self, index: u64) {
+        self.synced.send_replace(Some(index));
+    }
+
+    /// The next producer id, from this broker's block (a new block is committed when it runs
+    /// out), so ids never collide across brokers.
+    pub async fn allocate_producer_id(&self) -> Result<i64, ClusterError> {
+        let mut ids = self.producer_ids.lock().await;
+        if ids.0 >= ids.1 {
+            let command = Command::AllocateProducerIds {
+                broker: self.broker_id,
+                broker_epoch: self.broker_epoch(),
+                count: PRODUCER_ID_BLOCK,
+            };
+            match self.propose(command).await? {
+                (Response::ProducerIdsAllocated(block), _) => {
+                    *ids = (block.first.0, block.first.0 + i64::from(block.count));
+                }
+                (other, _) => return Err(ClusterError::UnexpectedResponse(format!("{other:?}"))),
+            }
+        }
+        let id = ids.0;
+        ids.0 += 1;
+        Ok(id)
+    }
+
+    /// Controlled shutdown: fence this broker and move its partitions' leadership away while
+    /// the quorum can still be reached (bounded by `limit`).
+    pub async fn controlled_shutdown(&self, limit: Duration) {
+        let work = async {
+            self.propose(Command::FenceBroker { id: self.broker_id })
+                .await?;
+            let node = self.node()?;
+            let commands = placement::reelect_for_fenced_broker(
+                &node.state(),
+                self.broker_id,
+                self.default_unclean,
+            );
+            for command in commands {
+                if let Err(e) = node.propose(command).await {
+                    tracing::debug!(error = %e, "moving a partition off this broker failed");
+                }
+            }
+            Ok::<_, ClusterError>(())
+        };
+        match tokio::time::timeout(limit, work).await {
+            Ok(Ok(())) => tracing::info!("controlled shutdown: partitions moved off this broker"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "controlled shutdown failed"),
+            Err(_) => tracing::warn!("controlled shutdown did not finish within {limit:?}"),
+        }
+    }
+
+    /// Stops the metadata node (the last step of a broker's shutdown).
+    pub async fn shutdown(&self, limit: Duration) {
+        let Some(mut node) = self.node.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        // In-flight proposals hold a handle for at most their timeout.
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            match Arc::try_unwrap(node) {
+                Ok(owned) => {
+                    if let Err(e) = owned.shutdown().await {
+                        tracing::warn!(error = %e, "metadata node did not stop cleanly");
+                    }
+                    return;
+                }
+                Err(shared) if tokio::time::Instant::now() < deadline => {
+                    node = shared;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(_) => {
+                    tracing::warn!("metadata node still in use after {limit:?}; dropping it");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn protocol_name(p: crate::config::SecurityProtocol) -> &'static str {
+    use crate::config::SecurityProtocol;
+    match p {
+        SecurityProtocol::Plaintext => "PLAINTEXT",
+        SecurityProtocol::Ssl => "SSL",
+        SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+        SecurityProtocol::SaslSsl => "SASL_SSL",
+    }
+}
+
+/// Maps a refused `AlterPartition` to the data plane's error.
+fn alter_partition_error(e: ClusterError) -> AlterPartitionError {
+    match e {
+        ClusterError::Propose(ProposeError::Rejected(rejection)) => match rejection {
+            ApplyError::FencedLeaderEpoch { .. } => AlterPartitionError::FencedLeaderEpoch,
+            ApplyError::InvalidUpdateVersion { .. } => AlterPartitionError::InvalidUpdateVersion,
+            ApplyError::UnknownTopicId(_)
+            | ApplyError::UnknownTopic(_)
+            | ApplyError::UnknownPartition { .. } => AlterPartitionError::UnknownTopicOrPartition,
+            // INVALID_REQUEST or INELIGIBLE_REPLICA (a fenced broker proposed into the ISR):
+            // the leader keeps its ISR and proposes again on a later fetch.
+            _ => AlterPartitionError::InvalidRequest,
+        },
+        other => AlterPartitionError::Unavailable(other.to_string()),
+    }
+}
+
+/// Proposes a leader's ISR changes through the quorum.
+pub struct QuorumIsrSink {
+    pub control: Arc<ClusterControl>,
+}
+
+impl IsrChangeSink for QuorumIsrSink {
+    fn alter_partition(
+        &self,
+        request: AlterPartitionRequest,
+    ) -> BoxFuture<'static, Result<LeaderAndIsr, AlterPartitionError>> {
+        let control = self.control.clone();
+        Box::pin(async move {
+            let Ok(partition) = u32::try_from(request.partition) else {
+                return Err(AlterPartitionError::UnknownTopicOrPartition);
+            };
+            let command = Command::AlterPartition {
+                topic_id: Uuid128::from_bytes(*request.topic_id.as_bytes()),
+                partition,
+                leader: Some(control.broker_id),
+                leader_epoch: LeaderEpoch(request.leader_epoch),
+                isr: request.new_isr.iter().map(|id| BrokerId(*id)).collect(),
+                partition_epoch: PartitionEpoch(request.partition_epoch),
+            };
+            match control.propose(command).await {
+                Ok((
+                    Response::PartitionAltered {
+                        leader,
+                        leader_epoch,
+                        partition_epoch,
+                    },
+                    _,
+                )) => Ok(LeaderAndIsr {
+                    leader: leader.map(|b| b.0),
+                    leader_epoch: leader_epoch.0,
+                    isr: request.new_isr.clone(),
+                    partition_epoch: partition_epoch.0,
+                }),
+                Ok((other, _)) => Err(AlterPartitionError::Unavailable(format!(
+                    "unexpected metadata response {other:?}"
+                ))),
+                Err(e) => Err(alter_partition_error(e)),
+            }
+        })
+    }
+}

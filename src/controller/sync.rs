@@ -1,0 +1,166 @@
+//! The metadata-sync task: makes the local broker follow every applied metadata image.
+//!
+//! For each image it sets the cluster view (registered brokers that are unfenced, and this
+//! broker), deletes local topics the metadata no longer has (or has under another id),
+//! applies the partition states that changed since the previous image (creating local logs
+//! for new topics and partitions) and the topic config overrides.
+//!
+//! Invariant: nothing is synced before this broker's own registration (this incarnation) is
+//! applied locally. The registration is committed after everything this broker saw before a
+//! restart, so an image holding it is never older than the local catalog: a topic is never
+//! deleted locally because of a stale image. Internal topics stay local (the coordinators own
+//! them).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use strata_metadata::state::PartitionState;
+use strata_metadata::MetadataState;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::ClusterControl;
+use crate::broker::{is_internal_topic, Broker};
+use crate::replication::{BrokerEndpoint, ClusterBroker, PartitionLeadership};
+
+/// What was last applied to the local broker.
+#[derive(Default)]
+struct Applied {
+    brokers: Vec<ClusterBroker>,
+    partitions: HashMap<(Uuid, u32), PartitionState>,
+}
+
+/// Follows the metadata images until `cancel`.
+pub async fn run(control: Arc<ClusterControl>, broker: Arc<Broker>, cancel: CancellationToken) {
+    let Ok(node) = control.node() else { return };
+    let mut images = node.subscribe();
+    drop(node);
+    let mut applied = Applied::default();
+    loop {
+        let image = images.borrow_and_update().clone();
+        let registered = image
+            .state
+            .broker(control.broker_id)
+            .is_some_and(|b| b.incarnation == control.incarnation);
+        if registered {
+            let b = broker.clone();
+            let c = control.clone();
+            let state = image.state.clone();
+            match tokio::task::spawn_blocking(move || {
+                sync_once(&b, &c, &state, &mut applied);
+                applied
+            })
+            .await
+            {
+                Ok(a) => applied = a,
+                Err(e) => {
+                    tracing::error!(error = %e, "metadata sync task failed");
+                    applied = Applied::default();
+                }
+            }
+            control.mark_synced(image.applied_index.unwrap_or(0));
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            changed = images.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+fn uuid(id: strata_metadata::ids::TopicId) -> Uuid {
+    Uuid::from_bytes(*id.as_bytes())
+}
+
+/// Brings the local broker in line with `state`. Blocking.
+fn sync_once(
+    broker: &Broker,
+    control: &ClusterControl,
+    state: &MetadataState,
+    applied: &mut Applied,
+) {
+    // 1. The cluster view: Kafka's Metadata lists unfenced brokers; this broker is always in
+    //    its own view.
+    let brokers: Vec<ClusterBroker> = state
+        .brokers()
+        .filter(|b| !b.fenced || b.id == control.broker_id)
+        .map(|b| ClusterBroker {
+            id: b.id.0,
+            rack: b.rack.clone(),
+            endpoints: b
+                .endpoints
+                .iter()
+                .map(|e| BrokerEndpoint {
+                    listener: e.listener.clone(),
+                    host: e.host.clone(),
+                    port: e.port,
+                })
+                .collect(),
+        })
+        .collect();
+    if brokers != applied.brokers {
+        broker.set_cluster_brokers(brokers.clone());
+        applied.brokers = brokers;
+    }
+
+    // 2. Topics deleted (or re-created under a new id) in the metadata.
+    for topic in broker.topics() {
+        if is_internal_topic(&topic.name) {
+            continue;
+        }
+        let current = state.topic_by_name(&topic.name).map(|t| uuid(t.id));
+        if current != Some(topic.id) {
+            match broker.delete_topic_local(&topic.name) {
+                Ok(_) => {
+                    tracing::info!(topic = %topic.name, "deleted a topic the metadata no longer has")
+                }
+                Err(e) => {
+                    tracing::error!(topic = %topic.name, error = %e, "cannot delete a local topic")
+                }
+            }
+            applied.partitions.retain(|(id, _), _| *id != topic.id);
+        }
+    }
+
+    // 3. Partition states that changed.
+    let mut changed = Vec::new();
+    let mut keys = Vec::new();
+    for topic in state.topics() {
+        let topic_id = uuid(topic.id);
+        for (index, p) in topic.partitions.iter().enumerate() {
+            let key = (topic_id, index as u32);
+            if applied.partitions.get(&key) == Some(p) {
+                continue;
+            }
+            changed.push(PartitionLeadership {
+                topic: topic.name.clone(),
+                topic_id,
+                partition: index as i32,
+                leader: p.leader.map(|b| b.0),
+                leader_epoch: p.leader_epoch.0,
+                replicas: p.replicas.iter().map(|b| b.0).collect(),
+                isr: p.isr.iter().map(|b| b.0).collect(),
+                partition_epoch: p.partition_epoch.0,
+            });
+            keys.push((key, p.clone()));
+        }
+    }
+    if !changed.is_empty() {
+        match broker.apply_partition_states(changed) {
+            Ok(()) => applied.partitions.extend(keys),
+            // Applied again with the next image.
+            Err(e) => tracing::error!(error = %e, "applying partition states failed"),
+        }
+    }
+
+    // 4. Topic config overrides.
+    for topic in state.topics() {
+        let Some(local) = broker.topic(&topic.name) else {
+            continue;
+        };
+        if local.overrides != topic.configs {
+            if let Err(e) = broker.set_topic_configs_local(&topic.name, topic.configs.clone()) {
+                tracing::error!(topic = %topic.name, error = %e, "cannot apply topic configs");
+            }
+        }
+    }
+}
