@@ -327,27 +327,18 @@ pub fn gate(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i16
             )
         }
         RequestKind::DescribeConfigs(mut r) => {
-            let (ok, denied): (Vec<_>, Vec<_>) = r.resources.into_iter().partition(|res| {
-                config_refusal(&who, DescribeConfigs, res.resource_type, &res.resource_name)
-                    .is_none()
+            let (ok, refusals) = split_configs(&who, DescribeConfigs, r.resources, |res| {
+                (res.resource_type, &res.resource_name)
             });
             r.resources = ok;
-            let refusals = denied
-                .iter()
-                .filter_map(|res| {
-                    let code = config_refusal(
-                        &who,
-                        DescribeConfigs,
-                        res.resource_type,
-                        &res.resource_name,
-                    )?;
-                    Some(
-                        describe_configs_response::DescribeConfigsResult::default()
-                            .with_error_code(code.code())
-                            .with_error_message(message(code))
-                            .with_resource_type(res.resource_type)
-                            .with_resource_name(res.resource_name.clone()),
-                    )
+            let refusals = refusals
+                .into_iter()
+                .map(|(res, code)| {
+                    describe_configs_response::DescribeConfigsResult::default()
+                        .with_error_code(code.code())
+                        .with_error_message(message(code))
+                        .with_resource_type(res.resource_type)
+                        .with_resource_name(res.resource_name)
                 })
                 .collect();
             run_and_extend(
@@ -363,22 +354,18 @@ pub fn gate(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i16
             )
         }
         RequestKind::AlterConfigs(mut r) => {
-            let (ok, denied): (Vec<_>, Vec<_>) = r.resources.into_iter().partition(|res| {
-                config_refusal(&who, AlterConfigs, res.resource_type, &res.resource_name).is_none()
+            let (ok, refusals) = split_configs(&who, AlterConfigs, r.resources, |res| {
+                (res.resource_type, &res.resource_name)
             });
             r.resources = ok;
-            let refusals = denied
-                .iter()
-                .filter_map(|res| {
-                    let code =
-                        config_refusal(&who, AlterConfigs, res.resource_type, &res.resource_name)?;
-                    Some(
-                        alter_configs_response::AlterConfigsResourceResponse::default()
-                            .with_error_code(code.code())
-                            .with_error_message(message(code))
-                            .with_resource_type(res.resource_type)
-                            .with_resource_name(res.resource_name.clone()),
-                    )
+            let refusals = refusals
+                .into_iter()
+                .map(|(res, code)| {
+                    alter_configs_response::AlterConfigsResourceResponse::default()
+                        .with_error_code(code.code())
+                        .with_error_message(message(code))
+                        .with_resource_type(res.resource_type)
+                        .with_resource_name(res.resource_name)
                 })
                 .collect();
             run_and_extend(
@@ -394,22 +381,18 @@ pub fn gate(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i16
             )
         }
         RequestKind::IncrementalAlterConfigs(mut r) => {
-            let (ok, denied): (Vec<_>, Vec<_>) = r.resources.into_iter().partition(|res| {
-                config_refusal(&who, AlterConfigs, res.resource_type, &res.resource_name).is_none()
+            let (ok, refusals) = split_configs(&who, AlterConfigs, r.resources, |res| {
+                (res.resource_type, &res.resource_name)
             });
             r.resources = ok;
-            let refusals = denied
-                .iter()
-                .filter_map(|res| {
-                    let code =
-                        config_refusal(&who, AlterConfigs, res.resource_type, &res.resource_name)?;
-                    Some(
-                        incremental_alter_configs_response::AlterConfigsResourceResponse::default()
-                            .with_error_code(code.code())
-                            .with_error_message(message(code))
-                            .with_resource_type(res.resource_type)
-                            .with_resource_name(res.resource_name.clone()),
-                    )
+            let refusals = refusals
+                .into_iter()
+                .map(|(res, code)| {
+                    incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                        .with_error_code(code.code())
+                        .with_error_message(message(code))
+                        .with_resource_type(res.resource_type)
+                        .with_resource_name(res.resource_name)
                 })
                 .collect();
             run_and_extend(
@@ -664,6 +647,26 @@ fn list_offsets_refusal(
                 })
                 .collect(),
         )
+}
+
+/// Splits config resources into those the principal may use with `op` and those refused,
+/// each with its error code.
+fn split_configs<R>(
+    who: &Who,
+    op: Operation,
+    resources: Vec<R>,
+    key: impl Fn(&R) -> (i8, &StrBytes),
+) -> (Vec<R>, Vec<(R, ResponseError)>) {
+    let mut ok = Vec::new();
+    let mut refused = Vec::new();
+    for res in resources {
+        let (resource_type, name) = key(&res);
+        match config_refusal(who, op, resource_type, name) {
+            Some(code) => refused.push((res, code)),
+            None => ok.push(res),
+        }
+    }
+    (ok, refused)
 }
 
 /// The refusal for a DescribeConfigs / AlterConfigs resource, if any.

@@ -125,6 +125,11 @@ def test_consumer_without_read_on_the_topic_is_refused(cluster, topic_name, clie
 def test_producer_without_write_on_the_topic_is_refused(cluster, topic_name, client):
     seeded(cluster, topic_name, n=1)
     allow(cluster, ResourceType.TOPIC, topic_name, "User:alice", AclOperation.READ)
+    # WRITE on some other topic: idempotent producers (kafka-python's default) need it, or
+    # IDEMPOTENT_WRITE on the cluster, for InitProducerId; otherwise they fail there with
+    # CLUSTER_AUTHORIZATION_FAILED before reaching the topic (as on Kafka).
+    allow(cluster, ResourceType.TOPIC, f"{topic_name}-elsewhere", "User:alice",
+          AclOperation.WRITE)
     got = attempt(client, cluster.sasl_bootstrap, user("alice"), topic_name, values(3),
                   timeout=6)
     errors_match(got, TOPIC_REFUSED[client])
