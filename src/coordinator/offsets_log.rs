@@ -15,7 +15,7 @@ use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use super::offsets_topic::partition_for;
 use super::{LogEntry, LogWriteError, OffsetsLog, OFFSETS_TOPIC};
 use crate::broker::{now_ms, Broker, Partition, Topic, TopicError};
-use crate::log::batch::{build_batch, BatchIter};
+use crate::log::batch::{build_batch, BatchHeader, BatchIter};
 use crate::log::AppendError;
 
 pub struct BrokerOffsetsLog {
@@ -244,61 +244,71 @@ impl OffsetsLog for BrokerOffsetsLog {
 fn replay_partitions(partitions: &[Arc<Partition>]) -> io::Result<Vec<LogEntry>> {
     let mut out = Vec::new();
     for p in partitions {
-        let mut offset = p.offsets().log_start_offset;
-        loop {
-            // Up to the log end, as Kafka's loaders read: a new leader's high watermark
-            // can lag what its predecessor already acknowledged.
-            let end = p.offsets().log_end_offset;
-            let slice = match p.read(offset, 1 << 20, end, true) {
-                Ok(Some(s)) => s,
-                Ok(None) => break,
-                Err(e) => return Err(io::Error::other(e.to_string())),
-            };
-            let bytes = slice.read()?;
-            let mut next = offset;
-            for item in BatchIter::new(&bytes) {
-                let (_, h, raw) =
-                    item.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                next = h.last_offset() + 1;
-                let mut b = Bytes::copy_from_slice(raw);
-                let set = RecordBatchDecoder::decode(&mut b)
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-                if h.is_control() {
-                    // A control record's key: version (int16), type (0 abort, 1 commit).
-                    if let Some(k) = set.records.first().and_then(|r| r.key.clone()) {
-                        if h.is_transactional() && k.len() >= 4 {
-                            out.push(LogEntry::Marker {
-                                partition: p.index,
-                                producer_id: h.producer_id,
-                                commit: i16::from_be_bytes([k[2], k[3]]) == 1,
-                            });
-                        }
-                    }
-                    continue;
-                }
-                for r in set.records {
-                    if let Some(key) = r.key {
-                        out.push(if h.is_transactional() {
-                            LogEntry::Transactional {
-                                partition: p.index,
-                                producer_id: h.producer_id,
-                                key,
-                                value: r.value,
-                            }
-                        } else {
-                            LogEntry::Record {
-                                key,
-                                value: r.value,
-                            }
+        scan_batches(p, |h, mut batch| {
+            let set = RecordBatchDecoder::decode(&mut batch)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            if h.is_control() {
+                // A control record's key: version (int16), type (0 abort, 1 commit).
+                if let Some(k) = set.records.first().and_then(|r| r.key.clone()) {
+                    if h.is_transactional() && k.len() >= 4 {
+                        out.push(LogEntry::Marker {
+                            partition: p.index,
+                            producer_id: h.producer_id,
+                            commit: i16::from_be_bytes([k[2], k[3]]) == 1,
                         });
                     }
                 }
+                return Ok(());
             }
-            if next <= offset {
-                break;
+            for r in set.records {
+                if let Some(key) = r.key {
+                    out.push(if h.is_transactional() {
+                        LogEntry::Transactional {
+                            partition: p.index,
+                            producer_id: h.producer_id,
+                            key,
+                            value: r.value,
+                        }
+                    } else {
+                        LogEntry::Record {
+                            key,
+                            value: r.value,
+                        }
+                    });
+                }
             }
-            offset = next;
-        }
+            Ok(())
+        })?;
     }
     Ok(out)
+}
+
+/// Calls `f` with each batch of `p` from its log start up to its log end (not the high
+/// watermark: a new leader's high watermark can lag what its predecessor already acknowledged,
+/// and Kafka's coordinator loaders read to the log end). The batch bytes share the read
+/// buffer. Used by the group and transaction coordinators' loaders.
+pub(crate) fn scan_batches(
+    p: &Partition,
+    mut f: impl FnMut(&BatchHeader, Bytes) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut offset = p.offsets().log_start_offset;
+    loop {
+        let end = p.offsets().log_end_offset;
+        let slice = match p.read(offset, 1 << 20, end, true) {
+            Ok(Some(s)) => s,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(io::Error::other(e.to_string())),
+        };
+        let bytes = slice.read()?;
+        let mut next = offset;
+        for item in BatchIter::new(&bytes) {
+            let (_, h, raw) = item.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            next = h.last_offset() + 1;
+            f(&h, bytes.slice_ref(raw))?;
+        }
+        if next <= offset {
+            return Ok(());
+        }
+        offset = next;
+    }
 }

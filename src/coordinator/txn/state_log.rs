@@ -22,10 +22,10 @@ use kafka_protocol::ResponseError;
 
 use super::{MarkerError, Participants, TransactionLog, TRANSACTION_STATE_TOPIC};
 use crate::broker::{now_ms, Broker, Partition, Topic, TopicError};
-use crate::coordinator::offsets_log::{append_replicated, await_replicated};
+use crate::coordinator::offsets_log::{append_replicated, await_replicated, scan_batches};
 use crate::coordinator::offsets_topic::partition_for;
 use crate::coordinator::{LogWriteError, OFFSETS_TOPIC};
-use crate::log::batch::{build_batch, BatchIter};
+use crate::log::batch::build_batch;
 use crate::replication::peer::PeerError;
 
 /// How long a transaction state write or a marker waits for the in-sync replicas (Kafka
@@ -152,42 +152,23 @@ impl TransactionLog for BrokerTransactionLog {
 fn replay_partitions(partitions: &[Arc<Partition>]) -> io::Result<Vec<(Bytes, Option<Bytes>)>> {
     let mut out = Vec::new();
     for p in partitions {
-        let mut offset = p.offsets().log_start_offset;
-        loop {
-            // Up to the log end, as Kafka's loaders read: a new leader's high watermark
-            // can lag what its predecessor already acknowledged.
-            let end = p.offsets().log_end_offset;
-            let slice = match p.read(offset, 1 << 20, end, true) {
-                Ok(Some(s)) => s,
-                Ok(None) => break,
-                Err(e) => return Err(io::Error::other(e.to_string())),
-            };
-            let bytes = slice.read()?;
-            let mut next = offset;
-            for item in BatchIter::new(&bytes) {
-                let (_, h, raw) =
-                    item.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                next = h.last_offset() + 1;
-                if h.is_control() {
+        let start = p.offsets().log_start_offset;
+        scan_batches(p, |h, mut batch| {
+            if h.is_control() {
+                return Ok(());
+            }
+            let set = RecordBatchDecoder::decode(&mut batch)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            for r in set.records {
+                if r.offset < start {
                     continue;
                 }
-                let mut b = Bytes::copy_from_slice(raw);
-                let set = RecordBatchDecoder::decode(&mut b)
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-                for r in set.records {
-                    if r.offset < offset {
-                        continue;
-                    }
-                    if let Some(k) = r.key {
-                        out.push((k, r.value));
-                    }
+                if let Some(k) = r.key {
+                    out.push((k, r.value));
                 }
             }
-            if next <= offset {
-                break;
-            }
-            offset = next;
-        }
+            Ok(())
+        })?;
     }
     Ok(out)
 }
