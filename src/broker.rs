@@ -997,8 +997,12 @@ impl Broker {
             groups: std::sync::OnceLock::new(),
             tiering: std::sync::OnceLock::new(),
             txns: std::sync::OnceLock::new(),
-            group_ownership: Arc::default(),
-            txn_ownership: Arc::default(),
+            group_ownership: Arc::new(crate::coordinator::ownership::Ownership::new(
+                config.cluster.is_some(),
+            )),
+            txn_ownership: Arc::new(crate::coordinator::ownership::Ownership::new(
+                config.cluster.is_some(),
+            )),
             log_cleaner: crate::log_cleaner::LogCleaner::open(
                 config.log_cleaner.clone(),
                 &config.log_dirs,
@@ -1207,11 +1211,7 @@ impl Broker {
         use crate::coordinator::{offsets_log::BrokerOffsetsLog, GroupConfig, GroupCoordinator};
         use std::time::Duration;
         let c = &self.config;
-        let log = BrokerOffsetsLog::new(
-            Arc::downgrade(self),
-            c.offsets_topic_num_partitions,
-            c.offsets_topic_segment_bytes,
-        );
+        let log = BrokerOffsetsLog::new(Arc::downgrade(self), c.offsets_topic_num_partitions);
         let coordinator = GroupCoordinator::with_ownership(
             GroupConfig {
                 initial_rebalance_delay: Duration::from_millis(c.group_initial_rebalance_delay_ms),
@@ -1247,11 +1247,8 @@ impl Broker {
         use crate::coordinator::txn::{TransactionCoordinator, TxnConfig};
         use std::time::Duration;
         let c = &self.config;
-        let log = BrokerTransactionLog::new(
-            Arc::downgrade(self),
-            c.transaction_state_log_num_partitions,
-            c.transaction_state_log_segment_bytes,
-        );
+        let log =
+            BrokerTransactionLog::new(Arc::downgrade(self), c.transaction_state_log_num_partitions);
         log.ensure_topic()?;
         let coordinator = TransactionCoordinator::with_ownership(
             TxnConfig {
@@ -1479,7 +1476,7 @@ impl Broker {
         configs: &BTreeMap<String, String>,
     ) -> Result<(), TopicError> {
         validate_topic_name(name)?;
-        let cluster = self.cluster().filter(|_| !is_internal_topic(name));
+        let cluster = self.cluster();
         if self.topic(name).is_some()
             || cluster.is_some_and(|c| crate::controller::admin::topic_exists(c, name))
         {
@@ -1527,7 +1524,7 @@ impl Broker {
         replication_factor: i16,
         configs: BTreeMap<String, String>,
     ) -> Result<Arc<Topic>, TopicError> {
-        if let Some(c) = self.cluster().filter(|_| !is_internal_topic(name)) {
+        if let Some(c) = self.cluster() {
             self.check_new_topic(name, partitions, replication_factor, &configs)?;
             return crate::controller::admin::create_topic(
                 self,
@@ -1599,7 +1596,14 @@ impl Broker {
         if !self.config.delete_topic_enable {
             return Err(TopicError::DeletionDisabled);
         }
-        if let Some(c) = self.cluster().filter(|_| !is_internal_topic(name)) {
+        if let Some(c) = self.cluster() {
+            // Every broker's coordinators follow these; re-creating one under a new id would
+            // strand the copies that hold its state.
+            if is_internal_topic(name) {
+                return Err(TopicError::InvalidName(format!(
+                    "Topic {name} is a coordinator topic; it cannot be deleted in cluster mode."
+                )));
+            }
             return crate::controller::admin::delete_topic(c, name);
         }
         self.delete_topic_local(name)
@@ -1657,7 +1661,7 @@ impl Broker {
         count: i32,
         validate_only: bool,
     ) -> Result<(), TopicError> {
-        if let Some(c) = self.cluster().filter(|_| !is_internal_topic(name)) {
+        if let Some(c) = self.cluster() {
             return crate::controller::admin::create_partitions(
                 c,
                 name,
@@ -1710,7 +1714,7 @@ impl Broker {
         name: &str,
         overrides: BTreeMap<String, String>,
     ) -> Result<(), TopicError> {
-        if let Some(c) = self.cluster().filter(|_| !is_internal_topic(name)) {
+        if let Some(c) = self.cluster() {
             return crate::controller::admin::set_topic_configs(c, name, overrides);
         }
         self.set_topic_configs_local(name, overrides)

@@ -3,6 +3,10 @@
 //! partitions the control plane has not assigned, that is this broker; a partition without a
 //! leader answers COORDINATOR_NOT_AVAILABLE. The named broker may still be loading the
 //! partition: it answers the group's requests COORDINATOR_LOAD_IN_PROGRESS until done.
+//!
+//! In cluster mode the quorum owns the topic: while it does not have it yet, the request asks
+//! for its creation (as Kafka's `AutoTopicCreationManager`) and is answered
+//! COORDINATOR_NOT_AVAILABLE, which clients retry; an unassigned partition has no coordinator.
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
@@ -10,6 +14,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::broker::Broker;
+use crate::coordinator::internal_topics;
 use crate::coordinator::offsets_topic::partition_for;
 use crate::coordinator::txn::TRANSACTION_STATE_TOPIC;
 use crate::coordinator::OFFSETS_TOPIC;
@@ -52,9 +57,26 @@ pub fn handle(
                 broker.config.transaction_state_log_num_partitions,
             )
         };
+        let cluster = broker.cluster();
+        if let Some(c) = cluster {
+            if !crate::controller::admin::topic_exists(c, topic) {
+                if let Some(spec) = internal_topics::spec(&broker.config, topic, true) {
+                    c.request_internal_topic(spec);
+                }
+                return Err((
+                    ResponseError::CoordinatorNotAvailable,
+                    "The coordinator is not available.",
+                ));
+            }
+        }
+        // The topic's own partition count (it may differ from the setting it was created with).
+        let partitions = broker
+            .topic(topic)
+            .map_or(partitions, |t| t.partitions.len() as i32);
         let partition = partition_for(key, partitions);
         let node = match broker.replication().leadership(topic, partition) {
             Some(state) => state.leader,
+            None if cluster.is_some() => None,
             None => Some(broker.config.node_id),
         };
         node.and_then(|id| broker.broker_endpoint(id, listener))

@@ -305,6 +305,21 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "104857600",
     },
     BrokerConfigDef {
+        name: "offsets.topic.replication.factor",
+        kind: Kind::Short,
+        default: "3",
+    },
+    BrokerConfigDef {
+        name: "transaction.state.log.replication.factor",
+        kind: Kind::Short,
+        default: "3",
+    },
+    BrokerConfigDef {
+        name: "transaction.state.log.min.isr",
+        kind: Kind::Int,
+        default: "2",
+    },
+    BrokerConfigDef {
         name: "transaction.state.log.num.partitions",
         kind: Kind::Int,
         default: "50",
@@ -574,9 +589,6 @@ const IGNORED_KAFKA_KEYS: &[&str] = &[
     "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes",
     "num.recovery.threads.per.data.dir",
-    "offsets.topic.replication.factor",
-    "transaction.state.log.replication.factor",
-    "transaction.state.log.min.isr",
     "share.coordinator.state.topic.replication.factor",
     "share.coordinator.state.topic.min.isr",
 ];
@@ -642,6 +654,11 @@ pub struct BrokerConfig {
     pub producer_id_expiration_ms: i64,
     pub offsets_topic_num_partitions: i32,
     pub offsets_topic_segment_bytes: i64,
+    /// Cluster mode: replicas of `__consumer_offsets` partitions (a single node keeps one).
+    pub offsets_topic_replication_factor: i16,
+    /// Cluster mode: replicas of `__transaction_state` partitions, and its min.insync.replicas.
+    pub transaction_state_log_replication_factor: i16,
+    pub transaction_state_log_min_isr: i32,
     pub transaction_state_log_num_partitions: i32,
     pub transaction_state_log_segment_bytes: i64,
     pub transaction_max_timeout_ms: i32,
@@ -1481,6 +1498,14 @@ impl BrokerConfig {
             producer_id_expiration_ms: positive("producer.id.expiration.ms")? as i64,
             offsets_topic_num_partitions: positive("offsets.topic.num.partitions")? as i32,
             offsets_topic_segment_bytes: positive("offsets.topic.segment.bytes")? as i64,
+            offsets_topic_replication_factor: positive("offsets.topic.replication.factor")?
+                .min(i16::MAX as u64) as i16,
+            transaction_state_log_replication_factor: positive(
+                "transaction.state.log.replication.factor",
+            )?
+            .min(i16::MAX as u64) as i16,
+            transaction_state_log_min_isr: positive("transaction.state.log.min.isr")?
+                .min(i32::MAX as u64) as i32,
             transaction_state_log_num_partitions: positive("transaction.state.log.num.partitions")?
                 as i32,
             transaction_state_log_segment_bytes: positive("transaction.state.log.segment.bytes")?

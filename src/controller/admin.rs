@@ -20,6 +20,7 @@ use uuid::Uuid;
 
 use super::{ClusterControl, ClusterError};
 use crate::broker::{Broker, Topic, TopicError};
+use crate::coordinator::internal_topics::InternalTopicSpec;
 
 /// How long an admin request waits for a committed change to reach this broker.
 const SYNC_WAIT: Duration = Duration::from_secs(15);
@@ -149,6 +150,42 @@ pub fn check_assignments(control: &ClusterControl, assignments: &[Vec<i32>]) -> 
         }
     }
     Ok(())
+}
+
+/// Creates a coordinator topic in the quorum unless it exists: returns whether this call
+/// created it. Refused with INVALID_REPLICATION_FACTOR while fewer brokers than its
+/// replication factor are unfenced.
+pub async fn create_internal_topic(
+    control: &ClusterControl,
+    spec: InternalTopicSpec,
+) -> Result<bool, TopicError> {
+    let node = control.node()?;
+    let state = node.state();
+    if state.topic_by_name(spec.name).is_some() {
+        return Ok(false);
+    }
+    let id = Uuid128::from_bytes(*Uuid::new_v4().as_bytes());
+    let partitions = place(
+        &state,
+        id,
+        u32::try_from(spec.partitions).unwrap_or(0),
+        u16::try_from(spec.replication_factor).unwrap_or(0),
+        0,
+    )?;
+    let command = Command::CreateTopic {
+        name: spec.name.to_string(),
+        id,
+        partitions,
+        configs: spec.configs,
+    };
+    match control.propose(command).await {
+        Ok(_) => Ok(true),
+        // Another broker created it first.
+        Err(ClusterError::Propose(strata_metadata::ProposeError::Rejected(
+            strata_metadata::ApplyError::TopicAlreadyExists { .. },
+        ))) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// CreateTopic through the quorum; the broker validated the request. `assignments` are the

@@ -28,13 +28,17 @@
 //! on the next tick; registration retries with a backoff until the previous incarnation's
 //! session expired (Kafka's DUPLICATE_BROKER_REGISTRATION).
 //!
-//! Not done yet: internal topics (`__consumer_offsets`, `__transaction_state`) stay per broker
-//! as on a single node (the coordinators own them); ACLs, SCRAM credentials, quotas and
-//! dynamic broker configs are not replicated through the quorum yet.
+//! The coordinators' topics (`__consumer_offsets`, `__transaction_state`) are created in the
+//! quorum on the first FindCoordinator for them ([`ClusterControl::request_internal_topic`]),
+//! replicated like any topic, and the coordinators follow their partitions' leadership.
+//!
+//! Not done yet: ACLs, SCRAM credentials, quotas and dynamic broker configs are not
+//! replicated through the quorum.
 
 pub mod admin;
 pub mod sync;
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -50,6 +54,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broker::now_ms;
 use crate::config::{BrokerConfig, ClusterConfig};
+use crate::coordinator::internal_topics::InternalTopicSpec;
 use crate::replication::{AlterPartitionError, AlterPartitionRequest, IsrChangeSink, LeaderAndIsr};
 
 /// How many producer ids one `AllocateProducerIds` takes (Kafka's block size).
@@ -107,6 +112,10 @@ pub struct ClusterControl {
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
     /// (Raft term, wall-clock ms) when this node last became the active controller.
     controller_since: Mutex<Option<(u64, i64)>>,
+    /// Coordinator topics whose creation is being proposed (one proposal at a time each).
+    internal_creations: Mutex<HashSet<&'static str>>,
+    /// When "too few brokers for a coordinator topic" was last logged (ms), to log it rarely.
+    internal_warned_ms: AtomicI64,
 }
 
 impl ClusterControl {
@@ -148,6 +157,8 @@ impl ClusterControl {
             synced,
             producer_ids: tokio::sync::Mutex::new((0, 0)),
             controller_since: Mutex::new(None),
+            internal_creations: Mutex::default(),
+            internal_warned_ms: AtomicI64::new(i64::MIN),
         }))
     }
 
@@ -394,6 +405,47 @@ impl ClusterControl {
         let id = ids.0;
         ids.0 += 1;
         Ok(id)
+    }
+
+    /// Makes sure the quorum has the coordinator topic `spec` names, as Kafka's
+    /// `AutoTopicCreationManager` does on a FindCoordinator: returns at once, and a task
+    /// proposes the topic unless it exists or a proposal for it is already running. With
+    /// fewer unfenced brokers than its replication factor nothing is created (the caller
+    /// answers COORDINATOR_NOT_AVAILABLE, and a later request tries again).
+    pub fn request_internal_topic(self: &Arc<Self>, spec: InternalTopicSpec) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self
+            .internal_creations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(spec.name)
+        {
+            return;
+        }
+        let control = self.clone();
+        // Bounded by the propose timeout.
+        runtime.spawn(async move {
+            let name = spec.name;
+            match admin::create_internal_topic(&control, spec).await {
+                Ok(true) => tracing::info!(topic = name, "created a coordinator topic"),
+                Ok(false) => {}
+                Err(e) => {
+                    let now = now_ms();
+                    let last = control.internal_warned_ms.load(Ordering::Relaxed);
+                    if now.saturating_sub(last) >= 30_000 {
+                        control.internal_warned_ms.store(now, Ordering::Relaxed);
+                        tracing::warn!(topic = name, error = %e, "cannot create a coordinator topic yet");
+                    }
+                }
+            }
+            control
+                .internal_creations
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(name);
+        });
     }
 
     /// Controlled shutdown: fence this broker and move its partitions' leadership away while

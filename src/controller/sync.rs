@@ -8,8 +8,9 @@
 //! Invariant: nothing is synced before this broker's own registration (this incarnation) is
 //! applied locally. The registration is committed after everything this broker saw before a
 //! restart, so an image holding it is never older than the local catalog: a topic is never
-//! deleted locally because of a stale image. Internal topics stay local (the coordinators own
-//! them).
+//! deleted locally because of a stale image. Coordinator topics are never deleted here: the
+//! quorum creates them and refuses their deletion, and one it does not have may hold a single
+//! node's coordinator state from before cluster mode.
 
 use std::collections::HashMap;
 use std::sync::Arc;

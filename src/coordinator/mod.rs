@@ -24,6 +24,7 @@
 
 pub mod consumer_group;
 pub mod group;
+pub mod internal_topics;
 pub mod offsets_log;
 pub mod offsets_topic;
 pub mod ownership;

@@ -4,7 +4,6 @@
 //! (Kafka's coordinators append with `requiredAcks = -1`): once the high watermark covers
 //! them with at least min.insync.replicas in the ISR, or they fail with a [`LogWriteError`].
 
-use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -21,16 +20,11 @@ use crate::log::AppendError;
 pub struct BrokerOffsetsLog {
     broker: Weak<Broker>,
     partitions: i32,
-    segment_bytes: i64,
 }
 
 impl BrokerOffsetsLog {
-    pub fn new(broker: Weak<Broker>, partitions: i32, segment_bytes: i64) -> Self {
-        BrokerOffsetsLog {
-            broker,
-            partitions,
-            segment_bytes,
-        }
+    pub fn new(broker: Weak<Broker>, partitions: i32) -> Self {
+        BrokerOffsetsLog { broker, partitions }
     }
 
     fn topic(&self, create: bool) -> io::Result<Option<std::sync::Arc<Topic>>> {
@@ -41,14 +35,13 @@ impl BrokerOffsetsLog {
         if let Some(t) = broker.topic(OFFSETS_TOPIC) {
             return Ok(Some(t));
         }
-        if !create {
+        // In cluster mode the quorum creates it (on the first FindCoordinator), never a broker.
+        if !create || broker.config.cluster.is_some() {
             return Ok(None);
         }
-        let mut configs = BTreeMap::new();
-        configs.insert("cleanup.policy".to_string(), "compact".to_string());
-        configs.insert("compression.type".to_string(), "producer".to_string());
-        configs.insert("segment.bytes".to_string(), self.segment_bytes.to_string());
-        match broker.create_topic(OFFSETS_TOPIC, self.partitions, 1, configs) {
+        let spec = super::internal_topics::spec(&broker.config, OFFSETS_TOPIC, false)
+            .ok_or_else(|| io::Error::other("no spec for the offsets topic"))?;
+        match broker.create_topic(OFFSETS_TOPIC, spec.partitions, 1, spec.configs) {
             Ok(t) => Ok(Some(t)),
             Err(TopicError::AlreadyExists(_)) => Ok(broker.topic(OFFSETS_TOPIC)),
             Err(e) => Err(io::Error::other(e.to_string())),

@@ -2,8 +2,11 @@
 //! broker serves, following their leadership as Kafka's `GroupCoordinator.onElection` /
 //! `onResignation` and `TransactionStateManager.loadTransactionsForTxnTopicPartition` do.
 //!
-//! A partition the control plane has never assigned is served as on a single node: its state
-//! was loaded at start-up with the rest of the topic. Once assigned, a partition this broker
+//! Without a metadata quorum, a partition the control plane has never assigned is served as on
+//! a single node: its state was loaded at start-up with the rest of the topic. In cluster mode
+//! ([`Ownership::new`] with `cluster`) nothing is served before the quorum assigns it: the
+//! quorum owns the topic, so a partition is loaded when this broker is elected its leader.
+//! Once assigned, a partition this broker
 //! leads is *loading* (requests get COORDINATOR_LOAD_IN_PROGRESS) until the coordinator's
 //! timer has replayed it, then *active* at the partition's leader epoch (the coordinator
 //! epoch); a partition led elsewhere, or by nobody, is *not owned* (NOT_COORDINATOR).
@@ -41,11 +44,22 @@ pub enum Transition {
 
 #[derive(Debug, Default)]
 pub struct Ownership {
-    /// Partitions the control plane has assigned; absent ones are served as on a single node.
+    /// Partitions the control plane has assigned; absent ones are served as on a single node
+    /// unless `cluster`.
     statuses: Mutex<HashMap<i32, PartitionStatus>>,
+    /// Cluster mode: an unassigned partition is not owned, and an election always loads.
+    cluster: bool,
 }
 
 impl Ownership {
+    /// `cluster`: the metadata quorum assigns every partition (see the module docs).
+    pub fn new(cluster: bool) -> Self {
+        Ownership {
+            statuses: Mutex::default(),
+            cluster,
+        }
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, HashMap<i32, PartitionStatus>> {
         self.statuses.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -58,6 +72,7 @@ impl Ownership {
     /// Whether requests for keys on `partition` may be served, with Kafka's error if not.
     pub fn check(&self, partition: i32) -> Result<(), ResponseError> {
         match self.status(partition) {
+            None if self.cluster => Err(ResponseError::NotCoordinator),
             None | Some(PartitionStatus::Active { .. }) => Ok(()),
             Some(PartitionStatus::Loading { .. }) => Err(ResponseError::CoordinatorLoadInProgress),
             Some(PartitionStatus::NotOwned) => Err(ResponseError::NotCoordinator),
@@ -69,20 +84,21 @@ impl Ownership {
         self.check(partition).is_ok()
     }
 
-    /// This broker became the partition's leader at `epoch`. A partition loaded at start-up
-    /// and never assigned elsewhere is already in memory and is served at once; otherwise
-    /// `unload` drops its stale state (under the lock) and the partition waits for its load.
+    /// This broker became the partition's leader at `epoch`. Without a quorum, a partition
+    /// loaded at start-up and never assigned elsewhere is already in memory and is served at
+    /// once; otherwise `unload` drops its stale state (under the lock) and the partition waits
+    /// for its load.
     pub fn elect(&self, partition: i32, epoch: i32, unload: impl FnOnce()) -> Transition {
         let mut statuses = self.lock();
         let (next, transition) = match statuses.get(&partition) {
-            None => (PartitionStatus::Active { epoch }, Transition::None),
+            None if !self.cluster => (PartitionStatus::Active { epoch }, Transition::None),
             Some(PartitionStatus::Active { epoch: e }) if *e == epoch => {
                 (PartitionStatus::Active { epoch }, Transition::None)
             }
             Some(PartitionStatus::Loading { epoch: e }) if *e == epoch => {
                 (PartitionStatus::Loading { epoch }, Transition::None)
             }
-            Some(_) => (
+            _ => (
                 PartitionStatus::Loading { epoch },
                 Transition::Load { epoch },
             ),
@@ -158,5 +174,18 @@ mod tests {
         assert!(!o.complete_load(3, 2, || panic!("stale load installed")));
         assert!(o.complete_load(3, 4, || {}));
         assert_eq!(o.check(3), Ok(()));
+    }
+
+    #[test]
+    fn in_cluster_mode_only_assigned_partitions_are_served_and_elections_load() {
+        let o = Ownership::new(true);
+        assert_eq!(o.check(1), Err(ResponseError::NotCoordinator));
+        assert!(!o.is_served(1), "nothing loaded at start-up is kept");
+        assert_eq!(o.elect(1, 0, || {}), Transition::Load { epoch: 0 });
+        assert_eq!(o.check(1), Err(ResponseError::CoordinatorLoadInProgress));
+        assert!(o.complete_load(1, 0, || {}));
+        assert_eq!(o.check(1), Ok(()));
+        assert_eq!(o.resign(1, || {}), Transition::Unload);
+        assert_eq!(o.check(1), Err(ResponseError::NotCoordinator));
     }
 }

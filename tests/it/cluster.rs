@@ -20,7 +20,7 @@ use crate::harness::*;
 const TOPIC: &str = "quorum-replicated";
 const METADATA_V: i16 = 12;
 
-struct QuorumCluster {
+pub(crate) struct QuorumCluster {
     /// Brokers 1..=3 at index id - 1.
     brokers: Vec<TestBroker>,
 }
@@ -28,7 +28,7 @@ struct QuorumCluster {
 /// A port free right now on 127.0.0.1 (voters need fixed metadata RPC addresses). Taken
 /// below Linux's ephemeral range (32768+), so the listeners other tests bind on port 0
 /// cannot take it between this check and the broker's bind.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU16, Ordering};
     static NEXT: AtomicU16 = AtomicU16::new(0);
     let seed = (std::process::id() as u16).wrapping_mul(7919) % 12_000;
@@ -42,6 +42,11 @@ fn free_port() -> u16 {
 
 impl QuorumCluster {
     async fn start() -> QuorumCluster {
+        QuorumCluster::start_with(&[]).await
+    }
+
+    /// Three brokers with `extra` settings on each.
+    pub(crate) async fn start_with(extra: &[(&str, &str)]) -> QuorumCluster {
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let voters = ports
             .iter()
@@ -65,6 +70,9 @@ impl QuorumCluster {
                     ("broker.session.timeout.ms".into(), "2000".into()),
                     ("broker.heartbeat.interval.ms".into(), "250".into()),
                 ]
+                .into_iter()
+                .chain(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+                .collect()
             })
             .collect();
         // Registration needs a quorum: the three start together.
@@ -77,11 +85,11 @@ impl QuorumCluster {
         QuorumCluster { brokers }
     }
 
-    fn broker(&self, id: i32) -> &TestBroker {
+    pub(crate) fn broker(&self, id: i32) -> &TestBroker {
         &self.brokers[(id - 1) as usize]
     }
 
-    fn broker_mut(&mut self, id: i32) -> &mut TestBroker {
+    pub(crate) fn broker_mut(&mut self, id: i32) -> &mut TestBroker {
         &mut self.brokers[(id - 1) as usize]
     }
 
@@ -95,7 +103,7 @@ impl QuorumCluster {
         Some((p.leader.map(|b| b.0), isr))
     }
 
-    async fn shutdown(self) {
+    pub(crate) async fn shutdown(self) {
         for b in self.brokers {
             b.shutdown().await;
         }
@@ -127,7 +135,7 @@ async fn view(b: &TestBroker) -> (Vec<i32>, i32) {
 }
 
 /// Waits up to 20 s for `cond`.
-async fn eventually<F, Fut>(what: &str, mut cond: F)
+pub(crate) async fn eventually<F, Fut>(what: &str, mut cond: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,

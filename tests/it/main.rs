@@ -8,6 +8,7 @@ mod harness;
 mod acls;
 mod admin;
 mod cluster;
+mod cluster_coordinators;
 mod compaction;
 mod coordinators;
 mod group_offsets;

@@ -6,7 +6,6 @@
 //! (NOT_LEADER_OR_FOLLOWER, an unreachable leader, ...) is retried by the coordinator's timer,
 //! towards the leader known then.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -39,16 +38,11 @@ const WRITE_TXN_MARKERS_VERSION: i16 = 1;
 pub struct BrokerTransactionLog {
     broker: Weak<Broker>,
     partitions: i32,
-    segment_bytes: i64,
 }
 
 impl BrokerTransactionLog {
-    pub fn new(broker: Weak<Broker>, partitions: i32, segment_bytes: i64) -> Self {
-        BrokerTransactionLog {
-            broker,
-            partitions,
-            segment_bytes,
-        }
+    pub fn new(broker: Weak<Broker>, partitions: i32) -> Self {
+        BrokerTransactionLog { broker, partitions }
     }
 
     fn broker(&self) -> io::Result<Arc<Broker>> {
@@ -63,14 +57,17 @@ impl BrokerTransactionLog {
         if let Some(t) = broker.topic(TRANSACTION_STATE_TOPIC) {
             return Ok(Some(t));
         }
-        if !create {
+        // In cluster mode the quorum creates it (on the first FindCoordinator), never a broker.
+        if !create || broker.config.cluster.is_some() {
             return Ok(None);
         }
-        let mut configs = BTreeMap::new();
-        configs.insert("cleanup.policy".to_string(), "compact".to_string());
-        configs.insert("compression.type".to_string(), "uncompressed".to_string());
-        configs.insert("segment.bytes".to_string(), self.segment_bytes.to_string());
-        match broker.create_topic(TRANSACTION_STATE_TOPIC, self.partitions, 1, configs) {
+        let spec = crate::coordinator::internal_topics::spec(
+            &broker.config,
+            TRANSACTION_STATE_TOPIC,
+            false,
+        )
+        .ok_or_else(|| io::Error::other("no spec for the transaction state topic"))?;
+        match broker.create_topic(TRANSACTION_STATE_TOPIC, spec.partitions, 1, spec.configs) {
             Ok(t) => Ok(Some(t)),
             Err(TopicError::AlreadyExists(_)) => Ok(broker.topic(TRANSACTION_STATE_TOPIC)),
             Err(e) => Err(io::Error::other(e.to_string())),
