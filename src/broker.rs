@@ -11,7 +11,7 @@
 //! Per-dir checkpoints (recovery point, log start offset, high watermark) and the clean-shutdown
 //! marker follow Kafka's names. The Raft metadata quorum will replace the catalog file.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -721,9 +721,13 @@ struct MetadataFile {
     /// Client quotas set with AlterClientQuotas (entity and values).
     #[serde(default)]
     client_quotas: Vec<crate::quota::QuotaRecord>,
+    /// Credentials `strata scram add` wrote while the broker was stopped, which cluster mode
+    /// has not proposed to the quorum yet (see [`crate::controller::records`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    scram_pending: ScramStore,
 }
 
-type ScramStore = BTreeMap<String, BTreeMap<String, crate::auth::scram::Credential>>;
+pub type ScramStore = crate::controller::records::ScramStore;
 
 /// Adds or replaces a SCRAM credential in a data dir before the broker starts (`strata scram
 /// add`, like `kafka-storage format --add-scram`). Blocking.
@@ -742,6 +746,10 @@ pub fn add_scram_credential_offline(
         Err(e) => return Err(e),
     };
     meta.scram_credentials
+        .entry(user.to_string())
+        .or_default()
+        .insert(mechanism.name().to_string(), credential.clone());
+    meta.scram_pending
         .entry(user.to_string())
         .or_default()
         .insert(mechanism.name().to_string(), credential);
@@ -783,6 +791,8 @@ pub struct Broker {
     /// See [`MetadataFile::broker_configs`].
     dynamic_configs: RwLock<BTreeMap<String, BTreeMap<String, String>>>,
     scram: RwLock<ScramStore>,
+    /// Cluster mode: credentials added offline, until proposed to the quorum.
+    scram_pending: Mutex<ScramStore>,
     /// ACLs and the settings that decide with them (see [`crate::acl`]).
     pub authorizer: crate::acl::Authorizer,
     /// Client quotas and connection limits.
@@ -856,6 +866,7 @@ pub fn write_restored_metadata(
         scram_credentials: existing.scram_credentials,
         acls: existing.acls,
         client_quotas: existing.client_quotas,
+        scram_pending: existing.scram_pending,
     };
     let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
     let path = dir.join(METADATA_FILE);
@@ -983,6 +994,12 @@ impl Broker {
             fetch_sessions: Mutex::new(FetchSessionCache::new(FETCH_SESSION_SLOTS)),
             dynamic_configs: RwLock::new(meta.broker_configs.clone()),
             scram: RwLock::new(meta.scram_credentials.clone()),
+            // On a single node they are in `scram_credentials` already.
+            scram_pending: Mutex::new(if config.cluster.is_some() {
+                meta.scram_pending.clone()
+            } else {
+                ScramStore::new()
+            }),
             authorizer: crate::acl::Authorizer::new(
                 config.security.authorizer_enabled,
                 config.security.super_users.iter().cloned(),
@@ -1106,6 +1123,7 @@ impl Broker {
             scram_credentials,
             acls: self.authorizer.acls(),
             client_quotas: self.quotas.records(),
+            scram_pending: self.pending_scram(),
         };
         let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
         let path = self.config.log_dirs[0].join(METADATA_FILE);
@@ -1324,6 +1342,15 @@ impl Broker {
             Option<crate::auth::scram::Credential>,
         )>,
     ) -> io::Result<()> {
+        if let Some(c) = self.cluster() {
+            let commands = changes
+                .iter()
+                .map(|(user, m, cred)| {
+                    crate::controller::records::scram(user, m.name(), cred.as_ref())
+                })
+                .collect();
+            return crate::controller::records::write(c, commands).map_err(io::Error::other);
+        }
         {
             let mut store = self.scram.write().unwrap_or_else(|e| e.into_inner());
             for (user, m, cred) in changes {
@@ -1352,8 +1379,52 @@ impl Broker {
         self.save_metadata()
     }
 
+    /// Cluster mode: replaces the ACLs, SCRAM credentials and client quotas with the quorum's
+    /// and keeps a copy in the metadata file. Blocking.
+    pub fn apply_security_records(
+        &self,
+        records: crate::controller::records::SecurityRecords,
+    ) -> io::Result<()> {
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        self.authorizer.replace(records.acls);
+        *self.scram.write().unwrap_or_else(|e| e.into_inner()) = records.scram;
+        self.quotas.replace(&records.quotas);
+        self.save_metadata()
+    }
+
+    /// Credentials added offline that cluster mode has not proposed to the quorum yet.
+    pub fn pending_scram(&self) -> ScramStore {
+        self.scram_pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Forgets the offline credentials once the quorum has them. Blocking.
+    pub fn clear_pending_scram(&self) -> io::Result<()> {
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        self.scram_pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.save_metadata()
+    }
+
     /// Adds ACLs and persists them; on failure nothing changes. Blocking.
     pub fn create_acls(&self, new: &[crate::acl::AclBinding]) -> io::Result<()> {
+        if let Some(c) = self.cluster() {
+            let commands = new
+                .iter()
+                .map(crate::controller::records::put_acl)
+                .collect();
+            return crate::controller::records::write(c, commands).map_err(io::Error::other);
+        }
         let _w = self
             .catalog_writes
             .lock()
@@ -1370,6 +1441,20 @@ impl Broker {
         &self,
         filters: &[crate::acl::AclFilter],
     ) -> io::Result<Vec<Vec<crate::acl::AclBinding>>> {
+        if let Some(c) = self.cluster() {
+            let all = self.authorizer.acls();
+            let removed: Vec<Vec<crate::acl::AclBinding>> = filters
+                .iter()
+                .map(|f| all.iter().filter(|a| f.matches(a)).cloned().collect())
+                .collect();
+            let gone: BTreeSet<&crate::acl::AclBinding> = removed.iter().flatten().collect();
+            let commands = gone
+                .into_iter()
+                .map(crate::controller::records::delete_acl)
+                .collect();
+            crate::controller::records::write(c, commands).map_err(io::Error::other)?;
+            return Ok(removed);
+        }
         let _w = self
             .catalog_writes
             .lock()
@@ -1383,6 +1468,22 @@ impl Broker {
 
     /// Applies validated client quota changes and persists them. Blocking.
     pub fn alter_client_quotas(&self, changes: &[crate::quota::Change]) -> io::Result<()> {
+        if let Some(c) = self.cluster() {
+            let before = self.quotas.records();
+            let after = self.quotas.preview(changes);
+            let mut commands: Vec<_> = after
+                .iter()
+                .filter(|r| !before.contains(r))
+                .map(|r| crate::controller::records::quota(&r.entity, &r.values))
+                .collect();
+            commands.extend(
+                before
+                    .iter()
+                    .filter(|r| !after.iter().any(|a| a.entity == r.entity))
+                    .map(|r| crate::controller::records::quota(&r.entity, &BTreeMap::new())),
+            );
+            return crate::controller::records::write(c, commands).map_err(io::Error::other);
+        }
         let _w = self
             .catalog_writes
             .lock()

@@ -70,6 +70,7 @@ async fn join_cluster(
     let joined = async {
         control.register(shutdown).await?;
         control.wait_synced(0, FIRST_SYNC_LIMIT).await?;
+        crate::controller::records::propose_pending_scram(broker, &control).await?;
         control.unfence_self().await
     };
     if let Err(e) = joined.await {

@@ -26,7 +26,7 @@ use crate::coordinator::internal_topics::InternalTopicSpec;
 const SYNC_WAIT: Duration = Duration::from_secs(15);
 
 /// Runs `future` on the runtime and waits for it from a blocking-pool thread.
-fn wait_for<T: Send + 'static>(
+pub(crate) fn wait_for<T: Send + 'static>(
     future: impl Future<Output = Result<T, ClusterError>> + Send + 'static,
 ) -> Result<T, ClusterError> {
     let handle = tokio::runtime::Handle::try_current().map_err(|_| ClusterError::Stopped)?;

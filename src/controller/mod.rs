@@ -36,6 +36,7 @@
 //! replicated through the quorum.
 
 pub mod admin;
+pub mod records;
 pub mod sync;
 
 use std::collections::HashSet;

@@ -3,7 +3,8 @@
 //! For each image it sets the cluster view (registered brokers that are unfenced, and this
 //! broker), deletes local topics the metadata no longer has (or has under another id),
 //! applies the partition states that changed since the previous image (creating local logs
-//! for new topics and partitions) and the topic config overrides.
+//! for new topics and partitions), the ACLs, SCRAM credentials and client quotas, and the
+//! topic config overrides.
 //!
 //! Invariant: nothing is synced before this broker's own registration (this incarnation) is
 //! applied locally. The registration is committed after everything this broker saw before a
@@ -20,6 +21,7 @@ use strata_metadata::MetadataState;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::records::{RawRecords, SecurityRecords};
 use super::ClusterControl;
 use crate::broker::{is_internal_topic, Broker};
 use crate::replication::{BrokerEndpoint, ClusterBroker, PartitionLeadership};
@@ -29,6 +31,8 @@ use crate::replication::{BrokerEndpoint, ClusterBroker, PartitionLeadership};
 struct Applied {
     brokers: Vec<ClusterBroker>,
     partitions: HashMap<(Uuid, u32), PartitionState>,
+    /// ACL, SCRAM and quota records (`None` before the first sync).
+    security: Option<RawRecords>,
 }
 
 /// Follows the metadata images until `cancel`.
@@ -153,7 +157,16 @@ fn sync_once(
         }
     }
 
-    // 4. Topic config overrides.
+    // 4. ACLs, SCRAM credentials and client quotas, replaced whenever they change.
+    let security = RawRecords::of(state);
+    if applied.security.as_ref() != Some(&security) {
+        match broker.apply_security_records(SecurityRecords::decode(&security)) {
+            Ok(()) => applied.security = Some(security),
+            Err(e) => tracing::error!(error = %e, "applying ACLs, credentials and quotas failed"),
+        }
+    }
+
+    // 5. Topic config overrides.
     for topic in state.topics() {
         let Some(local) = broker.topic(&topic.name) else {
             continue;

@@ -36,8 +36,8 @@ use kafka_protocol::protocol::Encodable;
 pub use client::{Client, ClientQuotas, QuotaType};
 pub use connection::{ConnectionLimits, ConnectionLimitsConfig, ConnectionPermit, Refusal};
 pub use entity::{Alteration, Change, DescribedQuotas, FilterComponent, QuotaEntity};
+pub use entity::{EntityRecord, QuotaRecord, QuotaStore};
 pub use entity::{QuotaError, QuotaKey};
-pub use entity::{QuotaRecord, QuotaStore};
 pub use rate::SampleConfig;
 
 /// The broker's client quotas and connection limits.
@@ -105,6 +105,23 @@ impl Quotas {
             self.refresh();
         }
         changed
+    }
+
+    /// The records the store would hold after `changes`, without applying them (cluster
+    /// mode proposes the difference to the quorum).
+    pub fn preview(&self, changes: &[Change]) -> Vec<QuotaRecord> {
+        let mut store = self.store.read().unwrap_or_else(|e| e.into_inner()).clone();
+        for c in changes {
+            store.apply(c);
+        }
+        store.to_records()
+    }
+
+    /// Replaces every quota with `records` (the quorum's) and updates enforcement. Blocking
+    /// (host-name IP entities are resolved).
+    pub fn replace(&self, records: &[QuotaRecord]) {
+        *self.store.write().unwrap_or_else(|e| e.into_inner()) = QuotaStore::from_records(records);
+        self.refresh();
     }
 
     fn refresh(&self) {

@@ -9,6 +9,7 @@ mod acls;
 mod admin;
 mod cluster;
 mod cluster_coordinators;
+mod cluster_security;
 mod compaction;
 mod coordinators;
 mod group_offsets;

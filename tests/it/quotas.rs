@@ -18,7 +18,7 @@ const DESCRIBE_V: i16 = 1;
 const INVALID_REQUEST: i16 = 42;
 const UNSUPPORTED_VERSION: i16 = 35;
 
-fn entity(parts: &[(&str, Option<&str>)]) -> Vec<EntityData> {
+pub(crate) fn entity(parts: &[(&str, Option<&str>)]) -> Vec<EntityData> {
     parts
         .iter()
         .map(|(t, n)| {
@@ -29,7 +29,7 @@ fn entity(parts: &[(&str, Option<&str>)]) -> Vec<EntityData> {
         .collect()
 }
 
-fn set(key: &str, value: f64) -> OpData {
+pub(crate) fn set(key: &str, value: f64) -> OpData {
     OpData::default().with_key(str_bytes(key)).with_value(value)
 }
 
@@ -37,13 +37,17 @@ fn remove(key: &str) -> OpData {
     OpData::default().with_key(str_bytes(key)).with_remove(true)
 }
 
-fn entry(parts: &[(&str, Option<&str>)], ops: Vec<OpData>) -> EntryData {
+pub(crate) fn entry(parts: &[(&str, Option<&str>)], ops: Vec<OpData>) -> EntryData {
     EntryData::default()
         .with_entity(entity(parts))
         .with_ops(ops)
 }
 
-async fn alter(c: &mut Client, entries: Vec<EntryData>, validate_only: bool) -> Vec<(i16, String)> {
+pub(crate) async fn alter(
+    c: &mut Client,
+    entries: Vec<EntryData>,
+    validate_only: bool,
+) -> Vec<(i16, String)> {
     let req = AlterClientQuotasRequest::default()
         .with_entries(entries)
         .with_validate_only(validate_only);

@@ -42,7 +42,7 @@ async fn authenticate(c: &mut Client, bytes: Vec<u8>) -> SaslAuthenticateRespons
     c.call(2, &r).await
 }
 
-async fn add_scram_user(
+pub(crate) async fn add_scram_user(
     c: &mut Client,
     user: &str,
     password: &str,

@@ -1,0 +1,163 @@
+//! Cluster mode: ACLs, SCRAM credentials and client quotas changed through any broker are
+//! committed to the quorum and enforced by every broker, including one that was stopped
+//! while they changed.
+
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::*;
+use strata::acl::{AclBinding, Operation, PatternType, Permission, ResourceType};
+use strata::auth::scram::Mechanism;
+
+use crate::cluster::{eventually, QuorumCluster};
+use crate::harness::*;
+
+const TOPIC_DENIED: i16 = 29;
+
+fn deny_read(topic: &str) -> AclBinding {
+    AclBinding {
+        resource_type: ResourceType::Topic,
+        resource_name: topic.to_string(),
+        pattern_type: PatternType::Literal,
+        principal: "User:ANONYMOUS".to_string(),
+        host: "*".to_string(),
+        operation: Operation::Read,
+        permission: Permission::Deny,
+    }
+}
+
+/// CreateAcls v3 of one ACL on `b`.
+async fn create_acl(b: &TestBroker, acl: &AclBinding) -> i16 {
+    let mut x = create_acls_request::AclCreation::default();
+    x.resource_type = 2;
+    x.resource_name = str_bytes(&acl.resource_name);
+    x.resource_pattern_type = 3;
+    x.principal = str_bytes(&acl.principal);
+    x.host = str_bytes(&acl.host);
+    x.operation = 3; // READ
+    x.permission_type = 2; // DENY
+    let mut req = CreateAclsRequest::default();
+    req.creations = vec![x];
+    b.client().await.call(3, &req).await.results[0].error_code
+}
+
+/// DeleteAcls v3 of every ACL on topic `topic`; returns how many were removed.
+async fn delete_acls(b: &TestBroker, topic: &str) -> usize {
+    let mut f = delete_acls_request::DeleteAclsFilter::default();
+    f.resource_type_filter = 2;
+    f.resource_name_filter = Some(str_bytes(topic));
+    f.pattern_type_filter = 3;
+    f.principal_filter = None;
+    f.host_filter = None;
+    f.operation = 1;
+    f.permission_type = 1;
+    let mut del = DeleteAclsRequest::default();
+    del.filters = vec![f];
+    let r = b.client().await.call(3, &del).await;
+    assert_eq!(r.filter_results[0].error_code, 0);
+    r.filter_results[0].matching_acls.len()
+}
+
+async fn fetch_error(b: &TestBroker, topic: &str) -> i16 {
+    let mut c = b.client().await;
+    fetch(&mut c, topic, 0, FetchArgs::default())
+        .await
+        .error_code
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acls_credentials_and_quotas_reach_every_broker_through_the_quorum() {
+    let mut c = QuorumCluster::start_with(&[
+        (
+            "authorizer.class.name",
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        ),
+        // Replica fetchers connect as ANONYMOUS: no ACL on the cluster lets them.
+        ("allow.everyone.if.no.acl.found", "true"),
+    ])
+    .await;
+    {
+        let b = c.broker(1);
+        eventually("three unfenced brokers", || async move {
+            b.broker()
+                .cluster()
+                .map(|c| strata::controller::admin::unfenced_brokers(c))
+                == Some(3)
+        })
+        .await;
+    }
+    let mut t = CreatableTopic::default();
+    t.name = name("secret");
+    t.num_partitions = 1;
+    t.replication_factor = 3;
+    let r = create_topics(&mut c.broker(1).client().await, vec![t])
+        .await
+        .remove(0);
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    for id in 1..=3 {
+        let b = c.broker(id);
+        eventually("the topic on every broker", || async move {
+            b.broker().topic("secret").is_some()
+        })
+        .await;
+    }
+
+    // An ACL created through broker 1 is enforced by all three.
+    let acl = deny_read("secret");
+    assert_eq!(create_acl(c.broker(1), &acl).await, 0);
+    assert_eq!(c.broker(1).broker().authorizer.acls(), vec![acl.clone()]);
+    for id in 1..=3 {
+        let b = c.broker(id);
+        eventually("the ACL on every broker", || async move {
+            b.broker().authorizer.acls() == vec![deny_read("secret")]
+        })
+        .await;
+        assert_eq!(fetch_error(b, "secret").await, TOPIC_DENIED, "broker {id}");
+    }
+
+    // Broker 3 is down while the ACL is deleted through broker 2 and a credential and a
+    // quota are set through broker 1; it learns all three when it returns.
+    c.broker_mut(3).stop().await;
+    assert_eq!(delete_acls(c.broker(2), "secret").await, 1);
+    assert_eq!(
+        crate::security::add_scram_user(
+            &mut c.broker(1).client().await,
+            "alice",
+            "alice-pw",
+            Mechanism::Sha256,
+            4096
+        )
+        .await,
+        0
+    );
+    let altered = crate::quotas::alter(
+        &mut c.broker(1).client().await,
+        vec![crate::quotas::entry(
+            &[("user", Some("alice"))],
+            vec![crate::quotas::set("producer_byte_rate", 1024.0)],
+        )],
+        false,
+    )
+    .await;
+    assert_eq!(altered[0].0, 0, "{altered:?}");
+    c.broker_mut(3).resume().await;
+    for id in 1..=3 {
+        let b = c.broker(id);
+        eventually(
+            "the deletion, credential and quota on every broker",
+            || async move {
+                let broker = b.broker();
+                broker.authorizer.acls().is_empty()
+                    && broker
+                        .scram_credential("alice", Mechanism::Sha256)
+                        .is_some()
+                    && broker.quotas.records().len() == 1
+            },
+        )
+        .await;
+        assert_eq!(
+            fetch_error(b, "secret").await,
+            0,
+            "broker {id} after the delete"
+        );
+    }
+    c.shutdown().await;
+}
