@@ -25,7 +25,7 @@ use crate::broker::{Broker, Topic, TopicError};
 const SYNC_WAIT: Duration = Duration::from_secs(15);
 
 /// Runs `future` on the runtime and waits for it from a blocking-pool thread.
-fn wait_for<T: Send + 'static>(
+pub(super) fn wait_for<T: Send + 'static>(
     future: impl Future<Output = Result<T, ClusterError>> + Send + 'static,
 ) -> Result<T, ClusterError> {
     let handle = tokio::runtime::Handle::try_current().map_err(|_| ClusterError::Stopped)?;
@@ -77,7 +77,7 @@ fn place(
 const TOPIC_CATCH_UP: Duration = Duration::from_millis(1000);
 
 /// The metadata state, once it has topic `name` (bounded by [`TOPIC_CATCH_UP`]).
-fn state_with_topic(
+pub(super) fn state_with_topic(
     control: &Arc<ClusterControl>,
     name: &str,
 ) -> Result<Arc<MetadataState>, TopicError> {

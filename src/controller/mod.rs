@@ -33,6 +33,7 @@
 //! dynamic broker configs are not replicated through the quorum yet.
 
 pub mod admin;
+pub mod reassign;
 pub mod sync;
 
 use std::sync::atomic::{AtomicI64, Ordering};
