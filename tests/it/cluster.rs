@@ -20,7 +20,7 @@ use crate::harness::*;
 const TOPIC: &str = "quorum-replicated";
 const METADATA_V: i16 = 12;
 
-struct QuorumCluster {
+pub(crate) struct QuorumCluster {
     /// Brokers 1..=3 at index id - 1.
     brokers: Vec<TestBroker>,
 }
@@ -41,7 +41,7 @@ fn free_port() -> u16 {
 }
 
 impl QuorumCluster {
-    async fn start() -> QuorumCluster {
+    pub(crate) async fn start() -> QuorumCluster {
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let voters = ports
             .iter()
@@ -77,7 +77,7 @@ impl QuorumCluster {
         QuorumCluster { brokers }
     }
 
-    fn broker(&self, id: i32) -> &TestBroker {
+    pub(crate) fn broker(&self, id: i32) -> &TestBroker {
         &self.brokers[(id - 1) as usize]
     }
 
@@ -95,7 +95,7 @@ impl QuorumCluster {
         Some((p.leader.map(|b| b.0), isr))
     }
 
-    async fn shutdown(self) {
+    pub(crate) async fn shutdown(self) {
         for b in self.brokers {
             b.shutdown().await;
         }
@@ -127,7 +127,7 @@ async fn view(b: &TestBroker) -> (Vec<i32>, i32) {
 }
 
 /// Waits up to 20 s for `cond`.
-async fn eventually<F, Fut>(what: &str, mut cond: F)
+pub(crate) async fn eventually<F, Fut>(what: &str, mut cond: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
