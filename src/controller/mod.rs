@@ -16,7 +16,9 @@
 //!   topic configs;
 //! - implements [`IsrChangeSink`] by proposing `AlterPartition`;
 //! - serves the metadata-changing admin requests (topics, partitions, topic configs) and
-//!   producer-id blocks by proposing commands ([`admin`]).
+//!   producer-id blocks by proposing commands ([`admin`]), and partition reassignments
+//!   ([`reassign`]; they complete inside the leader's `AlterPartition` apply, not in the
+//!   controller loop).
 //!
 //! Concurrency and cancellation: the heartbeat, controller and sync loops are spawned by the
 //! runtime on its service tracker and stop on its cancellation token; each proposal is bounded
