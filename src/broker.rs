@@ -559,6 +559,23 @@ impl Partition {
         Ok(role == ROLE_FOLLOWER && new_epoch)
     }
 
+    /// Kafka's StopReplica with `deletePartition`: once this broker is no longer a replica
+    /// (a reassignment moved the partition away), its copy goes. The log restarts empty at
+    /// offset 0, so a later reassignment back here re-fetches everything from the leader.
+    /// Does nothing while this broker is a replica or the log is already empty. Returns
+    /// whether data was dropped. Blocking.
+    pub fn delete_local_replica(&self) -> io::Result<bool> {
+        let _set = self.lock_replicas();
+        let mut log = self.lock();
+        if self.role() != Role::None || (log.log_start_offset() == 0 && log.log_end_offset() == 0) {
+            return Ok(false);
+        }
+        log.truncate_fully_and_start_at(0, now_ms())?;
+        tracing::info!(topic = %self.topic, partition = self.index, "deleted the local copy of a partition this broker no longer replicates");
+        self.publish(&log);
+        Ok(true)
+    }
+
     /// Appends batches fetched from the leader (offsets and epochs kept) and takes the
     /// leader's high watermark and log start offset, as Kafka's follower does after each
     /// fetch. Refused unless this broker follows at `leader_epoch`. Blocking.
@@ -1991,6 +2008,11 @@ impl Broker {
                 match p.apply_state(&state, lag_ms, now) {
                     Ok(restart) => {
                         follow_changed |= restart || was_follower != (p.role() == Role::Follower);
+                        if p.role() == Role::None {
+                            if let Err(e) = p.delete_local_replica() {
+                                tracing::error!(topic = %name, partition = state.partition, error = %e, "cannot delete the local copy of a partition this broker no longer replicates");
+                            }
+                        }
                         self.follow_coordinator_partition(&state, p.role() == Role::Leader);
                         self.replication.record_leadership(state);
                     }

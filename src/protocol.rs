@@ -61,6 +61,8 @@ pub const SUPPORTED_APIS: &[ApiKey] = &[
     ApiKey::DeleteAcls,
     ApiKey::DescribeClientQuotas,
     ApiKey::AlterClientQuotas,
+    ApiKey::AlterPartitionReassignments,
+    ApiKey::ListPartitionReassignments,
 ];
 
 /// (min, max) version Strata accepts for an API, if it serves it at all: the crate's range
@@ -117,6 +119,8 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::DeleteAcls => DeleteAclsRequest::VERSIONS,
         ApiKey::DescribeClientQuotas => DescribeClientQuotasRequest::VERSIONS,
         ApiKey::AlterClientQuotas => AlterClientQuotasRequest::VERSIONS,
+        ApiKey::AlterPartitionReassignments => AlterPartitionReassignmentsRequest::VERSIONS,
+        ApiKey::ListPartitionReassignments => ListPartitionReassignmentsRequest::VERSIONS,
         _ => return None,
     };
     let r = key.valid_versions().intersect(&codec);

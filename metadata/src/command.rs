@@ -72,6 +72,18 @@ pub enum Command {
         isr: Vec<BrokerId>,
         partition_epoch: PartitionEpoch,
     },
+    /// Starts or changes a partition's reassignment to `replicas`, or cancels the ongoing one
+    /// (`None`); Kafka's AlterPartitionReassignments for one partition. Completes at once
+    /// when the ISR already covers the target, else with the `AlterPartition` that makes it
+    /// (see [`crate::reassignment`]). Answers [`Response::PartitionAltered`].
+    AlterPartitionReassignment {
+        topic_id: TopicId,
+        partition: u32,
+        replicas: Option<Vec<BrokerId>>,
+        /// Kafka's `AllowReplicationFactorChange` (v1): false refuses a target whose length
+        /// differs from the replicas before the reassignment.
+        allow_replication_factor_change: bool,
+    },
     /// Sets (`Some`) or removes (`None`) config keys of one resource, all or nothing. Values
     /// are validated by the broker, which knows the config schema.
     SetConfigs {
@@ -106,6 +118,7 @@ impl Command {
             Command::DeleteTopic { .. } => "delete_topic",
             Command::CreatePartitions { .. } => "create_partitions",
             Command::AlterPartition { .. } => "alter_partition",
+            Command::AlterPartitionReassignment { .. } => "alter_partition_reassignment",
             Command::SetConfigs { .. } => "set_configs",
             Command::AllocateProducerIds { .. } => "allocate_producer_ids",
             Command::PutRecord { .. } => "put_record",
@@ -264,6 +277,10 @@ pub enum ApplyError {
     },
     #[error("invalid config: {0}")]
     InvalidConfig(String),
+    #[error("{0}")]
+    InvalidReplicationFactor(String),
+    #[error("partition {topic_id}-{partition}: no partition reassignment is in progress")]
+    NoReassignmentInProgress { topic_id: TopicId, partition: u32 },
     #[error("invalid producer id block size {0}: must be between 1 and {MAX_PRODUCER_ID_BLOCK}")]
     InvalidProducerIdCount(u32),
     #[error("producer ids are exhausted")]
@@ -299,6 +316,8 @@ impl ApplyError {
             ApplyError::InvalidIsr { .. } => kafka_codes::INVALID_REQUEST,
             ApplyError::IneligibleReplica { .. } => kafka_codes::INELIGIBLE_REPLICA,
             ApplyError::InvalidConfig(_) => kafka_codes::INVALID_CONFIG,
+            ApplyError::InvalidReplicationFactor(_) => kafka_codes::INVALID_REPLICATION_FACTOR,
+            ApplyError::NoReassignmentInProgress { .. } => kafka_codes::NO_REASSIGNMENT_IN_PROGRESS,
             ApplyError::InvalidProducerIdCount(_) | ApplyError::InvalidRecordKey(_) => {
                 kafka_codes::INVALID_REQUEST
             }
@@ -321,6 +340,7 @@ pub mod kafka_codes {
     pub const NOT_CONTROLLER: i16 = 41;
     pub const INVALID_REQUEST: i16 = 42;
     pub const FENCED_LEADER_EPOCH: i16 = 74;
+    pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
     pub const STALE_BROKER_EPOCH: i16 = 77;
     pub const INVALID_UPDATE_VERSION: i16 = 95;
     pub const UNKNOWN_TOPIC_ID: i16 = 100;

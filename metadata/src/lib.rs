@@ -46,6 +46,7 @@
 //! - [`command`]: the log's commands, responses and rejections.
 //! - [`state`]: the state machine proper, [`MetadataState::apply`].
 //! - [`placement`]: replica placement and leader election for the controller.
+//! - [`reassignment`]: partition reassignment (adding/removing replicas, completion).
 //! - [`store`]: the on-disk Raft log and the state machine store with snapshots.
 //! - [`network`]: the TCP transport (Raft RPCs and forwarding to the leader).
 //! - [`node`]: [`MetadataNode`], which ties them together.
@@ -56,8 +57,8 @@
 //! - TLS and authentication on the metadata RPC listener: bind it to a private network.
 //! - Heartbeats go through the log (one small entry per broker per interval) so liveness
 //!   survives a controller change; Kafka keeps them in controller memory instead.
-//! - Eligible leader replicas (KIP-966), partition reassignment, controlled shutdown and
-//!   broker unregistration are not modelled yet.
+//! - Eligible leader replicas (KIP-966), controlled shutdown and broker unregistration are
+//!   not modelled yet.
 //! - Frames are JSON; snapshot chunks are sent as JSON arrays of numbers (about 4x their
 //!   size), acceptable for metadata-sized snapshots.
 
@@ -68,6 +69,7 @@ pub mod ids;
 pub mod network;
 pub mod node;
 pub mod placement;
+pub mod reassignment;
 pub mod state;
 pub mod store;
 

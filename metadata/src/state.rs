@@ -11,6 +11,8 @@
 //!   when there is one, is in the ISR; its partition epoch grows by one on every change and
 //!   its leader epoch grows whenever the leader changes.
 //! - Producer-id blocks never overlap: the counter only moves forward.
+//! - A partition's `adding_replicas` and `removing_replicas` are disjoint subsets of its
+//!   replicas, both empty when no reassignment is in progress ([`crate::reassignment`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,6 +25,7 @@ use crate::command::{
 use crate::ids::{
     BrokerEpoch, BrokerId, LeaderEpoch, PartitionEpoch, ProducerId, TopicId, Uuid128,
 };
+use crate::reassignment::{self, PartitionChange, ReassignmentReplicas};
 
 /// Kafka's limit on topic name length.
 const MAX_TOPIC_NAME_LEN: usize = 249;
@@ -52,6 +55,19 @@ pub struct PartitionState {
     pub leader: Option<BrokerId>,
     pub leader_epoch: LeaderEpoch,
     pub partition_epoch: PartitionEpoch,
+    /// Replicas an ongoing reassignment adds (Kafka's `addingReplicas`); empty when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding_replicas: Vec<BrokerId>,
+    /// Replicas an ongoing reassignment removes (Kafka's `removingReplicas`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing_replicas: Vec<BrokerId>,
+}
+
+impl PartitionState {
+    /// Whether a reassignment is in progress.
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
 }
 
 /// A topic: partition `i` is `partitions[i]`.
@@ -238,6 +254,17 @@ impl MetadataState {
                 *leader_epoch,
                 isr,
                 *partition_epoch,
+            ),
+            Command::AlterPartitionReassignment {
+                topic_id,
+                partition,
+                replicas,
+                allow_replication_factor_change,
+            } => self.alter_partition_reassignment(
+                *topic_id,
+                *partition,
+                replicas.as_deref(),
+                *allow_replication_factor_change,
             ),
             Command::SetConfigs { resource, changes } => self.set_configs(resource, changes),
             Command::AllocateProducerIds {
@@ -482,6 +509,8 @@ impl MetadataState {
                 leader: Some(leader),
                 leader_epoch: LeaderEpoch(0),
                 partition_epoch: PartitionEpoch(0),
+                adding_replicas: Vec::new(),
+                removing_replicas: Vec::new(),
             });
         }
         Ok(partitions)
@@ -566,7 +595,31 @@ impl MetadataState {
             .0
             .checked_add(1)
             .ok_or_else(|| invalid("the partition epoch is exhausted".into()))?;
+        // An ISR that covers a reassignment's target completes it in this same change, as in
+        // Kafka's AlterPartition handling (see `crate::reassignment`).
+        let mut change = PartitionChange::of(current);
+        change.leader = leader;
+        change.leader_epoch = leader_epoch;
+        change.isr = isr.to_vec();
+        let mut next = change
+            .build(current, |id| self.is_usable(id))
+            .unwrap_or_else(|| current.clone());
+        next.partition_epoch = PartitionEpoch(next_epoch);
+        let response = Response::PartitionAltered {
+            leader: next.leader,
+            leader_epoch: next.leader_epoch,
+            partition_epoch: next.partition_epoch,
+        };
+        self.replace_partition(topic_id, partition, next)?;
+        Ok(response)
+    }
 
+    fn replace_partition(
+        &mut self,
+        topic_id: TopicId,
+        partition: u32,
+        next: PartitionState,
+    ) -> Result<(), ApplyError> {
         let state = self
             .topics
             .get_mut(&topic_id)
@@ -575,15 +628,128 @@ impl MetadataState {
                 topic_id,
                 partition,
             })?;
-        state.leader = leader;
-        state.leader_epoch = leader_epoch;
-        state.isr = isr.to_vec();
-        state.partition_epoch = PartitionEpoch(next_epoch);
-        Ok(Response::PartitionAltered {
-            leader,
-            leader_epoch,
-            partition_epoch: state.partition_epoch,
-        })
+        *state = next;
+        Ok(())
+    }
+
+    /// Starts, changes or cancels (`target: None`) a partition's reassignment, as Kafka's
+    /// `ReplicationControlManager.alterPartitionReassignment`; see [`crate::reassignment`].
+    fn alter_partition_reassignment(
+        &mut self,
+        topic_id: TopicId,
+        partition: u32,
+        target: Option<&[BrokerId]>,
+        allow_replication_factor_change: bool,
+    ) -> CommandResult {
+        let topic = self
+            .topics
+            .get(&topic_id)
+            .ok_or(ApplyError::UnknownTopicId(topic_id))?;
+        let current =
+            topic
+                .partitions
+                .get(partition as usize)
+                .ok_or(ApplyError::UnknownPartition {
+                    topic_id,
+                    partition,
+                })?;
+        let mut change = PartitionChange::of(current);
+        match target {
+            None => {
+                if !current.is_reassigning() {
+                    return Err(ApplyError::NoReassignmentInProgress {
+                        topic_id,
+                        partition,
+                    });
+                }
+                let revert = reassignment::revert(current).ok_or_else(|| {
+                    ApplyError::InvalidReplicaAssignment(format!(
+                        "partition {partition}: every replica is being added; nothing to revert to"
+                    ))
+                })?;
+                // The broker's static default is not in the log: apply sees the topic's
+                // config and the cluster-wide dynamic default only.
+                if revert.unclean && !crate::placement::unclean_allowed(self, topic, false) {
+                    return Err(ApplyError::InvalidReplicaAssignment(format!(
+                        "Unable to revert partition assignment for {}:{partition} because it would require an unclean leader election.",
+                        topic.name
+                    )));
+                }
+                change.replicas = revert.replicas;
+                change.isr = revert.isr;
+                change.adding.clear();
+                change.removing.clear();
+                let valid = |id: &BrokerId| change.isr.contains(id) && self.is_usable(*id);
+                if !change.leader.as_ref().is_some_and(valid) {
+                    change.leader = change.replicas.iter().copied().find(valid);
+                }
+            }
+            Some(target) => {
+                self.validate_reassignment_target(partition, target)?;
+                let original = reassignment::original_replicas(current);
+                if !allow_replication_factor_change && target.len() != original.len() {
+                    return Err(ApplyError::InvalidReplicationFactor(format!(
+                        "The replication factor is changed from {} to {} but allowReplicationFactorChange is false.",
+                        original.len(),
+                        target.len()
+                    )));
+                }
+                let r = ReassignmentReplicas::new(&current.replicas, target);
+                change.replicas = r.replicas;
+                change.adding = r.adding;
+                change.removing = r.removing;
+            }
+        }
+        let Some(mut next) = change.build(current, |id| self.is_usable(id)) else {
+            return Ok(Response::PartitionAltered {
+                leader: current.leader,
+                leader_epoch: current.leader_epoch,
+                partition_epoch: current.partition_epoch,
+            });
+        };
+        next.partition_epoch =
+            PartitionEpoch(current.partition_epoch.0.checked_add(1).ok_or_else(|| {
+                ApplyError::InvalidIsr {
+                    topic_id,
+                    partition,
+                    reason: "the partition epoch is exhausted".into(),
+                }
+            })?);
+        let response = Response::PartitionAltered {
+            leader: next.leader,
+            leader_epoch: next.leader_epoch,
+            partition_epoch: next.partition_epoch,
+        };
+        self.replace_partition(topic_id, partition, next)?;
+        Ok(response)
+    }
+
+    /// Kafka's `validateManualPartitionAssignment`: a non-empty list of distinct, registered
+    /// brokers (fenced ones included: they join the ISR once unfenced and caught up).
+    fn validate_reassignment_target(
+        &self,
+        partition: u32,
+        target: &[BrokerId],
+    ) -> Result<(), ApplyError> {
+        if target.is_empty() {
+            return Err(ApplyError::InvalidReplicaAssignment(format!(
+                "The manual partition assignment of partition {partition} includes an empty replica list."
+            )));
+        }
+        let mut seen = BTreeSet::new();
+        for id in target {
+            if !self.brokers.contains_key(id) {
+                return Err(ApplyError::InvalidReplicaAssignment(format!(
+                    "The manual partition assignment of partition {partition} includes broker {id}, but no such broker is registered."
+                )));
+            }
+            if !seen.insert(*id) {
+                return Err(ApplyError::InvalidReplicaAssignment(format!(
+                    "The manual partition assignment of partition {partition} includes the broker {id} more than once."
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn set_configs(
@@ -1003,6 +1169,178 @@ mod tests {
             state.apply(208, &unknown),
             Err(ApplyError::UnknownPartition { partition: 5, .. })
         ));
+    }
+
+    fn reassign(target: Option<&[i32]>, allow_rf_change: bool) -> Command {
+        Command::AlterPartitionReassignment {
+            topic_id: uuid(1),
+            partition: 0,
+            replicas: target.map(|t| t.iter().map(|b| BrokerId(*b)).collect()),
+            allow_replication_factor_change: allow_rf_change,
+        }
+    }
+
+    fn ids(v: &[i32]) -> Vec<BrokerId> {
+        v.iter().map(|b| BrokerId(*b)).collect()
+    }
+
+    #[test]
+    fn reassignment_adds_replicas_then_completes_when_the_isr_covers_the_target() {
+        let mut state = three_brokers();
+        create_topic(&mut state, "t", uuid(1), &[&[1]]).unwrap();
+        assert_eq!(
+            state.apply(200, &reassign(Some(&[2, 3]), true)),
+            Ok(Response::PartitionAltered {
+                leader: Some(BrokerId(1)),
+                leader_epoch: LeaderEpoch(0),
+                partition_epoch: PartitionEpoch(1),
+            })
+        );
+        let p = state.partition(uuid(1), 0).unwrap().clone();
+        assert_eq!(p.replicas, ids(&[2, 3, 1]));
+        assert_eq!(
+            (p.adding_replicas.clone(), p.removing_replicas.clone()),
+            (ids(&[2, 3]), ids(&[1]))
+        );
+        assert_eq!(p.isr, ids(&[1]));
+        assert!(p.is_reassigning());
+
+        // The leader adds 2: still in progress.
+        state.apply(201, &alter(Some(1), 0, &[1, 2], 1)).unwrap();
+        assert!(state.partition(uuid(1), 0).unwrap().is_reassigning());
+        // Adding 3 completes it in the same apply: broker 1 leaves, 2 leads at a new epoch.
+        assert_eq!(
+            state.apply(202, &alter(Some(1), 0, &[1, 2, 3], 2)),
+            Ok(Response::PartitionAltered {
+                leader: Some(BrokerId(2)),
+                leader_epoch: LeaderEpoch(1),
+                partition_epoch: PartitionEpoch(3),
+            })
+        );
+        let p = state.partition(uuid(1), 0).unwrap();
+        assert_eq!(
+            (p.replicas.clone(), p.isr.clone()),
+            (ids(&[2, 3]), ids(&[2, 3]))
+        );
+        assert!(!p.is_reassigning());
+        // The old leader's next ISR change is fenced.
+        assert!(matches!(
+            state.apply(203, &alter(Some(1), 0, &[1, 2, 3], 3)),
+            Err(ApplyError::FencedLeaderEpoch { .. })
+        ));
+    }
+
+    #[test]
+    fn a_target_the_isr_already_covers_completes_at_once() {
+        let mut state = three_brokers();
+        create_topic(&mut state, "t", uuid(1), &[&[1, 2, 3]]).unwrap();
+        // Reordering: same set, new preferred leader; the leader stays, no epoch bump.
+        state
+            .apply(200, &reassign(Some(&[3, 1, 2]), false))
+            .unwrap();
+        let p = state.partition(uuid(1), 0).unwrap().clone();
+        assert_eq!(p.replicas, ids(&[3, 1, 2]));
+        assert_eq!(
+            (p.leader, p.leader_epoch),
+            (Some(BrokerId(1)), LeaderEpoch(0))
+        );
+        assert!(!p.is_reassigning());
+        // Shrinking off the leader: done at once, leadership moves to the first target replica.
+        state.apply(201, &reassign(Some(&[2, 3]), true)).unwrap();
+        let p = state.partition(uuid(1), 0).unwrap().clone();
+        assert_eq!(
+            (p.replicas.clone(), p.isr.clone()),
+            (ids(&[2, 3]), ids(&[2, 3]))
+        );
+        assert_eq!(
+            (p.leader, p.leader_epoch),
+            (Some(BrokerId(2)), LeaderEpoch(1))
+        );
+        assert_eq!(p.partition_epoch, PartitionEpoch(2));
+        // The same target again changes nothing, not even the partition epoch.
+        let before = state.clone();
+        assert_eq!(
+            state.apply(202, &reassign(Some(&[2, 3]), false)),
+            Ok(Response::PartitionAltered {
+                leader: Some(BrokerId(2)),
+                leader_epoch: LeaderEpoch(1),
+                partition_epoch: PartitionEpoch(2),
+            })
+        );
+        assert_eq!(state, before);
+    }
+
+    #[test]
+    fn cancelling_a_reassignment_reverts_to_the_original_replicas() {
+        let mut state = three_brokers();
+        create_topic(&mut state, "t", uuid(1), &[&[1, 2]]).unwrap();
+        state.apply(200, &reassign(Some(&[3, 2]), true)).unwrap();
+        let p = state.partition(uuid(1), 0).unwrap();
+        assert_eq!(p.replicas, ids(&[3, 2, 1]));
+        assert_eq!(p.leader_epoch, LeaderEpoch(0));
+        state.apply(201, &reassign(None, true)).unwrap();
+        // As in Kafka, the reverted replicas keep their order in the reassigning list.
+        let p = state.partition(uuid(1), 0).unwrap();
+        assert_eq!(
+            (p.replicas.clone(), p.isr.clone()),
+            (ids(&[2, 1]), ids(&[1, 2]))
+        );
+        assert!(!p.is_reassigning());
+        assert_eq!(p.leader, Some(BrokerId(1)));
+        assert_eq!(p.leader_epoch, LeaderEpoch(1), "broker 3 left the replicas");
+        let before = state.clone();
+        let err = state.apply(202, &reassign(None, true)).unwrap_err();
+        assert_eq!(err.kafka_error_code(), 85, "{err}");
+        assert_eq!(state, before);
+    }
+
+    #[test]
+    fn reassignment_rejects_bad_targets_without_changing_state() {
+        let mut state = three_brokers();
+        create_topic(&mut state, "t", uuid(1), &[&[1, 2]]).unwrap();
+        let before = state.clone();
+        let cases: Vec<(Command, i16)> = vec![
+            (reassign(Some(&[]), true), 39),
+            (reassign(Some(&[1, 1]), true), 39),
+            (reassign(Some(&[1, 9]), true), 39),
+            (reassign(Some(&[3]), false), 38),
+            (reassign(Some(&[1, 2, 3]), false), 38),
+            (reassign(None, true), 85),
+        ];
+        for (command, code) in cases {
+            let err = state.apply(300, &command).unwrap_err();
+            assert_eq!(err.kafka_error_code(), code, "{command:?}: {err}");
+            assert_eq!(state, before);
+        }
+        let mut unknown = reassign(Some(&[1]), true);
+        if let Command::AlterPartitionReassignment { partition, .. } = &mut unknown {
+            *partition = 4;
+        }
+        assert_eq!(
+            state.apply(301, &unknown).unwrap_err().kafka_error_code(),
+            3
+        );
+        // A fenced but registered broker is a valid target: it joins once unfenced.
+        state
+            .apply(302, &Command::FenceBroker { id: BrokerId(3) })
+            .unwrap();
+        state.apply(303, &reassign(Some(&[1, 3]), false)).unwrap();
+        assert_eq!(
+            state.partition(uuid(1), 0).unwrap().adding_replicas,
+            ids(&[3])
+        );
+        assert!(matches!(
+            state.apply(304, &alter(Some(1), 0, &[1, 2, 3], 1)),
+            Err(ApplyError::IneligibleReplica { .. })
+        ));
+    }
+
+    #[test]
+    fn partition_state_without_reassignment_fields_still_loads() {
+        let old = r#"{"replicas":[1,2],"isr":[1],"leader":1,"leader_epoch":4,"partition_epoch":9}"#;
+        let p: PartitionState = serde_json::from_str(old).unwrap();
+        assert!(p.adding_replicas.is_empty() && p.removing_replicas.is_empty());
+        assert_eq!(serde_json::to_string(&p).unwrap(), old);
     }
 
     #[test]

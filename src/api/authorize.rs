@@ -430,6 +430,48 @@ pub fn gate(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i16
                 }),
             )
         }
+        RequestKind::AlterPartitionReassignments(r) => {
+            if who.may_cluster(Alter) {
+                return Gate::Run(RequestKind::AlterPartitionReassignments(r), None);
+            }
+            use kafka_protocol::messages::alter_partition_reassignments_response as apr;
+            let responses = r
+                .topics
+                .iter()
+                .map(|t| {
+                    apr::ReassignableTopicResponse::default()
+                        .with_name(t.name.clone())
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    apr::ReassignablePartitionResponse::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_error_code(CLUSTER_DENIED.code())
+                                        .with_error_message(message(CLUSTER_DENIED))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            Gate::Answer(ResponseKind::AlterPartitionReassignments(
+                AlterPartitionReassignmentsResponse::default()
+                    .with_allow_replication_factor_change(r.allow_replication_factor_change)
+                    .with_error_code(CLUSTER_DENIED.code())
+                    .with_error_message(message(CLUSTER_DENIED))
+                    .with_responses(responses),
+            ))
+        }
+        RequestKind::ListPartitionReassignments(r) => {
+            if !who.may_cluster(Describe) {
+                return Gate::Answer(ResponseKind::ListPartitionReassignments(
+                    ListPartitionReassignmentsResponse::default()
+                        .with_error_code(CLUSTER_DENIED.code())
+                        .with_error_message(message(CLUSTER_DENIED)),
+                ));
+            }
+            Gate::Run(RequestKind::ListPartitionReassignments(r), None)
+        }
         RequestKind::DescribeUserScramCredentials(r) => {
             if !who.may_cluster(Describe) {
                 return Gate::Answer(ResponseKind::DescribeUserScramCredentials(

@@ -4,6 +4,7 @@
 pub mod acls;
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
+pub mod alter_partition_reassignments;
 pub mod api_versions;
 pub mod authorize;
 pub mod client_quotas;
@@ -31,6 +32,7 @@ pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
+pub mod list_partition_reassignments;
 pub mod list_transactions;
 pub mod metadata;
 pub mod offset_commit;
@@ -172,6 +174,12 @@ async fn run(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i1
         RequestKind::CreatePartitions(r) => {
             ResponseKind::CreatePartitions(create_partitions::handle(b, r).await)
         }
+        RequestKind::AlterPartitionReassignments(r) => ResponseKind::AlterPartitionReassignments(
+            alter_partition_reassignments::handle(b, r).await,
+        ),
+        RequestKind::ListPartitionReassignments(r) => ResponseKind::ListPartitionReassignments(
+            list_partition_reassignments::handle(&b, r),
+        ),
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(describe_configs::handle(&b, r, version))
         }

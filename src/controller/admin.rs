@@ -26,7 +26,7 @@ use crate::coordinator::internal_topics::InternalTopicSpec;
 const SYNC_WAIT: Duration = Duration::from_secs(15);
 
 /// Runs `future` on the runtime and waits for it from a blocking-pool thread.
-pub(crate) fn wait_for<T: Send + 'static>(
+pub(super) fn wait_for<T: Send + 'static>(
     future: impl Future<Output = Result<T, ClusterError>> + Send + 'static,
 ) -> Result<T, ClusterError> {
     let handle = tokio::runtime::Handle::try_current().map_err(|_| ClusterError::Stopped)?;
@@ -78,7 +78,7 @@ fn place(
 const TOPIC_CATCH_UP: Duration = Duration::from_millis(1000);
 
 /// The metadata state, once it has topic `name` (bounded by [`TOPIC_CATCH_UP`]).
-fn state_with_topic(
+pub(super) fn state_with_topic(
     control: &Arc<ClusterControl>,
     name: &str,
 ) -> Result<Arc<MetadataState>, TopicError> {

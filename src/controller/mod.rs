@@ -16,7 +16,9 @@
 //!   topic configs;
 //! - implements [`IsrChangeSink`] by proposing `AlterPartition`;
 //! - serves the metadata-changing admin requests (topics, partitions, topic configs) and
-//!   producer-id blocks by proposing commands ([`admin`]).
+//!   producer-id blocks by proposing commands ([`admin`]), and partition reassignments
+//!   ([`reassign`]; they complete inside the leader's `AlterPartition` apply, not in the
+//!   controller loop).
 //!
 //! Concurrency and cancellation: the heartbeat, controller and sync loops are spawned by the
 //! runtime on its service tracker and stop on its cancellation token; each proposal is bounded
@@ -32,10 +34,12 @@
 //! quorum on the first FindCoordinator for them ([`ClusterControl::request_internal_topic`]),
 //! replicated like any topic, and the coordinators follow their partitions' leadership.
 //!
-//! Not done yet: ACLs, SCRAM credentials, quotas and dynamic broker configs are not
-//! replicated through the quorum.
+//! ACLs, SCRAM credentials and client quotas are quorum records ([`records`]).
+//!
+//! Not done yet: dynamic broker configs are not replicated through the quorum.
 
 pub mod admin;
+pub mod reassign;
 pub mod records;
 pub mod sync;
 

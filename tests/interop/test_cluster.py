@@ -1,10 +1,14 @@
 """Cluster mode: three `strata serve` processes form one metadata quorum
 (controller.quorum.voters). A topic with replication factor 3 and min.insync.replicas=2
 keeps every acknowledged record, once, in order, while its partition leader is killed
-with SIGKILL (and restarted) several times under an idempotent acks=all producer.
+with SIGKILL (and restarted) several times under an idempotent acks=all producer. Kafka's
+own kafka-reassign-partitions (kafka-tools, Java AdminClient) moves a partition to other
+brokers with its records and offsets.
 
 Strata only: the reference Kafka script runs a single node."""
 
+import json
+import subprocess
 import threading
 import time
 
@@ -12,8 +16,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
+import java_apps
 from conftest import TARGET, free_port
-from helpers import QUIET, admin, consume
+from helpers import QUIET, admin, consume, produce
 
 pytestmark = [
     pytest.mark.slow,
@@ -200,3 +205,69 @@ def test_acked_records_survive_repeated_kill9_of_the_partition_leader(cluster):
     records = consume(bootstrap(cluster), TOPIC, p.sent, timeout=60)
     assert [int(r.value) for r in records] == list(range(p.sent))
     assert [r.offset for r in records] == offsets
+
+
+REASSIGN_TOPIC = "cluster-reassign"
+REASSIGN_TOOL = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+
+
+def reassign_tool(bootstrap_servers, tmp_path, *args):
+    """Runs kafka-reassign-partitions (kafka-tools) and returns its stdout; fails on errors."""
+    cp, why = java_apps.classpath("tools")
+    assert cp is not None, why
+    cmd = [java_apps._java_bin(), *java_apps.JVM_OPTS, "-cp", cp, REASSIGN_TOOL,
+           "--bootstrap-server", bootstrap_servers, *args]
+    with open(tmp_path / "reassign-tool.log", "ab") as err:
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, timeout=180)
+    text = out.stdout.decode("utf-8", "replace")
+    assert out.returncode == 0, f"{args}: exit {out.returncode}\n{text}"
+    return text
+
+
+def reassign_state(brokers):
+    """(leader, replicas, isr) of the reassigned topic's partition 0."""
+    md = admin(bootstrap(brokers)).list_topics(REASSIGN_TOPIC, timeout=10)
+    p = md.topics[REASSIGN_TOPIC].partitions[0]
+    return p.leader, list(p.replicas), sorted(p.isrs)
+
+
+@pytest.mark.timeout(300)
+def test_kafka_reassign_partitions_moves_a_partition_with_its_records(cluster, tmp_path):
+    _, why = java_apps.classpath("tools")
+    if why:
+        pytest.skip(f"kafka-reassign-partitions needs the kafka-tools jars: {why}")
+    servers = bootstrap(cluster)
+    a = admin(servers)
+    fs = a.create_topics([NewTopic(REASSIGN_TOPIC, num_partitions=1, replication_factor=-1,
+                                   replica_assignment=[[1]])],
+                         request_timeout=30)
+    fs[REASSIGN_TOPIC].result()
+    wait_until("broker 1 leads", lambda: reassign_state(cluster)[0] == 1)
+    values = [b"record-%d" % i for i in range(300)]
+    delivered, _ = produce(servers, REASSIGN_TOPIC,
+                           [{"value": v, "partition": 0} for v in values])
+    offsets = [d.offset for d in delivered]
+    assert offsets == list(range(300))
+
+    plan = tmp_path / "reassign.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": REASSIGN_TOPIC, "partition": 0, "replicas": [2, 3],
+         "log_dirs": ["any", "any"]}]}))
+    started = time.monotonic()
+    out = reassign_tool(servers, tmp_path, "--reassignment-json-file", str(plan), "--execute")
+    assert "Successfully started partition reassignment" in out, out
+    wait_until("the partition on brokers 2 and 3",
+               lambda: (lambda s: s[0] in (2, 3) and sorted(s[1]) == [2, 3] and s[2] == [2, 3])(
+                   reassign_state(cluster)), timeout=60)
+    print(f"kafka-reassign-partitions moved {REASSIGN_TOPIC}-0 from [1] to [2, 3] in "
+          f"{time.monotonic() - started:.1f}s")
+    out = reassign_tool(servers, tmp_path, "--reassignment-json-file", str(plan), "--verify",
+                        "--preserve-throttles")
+    assert f"Reassignment of partition {REASSIGN_TOPIC}-0 is completed" in out, out
+
+    # The records moved with their offsets; the new replicas keep taking writes.
+    records = consume(servers, REASSIGN_TOPIC, 300, timeout=60)
+    assert [r.value for r in records] == values
+    assert [r.offset for r in records] == offsets
+    delivered, _ = produce(servers, REASSIGN_TOPIC, [{"value": b"after", "partition": 0}])
+    assert delivered[0].offset == 300

@@ -150,6 +150,21 @@ async fn each_api_refuses_what_the_principal_may_not_do() {
     assert_eq!(c.call(3, &acls).await.error_code, CLUSTER_DENIED);
     let q = c.call(1, &DescribeClientQuotasRequest::default()).await;
     assert_eq!(q.error_code, CLUSTER_DENIED);
+    // Reassignments: ALTER / DESCRIBE on CLUSTER.
+    let mut part = alter_partition_reassignments_request::ReassignablePartition::default();
+    part.replicas = Some(vec![BrokerId(1)]);
+    let mut topic = alter_partition_reassignments_request::ReassignableTopic::default();
+    topic.name = name("t");
+    topic.partitions = vec![part];
+    let mut alter = AlterPartitionReassignmentsRequest::default();
+    alter.topics = vec![topic];
+    let r = c.call(1, &alter).await;
+    assert_eq!(r.error_code, CLUSTER_DENIED);
+    assert_eq!(r.responses[0].partitions[0].error_code, CLUSTER_DENIED);
+    let r = c
+        .call(0, &ListPartitionReassignmentsRequest::default())
+        .await;
+    assert_eq!(r.error_code, CLUSTER_DENIED);
 
     // The ACLs outlive a restart.
     let b = b.restart().await;

@@ -41,7 +41,7 @@ pub(crate) fn free_port() -> u16 {
 }
 
 impl QuorumCluster {
-    async fn start() -> QuorumCluster {
+    pub(crate) async fn start() -> QuorumCluster {
         QuorumCluster::start_with(&[]).await
     }
 

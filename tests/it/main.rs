@@ -21,6 +21,7 @@ mod list_offsets;
 mod produce_fetch;
 mod protocol;
 mod quotas;
+mod reassign;
 mod recovery;
 mod replication;
 mod restart;

@@ -518,6 +518,18 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
             r.entries = vec![entry];
             r.into()
         }
+        ApiKey::AlterPartitionReassignments => {
+            // A single node: staying on this node is the one valid target.
+            let mut p = alter_partition_reassignments_request::ReassignablePartition::default();
+            p.replicas = Some(vec![BrokerId(1)]);
+            let mut t = alter_partition_reassignments_request::ReassignableTopic::default();
+            t.name = TopicName(str_bytes("sweep"));
+            t.partitions = vec![p];
+            let mut r = AlterPartitionReassignmentsRequest::default();
+            r.topics = vec![t];
+            r.into()
+        }
+        ApiKey::ListPartitionReassignments => ListPartitionReassignmentsRequest::default().into(),
         other => panic!("ApiVersions lists {other:?}, which this test does not know"),
     }
 }
@@ -656,6 +668,14 @@ fn error_codes(resp: &ResponseKind) -> Vec<i16> {
         }
         ResponseKind::DescribeClientQuotas(r) => vec![r.error_code],
         ResponseKind::AlterClientQuotas(r) => r.entries.iter().map(|e| e.error_code).collect(),
+        ResponseKind::AlterPartitionReassignments(r) => std::iter::once(r.error_code)
+            .chain(
+                r.responses
+                    .iter()
+                    .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+            )
+            .collect(),
+        ResponseKind::ListPartitionReassignments(r) => vec![r.error_code],
         _ => vec![],
     }
 }

@@ -1,0 +1,51 @@
+//! ListPartitionReassignments (KIP-455): the partitions being reassigned, with their replicas
+//! and the replicas being added and removed. Read from this broker's metadata image in
+//! cluster mode; a single node never reassigns.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::list_partition_reassignments_response::{
+    OngoingPartitionReassignment, OngoingTopicReassignment,
+};
+use kafka_protocol::messages::{
+    BrokerId, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::broker::Broker;
+use crate::controller::reassign;
+
+pub fn handle(
+    broker: &Arc<Broker>,
+    req: ListPartitionReassignmentsRequest,
+) -> ListPartitionReassignmentsResponse {
+    let Some(control) = broker.cluster() else {
+        return ListPartitionReassignmentsResponse::default();
+    };
+    let requested = req.topics.map(|topics| {
+        topics
+            .into_iter()
+            .map(|t| (t.name.0.to_string(), t.partition_indexes))
+            .collect()
+    });
+    let ids = |v: Vec<i32>| v.into_iter().map(BrokerId).collect();
+    let topics = reassign::list(control, requested)
+        .into_iter()
+        .map(|(name, partitions)| {
+            let partitions = partitions
+                .into_iter()
+                .map(|p| {
+                    OngoingPartitionReassignment::default()
+                        .with_partition_index(p.partition)
+                        .with_replicas(ids(p.replicas))
+                        .with_adding_replicas(ids(p.adding))
+                        .with_removing_replicas(ids(p.removing))
+                })
+                .collect();
+            OngoingTopicReassignment::default()
+                .with_name(TopicName(StrBytes::from_string(name)))
+                .with_partitions(partitions)
+        })
+        .collect();
+    ListPartitionReassignmentsResponse::default().with_topics(topics)
+}
