@@ -20,6 +20,7 @@ pub mod describe_groups;
 pub mod describe_log_dirs;
 pub mod describe_producers;
 pub mod describe_transactions;
+pub mod elect_leaders;
 pub mod end_txn;
 pub mod errors;
 pub mod fetch;
@@ -172,6 +173,7 @@ async fn run(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i1
         RequestKind::CreatePartitions(r) => {
             ResponseKind::CreatePartitions(create_partitions::handle(b, r).await)
         }
+        RequestKind::ElectLeaders(r) => ResponseKind::ElectLeaders(elect_leaders::handle(b, r).await),
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(describe_configs::handle(&b, r, version))
         }
