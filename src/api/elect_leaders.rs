@@ -34,8 +34,8 @@ type Answer = (i16, Option<String>);
 /// What to do for one requested partition.
 enum Step {
     Answer(Answer),
-    /// Needs no election and was not named: left out of the response.
-    Skip,
+    /// ELECTION_NOT_NEEDED; left out of the response when no partitions were named.
+    NotNeeded,
     Elect(TopicId, u32),
 }
 
@@ -75,7 +75,7 @@ pub async fn handle(broker: Arc<Broker>, req: ElectLeadersRequest) -> ElectLeade
                 if let Err(ApplyError::ElectionNotNeeded { .. }) =
                     state.leader_election(*topic_id, *p, election)
                 {
-                    step = Step::Skip;
+                    step = Step::NotNeeded;
                 }
             }
             steps.push((index, partition, step));
@@ -89,11 +89,12 @@ pub async fn handle(broker: Arc<Broker>, req: ElectLeadersRequest) -> ElectLeade
             async move {
                 let answer = match (step, control) {
                     (Step::Answer(a), _) => Some(a),
-                    (Step::Skip, _) => None,
+                    (Step::NotNeeded, _) | (Step::Elect(..), None) => {
+                        (!every_partition).then(not_needed)
+                    }
                     (Step::Elect(topic_id, p), Some(control)) => Some(
                         elect(&control, topic_id, p, election, timeout, &topic, partition).await,
                     ),
-                    (Step::Elect(..), None) => Some(not_needed()),
                 };
                 (index, partition, answer)
             }
@@ -153,7 +154,7 @@ fn resolve(broker: &Broker, state: Option<&MetadataState>, topic: &str, partitio
     }
     match broker.topic(topic) {
         Some(t) if usize::try_from(partition).is_ok_and(|p| p < t.partitions.len()) => {
-            Step::Answer(not_needed())
+            Step::NotNeeded
         }
         Some(_) => unknown_partition(),
         None => Step::Answer((
@@ -195,9 +196,17 @@ async fn elect(
     }
 }
 
-/// Kafka's default message for an error code.
+/// Kafka's default message (`Errors.java`) for an election outcome.
 fn kafka_message(code: i16) -> Option<String> {
-    ResponseError::try_from_code(code).map(|e| e.to_string())
+    let text = match ResponseError::try_from_code(code)? {
+        ResponseError::ElectionNotNeeded => "Leader election not needed for topic partition.",
+        ResponseError::PreferredLeaderNotAvailable => "The preferred leader was not available.",
+        ResponseError::EligibleLeadersNotAvailable => {
+            "Eligible topic partition leaders are not available."
+        }
+        other => return Some(other.to_string()),
+    };
+    Some(text.to_string())
 }
 
 fn not_needed() -> Answer {
