@@ -5,8 +5,9 @@
 //! decides at apply time (so two racing requests cannot both move a leader); a partition is
 //! answered once the change has reached this broker, within the request's `timeout_ms`. With
 //! `topic_partitions` null every partition is considered and, as in Kafka, those that need no
-//! election are left out of the answer; they are skipped by this broker's copy of the metadata
-//! before anything is proposed. A topic the quorum does not have but this broker does (every
+//! election are left out of the answer; this broker's copy of the metadata decides which need
+//! one (only those are proposed), so a sweep does not commit a rejected entry per partition.
+//! A topic the quorum does not have but this broker does (every
 //! topic on a single node, local internal topics) has one replica, which leads already:
 //! ELECTION_NOT_NEEDED.
 
@@ -72,11 +73,13 @@ pub async fn handle(broker: Arc<Broker>, req: ElectLeadersRequest) -> ElectLeade
         for &partition in partitions {
             let mut step = resolve(&broker, state, topic.0.as_str(), partition);
             if let (true, Step::Elect(topic_id, p), Some(state)) = (every_partition, &step, state) {
-                if let Err(ApplyError::ElectionNotNeeded { .. }) =
-                    state.leader_election(*topic_id, *p, election)
-                {
-                    step = Step::NotNeeded;
-                }
+                step = match state.leader_election(*topic_id, *p, election) {
+                    Ok(_) => step,
+                    Err(ApplyError::ElectionNotNeeded { .. }) => Step::NotNeeded,
+                    Err(rejection) => {
+                        Step::Answer(rejected(rejection, topic.0.as_str(), partition))
+                    }
+                };
             }
             steps.push((index, partition, step));
         }
@@ -178,21 +181,28 @@ async fn elect(
         .await
     {
         Ok(()) => (0, None),
-        Err(ClusterError::Propose(ProposeError::Rejected(rejection))) => match rejection {
-            ApplyError::ElectionNotNeeded { .. }
-            | ApplyError::PreferredLeaderNotAvailable { .. }
-            | ApplyError::EligibleLeadersNotAvailable { .. } => {
-                let code = rejection.kafka_error_code();
-                (code, kafka_message(code))
-            }
-            // Deleted since the name was resolved.
-            ApplyError::UnknownTopicId(_) | ApplyError::UnknownPartition { .. } => (
-                ResponseError::UnknownTopicOrPartition.code(),
-                Some(format!("No such partition as {topic}-{requested}")),
-            ),
-            other => (other.kafka_error_code(), Some(other.to_string())),
-        },
+        Err(ClusterError::Propose(ProposeError::Rejected(rejection))) => {
+            rejected(rejection, topic, requested)
+        }
         Err(e) => (e.kafka_error_code(), Some(e.to_string())),
+    }
+}
+
+/// The answer for an election the metadata refused.
+fn rejected(rejection: ApplyError, topic: &str, partition: i32) -> Answer {
+    match rejection {
+        ApplyError::ElectionNotNeeded { .. }
+        | ApplyError::PreferredLeaderNotAvailable { .. }
+        | ApplyError::EligibleLeadersNotAvailable { .. } => {
+            let code = rejection.kafka_error_code();
+            (code, kafka_message(code))
+        }
+        // Deleted since the name was resolved.
+        ApplyError::UnknownTopicId(_) | ApplyError::UnknownPartition { .. } => (
+            ResponseError::UnknownTopicOrPartition.code(),
+            Some(format!("No such partition as {topic}-{partition}")),
+        ),
+        other => (other.kafka_error_code(), Some(other.to_string())),
     }
 }
 

@@ -650,6 +650,11 @@ async fn elect_leaders_moves_leadership_back_to_the_preferred_replica() {
         c.partition_state(preferred).map(|(l, _)| l),
         Some(Some(new_leader))
     );
+    let r = elect_leaders(admin, 2, 1, None).await;
+    assert!(
+        election_results(&r).is_empty(),
+        "every partition has a leader: {r:?}"
+    );
 
     // PREFERRED moves leadership back; the answering broker's Metadata shows it at once.
     let r = elect_leaders(admin, 2, 0, Some(vec![(TOPIC, vec![0])])).await;
