@@ -84,6 +84,14 @@ pub enum Command {
         /// differs from the replicas before the reassignment.
         allow_replication_factor_change: bool,
     },
+    /// Kafka's `ElectLeaders` for one partition, decided at apply time from the committed
+    /// state (see [`ElectionType`]); on success the leader epoch and the partition epoch grow
+    /// by one and the response is [`Response::PartitionAltered`].
+    ElectLeader {
+        topic_id: TopicId,
+        partition: u32,
+        election: ElectionType,
+    },
     /// Sets (`Some`) or removes (`None`) config keys of one resource, all or nothing. Values
     /// are validated by the broker, which knows the config schema.
     SetConfigs {
@@ -119,6 +127,7 @@ impl Command {
             Command::CreatePartitions { .. } => "create_partitions",
             Command::AlterPartition { .. } => "alter_partition",
             Command::AlterPartitionReassignment { .. } => "alter_partition_reassignment",
+            Command::ElectLeader { .. } => "elect_leader",
             Command::SetConfigs { .. } => "set_configs",
             Command::AllocateProducerIds { .. } => "allocate_producer_ids",
             Command::PutRecord { .. } => "put_record",
@@ -140,6 +149,20 @@ pub struct Endpoint {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionAssignment {
     pub replicas: Vec<BrokerId>,
+}
+
+/// The election types of Kafka's `ElectLeaders` (KIP-460), as its `PartitionChangeBuilder`
+/// runs them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ElectionType {
+    /// Move leadership to the preferred replica (the first in the replica list) when it is in
+    /// the ISR and unfenced; a leaderless partition gets its first usable ISR member instead.
+    /// Not needed when the preferred replica already leads.
+    Preferred,
+    /// Give a leaderless partition a leader: the first usable ISR member, else the first
+    /// usable replica, which becomes the whole ISR (records only the old ISR had may be
+    /// lost). Ignores `unclean.leader.election.enable`. Not needed while there is a leader.
+    Unclean,
 }
 
 /// What a config change applies to.
@@ -275,6 +298,14 @@ pub enum ApplyError {
         partition: u32,
         broker: BrokerId,
     },
+    #[error("partition {topic_id}-{partition}: leader election not needed")]
+    ElectionNotNeeded { topic_id: TopicId, partition: u32 },
+    #[error(
+        "partition {topic_id}-{partition}: the preferred leader is not in the ISR or is fenced"
+    )]
+    PreferredLeaderNotAvailable { topic_id: TopicId, partition: u32 },
+    #[error("partition {topic_id}-{partition}: no replica is unfenced")]
+    EligibleLeadersNotAvailable { topic_id: TopicId, partition: u32 },
     #[error("invalid config: {0}")]
     InvalidConfig(String),
     #[error("{0}")]
@@ -315,6 +346,13 @@ impl ApplyError {
             ApplyError::FencedLeaderEpoch { .. } => kafka_codes::FENCED_LEADER_EPOCH,
             ApplyError::InvalidIsr { .. } => kafka_codes::INVALID_REQUEST,
             ApplyError::IneligibleReplica { .. } => kafka_codes::INELIGIBLE_REPLICA,
+            ApplyError::ElectionNotNeeded { .. } => kafka_codes::ELECTION_NOT_NEEDED,
+            ApplyError::PreferredLeaderNotAvailable { .. } => {
+                kafka_codes::PREFERRED_LEADER_NOT_AVAILABLE
+            }
+            ApplyError::EligibleLeadersNotAvailable { .. } => {
+                kafka_codes::ELIGIBLE_LEADERS_NOT_AVAILABLE
+            }
             ApplyError::InvalidConfig(_) => kafka_codes::INVALID_CONFIG,
             ApplyError::InvalidReplicationFactor(_) => kafka_codes::INVALID_REPLICATION_FACTOR,
             ApplyError::NoReassignmentInProgress { .. } => kafka_codes::NO_REASSIGNMENT_IN_PROGRESS,
@@ -342,6 +380,9 @@ pub mod kafka_codes {
     pub const FENCED_LEADER_EPOCH: i16 = 74;
     pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
     pub const STALE_BROKER_EPOCH: i16 = 77;
+    pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
+    pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
+    pub const ELECTION_NOT_NEEDED: i16 = 84;
     pub const INVALID_UPDATE_VERSION: i16 = 95;
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
     pub const DUPLICATE_BROKER_REGISTRATION: i16 = 101;

@@ -29,7 +29,9 @@
 //!   sessions: [`MetadataState::brokers_with_expired_session`] gives the brokers to fence with
 //!   `FenceBroker`, followed by [`placement::reelect_for_fenced_broker`]'s `AlterPartition`s;
 //!   after an `UnfenceBroker`, [`placement::elect_offline_partitions`] brings offline
-//!   partitions back.
+//!   partitions back. ElectLeaders requests become `ElectLeader` commands, decided at apply
+//!   time ([`MetadataState::leader_election`]); the automatic leader rebalance proposes
+//!   those of [`placement::preferred_leader_elections`].
 //! - **Errors** map to Kafka error codes in one place each: [`ApplyError::kafka_error_code`],
 //!   [`ProposeError::kafka_error_code`], [`placement::PlacementError::kafka_error_code`].
 //!

@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::command::{kafka_codes, Command, ConfigResource, PartitionAssignment};
+use crate::command::{kafka_codes, Command, ConfigResource, ElectionType, PartitionAssignment};
 use crate::ids::{BrokerId, LeaderEpoch, TopicId};
 use crate::state::{MetadataState, PartitionState, TopicRecord};
 
@@ -338,6 +338,36 @@ pub fn elect_offline_partitions(state: &MetadataState, default_unclean: bool) ->
             };
             if let Some(command) = change(topic.id, index, partition, Some(leader), isr) {
                 commands.push(command);
+            }
+        }
+    }
+    commands
+}
+
+/// Kafka 4's automatic leader rebalance (`maybeBalancePartitionLeaders`): a preferred
+/// [`Command::ElectLeader`] for each partition whose preferred replica does not lead although
+/// it is in the ISR and unfenced, at most `max` of them. Leaderless partitions are left to
+/// [`elect_offline_partitions`].
+pub fn preferred_leader_elections(state: &MetadataState, max: usize) -> Vec<Command> {
+    let mut commands = Vec::new();
+    for topic in state.topics() {
+        for (index, partition) in topic.partitions.iter().enumerate() {
+            if commands.len() >= max {
+                return commands;
+            }
+            let Some(preferred) = partition.replicas.first().copied() else {
+                continue;
+            };
+            let imbalanced = partition.leader.is_some_and(|l| l != preferred);
+            if imbalanced && partition.isr.contains(&preferred) && state.is_usable(preferred) {
+                let Ok(partition) = u32::try_from(index) else {
+                    continue;
+                };
+                commands.push(Command::ElectLeader {
+                    topic_id: topic.id,
+                    partition,
+                    election: ElectionType::Preferred,
+                });
             }
         }
     }
@@ -702,5 +732,74 @@ mod tests {
             (p.leader, p.isr.clone()),
             (Some(BrokerId(2)), vec![BrokerId(2)])
         );
+    }
+
+    #[test]
+    fn rebalance_returns_leadership_to_preferred_replicas_back_in_the_isr() {
+        let mut state = cluster();
+        let topic = Uuid128([1; 16]);
+        let brokers = usable_brokers(&state);
+        let partitions = place_replicas(&brokers, 6, 2, 0, PlacementSeed::default()).unwrap();
+        let create = Command::CreateTopic {
+            name: "t".into(),
+            id: topic,
+            partitions,
+            configs: BTreeMap::new(),
+        };
+        state.apply(20, &create).unwrap();
+        assert!(preferred_leader_elections(&state, 1000).is_empty());
+
+        // Broker 2 is fenced and comes back: it leads nothing and is in no ISR.
+        state
+            .apply(21, &Command::FenceBroker { id: BrokerId(2) })
+            .unwrap();
+        for (i, command) in reelect_for_fenced_broker(&state, BrokerId(2), false)
+            .iter()
+            .enumerate()
+        {
+            state.apply(30 + i as u64, command).unwrap();
+        }
+        let epoch = state.broker(BrokerId(2)).unwrap().epoch;
+        let unfence = Command::UnfenceBroker {
+            id: BrokerId(2),
+            broker_epoch: epoch,
+        };
+        state.apply(40, &unfence).unwrap();
+        assert!(
+            preferred_leader_elections(&state, 1000).is_empty(),
+            "not in the ISR yet"
+        );
+
+        // The leaders add it back to their ISRs.
+        let rejoins: Vec<Command> = state
+            .topic(topic)
+            .unwrap()
+            .partitions
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.replicas.contains(&BrokerId(2)))
+            .map(|(i, p)| Command::AlterPartition {
+                topic_id: topic,
+                partition: i as u32,
+                leader: p.leader,
+                leader_epoch: p.leader_epoch,
+                isr: [p.isr.clone(), vec![BrokerId(2)]].concat(),
+                partition_epoch: p.partition_epoch,
+            })
+            .collect();
+        for (i, command) in rejoins.iter().enumerate() {
+            state.apply(50 + i as u64, command).unwrap();
+        }
+        let elections = preferred_leader_elections(&state, 1000);
+        // Broker 2 is the preferred replica of 2 of the 6 partitions.
+        assert_eq!(elections.len(), 2, "{elections:?}");
+        assert_eq!(preferred_leader_elections(&state, 1).len(), 1);
+        for (i, command) in elections.iter().enumerate() {
+            state.apply(60 + i as u64, command).unwrap();
+        }
+        for p in &state.topic(topic).unwrap().partitions {
+            assert_eq!(p.leader, p.replicas.first().copied(), "{p:?}");
+        }
+        assert!(preferred_leader_elections(&state, 1000).is_empty());
     }
 }

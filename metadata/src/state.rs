@@ -19,12 +19,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::command::{
-    ApplyError, Command, CommandResult, ConfigResource, Endpoint, PartitionAssignment,
-    ProducerIdBlock, RecordKind, Response, MAX_PRODUCER_ID_BLOCK,
+    ApplyError, Command, CommandResult, ConfigResource, ElectionType, Endpoint,
+    PartitionAssignment, ProducerIdBlock, RecordKind, Response, MAX_PRODUCER_ID_BLOCK,
 };
 use crate::ids::{
     BrokerEpoch, BrokerId, LeaderEpoch, PartitionEpoch, ProducerId, TopicId, Uuid128,
 };
+use crate::placement::{self, Election};
 use crate::reassignment::{self, PartitionChange, ReassignmentReplicas};
 
 /// Kafka's limit on topic name length.
@@ -148,6 +149,71 @@ impl MetadataState {
             .and_then(|t| t.partitions.get(partition as usize))
     }
 
+    /// What an `election` of the partition would decide now (the new leader, and whether it
+    /// comes from outside the ISR), or why there is none: Kafka's `electLeader`. Apply runs it
+    /// for [`Command::ElectLeader`]; the broker runs it to skip partitions needing no election.
+    pub fn leader_election(
+        &self,
+        topic_id: TopicId,
+        partition: u32,
+        election: ElectionType,
+    ) -> Result<Election, ApplyError> {
+        let topic = self
+            .topics
+            .get(&topic_id)
+            .ok_or(ApplyError::UnknownTopicId(topic_id))?;
+        let current =
+            topic
+                .partitions
+                .get(partition as usize)
+                .ok_or(ApplyError::UnknownPartition {
+                    topic_id,
+                    partition,
+                })?;
+        let usable = |b: BrokerId| self.is_usable(b);
+        let (replicas, isr) = (&current.replicas, &current.isr);
+        let chosen = match election {
+            ElectionType::Preferred => {
+                let preferred = replicas.first().copied();
+                if current.leader.is_some() && current.leader == preferred {
+                    return Err(ApplyError::ElectionNotNeeded {
+                        topic_id,
+                        partition,
+                    });
+                }
+                match preferred.filter(|p| isr.contains(p) && usable(*p)) {
+                    Some(p) => Election {
+                        leader: Some(p),
+                        unclean: false,
+                    },
+                    None => placement::elect_leader(replicas, isr, current.leader, usable, false),
+                }
+            }
+            ElectionType::Unclean => {
+                if current.leader.is_some() {
+                    return Err(ApplyError::ElectionNotNeeded {
+                        topic_id,
+                        partition,
+                    });
+                }
+                placement::elect_leader(replicas, isr, None, usable, true)
+            }
+        };
+        if chosen.leader.is_none() || chosen.leader == current.leader {
+            return Err(match election {
+                ElectionType::Preferred => ApplyError::PreferredLeaderNotAvailable {
+                    topic_id,
+                    partition,
+                },
+                ElectionType::Unclean => ApplyError::EligibleLeadersNotAvailable {
+                    topic_id,
+                    partition,
+                },
+            });
+        }
+        Ok(chosen)
+    }
+
     /// The dynamic config entries set on a resource (empty when none).
     pub fn configs(&self, resource: &ConfigResource) -> Option<&BTreeMap<String, String>> {
         match resource {
@@ -266,6 +332,11 @@ impl MetadataState {
                 replicas.as_deref(),
                 *allow_replication_factor_change,
             ),
+            Command::ElectLeader {
+                topic_id,
+                partition,
+                election,
+            } => self.elect_leader(*topic_id, *partition, *election),
             Command::SetConfigs { resource, changes } => self.set_configs(resource, changes),
             Command::AllocateProducerIds {
                 broker,
@@ -750,6 +821,52 @@ impl MetadataState {
             }
         }
         Ok(())
+    }
+
+    fn elect_leader(
+        &mut self,
+        topic_id: TopicId,
+        partition: u32,
+        election: ElectionType,
+    ) -> CommandResult {
+        let chosen = self.leader_election(topic_id, partition, election)?;
+        let unknown = ApplyError::UnknownPartition {
+            topic_id,
+            partition,
+        };
+        let current = self.partition(topic_id, partition).ok_or(unknown.clone())?;
+        let exhausted = |what: &str| ApplyError::InvalidIsr {
+            topic_id,
+            partition,
+            reason: format!("the {what} epoch is exhausted"),
+        };
+        let leader_epoch = current
+            .leader_epoch
+            .0
+            .checked_add(1)
+            .ok_or_else(|| exhausted("leader"))?;
+        let partition_epoch = current
+            .partition_epoch
+            .0
+            .checked_add(1)
+            .ok_or_else(|| exhausted("partition"))?;
+
+        let state = self
+            .topics
+            .get_mut(&topic_id)
+            .and_then(|t| t.partitions.get_mut(partition as usize))
+            .ok_or(unknown)?;
+        if let (true, Some(leader)) = (chosen.unclean, chosen.leader) {
+            state.isr = vec![leader];
+        }
+        state.leader = chosen.leader;
+        state.leader_epoch = LeaderEpoch(leader_epoch);
+        state.partition_epoch = PartitionEpoch(partition_epoch);
+        Ok(Response::PartitionAltered {
+            leader: state.leader,
+            leader_epoch: state.leader_epoch,
+            partition_epoch: state.partition_epoch,
+        })
     }
 
     fn set_configs(
@@ -1341,6 +1458,141 @@ mod tests {
         let p: PartitionState = serde_json::from_str(old).unwrap();
         assert!(p.adding_replicas.is_empty() && p.removing_replicas.is_empty());
         assert_eq!(serde_json::to_string(&p).unwrap(), old);
+    }
+
+    fn elect(election: ElectionType) -> Command {
+        Command::ElectLeader {
+            topic_id: uuid(1),
+            partition: 0,
+            election,
+        }
+    }
+
+    fn leadership(state: &MetadataState) -> (Option<i32>, Vec<i32>, i32, i32) {
+        let p = state.partition(uuid(1), 0).unwrap();
+        (
+            p.leader.map(|b| b.0),
+            p.isr.iter().map(|b| b.0).collect(),
+            p.leader_epoch.0,
+            p.partition_epoch.0,
+        )
+    }
+
+    #[test]
+    fn preferred_election_moves_leadership_back_to_the_first_replica() {
+        let mut state = three_brokers();
+        create_topic(&mut state, "t", uuid(1), &[&[1, 2, 3]]).unwrap();
+        let preferred = elect(ElectionType::Preferred);
+        let err = state.apply(200, &preferred).unwrap_err();
+        assert_eq!(err.kafka_error_code(), 84, "{err}");
+
+        // Broker 1 drops out of the ISR and loses leadership to 2.
+        state.apply(201, &alter(Some(2), 1, &[2, 3], 0)).unwrap();
+        let before = state.clone();
+        let err = state.apply(202, &preferred).unwrap_err();
+        assert_eq!(err.kafka_error_code(), 80, "not in the ISR: {err}");
+        assert_eq!(state, before);
+
+        // Back in the ISR but fenced: still not available.
+        state.apply(203, &alter(Some(2), 1, &[2, 3, 1], 1)).unwrap();
+        state
+            .apply(204, &Command::FenceBroker { id: BrokerId(1) })
+            .unwrap();
+        let before = state.clone();
+        let err = state.apply(205, &preferred).unwrap_err();
+        assert_eq!(err.kafka_error_code(), 80, "fenced: {err}");
+        assert_eq!(state, before);
+
+        let epoch = state.broker(BrokerId(1)).unwrap().epoch;
+        state
+            .apply(
+                206,
+                &Command::UnfenceBroker {
+                    id: BrokerId(1),
+                    broker_epoch: epoch,
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            state.apply(207, &preferred),
+            Ok(Response::PartitionAltered {
+                leader: Some(BrokerId(1)),
+                leader_epoch: LeaderEpoch(2),
+                partition_epoch: PartitionEpoch(3),
+            })
+        );
+        assert_eq!(leadership(&state), (Some(1), vec![2, 3, 1], 2, 3));
+        let err = state.apply(208, &preferred).unwrap_err();
+        assert_eq!(err.kafka_error_code(), 84, "{err}");
+    }
+
+    #[test]
+    fn preferred_election_of_a_leaderless_partition_takes_a_usable_isr_member() {
+        let mut state = three_brokers();
+        create_topic(&mut state, "t", uuid(1), &[&[1, 2, 3]]).unwrap();
+        state.apply(200, &alter(None, 1, &[2, 3], 0)).unwrap();
+        state
+            .apply(201, &Command::FenceBroker { id: BrokerId(1) })
+            .unwrap();
+        assert!(state.apply(202, &elect(ElectionType::Preferred)).is_ok());
+        assert_eq!(leadership(&state), (Some(2), vec![2, 3], 2, 2));
+    }
+
+    #[test]
+    fn unclean_election_only_for_leaderless_partitions_and_it_may_leave_the_isr() {
+        let mut state = three_brokers();
+        create_topic(&mut state, "t", uuid(1), &[&[1, 2, 3]]).unwrap();
+        let unclean = elect(ElectionType::Unclean);
+        let err = state.apply(200, &unclean).unwrap_err();
+        assert_eq!(err.kafka_error_code(), 84, "there is a leader: {err}");
+
+        // Offline with only broker 3 in the ISR, and 3 fenced.
+        state.apply(201, &alter(None, 1, &[3], 0)).unwrap();
+        for id in 1..=3 {
+            state
+                .apply(202, &Command::FenceBroker { id: BrokerId(id) })
+                .unwrap();
+        }
+        let before = state.clone();
+        let err = state.apply(203, &unclean).unwrap_err();
+        assert_eq!(err.kafka_error_code(), 83, "no live replica: {err}");
+        assert_eq!(state, before);
+
+        // Broker 2 comes back: outside the ISR, it becomes leader and the whole ISR.
+        let epoch = state.broker(BrokerId(2)).unwrap().epoch;
+        state
+            .apply(
+                204,
+                &Command::UnfenceBroker {
+                    id: BrokerId(2),
+                    broker_epoch: epoch,
+                },
+            )
+            .unwrap();
+        assert!(state.apply(205, &unclean).is_ok());
+        assert_eq!(leadership(&state), (Some(2), vec![2], 2, 2));
+    }
+
+    #[test]
+    fn elections_of_unknown_partitions_are_rejected() {
+        let mut state = three_brokers();
+        create_topic(&mut state, "t", uuid(1), &[&[1]]).unwrap();
+        let missing = Command::ElectLeader {
+            topic_id: uuid(1),
+            partition: 1,
+            election: ElectionType::Preferred,
+        };
+        let err = state.apply(200, &missing).unwrap_err();
+        assert_eq!(err.kafka_error_code(), 3, "{err}");
+        let unknown_topic = Command::ElectLeader {
+            topic_id: uuid(9),
+            partition: 0,
+            election: ElectionType::Unclean,
+        };
+        assert_eq!(
+            state.apply(201, &unknown_topic),
+            Err(ApplyError::UnknownTopicId(uuid(9)))
+        );
     }
 
     #[test]

@@ -472,6 +472,18 @@ pub fn gate(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i16
             }
             Gate::Run(RequestKind::ListPartitionReassignments(r), None)
         }
+        RequestKind::ElectLeaders(r) => {
+            if !who.may_cluster(Alter) {
+                return Gate::Answer(ResponseKind::ElectLeaders(
+                    crate::api::elect_leaders::refuse(
+                        &r,
+                        CLUSTER_DENIED,
+                        CLUSTER_DENIED.to_string(),
+                    ),
+                ));
+            }
+            Gate::Run(RequestKind::ElectLeaders(r), None)
+        }
         RequestKind::DescribeUserScramCredentials(r) => {
             if !who.may_cluster(Describe) {
                 return Gate::Answer(ResponseKind::DescribeUserScramCredentials(

@@ -21,6 +21,7 @@ pub mod describe_groups;
 pub mod describe_log_dirs;
 pub mod describe_producers;
 pub mod describe_transactions;
+pub mod elect_leaders;
 pub mod end_txn;
 pub mod errors;
 pub mod fetch;
@@ -180,6 +181,7 @@ async fn run(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i1
         RequestKind::ListPartitionReassignments(r) => ResponseKind::ListPartitionReassignments(
             list_partition_reassignments::handle(&b, r),
         ),
+        RequestKind::ElectLeaders(r) => ResponseKind::ElectLeaders(elect_leaders::handle(b, r).await),
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(describe_configs::handle(&b, r, version))
         }

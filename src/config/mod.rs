@@ -85,6 +85,22 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "2000",
     },
     BrokerConfigDef {
+        name: "auto.leader.rebalance.enable",
+        kind: Kind::Boolean,
+        default: "true",
+    },
+    BrokerConfigDef {
+        name: "leader.imbalance.check.interval.seconds",
+        kind: Kind::Long,
+        default: "300",
+    },
+    // Accepted and validated; like Kafka 4's KRaft controller, the rebalance ignores it.
+    BrokerConfigDef {
+        name: "leader.imbalance.per.broker.percentage",
+        kind: Kind::Int,
+        default: "10",
+    },
+    BrokerConfigDef {
         name: "metadata.log.dir",
         kind: Kind::String,
         default: "",
@@ -703,6 +719,9 @@ pub struct ClusterConfig {
     pub session_timeout: std::time::Duration,
     /// `broker.heartbeat.interval.ms`.
     pub heartbeat_interval: std::time::Duration,
+    /// `leader.imbalance.check.interval.seconds`, or `None` when `auto.leader.rebalance.enable`
+    /// is false: how often the active controller moves leadership back to preferred replicas.
+    pub leader_imbalance_check_interval: Option<std::time::Duration>,
 }
 
 /// Replica fetching and ISR maintenance (`replica.*`, Kafka's names and defaults).
@@ -1218,6 +1237,23 @@ impl ClusterConfig {
                 "must be below broker.session.timeout.ms",
             ));
         }
+        let check_seconds = long("leader.imbalance.check.interval.seconds")?;
+        if check_seconds < 1 {
+            return Err(invalid(
+                "leader.imbalance.check.interval.seconds",
+                &get("leader.imbalance.check.interval.seconds"),
+                "must be at least 1",
+            ));
+        }
+        let rebalance = value::parse_bool(&get("auto.leader.rebalance.enable")).map_err(|e| {
+            invalid(
+                "auto.leader.rebalance.enable",
+                &get("auto.leader.rebalance.enable"),
+                e,
+            )
+        })?;
+        let leader_imbalance_check_interval =
+            rebalance.then(|| std::time::Duration::from_secs(check_seconds as u64));
         let dir = get("metadata.log.dir");
         let metadata_log_dir = if dir.is_empty() {
             log_dirs[0].join("__cluster_metadata")
@@ -1231,6 +1267,7 @@ impl ClusterConfig {
             metadata_log_dir,
             session_timeout,
             heartbeat_interval,
+            leader_imbalance_check_interval,
         }))
     }
 }
@@ -1613,21 +1650,28 @@ mod tests {
         );
         assert_eq!(cluster.session_timeout.as_millis(), 9000);
         assert_eq!(cluster.heartbeat_interval.as_millis(), 2000);
+        assert_eq!(
+            cluster.leader_imbalance_check_interval,
+            Some(std::time::Duration::from_secs(300))
+        );
 
         // A voter without a controller listener binds its voter entry.
         let c = BrokerConfig::build(&[props(
-            "node.id=1\ncontroller.quorum.voters=1@127.0.0.1:9193\nmetadata.log.dir=/m\n",
+            "node.id=1\ncontroller.quorum.voters=1@127.0.0.1:9193\nmetadata.log.dir=/m\n\
+             auto.leader.rebalance.enable=false\n",
         )])
         .unwrap();
         let cluster = c.cluster.expect("cluster mode");
         assert_eq!(cluster.rpc_bind.port(), 9193);
         assert_eq!(cluster.metadata_log_dir, PathBuf::from("/m"));
+        assert_eq!(cluster.leader_imbalance_check_interval, None);
 
         for bad in [
             "controller.quorum.voters=1@h\n",
             "node.id=4\ncontroller.quorum.voters=1@127.0.0.1:9193\n",
             "node.id=1\ncontroller.quorum.voters=1@127.0.0.1:9193\nprocess.roles=observer\n",
             "node.id=1\ncontroller.quorum.voters=1@127.0.0.1:9193\nbroker.heartbeat.interval.ms=9000\n",
+            "node.id=1\ncontroller.quorum.voters=1@127.0.0.1:9193\nleader.imbalance.check.interval.seconds=0\n",
         ] {
             assert!(BrokerConfig::build(&[props(bad)]).is_err(), "{bad}");
         }

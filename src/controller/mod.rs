@@ -10,7 +10,13 @@
 //!   log by then (it serves clients only after its first metadata sync);
 //! - on the node that is the Raft leader (the active controller), fences brokers whose session
 //!   expired, moves their partitions off them ([`placement::reelect_for_fenced_broker`]) and
-//!   brings offline partitions back ([`placement::elect_offline_partitions`]);
+//!   brings offline partitions back ([`placement::elect_offline_partitions`]) and, every
+//!   `leader.imbalance.check.interval.seconds` (with `auto.leader.rebalance.enable`), moves
+//!   leadership back to preferred replicas that are in the ISR and unfenced
+//!   ([`placement::preferred_leader_elections`]). As in Kafka 4's KRaft controller every such
+//!   partition is rebalanced (at most [`MAX_ELECTIONS_PER_IMBALANCE`] per check, continuing
+//!   on the next tick when capped); `leader.imbalance.per.broker.percentage` is not used;
+//! - serves ElectLeaders ([`ClusterControl::elect_leader`]);
 //! - follows every applied metadata image ([`sync`]): the cluster view, the partition states
 //!   (leader, epochs, replicas, ISR) of every partition, local topic creation and deletion and
 //!   topic configs;
@@ -49,7 +55,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use strata_metadata::command::Endpoint;
+use strata_metadata::command::{ElectionType, Endpoint};
 use strata_metadata::ids::{BrokerEpoch, BrokerId, LeaderEpoch, PartitionEpoch, Uuid128};
 use strata_metadata::{
     placement, ApplyError, Command, MetadataConfig, MetadataNode, ProposeError, Response,
@@ -64,6 +70,10 @@ use crate::replication::{AlterPartitionError, AlterPartitionRequest, IsrChangeSi
 
 /// How many producer ids one `AllocateProducerIds` takes (Kafka's block size).
 const PRODUCER_ID_BLOCK: u32 = 1000;
+
+/// The most preferred-leader elections one rebalance check proposes (Kafka's
+/// `MAX_ELECTIONS_PER_IMBALANCE`).
+pub const MAX_ELECTIONS_PER_IMBALANCE: usize = 1000;
 
 /// Why a cluster-mode operation failed; carries the Kafka error code to answer with.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -121,6 +131,10 @@ pub struct ClusterControl {
     internal_creations: Mutex<HashSet<&'static str>>,
     /// When "too few brokers for a coordinator topic" was last logged (ms), to log it rarely.
     internal_warned_ms: AtomicI64,
+    /// `None` when `auto.leader.rebalance.enable` is false.
+    leader_imbalance_check_interval: Option<Duration>,
+    /// Wall-clock ms of the last completed leader rebalance check (0: none yet).
+    last_rebalance_ms: AtomicI64,
 }
 
 impl ClusterControl {
@@ -164,6 +178,8 @@ impl ClusterControl {
             controller_since: Mutex::new(None),
             internal_creations: Mutex::default(),
             internal_warned_ms: AtomicI64::new(i64::MIN),
+            leader_imbalance_check_interval: cluster.leader_imbalance_check_interval,
+            last_rebalance_ms: AtomicI64::new(0),
         }))
     }
 
@@ -371,6 +387,63 @@ impl ClusterControl {
                 Err(e) => tracing::warn!(error = %e, "a leader election was not committed"),
             }
         }
+        self.maybe_rebalance_leaders(&node, now, since).await;
+    }
+
+    /// Kafka's automatic leader rebalance, once per check interval of this controller's term
+    /// (the first one a full interval after it became active).
+    async fn maybe_rebalance_leaders(&self, node: &MetadataNode, now: i64, since: i64) {
+        let Some(interval) = self.leader_imbalance_check_interval else {
+            return;
+        };
+        let interval_ms = i64::try_from(interval.as_millis()).unwrap_or(i64::MAX);
+        let last = self.last_rebalance_ms.load(Ordering::Acquire).max(since);
+        if now.saturating_sub(last) < interval_ms {
+            return;
+        }
+        let commands =
+            placement::preferred_leader_elections(&node.state(), MAX_ELECTIONS_PER_IMBALANCE);
+        // Capped: the rest follow on the next tick, as Kafka reschedules immediately.
+        if commands.len() < MAX_ELECTIONS_PER_IMBALANCE {
+            self.last_rebalance_ms.store(now, Ordering::Release);
+        }
+        for command in commands {
+            match node.propose(command).await {
+                Ok(_) => tracing::debug!("moved leadership back to a preferred replica"),
+                // The partition changed since the state was read; the next check sees it.
+                Err(ProposeError::Rejected(
+                    ApplyError::ElectionNotNeeded { .. }
+                    | ApplyError::PreferredLeaderNotAvailable { .. },
+                )) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "a preferred leader election was not committed")
+                }
+            }
+        }
+    }
+
+    /// One partition's ElectLeaders election through the quorum; answers once the committed
+    /// change has reached the local broker (so its Metadata shows the new leader), within
+    /// `timeout`.
+    pub async fn elect_leader(
+        &self,
+        topic_id: Uuid128,
+        partition: u32,
+        election: ElectionType,
+        timeout: Duration,
+    ) -> Result<(), ClusterError> {
+        let work = async {
+            let command = Command::ElectLeader {
+                topic_id,
+                partition,
+                election,
+            };
+            let (_, index) = self.propose(command).await?;
+            self.wait_synced(index, timeout).await
+        };
+        tokio::time::timeout(timeout, work)
+            .await
+            .unwrap_or(Err(ClusterError::NotSynced(timeout)))
     }
 
     /// Waits until the local broker has synced the metadata image at `index` or later.

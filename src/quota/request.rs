@@ -80,6 +80,7 @@ pub fn set_throttle_time(response: &mut ResponseKind, throttle_time_ms: i32) {
         IncrementalAlterConfigs,
         DescribeLogDirs,
         CreatePartitions,
+        ElectLeaders,
         DescribeCluster,
         FindCoordinator,
         JoinGroup,

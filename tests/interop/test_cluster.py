@@ -1,9 +1,10 @@
 """Cluster mode: three `strata serve` processes form one metadata quorum
 (controller.quorum.voters). A topic with replication factor 3 and min.insync.replicas=2
 keeps every acknowledged record, once, in order, while its partition leader is killed
-with SIGKILL (and restarted) several times under an idempotent acks=all producer. Kafka's
-own kafka-reassign-partitions (kafka-tools, Java AdminClient) moves a partition to other
-brokers with its records and offsets.
+with SIGKILL (and restarted) several times under an idempotent acks=all producer;
+AdminClient.elect_leaders moves leadership back to the preferred replica after a
+restart; and Kafka's own kafka-reassign-partitions (kafka-tools, Java AdminClient)
+moves a partition to other brokers with its records and offsets.
 
 Strata only: the reference Kafka script runs a single node."""
 
@@ -13,7 +14,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import ElectionType, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 import java_apps
@@ -271,3 +272,47 @@ def test_kafka_reassign_partitions_moves_a_partition_with_its_records(cluster, t
     assert [r.offset for r in records] == offsets
     delivered, _ = produce(servers, REASSIGN_TOPIC, [{"value": b"after", "partition": 0}])
     assert delivered[0].offset == 300
+
+
+@pytest.mark.timeout(180)
+def test_elect_leaders_preferred_moves_leadership_back_after_a_restart(cluster):
+    topic = "cluster-elect"
+    a = admin(bootstrap(cluster))
+    a.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)],
+                    request_timeout=30)[topic].result()
+
+    def state():
+        live = [b for b in cluster if b.running]
+        p = admin(bootstrap(live)).list_topics(topic, timeout=10).topics[topic].partitions[0]
+        return p.leader, sorted(p.isrs), list(p.replicas)
+
+    wait_until("a leader and a full ISR", lambda: state()[1] == [1, 2, 3])
+    leader, _, replicas = state()
+    preferred = replicas[0]
+    assert leader == preferred
+
+    # The preferred leader stops; another ISR member takes over; it restarts and rejoins.
+    cluster[preferred - 1].stop()
+    wait_until("a new leader", lambda: state()[0] not in (-1, preferred))
+    cluster[preferred - 1].start()
+    wait_until("the restarted broker back in the ISR", lambda: state()[1] == [1, 2, 3],
+               timeout=60)
+    leader, _, _ = state()
+    assert leader != preferred, "leadership moved back without an election"
+
+    tp = TopicPartition(topic, 0)
+    a = admin(bootstrap(cluster))
+    # No timeout kwargs: confluent-kafka 2.16's elect_leaders raises SystemError with them.
+    result = a.elect_leaders(ElectionType.PREFERRED, [tp]).result()
+    assert list(result) == [tp]
+    assert result[tp] is None, result[tp]
+    wait_until("the preferred replica leads", lambda: state()[0] == preferred, timeout=10)
+
+    # Once more: not needed; and an unknown partition.
+    result = a.elect_leaders(ElectionType.PREFERRED, [tp]).result()
+    assert result[tp].code() == KafkaError.ELECTION_NOT_NEEDED, result[tp]
+    missing = TopicPartition(topic, 5)
+    result = a.elect_leaders(ElectionType.PREFERRED, [missing]).result()
+    assert result[missing].code() == KafkaError.UNKNOWN_TOPIC_OR_PART, result[missing]
+    # Every partition: none needs an election any more.
+    assert a.elect_leaders(ElectionType.PREFERRED, None).result() == {}

@@ -165,12 +165,30 @@ async fn each_api_refuses_what_the_principal_may_not_do() {
         .call(0, &ListPartitionReassignmentsRequest::default())
         .await;
     assert_eq!(r.error_code, CLUSTER_DENIED);
+    // ElectLeaders needs ALTER on the cluster; a single node's one replica leads already.
+    let mut el = ElectLeadersRequest::default();
+    let mut tp = elect_leaders_request::TopicPartitions::default();
+    tp.topic = name("t");
+    tp.partitions = vec![0];
+    el.topic_partitions = Some(vec![tp]);
+    el.timeout_ms = 5000;
+    let r = c.call(2, &el).await;
+    assert_eq!(r.error_code, CLUSTER_DENIED);
+    assert_eq!(
+        r.replica_election_results[0].partition_result[0].error_code,
+        CLUSTER_DENIED
+    );
+    grant(&b, ResourceType::Cluster, CLUSTER_NAME, Operation::Alter);
+    let r = c.call(2, &el).await;
+    assert_eq!(r.error_code, 0);
+    let p = &r.replica_election_results[0].partition_result[0];
+    assert_eq!(p.error_code, 84, "ELECTION_NOT_NEEDED: {p:?}");
 
     // The ACLs outlive a restart.
     let b = b.restart().await;
     let mut c = b.client().await;
     assert_eq!(produce(&mut c, "t", 0, batch(1)).await.error_code, 0);
-    assert_eq!(b.broker().authorizer.acls().len(), 2);
+    assert_eq!(b.broker().authorizer.acls().len(), 3);
     b.shutdown().await;
 }
 

@@ -1,6 +1,7 @@
 //! Cluster mode: three in-process brokers form a metadata quorum (`controller.quorum.voters`)
 //! and replicate a topic created through it; the controller moves leadership off a broker
-//! that stops, and the broker rejoins the ISR after a restart.
+//! that stops, and the broker rejoins the ISR after a restart; leadership goes back to the
+//! preferred replica with ElectLeaders or by the controller's automatic rebalance.
 
 use std::time::{Duration, Instant};
 
@@ -8,8 +9,10 @@ use kafka_protocol::messages::create_partitions_request::{
     CreatePartitionsAssignment, CreatePartitionsTopic,
 };
 use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
+use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{BrokerId, CreatePartitionsRequest};
+use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse};
 use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
 use kafka_protocol::ResponseError;
 
@@ -491,5 +494,262 @@ async fn controller_fences_a_crashed_leader_after_its_session_expires() {
         })
         .await;
     }
+    c.shutdown().await;
+}
+
+/// Creates [`TOPIC`] (RF 3) on a fresh cluster, stops the leader of its partition (its
+/// preferred replica), waits for the failover, restarts it and waits until it is back in the
+/// ISR. Returns (preferred replica, the leader that took over); 20 records are written.
+async fn fail_over_and_rejoin(c: &mut QuorumCluster) -> (i32, i32) {
+    for id in 1..=3 {
+        let b = c.broker(id);
+        eventually("every broker lists 3 brokers", || async {
+            view(b).await.0 == vec![1, 2, 3]
+        })
+        .await;
+    }
+    let mut t = CreatableTopic::default();
+    t.name = name(TOPIC);
+    t.num_partitions = 1;
+    t.replication_factor = 3;
+    let r = create_topics(&mut c.broker(1).client().await, vec![t])
+        .await
+        .remove(0);
+    assert_eq!(r.error_code, 0, "create: {:?}", r.error_message);
+    {
+        let c = &*c;
+        eventually("a leader with a full ISR", || async move {
+            c.partition_state(1)
+                .is_some_and(|(l, isr)| l.is_some() && isr == vec![1, 2, 3])
+        })
+        .await;
+    }
+    let preferred = {
+        let control = c.broker(1).broker().cluster().expect("cluster mode");
+        let state = control.node().expect("metadata node").state();
+        let p = &state.topic_by_name(TOPIC).expect("topic").partitions[0];
+        assert_eq!(
+            p.leader,
+            p.replicas.first().copied(),
+            "the first replica leads"
+        );
+        p.replicas[0].0
+    };
+    {
+        let b = c.broker(preferred);
+        eventually("the leader serves the partition", || async move {
+            view(b).await.1 == preferred
+        })
+        .await;
+    }
+    assert_eq!(produce_all(c.broker(preferred), 2).await, vec![0, 5]);
+
+    c.broker_mut(preferred).stop().await;
+    let survivor = if preferred == 1 { 2 } else { 1 };
+    {
+        let c = &*c;
+        eventually("a new leader from the ISR", || async move {
+            c.partition_state(survivor).is_some_and(|(l, isr)| {
+                l.is_some_and(|l| l != preferred) && !isr.contains(&preferred)
+            })
+        })
+        .await;
+    }
+    let new_leader = c
+        .partition_state(survivor)
+        .and_then(|(l, _)| l)
+        .expect("a new leader");
+    {
+        let b = c.broker(new_leader);
+        eventually("the new leader serves the partition", || async move {
+            view(b).await.1 == new_leader
+        })
+        .await;
+    }
+    assert_eq!(produce_all(c.broker(new_leader), 2).await, vec![10, 15]);
+
+    c.broker_mut(preferred).resume().await;
+    {
+        let c = &*c;
+        eventually("the restarted broker back in the ISR", || async move {
+            c.partition_state(survivor)
+                .is_some_and(|(_, isr)| isr == vec![1, 2, 3])
+        })
+        .await;
+    }
+    (preferred, new_leader)
+}
+
+async fn elect_leaders(
+    b: &TestBroker,
+    version: i16,
+    election_type: i8,
+    partitions: Option<Vec<(&str, Vec<i32>)>>,
+) -> ElectLeadersResponse {
+    let mut req = ElectLeadersRequest::default();
+    req.election_type = election_type;
+    req.timeout_ms = 15_000;
+    req.topic_partitions = partitions.map(|topics| {
+        topics
+            .into_iter()
+            .map(|(topic, partitions)| {
+                let mut t = TopicPartitions::default();
+                t.topic = name(topic);
+                t.partitions = partitions;
+                t
+            })
+            .collect()
+    });
+    b.client().await.call(version, &req).await
+}
+
+/// (topic, partition, error code, error message) of every partition result.
+fn election_results(r: &ElectLeadersResponse) -> Vec<(String, i32, i16, Option<String>)> {
+    r.replica_election_results
+        .iter()
+        .flat_map(|t| {
+            t.partition_result.iter().map(|p| {
+                (
+                    t.topic.0.to_string(),
+                    p.partition_id,
+                    p.error_code,
+                    p.error_message.as_ref().map(|m| m.to_string()),
+                )
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn elect_leaders_moves_leadership_back_to_the_preferred_replica() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("strata=info,strata_metadata=info,openraft=warn")
+        .with_test_writer()
+        .try_init();
+    let mut c = QuorumCluster::start().await;
+    let (preferred, new_leader) = fail_over_and_rejoin(&mut c).await;
+    let admin = c.broker(new_leader);
+    assert_eq!(
+        c.partition_state(preferred).map(|(l, _)| l),
+        Some(Some(new_leader)),
+        "no rebalance within the default 300 s check interval"
+    );
+
+    // UNCLEAN is not needed while the partition has a leader; the leader stays.
+    let r = elect_leaders(admin, 2, 1, Some(vec![(TOPIC, vec![0])])).await;
+    assert_eq!(
+        election_results(&r),
+        vec![(
+            TOPIC.to_string(),
+            0,
+            ResponseError::ElectionNotNeeded.code(),
+            Some("Leader election not needed for topic partition.".to_string())
+        )]
+    );
+    assert_eq!(
+        c.partition_state(preferred).map(|(l, _)| l),
+        Some(Some(new_leader))
+    );
+    let r = elect_leaders(admin, 2, 1, None).await;
+    assert!(
+        election_results(&r).is_empty(),
+        "every partition has a leader: {r:?}"
+    );
+
+    // PREFERRED moves leadership back; the answering broker's Metadata shows it at once.
+    let r = elect_leaders(admin, 2, 0, Some(vec![(TOPIC, vec![0])])).await;
+    assert_eq!(r.error_code, 0);
+    assert_eq!(election_results(&r), vec![(TOPIC.to_string(), 0, 0, None)]);
+    assert_eq!(view(admin).await.1, preferred);
+    for id in 1..=3 {
+        let b = c.broker(id);
+        eventually(
+            "every broker's metadata shows the preferred leader",
+            || async move { view(b).await.1 == preferred },
+        )
+        .await;
+    }
+    // The preferred replica leads with every acknowledged record.
+    assert_eq!(produce_all(c.broker(preferred), 2).await, vec![20, 25]);
+    assert_eq!(
+        read_all(c.broker(preferred)).await,
+        (0..30).collect::<Vec<i64>>()
+    );
+
+    // Again (v0, no election type: PREFERRED): not needed; unknown partitions and topics.
+    let r = elect_leaders(
+        admin,
+        0,
+        0,
+        Some(vec![(TOPIC, vec![0, 7]), ("no-such-topic", vec![0])]),
+    )
+    .await;
+    let unknown = ResponseError::UnknownTopicOrPartition.code();
+    assert_eq!(
+        election_results(&r),
+        vec![
+            (
+                TOPIC.to_string(),
+                0,
+                ResponseError::ElectionNotNeeded.code(),
+                Some("Leader election not needed for topic partition.".to_string())
+            ),
+            (
+                TOPIC.to_string(),
+                7,
+                unknown,
+                Some(format!("No such partition as {TOPIC}-7"))
+            ),
+            (
+                "no-such-topic".to_string(),
+                0,
+                unknown,
+                Some("No such topic as no-such-topic".to_string())
+            ),
+        ]
+    );
+    // Every partition (null): those needing no election are left out.
+    let r = elect_leaders(admin, 1, 0, None).await;
+    assert_eq!(r.error_code, 0);
+    assert!(election_results(&r).is_empty(), "{r:?}");
+    assert!(r
+        .replica_election_results
+        .iter()
+        .any(|t| t.topic.0.as_str() == TOPIC));
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn controller_moves_leadership_back_to_the_preferred_replica_by_itself() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("strata=info,strata_metadata=info,openraft=warn")
+        .with_test_writer()
+        .try_init();
+    let mut c =
+        QuorumCluster::start_with(&[("leader.imbalance.check.interval.seconds", "1")]).await;
+    let started = Instant::now();
+    let (preferred, _) = fail_over_and_rejoin(&mut c).await;
+    // fail_over_and_rejoin waited for the full ISR; now for leadership, without ElectLeaders.
+    {
+        let c = &c;
+        eventually("the rebalance gives leadership back", || async move {
+            c.partition_state(preferred)
+                .is_some_and(|(l, isr)| l == Some(preferred) && isr == vec![1, 2, 3])
+        })
+        .await;
+    }
+    for id in 1..=3 {
+        let b = c.broker(id);
+        eventually(
+            "every broker's metadata shows the preferred leader",
+            || async move { view(b).await.1 == preferred },
+        )
+        .await;
+    }
+    println!(
+        "leadership back on {preferred} {:?} after the start",
+        started.elapsed()
+    );
+    assert_eq!(produce_all(c.broker(preferred), 2).await, vec![20, 25]);
     c.shutdown().await;
 }

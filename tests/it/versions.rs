@@ -205,6 +205,13 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
             r.timeout_ms = 10_000;
             r.into()
         }
+        ApiKey::ElectLeaders => {
+            // Every partition: on a single node none needs an election, so none is listed.
+            let mut r = ElectLeadersRequest::default();
+            r.topic_partitions = None;
+            r.timeout_ms = 10_000;
+            r.into()
+        }
         ApiKey::DescribeCluster => DescribeClusterRequest::default().into(),
         ApiKey::FindCoordinator => {
             let mut r = FindCoordinatorRequest::default();
@@ -676,6 +683,13 @@ fn error_codes(resp: &ResponseKind) -> Vec<i16> {
             )
             .collect(),
         ResponseKind::ListPartitionReassignments(r) => vec![r.error_code],
+        ResponseKind::ElectLeaders(r) => std::iter::once(r.error_code)
+            .chain(
+                r.replica_election_results
+                    .iter()
+                    .flat_map(|t| t.partition_result.iter().map(|p| p.error_code)),
+            )
+            .collect(),
         _ => vec![],
     }
 }
