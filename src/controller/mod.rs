@@ -9,7 +9,8 @@
 //!   expiry or a restart) makes the broker ask to be unfenced, since it has caught up with the
 //!   log by then (it serves clients only after its first metadata sync);
 //! - on the node that is the Raft leader (the active controller), fences brokers whose session
-//!   expired, moves their partitions off them ([`placement::reelect_for_fenced_broker`]) and
+//!   expired, or sooner when a broker's heartbeat is late and its listener refuses
+//!   connections (its process died: [`ClusterControl::dead_brokers`]), moves their partitions off them ([`placement::reelect_for_fenced_broker`]) and
 //!   brings offline partitions back ([`placement::elect_offline_partitions`]) and, every
 //!   `leader.imbalance.check.interval.seconds` (with `auto.leader.rebalance.enable`), moves
 //!   leadership back to preferred replicas that are in the ISR and unfenced
@@ -317,7 +318,9 @@ impl ClusterControl {
     /// brokers and electing leaders of offline partitions. Runs on every node; acts only while
     /// this node is the Raft leader.
     pub async fn run_controller(self: Arc<Self>, cancel: CancellationToken) {
-        let every = (self.heartbeat_interval / 2).max(Duration::from_millis(100));
+        // Often enough to notice a dead broker soon after its heartbeat is late.
+        let every = (self.heartbeat_interval / 2)
+            .clamp(Duration::from_millis(100), Duration::from_millis(500));
         let mut ticker = tokio::time::interval(every);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -362,6 +365,15 @@ impl ClusterControl {
         };
         for id in expired {
             tracing::info!(broker = id.0, "broker session expired: fencing it");
+            if let Err(e) = node.propose(Command::FenceBroker { id }).await {
+                tracing::warn!(broker = id.0, error = %e, "fencing a broker failed");
+            }
+        }
+        for id in self.dead_brokers(&node.state(), now).await {
+            tracing::info!(
+                broker = id.0,
+                "broker missed its heartbeat and refuses connections: fencing it before its session expires"
+            );
             if let Err(e) = node.propose(Command::FenceBroker { id }).await {
                 tracing::warn!(broker = id.0, error = %e, "fencing a broker failed");
             }
@@ -444,6 +456,47 @@ impl ClusterControl {
         tokio::time::timeout(timeout, work)
             .await
             .unwrap_or(Err(ClusterError::NotSynced(timeout)))
+    }
+
+    /// Unfenced brokers whose heartbeat is late (over 1.5 heartbeat intervals) and whose Kafka
+    /// listener refuses connections. A process that died (crash, `kill -9`, OOM) has its ports
+    /// closed by the kernel at once, so the controller fences it now rather than after
+    /// `broker.session.timeout.ms` (Kafka always waits for the session). A paused, overloaded
+    /// or partitioned broker still accepts connections or does not answer, and keeps its
+    /// session as in Kafka. A new controller may fence this way at once: a refused connection
+    /// does not depend on heartbeats having been committed.
+    async fn dead_brokers(
+        &self,
+        state: &strata_metadata::MetadataState,
+        now: i64,
+    ) -> Vec<BrokerId> {
+        const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
+        let late_ms =
+            i64::try_from(self.heartbeat_interval.as_millis() * 3 / 2).unwrap_or(i64::MAX);
+        let probes = state
+            .brokers()
+            .filter(|b| {
+                !b.fenced
+                    && b.id != self.broker_id
+                    && now.saturating_sub(b.last_heartbeat_ms) > late_ms
+            })
+            .filter_map(|b| {
+                let e = b.endpoints.first()?;
+                let addr = format!("{}:{}", e.host, e.port);
+                let id = b.id;
+                Some(async move {
+                    let refused = matches!(
+                        tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect(&addr)).await,
+                        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    );
+                    refused.then_some(id)
+                })
+            });
+        futures::future::join_all(probes)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     /// Waits until the local broker has synced the metadata image at `index` or later.

@@ -28,7 +28,7 @@ pytestmark = [
 ]
 
 TOPIC = "cluster-kill9"
-KILL_CYCLES = 3
+KILL_CYCLES = 5
 
 
 @pytest.fixture

@@ -159,7 +159,7 @@ async fn produce_all(b: &TestBroker, count: usize) -> Vec<i64> {
     let mut offsets = Vec::new();
     for _ in 0..count {
         let r = produce(&mut c, TOPIC, 0, batch(5)).await;
-        assert_eq!(r.error_code, 0, "acks=all produce to the leader");
+        assert_eq!(r.error_code, 0, "acks=all produce to the leader: {r:?}");
         offsets.push(r.base_offset);
     }
     offsets
