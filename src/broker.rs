@@ -1205,21 +1205,37 @@ impl Broker {
         resource: &str,
         configs: BTreeMap<String, String>,
     ) -> io::Result<()> {
+        if let Some(c) = self.cluster() {
+            return crate::controller::admin::set_broker_configs(c, resource, configs)
+                .map_err(io::Error::other);
+        }
+        let mut all = self
+            .dynamic_configs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if configs.is_empty() {
+            all.remove(resource);
+        } else {
+            all.insert(resource.to_string(), configs);
+        }
+        self.replace_dynamic_broker_configs(all)
+    }
+
+    /// Replaces every dynamic broker config (resource name -> settings; cluster mode applies
+    /// the quorum's), persists them and re-resolves every topic's config. Blocking.
+    pub fn replace_dynamic_broker_configs(
+        &self,
+        all: BTreeMap<String, BTreeMap<String, String>>,
+    ) -> io::Result<()> {
         let _w = self
             .catalog_writes
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        {
-            let mut d = self
-                .dynamic_configs
-                .write()
-                .unwrap_or_else(|e| e.into_inner());
-            if configs.is_empty() {
-                d.remove(resource);
-            } else {
-                d.insert(resource.to_string(), configs);
-            }
-        }
+        *self
+            .dynamic_configs
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = all;
         for t in self.topics() {
             let config = self.topic_config(&t.overrides);
             for p in &t.partitions {

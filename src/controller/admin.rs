@@ -331,6 +331,44 @@ pub fn create_partitions(
     Ok(())
 }
 
+/// Replaces the dynamic configs of a broker resource (`""`: the cluster-wide default, else a
+/// node id) through the quorum (validated by the caller). Every broker applies them. Blocking.
+pub fn set_broker_configs(
+    control: &Arc<ClusterControl>,
+    resource: &str,
+    configs: BTreeMap<String, String>,
+) -> Result<(), ClusterError> {
+    let resource = if resource.is_empty() {
+        ConfigResource::ClusterDefault
+    } else {
+        let id = resource.parse::<i32>().map_err(|_| {
+            ClusterError::UnexpectedResponse(format!("invalid broker resource {resource:?}"))
+        })?;
+        ConfigResource::Broker(strata_metadata::ids::BrokerId(id))
+    };
+    let node = control.node()?;
+    let current = node.state().configs(&resource).cloned().unwrap_or_default();
+    let mut changes: BTreeMap<String, Option<String>> = current
+        .keys()
+        .filter(|k| !configs.contains_key(*k))
+        .map(|k| (k.clone(), None))
+        .collect();
+    for (k, v) in configs {
+        if current.get(&k) != Some(&v) {
+            changes.insert(k, Some(v));
+        }
+    }
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let command = Command::SetConfigs { resource, changes };
+    let c = control.clone();
+    wait_for(async move {
+        let (_, index) = c.propose(command).await?;
+        c.wait_synced(index, SYNC_WAIT).await
+    })
+}
+
 /// Replaces a topic's config overrides through the quorum (validated by the caller). Every
 /// broker applies them to its local topic. Blocking.
 pub fn set_topic_configs(

@@ -41,9 +41,8 @@
 //! quorum on the first FindCoordinator for them ([`ClusterControl::request_internal_topic`]),
 //! replicated like any topic, and the coordinators follow their partitions' leadership.
 //!
-//! ACLs, SCRAM credentials and client quotas are quorum records ([`records`]).
-//!
-//! Not done yet: dynamic broker configs are not replicated through the quorum.
+//! ACLs, SCRAM credentials and client quotas are quorum records ([`records`]); dynamic broker
+//! configs (cluster-wide and per broker) are quorum configs.
 
 pub mod admin;
 pub mod reassign;

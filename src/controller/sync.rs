@@ -3,8 +3,8 @@
 //! For each image it sets the cluster view (registered brokers that are unfenced, and this
 //! broker), deletes local topics the metadata no longer has (or has under another id),
 //! applies the partition states that changed since the previous image (creating local logs
-//! for new topics and partitions), the ACLs, SCRAM credentials and client quotas, and the
-//! topic config overrides.
+//! for new topics and partitions), the ACLs, SCRAM credentials and client quotas, the dynamic
+//! broker configs and the topic config overrides.
 //!
 //! Invariant: nothing is synced before this broker's own registration (this incarnation) is
 //! applied locally. The registration is committed after everything this broker saw before a
@@ -13,9 +13,10 @@
 //! quorum creates them and refuses their deletion, and one it does not have may hold a single
 //! node's coordinator state from before cluster mode.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use strata_metadata::command::ConfigResource;
 use strata_metadata::state::PartitionState;
 use strata_metadata::MetadataState;
 use tokio_util::sync::CancellationToken;
@@ -33,6 +34,8 @@ struct Applied {
     partitions: HashMap<(Uuid, u32), PartitionState>,
     /// ACL, SCRAM and quota records (`None` before the first sync).
     security: Option<RawRecords>,
+    /// Dynamic broker configs by resource name (`None` before the first sync).
+    dynamic_configs: Option<BTreeMap<String, BTreeMap<String, String>>>,
 }
 
 /// Follows the metadata images until `cancel`.
@@ -166,7 +169,28 @@ fn sync_once(
         }
     }
 
-    // 5. Topic config overrides.
+    // 5. Dynamic broker configs ("" = the cluster-wide default, else a node id).
+    let mut dynamic: BTreeMap<String, BTreeMap<String, String>> = state
+        .brokers()
+        .filter_map(|b| {
+            let configs = state.configs(&ConfigResource::Broker(b.id))?;
+            (!configs.is_empty()).then(|| (b.id.0.to_string(), configs.clone()))
+        })
+        .collect();
+    if let Some(cluster) = state
+        .configs(&ConfigResource::ClusterDefault)
+        .filter(|c| !c.is_empty())
+    {
+        dynamic.insert(String::new(), cluster.clone());
+    }
+    if applied.dynamic_configs.as_ref() != Some(&dynamic) {
+        match broker.replace_dynamic_broker_configs(dynamic.clone()) {
+            Ok(()) => applied.dynamic_configs = Some(dynamic),
+            Err(e) => tracing::error!(error = %e, "applying dynamic broker configs failed"),
+        }
+    }
+
+    // 6. Topic config overrides.
     for topic in state.topics() {
         let Some(local) = broker.topic(&topic.name) else {
             continue;

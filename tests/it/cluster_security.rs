@@ -161,3 +161,63 @@ async fn acls_credentials_and_quotas_reach_every_broker_through_the_quorum() {
     }
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dynamic_broker_configs_reach_every_broker_through_the_quorum() {
+    let c = QuorumCluster::start().await;
+    let mut t = CreatableTopic::default();
+    t.name = name("defaults");
+    t.num_partitions = 1;
+    t.replication_factor = 1;
+    {
+        let b = c.broker(1);
+        eventually("three unfenced brokers", || async move {
+            b.broker()
+                .cluster()
+                .map(|c| strata::controller::admin::unfenced_brokers(c))
+                == Some(3)
+        })
+        .await;
+    }
+    let r = create_topics(&mut c.broker(1).client().await, vec![t])
+        .await
+        .remove(0);
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    // The cluster-wide default through broker 2, broker 3's own setting through broker 1.
+    let b2 = c.broker(2).broker().clone();
+    tokio::task::spawn_blocking(move || {
+        b2.set_dynamic_broker_configs(
+            "",
+            [("log.retention.ms".to_string(), "123456".to_string())].into(),
+        )
+    })
+    .await
+    .unwrap()
+    .expect("cluster default through the quorum");
+    let b1 = c.broker(1).broker().clone();
+    tokio::task::spawn_blocking(move || {
+        b1.set_dynamic_broker_configs(
+            "3",
+            [("log.retention.ms".to_string(), "654321".to_string())].into(),
+        )
+    })
+    .await
+    .unwrap()
+    .expect("broker 3's config through the quorum");
+    for (id, expected) in [(1, 123456), (2, 123456), (3, 654321)] {
+        let b = c.broker(id).broker().clone();
+        eventually("the dynamic default in every broker's topic config", || {
+            let b = b.clone();
+            async move {
+                b.dynamic_broker_configs("")
+                    .get("log.retention.ms")
+                    .map(String::as_str)
+                    == Some("123456")
+                    && b.topic("defaults")
+                        .is_some_and(|t| t.config.retention_ms == expected)
+            }
+        })
+        .await;
+    }
+    c.shutdown().await;
+}
