@@ -1,6 +1,7 @@
 //! Cluster mode: ACLs, SCRAM credentials and client quotas changed through any broker are
 //! committed to the quorum and enforced by every broker, including one that was stopped
-//! while they changed.
+//! while they changed; credentials added offline to a stopped broker's data dir reach all
+//! brokers when it rejoins.
 
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::*;
@@ -138,16 +139,32 @@ async fn acls_credentials_and_quotas_reach_every_broker_through_the_quorum() {
     )
     .await;
     assert_eq!(altered[0].0, 0, "{altered:?}");
+    // `strata scram add` on the stopped broker's data dir: proposed when it rejoins.
+    let mut pairs = std::collections::BTreeMap::new();
+    pairs.insert(
+        "log.dirs".to_string(),
+        c.broker(3).dir.path().display().to_string(),
+    );
+    strata::broker::add_scram_credential_offline(
+        &strata::config::BrokerConfig::build(&[pairs]).unwrap(),
+        "offline",
+        Mechanism::Sha512,
+        strata::auth::scram::credential_for_password(Mechanism::Sha512, "offline-pw", 4096),
+    )
+    .unwrap();
     c.broker_mut(3).resume().await;
     for id in 1..=3 {
         let b = c.broker(id);
         eventually(
-            "the deletion, credential and quota on every broker",
+            "the deletion, credentials and quota on every broker",
             || async move {
                 let broker = b.broker();
                 broker.authorizer.acls().is_empty()
                     && broker
                         .scram_credential("alice", Mechanism::Sha256)
+                        .is_some()
+                    && broker
+                        .scram_credential("offline", Mechanism::Sha512)
                         .is_some()
                     && broker.quotas.records().len() == 1
             },
