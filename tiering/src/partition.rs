@@ -58,6 +58,19 @@ impl TieredPartition {
         self.view.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Reloads the manifest from the bucket (a follower learning what its leader uploaded, or
+    /// a new leader taking over from where the manifest ends) and returns it.
+    pub async fn refresh(&self, store: &RemoteStore) -> Result<Arc<PartitionManifest>, StoreError> {
+        let mut committed = self.committed.lock().await;
+        let loaded = manifest::load(store, &self.id).await?;
+        match &loaded {
+            Some(v) => self.publish(&v.manifest),
+            None => self.publish(&PartitionManifest::empty(&self.id, -1)),
+        }
+        *committed = loaded;
+        Ok(self.manifest())
+    }
+
     fn publish(&self, m: &PartitionManifest) {
         *self.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(m.clone());
     }
@@ -76,6 +89,11 @@ impl TieredPartition {
                 *committed = manifest::load(store, &self.id)
                     .await
                     .map_err(CommitError::Store)?;
+                // Readers and the uploader see what another writer committed even when
+                // `change` then abandons (otherwise the uploader would retry from a stale end).
+                if let Some(v) = committed.as_ref() {
+                    self.publish(&v.manifest);
+                }
             }
             let mut next = match committed.as_ref() {
                 Some(v) => v.manifest.clone(),
@@ -110,9 +128,17 @@ impl TieredPartition {
         let result = self
             .commit_with(store, leader_epoch, |m| {
                 if let Some(end) = m.end_offset() {
-                    if seg.base_offset < end {
+                    if seg.next_offset <= end {
                         // Already covered (a retry after a commit whose answer was lost).
                         return Ok(false);
+                    }
+                    if seg.base_offset < end {
+                        // A new leader's segment straddles the end of what the previous
+                        // leader uploaded (replicas roll segments at different offsets). It
+                        // goes in whole: the overlap holds the same committed batches, reads
+                        // look segments up by offset, and without it the remote log could
+                        // never move past the old leader's last segment.
+                        tracing::info!(partition = %self.id.dir(), end, base = seg.base_offset, next = seg.next_offset, "remote segment overlaps the previous leader's last one");
                     }
                     if seg.base_offset > end {
                         tracing::warn!(partition = %self.id.dir(), end, base = seg.base_offset, "remote log has a gap (local data was deleted before it was uploaded)");
