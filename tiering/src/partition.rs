@@ -328,3 +328,71 @@ impl TieredPartition {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::Part;
+
+    fn seg(base: i64, next: i64, epoch: i32) -> RemoteSegment {
+        RemoteSegment {
+            key: format!("k{base}-{epoch}"),
+            base_offset: base,
+            next_offset: next,
+            max_timestamp: base,
+            leader_epoch: epoch,
+            epochs: vec![],
+            log: Part { start: 0, end: 10 },
+            offset_index: Part { start: 10, end: 18 },
+            time_index: Part { start: 18, end: 30 },
+            producer_snapshot: None,
+            leader_epoch_checkpoint: None,
+            txn_index: None,
+            uploaded_at_ms: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_new_leader_continues_the_manifest_across_a_straddling_segment() {
+        let store = RemoteStore::in_memory();
+        let id = PartitionId {
+            topic: "t".into(),
+            topic_id: uuid::Uuid::new_v4(),
+            partition: 0,
+        };
+        let old = TieredPartition::load(&store, id.clone()).await.unwrap();
+        old.commit_segment(&store, seg(0, 100, 1), 1).await.unwrap();
+        // The new leader cached the manifest before that commit (it was a follower).
+        let new = TieredPartition::load(&store, id.clone()).await.unwrap();
+        let stale = TieredPartition::load(&store, id.clone()).await.unwrap();
+        old.commit_segment(&store, seg(100, 150, 1), 1)
+            .await
+            .unwrap();
+        assert_eq!(new.refresh(&store).await.unwrap().end_offset(), Some(150));
+        // Its segment [120, 180) straddles the old end: committed whole.
+        new.commit_segment(&store, seg(120, 180, 2), 2)
+            .await
+            .unwrap();
+        let m = new.manifest();
+        let bounds: Vec<_> = m
+            .segments
+            .iter()
+            .map(|s| (s.base_offset, s.next_offset))
+            .collect();
+        assert_eq!(bounds, vec![(0, 100), (100, 150), (120, 180)]);
+        assert_eq!(m.segment_for(130).unwrap().base_offset, 100);
+        assert_eq!(m.segment_for(150).unwrap().base_offset, 120);
+        // A segment already covered is not added again, and a stale writer learns the
+        // committed end from the retry's reload.
+        stale
+            .commit_segment(&store, seg(100, 150, 2), 2)
+            .await
+            .unwrap();
+        assert_eq!(stale.manifest().end_offset(), Some(180));
+        // The old leader is fenced.
+        assert!(matches!(
+            old.commit_segment(&store, seg(180, 200, 1), 1).await,
+            Err(CommitError::Fenced { .. })
+        ));
+    }
+}
