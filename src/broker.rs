@@ -643,6 +643,33 @@ impl Partition {
         Ok(())
     }
 
+    /// Restarts a follower's log at the leader's local log start of a tiered partition, with
+    /// leader epochs and producer state from remote storage (see [`Log::start_at_tiered`]).
+    /// Refused unless this broker follows at `leader_epoch`. Blocking.
+    pub fn start_at_tiered(
+        &self,
+        leader_epoch: i32,
+        log_start_offset: i64,
+        local_start_offset: i64,
+        epochs: &[(i32, i64)],
+        producer_snapshot: Option<&[u8]>,
+    ) -> Result<(), AppendError> {
+        let mut log = self.lock();
+        if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
+            return Err(AppendError::NotLeaderOrFollower);
+        }
+        log.start_at_tiered(
+            log_start_offset,
+            local_start_offset,
+            epochs,
+            producer_snapshot,
+            now_ms(),
+        )?;
+        tracing::info!(topic = %self.topic, partition = self.index, log_start_offset, local_start_offset, "restarted follower log at the leader's local log start (the rest is in remote storage)");
+        self.publish(&log);
+        Ok(())
+    }
+
     /// Finds the file range to serve for a fetch. Blocking (may read segment headers).
     pub fn read(
         &self,

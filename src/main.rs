@@ -358,6 +358,11 @@ async fn tier(config: BrokerConfig, command: TierCommand) -> anyhow::Result<()> 
                     config.log_dirs[0].display()
                 );
             }
+            if config.cluster.is_some() {
+                anyhow::bail!(
+                    "restore from the bucket is single-node only: in cluster mode the metadata quorum decides which topics exist (see the README, Tiering in cluster mode)"
+                );
+            }
             let tiering = strata::tiering::Tiering::open(&config.tiering).await?;
             let n = strata::tiering::restore_if_empty(&tiering, &config).await?;
             tiering.reader.close().await;

@@ -47,6 +47,9 @@ pub struct Tiering {
     pub reader: RemoteReader,
     config: TieringConfig,
     partitions: Mutex<HashMap<(Uuid, i32), Arc<TieredPartition>>>,
+    /// The leader epoch at which this broker last reloaded each partition's manifest as its
+    /// leader: a new leader first reloads, then continues from where the manifest ends.
+    led_at_epoch: Mutex<HashMap<(Uuid, i32), i32>>,
     /// The catalog as last written by this broker (topic name -> entry).
     synced: tokio::sync::Mutex<(BTreeMap<String, CatalogTopic>, i64)>,
     /// Topics deleted while this process ran whose remote data still has to go.
@@ -92,6 +95,7 @@ impl Tiering {
             reader,
             config: config.clone(),
             partitions: Mutex::new(HashMap::new()),
+            led_at_epoch: Mutex::new(HashMap::new()),
             synced: tokio::sync::Mutex::new(synced),
             deleted: Mutex::new(Vec::new()),
             last_scrub: Mutex::new(None),
@@ -143,19 +147,20 @@ impl Tiering {
     /// One pass of the tiering task.
     pub async fn tick(self: &Arc<Self>, broker: &Arc<Broker>) {
         self.sync_catalog(broker).await;
-        let work: Vec<(Arc<Topic>, Arc<Partition>)> = broker
+        let all: Vec<(Arc<Topic>, Arc<Partition>)> = broker
             .topics()
             .into_iter()
             .filter(|t| t.config.remote_storage_enable)
             .flat_map(|t| {
                 t.partitions
                     .iter()
-                    // Only a partition's leader uploads (as Kafka's RemoteLogManager).
-                    .filter(|p| p.is_leader())
                     .map(|p| (t.clone(), p.clone()))
                     .collect::<Vec<_>>()
             })
             .collect();
+        // Only a partition's leader uploads (as Kafka's RemoteLogManager); its followers
+        // follow the manifest to apply local retention.
+        let (work, followed): (Vec<_>, Vec<_>) = all.into_iter().partition(|(_, p)| p.is_leader());
         futures::stream::iter(work)
             .for_each_concurrent(self.config.upload_concurrency, |(t, p)| async move {
                 if let Err(e) = self.tier_partition(broker, &t, &p).await {
@@ -163,6 +168,17 @@ impl Tiering {
                 }
             })
             .await;
+        futures::stream::iter(
+            followed
+                .into_iter()
+                .filter(|(_, p)| p.is_replicated() && p.role() == crate::broker::Role::Follower),
+        )
+        .for_each_concurrent(self.config.upload_concurrency, |(t, p)| async move {
+            if let Err(e) = self.follow_manifest(&t, &p).await {
+                tracing::debug!(topic = %t.name, partition = p.index, error = %e, "cannot read the manifest as a follower; will retry");
+            }
+        })
+        .await;
         let scrub_due = {
             let mut last = self.last_scrub.lock().unwrap_or_else(|e| e.into_inner());
             let due = last.is_none_or(|t| {
@@ -201,6 +217,35 @@ impl Tiering {
         }
     }
 
+    /// A follower of a tiered partition (Kafka: a follower's local retention may delete
+    /// segments at or below the highest offset in remote storage, learnt from the remote log
+    /// metadata): reloads the manifest its leader commits, records how far it covers the log
+    /// and the log start offset it carries, and applies local retention, which deletes only
+    /// local segments that end at or below both the manifest's end and this replica's high
+    /// watermark.
+    async fn follow_manifest(&self, topic: &Topic, p: &Arc<Partition>) -> anyhow::Result<()> {
+        let tp = self.partition(topic, p.index).await?;
+        let manifest = tp.refresh(&self.store).await?;
+        let Some(remote_end) = manifest.end_offset() else {
+            return Ok(());
+        };
+        let remote_start = manifest.log_start_offset;
+        let part = p.clone();
+        let now = now_ms();
+        let deleted = tokio::task::spawn_blocking(move || {
+            part.with_log(|l| -> io::Result<usize> {
+                l.set_remote_end_offset(remote_end);
+                l.advance_log_start_offset(remote_start)?;
+                l.apply_retention(now)
+            })
+        })
+        .await??;
+        if deleted > 0 {
+            tracing::debug!(topic = %topic.name, partition = p.index, segments = deleted, remote_end, "follower deleted local segments covered by the manifest");
+        }
+        Ok(())
+    }
+
     /// Uploads, commits, and applies local and remote retention for one partition.
     async fn tier_partition(
         &self,
@@ -210,6 +255,22 @@ impl Tiering {
     ) -> anyhow::Result<()> {
         let tp = self.partition(topic, p.index).await?;
         let epoch = p.leader_epoch();
+        // A new leader (or one whose epoch changed) reloads the manifest first: what it cached
+        // as a follower, or from an earlier term, may be behind what another leader committed.
+        let key = (topic.id, p.index);
+        let led_at = self
+            .led_at_epoch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .copied();
+        if led_at != Some(epoch) {
+            tp.refresh(&self.store).await?;
+            self.led_at_epoch
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key, epoch);
+        }
         let manifest = tp.manifest();
         let remote_end = manifest.end_offset().unwrap_or(-1);
         let remote_start = manifest.log_start_offset;
@@ -859,6 +920,15 @@ struct RestoredPartition {
 
 /// Rebuilds topics from the bucket when the broker starts on an empty data directory
 /// (invariant 7). Returns the number of topics restored.
+///
+/// Single-node mode only. In cluster mode the metadata quorum, not the bucket, says which
+/// topics exist (with which ids, replicas and leaders): the metadata sync deletes local topics
+/// the quorum does not have, so a restore there would be undone, and deleting them would also
+/// delete their remote data. A cluster broker on an empty data directory restores nothing: it
+/// rejoins, and each partition it replicates is fetched from its leader, starting at the
+/// leader's local log start for tiered topics (everything below stays in the bucket and is
+/// read from there). Rebuilding a whole cluster (quorum included) from the bucket alone is not
+/// supported.
 pub async fn restore_if_empty(tiering: &Tiering, config: &BrokerConfig) -> anyhow::Result<usize> {
     if !crate::broker::is_fresh_data_dir(config) {
         return Ok(0);
@@ -866,6 +936,12 @@ pub async fn restore_if_empty(tiering: &Tiering, config: &BrokerConfig) -> anyho
     let Some((cat, _)) = catalog::load(&tiering.store).await? else {
         return Ok(0);
     };
+    if config.cluster.is_some() {
+        if !cat.topics.is_empty() {
+            tracing::warn!(topics = cat.topics.len(), "cluster mode: not restoring topics from the bucket on an empty data directory; the metadata quorum decides which topics exist, and replicas catch up from their leaders");
+        }
+        return Ok(0);
+    }
     let producer_id_block_end = cat.producer_id_block_end;
     let mut topics = Vec::new();
     for (name, entry) in &cat.topics {

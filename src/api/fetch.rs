@@ -514,6 +514,21 @@ fn read_pass(
                     None => Ok(Bytes::new()),
                 }) {
                 Ok(r) => r,
+                // A follower below the leader's local log start does not copy the remote
+                // log through the leader: it rebuilds its state from remote storage and
+                // starts at the local log start (KIP-405, OFFSET_MOVED_TO_TIERED_STORAGE).
+                Err(crate::log::ReadError::Remote { .. }) if params.is_follower() => {
+                    pass.answer_now = true;
+                    let code = ResponseError::OffsetMovedToTieredStorage;
+                    broker.metrics.record_error(1, code.code());
+                    partitions.push(
+                        partition_response(index, code)
+                            .with_high_watermark(offsets.high_watermark)
+                            .with_last_stable_offset(offsets.last_stable_offset)
+                            .with_log_start_offset(offsets.log_start_offset),
+                    );
+                    continue;
+                }
                 Err(crate::log::ReadError::Remote { .. }) if broker.tiering().is_some() => {
                     if pass.remote.is_none() {
                         if let Some(t) = &topic {

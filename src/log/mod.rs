@@ -717,6 +717,41 @@ impl Log {
         Ok(())
     }
 
+    /// A follower behind the leader's local log start of a tiered partition (Kafka's
+    /// `ReplicaFetcherTierStateMachine` after OFFSET_MOVED_TO_TIERED_STORAGE): empties the
+    /// local log and restarts it at the leader's `local_start_offset`, with the partition's
+    /// `log_start_offset` below it (the rest lives in remote storage), the leader epochs that
+    /// start below `local_start_offset` and the producer state, both taken from the remote
+    /// segment that ends there. Local retention may not delete anything at or below the new
+    /// start until the manifest says so, but everything below it is remote already.
+    pub fn start_at_tiered(
+        &mut self,
+        log_start_offset: i64,
+        local_start_offset: i64,
+        epochs: &[(i32, i64)],
+        producer_snapshot: Option<&[u8]>,
+        now_ms: i64,
+    ) -> io::Result<()> {
+        self.truncate_fully_and_start_at(local_start_offset, now_ms)?;
+        self.log_start_offset = log_start_offset.clamp(0, local_start_offset);
+        for &(epoch, start) in epochs {
+            if start < local_start_offset {
+                self.epochs.assign(epoch, start)?;
+            }
+        }
+        self.epochs.truncate_from_start(self.log_start_offset)?;
+        if let Some(snapshot) = producer_snapshot {
+            let path = ProducerStateManager::snapshot_path(&self.dir, local_start_offset);
+            let tmp = path.with_extension("snapshot.tmp");
+            fs::write(&tmp, snapshot)?;
+            fs::rename(&tmp, &path)?;
+            self.producers = ProducerStateManager::new();
+            self.load_producer_state()?;
+        }
+        self.remote_end_offset = self.remote_end_offset.max(local_start_offset);
+        Ok(())
+    }
+
     /// Appends a batch whose offsets are final (leader path after assignment, or replication).
     fn append_batch(
         &mut self,

@@ -36,6 +36,7 @@ const FETCH_VERSION: i16 = 16;
 const LIST_OFFSETS_VERSION: i16 = 7;
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
+const EARLIEST_LOCAL: i64 = -4;
 
 struct RunningFetcher {
     address: (String, u16),
@@ -180,6 +181,8 @@ enum Next {
     Continue,
     Pause(Pause),
     OutOfRange,
+    /// OFFSET_MOVED_TO_TIERED_STORAGE: the fetch offset is below the leader's local log start.
+    MovedToTieredStorage,
 }
 
 struct Fetcher {
@@ -247,12 +250,18 @@ impl Fetcher {
                 continue;
             }
             let out_of_range = self.process(targets, response).await;
-            for target in out_of_range {
+            for (target, tiered) in out_of_range {
                 let Some(c) = conn.as_mut() else { break };
                 let cancel = self.cancel.clone();
                 let reset = tokio::select! {
                     _ = cancel.cancelled() => return,
-                    r = self.reset_out_of_range(c, &target) => r,
+                    r = async {
+                        if tiered {
+                            self.reset_to_tiered(c, &target).await
+                        } else {
+                            self.reset_out_of_range(c, &target).await
+                        }
+                    } => r,
                 };
                 if let Err(e) = reset {
                     conn = None;
@@ -370,8 +379,13 @@ impl Fetcher {
             .with_topics(topics)
     }
 
-    /// Applies a fetch response; returns the partitions whose offset was out of range.
-    async fn process(&mut self, targets: Vec<Target>, response: FetchResponse) -> Vec<Target> {
+    /// Applies a fetch response; returns the partitions whose offset was out of range (with
+    /// `true` where it moved to tiered storage).
+    async fn process(
+        &mut self,
+        targets: Vec<Target>,
+        response: FetchResponse,
+    ) -> Vec<(Target, bool)> {
         let mut by_key: HashMap<(Uuid, i32), Target> = targets
             .into_iter()
             .map(|t| ((t.partition.topic_id, t.partition.index), t))
@@ -407,7 +421,8 @@ impl Fetcher {
                     self.paused
                         .insert((t.partition.topic_id, t.partition.index), p);
                 }
-                Next::OutOfRange => out_of_range.push(t),
+                Next::OutOfRange => out_of_range.push((t, false)),
+                Next::MovedToTieredStorage => out_of_range.push((t, true)),
             }
         }
         out_of_range
@@ -459,6 +474,108 @@ impl Fetcher {
         Ok(())
     }
 
+    /// Kafka's `ReplicaFetcherTierStateMachine`: the leader deleted the local copy of what
+    /// this follower needs next, which is in remote storage. Restart the local log at the
+    /// leader's local log start, with the leader's log start offset, and the leader epochs and
+    /// producer state from the remote segment that ends there (read from the bucket, which
+    /// this broker shares). The follower then fetches only what the leader still has locally.
+    /// When the manifest does not (yet) cover the leader's local start, the partition backs
+    /// off and the next fetch tries again.
+    async fn reset_to_tiered(
+        &mut self,
+        conn: &mut PeerConnection,
+        target: &Target,
+    ) -> Result<(), PeerError> {
+        let p = target.partition.clone();
+        let key = (p.topic_id, p.index);
+        let backoff = Pause::Until(
+            Instant::now() + self.broker.config.replication.fetch_backoff,
+            target.leader_epoch,
+        );
+        let local_start = self
+            .list_offset(conn, &p, target.leader_epoch, EARLIEST_LOCAL)
+            .await?;
+        let log_start = self
+            .list_offset(conn, &p, target.leader_epoch, EARLIEST)
+            .await?;
+        let (Some(local_start), Some(log_start)) = (local_start, log_start) else {
+            self.paused.insert(key, backoff);
+            return Ok(());
+        };
+        let state = match self.remote_state_at(&p, local_start).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::info!(topic = %p.topic, partition = p.index, local_start, error = %e, "cannot rebuild the follower state from remote storage yet; will retry");
+                self.paused.insert(key, backoff);
+                return Ok(());
+            }
+        };
+        let epoch = target.leader_epoch;
+        let result = crate::api::blocking(move || {
+            p.start_at_tiered(
+                epoch,
+                log_start,
+                local_start,
+                &state.epochs,
+                state.producer_snapshot.as_deref(),
+            )
+        })
+        .await;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                report_append_error(&target.partition, &e);
+                self.paused.insert(key, backoff);
+            }
+            Err(_) => tracing::error!("restarting a follower at the leader's local start panicked"),
+        }
+        Ok(())
+    }
+
+    /// Leader epochs and producer state at `local_start` from the partition's manifest: from
+    /// the remote segment ending at `local_start` or, when the leader's local segments do not
+    /// line up with the remote ones (right after a leadership change), the one holding
+    /// `local_start - 1` (its producer state is then that of its own end).
+    async fn remote_state_at(
+        &self,
+        p: &Partition,
+        local_start: i64,
+    ) -> Result<RemoteState, crate::tiering::RemoteReadError> {
+        use crate::tiering::RemoteReadError;
+        let (Some(tiering), Some(topic)) = (self.broker.tiering(), self.broker.topic(&p.topic))
+        else {
+            return Err(RemoteReadError::OutOfRange(local_start));
+        };
+        let tp = tiering.partition(&topic, p.index).await?;
+        let manifest = tp.refresh(&tiering.store).await?;
+        let Some(seg) = manifest
+            .segments
+            .iter()
+            .find(|s| s.next_offset == local_start)
+            .or_else(|| manifest.segment_for(local_start - 1))
+        else {
+            return Err(RemoteReadError::OutOfRange(local_start - 1));
+        };
+        let epochs = match seg.leader_epoch_checkpoint {
+            Some(part) => {
+                let raw = tiering.reader.part(&topic.name, seg, part).await?;
+                parse_epoch_checkpoint(&raw)
+            }
+            None => Vec::new(),
+        };
+        let producer_snapshot = match seg.producer_snapshot {
+            Some(part) => Some(tiering.reader.part(&topic.name, seg, part).await?),
+            None => None,
+        };
+        if seg.next_offset != local_start {
+            tracing::info!(topic = %p.topic, partition = p.index, local_start, remote_segment_end = seg.next_offset, "the leader's local start is inside a remote segment; taking its producer state");
+        }
+        Ok(RemoteState {
+            epochs,
+            producer_snapshot,
+        })
+    }
+
     /// The leader's offset for `timestamp` (-1 latest = its log end, -2 earliest), or `None`
     /// when the leader refuses (the partition is paused then).
     async fn list_offset(
@@ -490,6 +607,25 @@ impl Fetcher {
             .find(|x| x.partition_index == p.index);
         Ok(answer.filter(|a| a.error_code == 0).map(|a| a.offset))
     }
+}
+
+/// What a follower restarting at the leader's local log start takes from remote storage.
+struct RemoteState {
+    epochs: Vec<(i32, i64)>,
+    producer_snapshot: Option<bytes::Bytes>,
+}
+
+/// The (epoch, start offset) lines of a leader-epoch checkpoint (version, count, entries);
+/// malformed lines are skipped.
+fn parse_epoch_checkpoint(raw: &[u8]) -> Vec<(i32, i64)> {
+    String::from_utf8_lossy(raw)
+        .lines()
+        .skip(2)
+        .filter_map(|line| {
+            let mut it = line.split_whitespace();
+            Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+        })
+        .collect()
 }
 
 /// Where a follower truncates on a diverging epoch from the leader (Kafka's
@@ -530,6 +666,7 @@ fn apply_partition_data(
     match ResponseError::try_from_code(data.error_code) {
         None => {}
         Some(ResponseError::OffsetOutOfRange) => return Next::OutOfRange,
+        Some(ResponseError::OffsetMovedToTieredStorage) => return Next::MovedToTieredStorage,
         Some(ResponseError::FencedLeaderEpoch) => {
             tracing::info!(topic = %p.topic, partition = p.index, leader, leader_epoch = t.leader_epoch, "fenced by the leader: waiting for a newer partition state");
             return Next::Pause(Pause::EpochChange(t.leader_epoch));

@@ -10,6 +10,7 @@ mod admin;
 mod cluster;
 mod cluster_coordinators;
 mod cluster_security;
+mod cluster_tiering;
 mod compaction;
 mod coordinators;
 mod group_offsets;

@@ -58,6 +58,19 @@ impl TieredPartition {
         self.view.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Reloads the manifest from the bucket (a follower learning what its leader uploaded, or
+    /// a new leader taking over from where the manifest ends) and returns it.
+    pub async fn refresh(&self, store: &RemoteStore) -> Result<Arc<PartitionManifest>, StoreError> {
+        let mut committed = self.committed.lock().await;
+        let loaded = manifest::load(store, &self.id).await?;
+        match &loaded {
+            Some(v) => self.publish(&v.manifest),
+            None => self.publish(&PartitionManifest::empty(&self.id, -1)),
+        }
+        *committed = loaded;
+        Ok(self.manifest())
+    }
+
     fn publish(&self, m: &PartitionManifest) {
         *self.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(m.clone());
     }
@@ -76,6 +89,11 @@ impl TieredPartition {
                 *committed = manifest::load(store, &self.id)
                     .await
                     .map_err(CommitError::Store)?;
+                // Readers and the uploader see what another writer committed even when
+                // `change` then abandons (otherwise the uploader would retry from a stale end).
+                if let Some(v) = committed.as_ref() {
+                    self.publish(&v.manifest);
+                }
             }
             let mut next = match committed.as_ref() {
                 Some(v) => v.manifest.clone(),
@@ -110,9 +128,17 @@ impl TieredPartition {
         let result = self
             .commit_with(store, leader_epoch, |m| {
                 if let Some(end) = m.end_offset() {
-                    if seg.base_offset < end {
+                    if seg.next_offset <= end {
                         // Already covered (a retry after a commit whose answer was lost).
                         return Ok(false);
+                    }
+                    if seg.base_offset < end {
+                        // A new leader's segment straddles the end of what the previous
+                        // leader uploaded (replicas roll segments at different offsets). It
+                        // goes in whole: the overlap holds the same committed batches, reads
+                        // look segments up by offset, and without it the remote log could
+                        // never move past the old leader's last segment.
+                        tracing::info!(partition = %self.id.dir(), end, base = seg.base_offset, next = seg.next_offset, "remote segment overlaps the previous leader's last one");
                     }
                     if seg.base_offset > end {
                         tracing::warn!(partition = %self.id.dir(), end, base = seg.base_offset, "remote log has a gap (local data was deleted before it was uploaded)");
@@ -300,5 +326,73 @@ impl TieredPartition {
             store.delete(&self.id.topic, &seg.key).await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::Part;
+
+    fn seg(base: i64, next: i64, epoch: i32) -> RemoteSegment {
+        RemoteSegment {
+            key: format!("k{base}-{epoch}"),
+            base_offset: base,
+            next_offset: next,
+            max_timestamp: base,
+            leader_epoch: epoch,
+            epochs: vec![],
+            log: Part { start: 0, end: 10 },
+            offset_index: Part { start: 10, end: 18 },
+            time_index: Part { start: 18, end: 30 },
+            producer_snapshot: None,
+            leader_epoch_checkpoint: None,
+            txn_index: None,
+            uploaded_at_ms: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_new_leader_continues_the_manifest_across_a_straddling_segment() {
+        let store = RemoteStore::in_memory();
+        let id = PartitionId {
+            topic: "t".into(),
+            topic_id: uuid::Uuid::new_v4(),
+            partition: 0,
+        };
+        let old = TieredPartition::load(&store, id.clone()).await.unwrap();
+        old.commit_segment(&store, seg(0, 100, 1), 1).await.unwrap();
+        // The new leader cached the manifest before that commit (it was a follower).
+        let new = TieredPartition::load(&store, id.clone()).await.unwrap();
+        let stale = TieredPartition::load(&store, id.clone()).await.unwrap();
+        old.commit_segment(&store, seg(100, 150, 1), 1)
+            .await
+            .unwrap();
+        assert_eq!(new.refresh(&store).await.unwrap().end_offset(), Some(150));
+        // Its segment [120, 180) straddles the old end: committed whole.
+        new.commit_segment(&store, seg(120, 180, 2), 2)
+            .await
+            .unwrap();
+        let m = new.manifest();
+        let bounds: Vec<_> = m
+            .segments
+            .iter()
+            .map(|s| (s.base_offset, s.next_offset))
+            .collect();
+        assert_eq!(bounds, vec![(0, 100), (100, 150), (120, 180)]);
+        assert_eq!(m.segment_for(130).unwrap().base_offset, 100);
+        assert_eq!(m.segment_for(150).unwrap().base_offset, 120);
+        // A segment already covered is not added again, and a stale writer learns the
+        // committed end from the retry's reload.
+        stale
+            .commit_segment(&store, seg(100, 150, 2), 2)
+            .await
+            .unwrap();
+        assert_eq!(stale.manifest().end_offset(), Some(180));
+        // The old leader is fenced.
+        assert!(matches!(
+            old.commit_segment(&store, seg(180, 200, 1), 1).await,
+            Err(CommitError::Fenced { .. })
+        ));
     }
 }

@@ -1,0 +1,363 @@
+//! Tiered storage in cluster mode: three in-process brokers share one bucket (the filesystem
+//! store) and replicate a tiered RF=3 topic with small segments and a tiny local retention.
+//! Only the leader uploads; followers delete what the manifest covers; a follower that
+//! returns after the leader deleted its local copy restarts at the leader's local log start
+//! with the leader epochs and producer state from remote storage; a new leader continues the
+//! manifest; a consumer from offset 0 gets every record once, in order.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use strata_tiering::PartitionManifest;
+
+use crate::cluster::{eventually, QuorumCluster};
+use crate::harness::*;
+
+const TOPIC: &str = "tiered-rf3";
+
+/// (log start, local start, log end, high watermark, segment bases) of broker `b`'s replica.
+fn replica(b: &TestBroker) -> (i64, i64, i64, i64, usize) {
+    let p = b.broker().partition(TOPIC, 0).expect("replica");
+    p.with_log(|l| {
+        (
+            l.log_start_offset(),
+            l.local_start_offset(),
+            l.log_end_offset(),
+            l.high_watermark(),
+            l.segment_count(),
+        )
+    })
+}
+
+/// The manifest as committed in the bucket, read through broker `b`.
+async fn manifest(b: &TestBroker) -> Arc<PartitionManifest> {
+    let t = b.broker().tiering().expect("tiering on");
+    let topic = b.broker().topic(TOPIC).expect("topic");
+    let tp = t.partition(&topic, 0).await.expect("manifest loads");
+    tp.refresh(&t.store).await.expect("manifest refresh")
+}
+
+fn leader_of(c: &QuorumCluster, id: i32) -> Option<i32> {
+    let control = c.broker(id).broker().cluster()?;
+    let state = control.node().ok()?.state();
+    state
+        .topic_by_name(TOPIC)?
+        .partitions
+        .first()?
+        .leader
+        .map(|b| b.0)
+}
+
+fn isr_of(c: &QuorumCluster, id: i32) -> Vec<i32> {
+    let Some(control) = c.broker(id).broker().cluster() else {
+        return Vec::new();
+    };
+    let Ok(node) = control.node() else {
+        return Vec::new();
+    };
+    let state = node.state();
+    let mut isr: Vec<i32> = state
+        .topic_by_name(TOPIC)
+        .and_then(|t| t.partitions.first().cloned())
+        .map(|p| p.isr.iter().map(|b| b.0).collect())
+        .unwrap_or_default();
+    isr.sort_unstable();
+    isr
+}
+
+/// Produces `batches` idempotent batches of 20 records with acks=all, continuing `seq`.
+async fn produce_idempotent(b: &TestBroker, pid: (i64, i16), seq: &mut i32, batches: usize) {
+    let mut c = b.client().await;
+    for _ in 0..batches {
+        let r = produce(&mut c, TOPIC, 0, idempotent_batch(20, (pid.0, pid.1, *seq))).await;
+        assert_eq!(r.error_code, 0, "acks=all produce to the leader");
+        *seq += 20;
+    }
+}
+
+/// Every record offset a consumer reading from 0 gets from `b`, skipping the records of a
+/// returned batch below the fetch position (as consumers do), until `end`.
+async fn consume_from_zero(b: &TestBroker, end: i64) -> Vec<i64> {
+    let mut c = b.client().await;
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while out.last().map_or(0, |o| o + 1) < end {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "consumer stalled at {:?}",
+            out.last()
+        );
+        let next = out.last().map_or(0, |o| o + 1);
+        let data = fetch(
+            &mut c,
+            TOPIC,
+            0,
+            FetchArgs {
+                offset: next,
+                ..FetchArgs::default()
+            },
+        )
+        .await;
+        assert_eq!(data.error_code, 0, "fetch at {next}");
+        let got: Vec<i64> = record_offsets(&data.records)
+            .into_iter()
+            .filter(|&o| o >= next)
+            .collect();
+        if got.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        out.extend(got);
+    }
+    out
+}
+
+/// Remote segments are ordered, without gaps, and overlap only where a new leader's first
+/// segment straddles the previous leader's last one.
+fn assert_manifest_well_formed(m: &PartitionManifest) {
+    for w in m.segments.windows(2) {
+        assert!(
+            w[1].base_offset <= w[0].next_offset,
+            "gap in the remote log: {} .. {}",
+            w[0].next_offset,
+            w[1].base_offset
+        );
+        assert!(
+            w[1].base_offset > w[0].base_offset && w[1].next_offset > w[0].next_offset,
+            "remote segments out of order or one inside another: {:?} then {:?}",
+            (w[0].base_offset, w[0].next_offset),
+            (w[1].base_offset, w[1].next_offset)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tiered_rf3_topic_followers_retain_locally_catch_up_from_tiered_state_and_survive_failover()
+{
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("strata=info,strata_tiering=info,strata_metadata=warn,openraft=off")
+        .with_test_writer()
+        .try_init();
+    let bucket = tempfile::tempdir().expect("bucket dir");
+    let url = format!("file://{}", bucket.path().join("objects").display());
+    let mut c = QuorumCluster::start_with(&[
+        ("strata.remote.store.url", url.as_str()),
+        ("remote.log.manager.task.interval.ms", "50"),
+        ("log.retention.check.interval.ms", "50"),
+        ("strata.remote.cache.disk.bytes", "0"),
+        // A stopped follower that was caught up holds the high watermark back until it
+        // lags this long and another fetch moves it (the leader does not yet exclude fenced
+        // or shut-down brokers, as Kafka's isReplicaIsrEligible does).
+        ("replica.lag.time.max.ms", "1500"),
+    ])
+    .await;
+
+    let mut t = CreatableTopic::default();
+    t.name = name(TOPIC);
+    t.num_partitions = 1;
+    t.replication_factor = 3;
+    t.configs = [
+        ("remote.storage.enable", "true"),
+        ("local.retention.bytes", "1"),
+        ("internal.segment.bytes", "4096"),
+        ("retention.ms", "-1"),
+    ]
+    .iter()
+    .map(|(k, v)| {
+        let mut x = CreatableTopicConfig::default();
+        x.name = str_bytes(k);
+        x.value = Some(str_bytes(v));
+        x
+    })
+    .collect();
+    let r = create_topics(&mut c.broker(1).client().await, vec![t])
+        .await
+        .remove(0);
+    assert_eq!(r.error_code, 0, "create: {:?}", r.error_message);
+    {
+        let c = &c;
+        eventually("a leader and a full ISR", || async move {
+            leader_of(c, 1).is_some() && isr_of(c, 1) == vec![1, 2, 3]
+        })
+        .await;
+    }
+    let leader = leader_of(&c, 1).expect("leader");
+    let followers: Vec<i32> = (1..=3).filter(|&b| b != leader).collect();
+    {
+        let b = c.broker(leader);
+        eventually("the leader serves the partition", || async move {
+            b.broker()
+                .partition(TOPIC, 0)
+                .is_some_and(|p| p.is_leader())
+        })
+        .await;
+    }
+
+    // Producer A writes only now: its state must survive in remote snapshots alone.
+    let a = init_producer_id(&mut c.broker(leader).client().await).await;
+    let mut seq_a = 0;
+    produce_idempotent(c.broker(leader), a, &mut seq_a, 40).await;
+    let b_pid = init_producer_id(&mut c.broker(leader).client().await).await;
+    let mut seq_b = 0;
+    produce_idempotent(c.broker(leader), b_pid, &mut seq_b, 20).await;
+    let end1 = 60 * 20;
+
+    // 1. The leader uploads and deletes locally; so do the followers, but never past the
+    //    manifest.
+    for id in std::iter::once(leader).chain(followers.iter().copied()) {
+        let c = &c;
+        eventually(
+            "local segments covered by the manifest deleted",
+            || async move {
+                let m = manifest(c.broker(leader)).await;
+                let (_, local_start, _, _, _) = replica(c.broker(id));
+                local_start > 0 && m.end_offset().is_some_and(|e| local_start <= e)
+            },
+        )
+        .await;
+    }
+    let m = manifest(c.broker(leader)).await;
+    assert_manifest_well_formed(&m);
+    assert_eq!(m.log_start_offset, 0);
+    assert_eq!(m.segments.first().map(|s| s.base_offset), Some(0));
+    for id in 1..=3 {
+        let (log_start, local_start, end, _, segments) = replica(c.broker(id));
+        println!("broker {id}: log start {log_start}, local start {local_start}, end {end}, {segments} local segment(s); remote end {:?}", m.end_offset());
+        assert_eq!(
+            log_start, 0,
+            "broker {id}: the log still starts at 0 (remote)"
+        );
+        assert!(
+            local_start <= m.end_offset().unwrap_or(0),
+            "broker {id} deleted past the manifest"
+        );
+        assert_eq!(end, end1);
+    }
+
+    // 2. A follower stops; the leader moves on and deletes locally past the follower's end.
+    let lagging = followers[0];
+    let (_, _, lagging_end, _, _) = replica(c.broker(lagging));
+    c.broker_mut(lagging).stop().await;
+    {
+        let c = &c;
+        eventually("the stopped follower out of the ISR", || async move {
+            !isr_of(c, leader).contains(&lagging)
+        })
+        .await;
+    }
+    // Past replica.lag.time.max.ms, so the stopped follower no longer holds the high
+    // watermark back (see the setting above).
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    produce_idempotent(c.broker(leader), b_pid, &mut seq_b, 40).await;
+    let end2 = end1 + 40 * 20;
+    {
+        let c = &c;
+        eventually(
+            "the leader deleted past the stopped follower's end",
+            || async move { replica(c.broker(leader)).1 > lagging_end },
+        )
+        .await;
+    }
+    let leader_local_start = replica(c.broker(leader)).1;
+    c.broker_mut(lagging).resume().await;
+    {
+        let c = &c;
+        eventually("the returning follower back in the ISR", || async move {
+            isr_of(c, leader) == vec![1, 2, 3] && replica(c.broker(lagging)).2 == end2
+        })
+        .await;
+    }
+    let (log_start, local_start, end, _, _) = replica(c.broker(lagging));
+    assert_eq!(log_start, 0, "the follower's log start is the leader's");
+    assert!(
+        local_start >= leader_local_start,
+        "the follower restarted at the leader's local start ({leader_local_start}), not below: {local_start}"
+    );
+    assert_eq!(end, end2);
+    let states = |id: i32| {
+        let p = c.broker(id).broker().partition(TOPIC, 0).expect("replica");
+        let mut s: Vec<(i64, i16, i32)> = p.with_log(|l| {
+            l.producer_states()
+                .into_iter()
+                .map(|(pid, epoch, seq, ..)| (pid, epoch, seq))
+                .collect()
+        });
+        s.sort_unstable();
+        s
+    };
+    assert!(
+        states(lagging).contains(&(a.0, a.1, seq_a - 1)),
+        "producer A (only in remote segments) is known to the returning follower: {:?}",
+        states(lagging)
+    );
+    assert_eq!(states(lagging), states(leader));
+    let epochs = |id: i32| {
+        let p = c.broker(id).broker().partition(TOPIC, 0).expect("replica");
+        p.with_log(|l| {
+            (0..=l.latest_epoch().unwrap_or(0))
+                .map(|e| l.end_offset_for_epoch(e))
+                .collect::<Vec<_>>()
+        })
+    };
+    assert_eq!(
+        epochs(lagging),
+        epochs(leader),
+        "leader epochs of the returning follower"
+    );
+
+    // 3. The leader stops: a new one continues the manifest from where it ends.
+    let remote_end_before = manifest(c.broker(followers[1]))
+        .await
+        .end_offset()
+        .unwrap_or(0);
+    c.broker_mut(leader).stop().await;
+    let survivor = followers[1];
+    {
+        let c = &c;
+        eventually("a new leader", || async move {
+            leader_of(c, survivor).is_some_and(|l| l != leader)
+                && c.broker(survivor)
+                    .broker()
+                    .partition(TOPIC, 0)
+                    .is_some_and(|p| p.is_leader() || p.leader_and_epoch().0 != Some(leader))
+        })
+        .await;
+    }
+    let new_leader = leader_of(&c, survivor).expect("new leader");
+    {
+        let b = c.broker(new_leader);
+        eventually("the new leader serves the partition", || async move {
+            b.broker()
+                .partition(TOPIC, 0)
+                .is_some_and(|p| p.is_leader())
+        })
+        .await;
+    }
+    produce_idempotent(c.broker(new_leader), b_pid, &mut seq_b, 40).await;
+    let end3 = end2 + 40 * 20;
+    {
+        let c = &c;
+        eventually(
+            "the new leader uploads past the old remote end",
+            || async move {
+                let m = manifest(c.broker(new_leader)).await;
+                m.end_offset().unwrap_or(0) > remote_end_before + 200
+                    && replica(c.broker(new_leader)).1 > remote_end_before
+            },
+        )
+        .await;
+    }
+    let m = manifest(c.broker(new_leader)).await;
+    assert_manifest_well_formed(&m);
+    assert!(
+        m.leader_epoch > 0 && m.segments.iter().any(|s| s.leader_epoch == m.leader_epoch),
+        "the new leader committed segments in its epoch {}",
+        m.leader_epoch
+    );
+
+    // 4. A consumer from offset 0 on the new leader gets every record once, in order.
+    let got = consume_from_zero(c.broker(new_leader), end3).await;
+    assert_eq!(got, (0..end3).collect::<Vec<i64>>());
+
+    c.shutdown().await;
+}
