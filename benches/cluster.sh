@@ -9,10 +9,12 @@
 #      BENCH_RECORD_SIZE bytes, unthrottled, compression.type=BENCH_COMPRESSION, bootstrapped
 #      with all three brokers; then ConsumerPerformance reads them back
 #   4. peak RSS (VmHWM) and CPU seconds of the three broker processes, summed
-#   5. BENCH_FAILOVER_CYCLES times (benches/failover_probe.py): with an acks=all producer on
-#      partition 0 of a 1-partition RF=3 topic, kill -9 its leader; time from the kill until a
-#      record produced after it is acknowledged, and until Metadata names a new leader; then
-#      restart the killed broker and wait until it is back in the ISR
+#   5. on a 9-partition RF=3 topic, BENCH_FAILOVER_CYCLES times each (benches/failover_probe.py):
+#      kill -9 the leader of a partition that the metadata quorum leader does not lead, then
+#      of one that it leads (the kill also costs a quorum election), with an idempotent acks=all
+#      producer on that partition; time from the kill until a record produced after it is
+#      acknowledged, and until Metadata names a new leader; then restart the killed broker and
+#      wait until it is back in every ISR. The quorum leader is read from the brokers' logs.
 #   6. stop the brokers (also on failure or Ctrl-C)
 # and prints the throughput/latency table with the Strata/Kafka ratios, then the recovery
 # times per cycle and their medians.
@@ -29,7 +31,7 @@
 #   BENCH_PARTITIONS        partitions of the throughput topic (default 6)
 #   BENCH_COMPRESSION       default lz4
 #   BENCH_PRODUCER_PROPS    extra producer properties, space-separated k=v (both targets)
-#   BENCH_FAILOVER_CYCLES   kill -9 cycles per target (default 3; 0 skips them)
+#   BENCH_FAILOVER_CYCLES   kill -9 cycles per target and kind of victim (default 3; 0: none)
 #   BENCH_CLUSTER_EXTRA     extra server properties for every broker of both targets
 #                           (newline-separated k=v), e.g. broker.session.timeout.ms=3000
 #   BENCH_STRATA_EXTRA      extra lines for Strata's server.properties only
@@ -48,7 +50,7 @@ ROOT="$STRATA_REPO_ROOT"
 
 case "${1:-}" in
   "") ;;
-  -h|--help) sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: $0   (configured through environment variables; see $0 --help)" >&2; exit 2 ;;
 esac
 
@@ -271,7 +273,7 @@ echo "cluster bench: 3 brokers per target, RF=3, min.insync.replicas=2, acks=all
      "records=$RECORDS size=${RECORD_SIZE}B partitions=$PARTITIONS compression=$COMPRESSION" \
      "failover cycles=$CYCLES kafka=$KAFKA_VERSION targets=[$TARGETS] work=$WORK"
 printf 'target\tacks\tprod_rps\tprod_mbps\tp50\tp99\tp999\tavg\tmax\tcons_mbps\tcons_rps\trss_mib\tcpu_s\tstatus\n' >"$RESULTS"
-printf 'target\tcycle\tvictim\tcontroller\tnew_leader\tack_s\tmetadata_s\tdelivery_errors\tstatus\n' >"$FAILOVER"
+printf 'target\tkind\tcycle\tpartition\tvictim\tquorum_leader\tnew_leader\tack_s\tmetadata_s\tdelivery_errors\tstatus\n' >"$FAILOVER"
 
 create_topic() {
   local topic="$1" partitions="$2"
@@ -281,41 +283,84 @@ create_topic() {
     || { cat "$CUR_DIR/create-$topic.out" >&2; return 1; }
 }
 
-run_failover() {
-  local target="$1" cycle out victim json
-  local topic="failover"
-  if ! create_topic "$topic" 1; then
-    printf '%s\t-\t-\t-\t-\t-\t-\t-\tcreate-topic-failed\n' "$target" >>"$FAILOVER"
+# node.id of the metadata quorum leader (the active controller), from the brokers' own logs:
+# of the nodes whose latest Raft role change made them leader, the latest. Clients cannot ask:
+# Strata has no DescribeQuorum, and the controller id in Metadata/DescribeCluster is not the
+# active controller on either system. (A restarted Strata node logs "become leader" from its
+# persisted vote and "quit leader" a moment later.)
+quorum_leader() {
+  local id
+  for id in "${NODES[@]}"; do
+    case "$CUR_KIND" in
+      strata)
+        sed 's/\x1b\[[0-9;]*m//g' "$CUR_DIR/node-$id/strata.log" \
+          | grep -a -E ' (become|quit) leader id=' | tail -n 1 \
+          | awk -v id="$id" '/become leader/ { print $1, id }' ;;
+      kafka)
+        grep -a 'Completed transition to ' "$CUR_DIR/node-$id/logs/server.log" | tail -n 1 \
+          | awk -v id="$id" '/Completed transition to Leader\(/ { print $1, $2, id }' ;;
+    esac
+  done | sort | tail -n 1 | awk '{ print $NF }'
+}
+
+# One kill -9 cycle: kill the leader of a partition of the failover topic (led by the quorum
+# leader or by another broker, as $2 says), record the times, restart the broker and wait
+# until it is back in every ISR.
+failover_cycle() {
+  local target="$1" victim_kind="$2" cycle="$3" topic="$4" out quorum rc=0 json victim
+  out="$CUR_DIR/failover-$victim_kind-$cycle"
+  quorum="$(quorum_leader)"
+  if [[ -z "$quorum" ]]; then
+    strata_log "cannot tell the metadata quorum leader from the logs"
+    printf '%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\tno-quorum-leader\n' "$target" "$victim_kind" "$cycle" >>"$FAILOVER"
     return 1
   fi
-  for ((cycle = 1; cycle <= CYCLES; cycle++)); do
-    out="$CUR_DIR/failover-$cycle"
-    echo "--- $target: kill -9 cycle $cycle of $CYCLES"
-    if ! run_tool "$out.out" "$PYTHON" "$ROOT/benches/failover_probe.py" kill \
-        --bootstrap "$(bootstrap)" --topic "$topic" --pids "$(node_list PID)" \
-        --addrs "$(node_list PORT 127.0.0.1:)" --timeout 90; then
-      tail -n 20 "$out.out" >&2
-      json="$(grep '^{' "$out.out" | tail -n 1 || true)"
-      [[ -n "$json" ]] || { printf '%s\t%s\t-\t-\t-\t-\t-\t-\tprobe-failed\n' "$target" "$cycle" >>"$FAILOVER"; return 1; }
-    fi
-    json="$(grep '^{' "$out.out" | tail -n 1)"
-    echo "$json"
-    python3 - "$target" "$cycle" "$json" >>"$FAILOVER" <<'EOF'
+  echo "--- $target: kill -9 a $victim_kind (cycle $cycle; quorum leader: node $quorum)"
+  run_tool "$out.out" "$PYTHON" "$ROOT/benches/failover_probe.py" kill \
+      --bootstrap "$(bootstrap)" --topic "$topic" --pids "$(node_list PID)" \
+      --addrs "$(node_list PORT 127.0.0.1:)" --quorum-leader "$quorum" --victim "$victim_kind" \
+      --timeout 90 || rc=$?
+  json="$(grep '^{' "$out.out" | tail -n 1 || true)"
+  if [[ -z "$json" ]]; then
+    tail -n 20 "$out.out" >&2
+    printf '%s\t%s\t%s\t-\t-\t%s\t-\t-\t-\t-\tprobe-failed\n' "$target" "$victim_kind" "$cycle" "$quorum" >>"$FAILOVER"
+    return 1
+  fi
+  echo "$json"
+  if ((rc == 3)); then
+    printf '%s\t%s\t%s\t-\t-\t%s\t-\t-\t-\t-\tskipped\n' "$target" "$victim_kind" "$cycle" "$quorum" >>"$FAILOVER"
+    return 0
+  fi
+  python3 - "$target" "$victim_kind" "$cycle" "$json" >>"$FAILOVER" <<'EOF'
 import json, sys
-t, c, r = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+t, kind, c, r = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 ok = r["ack_s"] is not None and r["metadata_s"] is not None and r["delivery_errors"] == 0
 status = "ok" if ok else ("delivery-errors" if r["delivery_errors"] else "no-recovery")
-cells = [t, c] + ["-" if r[k] is None else str(r[k]) for k in
-                  ("victim", "controller", "new_leader", "ack_s", "metadata_s", "delivery_errors")]
+cells = [t, kind, c] + ["-" if r[k] is None else str(r[k]) for k in (
+    "partition", "victim", "quorum_leader", "new_leader", "ack_s", "metadata_s", "delivery_errors")]
 print("\t".join(cells + [status]))
 EOF
-    victim="$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["victim"])' "$json")"
-    wait "${PID[$victim]}" 2>/dev/null || true
-    strata_log "restarting node $victim"
-    restart_node "$victim" || { strata_log "node $victim did not restart"; return 1; }
-    run_tool "$out.isr" "$PYTHON" "$ROOT/benches/failover_probe.py" wait-isr \
-      --bootstrap "$(bootstrap)" --topic "$topic" --replicas 3 --timeout 120 \
-      || { cat "$out.isr" >&2; strata_log "node $victim did not rejoin the ISR"; return 1; }
+  victim="$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["victim"])' "$json")"
+  wait "${PID[$victim]}" 2>/dev/null || true
+  strata_log "restarting node $victim"
+  restart_node "$victim" || { strata_log "node $victim did not restart"; return 1; }
+  run_tool "$out.isr" "$PYTHON" "$ROOT/benches/failover_probe.py" wait-isr \
+    --bootstrap "$(bootstrap)" --topic "$topic" --replicas 3 --timeout 120 \
+    || { cat "$out.isr" >&2; strata_log "node $victim did not rejoin the ISR"; return 1; }
+}
+
+run_failover() {
+  local target="$1" topic="failover" kind cycle
+  # Three partitions per broker, so that after restarts (a restarted broker leads nothing until
+  # a preferred leader election) each broker still leads some.
+  if ! create_topic "$topic" 9; then
+    printf '%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\tcreate-topic-failed\n' "$target" >>"$FAILOVER"
+    return 1
+  fi
+  for kind in partition-leader quorum-leader; do
+    for ((cycle = 1; cycle <= CYCLES; cycle++)); do
+      failover_cycle "$target" "$kind" "$cycle" "$topic" || return 1
+    done
   done
 }
 
@@ -391,6 +436,6 @@ echo "Results: 3 brokers each, RF=3, min.insync.replicas=2, acks=all, $RECORDS x
 python3 "$ROOT/benches/perf_report.py" table "$RESULTS"
 if ((CYCLES > 0)); then
   echo
-  echo "Leadership recovery after kill -9 of partition 0's leader (seconds from the kill; raw: $FAILOVER)"
+  echo "Leadership recovery after kill -9 of a partition leader (seconds from the kill; raw: $FAILOVER)"
   python3 "$ROOT/benches/perf_report.py" failover "$FAILOVER"
 fi

@@ -3,17 +3,20 @@
 and settings against Strata and Kafka).
 
   failover_probe.py kill --bootstrap B --topic T --pids 1=PID,... --addrs 1=HOST:PORT,...
+                         --quorum-leader N --victim partition-leader|quorum-leader
                          [--warmup S] [--timeout S]
-      Waits until partition 0 of T has a leader and a full ISR, runs an idempotent acks=all
-      producer on partition 0 (one record every ~5 ms) until acknowledgements flow, then sends
-      SIGKILL to the partition leader's process and measures, from the kill:
+      Waits until every partition of T has a leader and a full ISR and picks a partition: one
+      led by a broker other than N, the metadata quorum leader (partition-leader), or one led
+      by N (quorum-leader: the kill also costs a quorum election). Runs an idempotent acks=all
+      producer on that partition (one record every ~5 ms) until acknowledgements flow, then
+      sends SIGKILL to the partition leader's process and measures, from the kill:
         ack_s       until the first record produced after the kill is acknowledged
         metadata_s  until Metadata (asked of the surviving brokers, every 50 ms) names a
                     leader other than the killed broker
-      Prints one JSON line: victim, new_leader, controller (the active controller before the
-      kill, as DescribeCluster reports it), ack_s, metadata_s, delivery_errors, acked.
+      Prints one JSON line: partition, victim, quorum_leader, new_leader, ack_s, metadata_s,
+      delivery_errors, acked. Exits 3 if no partition fits the rule.
   failover_probe.py wait-isr --bootstrap B --topic T --replicas N [--timeout S]
-      Waits until partition 0 of T has a leader and N in-sync replicas (after a restart).
+      Waits until every partition of T has a leader and N in-sync replicas (after a restart).
 """
 import argparse
 import json
@@ -46,14 +49,13 @@ def admin(bootstrap):
                         "socket.timeout.ms": 2000, **QUIET})
 
 
-def partition0(a, topic, timeout=2.0):
-    """(leader, replicas, isr) of partition 0 of topic as one broker reports it."""
+def partitions(a, topic, timeout=2.0):
+    """{partition: (leader, replicas, isr)} of topic as one broker reports it."""
     md = a.list_topics(topic, timeout=timeout)
     t = md.topics.get(topic)
-    if t is None or t.error is not None or 0 not in t.partitions:
+    if t is None or t.error is not None or not t.partitions:
         raise KafkaException(f"no metadata for {topic}: {t.error if t else 'missing'}")
-    p = t.partitions[0]
-    return p.leader, sorted(p.replicas), sorted(p.isrs)
+    return {i: (p.leader, sorted(p.replicas), sorted(p.isrs)) for i, p in t.partitions.items()}
 
 
 def wait_isr(a, topic, replicas, timeout):
@@ -61,24 +63,25 @@ def wait_isr(a, topic, replicas, timeout):
     last = None
     while time.monotonic() < deadline:
         try:
-            last = partition0(a, topic)
-            leader, reps, isr = last
-            if leader >= 0 and len(reps) == replicas and len(isr) == replicas:
+            last = partitions(a, topic)
+            if all(leader >= 0 and len(reps) == replicas and len(isr) == replicas
+                   for leader, reps, isr in last.values()):
                 return last
         except KafkaException as e:
             last = str(e)
         time.sleep(0.2)
-    sys.exit(f"partition 0 of {topic} has no leader with {replicas} in-sync replicas after "
-             f"{timeout}s (last: {last})")
+    sys.exit(f"not every partition of {topic} has a leader and {replicas} in-sync replicas "
+             f"after {timeout}s (last: {last})")
 
 
 class ProbeProducer:
     """Produces to partition 0 on its own thread; remembers when each record was produced
     and when it was acknowledged."""
 
-    def __init__(self, bootstrap, topic):
+    def __init__(self, bootstrap, topic, partition):
         self.p = Producer({"bootstrap.servers": bootstrap, **PRODUCER})
         self.topic = topic
+        self.partition = partition
         self.produced_at = []
         self.acked_at = {}
         self.errors = []
@@ -101,7 +104,8 @@ class ProbeProducer:
         while not self.stop.is_set():
             now = time.monotonic()
             try:
-                self.p.produce(self.topic, value=b"%d" % n, partition=0, on_delivery=self._cb)
+                self.p.produce(self.topic, value=b"%d" % n, partition=self.partition,
+                               on_delivery=self._cb)
                 with self.lock:
                     self.produced_at.append(now)
                 n += 1
@@ -130,16 +134,21 @@ def pid_gone(pid):
 
 def cmd_kill(args):
     pids = {int(k): int(v) for k, v in (kv.split("=") for kv in args.pids.split(","))}
-    ports = {int(k): v for k, v in (kv.split("=") for kv in args.addrs.split(","))}
+    addrs = {int(k): v for k, v in (kv.split("=") for kv in args.addrs.split(","))}
     a = admin(args.bootstrap)
-    leader, reps, _ = wait_isr(a, args.topic, len(pids), args.timeout)
-    controller = None
-    try:
-        controller = a.describe_cluster(request_timeout=5).result().controller.id
-    except Exception:  # noqa: BLE001 - informational only
-        pass
+    parts = wait_isr(a, args.topic, len(pids), args.timeout)
+    if args.victim == "quorum-leader":
+        fits = [p for p, (leader, _, _) in sorted(parts.items()) if leader == args.quorum_leader]
+    else:
+        fits = [p for p, (leader, _, _) in sorted(parts.items()) if leader != args.quorum_leader]
+    if not fits:
+        print(json.dumps({"skipped": f"no partition led by {args.victim} "
+                          f"(quorum leader {args.quorum_leader}, leaders "
+                          f"{ {p: v[0] for p, v in parts.items()} })"}))
+        return 3
+    partition = fits[0]
 
-    prod = ProbeProducer(args.bootstrap, args.topic)
+    prod = ProbeProducer(args.bootstrap, args.topic, partition)
     try:
         start = time.monotonic()
         while prod.acks_since(time.monotonic() - 1.0) < 20:
@@ -148,11 +157,11 @@ def cmd_kill(args):
                          f"(errors: {prod.errors[:3]})")
             time.sleep(0.1)
         time.sleep(args.warmup)
-        leader, _, _ = partition0(a, args.topic)
+        leader = partitions(a, args.topic)[partition][0]
         if leader not in pids:
-            sys.exit(f"leader {leader} of partition 0 is not one of the brokers {sorted(pids)}")
-        survivors = admin(",".join(v for k, v in ports.items() if k != leader))
-        partition0(survivors, args.topic)  # connect before the kill
+            sys.exit(f"leader {leader} of partition {partition} is not one of {sorted(pids)}")
+        survivors = admin(",".join(v for k, v in addrs.items() if k != leader))
+        partitions(survivors, args.topic)  # connect before the kill
 
         killed_at = time.monotonic()
         os.kill(pids[leader], signal.SIGKILL)
@@ -166,7 +175,7 @@ def cmd_kill(args):
                 ack_at = prod.first_ack_after(killed_at)
             if metadata_at is None:
                 try:
-                    nl, _, _ = partition0(survivors, args.topic, timeout=1.0)
+                    nl = partitions(survivors, args.topic, timeout=1.0)[partition][0]
                     if nl >= 0 and nl != leader:
                         new_leader, metadata_at = nl, time.monotonic()
                 except KafkaException:
@@ -177,9 +186,10 @@ def cmd_kill(args):
         prod.thread.join(60)
 
     print(json.dumps({
+        "partition": partition,
         "victim": leader,
+        "quorum_leader": args.quorum_leader,
         "new_leader": new_leader,
-        "controller": controller,
         "ack_s": None if ack_at is None else round(ack_at - killed_at, 3),
         "metadata_s": None if metadata_at is None else round(metadata_at - killed_at, 3),
         "delivery_errors": len(prod.errors),
@@ -191,8 +201,8 @@ def cmd_kill(args):
 
 
 def cmd_wait_isr(args):
-    leader, reps, isr = wait_isr(admin(args.bootstrap), args.topic, args.replicas, args.timeout)
-    print(json.dumps({"leader": leader, "replicas": reps, "isr": isr}))
+    parts = wait_isr(admin(args.bootstrap), args.topic, args.replicas, args.timeout)
+    print(json.dumps({p: {"leader": v[0], "isr": v[2]} for p, v in sorted(parts.items())}))
     return 0
 
 
@@ -204,6 +214,9 @@ def main():
     k.add_argument("--topic", required=True)
     k.add_argument("--pids", required=True, help="node.id=pid,... of every broker")
     k.add_argument("--addrs", required=True, help="node.id=host:port,... of every broker")
+    k.add_argument("--quorum-leader", type=int, required=True,
+                   help="node.id of the metadata quorum leader (active controller)")
+    k.add_argument("--victim", choices=["partition-leader", "quorum-leader"], required=True)
     k.add_argument("--warmup", type=float, default=2.0)
     k.add_argument("--timeout", type=float, default=60.0)
     w = sub.add_parser("wait-isr")

@@ -138,8 +138,9 @@ def print_table(heads, rows, left=2):
 
 
 def failover(path):
-    """Per cycle: which broker was killed (and whether it was the active controller), the new
-    leader, seconds until a produce was acknowledged and until Metadata named a new leader."""
+    """Per kill -9 cycle: the partition, the killed broker, the metadata quorum leader, the new
+    partition leader, seconds until a produce was acknowledged and until Metadata named a new
+    leader; medians per target and kind of victim, and the Strata/Kafka ratio of the medians."""
     with open(path) as f:
         header = f.readline().rstrip("\n").split("\t")
         rows = [dict(zip(header, line.rstrip("\n").split("\t"))) for line in f if line.strip()]
@@ -147,31 +148,35 @@ def failover(path):
         print("(no results)")
         return
     out, medians = [], {}
-    for target in dict.fromkeys(r["target"] for r in rows):
-        mine = [r for r in rows if r["target"] == target]
-        for r in mine:
-            killed = r["victim"]
-            if killed != "-" and killed == r["controller"]:
-                killed += " (controller)"
-            out.append([target, r["cycle"], killed, r["new_leader"], r["ack_s"], r["metadata_s"],
-                        r["delivery_errors"], r["status"]])
-        ok = [r for r in mine if r["status"] == "ok"]
-        med = {k: statistics.median(float(r[k]) for r in ok) if ok else None
-               for k in ("ack_s", "metadata_s")}
-        medians[target] = med
-        out.append([target, "median", "", "",
-                    *("{:.3f}".format(med[k]) if med[k] is not None else "-"
-                      for k in ("ack_s", "metadata_s")),
-                    "", "{} of {} ok".format(len(ok), len(mine))])
-    s, k = medians.get("strata"), medians.get("kafka")
-    if s and k:
-        out.append(["strata/kafka", "median", "", "",
-                    *("{:.2f}x".format(s[c] / k[c]) if s[c] is not None and k[c] else "-"
-                      for c in ("ack_s", "metadata_s")), "", ""])
-    print_table(["target", "cycle", "killed", "new leader", "produce acked s",
-                 "metadata leader s", "delivery errors", "status"], out)
-    print("seconds from SIGKILL of partition 0's leader until a record produced after the kill"
-          " was acknowledged (acks=all, idempotent), and until Metadata from a surviving broker"
+    for kind in dict.fromkeys(r["kind"] for r in rows):
+        for target in dict.fromkeys(r["target"] for r in rows):
+            mine = [r for r in rows if r["target"] == target and r["kind"] == kind]
+            if not mine:
+                continue
+            for r in mine:
+                out.append([target, kind, r["cycle"], r["partition"], r["victim"],
+                            r["quorum_leader"], r["new_leader"], r["ack_s"], r["metadata_s"],
+                            r["delivery_errors"], r["status"]])
+            ok = [r for r in mine if r["status"] == "ok"]
+            med = {k: statistics.median(float(r[k]) for r in ok) if ok else None
+                   for k in ("ack_s", "metadata_s")}
+            medians[target, kind] = med
+            out.append([target, kind, "median", "", "", "", "",
+                        *("{:.2f}".format(med[k]) if med[k] is not None else "-"
+                          for k in ("ack_s", "metadata_s")),
+                        "", "{} of {} ok".format(len(ok), len(mine))])
+        s, k = medians.get(("strata", kind)), medians.get(("kafka", kind))
+        if s and k:
+            out.append(["strata/kafka", kind, "median", "", "", "", "",
+                        *("{:.2f}x".format(s[c] / k[c]) if s[c] is not None and k[c] else "-"
+                          for c in ("ack_s", "metadata_s")), "", ""])
+    print_table(["target", "killed", "cycle", "partition", "victim", "quorum leader",
+                 "new leader", "produce acked s", "metadata s", "delivery errors", "status"],
+                out, left=3)
+    print("killed: the leader of a partition that the metadata quorum leader does not lead"
+          " (partition-leader), or that it leads (quorum-leader: the kill also costs a quorum"
+          " election). Seconds from SIGKILL until a record produced after the kill was"
+          " acknowledged (acks=all, idempotent), and until Metadata from a surviving broker"
           " named another leader; lower is better.")
 
 
