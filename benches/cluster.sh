@@ -30,6 +30,9 @@
 #   BENCH_RECORD_SIZE       bytes per record (default 1024)
 #   BENCH_PARTITIONS        partitions of the throughput topic (default 6)
 #   BENCH_COMPRESSION       default lz4
+#   BENCH_THROUGHPUT        ProducerPerformance --throughput in records/s (default -1:
+#                           unthrottled, so latency is mostly time in the producer's buffer;
+#                           a rate both clusters sustain measures the brokers' latency)
 #   BENCH_PRODUCER_PROPS    extra producer properties, space-separated k=v (both targets)
 #   BENCH_FAILOVER_CYCLES   kill -9 cycles per target and kind of victim (default 3; 0: none)
 #   BENCH_CLUSTER_EXTRA     extra server properties for every broker of both targets
@@ -50,7 +53,7 @@ ROOT="$STRATA_REPO_ROOT"
 
 case "${1:-}" in
   "") ;;
-  -h|--help) sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: $0   (configured through environment variables; see $0 --help)" >&2; exit 2 ;;
 esac
 
@@ -58,6 +61,7 @@ RECORDS="${BENCH_RECORDS:-500000}"
 RECORD_SIZE="${BENCH_RECORD_SIZE:-1024}"
 PARTITIONS="${BENCH_PARTITIONS:-6}"
 COMPRESSION="${BENCH_COMPRESSION:-lz4}"
+THROUGHPUT="${BENCH_THROUGHPUT:--1}"
 TARGETS="${BENCH_TARGETS:-strata kafka}"
 CYCLES="${BENCH_FAILOVER_CYCLES:-3}"
 START_TIMEOUT="${BENCH_START_TIMEOUT:-120}"
@@ -69,6 +73,7 @@ NODES=(1 2 3)
 for v in RECORDS RECORD_SIZE PARTITIONS CYCLES START_TIMEOUT; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || strata_die "$v must be a non-negative integer, got '${!v}'"
 done
+[[ "$THROUGHPUT" =~ ^(-1|[0-9]+)$ ]] || strata_die "BENCH_THROUGHPUT must be -1 or a number, got '$THROUGHPUT'"
 [[ -x "$PYTHON" ]] || strata_die "no Python venv at $STRATA_VENV; run scripts/install-test-deps.sh"
 
 if [[ -n "${BENCH_DIR:-}" ]]; then
@@ -271,6 +276,7 @@ fi
 
 echo "cluster bench: 3 brokers per target, RF=3, min.insync.replicas=2, acks=all;" \
      "records=$RECORDS size=${RECORD_SIZE}B partitions=$PARTITIONS compression=$COMPRESSION" \
+     "throughput=$THROUGHPUT" \
      "failover cycles=$CYCLES kafka=$KAFKA_VERSION targets=[$TARGETS] work=$WORK"
 printf 'target\tacks\tprod_rps\tprod_mbps\tp50\tp99\tp999\tavg\tmax\tcons_mbps\tcons_rps\trss_mib\tcpu_s\tstatus\n' >"$RESULTS"
 printf 'target\tkind\tcycle\tpartition\tvictim\tquorum_leader\tnew_leader\tack_s\tmetadata_s\tdelivery_errors\tstatus\n' >"$FAILOVER"
@@ -376,7 +382,7 @@ run_target() {
     # shellcheck disable=SC2086
     if run_tool "$CUR_DIR/producer.out" "${JAVA_TOOL[@]}" -cp "$TOOLS_CP" org.apache.kafka.tools.ProducerPerformance \
         --bootstrap-server "$(bootstrap)" --topic "$topic" --num-records "$RECORDS" \
-        --record-size "$RECORD_SIZE" --throughput -1 \
+        --record-size "$RECORD_SIZE" --throughput "$THROUGHPUT" \
         "$PROPS_OPT" acks=all compression.type="$COMPRESSION" ${BENCH_PRODUCER_PROPS:-}; then
       grep 'records sent' "$CUR_DIR/producer.out" | tail -n 1 || true
       prod="$(python3 "$ROOT/benches/perf_report.py" producer "$CUR_DIR/producer.out")" || { status="producer-failed"; prod="- - - - - - - -"; }
@@ -431,7 +437,8 @@ done
 
 echo
 echo "Results: 3 brokers each, RF=3, min.insync.replicas=2, acks=all, $RECORDS x ${RECORD_SIZE}B" \
-     "records, $PARTITIONS partitions, compression=$COMPRESSION, Kafka $KAFKA_VERSION perf tools;" \
+     "records, $PARTITIONS partitions, compression=$COMPRESSION, producer throughput limit" \
+     "$THROUGHPUT records/s (-1: none), Kafka $KAFKA_VERSION perf tools;" \
      "RSS and CPU summed over the three brokers (raw: $RESULTS)"
 python3 "$ROOT/benches/perf_report.py" table "$RESULTS"
 if ((CYCLES > 0)); then
