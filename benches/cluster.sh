@@ -5,10 +5,13 @@
 #   1. start the three brokers, each with an empty data dir
 #   2. create a topic with BENCH_PARTITIONS partitions, replication factor 3,
 #      min.insync.replicas=2 (Java admin client)
-#   3. ProducerPerformance, acks=all (idempotence on, the default): BENCH_RECORDS records of
-#      BENCH_RECORD_SIZE bytes, unthrottled, compression.type=BENCH_COMPRESSION, bootstrapped
-#      with all three brokers; then ConsumerPerformance reads them back
-#   4. peak RSS (VmHWM) and CPU seconds of the three broker processes, summed
+#   3. a warm-up ProducerPerformance run (BENCH_WARMUP_RECORDS to a topic of its own), then
+#      ProducerPerformance, acks=all (idempotence on, the default): BENCH_RECORDS records of
+#      BENCH_RECORD_SIZE bytes at BENCH_THROUGHPUT (default unthrottled),
+#      compression.type=BENCH_COMPRESSION, bootstrapped with all three brokers; then
+#      ConsumerPerformance reads them back
+#   4. peak RSS (VmHWM) of the three broker processes and their CPU seconds during step
+#      3 after the warm-up, summed
 #   5. on a 9-partition RF=3 topic, BENCH_FAILOVER_CYCLES times each (benches/failover_probe.py):
 #      kill -9 the leader of a partition that the metadata quorum leader does not lead, then
 #      of one that it leads (the kill also costs a quorum election), with an idempotent acks=all
@@ -34,6 +37,7 @@
 #                           unthrottled, so latency is mostly time in the producer's buffer;
 #                           a rate both clusters sustain measures the brokers' latency)
 #   BENCH_PRODUCER_PROPS    extra producer properties, space-separated k=v (both targets)
+#   BENCH_WARMUP_RECORDS    records of the warm-up run (default 100000; 0: none)
 #   BENCH_FAILOVER_CYCLES   kill -9 cycles per target and kind of victim (default 3; 0: none)
 #   BENCH_CLUSTER_EXTRA     extra server properties for every broker of both targets
 #                           (newline-separated k=v), e.g. broker.session.timeout.ms=3000
@@ -53,7 +57,7 @@ ROOT="$STRATA_REPO_ROOT"
 
 case "${1:-}" in
   "") ;;
-  -h|--help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: $0   (configured through environment variables; see $0 --help)" >&2; exit 2 ;;
 esac
 
@@ -64,13 +68,14 @@ COMPRESSION="${BENCH_COMPRESSION:-lz4}"
 THROUGHPUT="${BENCH_THROUGHPUT:--1}"
 TARGETS="${BENCH_TARGETS:-strata kafka}"
 CYCLES="${BENCH_FAILOVER_CYCLES:-3}"
+WARMUP="${BENCH_WARMUP_RECORDS:-100000}"
 START_TIMEOUT="${BENCH_START_TIMEOUT:-120}"
 KAFKA_HEAP="${BENCH_KAFKA_HEAP:--Xmx1g -Xms1g}"
 STRATA_BIN="${STRATA_BIN:-$ROOT/target/release/strata}"
 [[ "$STRATA_BIN" == /* ]] || STRATA_BIN="$ROOT/$STRATA_BIN"
 PYTHON="$STRATA_VENV/bin/python"
 NODES=(1 2 3)
-for v in RECORDS RECORD_SIZE PARTITIONS CYCLES START_TIMEOUT; do
+for v in RECORDS RECORD_SIZE PARTITIONS CYCLES WARMUP START_TIMEOUT; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || strata_die "$v must be a non-negative integer, got '${!v}'"
 done
 [[ "$THROUGHPUT" =~ ^(-1|[0-9]+)$ ]] || strata_die "BENCH_THROUGHPUT must be -1 or a number, got '$THROUGHPUT'"
@@ -378,6 +383,26 @@ run_target() {
   start_cluster "$target" || status="start-failed"
   if [[ $status == ok ]] && ! create_topic "$topic" "$PARTITIONS"; then status="create-topic-failed"; fi
 
+  # Warm-up (JIT of the Kafka brokers, connections, first segments) on a topic of its own,
+  # then the CPU time so far, so that the CPU column covers the measured runs only.
+  local cpu_before=0 w
+  if [[ $status == ok && $WARMUP -gt 0 ]]; then
+    if create_topic "$topic-warmup" "$PARTITIONS" && run_tool "$CUR_DIR/warmup.out" \
+        "${JAVA_TOOL[@]}" -cp "$TOOLS_CP" org.apache.kafka.tools.ProducerPerformance \
+        --bootstrap-server "$(bootstrap)" --topic "$topic-warmup" --num-records "$WARMUP" \
+        --record-size "$RECORD_SIZE" --throughput -1 \
+        "$PROPS_OPT" acks=all compression.type="$COMPRESSION"; then
+      echo "warm-up: $(grep 'records sent' "$CUR_DIR/warmup.out" | tail -n 1)"
+    else
+      tail -n 20 "$CUR_DIR/warmup.out" >&2 || true
+      status="warmup-failed"
+    fi
+  fi
+  if [[ $status == ok ]]; then
+    read -r -a w <<<"$(proc_stats "${PID[@]}")"
+    cpu_before="${w[1]}"
+  fi
+
   if [[ $status == ok ]]; then
     # shellcheck disable=SC2086
     if run_tool "$CUR_DIR/producer.out" "${JAVA_TOOL[@]}" -cp "$TOOLS_CP" org.apache.kafka.tools.ProducerPerformance \
@@ -411,6 +436,10 @@ run_target() {
   if [[ $status != start-failed ]]; then
     stats="$(proc_stats "${PID[@]}")"
     [[ $stats != "- -" || $status != ok ]] || status="broker-died"
+    if [[ $stats != "- -" && $cpu_before != "-" ]]; then
+      read -r -a s <<<"$stats"
+      stats="${s[0]} $(awk -v a="${s[1]}" -v b="$cpu_before" 'BEGIN { printf "%.1f", a - b }')"
+    fi
   fi
   read -r -a p <<<"$prod"
   read -r -a c <<<"$cons"
@@ -418,7 +447,7 @@ run_target() {
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$target" all \
     "${p[0]}" "${p[1]}" "${p[2]}" "${p[3]}" "${p[4]}" "${p[5]}" "${p[6]}" \
     "${c[0]}" "${c[1]}" "${s[0]}" "${s[1]}" "$status" >>"$RESULTS"
-  echo "3 brokers: peak RSS MiB / CPU s (summed): ${stats}   status: $status"
+  echo "3 brokers: peak RSS MiB / CPU s of the measured runs (summed): ${stats}   status: $status"
 
   if [[ $status != start-failed && $CYCLES -gt 0 ]]; then
     run_failover "$target" || strata_log "$target: failover cycles stopped early"
@@ -438,8 +467,9 @@ done
 echo
 echo "Results: 3 brokers each, RF=3, min.insync.replicas=2, acks=all, $RECORDS x ${RECORD_SIZE}B" \
      "records, $PARTITIONS partitions, compression=$COMPRESSION, producer throughput limit" \
-     "$THROUGHPUT records/s (-1: none), Kafka $KAFKA_VERSION perf tools;" \
-     "RSS and CPU summed over the three brokers (raw: $RESULTS)"
+     "$THROUGHPUT records/s (-1: none), after a $WARMUP-record warm-up, Kafka $KAFKA_VERSION" \
+     "perf tools; peak RSS and CPU (of the measured produce+consume) summed over the three" \
+     "brokers (raw: $RESULTS)"
 python3 "$ROOT/benches/perf_report.py" table "$RESULTS"
 if ((CYCLES > 0)); then
   echo
