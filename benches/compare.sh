@@ -36,6 +36,8 @@
 set -euo pipefail
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/common.sh"
+# shellcheck source=benches/perf_tools.sh
+source "$(dirname "${BASH_SOURCE[0]}")/perf_tools.sh"
 ROOT="$STRATA_REPO_ROOT"
 
 case "${1:-}" in
@@ -51,7 +53,6 @@ ACKS_LIST="${BENCH_ACKS:-1 all}"
 COMPRESSION="${BENCH_COMPRESSION:-lz4}"
 TARGETS="${BENCH_TARGETS:-strata kafka}"
 START_TIMEOUT="${BENCH_START_TIMEOUT:-60}"
-TOOL_HEAP="${BENCH_TOOL_HEAP:--Xmx512m}"
 STRATA_BIN="${STRATA_BIN:-$ROOT/target/release/strata}"
 [[ "$STRATA_BIN" == /* ]] || STRATA_BIN="$ROOT/$STRATA_BIN"
 TXN_MS="${BENCH_TRANSACTION_DURATION_MS:-}"
@@ -72,7 +73,7 @@ WORK="$(cd "$WORK" && pwd)"
 RESULTS="$WORK/results.tsv"
 
 # ------------------------------------------------------------------ cleanup
-CUR_KIND="" CUR_PID="" CUR_DIR="" TOOL_PID=""
+CUR_KIND="" CUR_PID="" CUR_DIR=""
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
@@ -96,32 +97,8 @@ stop_target() {
   CUR_KIND="" CUR_PID="" CUR_DIR=""
 }
 
-# Run a command in the background and wait for it, so that signals reach our traps promptly.
-run_tool() {
-  local out="$1"
-  shift
-  "$@" >"$out" 2>&1 &
-  TOOL_PID=$!
-  local rc=0
-  wait "$TOOL_PID" || rc=$?
-  TOOL_PID=""
-  return "$rc"
-}
-
 # ------------------------------------------------------------------ setup
-"$ROOT/scripts/install-test-deps.sh" >/dev/null
-TOOLS_CP="$("$ROOT/scripts/java-classpath.sh" tools)"
-"$ROOT/scripts/build-java-tests.sh" >/dev/null
-INTEROP_CP="$("$ROOT/scripts/java-classpath.sh" interop)"
-JAVA="$(strata_java)"
-read -r -a TOOL_HEAP_ARGS <<<"$TOOL_HEAP"
-JAVA_TOOL=("$JAVA" "${TOOL_HEAP_ARGS[@]}" -Dorg.slf4j.simpleLogger.defaultLogLevel=warn)
-
-# Options were renamed during 4.x (--producer-props -> --command-property, --messages -> --num-records).
-PP_HELP="$("${JAVA_TOOL[@]}" -cp "$TOOLS_CP" org.apache.kafka.tools.ProducerPerformance --help 2>&1 || true)"
-if grep -q -- '--command-property' <<<"$PP_HELP"; then PROPS_OPT=--command-property; else PROPS_OPT=--producer-props; fi
-CP_HELP="$("${JAVA_TOOL[@]}" -cp "$TOOLS_CP" org.apache.kafka.tools.ConsumerPerformance --help 2>&1 || true)"
-if grep -q -- '--num-records' <<<"$CP_HELP"; then NUM_OPT=--num-records; else NUM_OPT=--messages; fi
+perf_tools_setup
 
 STRATA_OK=0
 if [[ " $TARGETS " == *" strata "* ]]; then
@@ -185,16 +162,6 @@ EOF
     sleep 0.5
   done
   strata_log "Strata ready after $((SECONDS - start))s (pid $CUR_PID)"
-}
-
-# Peak RSS in MiB and CPU seconds (user+sys) of a live process.
-proc_stats() {
-  local pid="$1" hwm ticks hz
-  hwm="$(awk '/^VmHWM:/{print $2}' "/proc/$pid/status" 2>/dev/null || true)"
-  ticks="$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | awk '{print $12 + $13}' || true)"
-  hz="$(getconf CLK_TCK)"
-  awk -v k="${hwm:-}" -v t="${ticks:-}" -v hz="$hz" \
-    'BEGIN { printf "%s %s\n", (k == "" ? "-" : sprintf("%.1f", k / 1024)), (t == "" ? "-" : sprintf("%.1f", t / hz)) }'
 }
 
 run_row() {

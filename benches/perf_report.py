@@ -6,8 +6,11 @@
   perf_report.py consumer FILE   -> "mb_per_sec records_per_sec records" from ConsumerPerformance
                                     output
   perf_report.py table RESULTS   -> prints the comparison table for results.tsv
+  perf_report.py failover FILE   -> prints the leadership recovery times of benches/cluster.sh
+                                    (failover.tsv), per kill -9 cycle, with medians and ratios
 """
 import re
+import statistics
 import sys
 
 PRODUCER_RE = re.compile(
@@ -121,10 +124,67 @@ def table(path):
           " latency, RSS and CPU.")
 
 
+def print_table(heads, rows, left=2):
+    widths = [max(len(str(x)) for x in col) for col in zip(heads, *rows)]
+
+    def fmt(cells):
+        return "  ".join(str(c).ljust(w) if i < left else str(c).rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths)))
+    line = fmt(heads)
+    print(line)
+    print("-" * len(line))
+    for cells in rows:
+        print(fmt(cells))
+
+
+def failover(path):
+    """Per kill -9 cycle: the partition, the killed broker, the metadata quorum leader, the new
+    partition leader, seconds until a produce was acknowledged and until Metadata named a new
+    leader; medians per target and kind of victim, and the Strata/Kafka ratio of the medians."""
+    with open(path) as f:
+        header = f.readline().rstrip("\n").split("\t")
+        rows = [dict(zip(header, line.rstrip("\n").split("\t"))) for line in f if line.strip()]
+    if not rows:
+        print("(no results)")
+        return
+    out, medians = [], {}
+    for kind in dict.fromkeys(r["kind"] for r in rows):
+        for target in dict.fromkeys(r["target"] for r in rows):
+            mine = [r for r in rows if r["target"] == target and r["kind"] == kind]
+            if not mine:
+                continue
+            for r in mine:
+                out.append([target, kind, r["cycle"], r["partition"], r["victim"],
+                            r["quorum_leader"], r["new_leader"], r["ack_s"], r["metadata_s"],
+                            r["delivery_errors"], r["status"]])
+            ok = [r for r in mine if r["status"] == "ok"]
+            med = {k: statistics.median(float(r[k]) for r in ok) if ok else None
+                   for k in ("ack_s", "metadata_s")}
+            medians[target, kind] = med
+            out.append([target, kind, "median", "", "", "", "",
+                        *("{:.2f}".format(med[k]) if med[k] is not None else "-"
+                          for k in ("ack_s", "metadata_s")),
+                        "", "{} of {} ok".format(len(ok), len(mine))])
+        s, k = medians.get(("strata", kind)), medians.get(("kafka", kind))
+        if s and k:
+            out.append(["strata/kafka", kind, "median", "", "", "", "",
+                        *("{:.2f}x".format(s[c] / k[c]) if s[c] is not None and k[c] else "-"
+                          for c in ("ack_s", "metadata_s")), "", ""])
+    print_table(["target", "killed", "cycle", "partition", "victim", "quorum leader",
+                 "new leader", "produce acked s", "metadata s", "delivery errors", "status"],
+                out, left=3)
+    print("killed: the leader of a partition that the metadata quorum leader does not lead"
+          " (partition-leader), or that it leads (quorum-leader: the kill also costs a quorum"
+          " election). Seconds from SIGKILL until a record produced after the kill was"
+          " acknowledged (acks=all, idempotent), and until Metadata from a surviving broker"
+          " named another leader; lower is better.")
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("producer", "consumer", "table"):
+    cmds = {"producer": producer, "consumer": consumer, "table": table, "failover": failover}
+    if len(sys.argv) != 3 or sys.argv[1] not in cmds:
         sys.exit(__doc__)
-    {"producer": producer, "consumer": consumer, "table": table}[sys.argv[1]](sys.argv[2])
+    cmds[sys.argv[1]](sys.argv[2])
 
 
 if __name__ == "__main__":
