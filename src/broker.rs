@@ -459,6 +459,20 @@ impl Partition {
         })
     }
 
+    /// Sets which replicas' brokers are fenced or unregistered (see
+    /// [`crate::replication::state::ReplicaSet::ineligible`]); a leader may then move its high
+    /// watermark past one of them. Blocking.
+    pub fn set_ineligible_replicas(&self, ineligible: std::collections::BTreeSet<i32>, now: i64) {
+        {
+            let mut set = self.lock_replicas();
+            if set.ineligible == ineligible {
+                return;
+            }
+            set.ineligible = ineligible;
+        }
+        self.maybe_increment_high_watermark(now);
+    }
+
     /// The controller committed an ISR change. Blocking.
     pub fn isr_change_committed(&self, committed: &crate::replication::LeaderAndIsr, now: i64) {
         {
@@ -1933,6 +1947,13 @@ impl Broker {
     /// and FindCoordinator answer from this view once set, and fetchers connect through it.
     pub fn set_cluster_brokers(&self, brokers: Vec<crate::replication::ClusterBroker>) {
         self.replication.set_cluster(brokers);
+        let now = now_ms();
+        for t in self.topics() {
+            for p in t.partitions.iter().filter(|p| p.is_replicated()) {
+                let replicas = p.replica_set().replicas;
+                p.set_ineligible_replicas(self.replication.ineligible_among(&replicas), now);
+            }
+        }
     }
 
     /// (id, host, port, rack) of broker `id` on the listener the request came in on (the
@@ -2050,6 +2071,10 @@ impl Broker {
                 let was_follower = p.is_replicated() && p.role() == Role::Follower;
                 match p.apply_state(&state, lag_ms, now) {
                     Ok(restart) => {
+                        p.set_ineligible_replicas(
+                            self.replication.ineligible_among(&state.replicas),
+                            now,
+                        );
                         follow_changed |= restart || was_follower != (p.role() == Role::Follower);
                         if p.role() == Role::None {
                             if let Err(e) = p.delete_local_replica() {

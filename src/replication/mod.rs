@@ -211,6 +211,19 @@ impl ReplicaManager {
         self.follow_changed.notify_one();
     }
 
+    /// The replicas whose broker is not in the cluster view (fenced or unregistered); none
+    /// before the control plane sets a view.
+    pub fn ineligible_among(&self, replicas: &[i32]) -> std::collections::BTreeSet<i32> {
+        let Some(view) = self.cluster() else {
+            return Default::default();
+        };
+        replicas
+            .iter()
+            .copied()
+            .filter(|id| !view.iter().any(|b| b.id == *id))
+            .collect()
+    }
+
     pub fn cluster_broker(&self, id: i32) -> Option<ClusterBroker> {
         self.cluster()?.iter().find(|b| b.id == id).cloned()
     }

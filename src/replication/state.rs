@@ -5,7 +5,7 @@
 //! `replica.lag.time.max.ms` without catching up. Pure state: no I/O, no locks, no clock (the
 //! caller passes `now_ms`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Kafka's `UnifiedLog.UNKNOWN_OFFSET`.
 pub const UNKNOWN_OFFSET: i64 = -1;
@@ -79,6 +79,10 @@ pub struct ReplicaSet {
     pub leader_epoch_start_offset: Option<i64>,
     pub followers: BTreeMap<i32, FollowerState>,
     pub replica_lag_time_max_ms: i64,
+    /// Replicas whose broker is fenced or not registered (Kafka's `isReplicaIsrEligible` is
+    /// false): they may not join the ISR and do not hold the high watermark back while they
+    /// still count as caught up.
+    pub ineligible: BTreeSet<i32>,
 }
 
 impl ReplicaSet {
@@ -95,6 +99,7 @@ impl ReplicaSet {
             leader_epoch_start_offset: Some(0),
             followers: BTreeMap::new(),
             replica_lag_time_max_ms,
+            ineligible: BTreeSet::new(),
         }
     }
 
@@ -140,8 +145,8 @@ impl ReplicaSet {
         let maximal = self.maximal_isr();
         let mut hw = leader_log_end_offset;
         for (id, f) in &self.followers {
-            let waits_to_join =
-                f.is_caught_up(leader_log_end_offset, now_ms, self.replica_lag_time_max_ms);
+            let waits_to_join = !self.ineligible.contains(id)
+                && f.is_caught_up(leader_log_end_offset, now_ms, self.replica_lag_time_max_ms);
             if f.log_end_offset < hw && (maximal.contains(id) || waits_to_join) {
                 hw = f.log_end_offset;
             }
@@ -152,7 +157,11 @@ impl ReplicaSet {
     /// Kafka's `maybeExpandIsr`: the ISR to propose when `follower` may join it (it reached the
     /// high watermark and the current leader epoch), unless a change is in flight.
     pub fn expansion(&self, follower: i32, high_watermark: i64) -> Option<Vec<i32>> {
-        if !self.is_leader() || self.pending_isr.is_some() || self.isr.contains(&follower) {
+        if !self.is_leader()
+            || self.pending_isr.is_some()
+            || self.isr.contains(&follower)
+            || self.ineligible.contains(&follower)
+        {
             return None;
         }
         let f = self.followers.get(&follower)?;
@@ -272,6 +281,30 @@ mod tests {
             .unwrap()
             .record_fetch(20, 0, 5_200, 20);
         assert_eq!(s.high_watermark(20, 5_200, 1), Some(18));
+    }
+
+    #[test]
+    fn a_fenced_follower_out_of_the_isr_does_not_hold_the_high_watermark() {
+        let mut s = leader_of_three();
+        s.followers
+            .get_mut(&2)
+            .unwrap()
+            .record_fetch(20, 0, 5_100, 20);
+        s.followers
+            .get_mut(&3)
+            .unwrap()
+            .record_fetch(20, 0, 5_100, 20);
+        // Broker 3 stops and the controller removes it from the ISR: while it still counts as
+        // caught up (within the lag time) it would hold the high watermark at 20.
+        s.isr = vec![1, 2];
+        s.followers
+            .get_mut(&2)
+            .unwrap()
+            .record_fetch(30, 0, 5_200, 30);
+        assert_eq!(s.high_watermark(30, 5_300, 1), Some(20));
+        s.ineligible = [3].into();
+        assert_eq!(s.high_watermark(30, 5_300, 1), Some(30));
+        assert_eq!(s.expansion(3, 30), None, "a fenced broker may not rejoin");
     }
 
     #[test]

@@ -85,6 +85,16 @@ impl QuorumCluster {
             TestBroker::start_with(&cfg).await
         });
         let brokers = futures::future::join_all(starts).await;
+        // Every broker sees all three unfenced (a topic with RF=3 can be placed).
+        for b in &brokers {
+            eventually("three unfenced brokers", || async move {
+                b.broker()
+                    .cluster()
+                    .map(|c| strata::controller::admin::unfenced_brokers(c))
+                    == Some(3)
+            })
+            .await;
+        }
         QuorumCluster { brokers }
     }
 
