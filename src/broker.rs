@@ -1928,6 +1928,17 @@ impl Broker {
         c.by_name.insert(topic.name.clone(), topic);
     }
 
+    /// The controller id Metadata and DescribeCluster report: in cluster mode the active
+    /// controller (the metadata quorum's leader) when it is a live broker in the answer;
+    /// otherwise this broker, which serves admin requests too (Kafka's KRaft brokers report a
+    /// live broker, never an absent node, which clients would wait for).
+    pub fn controller_id(&self) -> i32 {
+        self.cluster()
+            .and_then(|c| c.active_controller())
+            .filter(|id| self.replication.cluster_broker(*id).is_some())
+            .unwrap_or(self.config.node_id)
+    }
+
     /// Cluster mode's metadata quorum membership; `None` on a single node.
     pub fn cluster(&self) -> Option<&Arc<crate::controller::ClusterControl>> {
         self.cluster.get()

@@ -161,12 +161,17 @@ enum ConfigCommand {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG").unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(
-            "info,foyer=warn,foyer_common=warn,foyer_memory=warn,foyer_storage=warn",
+            // openraft::replication logs every failed RPC to an unreachable voter at ERROR
+            // (twice a second while a node is down); the controller logs what needs a person.
+            "info,foyer=warn,foyer_common=warn,foyer_memory=warn,foyer_storage=warn,\
+             openraft=warn,openraft::replication=off",
         )
     });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        // No colour codes in log files.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
 }
 

@@ -27,7 +27,7 @@ pub fn handle(
     DescribeClusterResponse::default()
         .with_endpoint_type(req.endpoint_type)
         .with_cluster_id(StrBytes::from_string(broker.cluster_id.clone()))
-        .with_controller_id(broker.config.node_id.into())
+        .with_controller_id(broker.controller_id().into())
         .with_brokers(brokers)
         .with_cluster_authorized_operations(if req.include_cluster_authorized_operations {
             CLUSTER_AUTHORIZED_OPERATIONS

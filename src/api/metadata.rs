@@ -200,7 +200,7 @@ pub async fn handle(
     MetadataResponse::default()
         .with_brokers(brokers)
         .with_cluster_id(Some(StrBytes::from_string(broker.cluster_id.clone())))
-        .with_controller_id(broker.config.node_id.into())
+        .with_controller_id(broker.controller_id().into())
         .with_topics(topics)
         .with_cluster_authorized_operations(
             if req.include_cluster_authorized_operations && (8..=10).contains(&version) {

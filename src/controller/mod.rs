@@ -196,6 +196,13 @@ impl ClusterControl {
         self.broker_id.0
     }
 
+    /// The active controller (the metadata quorum's Raft leader), if one is known.
+    pub fn active_controller(&self) -> Option<i32> {
+        let node = self.node().ok()?;
+        let leader = node.metrics().borrow().current_leader?;
+        i32::try_from(leader).ok()
+    }
+
     fn broker_epoch(&self) -> BrokerEpoch {
         BrokerEpoch(self.broker_epoch.load(Ordering::Acquire))
     }

@@ -200,6 +200,16 @@ async fn dynamic_broker_configs_reach_every_broker_through_the_quorum() {
         .await
         .remove(0);
     assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    // Every broker names the active controller (the quorum's leader) in Metadata.
+    let mut controllers = Vec::new();
+    for id in 1..=3 {
+        let mut req = MetadataRequest::default();
+        req.topics = Some(vec![]);
+        let m: MetadataResponse = c.broker(id).client().await.call(12, &req).await;
+        controllers.push(m.controller_id.0);
+    }
+    let active = c.broker(1).broker().cluster().unwrap().active_controller();
+    assert_eq!(controllers, vec![active.unwrap(); 3], "{controllers:?}");
     // The cluster-wide default through broker 2, broker 3's own setting through broker 1.
     let b2 = c.broker(2).broker().clone();
     tokio::task::spawn_blocking(move || {
