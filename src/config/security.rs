@@ -141,6 +141,307 @@ pub fn parse_plain_jaas(text: &str) -> BTreeMap<String, String> {
     users
 }
 
+/// How this broker reaches the other brokers' inter-broker listener (replica fetchers,
+/// transaction markers and verifications): Kafka's client side of that listener's settings.
+#[derive(Clone, PartialEq, Eq)]
+pub struct InterBrokerSecurity {
+    /// `inter.broker.listener.name`, the listener named by `security.inter.broker.protocol`,
+    /// or else the first listener.
+    pub listener: String,
+    pub protocol: SecurityProtocol,
+    /// Set when the listener uses TLS.
+    pub tls: Option<InterBrokerTls>,
+    /// Set when the listener uses SASL.
+    pub sasl: Option<SaslCredentials>,
+}
+
+/// The TLS client side of the inter-broker listener.
+#[derive(Clone, PartialEq, Eq)]
+pub struct InterBrokerTls {
+    /// The listener's keystore (PEM chain and key), presented as this broker's client
+    /// certificate when a peer asks for one (`ssl.client.auth`).
+    pub cert_chain_pem: Option<String>,
+    pub key_pem: Option<String>,
+    /// The listener's truststore: peers' certificates must chain to one of these.
+    pub truststore_pem: String,
+    /// `ssl.endpoint.identification.algorithm=https` (the default): the peer's certificate
+    /// must name the host connected to. Empty: the chain is still verified, the name is not.
+    pub verify_hostname: bool,
+}
+
+/// This broker's own SASL credentials for the inter-broker listener.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SaslCredentials {
+    /// PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+    pub mechanism: String,
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for InterBrokerSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterBrokerSecurity")
+            .field("listener", &self.listener)
+            .field("protocol", &self.protocol)
+            .field(
+                "tls",
+                &self.tls.as_ref().map(|t| {
+                    format!(
+                        "client certificate: {}, verify host name: {}",
+                        t.cert_chain_pem.is_some(),
+                        t.verify_hostname
+                    )
+                }),
+            )
+            .field(
+                "sasl",
+                &self
+                    .sasl
+                    .as_ref()
+                    .map(|s| format!("{} as {}", s.mechanism, s.username)),
+            )
+            .finish()
+    }
+}
+
+impl Default for InterBrokerSecurity {
+    fn default() -> Self {
+        InterBrokerSecurity {
+            listener: String::new(),
+            protocol: SecurityProtocol::Plaintext,
+            tls: None,
+            sasl: None,
+        }
+    }
+}
+
+/// The options of a JAAS login module line (`Module required key="value" key2=value2;`).
+pub fn parse_jaas_options(text: &str) -> BTreeMap<String, String> {
+    let chars: Vec<char> = text.chars().collect();
+    let n = chars.len();
+    let mut out = BTreeMap::new();
+    let mut word = String::new();
+    let mut i = 0;
+    while i < n {
+        let c = chars[i];
+        if c == '=' && !word.is_empty() {
+            let key = std::mem::take(&mut word);
+            i += 1;
+            while i < n && chars[i].is_whitespace() {
+                i += 1;
+            }
+            let mut value = String::new();
+            if i < n && chars[i] == '"' {
+                i += 1;
+                while i < n && chars[i] != '"' {
+                    if chars[i] == '\\' && i + 1 < n {
+                        i += 1;
+                    }
+                    value.push(chars[i]);
+                    i += 1;
+                }
+                i += 1;
+            } else {
+                while i < n && !chars[i].is_whitespace() && chars[i] != ';' {
+                    value.push(chars[i]);
+                    i += 1;
+                }
+            }
+            out.insert(key, value);
+            continue;
+        }
+        if c.is_alphanumeric() || matches!(c, '_' | '.' | '-') {
+            word.push(c);
+        } else if c.is_whitespace() {
+            // `key = value`: keep the word only when an `=` follows.
+            let mut j = i;
+            while j < n && chars[j].is_whitespace() {
+                j += 1;
+            }
+            if j >= n || chars[j] != '=' {
+                word.clear();
+            }
+            i = j;
+            continue;
+        } else {
+            word.clear();
+        }
+        i += 1;
+    }
+    out
+}
+
+/// A listener-prefixed setting (`listener.name.<l>.<key>`) or else the plain one, as Kafka
+/// resolves them: (the key found, its value).
+fn listener_setting(
+    explicit: &BTreeMap<String, String>,
+    listener: &str,
+    key: &str,
+) -> Option<(String, String)> {
+    let prefixed = format!("listener.name.{}.{key}", listener.to_lowercase());
+    explicit
+        .get(&prefixed)
+        .map(|v| (prefixed.clone(), v.clone()))
+        .or_else(|| explicit.get(key).map(|v| (key.to_string(), v.clone())))
+}
+
+impl InterBrokerSecurity {
+    /// Resolves the inter-broker listener and this broker's client settings for it. Fails
+    /// (naming the setting) when a TLS listener has no truststore or a SASL listener has no
+    /// credentials for the inter-broker mechanism.
+    pub(super) fn build(
+        explicit: &BTreeMap<String, String>,
+        listeners: &[Listener],
+        security: &SecurityConfig,
+    ) -> Result<InterBrokerSecurity, ConfigError> {
+        let by_name = explicit
+            .get("inter.broker.listener.name")
+            .filter(|n| !n.trim().is_empty());
+        let by_protocol = explicit
+            .get("security.inter.broker.protocol")
+            .filter(|p| !p.trim().is_empty());
+        let listener = match (by_name, by_protocol) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "security.inter.broker.protocol",
+                    by_protocol.map_or("", |s| s.as_str()),
+                    "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set",
+                ))
+            }
+            (Some(name), None) => listeners
+                .iter()
+                .find(|l| l.name == name.trim())
+                .ok_or_else(|| {
+                    invalid(
+                        "inter.broker.listener.name",
+                        name,
+                        "must be the name of one of the listeners",
+                    )
+                })?,
+            (None, Some(protocol)) => {
+                let p = protocol.trim();
+                if SecurityProtocol::parse(p).is_none() {
+                    return Err(invalid(
+                        "security.inter.broker.protocol",
+                        p,
+                        "expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+                    ));
+                }
+                // Kafka's ListenerName.forSecurityProtocol: the listener named like it.
+                listeners.iter().find(|l| l.name == p).ok_or_else(|| {
+                    invalid(
+                        "security.inter.broker.protocol",
+                        p,
+                        format!("no listener is named {p}; name one in listeners or set inter.broker.listener.name instead"),
+                    )
+                })?
+            }
+            (None, None) => &listeners[0],
+        };
+        let l = listener.name.as_str();
+        let mut out = InterBrokerSecurity {
+            listener: l.to_string(),
+            protocol: listener.security,
+            tls: None,
+            sasl: None,
+        };
+        if listener.security.uses_tls() {
+            let keystore = security.tls.get(l);
+            let truststore_pem = keystore.and_then(|t| t.truststore_pem.clone()).ok_or_else(|| {
+                invalid(
+                    &format!("listener.name.{}.ssl.truststore.location", l.to_lowercase()),
+                    "",
+                    format!("the inter-broker listener {l} uses TLS: brokers verify each other's certificates against its truststore; set listener.name.{}.ssl.truststore.location (or ssl.truststore.location / ssl.truststore.certificates)", l.to_lowercase()),
+                )
+            })?;
+            let algorithm = listener_setting(explicit, l, "ssl.endpoint.identification.algorithm")
+                .unwrap_or_else(|| {
+                    (
+                        "ssl.endpoint.identification.algorithm".into(),
+                        "https".into(),
+                    )
+                });
+            let verify_hostname = match algorithm.1.trim().to_lowercase().as_str() {
+                "https" => true,
+                "" => false,
+                other => {
+                    return Err(invalid(
+                        &algorithm.0,
+                        other,
+                        "expected https (verify the peer's host name) or empty (do not)",
+                    ))
+                }
+            };
+            out.tls = Some(InterBrokerTls {
+                cert_chain_pem: keystore.map(|t| t.cert_chain_pem.clone()),
+                key_pem: keystore.map(|t| t.key_pem.clone()),
+                truststore_pem,
+                verify_hostname,
+            });
+        }
+        if listener.security.uses_sasl() {
+            let enabled = security
+                .sasl
+                .get(l)
+                .map(|s| s.mechanisms.clone())
+                .unwrap_or_default();
+            let key = "sasl.mechanism.inter.broker.protocol";
+            let mechanism = match explicit.get(key).map(|m| m.trim().to_uppercase()) {
+                Some(m) if !m.is_empty() => {
+                    if !matches!(m.as_str(), "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512") {
+                        return Err(invalid(
+                            key,
+                            &m,
+                            "Strata brokers authenticate to each other with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+                        ));
+                    }
+                    if !enabled.contains(&m) {
+                        return Err(invalid(
+                            key,
+                            &m,
+                            format!("{key} must be included in sasl.enabled.mechanisms of listener {l} when SASL is used for inter-broker communication"),
+                        ));
+                    }
+                    m
+                }
+                // Kafka's default (GSSAPI) is not supported: the listener's first mechanism.
+                _ => enabled.first().cloned().ok_or_else(|| {
+                    invalid(
+                        "sasl.enabled.mechanisms",
+                        "",
+                        format!("the inter-broker listener {l} enables no SASL mechanism"),
+                    )
+                })?,
+            };
+            let jaas_key = format!(
+                "listener.name.{}.{}.sasl.jaas.config",
+                l.to_lowercase(),
+                mechanism.to_lowercase()
+            );
+            let options = explicit
+                .get(&jaas_key)
+                .or_else(|| explicit.get("sasl.jaas.config"))
+                .map(|v| parse_jaas_options(v))
+                .unwrap_or_default();
+            let (Some(username), Some(password)) =
+                (options.get("username"), options.get("password"))
+            else {
+                return Err(invalid(
+                    &jaas_key,
+                    "",
+                    format!("the inter-broker listener {l} uses SASL/{mechanism}: set this broker's own username=\"...\" password=\"...\" in {jaas_key} (or sasl.jaas.config)"),
+                ));
+            };
+            out.sasl = Some(SaslCredentials {
+                mechanism,
+                username: username.clone(),
+                password: password.clone(),
+            });
+        }
+        Ok(out)
+    }
+}
+
 impl SecurityConfig {
     pub(super) fn build(
         explicit: &BTreeMap<String, String>,

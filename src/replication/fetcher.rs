@@ -7,7 +7,10 @@
 //! records, its high watermark and log start offset, or a diverging epoch (KIP-320), on which
 //! the follower truncates to the end of the largest epoch both logs share and fetches again.
 //!
-//! Errors: an unreachable leader is retried with `replica.fetch.backoff.ms`;
+//! Connections use the inter-broker listener's security (TLS, SASL; see [`super::peer`]).
+//!
+//! Errors: an unreachable leader is retried with `replica.fetch.backoff.ms` (an
+//! authentication failure too, logged as an error: it needs a configuration fix);
 //! NOT_LEADER_OR_FOLLOWER and UNKNOWN_LEADER_EPOCH pause the partition for the backoff;
 //! FENCED_LEADER_EPOCH pauses it until the control plane applies a newer state;
 //! OFFSET_OUT_OF_RANGE asks the leader's log end and start offsets (ListOffsets) and truncates
@@ -45,29 +48,10 @@ struct RunningFetcher {
 
 /// Keeps one fetcher per leader this broker follows partitions of, until `shutdown`.
 pub async fn manage(broker: Arc<Broker>, shutdown: CancellationToken) {
-    let name = broker
-        .config
-        .replication
-        .inter_broker_listener_name
-        .clone()
-        .unwrap_or_else(|| broker.config.listeners[0].name.clone());
-    let plaintext = broker
-        .config
-        .listeners
-        .iter()
-        .find(|l| l.name == name)
-        .is_none_or(|l| l.security == crate::config::SecurityProtocol::Plaintext);
     let tasks = TaskTracker::new();
     let mut fetchers: HashMap<i32, RunningFetcher> = HashMap::new();
-    let mut reported = false;
     loop {
-        if plaintext {
-            reconcile(&broker, &mut fetchers, &tasks, &shutdown);
-        } else if !reported && follows_any(&broker) {
-            // Followers speak plaintext only so far: say so once rather than fail every fetch.
-            tracing::error!(listener = %name, "the inter-broker listener uses TLS or SASL, which replica fetchers do not support yet: this broker does not replicate; set inter.broker.listener.name to a PLAINTEXT listener");
-            reported = true;
-        }
+        reconcile(&broker, &mut fetchers, &tasks, &shutdown);
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = broker.replication().follow_changed.notified() => {}
@@ -78,13 +62,6 @@ pub async fn manage(broker: Arc<Broker>, shutdown: CancellationToken) {
     }
     tasks.close();
     tasks.wait().await;
-}
-
-fn follows_any(broker: &Broker) -> bool {
-    broker
-        .all_partitions()
-        .iter()
-        .any(|p| p.is_replicated() && p.role() == Role::Follower)
 }
 
 /// The address of `leader` on the inter-broker listener (or its first listener).
@@ -240,12 +217,20 @@ impl Fetcher {
                     continue;
                 }
             };
-            self.failures = 0;
             if response.error_code != 0 {
-                tracing::info!(leader = self.leader, error = ?ResponseError::try_from_code(response.error_code), "fetch refused by the leader");
+                let error = ResponseError::try_from_code(response.error_code);
+                self.failures += 1;
+                if error == Some(ResponseError::ClusterAuthorizationFailed) {
+                    if self.failures == 1 || self.failures % 100 == 0 {
+                        tracing::error!(leader = self.leader, failures = self.failures, "the leader refuses this broker's fetches: its inter-broker principal needs CLUSTER_ACTION on the cluster (usually super.users=User:<broker principal>)");
+                    }
+                } else {
+                    tracing::info!(leader = self.leader, error = ?error, "fetch refused by the leader");
+                }
                 self.backoff().await;
                 continue;
             }
+            self.failures = 0;
             let out_of_range = self.process(targets, response).await;
             for target in out_of_range {
                 let Some(c) = conn.as_mut() else { break };
@@ -264,7 +249,12 @@ impl Fetcher {
 
     fn failed(&mut self, e: &PeerError) {
         self.failures += 1;
-        if self.failures <= 3 {
+        if e.is_authentication() {
+            // Credentials or certificates: retrying will not help until someone fixes them.
+            if self.failures == 1 || self.failures % 100 == 0 {
+                tracing::error!(leader = self.leader, error = %e, failures = self.failures, listener = %self.broker.config.replication.inter_broker.listener, "replica fetcher cannot authenticate to the leader: this broker does not replicate from it; check the inter-broker listener's TLS and SASL settings");
+            }
+        } else if self.failures <= 3 {
             tracing::debug!(leader = self.leader, error = %e, "replica fetch failed; retrying");
         } else if self.failures % 10 == 4 {
             tracing::warn!(leader = self.leader, error = %e, failures = self.failures, "replica fetch keeps failing");
@@ -279,13 +269,16 @@ impl Fetcher {
     }
 
     async fn connect(&self) -> Result<PeerConnection, PeerError> {
-        PeerConnection::connect(
-            &self.address.0,
-            self.address.1,
-            format!("broker-{}-fetcher-0", self.broker.config.node_id),
-            self.broker.config.replication.socket_timeout,
-        )
-        .await
+        self.broker
+            .replication()
+            .peers
+            .connect(
+                &self.address.0,
+                self.address.1,
+                format!("broker-{}-fetcher-0", self.broker.config.node_id),
+                self.broker.config.replication.socket_timeout,
+            )
+            .await
     }
 
     /// The followed partitions not paused, with their fetch positions.
