@@ -671,6 +671,160 @@ mod tests {
         assert!(e.to_string().contains("supported mechanisms"), "{e}");
     }
 
+    fn cert(name: &str) -> String {
+        format!("{}/tests/it/certs/{name}", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    /// A PLAINTEXT listener and a SASL_SSL INTERNAL one with keys, plus `extra`.
+    fn internal(extra: &[(&str, &str)]) -> Result<BrokerConfig, ConfigError> {
+        let keystore = cert("broker.pem");
+        let truststore = cert("ca.pem");
+        let mut pairs = vec![
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+            ),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL",
+            ),
+            ("inter.broker.listener.name", "INTERNAL"),
+            ("ssl.keystore.type", "PEM"),
+            ("ssl.keystore.location", keystore.as_str()),
+            ("ssl.truststore.location", truststore.as_str()),
+            ("sasl.enabled.mechanisms", "SCRAM-SHA-512,PLAIN"),
+            (
+                "listener.name.internal.scram-sha-512.sasl.jaas.config",
+                r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" password="s3cret";"#,
+            ),
+        ];
+        pairs.extend_from_slice(extra);
+        build(&pairs)
+    }
+
+    #[test]
+    fn the_inter_broker_listener_gives_tls_and_sasl_client_settings() {
+        let c = internal(&[]).unwrap();
+        let ib = &c.replication.inter_broker;
+        assert_eq!(ib.listener, "INTERNAL");
+        assert_eq!(ib.protocol, SecurityProtocol::SaslSsl);
+        let tls = ib.tls.as_ref().unwrap();
+        assert!(tls.verify_hostname, "https is the default");
+        assert!(
+            tls.cert_chain_pem.is_some(),
+            "the keystore is the client cert"
+        );
+        // Kafka's GSSAPI default is not supported: the listener's first mechanism.
+        let sasl = ib.sasl.as_ref().unwrap();
+        assert_eq!(
+            (
+                sasl.mechanism.as_str(),
+                sasl.username.as_str(),
+                sasl.password.as_str()
+            ),
+            ("SCRAM-SHA-512", "broker", "s3cret")
+        );
+        assert!(
+            !format!("{:?}", c.replication).contains("s3cret"),
+            "no password in Debug"
+        );
+
+        let c = internal(&[
+            ("sasl.mechanism.inter.broker.protocol", "PLAIN"),
+            (
+                "listener.name.internal.plain.sasl.jaas.config",
+                r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="b1" password="p w" user_b1="p w";"#,
+            ),
+            ("listener.name.internal.ssl.endpoint.identification.algorithm", ""),
+        ])
+        .unwrap();
+        let ib = &c.replication.inter_broker;
+        let sasl = ib.sasl.as_ref().unwrap();
+        assert_eq!(
+            (sasl.mechanism.as_str(), sasl.password.as_str()),
+            ("PLAIN", "p w")
+        );
+        assert!(!ib.tls.as_ref().unwrap().verify_hostname);
+
+        // security.inter.broker.protocol names the listener called like the protocol.
+        let c = build(&[
+            ("listeners", "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"),
+            ("security.inter.broker.protocol", "SASL_PLAINTEXT"),
+            ("sasl.enabled.mechanisms", "PLAIN"),
+            (
+                "sasl.jaas.config",
+                r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="b" password="x" user_b="x";"#,
+            ),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.replication.inter_broker_listener_name.as_deref(),
+            Some("SASL_PLAINTEXT")
+        );
+        assert!(c.replication.inter_broker.tls.is_none());
+        // Neither set: the first listener, plaintext.
+        let c = build(&[("listeners", "PLAINTEXT://127.0.0.1:0")]).unwrap();
+        assert_eq!(c.replication.inter_broker.listener, "PLAINTEXT");
+        assert!(c.replication.inter_broker_listener_name.is_none());
+    }
+
+    #[test]
+    fn missing_inter_broker_truststore_or_credentials_fail_naming_the_setting() {
+        let keystore = cert("broker.pem");
+        let e = build(&[
+            ("listeners", "SSL://127.0.0.1:0"),
+            ("ssl.keystore.location", keystore.as_str()),
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("listener.name.ssl.ssl.truststore.location"),
+            "{e}"
+        );
+        let e = internal(&[(
+            "listener.name.internal.scram-sha-512.sasl.jaas.config",
+            r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="broker";"#,
+        )])
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("listener.name.internal.scram-sha-512.sasl.jaas.config"),
+            "{e}"
+        );
+        let e = internal(&[("sasl.mechanism.inter.broker.protocol", "GSSAPI")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+            "{e}"
+        );
+        let e = internal(&[("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-256")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("must be included in sasl.enabled.mechanisms"),
+            "{e}"
+        );
+        let e = internal(&[("security.inter.broker.protocol", "SASL_SSL")]).unwrap_err();
+        assert!(e.to_string().contains("Only one of"), "{e}");
+        let e = internal(&[("ssl.endpoint.identification.algorithm", "ldap")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("ssl.endpoint.identification.algorithm"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn jaas_options_parse_quoted_and_bare_values() {
+        let o = parse_jaas_options(
+            r#"org.apache.kafka.common.security.plain.PlainLoginModule required username = "admin" password="a \"q\" b" user_admin="x" tokenauth=true;"#,
+        );
+        assert_eq!(o["username"], "admin");
+        assert_eq!(o["password"], r#"a "q" b"#);
+        assert_eq!(o["user_admin"], "x");
+        assert_eq!(o["tokenauth"], "true");
+        assert!(!o.contains_key("required"));
+    }
+
     #[test]
     fn plain_users_come_from_kafkas_jaas_syntax() {
         let users = parse_plain_jaas(
