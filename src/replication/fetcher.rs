@@ -122,6 +122,7 @@ fn reconcile(
                 cancel: cancel.clone(),
                 paused: HashMap::new(),
                 failures: 0,
+                denials: 0,
                 round: 0,
             }
             .run(),
@@ -157,6 +158,9 @@ enum Next {
     Continue,
     Pause(Pause),
     OutOfRange,
+    /// TOPIC_AUTHORIZATION_FAILED: what a leader answers a follower whose principal lacks
+    /// CLUSTER_ACTION (Kafka's rule); paused like other errors, reported as a person's job.
+    Denied(Pause),
 }
 
 struct Fetcher {
@@ -168,6 +172,8 @@ struct Fetcher {
     paused: HashMap<(Uuid, i32), Pause>,
     /// Consecutive failed requests (quiet logging first, louder if they persist).
     failures: u32,
+    /// Consecutive responses refusing partitions for authorization.
+    denials: u32,
     /// Rotates the order of partitions in requests: only the first partition with data may
     /// exceed its byte limit (KIP-74), so every partition gets to be first in turn.
     round: usize,
@@ -220,13 +226,7 @@ impl Fetcher {
             if response.error_code != 0 {
                 let error = ResponseError::try_from_code(response.error_code);
                 self.failures += 1;
-                if error == Some(ResponseError::ClusterAuthorizationFailed) {
-                    if self.failures == 1 || self.failures % 100 == 0 {
-                        tracing::error!(leader = self.leader, failures = self.failures, "the leader refuses this broker's fetches: its inter-broker principal needs CLUSTER_ACTION on the cluster (usually super.users=User:<broker principal>)");
-                    }
-                } else {
-                    tracing::info!(leader = self.leader, error = ?error, "fetch refused by the leader");
-                }
+                tracing::info!(leader = self.leader, error = ?error, "fetch refused by the leader");
                 self.backoff().await;
                 continue;
             }
@@ -393,6 +393,7 @@ impl Fetcher {
             return Vec::new();
         };
         let mut out_of_range = Vec::new();
+        let mut denied = 0;
         for (t, next) in results {
             match next {
                 Next::Continue => {}
@@ -400,7 +401,20 @@ impl Fetcher {
                     self.paused
                         .insert((t.partition.topic_id, t.partition.index), p);
                 }
+                Next::Denied(p) => {
+                    denied += 1;
+                    self.paused
+                        .insert((t.partition.topic_id, t.partition.index), p);
+                }
                 Next::OutOfRange => out_of_range.push(t),
+            }
+        }
+        if denied == 0 {
+            self.denials = 0;
+        } else {
+            self.denials += 1;
+            if self.denials == 1 || self.denials % 100 == 0 {
+                tracing::error!(leader = self.leader, partitions = denied, listener = %self.broker.config.replication.inter_broker.listener, "the leader refuses this broker's fetches (TOPIC_AUTHORIZATION_FAILED): its inter-broker principal needs CLUSTER_ACTION on the cluster, usually through super.users=User:<broker principal>");
             }
         }
         out_of_range
@@ -523,6 +537,9 @@ fn apply_partition_data(
     match ResponseError::try_from_code(data.error_code) {
         None => {}
         Some(ResponseError::OffsetOutOfRange) => return Next::OutOfRange,
+        Some(ResponseError::TopicAuthorizationFailed) => {
+            return Next::Denied(Pause::Until(Instant::now() + backoff, t.leader_epoch));
+        }
         Some(ResponseError::FencedLeaderEpoch) => {
             tracing::info!(topic = %p.topic, partition = p.index, leader, leader_epoch = t.leader_epoch, "fenced by the leader: waiting for a newer partition state");
             return Next::Pause(Pause::EpochChange(t.leader_epoch));

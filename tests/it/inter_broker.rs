@@ -369,6 +369,10 @@ async fn a_quorum_replicates_and_commits_transactions_over_a_sasl_ssl_inter_brok
 async fn brokers_with_a_wrong_password_or_without_cluster_action_do_not_replicate() {
     // Broker 2's password is wrong; broker 3 authenticates as a user that is not a super
     // user and has no CLUSTER_ACTION ACL.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("strata::replication=info")
+        .with_test_writer()
+        .try_init();
     let c = start_secure(|id| match id {
         2 => ("broker", "not-the-password"),
         3 => ("intruder", "intruder-pw"),
@@ -398,5 +402,13 @@ async fn brokers_with_a_wrong_password_or_without_cluster_action_do_not_replicat
             "broker {id} replicated nothing"
         );
     }
+    // The leader counts the refused authentications (the fetcher logs them as errors).
+    let (_, metrics) = crate::http::http_get(leader.admin_addr, "/metrics").await;
+    assert!(
+        metrics.contains(
+            "strata_request_errors_total{api=\"SaslAuthenticate\",error=\"SaslAuthenticationFailed\"}"
+        ),
+        "{metrics}"
+    );
     c.shutdown().await;
 }
