@@ -353,9 +353,9 @@ async fn a_quorum_replicates_and_commits_transactions_over_a_sasl_ssl_inter_brok
         })
         .await;
     }
-    for p in 0..3usize {
+    for (p, end) in ends.iter().enumerate() {
         let leader = c.broker(p as i32 + 1);
-        let end = ends[p] + 3;
+        let end = end + 3;
         eventually(
             "the leader's last stable offset past the marker",
             || async move { local(leader, topic, p).is_some_and(|(_, lso, _)| lso == end) },
