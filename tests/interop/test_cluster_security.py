@@ -144,7 +144,8 @@ def test_replication_and_transactions_run_over_a_sasl_ssl_inter_broker_listener(
                                              if k != "bootstrap.servers"})
     wait_until("three brokers", lambda: len(a.list_topics(timeout=10).brokers) == 3)
     # Partition p led by broker p + 1; acks=all needs all three replicas in sync.
-    topic = NewTopic(TOPIC, replica_assignment=[[1, 2, 3], [2, 3, 1], [3, 1, 2]],
+    topic = NewTopic(TOPIC, num_partitions=3, replication_factor=-1,
+                     replica_assignment=[[1, 2, 3], [2, 3, 1], [3, 1, 2]],
                      config={"min.insync.replicas": "3"})
     for f in a.create_topics([topic]).values():
         f.result(timeout=30)
