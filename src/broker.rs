@@ -1040,6 +1040,9 @@ impl Broker {
         // Next producer id: start a fresh block so ids are never reused after a crash.
         let next_pid = meta.next_producer_id_block.max(0);
         meta.next_producer_id_block = next_pid + PRODUCER_ID_BLOCK;
+        // Unusable inter-broker TLS keys fail the start, not the first replica fetch.
+        let peer_security =
+            crate::replication::peer::PeerSecurity::new(&config.replication.inter_broker)?;
         let broker = Broker {
             cluster_id: meta.cluster_id.clone(),
             metrics: Metrics::default(),
@@ -1082,7 +1085,7 @@ impl Broker {
                 config.log_cleaner.clone(),
                 &config.log_dirs,
             ),
-            replication: crate::replication::ReplicaManager::default(),
+            replication: crate::replication::ReplicaManager::new(peer_security),
             cluster: std::sync::OnceLock::new(),
             config,
         };

@@ -283,6 +283,13 @@ impl ClientExchange {
     }
     /// The client-final message for the server-first message.
     pub fn last(&self, server_first: &[u8]) -> Result<Vec<u8>, String> {
+        self.finish(server_first).map(|(last, _)| last)
+    }
+
+    /// The client-final message for the server-first message, and the server-final message
+    /// a server that knows the password answers (`v=ServerSignature`): the client checks it
+    /// to authenticate the server in turn (RFC 5802 section 3).
+    pub fn finish(&self, server_first: &[u8]) -> Result<(Vec<u8>, Vec<u8>), String> {
         let m = self.mechanism;
         let sf = std::str::from_utf8(server_first).map_err(|e| e.to_string())?;
         let mut nonce = None;
@@ -300,6 +307,15 @@ impl ClientExchange {
         let (Some(nonce), Some(salt), Some(iterations)) = (nonce, salt, iterations) else {
             return Err(format!("bad server-first message {sf}"));
         };
+        if !nonce.starts_with(&self.nonce) || nonce.len() == self.nonce.len() {
+            return Err("the server's nonce does not extend the client's".into());
+        }
+        if iterations < m.min_iterations() {
+            return Err(format!(
+                "{iterations} iterations is below {}",
+                m.min_iterations()
+            ));
+        }
         let salted = salted_password(m, self.password.as_bytes(), &salt, iterations);
         let client_key = hmac(m, &salted, b"Client Key");
         let stored_key = digest::digest(m.digest_alg(), &client_key);
@@ -311,7 +327,12 @@ impl ClientExchange {
             .zip(&signature)
             .map(|(a, b)| a ^ b)
             .collect();
-        Ok(format!("{without_proof},p={}", B64.encode(proof)).into_bytes())
+        let server_key = hmac(m, &salted, b"Server Key");
+        let server_signature = hmac(m, &server_key, auth_message.as_bytes());
+        Ok((
+            format!("{without_proof},p={}", B64.encode(proof)).into_bytes(),
+            format!("v={}", B64.encode(server_signature)).into_bytes(),
+        ))
     }
 }
 
@@ -335,7 +356,8 @@ mod tests {
                     Ok(Step::Success { user, reply }) => {
                         assert!(ok);
                         assert_eq!(user, "alice");
-                        assert!(reply.starts_with(b"v="));
+                        // The server proves it knows the credential too.
+                        assert_eq!(reply, client.finish(&first).unwrap().1);
                     }
                     Err(e) => {
                         assert!(!ok);

@@ -1,16 +1,26 @@
 //! TLS listeners with rustls: server certificates from PEM (Kafka's `ssl.keystore.type=PEM`),
 //! optional client certificates verified against the truststore (`ssl.client.auth`), whose
 //! subject becomes the principal as Kafka's default `ssl.principal.mapping.rules` make it.
+//! And the client side brokers use towards each other's inter-broker listener
+//! ([`connector`]): the same listener's truststore and keystore, with host-name verification
+//! per `ssl.endpoint.identification.algorithm`.
 
 use std::sync::Arc;
 
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use tokio_rustls::rustls::client::danger::{
+    HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
+};
+use tokio_rustls::rustls::client::WebPkiServerVerifier;
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
-use tokio_rustls::rustls::{RootCertStore, ServerConfig};
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig,
+    SignatureScheme,
+};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::config::{ClientAuth, TlsConfig};
+use crate::config::{ClientAuth, InterBrokerTls, TlsConfig};
 
 /// Builds the acceptor of one TLS listener; errors name what is wrong with the keys.
 pub fn acceptor(cfg: &TlsConfig) -> anyhow::Result<TlsAcceptor> {
@@ -51,6 +61,99 @@ pub fn acceptor(cfg: &TlsConfig) -> anyhow::Result<TlsAcceptor> {
         .with_single_cert(certs, key)
         .map_err(|e| anyhow::anyhow!("ssl.keystore: certificate and key do not match: {e}"))?;
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Builds the TLS client of the inter-broker listener: peers must present a certificate
+/// chaining to the listener's truststore (and naming the host, unless
+/// `ssl.endpoint.identification.algorithm` is empty); this broker presents the listener's
+/// keystore certificate when a peer asks for one.
+pub fn connector(cfg: &InterBrokerTls) -> anyhow::Result<TlsConnector> {
+    let mut roots = RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(cfg.truststore_pem.as_bytes()) {
+        let c = c.map_err(|e| anyhow::anyhow!("ssl.truststore: bad PEM: {e}"))?;
+        roots
+            .add(c)
+            .map_err(|e| anyhow::anyhow!("ssl.truststore: {e}"))?;
+    }
+    if roots.is_empty() {
+        anyhow::bail!("ssl.truststore: no certificate in the PEM");
+    }
+    let webpki = WebPkiServerVerifier::builder(Arc::new(roots))
+        .build()
+        .map_err(|e| anyhow::anyhow!("ssl.truststore: {e}"))?;
+    let builder = ClientConfig::builder();
+    let builder = if cfg.verify_hostname {
+        builder.with_webpki_verifier(webpki)
+    } else {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(ChainOnly(webpki)))
+    };
+    let config = match (&cfg.cert_chain_pem, &cfg.key_pem) {
+        (Some(chain), Some(key)) => {
+            let certs: Vec<CertificateDer<'static>> =
+                CertificateDer::pem_slice_iter(chain.as_bytes())
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| anyhow::anyhow!("ssl.keystore: bad certificate PEM: {e}"))?;
+            let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| {
+                anyhow::anyhow!("ssl.keystore: no usable private key in the PEM: {e}")
+            })?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| anyhow::anyhow!("ssl.keystore: {e}"))?
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// `ssl.endpoint.identification.algorithm=` (empty): the peer's chain is verified against the
+/// truststore, its host name is not. webpki checks the chain before the name, so a name
+/// mismatch is the only error this lets through.
+#[derive(Debug)]
+struct ChainOnly(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, tokio_rustls::rustls::Error> {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(tokio_rustls::rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, tokio_rustls::rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, tokio_rustls::rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
 }
 
 /// Kafka's principal for a client certificate: `User:` and the subject's distinguished name

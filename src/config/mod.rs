@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 
 use security::{controller_listener_names, parse_protocol_map};
 pub use security::{
-    parse_plain_jaas, ClientAuth, SaslConfig, SecurityConfig, SecurityProtocol, TlsConfig,
+    parse_jaas_options, parse_plain_jaas, ClientAuth, InterBrokerSecurity, InterBrokerTls,
+    SaslConfig, SaslCredentials, SecurityConfig, SecurityProtocol, TlsConfig,
 };
 pub use topic::{BrokerDefaults, ConfigSource, TopicConfig};
 use value::Kind;
@@ -179,6 +180,21 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         name: "ssl.client.auth",
         kind: Kind::String,
         default: "none",
+    },
+    BrokerConfigDef {
+        name: "ssl.endpoint.identification.algorithm",
+        kind: Kind::String,
+        default: "https",
+    },
+    BrokerConfigDef {
+        name: "security.inter.broker.protocol",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "sasl.mechanism.inter.broker.protocol",
+        kind: Kind::String,
+        default: "",
     },
     BrokerConfigDef {
         name: "advertised.listeners",
@@ -727,8 +743,12 @@ pub struct ClusterConfig {
 /// Replica fetching and ISR maintenance (`replica.*`, Kafka's names and defaults).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplicationConfig {
-    /// `inter.broker.listener.name`: the listener followers fetch from (empty = the first).
+    /// `inter.broker.listener.name` (or the listener named by
+    /// `security.inter.broker.protocol`): the listener followers fetch from (empty = the
+    /// first).
     pub inter_broker_listener_name: Option<String>,
+    /// How this broker connects to that listener of other brokers (TLS, SASL).
+    pub inter_broker: InterBrokerSecurity,
     /// `replica.lag.time.max.ms`: a follower that has not caught up for this long leaves the
     /// ISR.
     pub replica_lag_time_max: std::time::Duration,
@@ -1491,16 +1511,17 @@ impl BrokerConfig {
         let ms = |k: &str| positive(k).map(std::time::Duration::from_millis);
         let int =
             |k: &str| -> Result<i32, ConfigError> { Ok(positive(k)?.min(i32::MAX as u64) as i32) };
-        let inter_broker = get("inter.broker.listener.name");
-        if !inter_broker.is_empty() && !listeners.iter().any(|l| l.name == inter_broker) {
-            return Err(invalid(
-                "inter.broker.listener.name",
-                &inter_broker,
-                "must be the name of one of the listeners",
-            ));
-        }
+        let inter_broker = InterBrokerSecurity::build(&explicit, &listeners, &security)?;
+        let named = [
+            "inter.broker.listener.name",
+            "security.inter.broker.protocol",
+        ]
+        .iter()
+        .any(|k| explicit.get(*k).is_some_and(|v| !v.trim().is_empty()));
         let replication = ReplicationConfig {
-            inter_broker_listener_name: Some(inter_broker).filter(|n| !n.is_empty()),
+            inter_broker_listener_name: Some(inter_broker.listener.clone())
+                .filter(|n| named && !n.is_empty()),
+            inter_broker,
             replica_lag_time_max: ms("replica.lag.time.max.ms")?,
             fetch_wait_max: ms("replica.fetch.wait.max.ms")?,
             fetch_min_bytes: int("replica.fetch.min.bytes")?,

@@ -141,6 +141,307 @@ pub fn parse_plain_jaas(text: &str) -> BTreeMap<String, String> {
     users
 }
 
+/// How this broker reaches the other brokers' inter-broker listener (replica fetchers,
+/// transaction markers and verifications): Kafka's client side of that listener's settings.
+#[derive(Clone, PartialEq, Eq)]
+pub struct InterBrokerSecurity {
+    /// `inter.broker.listener.name`, the listener named by `security.inter.broker.protocol`,
+    /// or else the first listener.
+    pub listener: String,
+    pub protocol: SecurityProtocol,
+    /// Set when the listener uses TLS.
+    pub tls: Option<InterBrokerTls>,
+    /// Set when the listener uses SASL.
+    pub sasl: Option<SaslCredentials>,
+}
+
+/// The TLS client side of the inter-broker listener.
+#[derive(Clone, PartialEq, Eq)]
+pub struct InterBrokerTls {
+    /// The listener's keystore (PEM chain and key), presented as this broker's client
+    /// certificate when a peer asks for one (`ssl.client.auth`).
+    pub cert_chain_pem: Option<String>,
+    pub key_pem: Option<String>,
+    /// The listener's truststore: peers' certificates must chain to one of these.
+    pub truststore_pem: String,
+    /// `ssl.endpoint.identification.algorithm=https` (the default): the peer's certificate
+    /// must name the host connected to. Empty: the chain is still verified, the name is not.
+    pub verify_hostname: bool,
+}
+
+/// This broker's own SASL credentials for the inter-broker listener.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SaslCredentials {
+    /// PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+    pub mechanism: String,
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for InterBrokerSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterBrokerSecurity")
+            .field("listener", &self.listener)
+            .field("protocol", &self.protocol)
+            .field(
+                "tls",
+                &self.tls.as_ref().map(|t| {
+                    format!(
+                        "client certificate: {}, verify host name: {}",
+                        t.cert_chain_pem.is_some(),
+                        t.verify_hostname
+                    )
+                }),
+            )
+            .field(
+                "sasl",
+                &self
+                    .sasl
+                    .as_ref()
+                    .map(|s| format!("{} as {}", s.mechanism, s.username)),
+            )
+            .finish()
+    }
+}
+
+impl Default for InterBrokerSecurity {
+    fn default() -> Self {
+        InterBrokerSecurity {
+            listener: String::new(),
+            protocol: SecurityProtocol::Plaintext,
+            tls: None,
+            sasl: None,
+        }
+    }
+}
+
+/// The options of a JAAS login module line (`Module required key="value" key2=value2;`).
+pub fn parse_jaas_options(text: &str) -> BTreeMap<String, String> {
+    let chars: Vec<char> = text.chars().collect();
+    let n = chars.len();
+    let mut out = BTreeMap::new();
+    let mut word = String::new();
+    let mut i = 0;
+    while i < n {
+        let c = chars[i];
+        if c == '=' && !word.is_empty() {
+            let key = std::mem::take(&mut word);
+            i += 1;
+            while i < n && chars[i].is_whitespace() {
+                i += 1;
+            }
+            let mut value = String::new();
+            if i < n && chars[i] == '"' {
+                i += 1;
+                while i < n && chars[i] != '"' {
+                    if chars[i] == '\\' && i + 1 < n {
+                        i += 1;
+                    }
+                    value.push(chars[i]);
+                    i += 1;
+                }
+                i += 1;
+            } else {
+                while i < n && !chars[i].is_whitespace() && chars[i] != ';' {
+                    value.push(chars[i]);
+                    i += 1;
+                }
+            }
+            out.insert(key, value);
+            continue;
+        }
+        if c.is_alphanumeric() || matches!(c, '_' | '.' | '-') {
+            word.push(c);
+        } else if c.is_whitespace() {
+            // `key = value`: keep the word only when an `=` follows.
+            let mut j = i;
+            while j < n && chars[j].is_whitespace() {
+                j += 1;
+            }
+            if j >= n || chars[j] != '=' {
+                word.clear();
+            }
+            i = j;
+            continue;
+        } else {
+            word.clear();
+        }
+        i += 1;
+    }
+    out
+}
+
+/// A listener-prefixed setting (`listener.name.<l>.<key>`) or else the plain one, as Kafka
+/// resolves them: (the key found, its value).
+fn listener_setting(
+    explicit: &BTreeMap<String, String>,
+    listener: &str,
+    key: &str,
+) -> Option<(String, String)> {
+    let prefixed = format!("listener.name.{}.{key}", listener.to_lowercase());
+    explicit
+        .get(&prefixed)
+        .map(|v| (prefixed.clone(), v.clone()))
+        .or_else(|| explicit.get(key).map(|v| (key.to_string(), v.clone())))
+}
+
+impl InterBrokerSecurity {
+    /// Resolves the inter-broker listener and this broker's client settings for it. Fails
+    /// (naming the setting) when a TLS listener has no truststore or a SASL listener has no
+    /// credentials for the inter-broker mechanism.
+    pub(super) fn build(
+        explicit: &BTreeMap<String, String>,
+        listeners: &[Listener],
+        security: &SecurityConfig,
+    ) -> Result<InterBrokerSecurity, ConfigError> {
+        let by_name = explicit
+            .get("inter.broker.listener.name")
+            .filter(|n| !n.trim().is_empty());
+        let by_protocol = explicit
+            .get("security.inter.broker.protocol")
+            .filter(|p| !p.trim().is_empty());
+        let listener = match (by_name, by_protocol) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "security.inter.broker.protocol",
+                    by_protocol.map_or("", |s| s.as_str()),
+                    "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set",
+                ))
+            }
+            (Some(name), None) => listeners
+                .iter()
+                .find(|l| l.name == name.trim())
+                .ok_or_else(|| {
+                    invalid(
+                        "inter.broker.listener.name",
+                        name,
+                        "must be the name of one of the listeners",
+                    )
+                })?,
+            (None, Some(protocol)) => {
+                let p = protocol.trim();
+                if SecurityProtocol::parse(p).is_none() {
+                    return Err(invalid(
+                        "security.inter.broker.protocol",
+                        p,
+                        "expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+                    ));
+                }
+                // Kafka's ListenerName.forSecurityProtocol: the listener named like it.
+                listeners.iter().find(|l| l.name == p).ok_or_else(|| {
+                    invalid(
+                        "security.inter.broker.protocol",
+                        p,
+                        format!("no listener is named {p}; name one in listeners or set inter.broker.listener.name instead"),
+                    )
+                })?
+            }
+            (None, None) => &listeners[0],
+        };
+        let l = listener.name.as_str();
+        let mut out = InterBrokerSecurity {
+            listener: l.to_string(),
+            protocol: listener.security,
+            tls: None,
+            sasl: None,
+        };
+        if listener.security.uses_tls() {
+            let keystore = security.tls.get(l);
+            let truststore_pem = keystore.and_then(|t| t.truststore_pem.clone()).ok_or_else(|| {
+                invalid(
+                    &format!("listener.name.{}.ssl.truststore.location", l.to_lowercase()),
+                    "",
+                    format!("the inter-broker listener {l} uses TLS: brokers verify each other's certificates against its truststore; set listener.name.{}.ssl.truststore.location (or ssl.truststore.location / ssl.truststore.certificates)", l.to_lowercase()),
+                )
+            })?;
+            let algorithm = listener_setting(explicit, l, "ssl.endpoint.identification.algorithm")
+                .unwrap_or_else(|| {
+                    (
+                        "ssl.endpoint.identification.algorithm".into(),
+                        "https".into(),
+                    )
+                });
+            let verify_hostname = match algorithm.1.trim().to_lowercase().as_str() {
+                "https" => true,
+                "" => false,
+                other => {
+                    return Err(invalid(
+                        &algorithm.0,
+                        other,
+                        "expected https (verify the peer's host name) or empty (do not)",
+                    ))
+                }
+            };
+            out.tls = Some(InterBrokerTls {
+                cert_chain_pem: keystore.map(|t| t.cert_chain_pem.clone()),
+                key_pem: keystore.map(|t| t.key_pem.clone()),
+                truststore_pem,
+                verify_hostname,
+            });
+        }
+        if listener.security.uses_sasl() {
+            let enabled = security
+                .sasl
+                .get(l)
+                .map(|s| s.mechanisms.clone())
+                .unwrap_or_default();
+            let key = "sasl.mechanism.inter.broker.protocol";
+            let mechanism = match explicit.get(key).map(|m| m.trim().to_uppercase()) {
+                Some(m) if !m.is_empty() => {
+                    if !matches!(m.as_str(), "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512") {
+                        return Err(invalid(
+                            key,
+                            &m,
+                            "Strata brokers authenticate to each other with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+                        ));
+                    }
+                    if !enabled.contains(&m) {
+                        return Err(invalid(
+                            key,
+                            &m,
+                            format!("{key} must be included in sasl.enabled.mechanisms of listener {l} when SASL is used for inter-broker communication"),
+                        ));
+                    }
+                    m
+                }
+                // Kafka's default (GSSAPI) is not supported: the listener's first mechanism.
+                _ => enabled.first().cloned().ok_or_else(|| {
+                    invalid(
+                        "sasl.enabled.mechanisms",
+                        "",
+                        format!("the inter-broker listener {l} enables no SASL mechanism"),
+                    )
+                })?,
+            };
+            let jaas_key = format!(
+                "listener.name.{}.{}.sasl.jaas.config",
+                l.to_lowercase(),
+                mechanism.to_lowercase()
+            );
+            let options = explicit
+                .get(&jaas_key)
+                .or_else(|| explicit.get("sasl.jaas.config"))
+                .map(|v| parse_jaas_options(v))
+                .unwrap_or_default();
+            let (Some(username), Some(password)) =
+                (options.get("username"), options.get("password"))
+            else {
+                return Err(invalid(
+                    &jaas_key,
+                    "",
+                    format!("the inter-broker listener {l} uses SASL/{mechanism}: set this broker's own username=\"...\" password=\"...\" in {jaas_key} (or sasl.jaas.config)"),
+                ));
+            };
+            out.sasl = Some(SaslCredentials {
+                mechanism,
+                username: username.clone(),
+                password: password.clone(),
+            });
+        }
+        Ok(out)
+    }
+}
+
 impl SecurityConfig {
     pub(super) fn build(
         explicit: &BTreeMap<String, String>,
@@ -368,6 +669,160 @@ mod tests {
         ])
         .unwrap_err();
         assert!(e.to_string().contains("supported mechanisms"), "{e}");
+    }
+
+    fn cert(name: &str) -> String {
+        format!("{}/tests/it/certs/{name}", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    /// A PLAINTEXT listener and a SASL_SSL INTERNAL one with keys, plus `extra`.
+    fn internal(extra: &[(&str, &str)]) -> Result<BrokerConfig, ConfigError> {
+        let keystore = cert("broker.pem");
+        let truststore = cert("ca.pem");
+        let mut pairs = vec![
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+            ),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL",
+            ),
+            ("inter.broker.listener.name", "INTERNAL"),
+            ("ssl.keystore.type", "PEM"),
+            ("ssl.keystore.location", keystore.as_str()),
+            ("ssl.truststore.location", truststore.as_str()),
+            ("sasl.enabled.mechanisms", "SCRAM-SHA-512,PLAIN"),
+            (
+                "listener.name.internal.scram-sha-512.sasl.jaas.config",
+                r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" password="s3cret";"#,
+            ),
+        ];
+        pairs.extend_from_slice(extra);
+        build(&pairs)
+    }
+
+    #[test]
+    fn the_inter_broker_listener_gives_tls_and_sasl_client_settings() {
+        let c = internal(&[]).unwrap();
+        let ib = &c.replication.inter_broker;
+        assert_eq!(ib.listener, "INTERNAL");
+        assert_eq!(ib.protocol, SecurityProtocol::SaslSsl);
+        let tls = ib.tls.as_ref().unwrap();
+        assert!(tls.verify_hostname, "https is the default");
+        assert!(
+            tls.cert_chain_pem.is_some(),
+            "the keystore is the client cert"
+        );
+        // Kafka's GSSAPI default is not supported: the listener's first mechanism.
+        let sasl = ib.sasl.as_ref().unwrap();
+        assert_eq!(
+            (
+                sasl.mechanism.as_str(),
+                sasl.username.as_str(),
+                sasl.password.as_str()
+            ),
+            ("SCRAM-SHA-512", "broker", "s3cret")
+        );
+        assert!(
+            !format!("{:?}", c.replication).contains("s3cret"),
+            "no password in Debug"
+        );
+
+        let c = internal(&[
+            ("sasl.mechanism.inter.broker.protocol", "PLAIN"),
+            (
+                "listener.name.internal.plain.sasl.jaas.config",
+                r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="b1" password="p w" user_b1="p w";"#,
+            ),
+            ("listener.name.internal.ssl.endpoint.identification.algorithm", ""),
+        ])
+        .unwrap();
+        let ib = &c.replication.inter_broker;
+        let sasl = ib.sasl.as_ref().unwrap();
+        assert_eq!(
+            (sasl.mechanism.as_str(), sasl.password.as_str()),
+            ("PLAIN", "p w")
+        );
+        assert!(!ib.tls.as_ref().unwrap().verify_hostname);
+
+        // security.inter.broker.protocol names the listener called like the protocol.
+        let c = build(&[
+            ("listeners", "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"),
+            ("security.inter.broker.protocol", "SASL_PLAINTEXT"),
+            ("sasl.enabled.mechanisms", "PLAIN"),
+            (
+                "sasl.jaas.config",
+                r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="b" password="x" user_b="x";"#,
+            ),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.replication.inter_broker_listener_name.as_deref(),
+            Some("SASL_PLAINTEXT")
+        );
+        assert!(c.replication.inter_broker.tls.is_none());
+        // Neither set: the first listener, plaintext.
+        let c = build(&[("listeners", "PLAINTEXT://127.0.0.1:0")]).unwrap();
+        assert_eq!(c.replication.inter_broker.listener, "PLAINTEXT");
+        assert!(c.replication.inter_broker_listener_name.is_none());
+    }
+
+    #[test]
+    fn missing_inter_broker_truststore_or_credentials_fail_naming_the_setting() {
+        let keystore = cert("broker.pem");
+        let e = build(&[
+            ("listeners", "SSL://127.0.0.1:0"),
+            ("ssl.keystore.location", keystore.as_str()),
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("listener.name.ssl.ssl.truststore.location"),
+            "{e}"
+        );
+        let e = internal(&[(
+            "listener.name.internal.scram-sha-512.sasl.jaas.config",
+            r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="broker";"#,
+        )])
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("listener.name.internal.scram-sha-512.sasl.jaas.config"),
+            "{e}"
+        );
+        let e = internal(&[("sasl.mechanism.inter.broker.protocol", "GSSAPI")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+            "{e}"
+        );
+        let e = internal(&[("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-256")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("must be included in sasl.enabled.mechanisms"),
+            "{e}"
+        );
+        let e = internal(&[("security.inter.broker.protocol", "SASL_SSL")]).unwrap_err();
+        assert!(e.to_string().contains("Only one of"), "{e}");
+        let e = internal(&[("ssl.endpoint.identification.algorithm", "ldap")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("ssl.endpoint.identification.algorithm"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn jaas_options_parse_quoted_and_bare_values() {
+        let o = parse_jaas_options(
+            r#"org.apache.kafka.common.security.plain.PlainLoginModule required username = "admin" password="a \"q\" b" user_admin="x" tokenauth=true;"#,
+        );
+        assert_eq!(o["username"], "admin");
+        assert_eq!(o["password"], r#"a "q" b"#);
+        assert_eq!(o["user_admin"], "x");
+        assert_eq!(o["tokenauth"], "true");
+        assert!(!o.contains_key("required"));
     }
 
     #[test]

@@ -7,7 +7,10 @@
 //! records, its high watermark and log start offset, or a diverging epoch (KIP-320), on which
 //! the follower truncates to the end of the largest epoch both logs share and fetches again.
 //!
-//! Errors: an unreachable leader is retried with `replica.fetch.backoff.ms`;
+//! Connections use the inter-broker listener's security (TLS, SASL; see [`super::peer`]).
+//!
+//! Errors: an unreachable leader is retried with `replica.fetch.backoff.ms` (an
+//! authentication failure too, logged as an error: it needs a configuration fix);
 //! NOT_LEADER_OR_FOLLOWER and UNKNOWN_LEADER_EPOCH pause the partition for the backoff;
 //! FENCED_LEADER_EPOCH pauses it until the control plane applies a newer state;
 //! OFFSET_OUT_OF_RANGE asks the leader's log end and start offsets (ListOffsets) and truncates
@@ -46,29 +49,10 @@ struct RunningFetcher {
 
 /// Keeps one fetcher per leader this broker follows partitions of, until `shutdown`.
 pub async fn manage(broker: Arc<Broker>, shutdown: CancellationToken) {
-    let name = broker
-        .config
-        .replication
-        .inter_broker_listener_name
-        .clone()
-        .unwrap_or_else(|| broker.config.listeners[0].name.clone());
-    let plaintext = broker
-        .config
-        .listeners
-        .iter()
-        .find(|l| l.name == name)
-        .is_none_or(|l| l.security == crate::config::SecurityProtocol::Plaintext);
     let tasks = TaskTracker::new();
     let mut fetchers: HashMap<i32, RunningFetcher> = HashMap::new();
-    let mut reported = false;
     loop {
-        if plaintext {
-            reconcile(&broker, &mut fetchers, &tasks, &shutdown);
-        } else if !reported && follows_any(&broker) {
-            // Followers speak plaintext only so far: say so once rather than fail every fetch.
-            tracing::error!(listener = %name, "the inter-broker listener uses TLS or SASL, which replica fetchers do not support yet: this broker does not replicate; set inter.broker.listener.name to a PLAINTEXT listener");
-            reported = true;
-        }
+        reconcile(&broker, &mut fetchers, &tasks, &shutdown);
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = broker.replication().follow_changed.notified() => {}
@@ -79,13 +63,6 @@ pub async fn manage(broker: Arc<Broker>, shutdown: CancellationToken) {
     }
     tasks.close();
     tasks.wait().await;
-}
-
-fn follows_any(broker: &Broker) -> bool {
-    broker
-        .all_partitions()
-        .iter()
-        .any(|p| p.is_replicated() && p.role() == Role::Follower)
 }
 
 /// The address of `leader` on the inter-broker listener (or its first listener).
@@ -146,6 +123,7 @@ fn reconcile(
                 cancel: cancel.clone(),
                 paused: HashMap::new(),
                 failures: 0,
+                denials: 0,
                 round: 0,
             }
             .run(),
@@ -183,6 +161,9 @@ enum Next {
     OutOfRange,
     /// OFFSET_MOVED_TO_TIERED_STORAGE: the fetch offset is below the leader's local log start.
     MovedToTieredStorage,
+    /// TOPIC_AUTHORIZATION_FAILED: what a leader answers a follower whose principal lacks
+    /// CLUSTER_ACTION (Kafka's rule); paused like other errors, reported as a person's job.
+    Denied(Pause),
 }
 
 struct Fetcher {
@@ -194,6 +175,8 @@ struct Fetcher {
     paused: HashMap<(Uuid, i32), Pause>,
     /// Consecutive failed requests (quiet logging first, louder if they persist).
     failures: u32,
+    /// Consecutive responses refusing partitions for authorization.
+    denials: u32,
     /// Rotates the order of partitions in requests: only the first partition with data may
     /// exceed its byte limit (KIP-74), so every partition gets to be first in turn.
     round: usize,
@@ -243,12 +226,14 @@ impl Fetcher {
                     continue;
                 }
             };
-            self.failures = 0;
             if response.error_code != 0 {
-                tracing::info!(leader = self.leader, error = ?ResponseError::try_from_code(response.error_code), "fetch refused by the leader");
+                let error = ResponseError::try_from_code(response.error_code);
+                self.failures += 1;
+                tracing::info!(leader = self.leader, error = ?error, "fetch refused by the leader");
                 self.backoff().await;
                 continue;
             }
+            self.failures = 0;
             let out_of_range = self.process(targets, response).await;
             for (target, tiered) in out_of_range {
                 let Some(c) = conn.as_mut() else { break };
@@ -273,7 +258,12 @@ impl Fetcher {
 
     fn failed(&mut self, e: &PeerError) {
         self.failures += 1;
-        if self.failures <= 3 {
+        if e.is_authentication() {
+            // Credentials or certificates: retrying will not help until someone fixes them.
+            if self.failures == 1 || self.failures % 100 == 0 {
+                tracing::error!(leader = self.leader, error = %e, failures = self.failures, listener = %self.broker.config.replication.inter_broker.listener, "replica fetcher cannot authenticate to the leader: this broker does not replicate from it; check the inter-broker listener's TLS and SASL settings");
+            }
+        } else if self.failures <= 3 {
             tracing::debug!(leader = self.leader, error = %e, "replica fetch failed; retrying");
         } else if self.failures % 10 == 4 {
             tracing::warn!(leader = self.leader, error = %e, failures = self.failures, "replica fetch keeps failing");
@@ -288,13 +278,16 @@ impl Fetcher {
     }
 
     async fn connect(&self) -> Result<PeerConnection, PeerError> {
-        PeerConnection::connect(
-            &self.address.0,
-            self.address.1,
-            format!("broker-{}-fetcher-0", self.broker.config.node_id),
-            self.broker.config.replication.socket_timeout,
-        )
-        .await
+        self.broker
+            .replication()
+            .peers
+            .connect(
+                &self.address.0,
+                self.address.1,
+                format!("broker-{}-fetcher-0", self.broker.config.node_id),
+                self.broker.config.replication.socket_timeout,
+            )
+            .await
     }
 
     /// The followed partitions not paused, with their fetch positions.
@@ -414,6 +407,7 @@ impl Fetcher {
             return Vec::new();
         };
         let mut out_of_range = Vec::new();
+        let mut denied = 0;
         for (t, next) in results {
             match next {
                 Next::Continue => {}
@@ -421,8 +415,21 @@ impl Fetcher {
                     self.paused
                         .insert((t.partition.topic_id, t.partition.index), p);
                 }
+                Next::Denied(p) => {
+                    denied += 1;
+                    self.paused
+                        .insert((t.partition.topic_id, t.partition.index), p);
+                }
                 Next::OutOfRange => out_of_range.push((t, false)),
                 Next::MovedToTieredStorage => out_of_range.push((t, true)),
+            }
+        }
+        if denied == 0 {
+            self.denials = 0;
+        } else {
+            self.denials += 1;
+            if self.denials == 1 || self.denials % 100 == 0 {
+                tracing::error!(leader = self.leader, partitions = denied, listener = %self.broker.config.replication.inter_broker.listener, "the leader refuses this broker's fetches (TOPIC_AUTHORIZATION_FAILED): its inter-broker principal needs CLUSTER_ACTION on the cluster, usually through super.users=User:<broker principal>");
             }
         }
         out_of_range
@@ -667,6 +674,9 @@ fn apply_partition_data(
         None => {}
         Some(ResponseError::OffsetOutOfRange) => return Next::OutOfRange,
         Some(ResponseError::OffsetMovedToTieredStorage) => return Next::MovedToTieredStorage,
+        Some(ResponseError::TopicAuthorizationFailed) => {
+            return Next::Denied(Pause::Until(Instant::now() + backoff, t.leader_epoch));
+        }
         Some(ResponseError::FencedLeaderEpoch) => {
             tracing::info!(topic = %p.topic, partition = p.index, leader, leader_epoch = t.leader_epoch, "fenced by the leader: waiting for a newer partition state");
             return Next::Pause(Pause::EpochChange(t.leader_epoch));

@@ -37,7 +37,7 @@
 
 pub mod fetcher;
 pub mod in_process;
-pub(crate) mod peer;
+pub mod peer;
 pub mod state;
 
 use std::collections::HashMap;
@@ -178,12 +178,20 @@ pub struct ReplicaManager {
     pub(crate) follow_changed: Notify,
     isr_jobs: mpsc::UnboundedSender<IsrJob>,
     isr_receiver: Mutex<Option<mpsc::UnboundedReceiver<IsrJob>>>,
-    /// Connections to other brokers for the coordinators' requests.
+    /// Connections to other brokers (with the inter-broker listener's TLS and SASL): the
+    /// coordinators' requests and the replica fetchers' connections.
     pub(crate) peers: peer::PeerPool,
 }
 
 impl Default for ReplicaManager {
     fn default() -> Self {
+        ReplicaManager::new(peer::PeerSecurity::plaintext())
+    }
+}
+
+impl ReplicaManager {
+    /// With `security` for the connections to other brokers.
+    pub fn new(security: peer::PeerSecurity) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         ReplicaManager {
             cluster: RwLock::new(None),
@@ -192,7 +200,7 @@ impl Default for ReplicaManager {
             follow_changed: Notify::new(),
             isr_jobs: tx,
             isr_receiver: Mutex::new(Some(rx)),
-            peers: peer::PeerPool::default(),
+            peers: peer::PeerPool::new(security),
         }
     }
 }

@@ -50,6 +50,16 @@ impl QuorumCluster {
 
     /// Three brokers with `extra` settings on each.
     pub(crate) async fn start_with(extra: &[(&str, &str)]) -> QuorumCluster {
+        QuorumCluster::start_custom("", extra, |_| Vec::new()).await
+    }
+
+    /// Three brokers with `extra_listeners` after the first (PLAINTEXT) listener, `extra`
+    /// settings on each and then `per_broker(id)` on broker `id`.
+    pub(crate) async fn start_custom(
+        extra_listeners: &str,
+        extra: &[(&str, &str)],
+        per_broker: impl Fn(i32) -> Vec<(String, String)>,
+    ) -> QuorumCluster {
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let voters = ports
             .iter()
@@ -66,7 +76,10 @@ impl QuorumCluster {
                     ("cluster.id".into(), "quorum-test".into()),
                     (
                         "listeners".into(),
-                        format!("PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:{port}"),
+                        format!(
+                            "PLAINTEXT://127.0.0.1:0,{extra_listeners}{}CONTROLLER://127.0.0.1:{port}",
+                            if extra_listeners.is_empty() { "" } else { "," }
+                        ),
                     ),
                     ("controller.listener.names".into(), "CONTROLLER".into()),
                     ("controller.quorum.voters".into(), voters.clone()),
@@ -75,6 +88,7 @@ impl QuorumCluster {
                 ]
                 .into_iter()
                 .chain(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+                .chain(per_broker(i as i32 + 1))
                 .collect()
             })
             .collect();

@@ -17,6 +17,7 @@ mod group_offsets;
 mod groups;
 mod http;
 mod idempotence;
+mod inter_broker;
 mod lifecycle;
 mod list_offsets;
 mod produce_fetch;

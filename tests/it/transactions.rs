@@ -559,7 +559,7 @@ async fn list_transactions_and_describe_producers_show_the_open_transaction() {
 }
 
 /// Produce with the request's transactional id set, as transactional producers send it.
-async fn produce_txn(
+pub(crate) async fn produce_txn(
     c: &mut Client,
     id: &str,
     topic: &str,

@@ -328,7 +328,11 @@ pub fn verify_remotely(
                 .with_partitions(vec![partition])]),
     ]);
     let response = call_broker(broker, (&host, port), "txn-verifier", 4, &request).map_err(|e| {
-        tracing::debug!(coordinator, transactional_id, error = %e, "cannot verify a transactional produce");
+        if e.is_authentication() {
+            tracing::error!(coordinator, transactional_id, error = %e, "cannot authenticate to the transaction coordinator to verify a produce: check the inter-broker listener's TLS and SASL settings");
+        } else {
+            tracing::debug!(coordinator, transactional_id, error = %e, "cannot verify a transactional produce");
+        }
         ResponseError::NetworkException
     })?;
     if let Some(e) = ResponseError::try_from_code(response.error_code) {

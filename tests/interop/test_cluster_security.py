@@ -1,0 +1,181 @@
+"""Cluster mode over a secured inter-broker listener: three `strata serve` processes whose
+inter-broker listener is SASL_SSL (mutual TLS + SASL/PLAIN) with ACLs on and
+`super.users=User:broker`. confluent-kafka clients, also over SASL_SSL, create a topic with
+replication factor 3 and min.insync.replicas=3, produce with acks=all (which needs every
+follower to have fetched over the secure listener), read the records back from every
+broker, and commit a transaction across partitions led by different brokers (the
+coordinator's markers go over the secure listener too).
+
+Strata only: the reference Kafka script runs a single node."""
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from conftest import TARGET, free_port
+from helpers import QUIET, admin
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(TARGET != "strata",
+                       reason="starts a 3-node Strata quorum; kafka-ref.sh runs a single node"),
+]
+
+# The integration tests' certificates: a CA and a key + chain for 127.0.0.1 / localhost,
+# usable as server and client certificate (tests/it/certs/make.sh).
+CERTS = Path(__file__).resolve().parent.parent / "it" / "certs"
+TOPIC = "secure-replicated"
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+        'username="broker" password="broker-pw" user_broker="broker-pw" user_admin="admin-pw";')
+
+
+def client_conf(brokers) -> dict:
+    """An admin client over the SASL_SSL listeners (host names verified)."""
+    return {
+        "bootstrap.servers": ",".join(f"127.0.0.1:{b.sasl_port}" for b in brokers),
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "admin",
+        "sasl.password": "admin-pw",
+        "ssl.ca.location": str(CERTS / "ca.pem"),
+        "ssl.certificate.location": str(CERTS / "broker.pem"),
+        "ssl.key.location": str(CERTS / "broker.pem"),
+        "ssl.endpoint.identification.algorithm": "https",
+        **QUIET,
+    }
+
+
+@pytest.fixture
+def secure_cluster(broker_factory):
+    rpc_ports = [free_port() for _ in range(3)]
+    voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(rpc_ports))
+    brokers = []
+    for i in range(3):
+        b = broker_factory({
+            "node.id": i + 1,
+            "cluster.id": "interop-secure-cluster",
+            "controller.listener.names": "CONTROLLER",
+            "controller.quorum.voters": voters,
+            "broker.session.timeout.ms": 3000,
+            "broker.heartbeat.interval.ms": 500,
+            "auto.create.topics.enable": "false",
+            "inter.broker.listener.name": "SASL_SSL",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(CERTS / "broker.pem"),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(CERTS / "ca.pem"),
+            "listener.name.sasl_ssl.ssl.client.auth": "required",
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:broker;User:admin",
+            "connections.max.reauth.ms": 5000,
+            "transaction.state.log.num.partitions": 3,
+        }, name=f"node{i + 1}", start=False)
+        b.sasl_port = free_port()
+        listeners = f"PLAINTEXT://127.0.0.1:{b.port},SASL_SSL://127.0.0.1:{b.sasl_port}"
+        b.props["listeners"] = f"{listeners},CONTROLLER://127.0.0.1:{rpc_ports[i]}"
+        b.props["advertised.listeners"] = listeners
+        brokers.append(b)
+    errors = []
+    release = threading.Event()
+
+    def start(b):
+        try:
+            b.start()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+        release.wait()
+
+    threads = [threading.Thread(target=start, args=(b,), daemon=True) for b in brokers]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 150
+    while not all(b.running for b in brokers) and not errors and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        if errors:
+            raise errors[0]
+        assert all(b.running for b in brokers), "the three brokers did not start"
+        yield brokers
+    finally:
+        for b in brokers:
+            b.stop()
+        release.set()
+        for t in threads:
+            t.join()
+
+
+def wait_until(what, cond, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if cond():
+                return
+        except Exception:  # noqa: BLE001 - metadata may be briefly unavailable
+            pass
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def read_all(conf: dict, partition: int, committed: bool, expect: int) -> list[bytes]:
+    c = Consumer({**conf, "group.id": "interop-assign-only", "enable.auto.commit": False,
+                  "isolation.level": "read_committed" if committed else "read_uncommitted"})
+    try:
+        c.assign([TopicPartition(TOPIC, partition, 0)])
+        out = []
+        deadline = time.monotonic() + 60
+        while len(out) < expect and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                out.append(m.value())
+        return out
+    finally:
+        c.close()
+
+
+def test_replication_and_transactions_run_over_a_sasl_ssl_inter_broker_listener(secure_cluster):
+    conf = client_conf(secure_cluster)
+    a = admin(conf["bootstrap.servers"], **{k: v for k, v in conf.items()
+                                             if k != "bootstrap.servers"})
+    wait_until("three brokers", lambda: len(a.list_topics(timeout=10).brokers) == 3)
+    # Partition p led by broker p + 1; acks=all needs all three replicas in sync.
+    topic = NewTopic(TOPIC, num_partitions=3, replication_factor=-1,
+                     replica_assignment=[[1, 2, 3], [2, 3, 1], [3, 1, 2]],
+                     config={"min.insync.replicas": "3"})
+    for f in a.create_topics([topic]).values():
+        f.result(timeout=30)
+
+    def in_sync():
+        parts = a.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
+        return len(parts) == 3 and all(sorted(p.isrs) == [1, 2, 3] and p.leader == p.id + 1
+                                       for p in parts.values())
+    wait_until("every partition led by its preferred replica with a full ISR", in_sync)
+
+    p = Producer({**conf, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
+    errors = []
+    for i in range(300):
+        p.produce(TOPIC, value=f"r{i}".encode(), partition=i % 3,
+                  on_delivery=lambda err, _m: err and errors.append(err))
+    assert p.flush(60) == 0
+    assert errors == []
+    for part in range(3):
+        got = read_all(conf, part, committed=False, expect=100)
+        assert got == [f"r{i}".encode() for i in range(part, 300, 3)]
+    assert in_sync(), "every follower still in the ISR"
+
+    # A transaction over the three partitions: the coordinator writes markers to the other
+    # leaders over the SASL_SSL listener.
+    t = Producer({**conf, "transactional.id": "secure-tx", "acks": "all"})
+    t.init_transactions(30)
+    t.begin_transaction()
+    for part in range(3):
+        t.produce(TOPIC, value=f"tx{part}".encode(), partition=part)
+    t.commit_transaction(30)
+    for part in range(3):
+        got = read_all(conf, part, committed=True, expect=101)
+        assert got[-1] == f"tx{part}".encode(), got[-3:]
