@@ -9,10 +9,11 @@
 #      (terraform/modules/strata-broker/templates/server.properties.tftpl) rendered with each
 #      terraform/tests/server-properties.*.json and checked with `strata config check`, which
 #      must accept it without warning about unknown settings; the sample variables must be the
-#      ones the module passes; with terraform present the Python renderer's output must equal
-#      templatefile()'s (terraform console, offline, no init) and the cloud-init user data must
-#      carry exactly that file and stay under EC2's 16 KiB limit. Negative tests: a misspelt
-#      strata.* key and a misspelt Kafka key in the template must both fail.
+#      ones the module passes, and the samples must cover both cluster mode and single nodes;
+#      with terraform present the Python renderer's output must equal templatefile()'s
+#      (terraform console, offline, no init) and the cloud-init user data must carry exactly
+#      that file and stay under EC2's 16 KiB limit. Negative tests: a misspelt strata.* key and
+#      misspelt Kafka keys (one of them a cluster-mode key) in the template must all fail.
 #   4. shellcheck on the instance's prepare script (skipped without shellcheck).
 #
 # terraform init/validate/plan are not run: they need the provider registry, which these
@@ -112,11 +113,16 @@ m = re.search(r'templatefile\("\$\{path\.module\}/templates/server\.properties\.
 if not m:
     sys.exit(f"{sys.argv[1]}: cannot find the templatefile() call for server.properties.tftpl")
 module_keys = set(re.findall(r"^\s*([a-z_]+)\s*=", m.group(1), re.M))
+modes = set()
 for path in sys.argv[2:]:
-    keys = set(json.load(open(path)))
+    sample = json.load(open(path))
+    keys = set(sample)
     if keys != module_keys:
         sys.exit(f"{path}: keys differ from the module's templatefile() call: "
                  f"missing {sorted(module_keys - keys)}, extra {sorted(keys - module_keys)}")
+    modes.add(sample.get("cluster_mode"))
+if modes != {True, False}:
+    sys.exit("the samples must include a cluster_mode = true and a cluster_mode = false one")
 PY
 
 # tf_render TEMPLATE VARS.json OUT: templatefile() through `terraform console` (no init needed
@@ -149,11 +155,13 @@ for vars in "${samples[@]}"; do
   strata_log "$TEMPLATE with $(basename "$vars"): strata config check OK"
 done
 
-# The cloud-init user data carries exactly the checked file, and fits in 16 KiB.
+# The cloud-init user data carries exactly the checked file, and fits in 16 KiB (the cluster
+# sample's config is the largest).
 if ((have_terraform)); then
-  aws_props="$work/server-properties.aws.properties"
   printf 'AWS_REGION=eu-west-1\nBINARY_URL=s3://b/strata\n' >"$work/prepare.env"
-  python3 - "$work/cloud-init.json" "$aws_props" "$work/prepare.env" "$MODULE/files" <<'PY'
+  for vars in "${samples[@]}"; do
+    props="$work/$(basename "$vars" .json).properties"
+    python3 - "$work/cloud-init.json" "$props" "$work/prepare.env" "$MODULE/files" <<'PY'
 import json, sys
 out, props, env, files = sys.argv[1:]
 read = lambda p: open(p).read()
@@ -162,9 +170,9 @@ json.dump({"node_id": 2, "server_properties": read(props), "prepare_env": read(e
            "prepare_unit": read(f"{files}/strata-prepare.service"),
            "strata_unit": read(f"{files}/strata.service")}, open(out, "w"))
 PY
-  tf_render "$MODULE/templates/cloud-init.yaml.tftpl" "$work/cloud-init.json" "$work/user-data" \
-    || strata_die "terraform console could not render the cloud-init template"
-  python3 - "$work/user-data" "$aws_props" <<'PY' || strata_die "cloud-init user data check failed"
+    tf_render "$MODULE/templates/cloud-init.yaml.tftpl" "$work/cloud-init.json" "$work/user-data" \
+      || strata_die "terraform console could not render the cloud-init template"
+    python3 - "$work/user-data" "$props" <<'PY' || strata_die "cloud-init user data check failed with $vars"
 import base64, re, sys
 data = open(sys.argv[1], "rb").read()
 props = open(sys.argv[2], "rb").read()
@@ -176,8 +184,10 @@ if len(data) > 16384:
 files = dict(re.findall(r"- path: (\S+)\n(?:\s+\w+: .*\n)*?\s+content: (\S+)\n", data.decode()))
 if base64.b64decode(files.get("/etc/strata/server.properties", "")) != props:
     sys.exit("cloud-init does not write the checked server.properties")
-print(f"  user data: {len(data)} bytes, {len(files)} files", file=sys.stderr)
+print(f"  user data with {sys.argv[2].rsplit('/', 1)[-1]}: {len(data)} bytes, {len(files)} files",
+      file=sys.stderr)
 PY
+  done
   strata_log "cloud-init user data writes the checked config and fits in 16 KiB"
 fi
 
@@ -192,11 +202,13 @@ check_config "$work/credentials.properties" \
   || strata_die "strata-prepare.sh writes credential variables Strata does not know"
 
 # Negative tests: a misspelt key must fail the check, whether Strata refuses it (strata.*) or
-# would only warn (a Kafka name).
-for typo in 's/^strata\.remote\.store\.url=/strata.remote.store.ulr=/' 's/^broker\.rack=/broker.rak=/'; do
+# would only warn (a Kafka name). Rendered with a cluster-mode sample, which has every key.
+cluster_sample="$(grep -l '"cluster_mode": true' "${samples[@]}" | head -1)"
+for typo in 's/^strata\.remote\.store\.url=/strata.remote.store.ulr=/' 's/^broker\.rack=/broker.rak=/' \
+  's/^controller\.quorum\.voters=/controller.quorum.voter=/'; do
   sed "$typo" "$TEMPLATE" >"$work/broken.tftpl"
   cmp -s "$TEMPLATE" "$work/broken.tftpl" && strata_die "negative test: '$typo' changed nothing"
-  python3 "$RENDER" "$work/broken.tftpl" "${samples[0]}" "$work/broken.properties"
+  python3 "$RENDER" "$work/broken.tftpl" "$cluster_sample" "$work/broken.properties"
   if check_config "$work/broken.properties" 2>/dev/null; then
     strata_die "negative test: the template with '$typo' passed the check"
   fi

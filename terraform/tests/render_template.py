@@ -6,9 +6,11 @@ template language Strata's config template uses:
   $${  %%{                         literal "${" and "%{"
   %{ for K, V in name ~} ... %{ endfor ~}
                                    a loop over a map, in lexical key order (as Terraform)
+  %{ if name ~} ... [%{ else ~} ...] %{ endif ~}
+                                   a condition on a bool variable (a non-bool is refused)
 
 A "~" next to "}" (or after "{") strips all whitespace on that side, as in HCL. Anything else
-(function calls, expressions, %{ if }) is refused with an error rather than guessed at, so a
+(function calls, expressions, conditions other than a bare bool variable) is refused with an error rather than guessed at, so a
 template that grows beyond this subset fails the test instead of rendering wrongly; when the
 terraform binary is present scripts/check-terraform.sh also compares this renderer's output
 with `terraform console`'s templatefile().
@@ -23,6 +25,7 @@ import sys
 IDENT = r"[A-Za-z_][A-Za-z0-9_-]*"
 TOKEN = re.compile(r"\$\$\{|%%\{|\$\{|%\{")
 FOR_HEAD = re.compile(rf"^for\s+({IDENT})\s*,\s*({IDENT})\s+in\s+({IDENT})$")
+IF_HEAD = re.compile(rf"^if\s+({IDENT})$")
 
 
 class TemplateError(Exception):
@@ -66,7 +69,8 @@ def tokenize(text):
 
 
 def parse(text):
-    """Returns a list of nodes: str, ("var", name), ("for", k, v, map, body)."""
+    """Returns a list of nodes: str, ("var", name), ("for", k, v, map, body),
+    ("if", name, then, otherwise)."""
     items = list(tokenize(text))
     # Apply strip markers to the neighbouring text tokens.
     for i, item in enumerate(items):
@@ -79,6 +83,8 @@ def parse(text):
             items[i + 1] = ("text", items[i + 1][1].lstrip())
 
     def block(i, closing):
+        """Parses up to one of the directives in `closing` (a tuple; empty at the top level).
+        Returns the nodes, the index after the closing directive and which one it was."""
         nodes = []
         while i < len(items):
             item = items[i]
@@ -93,18 +99,27 @@ def parse(text):
                 i += 1
             else:
                 body = item[1]
-                if body == closing:
-                    return nodes, i + 1
+                if body in closing:
+                    return nodes, i + 1, body
                 m = FOR_HEAD.match(body)
-                if not m:
-                    raise TemplateError(f"unsupported directive %{{{body}}}")
-                inner, i = block(i + 1, "endfor")
-                nodes.append(("for", m.group(1), m.group(2), m.group(3), inner))
+                if m:
+                    inner, i, _ = block(i + 1, ("endfor",))
+                    nodes.append(("for", m.group(1), m.group(2), m.group(3), inner))
+                    continue
+                m = IF_HEAD.match(body)
+                if m:
+                    then, i, end = block(i + 1, ("else", "endif"))
+                    otherwise = []
+                    if end == "else":
+                        otherwise, i, _ = block(i, ("endif",))
+                    nodes.append(("if", m.group(1), then, otherwise))
+                    continue
+                raise TemplateError(f"unsupported directive %{{{body}}}")
         if closing:
-            raise TemplateError(f"missing %{{{closing}}}")
-        return nodes, i
+            raise TemplateError(f"missing %{{{closing[-1]}}}")
+        return nodes, i, None
 
-    nodes, _ = block(0, None)
+    nodes, _, _ = block(0, ())
     return nodes
 
 
@@ -118,6 +133,13 @@ def render_nodes(nodes, scope):
             if name not in scope:
                 raise TemplateError(f"vars map does not contain key {name!r}")
             out.append(scalar(scope[name], name))
+        elif node[0] == "if":
+            _, name, then, otherwise = node
+            if name not in scope:
+                raise TemplateError(f"vars map does not contain key {name!r}")
+            if not isinstance(scope[name], bool):
+                raise TemplateError(f"{name}: %{{ if }} needs a bool, got {scope[name]!r}")
+            out.append(render_nodes(then if scope[name] else otherwise, scope))
         else:
             _, k, v, coll, body = node
             if coll not in scope:
@@ -139,6 +161,11 @@ def referenced(nodes, bound=frozenset()):
         if node[0] == "var":
             if node[1] not in bound:
                 names.add(node[1])
+        elif node[0] == "if":
+            _, name, then, otherwise = node
+            if name not in bound:
+                names.add(name)
+            names |= referenced(then, bound) | referenced(otherwise, bound)
         else:
             _, k, v, coll, body = node
             if coll not in bound:

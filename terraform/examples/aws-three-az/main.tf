@@ -1,7 +1,7 @@
-# Strata on AWS across three availability zones: an S3 bucket for tiered data and brokers on
-# NVMe instance-store instances in three private subnets, with an internal NLB as the
-# bootstrap address. See README.md for the commands, the cost, and what "cluster" means while
-# Strata has no replication.
+# Strata on AWS across three availability zones: an S3 bucket for tiered data and one Strata
+# cluster of brokers on NVMe instance-store instances in three private subnets (one per AZ,
+# broker.rack = AZ, so replicas are spread over the zones), with an internal NLB as the
+# bootstrap address. See README.md for the commands and the cost.
 
 provider "aws" {
   region = var.region
@@ -32,7 +32,7 @@ module "brokers" {
 
   client_cidr_blocks = var.client_cidr_blocks
   admin_cidr_blocks  = var.admin_cidr_blocks
-  enable_nlb         = var.broker_count == 1
+  enable_nlb         = true
 
   bucket_name   = module.bucket.bucket_name
   bucket_region = module.bucket.bucket_region

@@ -36,9 +36,13 @@ variable "admin_cidr_blocks" {
 }
 
 variable "broker_count" {
-  description = "1 (default) is one cluster behind the NLB. 3 puts one broker in each AZ, but until clustering lands (issue 8) that is three independent single-node clusters and the NLB is left out."
+  description = "3 (default) is one cluster with a broker in each AZ (replication factor 3, min.insync.replicas 2); more brokers join the same cluster (the first 3 stay the metadata quorum). 1 is a single node."
   type        = number
-  default     = 1
+  default     = 3
+  validation {
+    condition     = var.broker_count == 1 || var.broker_count >= 3
+    error_message = "broker_count must be 1 (a single node) or at least 3 (one cluster): two brokers would be independent clusters behind one NLB."
+  }
 }
 
 variable "instance_type" {

@@ -54,9 +54,10 @@ module "bucket" {
 module "brokers" {
   source = "../../modules/strata-broker"
 
-  name       = var.name
-  vpc_id     = var.vpc_id
-  subnet_ids = var.subnet_ids
+  name         = var.name
+  broker_count = var.broker_count
+  vpc_id       = var.vpc_id
+  subnet_ids   = var.subnet_ids
 
   strata_binary_url    = var.strata_binary_url
   strata_binary_sha256 = var.strata_binary_sha256

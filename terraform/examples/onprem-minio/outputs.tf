@@ -1,6 +1,11 @@
 output "bootstrap_servers" {
-  description = "One bootstrap string per independent cluster (one per broker until clustering lands)."
+  description = "The bootstrap string for Kafka clients, as a one-entry list (every broker of the cluster, comma-separated)."
   value       = module.brokers.bootstrap_servers
+}
+
+output "cluster" {
+  description = "cluster.id, controller.quorum.voters, the shared remote store URL and the replication settings (null for a single node)."
+  value       = module.brokers.cluster
 }
 
 output "brokers" {

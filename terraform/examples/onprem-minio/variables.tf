@@ -20,6 +20,16 @@ variable "subnet_ids" {
   type        = list(string)
 }
 
+variable "broker_count" {
+  description = "1 (default): a single node. 3 or more: one Strata cluster whose brokers share the bucket prefix strata/cluster (cluster mode is the module's default from 3 brokers)."
+  type        = number
+  default     = 1
+  validation {
+    condition     = var.broker_count == 1 || var.broker_count >= 3
+    error_message = "broker_count must be 1 (a single node) or at least 3 (one cluster)."
+  }
+}
+
 variable "client_cidr_blocks" {
   description = "CIDRs of the Kafka clients."
   type        = list(string)

@@ -1,6 +1,7 @@
-# The brokers' role: objects under <bucket_prefix>/ in the one bucket, the binary object (when
-# strata_binary_url is s3://), the credentials secret (S3-compatible stores), and optionally
-# Session Manager. Nothing else.
+# The brokers' role: objects under the store prefixes in the one bucket (a cluster's shared
+# <bucket_prefix>/cluster, or each independent broker's <bucket_prefix>/node-N), the binary
+# object (when strata_binary_url is s3://), the credentials secret (S3-compatible stores), and
+# optionally Session Manager. Nothing else.
 
 locals {
   binary_s3_match = try(regex("^s3://([^/]+)/(.+)$", var.strata_binary_url), null)
@@ -29,7 +30,7 @@ data "aws_iam_policy_document" "broker" {
       condition {
         test     = "StringLike"
         variable = "s3:prefix"
-        values   = ["${var.bucket_prefix}/*"]
+        values   = [for p in local.store_prefixes : "${p}/*"]
       }
     }
   }
@@ -45,7 +46,7 @@ data "aws_iam_policy_document" "broker" {
         "s3:AbortMultipartUpload",
         "s3:ListMultipartUploadParts",
       ]
-      resources = ["${local.bucket_arn}/${var.bucket_prefix}/*"]
+      resources = [for p in local.store_prefixes : "${local.bucket_arn}/${p}/*"]
     }
   }
 

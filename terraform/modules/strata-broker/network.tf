@@ -1,6 +1,7 @@
 # Security groups. Kafka port: client CIDRs/groups, the NLB and the other brokers only. Admin
-# port (/health, /metrics): admin_cidr_blocks and the other brokers only. Nothing else inbound
-# (no SSH rule: use Session Manager, or add your own rule to security_group_id).
+# port (/health, /metrics): admin_cidr_blocks and the other brokers only. Controller port
+# (cluster mode): the other brokers only. Nothing else inbound (no SSH rule: use Session
+# Manager, or add your own rule to security_group_id).
 
 resource "aws_security_group" "broker" {
   name        = "${var.name}-broker"
@@ -33,8 +34,10 @@ resource "aws_vpc_security_group_ingress_rule" "kafka_from_sg" {
   referenced_security_group_id = each.value
 }
 
-# Broker to broker: the Kafka and admin ports only. Nothing uses them between brokers today
-# (no replication yet, issue 8); they are the only paths replication will need.
+# Broker to broker: the Kafka port (followers fetch from leaders on the PLAINTEXT listener,
+# the controller checks that a silent broker's listener still answers), the admin port, and in
+# cluster mode the controller port (metadata RPC: Raft between voters, registration,
+# heartbeats and metadata sync from every broker).
 resource "aws_vpc_security_group_ingress_rule" "kafka_from_brokers" {
   security_group_id            = aws_security_group.broker.id
   description                  = "Kafka port between brokers"
@@ -50,6 +53,16 @@ resource "aws_vpc_security_group_ingress_rule" "admin_from_brokers" {
   ip_protocol                  = "tcp"
   from_port                    = var.admin_port
   to_port                      = var.admin_port
+  referenced_security_group_id = aws_security_group.broker.id
+}
+
+resource "aws_vpc_security_group_ingress_rule" "controller_from_brokers" {
+  count                        = local.cluster_mode ? 1 : 0
+  security_group_id            = aws_security_group.broker.id
+  description                  = "Metadata quorum RPC between brokers"
+  ip_protocol                  = "tcp"
+  from_port                    = var.controller_port
+  to_port                      = var.controller_port
   referenced_security_group_id = aws_security_group.broker.id
 }
 
@@ -91,6 +104,16 @@ resource "aws_vpc_security_group_egress_rule" "broker_to_brokers" {
   ip_protocol                  = "tcp"
   from_port                    = var.kafka_port
   to_port                      = var.kafka_port
+  referenced_security_group_id = aws_security_group.broker.id
+}
+
+resource "aws_vpc_security_group_egress_rule" "controller_to_brokers" {
+  count                        = local.cluster_mode ? 1 : 0
+  security_group_id            = aws_security_group.broker.id
+  description                  = "Metadata quorum RPC between brokers"
+  ip_protocol                  = "tcp"
+  from_port                    = var.controller_port
+  to_port                      = var.controller_port
   referenced_security_group_id = aws_security_group.broker.id
 }
 

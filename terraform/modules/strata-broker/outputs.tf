@@ -1,21 +1,34 @@
 output "bootstrap_servers" {
   description = <<-EOT
-    One bootstrap string per independent cluster. Strata has no clustering yet (issue 8), so
-    today that is one entry per broker, and a client must use exactly one of them; with the NLB
-    (broker_count = 1) the single entry is the NLB's address.
+    One bootstrap string per cluster: in cluster mode a single entry listing every broker (or
+    the NLB's address); with independent single nodes one entry per broker, and a client must
+    use exactly one of them.
   EOT
-  value = var.enable_nlb ? ["${aws_lb.bootstrap[0].dns_name}:${var.kafka_port}"] : [
-    for h in local.advertised_hosts : "${h}:${var.kafka_port}"
-  ]
+  value = var.enable_nlb ? ["${aws_lb.bootstrap[0].dns_name}:${var.kafka_port}"] : (
+    local.cluster_mode ? [join(",", [for h in local.advertised_hosts : "${h}:${var.kafka_port}"])] :
+    [for h in local.advertised_hosts : "${h}:${var.kafka_port}"]
+  )
+}
+
+output "cluster" {
+  description = "Cluster mode: cluster.id, controller.quorum.voters, the shared remote store URL and the replication settings. Null for independent single nodes."
+  value = local.cluster_mode ? {
+    cluster_id               = local.cluster_id
+    controller_quorum_voters = local.controller_quorum_voters
+    remote_store_url         = "s3://${var.bucket_name}/${var.bucket_prefix}/cluster"
+    replication_factor       = local.replication_factor
+    min_insync_replicas      = local.min_insync_replicas
+  } : null
 }
 
 output "brokers" {
-  description = "Per broker: node.id, instance, availability zone (broker.rack), advertised address and remote store URL."
+  description = "Per broker: node.id, instance, availability zone (broker.rack), advertised address, whether it is a metadata quorum voter, and remote store URL."
   value = [for b in local.brokers : {
     node_id           = b.node_id
     instance_id       = aws_instance.broker[b.index].id
     availability_zone = b.az
     advertised        = "${local.advertised_hosts[b.index]}:${var.kafka_port}"
+    voter             = b.voter
     remote_store_url  = "s3://${var.bucket_name}/${b.prefix}"
   }]
 }

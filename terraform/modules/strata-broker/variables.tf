@@ -9,9 +9,9 @@ variable "name" {
 
 variable "broker_count" {
   description = <<-EOT
-    How many brokers to launch. Strata has no replication or clustering yet (issue 8), so every
-    broker is an independent single-node cluster with its own node.id, data and bucket prefix;
-    more than one only makes sense for separate workloads. Keep 1 until clustering lands.
+    How many brokers to launch. From 3 (with cluster_mode left at null) they form one Strata
+    cluster with replicated partitions; 1 is a single node; with cluster_mode = false every
+    broker is an independent single-node cluster with its own data and bucket prefix.
   EOT
   type        = number
   default     = 1
@@ -19,6 +19,46 @@ variable "broker_count" {
     condition     = var.broker_count >= 1 && var.broker_count <= 32 && floor(var.broker_count) == var.broker_count
     error_message = "broker_count must be an integer between 1 and 32."
   }
+}
+
+variable "cluster_mode" {
+  description = <<-EOT
+    Whether the brokers form one Strata cluster (controller.quorum.voters over their fixed
+    private IPs, replicated partitions, one shared bucket prefix). Null (default): true from 3
+    brokers, false below. Two brokers can be a cluster (set true), but a quorum of two voters
+    stops on the loss of either; one broker cannot (restore from the bucket after losing the
+    instance store is single-node only). False: independent single nodes, as before clustering.
+  EOT
+  type        = bool
+  default     = null
+}
+
+variable "controller_count" {
+  description = "Cluster mode: how many brokers (the first ones, by node.id) are voters of the metadata quorum; the others follow it as learners. Strata cannot change the voters at runtime, so a fixed set lets brokers be added later. 3 survives one failure, 5 two."
+  type        = number
+  default     = 3
+  validation {
+    condition     = contains([1, 3, 5, 7], var.controller_count)
+    error_message = "controller_count must be odd: 3, 5 or 7 (1 survives no failure)."
+  }
+}
+
+variable "controller_port" {
+  description = "Cluster mode: port of the metadata RPC listener (CONTROLLER), reachable from the other brokers only."
+  type        = number
+  default     = 9093
+}
+
+variable "default_replication_factor" {
+  description = "Replicas of new topics and of __consumer_offsets / __transaction_state (default.replication.factor, offsets.topic.replication.factor, transaction.state.log.replication.factor). Null: min(3, broker_count) in cluster mode, 1 otherwise."
+  type        = number
+  default     = null
+}
+
+variable "min_insync_replicas" {
+  description = "min.insync.replicas (and transaction.state.log.min.isr). Null: 2 with 3 or more replicas, else 1."
+  type        = number
+  default     = null
 }
 
 variable "node_id_base" {
@@ -128,7 +168,7 @@ variable "assign_public_ip" {
 }
 
 variable "enable_nlb" {
-  description = "Create a Network Load Balancer as a stable bootstrap address. Clients still connect to each broker's advertised address after bootstrapping. Needs broker_count = 1 until clustering exists: an NLB in front of independent brokers would mix clusters."
+  description = "Create a Network Load Balancer as a stable bootstrap address. Clients still connect to each broker's advertised address after bootstrapping. Needs one cluster (cluster mode, or broker_count = 1): an NLB in front of independent brokers would mix clusters."
   type        = bool
   default     = false
 }
@@ -151,7 +191,7 @@ variable "bucket_name" {
 }
 
 variable "bucket_prefix" {
-  description = "Key prefix inside the bucket. Broker with node.id N uses <bucket_prefix>/node-N: independent brokers must never share a catalog."
+  description = "Key prefix inside the bucket. A cluster uses <bucket_prefix>/cluster, shared by all its brokers; an independent broker with node.id N uses <bucket_prefix>/node-N (independent brokers must never share a catalog)."
   type        = string
   default     = "strata"
   validation {
@@ -230,6 +270,9 @@ variable "extra_config" {
       "strata.remote.store.url", "strata.remote.store.region", "strata.remote.store.endpoint",
       "strata.remote.store.path.style", "strata.remote.store.access.key.id",
       "strata.remote.store.secret.access.key", "strata.remote.cache.dir", "strata.remote.cache.disk.bytes",
+      "process.roles", "cluster.id", "controller.quorum.voters", "controller.listener.names",
+      "inter.broker.listener.name", "metadata.log.dir", "default.replication.factor", "min.insync.replicas",
+      "offsets.topic.replication.factor", "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
     ])) == 0
     error_message = "extra_config must not set keys the module manages (use the module's variables) or credentials (use s3_credentials)."
   }

@@ -4,7 +4,9 @@
 #   1. creates the strata system user
 #   2. mounts the NVMe instance-store disks at $DATA_DIR/disk<i>, formatting them with XFS when
 #      blank (first boot, and after every stop/start: EC2 hands back new, empty disks). Disks
-#      are found by label, so disk<i> stays the same disk across reboots
+#      are found by label, so disk<i> stays the same disk across reboots; in cluster mode also
+#      creates $METADATA_DIR (the metadata quorum's log) on the root EBS volume, which keeps it
+#      across a stop/start
 #   3. installs the strata binary from $BINARY_URL (s3:// or https://) if the installed one does
 #      not have SHA-256 $BINARY_SHA256, and refuses a download that does not match
 #   4. writes /etc/strata/credentials.env (0600) from Secrets Manager or SSM Parameter Store
@@ -78,6 +80,11 @@ for ((i = 0; i < DISK_COUNT; i++)); do
   chown strata:strata "$mnt"
   chmod 0750 "$mnt"
 done
+if [[ -n "${METADATA_DIR:-}" ]]; then
+  mkdir -p "$METADATA_DIR"
+  chown strata:strata "$METADATA_DIR"
+  chmod 0750 "$METADATA_DIR"
+fi
 
 # ---------------------------------------------------------------------------------------- binary
 installed=""
