@@ -472,6 +472,16 @@ pub fn gate(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i16
             }
             Gate::Run(RequestKind::ListPartitionReassignments(r), None)
         }
+        RequestKind::DescribeQuorum(r) => {
+            if who.may_cluster(Describe) {
+                return Gate::Run(RequestKind::DescribeQuorum(r), None);
+            }
+            Gate::Answer(ResponseKind::DescribeQuorum(
+                DescribeQuorumResponse::default()
+                    .with_error_code(CLUSTER_DENIED.code())
+                    .with_error_message(message(CLUSTER_DENIED)),
+            ))
+        }
         RequestKind::ElectLeaders(r) => {
             if !who.may_cluster(Alter) {
                 return Gate::Answer(ResponseKind::ElectLeaders(

@@ -20,6 +20,7 @@ pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_log_dirs;
 pub mod describe_producers;
+pub mod describe_quorum;
 pub mod describe_transactions;
 pub mod elect_leaders;
 pub mod end_txn;
@@ -182,6 +183,9 @@ async fn run(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i1
             list_partition_reassignments::handle(&b, r),
         ),
         RequestKind::ElectLeaders(r) => ResponseKind::ElectLeaders(elect_leaders::handle(b, r).await),
+        RequestKind::DescribeQuorum(r) => {
+            ResponseKind::DescribeQuorum(describe_quorum::handle(b, r, version).await)
+        }
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(describe_configs::handle(&b, r, version))
         }

@@ -210,6 +210,30 @@ async fn dynamic_broker_configs_reach_every_broker_through_the_quorum() {
     }
     let active = c.broker(1).broker().cluster().unwrap().active_controller();
     assert_eq!(controllers, vec![active.unwrap(); 3], "{controllers:?}");
+    // DescribeQuorum on every broker (the others forward it to the leader): the leader, its
+    // term and the three voters, each with a log end offset.
+    for id in 1..=3 {
+        let mut p = describe_quorum_request::PartitionData::default();
+        p.partition_index = 0;
+        let mut t = describe_quorum_request::TopicData::default();
+        t.topic_name = name("__cluster_metadata");
+        t.partitions = vec![p];
+        let mut req = DescribeQuorumRequest::default();
+        req.topics = vec![t];
+        let r: DescribeQuorumResponse = c.broker(id).client().await.call(2, &req).await;
+        assert_eq!(r.error_code, 0, "{r:?}");
+        let p = &r.topics[0].partitions[0];
+        assert_eq!(p.leader_id.0, active.unwrap());
+        assert!(p.leader_epoch >= 1 && p.high_watermark > 0, "{p:?}");
+        let mut voters: Vec<i32> = p.current_voters.iter().map(|v| v.replica_id.0).collect();
+        voters.sort_unstable();
+        assert_eq!(voters, vec![1, 2, 3]);
+        assert!(
+            p.current_voters.iter().all(|v| v.log_end_offset > 0),
+            "{p:?}"
+        );
+        assert_eq!(r.nodes.len(), 3, "the voters' controller listeners");
+    }
     // The cluster-wide default through broker 2, broker 3's own setting through broker 1.
     let b2 = c.broker(2).broker().clone();
     tokio::task::spawn_blocking(move || {

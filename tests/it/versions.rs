@@ -213,6 +213,16 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
             r.into()
         }
         ApiKey::DescribeCluster => DescribeClusterRequest::default().into(),
+        ApiKey::DescribeQuorum => {
+            let mut p = describe_quorum_request::PartitionData::default();
+            p.partition_index = 0;
+            let mut t = describe_quorum_request::TopicData::default();
+            t.topic_name = name("__cluster_metadata");
+            t.partitions = vec![p];
+            let mut r = DescribeQuorumRequest::default();
+            r.topics = vec![t];
+            r.into()
+        }
         ApiKey::FindCoordinator => {
             let mut r = FindCoordinatorRequest::default();
             if v >= 4 {
@@ -586,6 +596,13 @@ fn error_codes(resp: &ResponseKind) -> Vec<i16> {
             .collect(),
         ResponseKind::CreatePartitions(r) => r.results.iter().map(|x| x.error_code).collect(),
         ResponseKind::DescribeCluster(r) => vec![r.error_code],
+        ResponseKind::DescribeQuorum(r) => std::iter::once(r.error_code)
+            .chain(
+                r.topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+            )
+            .collect(),
         ResponseKind::FindCoordinator(r) => std::iter::once(r.error_code)
             .chain(r.coordinators.iter().map(|x| x.error_code))
             .collect(),

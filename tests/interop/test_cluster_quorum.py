@@ -1,0 +1,67 @@
+"""Kafka's own kafka-metadata-quorum tool (kafka-tools, Admin.describeMetadataQuorum) reads the
+metadata quorum of a 3-process Strata cluster through DescribeQuorum: the active controller,
+its epoch and the three voters, before and after the active controller is killed.
+
+Strata only (three-process quorum; the reference Kafka script runs a single node)."""
+
+import subprocess
+import time
+
+import java_apps
+import pytest
+
+from conftest import TARGET
+from test_cluster import bootstrap, cluster, wait_until  # noqa: F401 - the fixture
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(TARGET != "strata",
+                       reason="starts a 3-node Strata quorum; kafka-ref.sh runs a single node"),
+]
+
+QUORUM_TOOL = "org.apache.kafka.tools.MetadataQuorumCommand"
+
+
+def quorum_status(brokers, tmp_path) -> dict[str, str]:
+    """`kafka-metadata-quorum describe --status` against the running brokers, as key: value."""
+    cp, why = java_apps.classpath("tools")
+    assert cp is not None, why
+    live = [b for b in brokers if b.running]
+    cmd = [java_apps._java_bin(), *java_apps.JVM_OPTS, "-cp", cp, QUORUM_TOOL,
+           "--bootstrap-server", bootstrap(live), "describe", "--status"]
+    with open(tmp_path / "quorum-tool.log", "ab") as err:
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, timeout=120)
+    text = out.stdout.decode("utf-8", "replace")
+    assert out.returncode == 0, f"exit {out.returncode}\n{text}"
+    return {k.strip(): v.strip() for k, _, v in
+            (line.partition(":") for line in text.splitlines() if ":" in line)}
+
+
+@pytest.mark.timeout(240)
+def test_kafka_metadata_quorum_tool_describes_the_quorum_and_its_new_leader(cluster, tmp_path):
+    _, why = java_apps.classpath("tools")
+    if why:
+        pytest.skip(f"kafka-metadata-quorum needs the kafka-tools jars: {why}")
+    status = quorum_status(cluster, tmp_path)
+    print(status)
+    leader = int(status["LeaderId"])
+    epoch = int(status["LeaderEpoch"])
+    assert leader in (1, 2, 3)
+    assert int(status["HighWatermark"]) > 0
+    for voter in (1, 2, 3):
+        assert f'"id": {voter}' in status["CurrentVoters"], status["CurrentVoters"]
+
+    # Kill the active controller: the tool then reports another leader at a later epoch.
+    cluster[leader - 1].kill9()
+    found = {}
+
+    def moved():
+        found.update(quorum_status(cluster, tmp_path))
+        return int(found["LeaderId"]) != leader
+
+    started = time.monotonic()
+    wait_until("a new quorum leader in kafka-metadata-quorum", moved, timeout=60)
+    print(f"new quorum leader {found['LeaderId']} (epoch {found['LeaderEpoch']}) "
+          f"{time.monotonic() - started:.1f}s after killing {leader}")
+    assert int(found["LeaderEpoch"]) > epoch
+    cluster[leader - 1].start()
