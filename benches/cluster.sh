@@ -294,19 +294,20 @@ create_topic() {
     || { cat "$CUR_DIR/create-$topic.out" >&2; return 1; }
 }
 
-# node.id of the metadata quorum leader (the active controller), from the brokers' own logs:
-# of the nodes whose latest Raft role change made them leader, the latest. Clients cannot ask:
-# Strata has no DescribeQuorum, and the controller id in Metadata/DescribeCluster is not the
-# active controller on either system. (A restarted Strata node logs "become leader" from its
-# persisted vote and "quit leader" a moment later.)
+# node.id of the metadata quorum leader (the active controller). Strata's Metadata and
+# DescribeCluster name it (and DescribeQuorum describes the quorum); Kafka's brokers report a
+# random live broker there, so for Kafka it comes from the brokers' own logs: of the nodes
+# whose latest Raft role change made them leader, the latest.
 quorum_leader() {
   local id
+  if [[ "$CUR_KIND" == strata ]]; then
+    "$PYTHON" -c 'import sys; from confluent_kafka.admin import AdminClient
+r = AdminClient({"bootstrap.servers": sys.argv[1]}).describe_cluster(request_timeout=10).result()
+print(r.controller.id if r.controller else "")' "$(bootstrap)" 2>/dev/null
+    return
+  fi
   for id in "${NODES[@]}"; do
     case "$CUR_KIND" in
-      strata)
-        sed 's/\x1b\[[0-9;]*m//g' "$CUR_DIR/node-$id/strata.log" \
-          | grep -a -E ' (become|quit) leader id=' | tail -n 1 \
-          | awk -v id="$id" '/become leader/ { print $1, id }' ;;
       kafka)
         grep -a 'Completed transition to ' "$CUR_DIR/node-$id/logs/server.log" | tail -n 1 \
           | awk -v id="$id" '/Completed transition to Leader\(/ { print $1, $2, id }' ;;
