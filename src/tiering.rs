@@ -164,7 +164,16 @@ impl Tiering {
         futures::stream::iter(work)
             .for_each_concurrent(self.config.upload_concurrency, |(t, p)| async move {
                 if let Err(e) = self.tier_partition(broker, &t, &p).await {
-                    tracing::warn!(topic = %t.name, partition = p.index, error = %e, "tiering pass failed; will retry");
+                    let fenced = e
+                        .downcast_ref::<strata_tiering::manifest::CommitError>()
+                        .is_some_and(|e| matches!(e, strata_tiering::manifest::CommitError::Fenced { .. }));
+                    if fenced {
+                        // A newer leader claimed the manifest: this broker has been deposed
+                        // and learns so from the metadata shortly.
+                        tracing::info!(topic = %t.name, partition = p.index, error = %e, "tiering pass fenced by a newer leader epoch");
+                    } else {
+                        tracing::warn!(topic = %t.name, partition = p.index, error = %e, "tiering pass failed; will retry");
+                    }
                 }
             })
             .await;
@@ -255,8 +264,10 @@ impl Tiering {
     ) -> anyhow::Result<()> {
         let tp = self.partition(topic, p.index).await?;
         let epoch = p.leader_epoch();
-        // A new leader (or one whose epoch changed) reloads the manifest first: what it cached
-        // as a follower, or from an earlier term, may be behind what another leader committed.
+        // A new leader (or one whose epoch changed) claims the manifest first: it reloads it
+        // (what it cached as a follower, or from an earlier term, may be behind what another
+        // leader committed) and writes its epoch into it, so the previous leader, perhaps
+        // still draining, is fenced before this one uploads anything.
         let key = (topic.id, p.index);
         let led_at = self
             .led_at_epoch
@@ -265,7 +276,7 @@ impl Tiering {
             .get(&key)
             .copied();
         if led_at != Some(epoch) {
-            tp.refresh(&self.store).await?;
+            tp.claim(&self.store, epoch).await?;
             self.led_at_epoch
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -319,21 +330,28 @@ impl Tiering {
                     return Err(e.into());
                 }
             };
-            let next = seg.next_offset;
-            if let Err(e) = tp.commit_segment(&self.store, seg, epoch).await {
-                self.metrics.upload_failures.fetch_add(1, Ordering::Relaxed);
-                return Err(e.into());
-            }
-            if tp.manifest().end_offset().unwrap_or(-1) <= from {
+            let added = match tp.commit_segment(&self.store, seg, epoch).await {
+                Ok(added) => added,
+                Err(e) => {
+                    self.metrics.upload_failures.fetch_add(1, Ordering::Relaxed);
+                    return Err(e.into());
+                }
+            };
+            // Local retention may delete only what the committed manifest covers.
+            let Some(next) = tp.manifest().end_offset().filter(|&end| end > from) else {
                 // Nothing was added (the segment overlaps what is remote): stop this pass
                 // rather than upload it again.
                 tracing::warn!(topic = %topic.name, partition = p.index, base = f.base_offset, "segment overlaps the remote log; not uploaded");
                 break;
+            };
+            if added {
+                self.metrics
+                    .segments_uploaded
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(topic = %topic.name, partition = p.index, base = f.base_offset, next, bytes = size, "segment uploaded");
+            } else {
+                tracing::debug!(topic = %topic.name, partition = p.index, base = f.base_offset, remote_end = next, "segment already covered by the manifest");
             }
-            self.metrics
-                .segments_uploaded
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(topic = %topic.name, partition = p.index, base = f.base_offset, next, bytes = size, "segment uploaded");
             let part = p.clone();
             let now = now_ms();
             tokio::task::spawn_blocking(move || {

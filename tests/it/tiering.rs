@@ -74,6 +74,25 @@ fn remote_objects(dir: &Path) -> Vec<String> {
     out
 }
 
+/// Whether the bucket holds a manifest.
+fn has_manifest(dir: &Path) -> bool {
+    fn walk(d: &Path) -> bool {
+        std::fs::read_dir(d)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p)
+                } else {
+                    p.file_name().is_some_and(|n| n == "manifest.json")
+                }
+            })
+    }
+    walk(&dir.join("objects"))
+}
+
 async fn produce_batches(c: &mut Client, n: usize) -> i64 {
     let mut last = -1;
     for _ in 0..n {
@@ -139,13 +158,15 @@ async fn failed_manifest_commits_leave_orphans_that_the_scrubber_removes() {
     let mut c = b.client().await;
     create_tiered_topic(&mut c).await;
     let store = b.broker().tiering().expect("tiering on").store.clone();
+    // The leader claims the manifest with its epoch before it uploads anything.
+    let dir = b.dir.path().to_path_buf();
+    wait_until("the leader's manifest claim", || has_manifest(&dir)).await;
     // Uploads succeed but every manifest commit fails: the fail point between upload and
     // commit.
     store
         .faults
         .fail_op_on_keys_containing(Op::Put, "manifest.json");
     let end = produce_batches(&mut c, 40).await;
-    let dir = b.dir.path().to_path_buf();
     wait_until("uncommitted uploads", || remote_objects(&dir).len() >= 2).await;
     assert_eq!(
         local_segments(b.dir.path())[0],

@@ -129,10 +129,11 @@ pub struct PartitionManifest {
     pub leader_epoch: i32,
     /// The partition's log start offset (after remote retention and DeleteRecords).
     pub log_start_offset: i64,
-    /// Segments in offset order: both base and next offsets increase. Contiguous, except
-    /// where compaction removed records; after a leadership change the new leader's first
-    /// segment may overlap the previous leader's last one (replicas roll at different
-    /// offsets; the overlap holds the same committed batches).
+    /// Segments in offset order: both base and next offsets strictly increase. Contiguous,
+    /// except where compaction removed records; after a leadership change the new leader's
+    /// first segment may overlap the previous leader's last one (replicas roll at different
+    /// offsets; the overlap holds the same committed batches), but never lies inside it or
+    /// starts at or before its base (see [`crate::partition`]).
     pub segments: Vec<RemoteSegment>,
     /// Compacted topics: the remote log below this offset is a compacted snapshot (the
     /// cleaned segments), replacing the segments uploaded as they were written.

@@ -218,12 +218,14 @@ pub struct Listed {
     pub last_modified_ms: i64,
 }
 
+/// Serialises the emulated compare-and-swap of filesystem stores (see [`RemoteStore::put_if`]).
+static LOCAL_CAS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 pub struct RemoteStore {
     inner: Arc<dyn ObjectStore>,
     backend: Backend,
     prefix: String,
     description: String,
-    cas_lock: tokio::sync::Mutex<()>,
     pub metrics: Arc<StoreMetrics>,
     pub faults: Arc<Faults>,
 }
@@ -303,7 +305,6 @@ impl RemoteStore {
             backend,
             prefix: prefix.trim_matches('/').to_string(),
             description: url.to_string(),
-            cas_lock: tokio::sync::Mutex::new(()),
             metrics: Arc::new(StoreMetrics::default()),
             faults: Arc::new(Faults::default()),
         }
@@ -490,8 +491,12 @@ impl RemoteStore {
         let path = self.path(key);
         let len = data.len() as u64;
         let result = if self.backend == Backend::Local {
-            // Emulated: serialise all conditional writes of this process.
-            let _guard = self.cas_lock.lock().await;
+            // Emulated: serialise all conditional writes of this process. The lock is shared by
+            // every store of the process, not one per `RemoteStore`: brokers started in one
+            // process (the cluster tests) each open their own store on the same directory, and
+            // a check-then-write per store would let two of them both win a compare-and-swap.
+            // (Separate processes sharing a file:// bucket are not serialised.)
+            let _guard = LOCAL_CAS.lock().await;
             let current = match self.inner.head(&path).await {
                 Ok(meta) => Some(meta.e_tag),
                 Err(object_store::Error::NotFound { .. }) => None,
@@ -630,6 +635,51 @@ mod tests {
         store.delete("t", "x/seg").await.unwrap();
         store.delete("t", "x/seg").await.unwrap();
         assert!(store.list("t", "x").await.unwrap().is_empty());
+    }
+
+    /// Brokers in one process each open their own store on a shared directory: a conditional
+    /// write still has exactly one winner.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn local_stores_on_one_directory_share_the_compare_and_swap() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().display());
+        let open = || {
+            RemoteStore::open(&StoreConfig {
+                url: url.clone(),
+                ..Default::default()
+            })
+            .unwrap()
+        };
+        let first = open();
+        first
+            .put_if("t", "m.json", Bytes::from_static(b"0"), None)
+            .await
+            .unwrap();
+        let stores: Vec<RemoteStore> = (0..8).map(|_| open()).collect();
+        for round in 0..10 {
+            let (_, e_tag) = first.get("t", "m.json").await.unwrap().unwrap();
+            let e_tag = e_tag.unwrap();
+            let wins = futures::future::join_all(stores.iter().enumerate().map(|(i, s)| {
+                let e_tag = e_tag.clone();
+                async move {
+                    s.put_if(
+                        "t",
+                        "m.json",
+                        Bytes::from(format!("{round}-{i}")),
+                        Some(&e_tag),
+                    )
+                    .await
+                }
+            }))
+            .await
+            .into_iter()
+            .filter(|r| r.is_ok())
+            .count();
+            assert_eq!(
+                wins, 1,
+                "round {round}: {wins} writers won one compare-and-swap"
+            );
+        }
     }
 
     #[tokio::test]
