@@ -302,7 +302,8 @@ quorum_leader() {
   local id
   if [[ "$CUR_KIND" == strata ]]; then
     "$PYTHON" -c 'import sys; from confluent_kafka.admin import AdminClient
-r = AdminClient({"bootstrap.servers": sys.argv[1]}).describe_cluster(request_timeout=10).result()
+a = AdminClient({"bootstrap.servers": sys.argv[1]})
+r = a.describe_cluster().result()
 print(r.controller.id if r.controller else "")' "$(bootstrap)" 2>/dev/null
     return
   fi
