@@ -1,0 +1,1074 @@
+//! Broker state: the topic catalog, the partitions it hosts, and producer-id allocation.
+//!
+//! Concurrency: the catalog is behind a `RwLock` that is held only to look up or swap
+//! `Arc<Topic>` values (never across `.await` or I/O). Each partition owns its log behind a
+//! mutex; appends, reads of segment metadata, retention and flushes take it from blocking
+//! threads. Long-polling fetches park on a `Notify` that the partition wakes after each append.
+//!
+//! Persistence: the topic catalog (names, ids, partition counts, config overrides) and the
+//! producer-id block live in `strata-metadata.toml` in the first log dir, written atomically on
+//! every change; each partition dir also carries Kafka's `partition.metadata` (its topic id).
+//! Per-dir checkpoints (recovery point, log start offset, high watermark) and the clean-shutdown
+//! marker follow Kafka's names. In cluster mode the metadata quorum is the truth and the
+//! catalog file a local copy.
+//!
+//! Modules: [`partition`] (one partition: log, replica set, published offsets), [`cluster`]
+//! (the cluster view and the partition states the control plane applies), [`security`] (ACLs,
+//! SCRAM credentials, client quotas), [`metadata_file`] (the catalog file and
+//! `partition.metadata`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use crate::config::{BrokerConfig, BrokerDefaults, ConfigSource, TopicConfig};
+use crate::fetch_session::FetchSessionCache;
+use crate::log::checkpoint;
+use crate::log::segment::FileSlice;
+use crate::log::{AppendError, AppendInfo, LoadOptions, Log, ReadError};
+use crate::metrics::{Metrics, PartitionGauges};
+use crate::replication::state::ReplicaSet;
+
+mod cluster;
+mod metadata_file;
+mod partition;
+mod security;
+
+pub use metadata_file::{add_scram_credential_offline, is_fresh_data_dir, kafka_uuid_string};
+use metadata_file::{write_partition_metadata, MetadataFile};
+pub use metadata_file::{write_restored_metadata, ScramStore};
+pub use partition::{FollowerFetchError, Partition, PartitionOffsets, Role};
+
+const METADATA_FILE: &str = "strata-metadata.toml";
+const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
+const RECOVERY_POINT_FILE: &str = "recovery-point-offset-checkpoint";
+const LOG_START_FILE: &str = "log-start-offset-checkpoint";
+const HIGH_WATERMARK_FILE: &str = "replication-offset-checkpoint";
+const PRODUCER_ID_BLOCK: i64 = 1000;
+/// Kafka's `max.incremental.fetch.session.cache.slots` default.
+const FETCH_SESSION_SLOTS: usize = 1000;
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Errors of catalog operations, mapped to Kafka codes by the API layer.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    #[error("Topic '{0}' already exists.")]
+    AlreadyExists(String),
+    #[error("{0}")]
+    InvalidName(String),
+    #[error("This server does not host this topic-partition.")]
+    Unknown,
+    #[error("{0}")]
+    InvalidPartitions(String),
+    #[error("{0}")]
+    InvalidReplicationFactor(String),
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
+    #[error("{0}")]
+    InvalidConfig(String),
+    #[error("Topic deletion is disabled.")]
+    DeletionDisabled,
+    #[error("storage error: {0}")]
+    Io(#[from] io::Error),
+    /// Cluster mode: the metadata quorum refused or could not commit the change.
+    #[error("{0}")]
+    Cluster(#[from] crate::controller::ClusterError),
+}
+
+/// Kafka's internal topics: only the broker writes them.
+pub fn is_internal_topic(name: &str) -> bool {
+    matches!(name, "__consumer_offsets" | "__transaction_state")
+}
+
+/// Kafka's topic name rules.
+pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
+    if name.is_empty() {
+        return Err(TopicError::InvalidName(
+            "Topic name is illegal, it can't be empty".into(),
+        ));
+    }
+    if name == "." || name == ".." {
+        return Err(TopicError::InvalidName(
+            "Topic name cannot be \".\" or \"..\"".into(),
+        ));
+    }
+    if name.len() > 249 {
+        return Err(TopicError::InvalidName(format!(
+            "Topic name is illegal, it can't be longer than 249 characters, topic name: {name}"
+        )));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-')
+    {
+        return Err(TopicError::InvalidName(format!(
+            "Topic name {name} is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+        )));
+    }
+    Ok(())
+}
+
+pub struct Topic {
+    pub name: String,
+    pub id: Uuid,
+    pub overrides: BTreeMap<String, String>,
+    pub config: TopicConfig,
+    pub partitions: Vec<Arc<Partition>>,
+}
+
+impl Topic {
+    pub fn is_internal(&self) -> bool {
+        is_internal_topic(&self.name)
+    }
+}
+
+struct ProducerIds {
+    next: i64,
+    block_end: i64,
+}
+
+#[derive(Default)]
+struct Catalog {
+    by_name: HashMap<String, Arc<Topic>>,
+    by_id: HashMap<Uuid, Arc<Topic>>,
+}
+
+pub struct Broker {
+    pub config: BrokerConfig,
+    pub cluster_id: String,
+    pub metrics: Metrics,
+    catalog: RwLock<Catalog>,
+    /// Serializes catalog changes and writes of the metadata file.
+    catalog_writes: Mutex<()>,
+    producer_ids: Mutex<ProducerIds>,
+    fetch_sessions: Mutex<FetchSessionCache>,
+    /// See [`MetadataFile::broker_configs`].
+    dynamic_configs: RwLock<BTreeMap<String, BTreeMap<String, String>>>,
+    scram: RwLock<ScramStore>,
+    /// Cluster mode: credentials added offline, until proposed to the quorum.
+    scram_pending: Mutex<ScramStore>,
+    /// ACLs and the settings that decide with them (see [`crate::acl`]).
+    pub authorizer: crate::acl::Authorizer,
+    /// Client quotas and connection limits.
+    pub quotas: crate::quota::Quotas,
+    /// Set once at start-up, after the logs are open (the coordinator replays its topic).
+    groups: std::sync::OnceLock<Arc<crate::coordinator::GroupCoordinator>>,
+    /// Tiered storage, when remote.log.storage.system.enable is set.
+    tiering: std::sync::OnceLock<Arc<crate::tiering::Tiering>>,
+    /// Set once at start-up, after the group coordinator (markers complete its offsets).
+    txns: std::sync::OnceLock<Arc<crate::coordinator::txn::TransactionCoordinator>>,
+    /// The `__consumer_offsets` and `__transaction_state` partitions this broker serves as
+    /// coordinator, following leadership (kept here so a state applied before the
+    /// coordinators start is not lost).
+    group_ownership: Arc<crate::coordinator::ownership::Ownership>,
+    txn_ownership: Arc<crate::coordinator::ownership::Ownership>,
+    /// Log cleaner state (checkpoints, which partitions are being cleaned); its tasks are
+    /// spawned by the runtime.
+    log_cleaner: crate::log_cleaner::LogCleaner,
+    /// Cluster view, partition leadership and ISR proposals; its tasks are spawned by the
+    /// runtime.
+    replication: crate::replication::ReplicaManager,
+    /// Cluster mode: the metadata quorum membership (set once at start-up).
+    cluster: std::sync::OnceLock<Arc<crate::controller::ClusterControl>>,
+}
+
+fn partition_dir_name(topic: &str, partition: i32) -> String {
+    format!("{topic}-{partition}")
+}
+
+/// Whether a coordinator topic this broker created for itself (the transaction coordinator
+/// creates `__transaction_state` at start-up, the group coordinator `__consumer_offsets` on
+/// first use) may take the control plane's topic id: it was never replicated and holds
+/// nothing. With data in it the ids conflict and the control plane's state is refused.
+fn adoptable_internal_topic(t: &Topic) -> bool {
+    use crate::coordinator::{txn::TRANSACTION_STATE_TOPIC, OFFSETS_TOPIC};
+    (t.name == OFFSETS_TOPIC || t.name == TRANSACTION_STATE_TOPIC)
+        && t.partitions.iter().all(|p| {
+            let o = p.offsets();
+            !p.is_replicated() && o.log_end_offset == 0 && o.log_start_offset == 0
+        })
+}
+
+impl Broker {
+    /// Opens every log dir, loads the catalog and all partitions (recovering after a crash).
+    pub fn open(config: BrokerConfig) -> anyhow::Result<Arc<Broker>> {
+        for d in &config.log_dirs {
+            fs::create_dir_all(d)
+                .map_err(|e| anyhow::anyhow!("cannot create log dir {}: {e}", d.display()))?;
+        }
+        let primary = &config.log_dirs[0];
+        let meta_path = primary.join(METADATA_FILE);
+        let mut meta: MetadataFile = match fs::read_to_string(&meta_path) {
+            Ok(text) => toml::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", meta_path.display()))?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => MetadataFile::default(),
+            Err(e) => return Err(anyhow::anyhow!("cannot read {}: {e}", meta_path.display())),
+        };
+        if meta.cluster_id.is_empty() {
+            meta.cluster_id = config
+                .cluster_id
+                .clone()
+                .unwrap_or_else(|| kafka_uuid_string(Uuid::new_v4()));
+        }
+        let clean = config
+            .log_dirs
+            .iter()
+            .all(|d| d.join(CLEAN_SHUTDOWN_FILE).exists());
+        if clean {
+            tracing::info!("clean shutdown marker found: skipping log recovery");
+        } else {
+            tracing::info!("no clean shutdown marker: recovering logs from their recovery points");
+        }
+        let mut recovery_points = HashMap::new();
+        let mut log_starts = HashMap::new();
+        let mut high_watermarks = HashMap::new();
+        for d in &config.log_dirs {
+            for (t, p, o) in
+                checkpoint::read_offsets(&d.join(RECOVERY_POINT_FILE)).unwrap_or_default()
+            {
+                recovery_points.insert((t, p), o);
+            }
+            for (t, p, o) in checkpoint::read_offsets(&d.join(LOG_START_FILE)).unwrap_or_default() {
+                log_starts.insert((t, p), o);
+            }
+            for (t, p, o) in
+                checkpoint::read_offsets(&d.join(HIGH_WATERMARK_FILE)).unwrap_or_default()
+            {
+                high_watermarks.insert((t, p), o);
+            }
+        }
+        // Finish deletions interrupted by a crash.
+        for d in &config.log_dirs {
+            if let Ok(entries) = fs::read_dir(d) {
+                for e in entries.flatten() {
+                    if e.file_name().to_string_lossy().ends_with("-delete") {
+                        let _ = fs::remove_dir_all(e.path());
+                    }
+                }
+            }
+        }
+        // Next producer id: start a fresh block so ids are never reused after a crash.
+        let next_pid = meta.next_producer_id_block.max(0);
+        meta.next_producer_id_block = next_pid + PRODUCER_ID_BLOCK;
+        // Unusable inter-broker TLS keys fail the start, not the first replica fetch.
+        let peer_security =
+            crate::replication::peer::PeerSecurity::new(&config.replication.inter_broker)?;
+        let broker = Broker {
+            cluster_id: meta.cluster_id.clone(),
+            metrics: Metrics::default(),
+            catalog: RwLock::new(Catalog::default()),
+            catalog_writes: Mutex::new(()),
+            producer_ids: Mutex::new(ProducerIds {
+                next: next_pid,
+                block_end: next_pid + PRODUCER_ID_BLOCK,
+            }),
+            fetch_sessions: Mutex::new(FetchSessionCache::new(FETCH_SESSION_SLOTS)),
+            dynamic_configs: RwLock::new(meta.broker_configs.clone()),
+            scram: RwLock::new(meta.scram_credentials.clone()),
+            // On a single node they are in `scram_credentials` already.
+            scram_pending: Mutex::new(if config.cluster.is_some() {
+                meta.scram_pending.clone()
+            } else {
+                ScramStore::new()
+            }),
+            authorizer: crate::acl::Authorizer::new(
+                config.security.authorizer_enabled,
+                config.security.super_users.iter().cloned(),
+                config.security.allow_everyone_if_no_acl_found,
+                meta.acls.clone(),
+            ),
+            quotas: crate::quota::Quotas::open(
+                config.quota_sample,
+                config.connection_limits.clone(),
+                &meta.client_quotas,
+            ),
+            groups: std::sync::OnceLock::new(),
+            tiering: std::sync::OnceLock::new(),
+            txns: std::sync::OnceLock::new(),
+            group_ownership: Arc::new(crate::coordinator::ownership::Ownership::new(
+                config.cluster.is_some(),
+            )),
+            txn_ownership: Arc::new(crate::coordinator::ownership::Ownership::new(
+                config.cluster.is_some(),
+            )),
+            log_cleaner: crate::log_cleaner::LogCleaner::open(
+                config.log_cleaner.clone(),
+                &config.log_dirs,
+            ),
+            replication: crate::replication::ReplicaManager::new(peer_security),
+            cluster: std::sync::OnceLock::new(),
+            config,
+        };
+        let now = now_ms();
+        let mut catalog = Catalog::default();
+        for rec in &meta.topics {
+            let id = Uuid::parse_str(&rec.id)
+                .map_err(|e| anyhow::anyhow!("bad topic id for {}: {e}", rec.name))?;
+            let config = broker.topic_config(&rec.configs);
+            let mut partitions = Vec::new();
+            for p in 0..rec.partitions {
+                let dir = broker.find_or_place_partition_dir(&rec.name, p);
+                let key = (rec.name.clone(), p);
+                let opts = LoadOptions {
+                    clean_shutdown: clean,
+                    recovery_point: recovery_points.get(&key).copied(),
+                    log_start_offset: log_starts.get(&key).copied(),
+                    now_ms: now,
+                };
+                let log = Log::open(&dir, config.clone(), opts)
+                    .map_err(|e| anyhow::anyhow!("cannot open log {}: {e}", dir.display()))?;
+                write_partition_metadata(&dir, id)?;
+                let partition = Partition::new(&rec.name, id, p, log, &broker.config);
+                if let Some(&hw) = high_watermarks.get(&key) {
+                    partition
+                        .checkpointed_high_watermark
+                        .store(hw, Ordering::Release);
+                }
+                partitions.push(Arc::new(partition));
+            }
+            let topic = Arc::new(Topic {
+                name: rec.name.clone(),
+                id,
+                overrides: rec.configs.clone(),
+                config,
+                partitions,
+            });
+            catalog.by_id.insert(id, topic.clone());
+            catalog.by_name.insert(rec.name.clone(), topic);
+        }
+        *broker.catalog.write().unwrap_or_else(|e| e.into_inner()) = catalog;
+        broker.save_metadata_with(meta.next_producer_id_block)?;
+        for d in &broker.config.log_dirs {
+            write_meta_properties(d, &broker.cluster_id, broker.config.node_id)?;
+            let _ = fs::remove_file(d.join(CLEAN_SHUTDOWN_FILE));
+        }
+        Ok(Arc::new(broker))
+    }
+
+    fn find_or_place_partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
+        let name = partition_dir_name(topic, partition);
+        for d in &self.config.log_dirs {
+            if d.join(&name).is_dir() {
+                return d.join(name);
+            }
+        }
+        // New partition: the dir hosting the fewest partitions.
+        let least = self
+            .config
+            .log_dirs
+            .iter()
+            .min_by_key(|d| {
+                fs::read_dir(d)
+                    .map(|r| r.flatten().filter(|e| e.path().is_dir()).count())
+                    .unwrap_or(0)
+            })
+            .unwrap_or(&self.config.log_dirs[0]);
+        least.join(name)
+    }
+
+    /// Broker-level defaults for topic configs: static settings overlaid with the dynamic
+    /// cluster-wide defaults, then this broker's dynamic settings.
+    pub fn topic_defaults(&self) -> BrokerDefaults {
+        let mut d = self.config.topic_defaults.clone();
+        let dynamic = self
+            .dynamic_configs
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(cluster) = dynamic.get("") {
+            for (k, v) in cluster {
+                d.insert(k.clone(), (v.clone(), ConfigSource::DynamicDefaultBroker));
+            }
+        }
+        if let Some(mine) = dynamic.get(&self.config.node_id.to_string()) {
+            for (k, v) in mine {
+                d.insert(k.clone(), (v.clone(), ConfigSource::DynamicBroker));
+            }
+        }
+        d
+    }
+
+    /// The effective config of a topic with the given overrides.
+    pub fn topic_config(&self, overrides: &BTreeMap<String, String>) -> TopicConfig {
+        TopicConfig::resolve(overrides, &self.topic_defaults())
+    }
+
+    /// The dynamic configs set on a broker resource ("" = cluster default).
+    pub fn dynamic_broker_configs(&self, resource: &str) -> BTreeMap<String, String> {
+        self.dynamic_configs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(resource)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Replaces the dynamic configs of a broker resource (validated by the caller), persists
+    /// them and re-resolves every topic's config. Blocking.
+    pub fn set_dynamic_broker_configs(
+        &self,
+        resource: &str,
+        configs: BTreeMap<String, String>,
+    ) -> io::Result<()> {
+        if let Some(c) = self.cluster() {
+            return crate::controller::admin::set_broker_configs(c, resource, configs)
+                .map_err(io::Error::other);
+        }
+        let mut all = self
+            .dynamic_configs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if configs.is_empty() {
+            all.remove(resource);
+        } else {
+            all.insert(resource.to_string(), configs);
+        }
+        self.replace_dynamic_broker_configs(all)
+    }
+
+    /// Replaces every dynamic broker config (resource name -> settings; cluster mode applies
+    /// the quorum's), persists them and re-resolves every topic's config. Blocking.
+    pub fn replace_dynamic_broker_configs(
+        &self,
+        all: BTreeMap<String, BTreeMap<String, String>>,
+    ) -> io::Result<()> {
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *self
+            .dynamic_configs
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = all;
+        for t in self.topics() {
+            let config = self.topic_config(&t.overrides);
+            for p in &t.partitions {
+                p.with_log(|l| l.set_config(config.clone()));
+            }
+            self.replace_topic(Topic {
+                name: t.name.clone(),
+                id: t.id,
+                overrides: t.overrides.clone(),
+                config,
+                partitions: t.partitions.clone(),
+            });
+        }
+        self.save_metadata()
+    }
+
+    /// The group coordinator (present once start-up has loaded it).
+    pub fn group_coordinator(&self) -> Option<&Arc<crate::coordinator::GroupCoordinator>> {
+        self.groups.get()
+    }
+
+    /// Creates the group coordinator and replays `__consumer_offsets`. Blocking.
+    pub fn start_group_coordinator(self: &Arc<Self>) -> io::Result<()> {
+        use crate::coordinator::{offsets_log::BrokerOffsetsLog, GroupConfig, GroupCoordinator};
+        use std::time::Duration;
+        let c = &self.config;
+        let log = BrokerOffsetsLog::new(Arc::downgrade(self), c.offsets_topic_num_partitions);
+        let coordinator = GroupCoordinator::with_ownership(
+            GroupConfig {
+                initial_rebalance_delay: Duration::from_millis(c.group_initial_rebalance_delay_ms),
+                min_session_timeout: Duration::from_millis(c.group_min_session_timeout_ms),
+                max_session_timeout: Duration::from_millis(c.group_max_session_timeout_ms),
+                offsets_retention: Duration::from_millis(c.offsets_retention_ms as u64),
+                offset_metadata_max_bytes: c.offset_metadata_max_bytes,
+                consumer_session_timeout: Duration::from_millis(
+                    c.group_consumer_session_timeout_ms,
+                ),
+                consumer_heartbeat_interval: Duration::from_millis(
+                    c.group_consumer_heartbeat_interval_ms,
+                ),
+            },
+            Arc::new(log),
+            self.group_ownership.clone(),
+        );
+        let records = coordinator.load()?;
+        tracing::info!(records, "group coordinator loaded __consumer_offsets");
+        let _ = self.groups.set(Arc::new(coordinator));
+        Ok(())
+    }
+
+    /// The transaction coordinator (present once start-up has loaded it).
+    pub fn txn_coordinator(&self) -> Option<&Arc<crate::coordinator::txn::TransactionCoordinator>> {
+        self.txns.get()
+    }
+
+    /// Creates the transaction coordinator: creates `__transaction_state` if needed and
+    /// replays it. Call after [`Self::start_group_coordinator`]. Blocking.
+    pub fn start_txn_coordinator(self: &Arc<Self>) -> io::Result<()> {
+        use crate::coordinator::txn::state_log::{BrokerParticipants, BrokerTransactionLog};
+        use crate::coordinator::txn::{TransactionCoordinator, TxnConfig};
+        use std::time::Duration;
+        let c = &self.config;
+        let log =
+            BrokerTransactionLog::new(Arc::downgrade(self), c.transaction_state_log_num_partitions);
+        log.ensure_topic()?;
+        let coordinator = TransactionCoordinator::with_ownership(
+            TxnConfig {
+                max_timeout_ms: c.transaction_max_timeout_ms,
+                transactional_id_expiration_ms: c.transactional_id_expiration_ms,
+                abort_timed_out_interval: Duration::from_millis(
+                    c.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                ),
+                remove_expired_interval: Duration::from_millis(
+                    c.transaction_remove_expired_transaction_cleanup_interval_ms,
+                ),
+            },
+            Arc::new(log),
+            Arc::new(BrokerParticipants::new(Arc::downgrade(self))),
+            self.txn_ownership.clone(),
+        );
+        let records = coordinator.load()?;
+        tracing::info!(
+            records,
+            "transaction coordinator loaded __transaction_state"
+        );
+        let _ = self.txns.set(Arc::new(coordinator));
+        Ok(())
+    }
+
+    /// Producer state of this partition for DescribeProducers: (producer id, epoch, last
+    /// sequence, last timestamp, coordinator epoch, current transaction start offset or -1).
+    /// Blocking (takes the log lock).
+    pub fn describe_producers(partition: &Partition) -> Vec<(i64, i16, i32, i64, i32, i64)> {
+        partition.with_log(|l| l.producer_states())
+    }
+
+    pub fn tiering(&self) -> Option<&Arc<crate::tiering::Tiering>> {
+        self.tiering.get()
+    }
+
+    pub fn set_tiering(&self, tiering: Arc<crate::tiering::Tiering>) {
+        let _ = self.tiering.set(tiering);
+    }
+
+    pub fn producer_id_block_end(&self) -> i64 {
+        self.producer_ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .block_end
+    }
+
+    /// Local bytes of remote-enabled partitions not uploaded yet (for metrics).
+    pub fn remote_upload_lag(&self) -> Vec<(String, i32, u64)> {
+        self.topics()
+            .iter()
+            .filter(|t| t.config.remote_storage_enable)
+            .flat_map(|t| t.partitions.iter())
+            .map(|p| {
+                (
+                    p.topic.clone(),
+                    p.index,
+                    p.with_log(|l| l.local_only_bytes()),
+                )
+            })
+            .collect()
+    }
+
+    pub fn fetch_sessions(&self) -> std::sync::MutexGuard<'_, FetchSessionCache> {
+        self.fetch_sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.catalog
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_name
+            .get(name)
+            .cloned()
+    }
+
+    pub fn topic_by_id(&self, id: &Uuid) -> Option<Arc<Topic>> {
+        self.catalog
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_id
+            .get(id)
+            .cloned()
+    }
+
+    pub fn topics(&self) -> Vec<Arc<Topic>> {
+        let mut v: Vec<_> = self
+            .catalog
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_name
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
+        self.topic(topic)
+            .and_then(|t| t.partitions.get(usize::try_from(partition).ok()?).cloned())
+    }
+
+    /// Validates a new topic without creating it (CreateTopics validate_only, and the first
+    /// step of creation).
+    pub fn check_new_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<(), TopicError> {
+        validate_topic_name(name)?;
+        let cluster = self.cluster();
+        if self.topic(name).is_some()
+            || cluster.is_some_and(|c| crate::controller::admin::topic_exists(c, name))
+        {
+            return Err(TopicError::AlreadyExists(name.to_string()));
+        }
+        if partitions < 1 {
+            return Err(TopicError::InvalidPartitions(
+                "Number of partitions must be larger than 0.".into(),
+            ));
+        }
+        if partitions > 100_000 {
+            return Err(TopicError::InvalidPartitions(format!(
+                "Number of partitions {partitions} is too large."
+            )));
+        }
+        if replication_factor < 1 {
+            return Err(TopicError::InvalidReplicationFactor(
+                "Replication factor must be larger than 0.".into(),
+            ));
+        }
+        let available = cluster.map_or(1, |c| crate::controller::admin::unfenced_brokers(c));
+        if replication_factor as usize > available {
+            return Err(TopicError::InvalidReplicationFactor(format!(
+                "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only {available} broker(s) are registered."
+            )));
+        }
+        for (k, v) in configs {
+            crate::config::topic::validate(k, v)
+                .map_err(|e| TopicError::InvalidConfig(e.to_string()))?;
+        }
+        crate::config::topic::check_combination(
+            &self.topic_config(configs),
+            self.config.tiering.enabled,
+            None,
+        )
+        .map_err(TopicError::InvalidConfig)?;
+        Ok(())
+    }
+
+    /// Creates a topic. Blocking (creates directories and files).
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<Topic>, TopicError> {
+        if let Some(c) = self.cluster() {
+            self.check_new_topic(name, partitions, replication_factor, &configs)?;
+            return crate::controller::admin::create_topic(
+                self,
+                c,
+                name,
+                partitions,
+                replication_factor,
+                configs,
+                None,
+            );
+        }
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        self.check_new_topic(name, partitions, replication_factor, &configs)?;
+        let id = Uuid::new_v4();
+        let config = self.topic_config(&configs);
+        let mut parts = Vec::with_capacity(partitions as usize);
+        for p in 0..partitions {
+            parts.push(Arc::new(self.open_new_partition(name, p, id, &config)?));
+        }
+        let topic = Arc::new(Topic {
+            name: name.to_string(),
+            id,
+            overrides: configs,
+            config,
+            partitions: parts,
+        });
+        {
+            let mut c = self.catalog.write().unwrap_or_else(|e| e.into_inner());
+            c.by_name.insert(name.to_string(), topic.clone());
+            c.by_id.insert(id, topic.clone());
+        }
+        self.save_metadata()?;
+        tracing::info!(topic = name, partitions, "created topic");
+        Ok(topic)
+    }
+
+    fn open_new_partition(
+        &self,
+        topic: &str,
+        p: i32,
+        id: Uuid,
+        config: &TopicConfig,
+    ) -> io::Result<Partition> {
+        let dir = self.find_or_place_partition_dir(topic, p);
+        if dir.exists() {
+            // Leftover from a topic of the same name whose deletion did not finish.
+            fs::remove_dir_all(&dir)?;
+        }
+        let log = Log::open(
+            &dir,
+            config.clone(),
+            LoadOptions {
+                clean_shutdown: true,
+                recovery_point: None,
+                log_start_offset: None,
+                now_ms: now_ms(),
+            },
+        )?;
+        write_partition_metadata(&dir, id)?;
+        Ok(Partition::new(topic, id, p, log, &self.config))
+    }
+
+    /// Deletes a topic and its data (in cluster mode: on every broker, through the quorum).
+    /// Blocking.
+    pub fn delete_topic(&self, name: &str) -> Result<Uuid, TopicError> {
+        if !self.config.delete_topic_enable {
+            return Err(TopicError::DeletionDisabled);
+        }
+        if let Some(c) = self.cluster() {
+            // Every broker's coordinators follow these; re-creating one under a new id would
+            // strand the copies that hold its state.
+            if is_internal_topic(name) {
+                return Err(TopicError::InvalidName(format!(
+                    "Topic {name} is a coordinator topic; it cannot be deleted in cluster mode."
+                )));
+            }
+            return crate::controller::admin::delete_topic(c, name);
+        }
+        self.delete_topic_local(name)
+    }
+
+    /// Deletes this broker's copy of a topic and its data. Blocking.
+    pub fn delete_topic_local(&self, name: &str) -> Result<Uuid, TopicError> {
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let topic = {
+            let mut c = self.catalog.write().unwrap_or_else(|e| e.into_inner());
+            let t = c.by_name.remove(name).ok_or(TopicError::Unknown)?;
+            c.by_id.remove(&t.id);
+            t
+        };
+        self.save_metadata()?;
+        self.replication.forget_topic(&topic.name);
+        // Fetchers drop its partitions.
+        self.replication.follow_changed.notify_one();
+        // A cleaner pass on one of its partitions stops first (Kafka's abortCleaning).
+        self.log_cleaner.abort_topic(
+            &topic.name,
+            topic.partitions.len() as i32,
+            || -> io::Result<()> {
+                for p in &topic.partitions {
+                    let dir = p.with_log(|l| l.dir().to_path_buf());
+                    let doomed = dir.with_file_name(format!(
+                        "{}.{}-delete",
+                        dir.file_name()
+                            .map(|f| f.to_string_lossy().to_string())
+                            .unwrap_or_default(),
+                        topic.id.simple()
+                    ));
+                    fs::rename(&dir, &doomed)?;
+                    fs::remove_dir_all(&doomed)?;
+                }
+                Ok(())
+            },
+        )?;
+        if let Some(t) = self.tiering() {
+            if topic.config.remote_storage_enable {
+                t.topic_deleted(&topic.name, topic.id, topic.partitions.len() as i32);
+            }
+        }
+        tracing::info!(topic = name, "deleted topic");
+        Ok(topic.id)
+    }
+
+    /// Grows a topic to `count` partitions. Blocking.
+    pub fn create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        if let Some(c) = self.cluster() {
+            return crate::controller::admin::create_partitions(
+                c,
+                name,
+                count,
+                validate_only,
+                None,
+            );
+        }
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let topic = self.topic(name).ok_or(TopicError::Unknown)?;
+        let current = topic.partitions.len() as i32;
+        if count < current {
+            return Err(TopicError::InvalidPartitions(format!("Topic currently has {current} partitions, which is higher than the requested {count}.")));
+        }
+        if count == current {
+            return Err(TopicError::InvalidPartitions(format!(
+                "Topic already has {current} partitions."
+            )));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let mut parts = topic.partitions.clone();
+        for p in current..count {
+            parts.push(Arc::new(self.open_new_partition(
+                name,
+                p,
+                topic.id,
+                &topic.config,
+            )?));
+        }
+        self.replace_topic(Topic {
+            name: topic.name.clone(),
+            id: topic.id,
+            overrides: topic.overrides.clone(),
+            config: topic.config.clone(),
+            partitions: parts,
+        });
+        self.save_metadata()?;
+        Ok(())
+    }
+
+    /// Replaces a topic's config overrides (validated by the caller; in cluster mode on every
+    /// broker, through the quorum). Blocking.
+    pub fn set_topic_configs(
+        &self,
+        name: &str,
+        overrides: BTreeMap<String, String>,
+    ) -> Result<(), TopicError> {
+        if let Some(c) = self.cluster() {
+            return crate::controller::admin::set_topic_configs(c, name, overrides);
+        }
+        self.set_topic_configs_local(name, overrides)
+    }
+
+    /// Replaces this broker's config overrides of a topic. Blocking.
+    pub fn set_topic_configs_local(
+        &self,
+        name: &str,
+        overrides: BTreeMap<String, String>,
+    ) -> Result<(), TopicError> {
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let topic = self.topic(name).ok_or(TopicError::Unknown)?;
+        let config = self.topic_config(&overrides);
+        for p in &topic.partitions {
+            p.with_log(|l| l.set_config(config.clone()));
+        }
+        self.replace_topic(Topic {
+            name: topic.name.clone(),
+            id: topic.id,
+            overrides,
+            config,
+            partitions: topic.partitions.clone(),
+        });
+        self.save_metadata()?;
+        Ok(())
+    }
+
+    fn replace_topic(&self, topic: Topic) {
+        let topic = Arc::new(topic);
+        let mut c = self.catalog.write().unwrap_or_else(|e| e.into_inner());
+        c.by_id.insert(topic.id, topic.clone());
+        c.by_name.insert(topic.name.clone(), topic);
+    }
+
+    /// Allocates a producer id for an idempotent producer. Blocking (may persist a new block;
+    /// in cluster mode, may commit a new block through the quorum).
+    pub fn allocate_producer_id(&self) -> io::Result<i64> {
+        if let Some(c) = self.cluster() {
+            return crate::controller::admin::allocate_producer_id(c).map_err(io::Error::other);
+        }
+        let mut ids = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
+        if ids.next >= ids.block_end {
+            ids.block_end = ids.next + PRODUCER_ID_BLOCK;
+            let end = ids.block_end;
+            drop(ids);
+            self.save_metadata_with(end)?;
+            ids = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
+        }
+        let id = ids.next;
+        ids.next += 1;
+        Ok(id)
+    }
+
+    pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
+        self.topics()
+            .iter()
+            .flat_map(|t| t.partitions.iter().cloned())
+            .collect()
+    }
+
+    pub fn partition_gauges(&self) -> Vec<PartitionGauges> {
+        let mut out = Vec::new();
+        for topic in self.topics() {
+            for p in &topic.partitions {
+                let mut gauges = p.gauges();
+                if topic.config.cleanup_policy_compact {
+                    gauges.cleaner_dirty_ratio = self.log_cleaner.dirty_ratio(&topic, p);
+                }
+                out.push(gauges);
+            }
+        }
+        out
+    }
+
+    /// The log cleaner's shared state.
+    pub fn log_cleaner(&self) -> &crate::log_cleaner::LogCleaner {
+        &self.log_cleaner
+    }
+
+    /// Applies retention and expires idle producers on every partition. Blocking.
+    pub fn enforce_retention(&self) {
+        let now = now_ms();
+        for p in self.all_partitions() {
+            let deleted = p.with_log(|log| {
+                log.expire_producers(now, self.config.producer_id_expiration_ms);
+                log.apply_retention(now)
+            });
+            match deleted {
+                Ok(0) => {}
+                Ok(n) => {
+                    self.metrics
+                        .segments_deleted
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                    tracing::info!(topic = %p.topic, partition = p.index, segments = n, "deleted segments past retention");
+                }
+                Err(e) => {
+                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "retention failed")
+                }
+            }
+        }
+    }
+
+    /// Flushes partitions whose flush.ms has elapsed. Blocking.
+    pub fn flush_on_time(&self) {
+        let now = now_ms();
+        for p in self.all_partitions() {
+            if let Err(e) = p.with_log(|log| log.maybe_flush_on_time(now)) {
+                tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush failed");
+            }
+        }
+    }
+
+    /// Writes the per-dir recovery point, log start and high watermark checkpoints. Blocking.
+    pub fn write_checkpoints(&self) -> io::Result<()> {
+        // log dir -> (recovery points, log start offsets, high watermarks), one line each.
+        type Lines = (Vec<String>, Vec<String>, Vec<String>);
+        let mut per_dir: HashMap<PathBuf, Lines> = HashMap::new();
+        for p in self.all_partitions() {
+            let (dir, rp, lso, hw) = p.with_log(|l| {
+                (
+                    l.dir().parent().map(Path::to_path_buf).unwrap_or_default(),
+                    l.recovery_point(),
+                    l.log_start_offset(),
+                    l.high_watermark(),
+                )
+            });
+            let e = per_dir.entry(dir).or_default();
+            e.0.push(format!("{} {} {rp}", p.topic, p.index));
+            e.1.push(format!("{} {} {lso}", p.topic, p.index));
+            e.2.push(format!("{} {} {hw}", p.topic, p.index));
+        }
+        for d in &self.config.log_dirs {
+            let (rp, lso, hw) = per_dir.remove(d).unwrap_or_default();
+            checkpoint::write(&d.join(RECOVERY_POINT_FILE), &rp)?;
+            checkpoint::write(&d.join(LOG_START_FILE), &lso)?;
+            checkpoint::write(&d.join(HIGH_WATERMARK_FILE), &hw)?;
+        }
+        Ok(())
+    }
+
+    /// Clean shutdown: flush every log, write producer snapshots and checkpoints, then the
+    /// marker that lets the next start skip recovery. Blocking.
+    pub fn close(&self) -> io::Result<()> {
+        let now = now_ms();
+        let mut result = Ok(());
+        for p in self.all_partitions() {
+            if let Err(e) = p.with_log(|l| l.close(now)) {
+                tracing::error!(topic = %p.topic, partition = p.index, error = %e, "failed to close log");
+                result = Err(e);
+            }
+        }
+        result?;
+        self.write_checkpoints()?;
+        self.save_metadata()?;
+        for d in &self.config.log_dirs {
+            fs::write(d.join(CLEAN_SHUTDOWN_FILE), b"")?;
+            fs::File::open(d)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+/// Kafka's `meta.properties` in each log dir.
+fn write_meta_properties(dir: &Path, cluster_id: &str, node_id: i32) -> io::Result<()> {
+    let path = dir.join("meta.properties");
+    let directory_id = match fs::read_to_string(&path) {
+        Ok(t) => t
+            .lines()
+            .find_map(|l| l.strip_prefix("directory.id=").map(str::to_string)),
+        Err(_) => None,
+    }
+    .unwrap_or_else(|| kafka_uuid_string(Uuid::new_v4()));
+    let text = format!("#Written by Strata\ncluster.id={cluster_id}\ndirectory.id={directory_id}\nnode.id={node_id}\nversion=1\n");
+    fs::write(path, text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_ids_print_like_kafka() {
+        let id = Uuid::from_bytes([0; 16]);
+        assert_eq!(kafka_uuid_string(id), "AAAAAAAAAAAAAAAAAAAAAA");
+        assert_eq!(kafka_uuid_string(Uuid::new_v4()).len(), 22);
+    }
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(validate_topic_name("orders.v1_x-2").is_ok());
+        assert!(validate_topic_name("").is_err());
+        assert!(validate_topic_name("..").is_err());
+        assert!(validate_topic_name("a b").is_err());
+        assert!(validate_topic_name(&"x".repeat(250)).is_err());
+    }
+}

@@ -1,0 +1,653 @@
+//! One partition of a topic: its log behind a mutex, its replica set (leadership, ISR,
+//! follower progress) and the published offsets and role that readers take without the lock.
+//! Appends, reads of segment metadata, truncation and ISR changes take the log lock from
+//! blocking threads; long-polling fetches park on the waiters the partition wakes after each
+//! append or high-watermark move.
+
+use super::*;
+
+pub struct Partition {
+    pub topic: String,
+    pub topic_id: Uuid,
+    pub index: i32,
+    log: Mutex<Log>,
+    local_id: i32,
+    leader_epoch: AtomicI32,
+    /// The leader as last applied (-1: none).
+    leader_id: AtomicI32,
+    /// The high watermark checkpointed before the last shutdown (-1: none). A single node
+    /// takes the log end as its high watermark on start; a replica starts from this instead
+    /// once the control plane applies its first state (Kafka's replication-offset-checkpoint).
+    pub(super) checkpointed_high_watermark: AtomicI64,
+    /// One of `ROLE_*`; written under both the replica set and the log lock.
+    role: AtomicU8,
+    /// Set once the control plane applied a state: the high watermark then follows the ISR.
+    /// While unset this broker leads alone and the append path takes no other lock.
+    replicated: AtomicBool,
+    /// Leadership, ISR and follower progress (see [`crate::replication::state`]). Lock order:
+    /// this before the log, never the reverse.
+    replica_set: Mutex<ReplicaSet>,
+    /// Sizes of the committed ISR, the maximal ISR and the replica set, readable without the
+    /// replica set lock (acks=all checks on the async workers).
+    isr_len: AtomicUsize,
+    maximal_isr_len: AtomicUsize,
+    replica_count: AtomicUsize,
+    waiters: Mutex<Vec<Arc<Notify>>>,
+    high_watermark: AtomicI64,
+    log_end_offset: AtomicI64,
+    log_start_offset: AtomicI64,
+    last_stable_offset: AtomicI64,
+}
+
+const ROLE_LEADER: u8 = 0;
+const ROLE_FOLLOWER: u8 = 1;
+/// This broker is not among the partition's replicas.
+const ROLE_NONE: u8 = 2;
+
+/// This broker's part in a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Leader,
+    Follower,
+    None,
+}
+
+/// Offsets of a partition without taking its log lock.
+#[derive(Debug, Clone, Copy)]
+pub struct PartitionOffsets {
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    pub log_end_offset: i64,
+    /// No record at or above it belongs to an undecided transaction (<= high watermark).
+    pub last_stable_offset: i64,
+}
+
+/// Why a follower's fetch state could not be recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowerFetchError {
+    NotLeaderOrFollower,
+}
+
+impl Partition {
+    pub(super) fn new(
+        topic: &str,
+        topic_id: Uuid,
+        index: i32,
+        log: Log,
+        config: &BrokerConfig,
+    ) -> Partition {
+        let epoch = log.latest_epoch().unwrap_or(0).max(0);
+        let local_id = config.node_id;
+        let replica_lag_time_max_ms = config.replication.replica_lag_time_max.as_millis() as i64;
+        Partition {
+            topic: topic.to_string(),
+            topic_id,
+            index,
+            local_id,
+            leader_epoch: AtomicI32::new(epoch),
+            leader_id: AtomicI32::new(local_id),
+            checkpointed_high_watermark: AtomicI64::new(-1),
+            role: AtomicU8::new(ROLE_LEADER),
+            replicated: AtomicBool::new(false),
+            replica_set: Mutex::new(ReplicaSet::sole_leader(
+                local_id,
+                epoch,
+                replica_lag_time_max_ms,
+            )),
+            isr_len: AtomicUsize::new(1),
+            maximal_isr_len: AtomicUsize::new(1),
+            replica_count: AtomicUsize::new(1),
+            high_watermark: AtomicI64::new(log.high_watermark()),
+            log_end_offset: AtomicI64::new(log.log_end_offset()),
+            log_start_offset: AtomicI64::new(log.log_start_offset()),
+            last_stable_offset: AtomicI64::new(log.last_stable_offset()),
+            log: Mutex::new(log),
+            waiters: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
+        // A panic while holding the lock would poison it; the log's state is still the
+        // on-disk truth, so keep serving rather than cascade the panic.
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_replicas(&self) -> std::sync::MutexGuard<'_, ReplicaSet> {
+        self.replica_set.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn publish_isr(&self, set: &ReplicaSet) {
+        self.isr_len.store(set.isr.len(), Ordering::Release);
+        self.maximal_isr_len
+            .store(set.maximal_isr().len(), Ordering::Release);
+        self.replica_count
+            .store(set.replicas.len().max(1), Ordering::Release);
+    }
+
+    /// Kafka's `effectiveMinIsr`: min.insync.replicas capped by the replication factor.
+    fn effective_min_isr(&self, min_insync_replicas: i32) -> usize {
+        (min_insync_replicas.max(1) as usize).min(self.replica_count.load(Ordering::Acquire))
+    }
+
+    fn publish(&self, log: &Log) {
+        self.log_start_offset
+            .store(log.log_start_offset(), Ordering::Release);
+        self.log_end_offset
+            .store(log.log_end_offset(), Ordering::Release);
+        self.high_watermark
+            .store(log.high_watermark(), Ordering::Release);
+        self.last_stable_offset
+            .store(log.last_stable_offset(), Ordering::Release);
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch.load(Ordering::Acquire)
+    }
+
+    pub fn offsets(&self) -> PartitionOffsets {
+        PartitionOffsets {
+            log_start_offset: self.log_start_offset.load(Ordering::Acquire),
+            high_watermark: self.high_watermark.load(Ordering::Acquire),
+            log_end_offset: self.log_end_offset.load(Ordering::Acquire),
+            last_stable_offset: self.last_stable_offset.load(Ordering::Acquire),
+        }
+    }
+
+    pub fn role(&self) -> Role {
+        match self.role.load(Ordering::Acquire) {
+            ROLE_LEADER => Role::Leader,
+            ROLE_FOLLOWER => Role::Follower,
+            _ => Role::None,
+        }
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.role.load(Ordering::Acquire) == ROLE_LEADER
+    }
+
+    /// Whether the control plane has applied a state to this partition.
+    pub fn is_replicated(&self) -> bool {
+        self.replicated.load(Ordering::Acquire)
+    }
+
+    /// The current leader and its epoch as this broker knows them.
+    pub fn leader_and_epoch(&self) -> (Option<i32>, i32) {
+        let leader = self.leader_id.load(Ordering::Acquire);
+        ((leader >= 0).then_some(leader), self.leader_epoch())
+    }
+
+    /// A snapshot of the replica set (leadership, ISR, follower progress).
+    pub fn replica_set(&self) -> ReplicaSet {
+        self.lock_replicas().clone()
+    }
+
+    /// The committed ISR's size (1 until the control plane applies a state).
+    pub fn isr_len(&self) -> usize {
+        self.isr_len.load(Ordering::Acquire)
+    }
+
+    /// Kafka's acks=all checks: the committed ISR size and the effective min ISR (capped by the
+    /// replication factor) before an append.
+    pub fn has_enough_in_sync_replicas(&self, min_insync_replicas: i32) -> bool {
+        self.isr_len.load(Ordering::Acquire) >= self.effective_min_isr(min_insync_replicas)
+    }
+
+    /// Kafka's `checkEnoughReplicasReachOffset` for a waiting acks=all produce: `Ok(true)` once
+    /// the high watermark reached `required_offset` with the maximal ISR at least min ISR.
+    pub fn check_enough_replicas_reach_offset(
+        &self,
+        required_offset: i64,
+        min_insync_replicas: i32,
+    ) -> Result<bool, kafka_protocol::ResponseError> {
+        use kafka_protocol::ResponseError;
+        if !self.is_leader() {
+            return Err(ResponseError::NotLeaderOrFollower);
+        }
+        if self.offsets().high_watermark < required_offset {
+            return Ok(false);
+        }
+        if self.maximal_isr_len.load(Ordering::Acquire)
+            >= self.effective_min_isr(min_insync_replicas)
+        {
+            Ok(true)
+        } else {
+            Err(ResponseError::NotEnoughReplicasAfterAppend)
+        }
+    }
+
+    /// Appends a COMMIT or ABORT marker ending the producer's transaction on this partition
+    /// (WriteTxnMarkers). Blocking. Returns the marker's offset.
+    pub fn write_txn_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        commit: bool,
+    ) -> Result<i64, AppendError> {
+        let offset = {
+            let mut log = self.lock();
+            if !self.is_leader() {
+                return Err(AppendError::NotLeaderOrFollower);
+            }
+            let offset = log.append_txn_marker(
+                producer_id,
+                producer_epoch,
+                coordinator_epoch,
+                commit,
+                self.leader_epoch(),
+                now_ms(),
+            )?;
+            self.after_leader_append(&mut log);
+            offset
+        };
+        self.after_append_unlocked();
+        Ok(offset)
+    }
+
+    /// Appends a produce batch as leader. Blocking: call from a blocking thread.
+    pub fn append(&self, records: &[u8]) -> Result<AppendInfo, AppendError> {
+        let info = {
+            let mut log = self.lock();
+            // Checked under the log lock: a role change takes it too.
+            if !self.is_leader() {
+                return Err(AppendError::NotLeaderOrFollower);
+            }
+            let info = log.append_as_leader(records, self.leader_epoch(), now_ms())?;
+            self.after_leader_append(&mut log);
+            info
+        };
+        if !info.duplicate {
+            self.after_append_unlocked();
+        }
+        Ok(info)
+    }
+
+    /// A single replica is the whole ISR: the high watermark follows the log end.
+    fn after_leader_append(&self, log: &mut Log) {
+        if !self.is_replicated() {
+            let leo = log.log_end_offset();
+            log.update_high_watermark(leo);
+        }
+        self.publish(log);
+    }
+
+    fn after_append_unlocked(&self) {
+        if self.is_replicated() {
+            self.maybe_increment_high_watermark(now_ms());
+        }
+        self.wake_waiters();
+    }
+
+    /// Kafka's `maybeIncrementLeaderHW`: moves the high watermark up to the smallest log end
+    /// offset of the (maximal) ISR and wakes waiters. Blocking (takes the log lock).
+    pub fn maybe_increment_high_watermark(&self, now: i64) -> bool {
+        let set = self.lock_replicas();
+        if !set.is_leader() {
+            return false;
+        }
+        let mut log = self.lock();
+        let candidate =
+            set.high_watermark(log.log_end_offset(), now, log.config().min_insync_replicas);
+        drop(set);
+        let moved = candidate.is_some_and(|hw| hw > log.high_watermark());
+        if let Some(hw) = candidate.filter(|_| moved) {
+            log.update_high_watermark(hw);
+            self.publish(&log);
+        }
+        drop(log);
+        if moved {
+            self.wake_waiters();
+        }
+        moved
+    }
+
+    /// Records a follower's fetch at `fetch_offset` (Kafka's `updateFollowerFetchState`),
+    /// moves the high watermark, and returns an ISR expansion to propose, if any. Blocking.
+    pub fn update_follower_fetch_state(
+        &self,
+        replica_id: i32,
+        fetch_offset: i64,
+        follower_log_start_offset: i64,
+        leader_log_end_offset: i64,
+        now: i64,
+    ) -> Result<Option<crate::replication::AlterPartitionRequest>, FollowerFetchError> {
+        let (moved_end, expansion) = {
+            let mut set = self.lock_replicas();
+            if !set.is_leader() {
+                return Err(FollowerFetchError::NotLeaderOrFollower);
+            }
+            let Some(f) = set.followers.get_mut(&replica_id) else {
+                return Err(FollowerFetchError::NotLeaderOrFollower);
+            };
+            let before = f.log_end_offset;
+            f.record_fetch(
+                fetch_offset,
+                follower_log_start_offset,
+                now,
+                leader_log_end_offset,
+            );
+            let hw = self.offsets().high_watermark;
+            let expansion = set.expansion(replica_id, hw).map(|new_isr| {
+                set.pending_isr = Some(new_isr.clone());
+                self.publish_isr(&set);
+                crate::replication::AlterPartitionRequest {
+                    topic_id: self.topic_id,
+                    partition: self.index,
+                    leader_epoch: set.leader_epoch,
+                    new_isr,
+                    partition_epoch: set.partition_epoch,
+                }
+            });
+            (before != fetch_offset, expansion)
+        };
+        if moved_end {
+            self.maybe_increment_high_watermark(now);
+        }
+        Ok(expansion)
+    }
+
+    /// The ISR shrink to propose when followers lag (Kafka's `maybeShrinkIsr`).
+    pub fn maybe_shrink_isr(&self, now: i64) -> Option<crate::replication::AlterPartitionRequest> {
+        if !self.is_replicated() {
+            return None;
+        }
+        let mut set = self.lock_replicas();
+        let new_isr = set.shrink(self.offsets().log_end_offset, now)?;
+        tracing::info!(topic = %self.topic, partition = self.index, isr = ?set.isr, new_isr = ?new_isr, "shrinking ISR: followers out of sync");
+        set.pending_isr = Some(new_isr.clone());
+        self.publish_isr(&set);
+        Some(crate::replication::AlterPartitionRequest {
+            topic_id: self.topic_id,
+            partition: self.index,
+            leader_epoch: set.leader_epoch,
+            new_isr,
+            partition_epoch: set.partition_epoch,
+        })
+    }
+
+    /// Sets which replicas' brokers are fenced or unregistered (see
+    /// [`crate::replication::state::ReplicaSet::ineligible`]); a leader may then move its high
+    /// watermark past one of them. Blocking.
+    pub fn set_ineligible_replicas(&self, ineligible: std::collections::BTreeSet<i32>, now: i64) {
+        {
+            let mut set = self.lock_replicas();
+            if set.ineligible == ineligible {
+                return;
+            }
+            set.ineligible = ineligible;
+        }
+        self.maybe_increment_high_watermark(now);
+    }
+
+    /// The controller committed an ISR change. Blocking.
+    pub fn isr_change_committed(&self, committed: &crate::replication::LeaderAndIsr, now: i64) {
+        {
+            let mut set = self.lock_replicas();
+            if committed.leader_epoch != set.leader_epoch
+                || committed.partition_epoch < set.partition_epoch
+            {
+                set.pending_isr = None;
+                self.publish_isr(&set);
+                return;
+            }
+            set.isr = committed.isr.clone();
+            set.partition_epoch = committed.partition_epoch;
+            set.pending_isr = None;
+            self.publish_isr(&set);
+        }
+        self.maybe_increment_high_watermark(now);
+        self.wake_waiters();
+    }
+
+    /// The controller refused or did not answer an ISR change: propose again later.
+    pub fn isr_change_failed(&self, request: &crate::replication::AlterPartitionRequest) {
+        let mut set = self.lock_replicas();
+        if set.pending_isr.as_ref() == Some(&request.new_isr) {
+            set.pending_isr = None;
+            self.publish_isr(&set);
+        }
+    }
+
+    /// Applies a control-plane state (Kafka's `makeLeader` / `makeFollower`). Returns whether
+    /// fetching must (re)start for it: this broker follows and the leader epoch changed.
+    /// Stale states (older partition epoch) are ignored. Blocking.
+    pub fn apply_state(
+        &self,
+        state: &crate::replication::PartitionLeadership,
+        replica_lag_time_max_ms: i64,
+        now: i64,
+    ) -> io::Result<bool> {
+        let mut set = self.lock_replicas();
+        let first = !self.is_replicated();
+        if !first && state.partition_epoch < set.partition_epoch {
+            tracing::info!(topic = %self.topic, partition = self.index, partition_epoch = state.partition_epoch, current = set.partition_epoch, "skipped a stale partition state");
+            return Ok(false);
+        }
+        let was_leader = set.is_leader() && !first;
+        let new_epoch = first || state.leader_epoch > set.leader_epoch;
+        set.replica_lag_time_max_ms = replica_lag_time_max_ms;
+        set.replicas = state.replicas.clone();
+        set.isr = state.isr.clone();
+        set.pending_isr = None;
+        set.partition_epoch = state.partition_epoch;
+        set.leader = state.leader;
+        let role = if state.leader == Some(self.local_id) {
+            ROLE_LEADER
+        } else if state.replicas.contains(&self.local_id) {
+            ROLE_FOLLOWER
+        } else {
+            ROLE_NONE
+        };
+        let mut log = self.lock();
+        let checkpointed = self.checkpointed_high_watermark.swap(-1, Ordering::AcqRel);
+        if first && checkpointed >= 0 && checkpointed < log.high_watermark() {
+            log.update_high_watermark(checkpointed);
+            self.publish(&log);
+        }
+        if role == ROLE_LEADER {
+            if new_epoch {
+                let leo = log.log_end_offset();
+                log.assign_epoch_start_offset(state.leader_epoch, leo)?;
+                set.leader_epoch = state.leader_epoch;
+                set.start_leader_epoch(was_leader, leo, now);
+                tracing::info!(topic = %self.topic, partition = self.index, leader_epoch = state.leader_epoch, start_offset = leo, high_watermark = log.high_watermark(), isr = ?state.isr, "became leader");
+            } else {
+                set.sync_followers();
+            }
+        } else {
+            if new_epoch {
+                tracing::info!(topic = %self.topic, partition = self.index, leader = ?state.leader, leader_epoch = state.leader_epoch, "became follower");
+            }
+            set.leader_epoch = state.leader_epoch.max(set.leader_epoch);
+            set.leader_epoch_start_offset = None;
+            set.followers.clear();
+        }
+        self.publish_isr(&set);
+        self.leader_epoch.store(set.leader_epoch, Ordering::Release);
+        self.leader_id
+            .store(state.leader.unwrap_or(-1), Ordering::Release);
+        self.role.store(role, Ordering::Release);
+        self.replicated.store(true, Ordering::Release);
+        drop(log);
+        drop(set);
+        if role == ROLE_LEADER {
+            // The ISR may be down to this broker alone.
+            self.maybe_increment_high_watermark(now);
+        }
+        // Waiting produces and fetches re-check their partition (leadership may be gone).
+        self.wake_waiters();
+        Ok(role == ROLE_FOLLOWER && new_epoch)
+    }
+
+    /// Kafka's StopReplica with `deletePartition`: once this broker is no longer a replica
+    /// (a reassignment moved the partition away), its copy goes. The log restarts empty at
+    /// offset 0, so a later reassignment back here re-fetches everything from the leader.
+    /// Does nothing while this broker is a replica or the log is already empty. Returns
+    /// whether data was dropped. Blocking.
+    pub fn delete_local_replica(&self) -> io::Result<bool> {
+        let _set = self.lock_replicas();
+        let mut log = self.lock();
+        if self.role() != Role::None || (log.log_start_offset() == 0 && log.log_end_offset() == 0) {
+            return Ok(false);
+        }
+        log.truncate_fully_and_start_at(0, now_ms())?;
+        tracing::info!(topic = %self.topic, partition = self.index, "deleted the local copy of a partition this broker no longer replicates");
+        self.publish(&log);
+        Ok(true)
+    }
+
+    /// Appends batches fetched from the leader (offsets and epochs kept) and takes the
+    /// leader's high watermark and log start offset, as Kafka's follower does after each
+    /// fetch. Refused unless this broker follows at `leader_epoch`. Blocking.
+    pub fn append_as_follower(
+        &self,
+        leader_epoch: i32,
+        records: &[u8],
+        leader_high_watermark: i64,
+        leader_log_start_offset: i64,
+    ) -> Result<usize, AppendError> {
+        let appended = {
+            let mut log = self.lock();
+            if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
+                return Err(AppendError::NotLeaderOrFollower);
+            }
+            let appended = log.append_as_follower(records, now_ms())?;
+            let hw = leader_high_watermark.min(log.log_end_offset());
+            if hw > log.high_watermark() {
+                log.update_high_watermark(hw);
+            }
+            // The leader's log start moved (retention, DeleteRecords): follow it. Without
+            // remote storage the segments wholly below it go now, as on the leader.
+            if leader_log_start_offset > log.log_start_offset() {
+                if log.config().remote_storage_enable {
+                    log.advance_log_start_offset(leader_log_start_offset)?;
+                } else {
+                    log.delete_records_before(leader_log_start_offset)?;
+                }
+            }
+            self.publish(&log);
+            appended
+        };
+        self.wake_waiters();
+        Ok(appended)
+    }
+
+    /// Truncates a follower's log to `offset` (divergence after a leader change). Blocking.
+    pub fn truncate_to(&self, leader_epoch: i32, offset: i64) -> Result<bool, AppendError> {
+        let mut log = self.lock();
+        if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
+            return Err(AppendError::NotLeaderOrFollower);
+        }
+        let removed = log.truncate_to(offset, now_ms())?;
+        if removed {
+            tracing::info!(topic = %self.topic, partition = self.index, offset, log_end_offset = log.log_end_offset(), "truncated divergent log suffix");
+        }
+        self.publish(&log);
+        Ok(removed)
+    }
+
+    /// Empties a follower's log and restarts it at `offset` (the leader's log start is past
+    /// this follower's end). Blocking.
+    pub fn truncate_fully_and_start_at(
+        &self,
+        leader_epoch: i32,
+        offset: i64,
+    ) -> Result<(), AppendError> {
+        let mut log = self.lock();
+        if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
+            return Err(AppendError::NotLeaderOrFollower);
+        }
+        log.truncate_fully_and_start_at(offset, now_ms())?;
+        tracing::info!(topic = %self.topic, partition = self.index, offset, "restarted follower log at the leader's log start");
+        self.publish(&log);
+        Ok(())
+    }
+
+    /// Restarts a follower's log at the leader's local log start of a tiered partition, with
+    /// leader epochs and producer state from remote storage (see [`Log::start_at_tiered`]).
+    /// Refused unless this broker follows at `leader_epoch`. Blocking.
+    pub fn start_at_tiered(
+        &self,
+        leader_epoch: i32,
+        log_start_offset: i64,
+        local_start_offset: i64,
+        epochs: &[(i32, i64)],
+        producer_snapshot: Option<&[u8]>,
+    ) -> Result<(), AppendError> {
+        let mut log = self.lock();
+        if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
+            return Err(AppendError::NotLeaderOrFollower);
+        }
+        log.start_at_tiered(
+            log_start_offset,
+            local_start_offset,
+            epochs,
+            producer_snapshot,
+            now_ms(),
+        )?;
+        tracing::info!(topic = %self.topic, partition = self.index, log_start_offset, local_start_offset, "restarted follower log at the leader's local log start (the rest is in remote storage)");
+        self.publish(&log);
+        Ok(())
+    }
+
+    /// Finds the file range to serve for a fetch. Blocking (may read segment headers).
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one: bool,
+    ) -> Result<Option<FileSlice>, ReadError> {
+        self.lock().read(offset, max_bytes, max_offset, min_one)
+    }
+
+    pub fn with_log<R>(&self, f: impl FnOnce(&mut Log) -> R) -> R {
+        let mut log = self.lock();
+        let r = f(&mut log);
+        self.publish(&log);
+        r
+    }
+
+    /// Registers a fetch waiting for data; it is woken (once) by the next append.
+    pub fn add_waiter(&self, n: Arc<Notify>) {
+        if let Ok(mut w) = self.waiters.lock() {
+            w.retain(|x| Arc::strong_count(x) > 1);
+            w.push(n);
+        }
+    }
+
+    fn wake_waiters(&self) {
+        let waiters = match self.waiters.lock() {
+            Ok(mut w) => std::mem::take(&mut *w),
+            Err(_) => return,
+        };
+        for w in waiters {
+            w.notify_one();
+        }
+    }
+
+    pub(super) fn gauges(&self) -> PartitionGauges {
+        let leader = self.is_leader();
+        let under_replicated = leader
+            && self.isr_len.load(Ordering::Acquire) < self.replica_count.load(Ordering::Acquire);
+        let log = self.lock();
+        PartitionGauges {
+            topic: self.topic.clone(),
+            partition: self.index,
+            log_start_offset: log.log_start_offset(),
+            log_end_offset: log.log_end_offset(),
+            high_watermark: log.high_watermark(),
+            size_bytes: log.size_bytes(),
+            segments: log.segment_count(),
+            cleaner_dirty_ratio: None,
+            leader,
+            under_replicated,
+        }
+    }
+}
+
+impl crate::log::cleaner::LogHandle for Partition {
+    fn with_log<R>(&self, f: impl FnOnce(&mut Log) -> R) -> R {
+        Partition::with_log(self, f)
+    }
+}
