@@ -5,15 +5,17 @@ with SIGKILL (and restarted) several times under an idempotent acks=all producer
 
 Strata only: the reference Kafka script runs a single node."""
 
+import os
+import signal
 import threading
 import time
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import NewTopic
 
 from conftest import TARGET, free_port
-from helpers import QUIET, admin, consume
+from helpers import QUIET, admin, consume, produce
 
 pytestmark = [
     pytest.mark.slow,
@@ -25,13 +27,13 @@ TOPIC = "cluster-kill9"
 KILL_CYCLES = 3
 
 
-@pytest.fixture
-def cluster(broker_factory):
-    """Three brokers, all voters, started together (registration needs a quorum)."""
-    rpc_ports = [free_port() for _ in range(3)]
+def start_cluster(broker_factory, n=3, **props):
+    """`n` brokers, all voters, started together (registration needs a quorum). Yields them;
+    on the way out every paused broker gets SIGCONT before all are stopped."""
+    rpc_ports = [free_port() for _ in range(n)]
     voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(rpc_ports))
     brokers = []
-    for i in range(3):
+    for i in range(n):
         b = broker_factory({
             "node.id": i + 1,
             "cluster.id": "interop-cluster",
@@ -42,9 +44,11 @@ def cluster(broker_factory):
             "default.replication.factor": 3,
             "min.insync.replicas": 2,
             "auto.create.topics.enable": "false",
+            **props,
         }, name=f"node{i + 1}", start=False)
         b.props["listeners"] = (f"PLAINTEXT://127.0.0.1:{b.port},"
                                 f"CONTROLLER://127.0.0.1:{rpc_ports[i]}")
+        b.paused = False
         brokers.append(b)
     errors = []
     # The brokers must start together, so each starts on its own thread; the threads live
@@ -67,9 +71,11 @@ def cluster(broker_factory):
     try:
         if errors:
             raise errors[0]
-        assert all(b.running for b in brokers), "the three brokers did not start"
+        assert all(b.running for b in brokers), "the brokers did not start"
         yield brokers
     finally:
+        for b in brokers:
+            resume(b)
         for b in brokers:
             b.stop()
         release.set()
@@ -77,16 +83,52 @@ def cluster(broker_factory):
             t.join()
 
 
+@pytest.fixture
+def cluster(broker_factory):
+    """Three brokers, all voters."""
+    yield from start_cluster(broker_factory, 3)
+
+
+@pytest.fixture
+def cluster5(broker_factory):
+    """Five brokers, all voters, for topics of replication factor 3: two brokers can be
+    paused or killed while the metadata quorum (three of five) still commits. Followers
+    leave the ISR after 1.5 s without catching up."""
+    yield from start_cluster(broker_factory, 5, **{"replica.lag.time.max.ms": 1500})
+
+
+def pause(b):
+    """SIGSTOP: the broker is cut off (no heartbeats, fetches or answers) until resume()."""
+    assert b.proc is not None and b.proc.poll() is None, f"{b.name} is not running"
+    os.kill(b.proc.pid, signal.SIGSTOP)
+    b.paused = True
+
+
+def resume(b):
+    if getattr(b, "paused", False):
+        b.paused = False
+        if b.proc is not None and b.proc.poll() is None:
+            os.kill(b.proc.pid, signal.SIGCONT)
+
+
+def live(brokers):
+    return [b for b in brokers if b.running and not b.paused]
+
+
 def bootstrap(brokers) -> str:
     return ",".join(b.bootstrap for b in brokers)
 
 
-def partition_state(brokers):
-    """(leader, isr) of partition 0, asked of a running broker."""
-    live = [b for b in brokers if b.running]
-    md = admin(bootstrap(live)).list_topics(TOPIC, timeout=10)
-    p = md.topics[TOPIC].partitions[0]
+def partition_state(brokers, topic=TOPIC):
+    """(leader, isr) of partition 0, asked of a running broker that is not paused."""
+    md = admin(bootstrap(live(brokers))).list_topics(topic, timeout=10)
+    p = md.topics[topic].partitions[0]
     return p.leader, sorted(p.isrs)
+
+
+def partition_replicas(brokers, topic=TOPIC):
+    md = admin(bootstrap(live(brokers))).list_topics(topic, timeout=10)
+    return list(md.topics[topic].partitions[0].replicas)
 
 
 def wait_until(what, cond, timeout=30.0):
@@ -102,19 +144,23 @@ def wait_until(what, cond, timeout=30.0):
 
 
 class NumberedProducer:
-    """Produces 0, 1, 2, ... with an idempotent acks=all producer on its own thread and
-    records, per number, the acknowledged offset and when it was acknowledged."""
+    """Produces prefix+0, prefix+1, ... to partition 0 on its own thread (by default with an
+    idempotent acks=all producer) and records, per number, the acknowledged offset and when
+    it was acknowledged."""
 
-    def __init__(self, bootstrap_servers):
+    def __init__(self, bootstrap_servers, topic=TOPIC, acks="all", prefix=b"", **conf):
+        self.topic = topic
+        self.prefix = prefix
         self.producer = Producer({
             "bootstrap.servers": bootstrap_servers,
-            "enable.idempotence": True,
-            "acks": "all",
+            "enable.idempotence": acks == "all",
+            "acks": acks,
             "linger.ms": 5,
             "message.timeout.ms": 120000,
             "retry.backoff.ms": 100,
             "topic.metadata.refresh.interval.ms": 1000,
             **QUIET,
+            **conf,
         })
         self.sent = 0
         self.acked = {}  # number -> (offset, ack time)
@@ -126,7 +172,7 @@ class NumberedProducer:
 
     def _delivered(self, err, msg):
         now = time.monotonic()
-        n = int(msg.value())
+        n = int(msg.value()[len(self.prefix):])
         with self.lock:
             if err is not None:
                 self.errors.append((n, str(err)))
@@ -137,7 +183,8 @@ class NumberedProducer:
         while not self.stop.is_set():
             try:
                 now = time.monotonic()
-                self.producer.produce(TOPIC, value=b"%d" % self.sent, partition=0,
+                self.producer.produce(self.topic, value=self.prefix + b"%d" % self.sent,
+                                      partition=0,
                                       on_delivery=self._delivered)
                 self.produced_at.append(now)
                 self.sent += 1
@@ -200,3 +247,86 @@ def test_acked_records_survive_repeated_kill9_of_the_partition_leader(cluster):
     records = consume(bootstrap(cluster), TOPIC, p.sent, timeout=60)
     assert [int(r.value) for r in records] == list(range(p.sent))
     assert [r.offset for r in records] == offsets
+
+
+def broker_by_id(brokers, node_id):
+    return brokers[node_id - 1]
+
+
+def node_id(b):
+    return int(b.props["node.id"])
+
+
+def produce_values(brokers, topic, values, acks, **conf):
+    """Produces `values` to partition 0 through the live brokers; (delivered, errors)."""
+    return produce(bootstrap(live(brokers)), topic,
+                   [{"value": v, "partition": 0} for v in values],
+                   conf={"acks": acks, "request.timeout.ms": 10000,
+                         "message.timeout.ms": 30000, **conf},
+                   expect_errors=True)
+
+
+@pytest.mark.timeout(150)
+def test_isr_shrinks_and_expands_and_acks_all_needs_min_insync_replicas(cluster5):
+    """RF 3, min.insync.replicas 2, on five voters (the quorum survives two paused
+    brokers). One follower paused: the ISR shrinks to two and acks=all succeeds. Both
+    paused: the ISR is the leader alone, acks=all is refused with NOT_ENOUGH_REPLICAS and
+    acks=1 succeeds. Both resumed: the ISR is full again, acks=all succeeds, and every
+    acknowledged record is read once, in order, at its offset."""
+    topic = "isr-min-insync"
+    a = admin(bootstrap(cluster5))
+    fs = a.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2, 3]],
+                                   config={"min.insync.replicas": "2"})], request_timeout=30)
+    fs[topic].result()
+    wait_until("a leader and a full ISR", lambda: partition_state(cluster5, topic)[1] == [1, 2, 3])
+    leader, _ = partition_state(cluster5, topic)
+    f1, f2 = [broker_by_id(cluster5, i) for i in (1, 2, 3) if i != leader]
+    acked = []  # (offset, value) of every acknowledged record
+
+    def must_produce(values, acks):
+        delivered, errors = produce_values(cluster5, topic, values, acks)
+        assert not errors, f"acks={acks}: {errors[:3]}"
+        acked.extend((d.offset, d.value) for d in delivered)
+
+    must_produce([b"all-a%d" % i for i in range(20)], "all")
+
+    pause(f1)
+    paused_at = time.monotonic()
+    wait_until("the ISR without the paused follower",
+               lambda: partition_state(cluster5, topic)[1] == sorted([leader, node_id(f2)]),
+               timeout=20)
+    print(f"ISR shrank to two {time.monotonic() - paused_at:.2f}s after pausing {f1.name}")
+    must_produce([b"all-b%d" % i for i in range(20)], "all")
+
+    pause(f2)
+    paused_at = time.monotonic()
+    # A follower that has everything stays in sync: acks=1 writes make the paused one lag
+    # (and the controller fences it once its session expires).
+    n = 0
+    deadline = time.monotonic() + 20
+    while partition_state(cluster5, topic)[1] != [leader]:
+        assert time.monotonic() < deadline, "the ISR did not shrink to the leader alone"
+        must_produce([b"one-c%d" % n], "1")
+        n += 1
+        time.sleep(0.1)
+    print(f"ISR shrank to the leader alone {time.monotonic() - paused_at:.2f}s after "
+          f"pausing {f2.name}")
+
+    delivered, errors = produce_values(cluster5, topic, [b"rejected-%d" % i for i in range(5)],
+                                       "all", retries=0)
+    assert not delivered, f"acks=all accepted with the leader alone in the ISR: {delivered[:3]}"
+    assert [e.code() for e in errors] == [KafkaError.NOT_ENOUGH_REPLICAS] * 5, errors
+    must_produce([b"one-d%d" % i for i in range(20)], "1")
+
+    resume(f1)
+    resume(f2)
+    resumed_at = time.monotonic()
+    wait_until("the full ISR again", lambda: partition_state(cluster5, topic)[1] == [1, 2, 3],
+               timeout=40)
+    print(f"ISR full again {time.monotonic() - resumed_at:.2f}s after resuming both")
+    must_produce([b"all-e%d" % i for i in range(20)], "all")
+
+    acked.sort()
+    assert len({o for o, _ in acked}) == len(acked), "two records acknowledged at one offset"
+    records = consume(bootstrap(cluster5), topic, len(acked), timeout=60)
+    assert [(r.offset, r.value) for r in records] == acked
