@@ -1,5 +1,9 @@
 //! DescribeCluster: the registered brokers once the control plane has set the cluster view,
 //! else this broker alone (and its controller).
+//!
+//! `controller_id` is this broker on a single node; in cluster mode it is the active
+//! controller (the metadata quorum's Raft leader, every node being a voter), or -1 while no
+//! leader is known, so that an operator can see which node the controller runs on.
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{DescribeClusterRequest, DescribeClusterResponse};
@@ -24,10 +28,14 @@ pub fn handle(
                 .with_rack(rack.map(StrBytes::from_string))
         })
         .collect();
+    let controller_id = match broker.cluster() {
+        Some(control) => control.active_controller().unwrap_or(-1),
+        None => broker.config.node_id,
+    };
     DescribeClusterResponse::default()
         .with_endpoint_type(req.endpoint_type)
         .with_cluster_id(StrBytes::from_string(broker.cluster_id.clone()))
-        .with_controller_id(broker.config.node_id.into())
+        .with_controller_id(controller_id.into())
         .with_brokers(brokers)
         .with_cluster_authorized_operations(if req.include_cluster_authorized_operations {
             CLUSTER_AUTHORIZED_OPERATIONS

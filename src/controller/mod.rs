@@ -164,6 +164,13 @@ impl ClusterControl {
         self.broker_id.0
     }
 
+    /// The active controller (the Raft leader of the metadata quorum) as this node last saw
+    /// it; `None` while no leader is known (an election is under way or no quorum).
+    pub fn active_controller(&self) -> Option<i32> {
+        let leader = self.node().ok()?.leader()?;
+        i32::try_from(leader).ok()
+    }
+
     fn broker_epoch(&self) -> BrokerEpoch {
         BrokerEpoch(self.broker_epoch.load(Ordering::Acquire))
     }
