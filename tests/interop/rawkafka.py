@@ -10,6 +10,7 @@ import struct
 
 API_FETCH = 1
 API_VERSIONS = 18
+API_DESCRIBE_CLUSTER = 60
 
 
 class Conn:
@@ -49,7 +50,35 @@ class Conn:
         assert corr == self.corr, f"correlation id {corr} != {self.corr}"
         return data[4:]
 
+    def request_flexible(self, api_key: int, version: int, body: bytes) -> bytes:
+        """Send a request with header v2 (flexible versions) and return the response body
+        (after header v1)."""
+        self.corr += 1
+        client_id = b"strata-interop-raw"
+        header = struct.pack(">hhih", api_key, version, self.corr, len(client_id)) + client_id
+        msg = header + b"\x00" + body  # no tagged fields
+        self.sock.sendall(struct.pack(">i", len(msg)) + msg)
+        (size,) = struct.unpack(">i", self._recv_exact(4))
+        r = Reader(self._recv_exact(size))
+        corr = r.int32()
+        assert corr == self.corr, f"correlation id {corr} != {self.corr}"
+        r.skip_tagged_fields()
+        return r.d[r.i:]
+
     # ------------------------------------------------------------------ requests
+    def describe_cluster_controller(self) -> int:
+        """DescribeCluster v0 (API 60) -> controller_id (-1: none known).
+
+        librdkafka's describe_cluster() answers from a Metadata request; this is the
+        DescribeCluster API itself."""
+        r = Reader(self.request_flexible(API_DESCRIBE_CLUSTER, 0, b"\x00\x00"))
+        r.int32()  # throttle_time_ms
+        err = r.int16()
+        assert err == 0, f"DescribeCluster error {err}"
+        r.compact_string()  # error_message
+        r.compact_string()  # cluster_id
+        return r.int32()
+
     def api_versions(self) -> dict[int, tuple[int, int]]:
         """ApiVersions v0 -> {api_key: (min, max)}."""
         r = Reader(self.request(API_VERSIONS, 0, b""))
@@ -111,6 +140,29 @@ class Reader:
         s = self.d[self.i:self.i + n].decode()
         self.i += n
         return s
+
+    def uvarint(self):
+        shift = value = 0
+        while True:
+            b = self.d[self.i]
+            self.i += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+
+    def compact_string(self):
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        s = self.d[self.i:self.i + n].decode()
+        self.i += n
+        return s
+
+    def skip_tagged_fields(self):
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.i += self.uvarint()
 
     def nbytes(self):
         n = self.int32()

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import NewTopic
 
+import rawkafka
 from conftest import TARGET, free_port
 from helpers import QUIET, admin, consume, produce
 
@@ -330,3 +331,92 @@ def test_isr_shrinks_and_expands_and_acks_all_needs_min_insync_replicas(cluster5
     assert len({o for o, _ in acked}) == len(acked), "two records acknowledged at one offset"
     records = consume(bootstrap(cluster5), topic, len(acked), timeout=60)
     assert [(r.offset, r.value) for r in records] == acked
+
+
+def active_controller(b):
+    """The active controller as broker `b` reports it (DescribeCluster), or None."""
+    with rawkafka.Conn(b.bootstrap, timeout=10) as conn:
+        c = conn.describe_cluster_controller()
+    return c if c >= 0 else None
+
+
+def agreed_controller(brokers, other_than=None, timeout=30.0):
+    """Waits until every live broker reports the same active controller (not
+    `other_than`) and returns it."""
+    deadline = time.monotonic() + timeout
+    seen = None
+    while time.monotonic() < deadline:
+        try:
+            seen = {active_controller(b) for b in live(brokers)}
+        except (OSError, AssertionError) as e:
+            seen = {repr(e)}
+        if len(seen) == 1 and None not in seen and other_than not in seen:
+            return seen.pop()
+        time.sleep(0.2)
+    raise AssertionError(f"the brokers do not agree on an active controller: {seen}")
+
+
+@pytest.mark.timeout(180)
+def test_topics_and_leader_elections_survive_kill9_of_the_active_controller(cluster5):
+    """The active controller (DescribeCluster's controller_id: the Raft leader) is killed
+    with SIGKILL; the other four elect another, create a topic, and re-elect its partition
+    leader when that is killed too. The killed brokers restart and rejoin: they see the
+    topic and the new controller, and the topic's ISR is full again."""
+    topic = "controller-failover"
+    controller = agreed_controller(cluster5)
+    old = broker_by_id(cluster5, controller)
+    old.kill9()
+    killed_at = time.monotonic()
+    new_controller = agreed_controller(cluster5, other_than=controller)
+    print(f"controller {controller} killed; {new_controller} is active "
+          f"{time.monotonic() - killed_at:.2f}s later")
+
+    # Until its session expires the dead broker is registered and unfenced, and placement
+    # may give it replicas (as Kafka's would): wait until the new controller fences it.
+    wait_until("the killed controller fenced",
+               lambda: {b.id for b in admin(bootstrap(live(cluster5))).list_topics(
+                   timeout=10).brokers.values()} == {node_id(b) for b in live(cluster5)})
+    print(f"controller {controller} fenced {time.monotonic() - killed_at:.2f}s after the kill")
+    a = admin(bootstrap(live(cluster5)))
+    a.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3,
+                              config={"min.insync.replicas": "2"})],
+                    request_timeout=30)[topic].result()
+    live_ids = {node_id(b) for b in live(cluster5)}
+    wait_until("a live leader and two live replicas in sync",
+               lambda: partition_state(cluster5, topic)[0] in live_ids
+               and len(set(partition_state(cluster5, topic)[1]) & live_ids) >= 2)
+
+    p = NumberedProducer(bootstrap(live(cluster5)), topic=topic)
+    p.thread.start()
+    try:
+        wait_until("acknowledged records", lambda: len(p.acked) >= 50)
+        leader, isr = partition_state(cluster5, topic)
+        victim = broker_by_id(cluster5, leader)
+        victim.kill9()
+        killed_at = time.monotonic()
+        wait_until("an acknowledged produce after the partition leader's kill",
+                   lambda: p.first_ack_after(killed_at) is not None, timeout=60)
+        new_leader, new_isr = partition_state(cluster5, topic)
+        print(f"partition leader {leader} (ISR {isr}) killed; leader {new_leader} (ISR "
+              f"{new_isr}) acknowledged {p.first_ack_after(killed_at) - killed_at:.2f}s later")
+        assert new_leader != leader
+        time.sleep(1.0)
+    finally:
+        p.stop.set()
+        p.thread.join(150)
+
+    for b in (old, victim):
+        b.start()
+    replicas = sorted(partition_replicas(cluster5, topic))
+    wait_until("the restarted brokers back in the ISR",
+               lambda: partition_state(cluster5, topic)[1] == replicas, timeout=60)
+    agreed_controller(cluster5)  # all five
+    md = admin(old.bootstrap).list_topics(topic, timeout=10)
+    assert topic in md.topics and len(md.brokers) == 5, (md.topics, md.brokers)
+
+    assert not p.errors, f"delivery errors: {p.errors[:5]}"
+    assert sorted(p.acked) == list(range(p.sent))
+    offsets = [p.acked[n][0] for n in range(p.sent)]
+    records = consume(bootstrap(cluster5), topic, p.sent, timeout=60)
+    assert [int(r.value) for r in records] == list(range(p.sent))
+    assert [r.offset for r in records] == offsets
