@@ -7,6 +7,7 @@ Strata only: the reference Kafka script runs a single node."""
 
 import os
 import signal
+import subprocess
 import threading
 import time
 
@@ -28,11 +29,13 @@ TOPIC = "cluster-kill9"
 KILL_CYCLES = 3
 
 
-def start_cluster(broker_factory, n=3, **props):
-    """`n` brokers, all voters, started together (registration needs a quorum). Yields them;
-    on the way out every paused broker gets SIGCONT before all are stopped."""
+def start_cluster(broker_factory, n=3, net=None, **props):
+    """`n` brokers, all voters, started together (registration needs a quorum), on
+    127.0.0.1 or, with `net`, each in its own network namespace. Yields them; on the way
+    out every paused broker gets SIGCONT and every cut link is restored before all stop."""
     rpc_ports = [free_port() for _ in range(n)]
-    voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(rpc_ports))
+    peer_hosts = [net.peer_host(i) if net else "127.0.0.1" for i in range(n)]
+    voters = ",".join(f"{i + 1}@{peer_hosts[i]}:{p}" for i, p in enumerate(rpc_ports))
     brokers = []
     for i in range(n):
         b = broker_factory({
@@ -47,8 +50,11 @@ def start_cluster(broker_factory, n=3, **props):
             "auto.create.topics.enable": "false",
             **props,
         }, name=f"node{i + 1}", start=False)
-        b.props["listeners"] = (f"PLAINTEXT://127.0.0.1:{b.port},"
-                                f"CONTROLLER://127.0.0.1:{rpc_ports[i]}")
+        if net:
+            net.place(i, b, rpc_ports[i])
+        else:
+            b.props["listeners"] = (f"PLAINTEXT://127.0.0.1:{b.port},"
+                                    f"CONTROLLER://127.0.0.1:{rpc_ports[i]}")
         b.paused = False
         brokers.append(b)
     errors = []
@@ -77,6 +83,8 @@ def start_cluster(broker_factory, n=3, **props):
     finally:
         for b in brokers:
             resume(b)
+            if net:
+                net.heal(b)
         for b in brokers:
             b.stop()
         release.set()
@@ -96,6 +104,114 @@ def cluster5(broker_factory):
     paused or killed while the metadata quorum (three of five) still commits. Followers
     leave the ISR after 1.5 s without catching up."""
     yield from start_cluster(broker_factory, 5, **{"replica.lag.time.max.ms": 1500})
+
+
+class NamespaceNetwork:
+    """Each broker in its own network namespace with two links: one to the client network
+    (a bridge that the test, in the root namespace, reaches every broker on) and one to the
+    peer network (a bridge between the brokers only, carrying replication and the metadata
+    quorum). cut(b) takes b's peer link down: b keeps serving clients but reaches no other
+    broker and no other broker reaches it, with no reset (packets are dropped)."""
+
+    def __init__(self, n):
+        tag = os.getpid() % 100000
+        self.prefix = f"sf{tag}"  # interface names stay within 15 characters
+        self.octet = 100 + os.getpid() % 100
+        self.n = n
+        self.made = []  # undo commands, run in reverse
+
+    def client_host(self, i):
+        return f"10.{self.octet}.1.{i + 1}"
+
+    def peer_host(self, i):
+        return f"10.{self.octet}.2.{i + 1}"
+
+    def ns(self, i):
+        return f"{self.prefix}n{i + 1}"
+
+    def _ip(self, *args):
+        r = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise OSError(f"ip {' '.join(args)}: {r.stderr.strip()}")
+
+    def setup(self):
+        p = self.prefix
+        try:
+            for bridge in (f"{p}bc", f"{p}bp"):
+                self._ip("link", "add", bridge, "type", "bridge")
+                self.made.append(("link", "del", bridge))
+                self._ip("link", "set", bridge, "up")
+            self._ip("addr", "add", f"10.{self.octet}.1.254/24", "dev", f"{p}bc")
+            for i in range(self.n):
+                ns = self.ns(i)
+                self._ip("netns", "add", ns)
+                self.made.append(("netns", "del", ns))
+                self._ip("-n", ns, "link", "set", "lo", "up")
+                for kind, bridge, host in (("c", f"{p}bc", self.client_host(i)),
+                                           ("p", f"{p}bp", self.peer_host(i))):
+                    outside = f"{p}{kind}{i + 1}"
+                    self._ip("link", "add", outside, "type", "veth", "peer", "name", f"{kind}0",
+                             "netns", ns)
+                    self.made.append(("link", "del", outside))
+                    self._ip("link", "set", outside, "master", bridge, "up")
+                    self._ip("-n", ns, "addr", "add", f"{host}/24", "dev", f"{kind}0")
+                    self._ip("-n", ns, "link", "set", f"{kind}0", "up")
+        except BaseException:
+            self.teardown()
+            raise
+
+    def teardown(self):
+        while self.made:
+            try:
+                self._ip(*self.made.pop())
+            except OSError:
+                pass  # e.g. a veth already gone with its namespace
+
+    def place(self, i, b, rpc_port):
+        """Configures broker `b` (index i) to run in its namespace."""
+        b.host = self.client_host(i)
+        b.command_prefix = ["ip", "netns", "exec", self.ns(i)]
+        b.net_index = i
+        peer, repl = self.peer_host(i), free_port()
+        b.props.update({
+            "listeners": (f"PLAINTEXT://{b.host}:{b.port},REPLICATION://{peer}:{repl},"
+                          f"CONTROLLER://{peer}:{rpc_port}"),
+            "advertised.listeners": f"PLAINTEXT://{b.host}:{b.port},REPLICATION://{peer}:{repl}",
+            "listener.security.protocol.map":
+                "PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "REPLICATION",
+        })
+        b.cut_off = False
+
+    def cut(self, b):
+        self._ip("link", "set", f"{self.prefix}p{b.net_index + 1}", "down")
+        b.cut_off = True
+
+    def heal(self, b):
+        if getattr(b, "cut_off", False):
+            self._ip("link", "set", f"{self.prefix}p{b.net_index + 1}", "up")
+            b.cut_off = False
+
+
+@pytest.fixture
+def netns_cluster(broker_factory):
+    """Three brokers, all voters, each in its own network namespace (NamespaceNetwork).
+    Skips where network namespaces, veth pairs or bridges cannot be made (needs root)."""
+    net = NamespaceNetwork(3)
+    try:
+        net.setup()
+    except OSError as e:
+        pytest.skip(f"cannot build a namespaced network here: {e}")
+    try:
+        gen = start_cluster(broker_factory, 3, net=net)
+        brokers = next(gen)
+        brokers_net = net
+        try:
+            yield brokers, brokers_net
+        finally:
+            gen.close()
+    finally:
+        net.teardown()
 
 
 def pause(b):
@@ -429,6 +545,43 @@ def log_bytes(b, topic):
     return b"".join((d / f).read_bytes() for f in sorted(os.listdir(d)) if f.endswith(".log"))
 
 
+def check_after_rejoin(cluster, topic, leader, checker, ones, may_be_lost):
+    """After a deposed leader rejoined: every acks=all record of `checker` is in the log
+    once, in order, at its acknowledged offset; every acks=1 record of `ones` at most once,
+    and one missing (or not at its acknowledged offset) is in `may_be_lost`; the replicas'
+    logs are byte-identical. Returns the lost acks=1 numbers."""
+    assert not checker.errors, f"acks=all delivery errors: {checker.errors[:5]}"
+    assert sorted(checker.acked) == list(range(checker.sent))
+    _, end = watermarks(broker_by_id(cluster, leader).bootstrap, topic)
+    records = consume(bootstrap(cluster), topic, end, timeout=60)
+    assert [r.offset for r in records] == list(range(end)), "offsets are not dense"
+    all_at = {int(r.value): r.offset for r in records if not r.value.startswith(b"one-")}
+    assert [int(r.value) for r in records if not r.value.startswith(b"one-")] == \
+        list(range(checker.sent))
+    assert all_at == {n: off for n, (off, _) in checker.acked.items()}
+    ones_at = {}
+    for r in records:
+        if r.value.startswith(b"one-"):
+            n = int(r.value[4:])
+            assert n not in ones_at, f"acks=1 record {n} twice"
+            ones_at[n] = r.offset
+    lost = {n for n, (off, _) in ones.acked.items() if ones_at.get(n) != off}
+    assert lost <= may_be_lost, \
+        f"acks=1 records lost that followers had: {sorted(lost - may_be_lost)[:10]}"
+
+    # The replicas' logs converge to the same bytes (followers apply the high watermark one
+    # fetch later).
+    deadline = time.monotonic() + 20
+    while True:
+        logs = [log_bytes(b, topic) for b in cluster]
+        if logs[0] == logs[1] == logs[2]:
+            break
+        assert time.monotonic() < deadline, \
+            f"replica logs differ: sizes {[len(x) for x in logs]} (leader {leader})"
+        time.sleep(0.5)
+    return lost
+
+
 @pytest.mark.timeout(180)
 def test_a_deposed_leader_truncates_its_unreplicated_suffix_and_rejoins_in_sync(cluster):
     """Both followers are paused while an acks=1 and an idempotent acks=all producer write:
@@ -492,8 +645,6 @@ def test_a_deposed_leader_truncates_its_unreplicated_suffix_and_rejoins_in_sync(
         for p in (checker, ones):
             p.thread.join(150)
 
-    assert not checker.errors, f"acks=all delivery errors: {checker.errors[:5]}"
-    assert sorted(checker.acked) == list(range(checker.sent))
     # acks=1 records the cut-off leader acknowledged once no follower fetched; and those it
     # may have acknowledged before its followers had fetched them.
     only_on_old = {n for n, (_, at) in ones.acked.items() if cut_at + 0.1 < at < old_paused_at}
@@ -503,37 +654,84 @@ def test_a_deposed_leader_truncates_its_unreplicated_suffix_and_rejoins_in_sync(
     may_be_lost = {n for n, (_, at) in ones.acked.items()
                    if cut_at - 0.5 < at < old_paused_at or old_resumed_at < at < rejoined_at}
 
-    leader_now, _ = partition_state(cluster, topic)
-    _, end = watermarks(broker_by_id(cluster, leader_now).bootstrap, topic)
-    records = consume(bootstrap(cluster), topic, end, timeout=60)
-    assert [r.offset for r in records] == list(range(end)), "offsets are not dense"
-    all_at = {int(r.value): r.offset for r in records if not r.value.startswith(b"one-")}
-    # Every acks=all record once, in order, at its acknowledged offset.
-    assert [int(r.value) for r in records if not r.value.startswith(b"one-")] == \
-        list(range(checker.sent))
-    assert all_at == {n: off for n, (off, _) in checker.acked.items()}
-    # Each acks=1 record at most once; one missing, or not at its acknowledged offset, was
-    # acknowledged by the cut-off leader.
-    ones_at = {}
-    for r in records:
-        if r.value.startswith(b"one-"):
-            n = int(r.value[4:])
-            assert n not in ones_at, f"acks=1 record {n} twice"
-            ones_at[n] = r.offset
-    lost = {n for n, (off, _) in ones.acked.items() if ones_at.get(n) != off}
-    assert lost <= may_be_lost, \
-        f"acks=1 records lost that followers had: {sorted(lost - may_be_lost)[:10]}"
+    lost = check_after_rejoin(cluster, topic, new_leader, checker, ones, may_be_lost)
     print(f"acks=all: {checker.sent} records, none lost; acks=1: {len(ones.acked)} acknowledged, "
           f"{len(lost)} lost (all acknowledged by the cut-off leader), "
           f"{len(only_on_old)} acknowledged by it while cut off")
 
-    # The replicas' logs converge to the same bytes (followers apply the high watermark one
-    # fetch later).
-    deadline = time.monotonic() + 20
-    while True:
-        logs = [log_bytes(b, topic) for b in cluster]
-        if logs[0] == logs[1] == logs[2]:
-            break
-        assert time.monotonic() < deadline, \
-            f"replica logs differ: sizes {[len(x) for x in logs]} (leader {leader_now})"
-        time.sleep(0.5)
+
+@pytest.mark.timeout(180)
+def test_a_leader_partitioned_from_its_peers_is_deposed_truncates_and_rejoins(netns_cluster):
+    """A real network partition (network namespaces): the partition leader loses its link
+    to the other brokers but still serves clients. It keeps acknowledging acks=1 writes
+    (which no follower gets) and cannot acknowledge acks=all ones; the majority fences it
+    after the session timeout and elects a new leader, which takes writes. When the link
+    comes back the old leader learns it was deposed, truncates its divergent suffix and
+    rejoins the ISR with a byte-identical log; no acks=all record is lost or duplicated.
+
+    The cut-off broker is also the active controller: cut off, it sees every broker's
+    session expire, and those stale decisions must not be committed once it reconnects
+    (they were forwarded to the new controller, fencing the new partition leader)."""
+    cluster, net = netns_cluster
+    topic = "partitioned-leader"
+    controller = agreed_controller(cluster)
+    others = [i for i in (1, 2, 3) if i != controller]
+    a = admin(bootstrap(cluster))
+    a.create_topics([NewTopic(topic, num_partitions=1,
+                              replica_assignment=[[controller, *others]],
+                              config={"min.insync.replicas": "2"})],
+                    request_timeout=30)[topic].result()
+    wait_until("a leader and a full ISR", lambda: partition_state(cluster, topic)[1] == [1, 2, 3])
+    leader, _ = partition_state(cluster, topic)
+    assert leader == controller, f"leader {leader}, active controller {controller}"
+    old = broker_by_id(cluster, leader)
+    followers = [b for b in cluster if b is not old]
+    fast = {"request.timeout.ms": 5000, "socket.timeout.ms": 10000}
+    checker = NumberedProducer(bootstrap(cluster), topic=topic, **fast)
+    ones = NumberedProducer(bootstrap(cluster), topic=topic, acks="1", prefix=b"one-", **fast)
+    checker.thread.start()
+    ones.thread.start()
+    try:
+        wait_until("records acknowledged by the first leader",
+                   lambda: len(checker.acked) >= 50 and len(ones.acked) >= 50)
+        net.cut(old)
+        cut_at = time.monotonic()
+        wait_until("a new partition leader, as the majority sees it",
+                   lambda: partition_state(followers, topic)[0] in
+                   {node_id(f) for f in followers})
+        new_leader, isr = partition_state(followers, topic)
+        wait_until("an acks=all record acknowledged by the new leader",
+                   lambda: checker.first_ack_after(time.monotonic() - 0.5) is not None
+                   and max(off for off, _ in checker.acked.values()) > 0
+                   and partition_state([old], topic) is not None, timeout=60)
+        elected_at = time.monotonic()
+        # The cut-off leader still believes it leads (it cannot hear otherwise).
+        stale_leader, _ = partition_state([old], topic)
+        print(f"leader {leader} cut off; leader {new_leader} (ISR {isr}) elected and "
+              f"acknowledging acks=all {elected_at - cut_at:.2f}s later; the cut-off one "
+              f"sees leader {stale_leader}")
+        time.sleep(1.0)
+        net.heal(old)
+        healed_at = time.monotonic()
+        wait_until("the deposed leader following, back in the ISR",
+                   lambda: partition_state([broker_by_id(cluster, new_leader)], topic)
+                   == (new_leader, [1, 2, 3])
+                   and partition_state([old], topic)[0] == new_leader, timeout=60)
+        rejoined_at = time.monotonic()
+        print(f"old leader {leader} following and back in the ISR "
+              f"{rejoined_at - healed_at:.2f}s after the link came back")
+        time.sleep(1.0)
+    finally:
+        net.heal(old)
+        for p in (checker, ones):
+            p.stop.set()
+        for p in (checker, ones):
+            p.thread.join(150)
+
+    # Until it learned it was deposed, the old leader acknowledged acks=1 records that no
+    # follower got: those may be lost (as in Kafka), nothing else.
+    may_be_lost = {n for n, (_, at) in ones.acked.items() if cut_at - 0.5 < at < rejoined_at}
+    lost = check_after_rejoin(cluster, topic, new_leader, checker, ones, may_be_lost)
+    assert lost, "the cut-off leader lost no acks=1 record: nothing was truncated"
+    print(f"acks=all: {checker.sent} records, none lost; acks=1: {len(ones.acked)} "
+          f"acknowledged, {len(lost)} lost (acknowledged by the cut-off leader)")
