@@ -9,6 +9,7 @@ import socket
 import struct
 
 API_FETCH = 1
+API_METADATA = 3
 API_VERSIONS = 18
 API_DESCRIBE_CLUSTER = 60
 
@@ -66,6 +67,27 @@ class Conn:
         return r.d[r.i:]
 
     # ------------------------------------------------------------------ requests
+    def metadata_v1(self, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+        """Metadata v1 for one topic, answered by this broker (a high-level client may ask
+        any broker it knows) -> {partition: (leader, replicas, isr)}."""
+        t = topic.encode()
+        body = struct.pack(">i", 1) + struct.pack(">h", len(t)) + t
+        r = Reader(self.request(API_METADATA, 1, body))
+        for _ in range(r.int32()):  # brokers
+            r.int32(), r.string(), r.int32(), r.string()
+        r.int32()  # controller_id
+        out = {}
+        for _ in range(r.int32()):
+            err, name = r.int16(), r.string()
+            r.int8()  # is_internal
+            for _ in range(r.int32()):
+                perr, index, leader = r.int16(), r.int32(), r.int32()
+                replicas = [r.int32() for _ in range(r.int32())]
+                isr = [r.int32() for _ in range(r.int32())]
+                if name == topic and err == 0 and perr == 0:
+                    out[index] = (leader, replicas, isr)
+        return out
+
     def describe_cluster_controller(self) -> int:
         """DescribeCluster v0 (API 60) -> controller_id (-1: none known).
 
@@ -135,8 +157,13 @@ class Reader:
     def int64(self):
         return self._take(">q")
 
+    def int8(self):
+        return self._take(">b")
+
     def string(self):
         n = self.int16()
+        if n < 0:
+            return None
         s = self.d[self.i:self.i + n].decode()
         self.i += n
         return s
