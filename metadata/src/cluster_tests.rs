@@ -468,7 +468,12 @@ async fn a_decision_as_leader_commits_only_on_the_leader_of_its_term() {
         .await
         .expect("a leader");
     let term = cluster.nodes[&leader].metrics().borrow().current_term;
-    let follower = cluster.nodes.keys().copied().find(|id| *id != leader).unwrap();
+    let follower = cluster
+        .nodes
+        .keys()
+        .copied()
+        .find(|id| *id != leader)
+        .unwrap();
     // A follower never commits it (`propose` would forward it to the leader).
     let err = cluster.nodes[&follower]
         .propose_as_leader(put("from-follower"), term)

@@ -351,7 +351,10 @@ impl ClusterControl {
             {
                 Ok(_) => {}
                 Err(ProposeError::NotLeaderInTerm(_)) => {
-                    tracing::info!(term, "no longer the active controller: dropping this round's decisions");
+                    tracing::info!(
+                        term,
+                        "no longer the active controller: dropping this round's decisions"
+                    );
                     return;
                 }
                 Err(e) => tracing::warn!(broker = id.0, error = %e, "fencing a broker failed"),
