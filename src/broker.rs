@@ -440,6 +440,18 @@ impl Partition {
         Ok(expansion)
     }
 
+    /// Sets which brokers' replicas may join the ISR. Blocking.
+    pub fn set_isr_eligible(&self, eligible: Option<std::collections::BTreeSet<i32>>, now: i64) {
+        let leader = {
+            let mut set = self.lock_replicas();
+            set.isr_eligible = eligible;
+            set.is_leader()
+        };
+        if leader && self.is_replicated() {
+            self.maybe_increment_high_watermark(now);
+        }
+    }
+
     /// The ISR shrink to propose when followers lag (Kafka's `maybeShrinkIsr`).
     pub fn maybe_shrink_isr(&self, now: i64) -> Option<crate::replication::AlterPartitionRequest> {
         if !self.is_replicated() {
@@ -495,6 +507,7 @@ impl Partition {
         &self,
         state: &crate::replication::PartitionLeadership,
         replica_lag_time_max_ms: i64,
+        isr_eligible: Option<std::collections::BTreeSet<i32>>,
         now: i64,
     ) -> io::Result<bool> {
         let mut set = self.lock_replicas();
@@ -506,6 +519,7 @@ impl Partition {
         let was_leader = set.is_leader() && !first;
         let new_epoch = first || state.leader_epoch > set.leader_epoch;
         set.replica_lag_time_max_ms = replica_lag_time_max_ms;
+        set.isr_eligible = isr_eligible;
         set.replicas = state.replicas.clone();
         set.isr = state.isr.clone();
         set.pending_isr = None;
@@ -1766,8 +1780,23 @@ impl Broker {
 
     /// Control plane: the registered brokers and their listeners. Metadata, DescribeCluster
     /// and FindCoordinator answer from this view once set, and fetchers connect through it.
+    /// Blocking (updates every partition's ISR eligibility; a leader's high watermark may
+    /// move once a fenced follower no longer holds it back).
     pub fn set_cluster_brokers(&self, brokers: Vec<crate::replication::ClusterBroker>) {
         self.replication.set_cluster(brokers);
+        let eligible = self.isr_eligible();
+        let now = now_ms();
+        for p in self.all_partitions() {
+            p.set_isr_eligible(eligible.clone(), now);
+        }
+    }
+
+    /// The brokers whose replicas may join an ISR: those of the cluster view (the unfenced
+    /// brokers), or every broker before there is one.
+    fn isr_eligible(&self) -> Option<std::collections::BTreeSet<i32>> {
+        self.replication
+            .cluster()
+            .map(|brokers| brokers.iter().map(|b| b.id).collect())
     }
 
     /// (id, host, port, rack) of broker `id` on the listener the request came in on (the
@@ -1883,7 +1912,7 @@ impl Broker {
                     continue;
                 };
                 let was_follower = p.is_replicated() && p.role() == Role::Follower;
-                match p.apply_state(&state, lag_ms, now) {
+                match p.apply_state(&state, lag_ms, self.isr_eligible(), now) {
                     Ok(restart) => {
                         follow_changed |= restart || was_follower != (p.role() == Role::Follower);
                         self.follow_coordinator_partition(&state, p.role() == Role::Leader);

@@ -2,10 +2,12 @@
 //! (committed and in flight), and the rules Kafka's `Partition` applies to them: the high
 //! watermark is the smallest log end offset of the maximal ISR (KIP-497), a follower joins the
 //! ISR once it reaches the high watermark within the current leader epoch, and leaves it after
-//! `replica.lag.time.max.ms` without catching up. Pure state: no I/O, no locks, no clock (the
+//! `replica.lag.time.max.ms` without catching up; only replicas eligible for the ISR (on a
+//! broker the control plane lists as unfenced, Kafka's `isReplicaIsrEligible`) join it or
+//! hold the high watermark back while waiting to join. Pure state: no I/O, no locks, no clock (the
 //! caller passes `now_ms`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Kafka's `UnifiedLog.UNKNOWN_OFFSET`.
 pub const UNKNOWN_OFFSET: i64 = -1;
@@ -79,6 +81,9 @@ pub struct ReplicaSet {
     pub leader_epoch_start_offset: Option<i64>,
     pub followers: BTreeMap<i32, FollowerState>,
     pub replica_lag_time_max_ms: i64,
+    /// The brokers whose replicas may join the ISR (the control plane's unfenced brokers);
+    /// `None` until a cluster view is set (every replica is eligible).
+    pub isr_eligible: Option<BTreeSet<i32>>,
 }
 
 impl ReplicaSet {
@@ -95,11 +100,17 @@ impl ReplicaSet {
             leader_epoch_start_offset: Some(0),
             followers: BTreeMap::new(),
             replica_lag_time_max_ms,
+            isr_eligible: None,
         }
     }
 
     pub fn is_leader(&self) -> bool {
         self.leader == Some(self.local_id)
+    }
+
+    /// Whether `id`'s replica may join the ISR (its broker is not fenced).
+    pub fn is_isr_eligible(&self, id: i32) -> bool {
+        self.isr_eligible.as_ref().is_none_or(|e| e.contains(&id))
     }
 
     /// The committed ISR together with replicas being added (KIP-497's maximal ISR): the most
@@ -127,7 +138,8 @@ impl ReplicaSet {
 
     /// Kafka's `maybeIncrementLeaderHW` (the candidate; the caller moves the log's high
     /// watermark only forward): the smallest log end offset among the leader, the maximal ISR
-    /// and the followers caught up enough to join it. `None` when under min ISR.
+    /// and the followers caught up enough to join it and eligible to (a fenced broker's
+    /// replica, e.g. one stopping, does not hold it back). `None` when under min ISR.
     pub fn high_watermark(
         &self,
         leader_log_end_offset: i64,
@@ -140,8 +152,8 @@ impl ReplicaSet {
         let maximal = self.maximal_isr();
         let mut hw = leader_log_end_offset;
         for (id, f) in &self.followers {
-            let waits_to_join =
-                f.is_caught_up(leader_log_end_offset, now_ms, self.replica_lag_time_max_ms);
+            let waits_to_join = self.is_isr_eligible(*id)
+                && f.is_caught_up(leader_log_end_offset, now_ms, self.replica_lag_time_max_ms);
             if f.log_end_offset < hw && (maximal.contains(id) || waits_to_join) {
                 hw = f.log_end_offset;
             }
@@ -152,7 +164,11 @@ impl ReplicaSet {
     /// Kafka's `maybeExpandIsr`: the ISR to propose when `follower` may join it (it reached the
     /// high watermark and the current leader epoch), unless a change is in flight.
     pub fn expansion(&self, follower: i32, high_watermark: i64) -> Option<Vec<i32>> {
-        if !self.is_leader() || self.pending_isr.is_some() || self.isr.contains(&follower) {
+        if !self.is_leader()
+            || self.pending_isr.is_some()
+            || self.isr.contains(&follower)
+            || !self.is_isr_eligible(follower)
+        {
             return None;
         }
         let f = self.followers.get(&follower)?;
@@ -310,6 +326,34 @@ mod tests {
         s.pending_isr = Some(vec![1, 2, 3]);
         assert_eq!(s.maximal_isr(), vec![1, 2, 3]);
         assert_eq!(s.expansion(3, 30), None, "one change in flight at a time");
+    }
+
+    #[test]
+    fn a_fenced_follower_neither_holds_the_high_watermark_back_nor_joins() {
+        // Follower 3 left the ISR but was caught up a moment ago: it holds the high
+        // watermark back (it is about to join) unless its broker is fenced (e.g. stopping).
+        let mut s = leader_of_three();
+        s.isr = vec![1, 2];
+        for id in [2, 3] {
+            s.followers
+                .get_mut(&id)
+                .unwrap()
+                .record_fetch(10, 0, 5_100, 10);
+        }
+        s.followers
+            .get_mut(&2)
+            .unwrap()
+            .record_fetch(15, 0, 5_200, 15);
+        assert_eq!(s.high_watermark(15, 5_200, 2), Some(10));
+        s.isr_eligible = Some([1, 2].into());
+        assert_eq!(s.high_watermark(15, 5_200, 2), Some(15));
+        s.followers
+            .get_mut(&3)
+            .unwrap()
+            .record_fetch(15, 0, 5_300, 15);
+        assert_eq!(s.expansion(3, 15), None, "a fenced broker does not join");
+        s.isr_eligible = Some([1, 2, 3].into());
+        assert_eq!(s.expansion(3, 15), Some(vec![1, 2, 3]));
     }
 
     #[test]
