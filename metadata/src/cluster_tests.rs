@@ -459,3 +459,39 @@ async fn a_node_that_lost_its_quorum_fails_proposals_within_the_timeout() {
     );
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_as_leader_commits_only_on_the_leader_of_its_term() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster
+        .agreed_leader(None, Duration::from_secs(20))
+        .await
+        .expect("a leader");
+    let term = cluster.nodes[&leader].metrics().borrow().current_term;
+    let follower = cluster
+        .nodes
+        .keys()
+        .copied()
+        .find(|id| *id != leader)
+        .unwrap();
+    // A follower never commits it (`propose` would forward it to the leader).
+    let err = cluster.nodes[&follower]
+        .propose_as_leader(put("from-follower"), term)
+        .await
+        .unwrap_err();
+    assert_eq!(err, ProposeError::NotLeaderInTerm(term));
+    // Nor does the leader for a decision made in another term.
+    let err = cluster.nodes[&leader]
+        .propose_as_leader(put("other-term"), term + 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err, ProposeError::NotLeaderInTerm(term + 1));
+    assert!(!err.is_retriable());
+    cluster.nodes[&leader]
+        .propose_as_leader(put("in-term"), term)
+        .await
+        .unwrap();
+    for node in cluster.nodes.into_values() {
+        node.shutdown().await.unwrap();
+    }
+}

@@ -218,6 +218,10 @@ pub enum ProposeError {
     Refused(String),
     #[error("the metadata node is shutting down")]
     ShuttingDown,
+    /// [`MetadataNode::propose_as_leader`]: this node does not lead in that term (any more);
+    /// nothing was committed through it.
+    #[error("this node does not lead the metadata quorum in term {0}")]
+    NotLeaderInTerm(u64),
 }
 
 impl ProposeError {
@@ -233,7 +237,9 @@ impl ProposeError {
     pub fn kafka_error_code(&self) -> i16 {
         match self {
             ProposeError::Rejected(e) => e.kafka_error_code(),
-            ProposeError::NoLeader(_) | ProposeError::ShuttingDown => kafka_codes::NOT_CONTROLLER,
+            ProposeError::NoLeader(_)
+            | ProposeError::ShuttingDown
+            | ProposeError::NotLeaderInTerm(_) => kafka_codes::NOT_CONTROLLER,
             ProposeError::OutcomeUnknown(_) => kafka_codes::REQUEST_TIMED_OUT,
             ProposeError::Refused(_) => kafka_codes::INVALID_REQUEST,
         }
@@ -590,6 +596,51 @@ impl MetadataNode {
         };
         self.wait_applied(log_index, deadline).await;
         result.map_err(ProposeError::Rejected)
+    }
+
+    /// Commits `command` as this node's own decision as the leader of Raft term `term`: never
+    /// forwarded. For the active controller's decisions (fencing, elections), which it
+    /// computed from its view as leader: if this node does not lead in `term`, or loses the
+    /// leadership before the entry commits (cut off, then superseded), the decision is stale
+    /// and fails with [`ProposeError::NotLeaderInTerm`] instead of reaching the new leader.
+    /// ([`propose`](Self::propose) would forward it once the new leader is known.) The entry
+    /// may still commit under a later leader that holds it, as any Raft entry may.
+    pub async fn propose_as_leader(
+        &self,
+        command: Command,
+        term: u64,
+    ) -> Result<Response, ProposeError> {
+        let leads_in_term = {
+            let metrics = self.quorum.raft.metrics();
+            let m = metrics.borrow();
+            m.current_term == term && m.current_leader == Some(self.node_id)
+        };
+        if !leads_in_term {
+            return Err(ProposeError::NotLeaderInTerm(term));
+        }
+        let deadline = Instant::now() + self.propose_timeout;
+        let name = command.name();
+        let local =
+            tokio::time::timeout_at(deadline, propose_on_leader(&self.quorum.raft, command))
+                .await
+                .map_err(|_| {
+                    ProposeError::OutcomeUnknown(format!(
+                        "{name} not committed within {:?}",
+                        self.propose_timeout
+                    ))
+                })?;
+        match local {
+            Ok(LeaderReply::Proposed { log_index, result }) => {
+                self.wait_applied(log_index, deadline).await;
+                result.map_err(ProposeError::Rejected)
+            }
+            Ok(_) => Err(ProposeError::OutcomeUnknown(format!(
+                "{name} answered with a learner reply"
+            ))),
+            Err(LeaderError::NotLeader { .. }) => Err(ProposeError::NotLeaderInTerm(term)),
+            Err(LeaderError::ShuttingDown) => Err(ProposeError::ShuttingDown),
+            Err(LeaderError::Failed(reason)) => Err(ProposeError::Refused(reason)),
+        }
     }
 
     /// Adds `node_id` as a learner reachable at `addr` (learners started with voters

@@ -196,10 +196,10 @@ impl ClusterControl {
         self.broker_id.0
     }
 
-    /// The active controller (the metadata quorum's Raft leader), if one is known.
+    /// The active controller (the Raft leader of the metadata quorum) as this node last saw
+    /// it; `None` while no leader is known (an election is under way or no quorum).
     pub fn active_controller(&self) -> Option<i32> {
-        let node = self.node().ok()?;
-        let leader = node.metrics().borrow().current_leader?;
+        let leader = self.node().ok()?.leader()?;
         i32::try_from(leader).ok()
     }
 
@@ -343,11 +343,19 @@ impl ClusterControl {
 
     async fn controller_tick(&self) {
         let Ok(node) = self.node() else { return };
-        if !node.is_leader() {
-            return;
-        }
+        // Every decision below is this node's as the leader of `term`, and is committed only
+        // while it still leads in that term (`propose_as_leader`): a leader that was cut off
+        // sees every session expire, and must not have those fences forwarded to the new
+        // leader once it can reach it again.
+        let term = {
+            let metrics = node.metrics();
+            let m = metrics.borrow();
+            if m.current_leader != Some(m.id) {
+                return;
+            }
+            m.current_term
+        };
         let now = now_ms();
-        let term = node.metrics().borrow().current_term;
         let since = {
             let mut since = self
                 .controller_since
@@ -371,8 +379,19 @@ impl ClusterControl {
         };
         for id in expired {
             tracing::info!(broker = id.0, "broker session expired: fencing it");
-            if let Err(e) = node.propose(Command::FenceBroker { id }).await {
-                tracing::warn!(broker = id.0, error = %e, "fencing a broker failed");
+            match node
+                .propose_as_leader(Command::FenceBroker { id }, term)
+                .await
+            {
+                Ok(_) => {}
+                Err(ProposeError::NotLeaderInTerm(_)) => {
+                    tracing::info!(
+                        term,
+                        "no longer the active controller: dropping this round's decisions"
+                    );
+                    return;
+                }
+                Err(e) => tracing::warn!(broker = id.0, error = %e, "fencing a broker failed"),
             }
         }
         for id in self.dead_brokers(&node.state(), now).await {
@@ -380,8 +399,19 @@ impl ClusterControl {
                 broker = id.0,
                 "broker missed its heartbeat and refuses connections: fencing it before its session expires"
             );
-            if let Err(e) = node.propose(Command::FenceBroker { id }).await {
-                tracing::warn!(broker = id.0, error = %e, "fencing a broker failed");
+            match node
+                .propose_as_leader(Command::FenceBroker { id }, term)
+                .await
+            {
+                Ok(_) => {}
+                Err(ProposeError::NotLeaderInTerm(_)) => {
+                    tracing::info!(
+                        term,
+                        "no longer the active controller: dropping this round's decisions"
+                    );
+                    return;
+                }
+                Err(e) => tracing::warn!(broker = id.0, error = %e, "fencing a broker failed"),
             }
         }
         // Partitions still led by (or with an ISR holding) a fenced broker, then offline ones.
@@ -396,12 +426,13 @@ impl ClusterControl {
             self.default_unclean,
         ));
         for command in commands {
-            match node.propose(command).await {
+            match node.propose_as_leader(command, term).await {
                 Ok(_) => {}
                 // Raced another change: recomputed from the newer state on the next tick.
                 Err(ProposeError::Rejected(
                     ApplyError::InvalidUpdateVersion { .. } | ApplyError::FencedLeaderEpoch { .. },
                 )) => {}
+                Err(ProposeError::NotLeaderInTerm(_)) => return,
                 Err(e) => tracing::warn!(error = %e, "a leader election was not committed"),
             }
         }

@@ -135,11 +135,13 @@ class Broker:
         self.props.update({k: str(v) for k, v in (props or {}).items()})
         self.port = free_port()
         self.running = False
+        # The address clients reach the broker at (a test may put it in a network namespace).
+        self.host = "127.0.0.1"
 
     # -- public API ---------------------------------------------------------
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self) -> "Broker":
         if self.running:
@@ -277,6 +279,8 @@ class StrataBroker(Broker):
         self.binary = Path(os.environ.get("STRATA_BIN", "target/debug/strata"))
         if not self.binary.is_absolute():
             self.binary = REPO_ROOT / self.binary
+        # Runs the broker through e.g. `ip netns exec <ns>` (which execs it: same pid).
+        self.command_prefix: list[str] = []
 
     @property
     def log_path(self) -> Path:
@@ -288,10 +292,10 @@ class StrataBroker(Broker):
 
     def _write_config(self) -> None:
         props = {
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
             "log.dirs": str(self.data_dir),
-            "strata.admin.listener": f"127.0.0.1:{self.admin_port}",
+            "strata.admin.listener": f"{self.host}:{self.admin_port}",
         }
         props.update(self.props)
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -309,12 +313,12 @@ class StrataBroker(Broker):
         env = dict(os.environ)
         env.setdefault("RUST_BACKTRACE", "1")
         self.proc = subprocess.Popen(
-            [str(self.binary), "serve", "--config", str(self.config_path)],
+            [*self.command_prefix, str(self.binary), "serve", "--config", str(self.config_path)],
             stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT,
             cwd=str(self.workdir), env=env, start_new_session=True,
             # Stop the broker if pytest itself dies (e.g. killed by a CI timeout).
             preexec_fn=_parent_death_signal)
-        url = f"http://127.0.0.1:{self.admin_port}/health"
+        url = f"http://{self.host}:{self.admin_port}/health"
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             self._check_alive()

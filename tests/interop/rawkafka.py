@@ -9,7 +9,9 @@ import socket
 import struct
 
 API_FETCH = 1
+API_METADATA = 3
 API_VERSIONS = 18
+API_DESCRIBE_CLUSTER = 60
 
 
 class Conn:
@@ -49,7 +51,56 @@ class Conn:
         assert corr == self.corr, f"correlation id {corr} != {self.corr}"
         return data[4:]
 
+    def request_flexible(self, api_key: int, version: int, body: bytes) -> bytes:
+        """Send a request with header v2 (flexible versions) and return the response body
+        (after header v1)."""
+        self.corr += 1
+        client_id = b"strata-interop-raw"
+        header = struct.pack(">hhih", api_key, version, self.corr, len(client_id)) + client_id
+        msg = header + b"\x00" + body  # no tagged fields
+        self.sock.sendall(struct.pack(">i", len(msg)) + msg)
+        (size,) = struct.unpack(">i", self._recv_exact(4))
+        r = Reader(self._recv_exact(size))
+        corr = r.int32()
+        assert corr == self.corr, f"correlation id {corr} != {self.corr}"
+        r.skip_tagged_fields()
+        return r.d[r.i:]
+
     # ------------------------------------------------------------------ requests
+    def metadata_v1(self, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+        """Metadata v1 for one topic, answered by this broker (a high-level client may ask
+        any broker it knows) -> {partition: (leader, replicas, isr)}."""
+        t = topic.encode()
+        body = struct.pack(">i", 1) + struct.pack(">h", len(t)) + t
+        r = Reader(self.request(API_METADATA, 1, body))
+        for _ in range(r.int32()):  # brokers
+            r.int32(), r.string(), r.int32(), r.string()
+        r.int32()  # controller_id
+        out = {}
+        for _ in range(r.int32()):
+            err, name = r.int16(), r.string()
+            r.int8()  # is_internal
+            for _ in range(r.int32()):
+                perr, index, leader = r.int16(), r.int32(), r.int32()
+                replicas = [r.int32() for _ in range(r.int32())]
+                isr = [r.int32() for _ in range(r.int32())]
+                if name == topic and err == 0 and perr == 0:
+                    out[index] = (leader, replicas, isr)
+        return out
+
+    def describe_cluster_controller(self) -> int:
+        """DescribeCluster v0 (API 60) -> controller_id (-1: none known).
+
+        librdkafka's describe_cluster() answers from a Metadata request; this is the
+        DescribeCluster API itself."""
+        r = Reader(self.request_flexible(API_DESCRIBE_CLUSTER, 0, b"\x00\x00"))
+        r.int32()  # throttle_time_ms
+        err = r.int16()
+        assert err == 0, f"DescribeCluster error {err}"
+        r.compact_string()  # error_message
+        r.compact_string()  # cluster_id
+        return r.int32()
+
     def api_versions(self) -> dict[int, tuple[int, int]]:
         """ApiVersions v0 -> {api_key: (min, max)}."""
         r = Reader(self.request(API_VERSIONS, 0, b""))
@@ -106,11 +157,39 @@ class Reader:
     def int64(self):
         return self._take(">q")
 
+    def int8(self):
+        return self._take(">b")
+
     def string(self):
         n = self.int16()
+        if n < 0:
+            return None
         s = self.d[self.i:self.i + n].decode()
         self.i += n
         return s
+
+    def uvarint(self):
+        shift = value = 0
+        while True:
+            b = self.d[self.i]
+            self.i += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+
+    def compact_string(self):
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        s = self.d[self.i:self.i + n].decode()
+        self.i += n
+        return s
+
+    def skip_tagged_fields(self):
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.i += self.uvarint()
 
     def nbytes(self):
         n = self.int32()
