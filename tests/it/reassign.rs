@@ -339,9 +339,11 @@ async fn a_reassignment_under_acks_all_load_loses_no_acknowledged_record() {
 
     // A producer that follows the leader and retries a batch until it is acknowledged.
     let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let producer = {
         let c = c.clone();
         let stop = stop.clone();
+        let count = count.clone();
         tokio::spawn(async move {
             let mut acked: Vec<(i64, Vec<String>)> = Vec::new();
             let mut errors = 0u32;
@@ -359,6 +361,7 @@ async fn a_reassignment_under_acks_all_load_loses_no_acknowledged_record() {
                 let r = produce(&mut client, TOPIC, 0, values_batch(&values)).await;
                 if r.error_code == 0 {
                     acked.push((r.base_offset, values));
+                    count.store(acked.len(), Ordering::Relaxed);
                     i += 1;
                 } else {
                     errors += 1;
@@ -368,7 +371,22 @@ async fn a_reassignment_under_acks_all_load_loses_no_acknowledged_record() {
             (acked, errors)
         })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Under load before and after the move (however fast it completes).
+    let acked_at_least = |n: usize| {
+        let count = count.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            while count.load(Ordering::Relaxed) < n {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the producer stalled at {} acknowledged batches",
+                    count.load(Ordering::Relaxed)
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    acked_at_least(5).await;
     let mut admin = c.broker(2).client().await;
     let r = reassign(&mut admin, TOPIC, Some(&[3, 2])).await;
     assert_eq!(partition_error(&r), 0, "{r:?}");
@@ -380,7 +398,8 @@ async fn a_reassignment_under_acks_all_load_loses_no_acknowledged_record() {
         })
         .await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let moved_at = count.load(Ordering::Relaxed);
+    acked_at_least(moved_at + 6).await;
     stop.store(true, Ordering::Relaxed);
     let (acked, errors) = producer.await.expect("producer task");
     let (_, _, leader) = image(&c, 3, TOPIC).unwrap();
@@ -397,7 +416,7 @@ async fn a_reassignment_under_acks_all_load_loses_no_acknowledged_record() {
     let log = read_values(c.broker(leader), TOPIC).await;
     assert!(
         acked.len() > 10,
-        "only {} batches acknowledged",
+        "only {} batches acknowledged ({errors} errors)",
         acked.len()
     );
     let last = *log.keys().last().expect("records");
