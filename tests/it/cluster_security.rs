@@ -75,16 +75,6 @@ async fn acls_credentials_and_quotas_reach_every_broker_through_the_quorum() {
         ("allow.everyone.if.no.acl.found", "true"),
     ])
     .await;
-    {
-        let b = c.broker(1);
-        eventually("three unfenced brokers", || async move {
-            b.broker()
-                .cluster()
-                .map(|c| strata::controller::admin::unfenced_brokers(c))
-                == Some(3)
-        })
-        .await;
-    }
     let mut t = CreatableTopic::default();
     t.name = name("secret");
     t.num_partitions = 1;
@@ -186,16 +176,6 @@ async fn dynamic_broker_configs_reach_every_broker_through_the_quorum() {
     t.name = name("defaults");
     t.num_partitions = 1;
     t.replication_factor = 1;
-    {
-        let b = c.broker(1);
-        eventually("three unfenced brokers", || async move {
-            b.broker()
-                .cluster()
-                .map(|c| strata::controller::admin::unfenced_brokers(c))
-                == Some(3)
-        })
-        .await;
-    }
     let r = create_topics(&mut c.broker(1).client().await, vec![t])
         .await
         .remove(0);
