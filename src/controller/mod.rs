@@ -377,28 +377,19 @@ impl ClusterControl {
         } else {
             Vec::new()
         };
-        for id in expired {
-            tracing::info!(broker = id.0, "broker session expired: fencing it");
-            match node
-                .propose_as_leader(Command::FenceBroker { id }, term)
-                .await
-            {
-                Ok(_) => {}
-                Err(ProposeError::NotLeaderInTerm(_)) => {
-                    tracing::info!(
-                        term,
-                        "no longer the active controller: dropping this round's decisions"
-                    );
-                    return;
-                }
-                Err(e) => tracing::warn!(broker = id.0, error = %e, "fencing a broker failed"),
-            }
-        }
-        for id in self.dead_brokers(&node.state(), now).await {
-            tracing::info!(
-                broker = id.0,
-                "broker missed its heartbeat and refuses connections: fencing it before its session expires"
-            );
+        let mut dead = self.dead_brokers(&node.state(), now).await;
+        dead.retain(|id| !expired.contains(id));
+        let fences = expired
+            .into_iter()
+            .map(|id| (id, "broker session expired: fencing it"))
+            .chain(dead.into_iter().map(|id| {
+                (
+                    id,
+                    "broker missed its heartbeat and refuses connections: fencing it before its session expires",
+                )
+            }));
+        for (id, why) in fences {
+            tracing::info!(broker = id.0, "{why}");
             match node
                 .propose_as_leader(Command::FenceBroker { id }, term)
                 .await
