@@ -149,6 +149,23 @@ impl MetadataState {
             .and_then(|t| t.partitions.get(partition as usize))
     }
 
+    /// The partition, or the error a command naming it gets.
+    fn existing_partition(
+        &self,
+        topic_id: TopicId,
+        partition: u32,
+    ) -> Result<&PartitionState, ApplyError> {
+        self.topics
+            .get(&topic_id)
+            .ok_or(ApplyError::UnknownTopicId(topic_id))?
+            .partitions
+            .get(partition as usize)
+            .ok_or(ApplyError::UnknownPartition {
+                topic_id,
+                partition,
+            })
+    }
+
     /// What an `election` of the partition would decide now (the new leader, and whether it
     /// comes from outside the ISR), or why there is none: Kafka's `electLeader`. Apply runs it
     /// for [`Command::ElectLeader`]; the broker runs it to skip partitions needing no election.
@@ -158,18 +175,7 @@ impl MetadataState {
         partition: u32,
         election: ElectionType,
     ) -> Result<Election, ApplyError> {
-        let topic = self
-            .topics
-            .get(&topic_id)
-            .ok_or(ApplyError::UnknownTopicId(topic_id))?;
-        let current =
-            topic
-                .partitions
-                .get(partition as usize)
-                .ok_or(ApplyError::UnknownPartition {
-                    topic_id,
-                    partition,
-                })?;
+        let current = self.existing_partition(topic_id, partition)?;
         let usable = |b: BrokerId| self.is_usable(b);
         let (replicas, isr) = (&current.replicas, &current.isr);
         let chosen = match election {
@@ -596,16 +602,7 @@ impl MetadataState {
         isr: &[BrokerId],
         partition_epoch: PartitionEpoch,
     ) -> CommandResult {
-        let current = self
-            .topics
-            .get(&topic_id)
-            .ok_or(ApplyError::UnknownTopicId(topic_id))?
-            .partitions
-            .get(partition as usize)
-            .ok_or(ApplyError::UnknownPartition {
-                topic_id,
-                partition,
-            })?;
+        let current = self.existing_partition(topic_id, partition)?;
         if partition_epoch != current.partition_epoch {
             return Err(ApplyError::InvalidUpdateVersion {
                 topic_id,
@@ -712,18 +709,8 @@ impl MetadataState {
         target: Option<&[BrokerId]>,
         allow_replication_factor_change: bool,
     ) -> CommandResult {
-        let topic = self
-            .topics
-            .get(&topic_id)
-            .ok_or(ApplyError::UnknownTopicId(topic_id))?;
-        let current =
-            topic
-                .partitions
-                .get(partition as usize)
-                .ok_or(ApplyError::UnknownPartition {
-                    topic_id,
-                    partition,
-                })?;
+        let current = self.existing_partition(topic_id, partition)?;
+        let topic = &self.topics[&topic_id];
         let mut change = PartitionChange::of(current);
         match target {
             None => {
