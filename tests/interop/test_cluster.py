@@ -34,10 +34,12 @@ TOPIC = "cluster-kill9"
 KILL_CYCLES = 5
 
 
-def start_cluster(broker_factory, n=3, net=None, **props):
+def start_cluster(broker_factory, n=3, net=None, listeners=None, **props):
     """`n` brokers, all voters, started together (registration needs a quorum), on
-    127.0.0.1 or, with `net`, each in its own network namespace. Yields them; on the way
-    out every paused broker gets SIGCONT and every cut link is restored before all stop."""
+    127.0.0.1 or, with `net`, each in its own network namespace. `listeners(b, rpc_port)`
+    sets a broker's listeners (default: PLAINTEXT plus the CONTROLLER listener). Yields
+    them; on the way out every paused broker gets SIGCONT and every cut link is restored
+    before all stop."""
     rpc_ports = [free_port() for _ in range(n)]
     peer_hosts = [net.peer_host(i) if net else "127.0.0.1" for i in range(n)]
     voters = ",".join(f"{i + 1}@{peer_hosts[i]}:{p}" for i, p in enumerate(rpc_ports))
@@ -57,6 +59,8 @@ def start_cluster(broker_factory, n=3, net=None, **props):
         }, name=f"node{i + 1}", start=False)
         if net:
             net.place(i, b, rpc_ports[i])
+        elif listeners:
+            listeners(b, rpc_ports[i])
         else:
             b.props["listeners"] = (f"PLAINTEXT://127.0.0.1:{b.port},"
                                     f"CONTROLLER://127.0.0.1:{rpc_ports[i]}")

@@ -8,7 +8,6 @@ coordinator's markers go over the secure listener too).
 
 Strata only: the reference Kafka script runs a single node."""
 
-import threading
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from confluent_kafka.admin import NewTopic
 
 from conftest import TARGET, free_port
 from helpers import QUIET, admin
+from test_cluster import start_cluster
 
 pytestmark = [
     pytest.mark.slow,
@@ -51,63 +51,26 @@ def client_conf(brokers) -> dict:
 
 @pytest.fixture
 def secure_cluster(broker_factory):
-    rpc_ports = [free_port() for _ in range(3)]
-    voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(rpc_ports))
-    brokers = []
-    for i in range(3):
-        b = broker_factory({
-            "node.id": i + 1,
-            "cluster.id": "interop-secure-cluster",
-            "controller.listener.names": "CONTROLLER",
-            "controller.quorum.voters": voters,
-            "broker.session.timeout.ms": 3000,
-            "broker.heartbeat.interval.ms": 500,
-            "auto.create.topics.enable": "false",
-            "inter.broker.listener.name": "SASL_SSL",
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": str(CERTS / "broker.pem"),
-            "ssl.truststore.type": "PEM",
-            "ssl.truststore.location": str(CERTS / "ca.pem"),
-            "listener.name.sasl_ssl.ssl.client.auth": "required",
-            "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN",
-            "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
-            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "super.users": "User:broker;User:admin",
-            "connections.max.reauth.ms": 5000,
-            "transaction.state.log.num.partitions": 3,
-        }, name=f"node{i + 1}", start=False)
+    def listeners(b, rpc_port):
         b.sasl_port = free_port()
-        listeners = f"PLAINTEXT://127.0.0.1:{b.port},SASL_SSL://127.0.0.1:{b.sasl_port}"
-        b.props["listeners"] = f"{listeners},CONTROLLER://127.0.0.1:{rpc_ports[i]}"
-        b.props["advertised.listeners"] = listeners
-        brokers.append(b)
-    errors = []
-    release = threading.Event()
+        advertised = f"PLAINTEXT://127.0.0.1:{b.port},SASL_SSL://127.0.0.1:{b.sasl_port}"
+        b.props["listeners"] = f"{advertised},CONTROLLER://127.0.0.1:{rpc_port}"
+        b.props["advertised.listeners"] = advertised
 
-    def start(b):
-        try:
-            b.start()
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-        release.wait()
-
-    threads = [threading.Thread(target=start, args=(b,), daemon=True) for b in brokers]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 150
-    while not all(b.running for b in brokers) and not errors and time.monotonic() < deadline:
-        time.sleep(0.1)
-    try:
-        if errors:
-            raise errors[0]
-        assert all(b.running for b in brokers), "the three brokers did not start"
-        yield brokers
-    finally:
-        for b in brokers:
-            b.stop()
-        release.set()
-        for t in threads:
-            t.join()
+    yield from start_cluster(broker_factory, 3, listeners=listeners, **{
+        "inter.broker.listener.name": "SASL_SSL",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(CERTS / "broker.pem"),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(CERTS / "ca.pem"),
+        "listener.name.sasl_ssl.ssl.client.auth": "required",
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:broker;User:admin",
+        "connections.max.reauth.ms": 5000,
+        "transaction.state.log.num.partitions": 3,
+    })
 
 
 def wait_until(what, cond, timeout=60.0):
