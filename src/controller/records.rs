@@ -116,23 +116,37 @@ type KindRecords = Vec<(String, Vec<u8>)>;
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RawRecords(Vec<(RecordKind, KindRecords)>);
 
+const KINDS: [RecordKind; 3] = [
+    RecordKind::Acl,
+    RecordKind::ScramCredential,
+    RecordKind::ClientQuota,
+];
+
 impl RawRecords {
+    /// Whether `state` holds exactly these records; compares in place, without copying (the
+    /// sync asks on every image, and most images change none of them).
+    pub fn matches(&self, state: &MetadataState) -> bool {
+        self.0.len() == KINDS.len()
+            && self.0.iter().zip(KINDS).all(|((kind, records), k)| {
+                *kind == k
+                    && state.records(k).map(|(key, value)| (key, value)).eq(records
+                        .iter()
+                        .map(|(key, value)| (key.as_str(), value.as_slice())))
+            })
+    }
+
     pub fn of(state: &MetadataState) -> RawRecords {
         RawRecords(
-            [
-                RecordKind::Acl,
-                RecordKind::ScramCredential,
-                RecordKind::ClientQuota,
-            ]
-            .into_iter()
-            .map(|kind| {
-                let records = state
-                    .records(kind)
-                    .map(|(k, v)| (k.to_string(), v.to_vec()))
-                    .collect();
-                (kind, records)
-            })
-            .collect(),
+            KINDS
+                .into_iter()
+                .map(|kind| {
+                    let records = state
+                        .records(kind)
+                        .map(|(k, v)| (k.to_string(), v.to_vec()))
+                        .collect();
+                    (kind, records)
+                })
+                .collect(),
         )
     }
 }

@@ -161,8 +161,8 @@ fn sync_once(
     }
 
     // 4. ACLs, SCRAM credentials and client quotas, replaced whenever they change.
-    let security = RawRecords::of(state);
-    if applied.security.as_ref() != Some(&security) {
+    if !applied.security.as_ref().is_some_and(|r| r.matches(state)) {
+        let security = RawRecords::of(state);
         match broker.apply_security_records(SecurityRecords::decode(&security)) {
             Ok(()) => applied.security = Some(security),
             Err(e) => tracing::error!(error = %e, "applying ACLs, credentials and quotas failed"),
