@@ -1118,9 +1118,9 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
-                let n = backed_len(buf, (n - 1) as usize, "CompactArray")?;
-                let mut result = Vec::with_capacity(prealloc::<T>(n));
-                for _ in 1..n {
+                let len = backed_len(buf, (n - 1) as usize, "CompactArray")?;
+                let mut result = Vec::with_capacity(prealloc::<T>(len));
+                for _ in 0..len {
                     result.push(self.0.decode(buf)?);
                 }
                 Ok(Some(result))
