@@ -486,7 +486,19 @@ impl Segment {
 
     /// Reads the batch that starts at `position` in full.
     pub fn read_batch_at(&self, position: u64, header: &BatchHeader) -> io::Result<Vec<u8>> {
-        let mut buf = vec![0u8; header.total_size()];
+        // The header comes from the file: a length past the segment's end is corruption, not
+        // an allocation to make.
+        let len = header.total_size() as u64;
+        if position.saturating_add(len) > self.size {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "batch at position {position} claims {len} bytes, past the segment's {} bytes",
+                    self.size
+                ),
+            ));
+        }
+        let mut buf = vec![0u8; len as usize];
         self.file.read_exact_at(&mut buf, position)?;
         Ok(buf)
     }

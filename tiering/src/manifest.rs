@@ -186,7 +186,10 @@ impl PartitionManifest {
         self.segments.get(i)
     }
 
-    fn decode(bytes: &[u8]) -> Result<PartitionManifest, StoreError> {
+    /// Parses a manifest read from the bucket and checks what readers rely on: every part's
+    /// range is well formed, and segments are in offset order (see [`Self::segments`]). A
+    /// manifest that fails is corrupt; nothing is read or deleted on its say-so.
+    pub fn decode(bytes: &[u8]) -> Result<PartitionManifest, StoreError> {
         let m: PartitionManifest = serde_json::from_slice(bytes)
             .map_err(|e| StoreError::Request(format!("corrupt manifest: {e}")))?;
         if m.format > MANIFEST_FORMAT {
@@ -195,7 +198,60 @@ impl PartitionManifest {
                 m.format
             )));
         }
+        m.check().map_err(|reason| {
+            StoreError::Request(format!(
+                "corrupt manifest of {}-{}: {reason}",
+                m.topic, m.partition
+            ))
+        })?;
         Ok(m)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.log_start_offset < 0 {
+            return Err(format!(
+                "negative log start offset {}",
+                self.log_start_offset
+            ));
+        }
+        let mut previous: Option<&RemoteSegment> = None;
+        for s in &self.segments {
+            if s.base_offset < 0 || s.next_offset <= s.base_offset {
+                return Err(format!(
+                    "segment {} has offsets [{}, {})",
+                    s.key, s.base_offset, s.next_offset
+                ));
+            }
+            let parts = [
+                Some(s.log),
+                Some(s.offset_index),
+                Some(s.time_index),
+                s.producer_snapshot,
+                s.leader_epoch_checkpoint,
+                s.txn_index,
+            ];
+            if let Some(p) = parts.into_iter().flatten().find(|p| p.start > p.end) {
+                return Err(format!(
+                    "segment {} has a part [{}, {})",
+                    s.key, p.start, p.end
+                ));
+            }
+            if let Some(prev) = previous {
+                if s.base_offset <= prev.base_offset || s.next_offset <= prev.next_offset {
+                    return Err(format!(
+                        "segment {} [{}, {}) is not after {} [{}, {})",
+                        s.key,
+                        s.base_offset,
+                        s.next_offset,
+                        prev.key,
+                        prev.base_offset,
+                        prev.next_offset
+                    ));
+                }
+            }
+            previous = Some(s);
+        }
+        Ok(())
     }
 }
 

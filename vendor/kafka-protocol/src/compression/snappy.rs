@@ -57,6 +57,18 @@ impl<B: ByteBufMut> Compressor<B> for Snappy {
 
 const MAGIC_HEADER: &[u8; 16] = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01";
 
+/// Strata patch: snappy's densest element, a 3-byte copy tag of 64 bytes, expands 21x, so a
+/// header claiming more than 32 bytes per compressed byte is corrupt; refuse it before
+/// reserving the claimed length (a 40-byte block could otherwise reserve 4 GiB).
+fn backed_by(uncompressed: usize, compressed: usize) -> Result<()> {
+    if uncompressed > compressed.saturating_mul(32).saturating_add(64) {
+        anyhow::bail!(
+            "snappy block claims {uncompressed} bytes from {compressed} compressed bytes"
+        );
+    }
+    Ok(())
+}
+
 impl<B: ByteBuf> Decompressor<B> for Snappy {
     type Buf = Bytes;
     fn decompress<R, F>(compressed: &mut B, f: F) -> Result<R>
@@ -81,6 +93,7 @@ impl<B: ByteBuf> Decompressor<B> for Snappy {
         {
             let compressed = compressed.copy_to_bytes(compressed.remaining());
             let actual_len = decompress_len(&compressed).context("failed to read snappy header")?;
+            backed_by(actual_len, compressed.len())?;
             let mut tmp = BytesMut::zeroed(actual_len);
             Decoder::new()
                 .decompress(&compressed, &mut tmp)
@@ -104,6 +117,7 @@ impl<B: ByteBuf> Decompressor<B> for Snappy {
 
             let uncompressed_block_length = decompress_len(&compressed_block)
                 .context("failed to get snappy uncompressed length")?;
+            backed_by(uncompressed_block_length, compressed_block.len())?;
             let uncompressed_block_start = uncompressed.len();
             uncompressed.resize(
                 uncompressed_block_start.saturating_add(uncompressed_block_length),

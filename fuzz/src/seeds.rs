@@ -1,0 +1,214 @@
+//! Valid inputs the mutations start from: a request frame for every API key and version the
+//! broker serves, record batches in every codec, a partition directory written by the log
+//! itself, coordinator records and a manifest.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestHeader, RequestKind, TopicName};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+/// A request frame (without the size prefix, as `decode_request` takes it).
+pub fn frame(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &RequestKind,
+) -> Option<Vec<u8>> {
+    let mut header = RequestHeader::default();
+    header.request_api_key = key as i16;
+    header.request_api_version = version;
+    header.correlation_id = correlation_id;
+    header.client_id = Some(StrBytes::from_static_str("fuzz"));
+    let mut buf = BytesMut::new();
+    header
+        .encode(&mut buf, key.request_header_version(version))
+        .ok()?;
+    body.encode(&mut buf, version).ok()?;
+    Some(buf.to_vec())
+}
+
+/// One request per (API key, version) the broker serves: the body all-zero bytes decode to
+/// (empty arrays, empty strings), encoded back; plus produce requests that carry records.
+pub fn request_frames() -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for &key in strata::protocol::SUPPORTED_APIS {
+        let Some((min, max)) = strata::protocol::supported_versions(key) else {
+            continue;
+        };
+        for version in min..=max {
+            let mut zeros = Bytes::from(vec![0u8; 256]);
+            if let Ok(body) = RequestKind::decode(key, &mut zeros, version) {
+                if let Some(f) = frame(key, version, version as i32, &body) {
+                    out.push(f);
+                }
+            }
+        }
+    }
+    for (version, batch) in [(3, batch(Compression::None)), (9, batch(Compression::Lz4))] {
+        let mut req = ProduceRequest::default();
+        req.acks = 1;
+        req.timeout_ms = 1000;
+        let mut topic = TopicProduceData::default();
+        topic.name = TopicName(StrBytes::from_static_str("fuzz"));
+        let mut p = PartitionProduceData::default();
+        p.records = Some(Bytes::from(batch));
+        topic.partition_data.push(p);
+        req.topic_data.push(topic);
+        if let Some(f) = frame(ApiKey::Produce, version, 1, &RequestKind::Produce(req)) {
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// Records with keys, values and headers, as a producer would send them.
+fn records(n: i64) -> Vec<Record> {
+    (0..n)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i,
+            // kafka-protocol's encoder keeps records in one batch while offset - sequence holds.
+            sequence: i as i32,
+            timestamp: 1_700_000_000_000 + i,
+            delete_horizon: false,
+            key: Some(Bytes::from(format!("key-{i}"))),
+            value: Some(Bytes::from(format!("value-{i}-{}", "x".repeat(i as usize)))),
+            headers: [(
+                StrBytes::from_static_str("h"),
+                Some(Bytes::from_static(b"header value")),
+            )]
+            .into_iter()
+            .collect(),
+        })
+        .collect()
+}
+
+/// One RecordBatch v2 of five records in `compression`.
+pub fn batch(compression: Compression) -> Vec<u8> {
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression,
+    };
+    RecordBatchEncoder::encode(&mut buf, &records(5), &options).expect("encode a batch");
+    buf.to_vec()
+}
+
+pub fn batches() -> Vec<Vec<u8>> {
+    [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ]
+    .into_iter()
+    .map(batch)
+    .collect()
+}
+
+/// Coordinator records: `[selector][key or value bytes]`, as `targets::coordinator_records`
+/// reads them.
+pub fn coordinator_records() -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    // __consumer_offsets offset key v1: group, topic, partition.
+    let mut k = vec![0u8];
+    k.put_i16(1);
+    put_str(&mut k, "group");
+    put_str(&mut k, "topic");
+    k.put_i32(3);
+    out.push(k);
+    // Offset value v3: offset, leader epoch, metadata, commit timestamp.
+    let mut v = vec![1u8];
+    v.put_i16(3);
+    v.put_i64(42);
+    v.put_i32(7);
+    put_str(&mut v, "meta");
+    v.put_i64(1_700_000_000_000);
+    out.push(v);
+    // Group metadata value v3 with one member.
+    let mut g = vec![2u8];
+    g.put_i16(3);
+    put_str(&mut g, "consumer");
+    g.put_i32(5);
+    put_str(&mut g, "range");
+    put_str(&mut g, "member-1");
+    g.put_i64(1_700_000_000_000);
+    g.put_i32(1);
+    put_str(&mut g, "member-1");
+    put_str(&mut g, "client");
+    put_str(&mut g, "/127.0.0.1");
+    g.put_i32(30_000);
+    g.put_i32(10_000);
+    g.put_i32(3);
+    g.put_slice(b"sub");
+    g.put_i32(3);
+    g.put_slice(b"asg");
+    out.push(g);
+    // __transaction_state key and value.
+    let mut tk = vec![3u8];
+    tk.put_i16(0);
+    put_str(&mut tk, "txn-1");
+    out.push(tk);
+    let mut tv = vec![4u8];
+    tv.put_i16(0);
+    tv.put_i64(1000);
+    tv.put_i16(2);
+    tv.put_i32(60_000);
+    tv.put_i8(1);
+    tv.put_i32(1);
+    put_str(&mut tv, "topic");
+    tv.put_i32(2);
+    tv.put_i32(0);
+    tv.put_i32(1);
+    tv.put_i64(1_700_000_000_000);
+    tv.put_i64(1_700_000_000_000);
+    out.push(tv);
+    // A whole batch as replay reads it.
+    let mut b = vec![5u8];
+    b.extend_from_slice(&batch(Compression::None));
+    out.push(b);
+    out
+}
+
+fn put_str(b: &mut Vec<u8>, s: &str) {
+    b.put_i16(s.len() as i16);
+    b.put_slice(s.as_bytes());
+}
+
+/// Manifests as the tiering service writes them: empty, and with two segments.
+pub fn manifests() -> Vec<Vec<u8>> {
+    let segment = |key: &str, base: i64, next: i64| {
+        format!(
+            r#"{{"key":"{key}","base_offset":{base},"next_offset":{next},"max_timestamp":1700000000000,
+            "leader_epoch":3,"epochs":[[3,{base}]],"log":{{"start":0,"end":4096}},
+            "offset_index":{{"start":4096,"end":4104}},"time_index":{{"start":4104,"end":4116}},
+            "producer_snapshot":{{"start":4116,"end":4150}},"leader_epoch_checkpoint":null,
+            "txn_index":null,"uploaded_at_ms":1700000000000}}"#
+        )
+    };
+    let manifest = |segments: &str| {
+        format!(
+            r#"{{"format":1,"topic":"fuzz","topic_id":"7f0b2b4e-3c1d-4f6a-9a7e-2d7b1f0c9e11",
+            "partition":0,"version":4,"leader_epoch":3,"log_start_offset":0,
+            "segments":[{segments}],"compacted_upto":null,"compacted_at_ms":null}}"#
+        )
+        .into_bytes()
+    };
+    vec![
+        manifest(""),
+        manifest(&format!(
+            "{},{}",
+            segment("fuzz-x/0/00000000000000000000-3-aaaa.seg", 0, 100),
+            segment("fuzz-x/0/00000000000000000100-3-bbbb.seg", 100, 250)
+        )),
+    ]
+}

@@ -1,0 +1,333 @@
+//! The fuzz targets. Each takes any bytes and must return; `true` when the input decoded (so a
+//! smoke can report how much of its input got past the first check).
+
+use std::path::Path;
+
+use bytes::Bytes;
+use kafka_protocol::records::RecordBatchDecoder;
+use strata::config::TopicConfig;
+use strata::coordinator::offsets_topic;
+use strata::coordinator::txn::transaction_log;
+use strata::log::batch::{BatchHeader, BatchIter};
+use strata::log::{LoadOptions, Log};
+
+use crate::seeds;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// A request frame from a client, before authentication: `decode_request`.
+    Request,
+    /// A RecordBatch as produce receives it: header, CRC, codec, record walk (the CRC is fixed
+    /// up after mutation when the first byte is odd, so mutations reach the records).
+    RecordBatch,
+    /// A partition directory (segments, indexes, snapshots, checkpoints) opened by recovery,
+    /// then read end to end.
+    PartitionDir,
+    /// `__consumer_offsets` and `__transaction_state` keys, values and batches as replay
+    /// decodes them.
+    CoordinatorRecords,
+    /// The tiering manifest read back from the bucket.
+    Manifest,
+    /// Per-directory offset checkpoints and a partition's `.txnindex`.
+    Checkpoints,
+}
+
+pub const ALL: [Target; 6] = [
+    Target::Request,
+    Target::RecordBatch,
+    Target::PartitionDir,
+    Target::CoordinatorRecords,
+    Target::Manifest,
+    Target::Checkpoints,
+];
+
+impl Target {
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Request => "request",
+            Target::RecordBatch => "record_batch",
+            Target::PartitionDir => "partition_dir",
+            Target::CoordinatorRecords => "coordinator_records",
+            Target::Manifest => "manifest",
+            Target::Checkpoints => "checkpoints",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Target> {
+        ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// The longest input worth generating.
+    pub fn max_len(self) -> usize {
+        match self {
+            Target::PartitionDir => 256 << 10,
+            _ => 64 << 10,
+        }
+    }
+
+    pub fn seeds(self) -> Vec<Vec<u8>> {
+        match self {
+            Target::Request => seeds::request_frames(),
+            Target::RecordBatch => seeds::batches()
+                .into_iter()
+                .map(|b| [&[1u8][..], &b].concat())
+                .collect(),
+            Target::PartitionDir => vec![partition_dir_seed()],
+            Target::CoordinatorRecords => seeds::coordinator_records(),
+            Target::Manifest => seeds::manifests(),
+            Target::Checkpoints => vec![
+                b"0\n2\nt 0 100\nt 1 7\n".to_vec(),
+                [&[1u8][..], &[0u8; 34], &[0u8; 34]].concat(),
+            ],
+        }
+    }
+
+    pub fn run(self, data: &[u8]) -> bool {
+        match self {
+            Target::Request => request(data),
+            Target::RecordBatch => record_batch(data),
+            Target::PartitionDir => partition_dir(data),
+            Target::CoordinatorRecords => coordinator_records(data),
+            Target::Manifest => strata_tiering::manifest::PartitionManifest::decode(data).is_ok(),
+            Target::Checkpoints => checkpoints(data),
+        }
+    }
+}
+
+pub fn request(data: &[u8]) -> bool {
+    strata::protocol::decode_request(Bytes::copy_from_slice(data)).is_ok()
+}
+
+pub fn record_batch(data: &[u8]) -> bool {
+    let Some((&flags, batch)) = data.split_first() else {
+        return false;
+    };
+    let mut batch = batch.to_vec();
+    if flags & 1 == 1 && batch.len() >= 21 {
+        // RecordBatch v2: the CRC at bytes 17..21 covers everything from the attributes on.
+        let crc = crc32c::crc32c(&batch[21..]);
+        batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    }
+    let Ok(header) = BatchHeader::parse(&batch) else {
+        return false;
+    };
+    let valid = header.validate(&batch).is_ok();
+    for item in BatchIter::new(&batch) {
+        if item.is_err() {
+            break;
+        }
+    }
+    // The cleaner's walk: decompress and split records.
+    if let Ok(h) = strata_compaction::batch::BatchHeader::parse(&batch) {
+        let bytes = Bytes::from(batch.clone());
+        let _ = strata_compaction::batch::records(&bytes, &h);
+    }
+    let _ = strata_tiering::export::convert::BatchHeader::parse(&batch);
+    valid
+}
+
+/// Files of a partition directory, as `[name length: u8][name][data length: u32][data]...`.
+pub fn encode_dir(files: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, data) in files {
+        out.push(name.len() as u8);
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        out.extend_from_slice(data);
+    }
+    out
+}
+
+fn decode_dir(mut data: &[u8]) -> Vec<(String, &[u8])> {
+    let mut files = Vec::new();
+    while let Some((&n, rest)) = data.split_first() {
+        let n = n as usize;
+        if rest.len() < n + 4 {
+            break;
+        }
+        let name = String::from_utf8_lossy(&rest[..n]).to_string();
+        let len = u32::from_be_bytes([rest[n], rest[n + 1], rest[n + 2], rest[n + 3]]) as usize;
+        let body = &rest[n + 4..];
+        let len = len.min(body.len());
+        files.push((name, &body[..len]));
+        data = &body[len..];
+    }
+    files
+}
+
+/// A name a partition directory may hold (no separators, no hidden or parent entries).
+fn plain_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_')
+}
+
+fn scratch_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(d) = tempfile::tempdir_in(shm) {
+            return d;
+        }
+    }
+    tempfile::tempdir().expect("a temporary directory")
+}
+
+const NOW_MS: i64 = 1_800_000_000_000;
+
+pub fn partition_dir(data: &[u8]) -> bool {
+    let Some((&flags, rest)) = data.split_first() else {
+        return false;
+    };
+    let tmp = scratch_dir();
+    let dir = tmp.path().join("fuzz-0");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return false;
+    }
+    for (name, body) in decode_dir(rest) {
+        if plain_file_name(&name) {
+            let _ = std::fs::write(dir.join(name), body);
+        }
+    }
+    let opts = LoadOptions {
+        clean_shutdown: flags & 1 == 1,
+        recovery_point: (flags & 2 == 2).then_some(0),
+        log_start_offset: (flags & 4 == 4).then_some(i64::from(flags >> 3)),
+        now_ms: NOW_MS,
+    };
+    let Ok(mut log) = Log::open(&dir, TopicConfig::default(), opts) else {
+        return false;
+    };
+    read_everything(&log);
+    let _ = log.close(NOW_MS);
+    true
+}
+
+/// Reads the whole log as a consumer would, then the timestamp and transaction lookups.
+fn read_everything(log: &Log) {
+    let end = log.log_end_offset();
+    let mut offset = log.log_start_offset();
+    for _ in 0..10_000 {
+        if offset >= end {
+            break;
+        }
+        let Ok(Some(slice)) = log.read(offset, 1 << 20, end, true) else {
+            break;
+        };
+        let Ok(bytes) = slice.read() else {
+            break;
+        };
+        let mut next = offset;
+        for item in BatchIter::new(&bytes) {
+            match item {
+                Ok((_, h, _)) => next = next.max(h.last_offset() + 1),
+                Err(_) => break,
+            }
+        }
+        if next <= offset {
+            break;
+        }
+        offset = next;
+    }
+    let _ = log.offset_for_timestamp(0);
+    let _ = log.offset_for_timestamp(NOW_MS);
+    let _ = log.max_timestamp_offset();
+    let _ = log.aborted_transactions(log.log_start_offset(), end);
+    let _ = log.producer_states();
+}
+
+/// A partition directory written by the log itself: two segments with their indexes, a
+/// producer snapshot and the leader-epoch checkpoint, as `partition_dir` reads its input.
+pub fn partition_dir_seed() -> Vec<u8> {
+    let tmp = scratch_dir();
+    let dir = tmp.path().join("seed-0");
+    let opts = LoadOptions {
+        clean_shutdown: false,
+        recovery_point: None,
+        log_start_offset: None,
+        now_ms: NOW_MS,
+    };
+    let mut log = Log::open(&dir, TopicConfig::default(), opts).expect("open a fresh log");
+    for (i, b) in seeds::batches().iter().enumerate() {
+        log.append_as_leader(b, 1, NOW_MS)
+            .expect("append a seed batch");
+        if i == 2 {
+            log.roll(NOW_MS).expect("roll");
+        }
+    }
+    log.close(NOW_MS).expect("close the seed log");
+    let mut files = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if let Ok(body) = std::fs::read(e.path()) {
+                // Index files are preallocated sparse; keep their written prefix only.
+                let body = if name.ends_with("index") {
+                    trim_zeros(body)
+                } else {
+                    body
+                };
+                files.push((name, body));
+            }
+        }
+    }
+    files.sort();
+    [&[0u8][..], &encode_dir(&files)].concat()
+}
+
+fn trim_zeros(mut body: Vec<u8>) -> Vec<u8> {
+    while body.last() == Some(&0) {
+        body.pop();
+    }
+    body
+}
+
+pub fn coordinator_records(data: &[u8]) -> bool {
+    let Some((&selector, rest)) = data.split_first() else {
+        return false;
+    };
+    let b = Bytes::copy_from_slice(rest);
+    match selector % 6 {
+        0 => offsets_topic::decode_key(b).is_ok(),
+        1 => offsets_topic::decode_offset(b).is_ok(),
+        2 => offsets_topic::decode_group(b).is_ok(),
+        3 => transaction_log::decode_key(b).is_ok(),
+        4 => transaction_log::decode_value("fuzz", b).is_ok(),
+        _ => {
+            let mut b = b;
+            let Ok(set) = RecordBatchDecoder::decode(&mut b) else {
+                return false;
+            };
+            for r in set.records {
+                if let Some(k) = r.key {
+                    let _ = offsets_topic::decode_key(k.clone());
+                    let _ = transaction_log::decode_key(k);
+                }
+                if let Some(v) = r.value {
+                    let _ = offsets_topic::decode_offset(v.clone());
+                    let _ = offsets_topic::decode_group(v.clone());
+                    let _ = transaction_log::decode_value("fuzz", v);
+                }
+            }
+            true
+        }
+    }
+}
+
+pub fn checkpoints(data: &[u8]) -> bool {
+    let Some((&selector, rest)) = data.split_first() else {
+        return false;
+    };
+    match selector % 2 {
+        0 => {
+            let tmp = scratch_dir();
+            let path = tmp.path().join("recovery-point-offset-checkpoint");
+            if std::fs::write(&path, rest).is_err() {
+                return false;
+            }
+            strata::log::checkpoint::read_offsets(&path).is_ok()
+        }
+        _ => strata::log::txn_index::parse(rest).is_ok(),
+    }
+}
