@@ -35,6 +35,10 @@ cargo test --locked --workspace --all-targets
 
 export STRATA_BIN="$CARGO_TARGET_DIR/debug/strata"
 
+# Mutated request frames over 16 connections for 20 s: the broker must keep answering.
+strata_log "network fuzz smoke"
+benches/fuzz.sh smoke --seconds 20
+
 # ----------------------------------------------------------------------------- terraform
 # fmt, checkov, and the broker config template checked with this build's `strata config check`.
 strata_log "terraform checks"
