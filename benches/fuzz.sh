@@ -82,17 +82,19 @@ case "$mode" in
     ;;
   campaign)
     fuzz_target_dir="$STRATA_CACHE/target-libfuzzer"
+    host=$(rustc -vV | sed -n 's/^host: //p')
     RUSTFLAGS="-C passes=sancov-module -C llvm-args=-sanitizer-coverage-level=4 \
       -C llvm-args=-sanitizer-coverage-inline-8bit-counters -C llvm-args=-sanitizer-coverage-pc-table \
       -C llvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -C debug-assertions -C overflow-checks" \
       CARGO_TARGET_DIR="$fuzz_target_dir" \
-      cargo build --locked --release -p strata-fuzz --features libfuzzer --bin strata-libfuzzer
+      cargo build --locked --release -p strata-fuzz --features libfuzzer --bin strata-libfuzzer \
+        --target "$host"   # with --target, RUSTFLAGS skip build scripts and proc macros
     corpus_root="$STRATA_CACHE/fuzz-corpus"
     total=0; crashes=0
     for t in $targets; do
       mkdir -p "$corpus_root/$t" "$corpus_root/$t-artifacts"
       log=$(mktemp)
-      STRATA_FUZZ_TARGET="$t" "$fuzz_target_dir/release/strata-libfuzzer" "$corpus_root/$t" \
+      STRATA_FUZZ_TARGET="$t" "$fuzz_target_dir/$host/release/strata-libfuzzer" "$corpus_root/$t" \
         -max_total_time="${seconds:-600}" -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
         -artifact_prefix="$corpus_root/$t-artifacts/" >"$log" 2>&1 || true
       runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
