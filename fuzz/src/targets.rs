@@ -30,15 +30,20 @@ pub enum Target {
     Manifest,
     /// Per-directory offset checkpoints and a partition's `.txnindex`.
     Checkpoints,
+    /// The metadata quorum's Raft log directory (segments of CRC-framed entries and
+    /// `raft-meta.json`), opened as at start-up. Frames get valid lengths and CRCs when the
+    /// first byte is odd, so mutations reach the entry decoder.
+    MetadataLog,
 }
 
-pub const ALL: [Target; 6] = [
+pub const ALL: [Target; 7] = [
     Target::Request,
     Target::RecordBatch,
     Target::PartitionDir,
     Target::CoordinatorRecords,
     Target::Manifest,
     Target::Checkpoints,
+    Target::MetadataLog,
 ];
 
 impl Target {
@@ -50,6 +55,7 @@ impl Target {
             Target::CoordinatorRecords => "coordinator_records",
             Target::Manifest => "manifest",
             Target::Checkpoints => "checkpoints",
+            Target::MetadataLog => "metadata_log",
         }
     }
 
@@ -60,7 +66,7 @@ impl Target {
     /// The longest input worth generating.
     pub fn max_len(self) -> usize {
         match self {
-            Target::PartitionDir => 256 << 10,
+            Target::PartitionDir | Target::MetadataLog => 256 << 10,
             _ => 64 << 10,
         }
     }
@@ -79,6 +85,7 @@ impl Target {
                 b"0\n2\nt 0 100\nt 1 7\n".to_vec(),
                 [&[1u8][..], &[0u8; 34], &[0u8; 34]].concat(),
             ],
+            Target::MetadataLog => vec![metadata_log_seed()],
         }
     }
 
@@ -90,6 +97,7 @@ impl Target {
             Target::CoordinatorRecords => coordinator_records(data),
             Target::Manifest => strata_tiering::manifest::PartitionManifest::decode(data).is_ok(),
             Target::Checkpoints => checkpoints(data),
+            Target::MetadataLog => metadata_log(data),
         }
     }
 }
@@ -330,4 +338,84 @@ pub fn checkpoints(data: &[u8]) -> bool {
         }
         _ => strata::log::txn_index::parse(rest).is_ok(),
     }
+}
+
+/// Raft log entries as openraft serializes them, in the metadata log's files: a
+/// `raft-meta.json` and one segment whose entries are `[u16 length][JSON]` (framed by the
+/// target when the first byte is odd).
+pub fn metadata_log_seed() -> Vec<u8> {
+    let entry = |index: u64, payload: &str| {
+        format!(
+            r#"{{"log_id":{{"leader_id":{{"term":1,"node_id":1}},"index":{index}}},"payload":{payload}}}"#
+        )
+    };
+    let entries = [
+        entry(1, r#""Blank""#),
+        entry(
+            2,
+            r#"{"Membership":{"configs":[[1,2,3]],"nodes":{"1":{},"2":{},"3":{}}}}"#,
+        ),
+        entry(3, r#""Blank""#),
+    ];
+    let mut segment = Vec::new();
+    for e in &entries {
+        segment.extend_from_slice(&(e.len() as u16).to_be_bytes());
+        segment.extend_from_slice(e.as_bytes());
+    }
+    let meta = br#"{"vote":{"leader_id":{"term":1,"node_id":1},"committed":true},"committed":{"leader_id":{"term":1,"node_id":1},"index":2},"last_purged":null}"#;
+    let files = vec![
+        ("raft-meta.json".to_string(), meta.to_vec()),
+        ("00000000000000000001.log".to_string(), segment),
+    ];
+    [&[1u8][..], &encode_dir(&files)].concat()
+}
+
+/// Frames `[u16 length][payload]...` as the metadata log does: `[u32 LE length][u32 LE
+/// crc32c][payload]`.
+fn frame_entries(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while data.len() >= 2 {
+        let n = (u16::from_be_bytes([data[0], data[1]]) as usize).min(data.len() - 2);
+        let payload = &data[2..2 + n];
+        out.extend_from_slice(&(n as u32).to_le_bytes());
+        out.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+        out.extend_from_slice(payload);
+        data = &data[2 + n..];
+    }
+    out
+}
+
+pub fn metadata_log(data: &[u8]) -> bool {
+    use std::sync::OnceLock;
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    let Some((&flags, rest)) = data.split_first() else {
+        return false;
+    };
+    let tmp = scratch_dir();
+    let dir = tmp.path().join("metadata");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return false;
+    }
+    for (name, body) in decode_dir(rest) {
+        if !plain_file_name(&name) {
+            continue;
+        }
+        let body = if flags & 1 == 1 && name.ends_with(".log") {
+            frame_entries(body)
+        } else {
+            body.to_vec()
+        };
+        let _ = std::fs::write(dir.join(name), body);
+    }
+    let runtime = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    });
+    runtime.block_on(async {
+        strata_metadata::store::LogStore::open(&dir, Default::default())
+            .await
+            .is_ok()
+    })
 }

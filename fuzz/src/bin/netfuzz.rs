@@ -215,7 +215,9 @@ fn control_request(addr: SocketAddr) -> Result<(), String> {
     .ok_or("encode ApiVersions")?;
     let mut frame = (body.len() as i32).to_be_bytes().to_vec();
     frame.extend_from_slice(&body);
-    stream.write_all(&frame).map_err(|e| format!("write: {e}"))?;
+    stream
+        .write_all(&frame)
+        .map_err(|e| format!("write: {e}"))?;
     let mut size = [0u8; 4];
     stream
         .read_exact(&mut size)
