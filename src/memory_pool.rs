@@ -15,6 +15,10 @@
 //!   pool is empty and then takes all of it, so it is served rather than waiting forever. The
 //!   broker's configuration keeps `socket.request.max.bytes` at most the capacity, so this is
 //!   a safeguard, not a path that is expected.
+//! - First fit has no queue: a large request waits until enough memory is free at once, so a
+//!   steady stream of requests that keep the pool nearly full can hold it back for as long as
+//!   they last. Every reservation ends (requests are handled; a body that does not arrive in
+//!   time closes its connection), which bounds the wait.
 //! - An unbounded pool (`queued.max.request.bytes` = -1) grants every reservation at once and
 //!   only counts what is reserved.
 //!

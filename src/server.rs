@@ -23,7 +23,10 @@
 //! mid-request (Kafka's idle expiry) and one that trickles a byte now and then to hold its
 //! reservation; a Kafka client gives up on a request after `request.timeout.ms` (30 s by
 //! default) anyway. Such closes are counted in `strata_connections_closed_stalled_total`.
-//! Waiting for request memory is the broker's back-pressure and has no timeout.
+//! Waiting for request memory is the broker's back-pressure and has no timeout. A reservation
+//! is for the claimed size, so a peer that claims a large frame and stalls holds budget (not
+//! memory) until that deadline: requests that fit in the rest are still served; lowering
+//! `socket.request.max.bytes` or `connections.max.idle.ms` shortens what such peers can hold.
 //!
 //! Quotas: connection limits are applied when a connection is accepted; a client over a
 //! byte-rate or request-time quota gets its response at once with `throttle_time_ms` set, and
