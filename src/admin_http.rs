@@ -63,6 +63,7 @@ async fn respond(mut stream: TcpStream, broker: Arc<Broker>) -> std::io::Result<
                     t.render_metrics(&mut text, &b.remote_upload_lag());
                 }
                 b.quotas.render_metrics(&mut text);
+                crate::metrics::render_request_memory(&mut text, &b.request_memory);
                 if let Some(c) = b.txn_coordinator() {
                     crate::metrics::render_transactions(
                         &mut text,

@@ -37,6 +37,7 @@
 //! - [`quota`]: client quotas (byte rates, request time) and connection limits, as Kafka.
 //! - [`replication`]: partition leadership from the control plane, high watermark and ISR
 //!   on the leader, replica fetchers on followers.
+//! - [`memory_pool`]: the broker-wide budget for request bytes (`queued.max.request.bytes`).
 //! - [`metrics`], [`admin_http`]: Prometheus metrics and health.
 //! - [`runtime`]: start-up, background services and the shutdown order.
 
@@ -51,6 +52,7 @@ pub mod coordinator;
 pub mod fetch_session;
 pub mod log;
 pub mod log_cleaner;
+pub mod memory_pool;
 pub mod metrics;
 pub mod protocol;
 pub mod quota;

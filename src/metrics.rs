@@ -51,6 +51,8 @@ pub struct Metrics {
     pub connections_active: AtomicI64,
     pub connections_total: AtomicU64,
     pub connections_closed_bad_request: AtomicU64,
+    /// Connections closed because a request body did not arrive in time.
+    pub connections_closed_stalled: AtomicU64,
     pub produce_bytes: AtomicU64,
     pub produce_records: AtomicU64,
     pub fetch_bytes: AtomicU64,
@@ -76,6 +78,7 @@ impl Default for Metrics {
             connections_active: AtomicI64::new(0),
             connections_total: AtomicU64::new(0),
             connections_closed_bad_request: AtomicU64::new(0),
+            connections_closed_stalled: AtomicU64::new(0),
             produce_bytes: AtomicU64::new(0),
             produce_records: AtomicU64::new(0),
             fetch_bytes: AtomicU64::new(0),
@@ -118,6 +121,19 @@ pub fn render_transactions(out: &mut String, ongoing: usize, by_state: &[(&str, 
     for (state, n) in by_state {
         let _ = writeln!(out, "strata_transactional_ids{{state=\"{state}\"}} {n}");
     }
+}
+
+/// The request memory pool's gauges (`queued.max.request.bytes`).
+pub fn render_request_memory(out: &mut String, pool: &crate::memory_pool::MemoryPool) {
+    let name = "strata_request_memory_reserved_bytes";
+    let _ = writeln!(out, "# HELP {name} Bytes of requests being read or handled, reserved from queued.max.request.bytes.\n# TYPE {name} gauge\n{name} {}", pool.reserved());
+    let name = "strata_request_memory_capacity_bytes";
+    let capacity = pool
+        .capacity()
+        .map_or(-1, |c| c.min(i64::MAX as u64) as i64);
+    let _ = writeln!(out, "# HELP {name} queued.max.request.bytes (-1: unbounded).\n# TYPE {name} gauge\n{name} {capacity}");
+    let name = "strata_request_memory_waits_total";
+    let _ = writeln!(out, "# HELP {name} Requests whose connection stopped reading until request memory was free.\n# TYPE {name} counter\n{name} {}", pool.waits());
 }
 
 /// One partition's gauges for a scrape.
@@ -218,7 +234,7 @@ impl Metrics {
             }
         }
         let count = |f: fn(&PartitionGauges) -> bool| partitions.iter().filter(|p| f(p)).count();
-        let gauges: [(&str, &str, i64); 12] = [
+        let gauges: [(&str, &str, i64); 13] = [
             (
                 "strata_partitions_leader",
                 "Partitions this broker leads.",
@@ -253,6 +269,11 @@ impl Metrics {
                 "strata_connections_closed_bad_request_total",
                 "Connections closed for a malformed, oversized or unsupported request.",
                 self.connections_closed_bad_request.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "strata_connections_closed_stalled_total",
+                "Connections closed because a request's body did not arrive within connections.max.idle.ms.",
+                self.connections_closed_stalled.load(Ordering::Relaxed) as i64,
             ),
             (
                 "strata_produce_bytes_total",

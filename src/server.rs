@@ -6,6 +6,28 @@
 //! undecodable frames close only that connection, with the reason logged at debug level and
 //! counted in `strata_connections_closed_bad_request_total`.
 //!
+//! Bounded input: a frame's size prefix is checked against `socket.request.max.bytes` (on a
+//! SASL listener before authentication, against `sasl.server.max.receive.size`, where an
+//! oversized frame closes the connection as Kafka's InvalidReceiveException does). Then the
+//! frame's size is reserved from the broker-wide request memory
+//! ([`crate::memory_pool`], `queued.max.request.bytes`): a connection whose frame does not fit
+//! reads nothing more until enough memory is released, while connections whose requests fit
+//! keep being served. The reservation is held until the request has been handled (decoded
+//! requests are zero-copy slices of the frame) and released before the response is written.
+//! The body buffer grows as bytes arrive (64 KiB reads, doubling up to the frame size), so a
+//! frame that claims 100 MB and sends 10 bytes costs its connection about nothing in memory.
+//!
+//! Timeouts: a connection with no request for `connections.max.idle.ms` is closed; so is one
+//! whose request body has not arrived in full within `connections.max.idle.ms` of the broker
+//! starting to read it (after its memory was reserved). That covers a peer that stalls
+//! mid-request (Kafka's idle expiry) and one that trickles a byte now and then to hold its
+//! reservation; a Kafka client gives up on a request after `request.timeout.ms` (30 s by
+//! default) anyway. Such closes are counted in `strata_connections_closed_stalled_total`.
+//! Waiting for request memory is the broker's back-pressure and has no timeout. A reservation
+//! is for the claimed size, so a peer that claims a large frame and stalls holds budget (not
+//! memory) until that deadline: requests that fit in the rest are still served; lowering
+//! `socket.request.max.bytes` or `connections.max.idle.ms` shortens what such peers can hold.
+//!
 //! Quotas: connection limits are applied when a connection is accepted; a client over a
 //! byte-rate or request-time quota gets its response at once with `throttle_time_ms` set, and
 //! its connection is then muted (nothing is read from it) for that time, as in Kafka (KIP-219).
@@ -18,7 +40,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::Bytes;
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
@@ -169,6 +191,13 @@ enum ConnectionEnd {
     Io(#[from] std::io::Error),
     #[error("request size {size} outside [8, {max}]")]
     BadSize { size: i64, max: usize },
+    /// Kafka's InvalidReceiveException on a SASL listener before authentication.
+    #[error("invalid receive (size = {size} larger than {max}) before SASL authentication: sasl.server.max.receive.size")]
+    UnauthenticatedSize { size: i64, max: usize },
+    #[error(
+        "request body stalled: {received} of {size} bytes arrived within connections.max.idle.ms"
+    )]
+    Stalled { received: usize, size: usize },
     #[error(transparent)]
     Frame(#[from] FrameError),
     #[error("{0}")]
@@ -211,6 +240,7 @@ where
         principal,
     };
     let max = broker.config.socket_request_max_bytes;
+    let sasl_max = broker.config.sasl_server_max_receive_size;
     let idle = Duration::from_millis(broker.config.connections_max_idle_ms);
     loop {
         let mut prefix = [0u8; 4];
@@ -225,6 +255,20 @@ where
             Ok(Ok(_)) => {}
         }
         let size = protocol::frame_size(&prefix);
+        // Kafka's SaslServerAuthenticator reads at most sasl.server.max.receive.size before
+        // the client has authenticated, so an anonymous peer cannot make it buffer 100 MB.
+        let unauthenticated = sasl.as_ref().is_some_and(|s| !s.is_authenticated());
+        if unauthenticated && size as i64 > sasl_max as i64 && size as usize <= max {
+            broker
+                .metrics
+                .connections_closed_bad_request
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(%peer, size, max = sasl_max, "closing connection: request before SASL authentication larger than sasl.server.max.receive.size");
+            return Err(ConnectionEnd::UnauthenticatedSize {
+                size: size as i64,
+                max: sasl_max,
+            });
+        }
         if size < 8 || size as usize > max {
             broker
                 .metrics
@@ -236,9 +280,34 @@ where
                 max,
             });
         }
-        let mut frame = BytesMut::zeroed(size as usize);
-        reader.read_exact(&mut frame).await?;
-        let frame = frame.freeze();
+        let size = size as usize;
+        // queued.max.request.bytes: wait (read nothing more from this connection) until the
+        // frame fits in the broker's request memory; held until the request has been handled.
+        let reservation = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            r = broker.request_memory.reserve(size as u64) => r,
+        };
+        let now = tokio::time::Instant::now();
+        // A year stands in for "never" when connections.max.idle.ms is beyond the clock.
+        let deadline = now
+            .checked_add(idle)
+            .unwrap_or(now + Duration::from_secs(365 * 24 * 3600));
+        let frame = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            f = read_body(&mut reader, size, deadline) => f,
+        };
+        let frame = match frame {
+            Ok(f) => f,
+            Err(e @ ConnectionEnd::Stalled { .. }) => {
+                broker
+                    .metrics
+                    .connections_closed_stalled
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::info!(%peer, reason = %e, "closing connection: request body stalled");
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         let started = Instant::now();
         let request = match protocol::decode_request(frame) {
             Ok(r) => r,
@@ -247,6 +316,7 @@ where
                 correlation_id,
                 ..
             }) => {
+                drop(reservation);
                 writer
                     .write_all(&protocol::unsupported_api_versions_response(correlation_id))
                     .await?;
@@ -275,45 +345,52 @@ where
         let mut thread_time = None;
         // SASL: the handshake and authentication are connection state, handled here.
         let mut close_after = false;
-        let outcome = match (&mut sasl, &request.body) {
-            (Some(s), RequestKind::SaslHandshake(r)) => match s.handshake(r) {
-                SaslOutcome::Handshake(resp) => {
-                    api::Outcome::Respond(Box::new(ResponseKind::SaslHandshake(resp)))
-                }
-                SaslOutcome::Authenticate { .. } => unreachable_outcome(),
-            },
-            (Some(s), RequestKind::SaslAuthenticate(r)) => match s.authenticate(broker, r) {
-                SaslOutcome::Authenticate { response, close } => {
-                    close_after = close;
-                    if let Some(p) = &s.principal {
-                        conn.principal = p.clone();
+        // The request (and so the frame it slices) is dropped by the end of this block.
+        let outcome = {
+            let request = request;
+            match (&mut sasl, &request.body) {
+                (Some(s), RequestKind::SaslHandshake(r)) => match s.handshake(r) {
+                    SaslOutcome::Handshake(resp) => {
+                        api::Outcome::Respond(Box::new(ResponseKind::SaslHandshake(resp)))
                     }
-                    api::Outcome::Respond(Box::new(ResponseKind::SaslAuthenticate(response)))
+                    SaslOutcome::Authenticate { .. } => unreachable_outcome(),
+                },
+                (Some(s), RequestKind::SaslAuthenticate(r)) => match s.authenticate(broker, r) {
+                    SaslOutcome::Authenticate { response, close } => {
+                        close_after = close;
+                        if let Some(p) = &s.principal {
+                            conn.principal = p.clone();
+                        }
+                        api::Outcome::Respond(Box::new(ResponseKind::SaslAuthenticate(response)))
+                    }
+                    SaslOutcome::Handshake(_) => unreachable_outcome(),
+                },
+                (Some(s), body) if !s.is_authenticated() => {
+                    if s.principal.is_some() {
+                        // KIP-368: the session expired without re-authentication.
+                        return Err(ConnectionEnd::AuthenticationFailed);
+                    }
+                    if !matches!(body, RequestKind::ApiVersions(_)) {
+                        return Err(ConnectionEnd::Unauthenticated(api_key));
+                    }
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Ok(()),
+                        o = api::handle(broker, peer, &conn, request) => o,
+                    }
                 }
-                SaslOutcome::Handshake(_) => unreachable_outcome(),
-            },
-            (Some(s), body) if !s.is_authenticated() => {
-                if s.principal.is_some() {
-                    // KIP-368: the session expired without re-authentication.
-                    return Err(ConnectionEnd::AuthenticationFailed);
-                }
-                if !matches!(body, RequestKind::ApiVersions(_)) {
-                    return Err(ConnectionEnd::Unauthenticated(api_key));
-                }
-                tokio::select! {
+                // A request parked in a long poll must not hold up shutdown.
+                _ => tokio::select! {
                     _ = shutdown.cancelled() => return Ok(()),
-                    o = api::handle(broker, peer, &conn, request) => o,
-                }
+                    (o, used) = quota::request::measure_thread_time(api::handle(broker, peer, &conn, request)) => {
+                        thread_time = Some(used);
+                        o
+                    }
+                },
             }
-            // A request parked in a long poll must not hold up shutdown.
-            _ => tokio::select! {
-                _ = shutdown.cancelled() => return Ok(()),
-                (o, used) = quota::request::measure_thread_time(api::handle(broker, peer, &conn, request)) => {
-                    thread_time = Some(used);
-                    o
-                }
-            },
         };
+        // Handled: the frame's memory goes back to queued.max.request.bytes before the
+        // response is written (a client slow to read its responses does not hold it).
+        drop(reservation);
         let mut outcome = outcome;
         // KIP-219: a client over a quota gets its response at once, with throttle_time_ms,
         // and the connection is muted for that long afterwards.
@@ -368,6 +445,43 @@ where
             }
         }
     }
+}
+
+/// Bytes read into a request body at a time. The body buffer grows as bytes arrive (doubling,
+/// up to the frame size), so a frame that claims 100 MB and stalls holds only what it sent.
+const BODY_CHUNK: usize = 64 * 1024;
+
+/// Reads a request body of `size` bytes, which must arrive in full before `deadline`.
+async fn read_body<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    size: usize,
+    deadline: tokio::time::Instant,
+) -> Result<Bytes, ConnectionEnd> {
+    let mut body: Vec<u8> = Vec::with_capacity(size.min(BODY_CHUNK));
+    while body.len() < size {
+        if body.len() == body.capacity() {
+            let more = body.capacity().max(BODY_CHUNK).min(size - body.len());
+            body.reserve_exact(more);
+        }
+        let start = body.len();
+        let end = body.capacity().min(size).min(start + BODY_CHUNK);
+        body.resize(end, 0);
+        let read = tokio::time::timeout_at(deadline, reader.read(&mut body[start..end])).await;
+        let n = match read {
+            Err(_) => {
+                return Err(ConnectionEnd::Stalled {
+                    received: start,
+                    size,
+                })
+            }
+            Ok(r) => r?,
+        };
+        if n == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+        }
+        body.truncate(start + n);
+    }
+    Ok(Bytes::from(body))
 }
 
 fn unreachable_outcome() -> api::Outcome {

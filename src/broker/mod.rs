@@ -151,6 +151,9 @@ pub struct Broker {
     pub config: BrokerConfig,
     pub cluster_id: String,
     pub metrics: Metrics,
+    /// `queued.max.request.bytes`: the bytes of requests being read or handled, shared by
+    /// every connection on every listener (see [`crate::server`]).
+    pub request_memory: crate::memory_pool::MemoryPool,
     catalog: RwLock<Catalog>,
     /// Serializes catalog changes and writes of the metadata file.
     catalog_writes: Mutex<()>,
@@ -270,6 +273,7 @@ impl Broker {
         let broker = Broker {
             cluster_id: meta.cluster_id.clone(),
             metrics: Metrics::default(),
+            request_memory: crate::memory_pool::MemoryPool::new(config.queued_max_request_bytes),
             catalog: RwLock::new(Catalog::default()),
             catalog_writes: Mutex::new(()),
             producer_ids: Mutex::new(ProducerIds {

@@ -210,6 +210,18 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         kind: Kind::Int,
         default: "104857600",
     },
+    // Kafka's default is -1 (unbounded); Strata bounds the bytes of requests being read or
+    // handled by default. -1 (or 0) is unbounded, as in Kafka.
+    BrokerConfigDef {
+        name: "queued.max.request.bytes",
+        kind: Kind::Long,
+        default: "536870912",
+    },
+    BrokerConfigDef {
+        name: "sasl.server.max.receive.size",
+        kind: Kind::Int,
+        default: "524288",
+    },
     BrokerConfigDef {
         name: "connections.max.idle.ms",
         kind: Kind::Long,

@@ -86,6 +86,12 @@ pub struct BrokerConfig {
     pub auto_create_topics_enable: bool,
     pub delete_topic_enable: bool,
     pub socket_request_max_bytes: usize,
+    /// `queued.max.request.bytes`: the budget for request bytes being read or handled, across
+    /// all connections (`None`: unbounded). At least `socket_request_max_bytes`.
+    pub queued_max_request_bytes: Option<u64>,
+    /// `sasl.server.max.receive.size`: the largest frame a SASL listener reads before the
+    /// client has authenticated.
+    pub sasl_server_max_receive_size: usize,
     pub connections_max_idle_ms: u64,
     pub fetch_max_bytes: usize,
     pub log_retention_check_interval_ms: u64,
@@ -700,6 +706,27 @@ impl ClusterConfig {
     }
 }
 
+/// `queued.max.request.bytes`: -1 (or 0) is unbounded as in Kafka; a bound must hold the
+/// largest request (`socket.request.max.bytes`), as Kafka requires.
+fn queued_max_request_bytes(
+    get: &dyn Fn(&str) -> String,
+    long: &dyn Fn(&str) -> Result<i64, ConfigError>,
+    socket_request_max_bytes: usize,
+) -> Result<Option<u64>, ConfigError> {
+    let key = "queued.max.request.bytes";
+    let v = long(key)?;
+    match v {
+        i64::MIN..=-2 => Err(invalid(key, &get(key), "must be -1 (unbounded) or positive")),
+        -1 | 0 => Ok(None),
+        v if (v as u64) < socket_request_max_bytes as u64 => Err(invalid(
+            key,
+            &get(key),
+            format!("must be at least socket.request.max.bytes ({socket_request_max_bytes}), or -1 for unbounded"),
+        )),
+        v => Ok(Some(v as u64)),
+    }
+}
+
 impl BrokerConfig {
     /// Merges the sources (file < env < overrides) and validates the result.
     pub fn build(layers: &[BTreeMap<String, String>]) -> Result<BrokerConfig, ConfigError> {
@@ -940,6 +967,9 @@ impl BrokerConfig {
         };
         let cluster =
             ClusterConfig::build(&get, &long, node_id as u64, controller_listener, &log_dirs)?;
+        let socket_request_max_bytes = positive("socket.request.max.bytes")? as usize;
+        let queued_max_request_bytes =
+            queued_max_request_bytes(&get, &long, socket_request_max_bytes)?;
         Ok(BrokerConfig {
             node_id: node_id as i32,
             rack: Some(get("broker.rack")).filter(|r| !r.is_empty()),
@@ -953,7 +983,9 @@ impl BrokerConfig {
             default_replication_factor: rf as i16,
             auto_create_topics_enable: bool_of("auto.create.topics.enable")?,
             delete_topic_enable: bool_of("delete.topic.enable")?,
-            socket_request_max_bytes: positive("socket.request.max.bytes")? as usize,
+            socket_request_max_bytes,
+            queued_max_request_bytes,
+            sasl_server_max_receive_size: positive("sasl.server.max.receive.size")? as usize,
             connections_max_idle_ms: positive("connections.max.idle.ms")?,
             fetch_max_bytes: positive("fetch.max.bytes")? as usize,
             log_retention_check_interval_ms: positive("log.retention.check.interval.ms")?,

@@ -203,3 +203,30 @@ fn later_layers_win_and_env_maps_to_kafka_names() {
     let c = BrokerConfig::build(&[props("log.dirs=/file\n"), env, flags]).unwrap();
     assert_eq!(c.log_dirs, vec![PathBuf::from("/flag")]);
 }
+
+#[test]
+fn queued_max_request_bytes_is_bounded_by_default_and_must_hold_the_largest_request() {
+    let c = BrokerConfig::build(&[]).unwrap();
+    assert_eq!(c.queued_max_request_bytes, Some(512 << 20));
+    assert_eq!(c.sasl_server_max_receive_size, 524288);
+    for unbounded in ["-1", "0"] {
+        let c = BrokerConfig::build(&[props(&format!("queued.max.request.bytes={unbounded}\n"))])
+            .unwrap();
+        assert_eq!(c.queued_max_request_bytes, None, "{unbounded}");
+    }
+    let c = BrokerConfig::build(&[props(
+        "queued.max.request.bytes=1MiB\nsocket.request.max.bytes=1MiB\n",
+    )])
+    .unwrap();
+    assert_eq!(c.queued_max_request_bytes, Some(1 << 20));
+    for bad in [
+        "queued.max.request.bytes=-2\n",
+        // The default socket.request.max.bytes (100 MiB) does not fit in 1 MiB.
+        "queued.max.request.bytes=1MiB\n",
+        "socket.request.max.bytes=1000\nqueued.max.request.bytes=999\n",
+        "sasl.server.max.receive.size=0\n",
+    ] {
+        let e = BrokerConfig::build(&[props(bad)]).err();
+        assert!(e.is_some(), "{bad}");
+    }
+}

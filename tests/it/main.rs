@@ -15,6 +15,7 @@ mod compaction;
 mod coordinators;
 mod group_offsets;
 mod groups;
+mod hostile_connections;
 mod hostile_requests;
 mod http;
 mod idempotence;
