@@ -33,6 +33,12 @@
 #   BENCH_KEEP_DATA=1     keep broker data dirs (default: deleted after each row)
 #   BENCH_START_TIMEOUT   seconds to wait for a broker to become ready (default 60)
 #   BENCH_TOOL_HEAP       heap of the perf tool JVMs (default -Xmx512m)
+#   BENCH_CLIENT          java (default: Kafka's perf tools) or loadgen: strata-loadgen
+#                         (loadgen/), which resends pre-encoded batches and pipelines
+#                         fetches, so it costs a few percent of a core and the broker is what
+#                         is measured; rows then also give broker CPU-s per GiB of produce and
+#                         of consume. BENCH_LOADGEN_CONNECTIONS (4), BENCH_LOADGEN_INFLIGHT (5)
+#                         and BENCH_LOADGEN_BATCH_BYTES (16384) tune it.
 set -euo pipefail
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/common.sh"
@@ -42,7 +48,7 @@ ROOT="$STRATA_REPO_ROOT"
 
 case "${1:-}" in
   "") ;;
-  -h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: $0   (configured through environment variables; see $0 --help)" >&2; exit 2 ;;
 esac
 
@@ -236,6 +242,91 @@ run_row() {
     "${c[0]}" "${c[1]}" "${s[0]}" "${s[1]}" "$status" >>"$RESULTS"
   echo "peak RSS MiB / CPU s: ${stats}   status: $status"
 }
+
+# CPU seconds (user+sys) of a live process.
+cpu_seconds() {
+  sed 's/^.*) //' "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f\n", ($12 + $13) / hz}'
+}
+
+# One row with strata-loadgen: produce, then consume, each with the broker's CPU seconds per
+# GiB of record bytes; the broker's peak RSS; and the generator's own CPU seconds.
+run_row_loadgen() {
+  local target="$1" acks="$2"
+  local dir="$WORK/$target-acks$acks" port topic="bench-$PARTITIONS-$acks" status=ok
+  local prod="" cons="" c0 c1 c2 stats="- -"
+  rm -rf "$dir"; mkdir -p "$dir"
+  port="$(strata_free_port)"
+  echo; echo "=== $target, acks=$acks (strata-loadgen) ==="
+  "start_$target" "$port" "$dir" || status="start-failed"
+  local bootstrap="127.0.0.1:$port"
+  if [[ $status == ok ]] && ! run_tool "$dir/create-topic.out" "${JAVA_TOOL[@]}" -cp "$INTEROP_CP" \
+      io.strata.interop.InteropClient admin-create --bootstrap "$bootstrap" --topic "$topic" \
+      --partitions "$PARTITIONS" --if-not-exists; then
+    cat "$dir/create-topic.out" >&2; status="create-topic-failed"
+  fi
+  local common=(--bootstrap "$bootstrap" --topic "$topic" --partitions "$PARTITIONS"
+    --records "$RECORDS" --connections "${BENCH_LOADGEN_CONNECTIONS:-4}")
+  if [[ $status == ok ]]; then
+    c0="$(cpu_seconds "$CUR_PID")"
+    if run_tool "$dir/producer.out" "$LOADGEN" produce "${common[@]}" --record-size "$RECORD_SIZE" \
+        --acks "$acks" --compression "$COMPRESSION" --inflight "${BENCH_LOADGEN_INFLIGHT:-5}" \
+        --batch-bytes "${BENCH_LOADGEN_BATCH_BYTES:-16384}"; then
+      prod="$(cat "$dir/producer.out")"; echo "$prod"
+    else
+      cat "$dir/producer.out" >&2; status="producer-failed"
+    fi
+    c1="$(cpu_seconds "$CUR_PID")"
+  fi
+  if [[ $status == ok ]]; then
+    if run_tool "$dir/consumer.out" "$LOADGEN" consume "${common[@]}"; then
+      cons="$(cat "$dir/consumer.out")"; echo "$cons"
+    else
+      cat "$dir/consumer.out" >&2; status="consumer-failed"
+    fi
+    c2="$(cpu_seconds "$CUR_PID")"
+  fi
+  if [[ -n "$CUR_PID" ]] && strata_alive "$CUR_PID"; then stats="$(proc_stats "$CUR_PID")"
+  elif [[ $status == ok ]]; then status="broker-died"; fi
+  stop_target
+  python3 - "$target" "$acks" "$status" "${c0:-0}" "${c1:-0}" "${c2:-0}" "${stats%% *}" \
+      "$prod" "$cons" >>"$LOADGEN_RESULTS" <<'PY'
+import sys
+target, acks, status, c0, c1, c2, rss, prod, cons = sys.argv[1:]
+def kv(line):
+    return dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+p, c = kv(prod), kv(cons)
+gib = lambda d: int(d.get("bytes", 0)) / 2**30
+per = lambda cpu, d: f"{cpu / gib(d):.2f}" if gib(d) else "-"
+print("\t".join([target, acks, p.get("mb_per_s", "-"), p.get("p50_ms", "-"), p.get("p99_ms", "-"),
+                 p.get("p999_ms", "-"), per(float(c1) - float(c0), p), c.get("mb_per_s", "-"),
+                 per(float(c2) - float(c1), c), rss,
+                 f'{float(p.get("loadgen_cpu_s", 0)) + float(c.get("loadgen_cpu_s", 0)):.2f}',
+                 status]))
+PY
+}
+
+LOADGEN_RESULTS="$WORK/loadgen.tsv"
+if [[ "${BENCH_CLIENT:-java}" == loadgen ]]; then
+  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+  LOADGEN="$CARGO_TARGET_DIR/release/strata-loadgen"
+  (cd "$ROOT" && cargo build --locked --release -p strata-loadgen) || strata_die "building strata-loadgen failed"
+  printf 'target\tacks\tprod_MB/s\tp50_ms\tp99_ms\tp99.9_ms\tprod_cpu_s/GiB\tcons_MB/s\tcons_cpu_s/GiB\trss_MiB\tloadgen_cpu_s\tstatus\n' >"$LOADGEN_RESULTS"
+  for acks in $ACKS_LIST; do
+    for target in $TARGETS; do
+      case "$target" in
+        strata) [[ $STRATA_OK == 1 ]] || continue ;;
+        kafka) ;;
+        *) strata_die "unknown target '$target' in BENCH_TARGETS" ;;
+      esac
+      run_row_loadgen "$target" "$acks"
+    done
+  done
+  echo
+  echo "Results ($RECORDS x ${RECORD_SIZE}B records, $PARTITIONS partitions, compression=$COMPRESSION," \
+       "strata-loadgen, Kafka $KAFKA_VERSION; broker CPU-s per GiB of record bytes; raw: $LOADGEN_RESULTS)"
+  column -t -s $'\t' "$LOADGEN_RESULTS"
+  exit 0
+fi
 
 for acks in $ACKS_LIST; do
   for target in $TARGETS; do
