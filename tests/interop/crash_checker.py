@@ -1,5 +1,6 @@
 """A randomized crash checker: real clients keep producing and consuming while brokers are
-killed with SIGKILL or paused with SIGSTOP at random moments; afterwards the whole history is
+killed with SIGKILL or paused with SIGSTOP at random moments (and, where the caller sets them
+up, the disk fills or the bucket goes away for a while); afterwards the whole history is
 checked.
 
 Workload (all confluent-kafka, so librdkafka's retries and idempotence are what is tested):
@@ -60,6 +61,7 @@ class Summary:
     txn_violations: int = 0
     group_commits: int = 0
     group_violations: int = 0
+    client_fatal: int = 0
     problems: list = field(default_factory=list)
 
     def line(self) -> str:
@@ -70,12 +72,12 @@ class Summary:
                 f"wrong-offset {self.wrong_offset} txn committed {self.txn_committed} "
                 f"aborted {self.txn_aborted} unknown {self.txn_unknown} "
                 f"txn-violations {self.txn_violations} group commits {self.group_commits} "
-                f"group-violations {self.group_violations}")
+                f"group-violations {self.group_violations} client-fatal {self.client_fatal}")
 
     @property
     def ok(self) -> bool:
         return not (self.lost or self.duplicated or self.out_of_order or self.wrong_offset
-                    or self.txn_violations or self.group_violations)
+                    or self.txn_violations or self.group_violations or self.client_fatal)
 
 
 class IdempotentWriter:
@@ -89,6 +91,7 @@ class IdempotentWriter:
             "topic.metadata.refresh.interval.ms": 1000, **QUIET})
         self.acked: dict[tuple[str, int], dict[int, int]] = {}  # (topic, part) -> n -> offset
         self.sent = 0
+        self.fatal = None
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -101,18 +104,23 @@ class IdempotentWriter:
             self.acked.setdefault((msg.topic(), msg.partition()), {})[n] = msg.offset()
 
     def _run(self):
-        while not self.stop.is_set():
-            for t in self.topics:
-                try:
-                    self.producer.produce(t, key=b"k%d" % self.sent,
-                                          value=t.encode() + b":%d" % self.sent,
-                                          partition=self.sent % PARTITIONS,
-                                          on_delivery=self._delivered)
-                except BufferError:
-                    self.producer.poll(0.05)
-            self.sent += 1
-            self.producer.poll(0.002)
-        self.producer.flush(300)
+        try:
+            while not self.stop.is_set():
+                for t in self.topics:
+                    try:
+                        self.producer.produce(t, key=b"k%d" % self.sent,
+                                              value=t.encode() + b":%d" % self.sent,
+                                              partition=self.sent % PARTITIONS,
+                                              on_delivery=self._delivered)
+                    except BufferError:
+                        self.producer.poll(0.05)
+                self.sent += 1
+                self.producer.poll(0.002)
+            self.producer.flush(300)
+        except KafkaException as e:
+            # A fatal idempotence error (e.g. the broker lost a sequence): the producer is
+            # unusable, which Kafka never makes a client suffer for a fault it recovered from.
+            self.fatal = str(e)
 
 
 class TransactionalWriter:
@@ -284,12 +292,61 @@ def create_topics(bootstrap: str, topics: dict[str, dict], replication: int):
         f.result()
 
 
-def fault(brokers, rnd: random.Random, summary: Summary, bootstrap_alive):
-    """One random fault on one random broker: SIGKILL then restart, or SIGSTOP then SIGCONT."""
+class FullDisk:
+    """Fills the filesystem of `path` (a small tmpfs the caller mounted) with a filler file for
+    a while, then frees it: appends fail with KAFKA_STORAGE_ERROR meanwhile."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self, rnd: random.Random):
+        filler = os.path.join(self.path, "filler")
+        try:
+            with open(filler, "wb") as f:
+                chunk = b"\0" * (1 << 20)
+                while True:
+                    f.write(chunk)
+                    f.flush()
+        except OSError:
+            pass  # ENOSPC: the disk is full
+        try:
+            time.sleep(rnd.uniform(0.5, 2.0))
+        finally:
+            os.remove(filler)
+
+
+class BucketOutage:
+    """Puts a plain file where a file:// bucket's directory was, for a while: every request
+    to the bucket fails (the store cannot recreate the directory)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __call__(self, rnd: random.Random):
+        away = self.path + ".away"
+        os.rename(self.path, away)
+        try:
+            with open(self.path, "wb"):
+                pass
+            time.sleep(rnd.uniform(0.5, 3.0))
+        finally:
+            if os.path.isdir(self.path):  # recreated between the rename and the file
+                os.rename(self.path, away + ".late")
+            else:
+                os.remove(self.path)
+            os.rename(away, self.path)
+
+
+def fault(brokers, rnd: random.Random, summary: Summary, bootstrap_alive, extra=None):
+    """One random fault: SIGKILL then restart, or SIGSTOP then SIGCONT, of a random broker, or
+    one of `extra` (name -> callable taking the generator), such as a full disk."""
     b = rnd.choice(brokers)
-    kind = rnd.choice(["kill9", "kill9", "pause"])
+    kinds = ["kill9", "kill9", "pause", *(extra or {})]
+    kind = rnd.choice(kinds)
     summary.faults[kind] = summary.faults.get(kind, 0) + 1
-    if kind == "kill9":
+    if kind in (extra or {}):
+        extra[kind](rnd)
+    elif kind == "kill9":
         b.kill9()
         time.sleep(rnd.uniform(0.0, 2.0))
         b.start()
@@ -303,7 +360,7 @@ def fault(brokers, rnd: random.Random, summary: Summary, bootstrap_alive):
 
 
 def run(config: str, brokers, data_topics: dict[str, dict], txn_topic: str, cycles: int,
-        seed: int, replication: int) -> Summary:
+        seed: int, replication: int, extra_faults=None) -> Summary:
     rnd = random.Random(seed)
     summary = Summary(config=config, seed=seed)
     bootstrap = ",".join(b.bootstrap for b in brokers)
@@ -333,7 +390,7 @@ def run(config: str, brokers, data_topics: dict[str, dict], txn_topic: str, cycl
         time.sleep(1.0)
         for _ in range(cycles):
             time.sleep(rnd.uniform(0.3, 2.0))
-            fault(brokers, rnd, summary, all_up)
+            fault(brokers, rnd, summary, all_up, extra_faults)
             summary.cycles += 1
         time.sleep(1.0)
     finally:
@@ -343,6 +400,9 @@ def run(config: str, brokers, data_topics: dict[str, dict], txn_topic: str, cycl
             w.thread.join(360)
 
     # ---------------------------------------------------------------- the history
+    if writer.fatal:
+        summary.client_fatal += 1
+        summary.problems.append(f"idempotent producer failed: {writer.fatal}")
     for t in data_topics:
         for p in range(PARTITIONS):
             acked = writer.acked.get((t, p), {})

@@ -6,8 +6,10 @@ present exactly once, in order; transactions all-or-nothing; group offsets intac
 `STRATA_CRASH_CYCLES` sets the faults per configuration (default 4) and `STRATA_CRASH_SEED`
 the seed (default: random, printed). benches/crash-checker.sh runs the long campaign."""
 
+import contextlib
 import os
 import random
+import subprocess
 
 import pytest
 
@@ -46,9 +48,42 @@ def test_single_broker_keeps_every_acknowledged_record_through_random_kills(brok
                   "internal.segment.bytes": "65536", "retention.ms": "-1"}
         data_topics["cctiered"] = tiered
         data_topics["cctieredcompacted"] = {**tiered, **COMPACTED}
-    b = broker_factory(props, name="crash-single")
-    summary = crash_checker.run("single", [b], data_topics, "cctxn", CYCLES, seed(), 1)
+    extra = {}
+    if TARGET == "strata":
+        extra["bucket-outage"] = crash_checker.BucketOutage(tmp_path / "bucket")
+    b = broker_factory(props, name="crash-single", start=False)
+    # Kafka halts when its only log dir fails, so the full disk is a Strata-only fault.
+    with small_disk(b.data_dir if TARGET == "strata" else None) as mounted:
+        if mounted:
+            extra["disk-full"] = crash_checker.FullDisk(b.data_dir)
+        b.start()
+        try:
+            summary = crash_checker.run("single", [b], data_topics, "cctxn", CYCLES, seed(), 1,
+                                        extra)
+        finally:
+            b.stop()
     report(summary)
+
+
+@contextlib.contextmanager
+def small_disk(path, size="256m"):
+    """A tmpfs of `size` on `path` when this process may mount (CI runs as root); yields
+    whether it did. Unmounted on the way out."""
+    mounted = False
+    if path is None:
+        yield False
+        return
+    if os.geteuid() == 0:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                                  str(path)], capture_output=True).returncode == 0
+    if not mounted:
+        print(f"crash-checker: no small disk at {path} (not root, or mount refused): "
+              f"the disk-full fault is skipped")
+    try:
+        yield mounted
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
 @pytest.mark.slow
