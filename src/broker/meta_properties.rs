@@ -11,7 +11,8 @@
 //!
 //! As in Kafka, every log dir's `meta.properties` must name the same cluster id, the one in
 //! force ("Invalid cluster.id in: ..."), and in cluster mode a configured `cluster.id` must be
-//! the quorum's: a broker with data or settings of another cluster does not start.
+//! the quorum's and the log dirs': a broker with data or settings of another cluster does not
+//! start, and is refused before it could propose its id to a new quorum.
 //!
 //! Crash consistency: each file is replaced atomically (temp file, fsync, rename); a crash
 //! leaves the old or the new file, and the next start writes it again.
@@ -44,6 +45,14 @@ pub enum ClusterIdError {
          cluster.id setting is wrong"
     )]
     ConfigMismatch { configured: String, quorum: String },
+    #[error(
+        "cluster.id {configured} in this broker's config does not match the cluster id \
+         {recorded} its log dirs' meta.properties were written with"
+    )]
+    ConfigDiffersFromLogDirs {
+        configured: String,
+        recorded: String,
+    },
     #[error("the cluster id changed from {current} to {quorum} while the broker runs")]
     Changed { current: String, quorum: String },
     #[error("{} is not a valid meta.properties: {reason}", path.display())]

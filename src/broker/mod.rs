@@ -155,7 +155,8 @@ pub struct Broker {
     /// Set at open on a single node; in cluster mode once the quorum's id is adopted, before
     /// any client is served (see [`meta_properties`]).
     cluster_id: std::sync::OnceLock<String>,
-    /// Cluster mode: the id the log dirs' `meta.properties` named at open.
+    /// The id the log dirs' `meta.properties` named at open (in cluster mode, what this
+    /// broker proposes to a quorum without one, unless `cluster.id` is set).
     recorded_cluster_id: Option<String>,
     pub metrics: Metrics,
     catalog: RwLock<Catalog>,
@@ -247,6 +248,17 @@ impl Broker {
                 }
             }
             let _ = cluster_id.set(meta.cluster_id.clone());
+        } else if let (Some(configured), Some(recorded)) =
+            (config.cluster_id.as_deref(), recorded_cluster_id.as_deref())
+        {
+            // Refused before this broker could propose either id to a new quorum.
+            if configured != recorded {
+                return Err(meta_properties::ClusterIdError::ConfigDiffersFromLogDirs {
+                    configured: configured.to_string(),
+                    recorded: recorded.to_string(),
+                }
+                .into());
+            }
         }
         let clean = config
             .log_dirs

@@ -120,7 +120,27 @@ async fn a_broker_of_another_cluster_does_not_start() {
     assert_one_cluster_id(&c, None, "quorum-test").await;
     c.broker_mut(3).stop().await;
 
-    // A cluster.id setting that is not the quorum's.
+    let dir = c.broker(3).dir.path().to_path_buf();
+    let path = dir.join("meta.properties");
+    let original = std::fs::read_to_string(&path).expect("meta.properties");
+
+    // A cluster.id setting that is not the one its log dir was written with.
+    let err = c
+        .broker_mut(3)
+        .try_resume_with(&[("cluster.id", "other-cluster")])
+        .await
+        .expect_err("a broker configured for another cluster does not start");
+    let message = format!("{err:#}");
+    assert!(
+        message.contains(
+            "cluster.id other-cluster in this broker's config does not match the cluster id \
+             quorum-test its log dirs' meta.properties were written with"
+        ),
+        "{message}"
+    );
+
+    // Nor the quorum's (the log dir holds no meta.properties, as before a first start).
+    std::fs::remove_file(&path).unwrap();
     let err = c
         .broker_mut(3)
         .try_resume_with(&[("cluster.id", "other-cluster")])
@@ -134,11 +154,9 @@ async fn a_broker_of_another_cluster_does_not_start() {
         ),
         "{message}"
     );
+    assert!(!path.exists(), "a refused start writes no meta.properties");
 
     // A log dir formatted for another cluster (Kafka's "Invalid cluster.id").
-    let dir = c.broker(3).dir.path().to_path_buf();
-    let path = dir.join("meta.properties");
-    let original = std::fs::read_to_string(&path).expect("meta.properties");
     std::fs::write(
         &path,
         original.replace("cluster.id=quorum-test", "cluster.id=foreign"),
@@ -164,10 +182,10 @@ async fn a_broker_of_another_cluster_does_not_start() {
         "a refused start does not rewrite the log dir"
     );
 
-    // Put right, the broker starts and joins with the quorum's id, with or without the setting.
+    // Put right, the broker starts and joins with the quorum's id.
     std::fs::write(&path, &original).unwrap();
     c.broker_mut(3)
-        .try_resume_with(&[("cluster.id", "")])
+        .try_resume_with(&[])
         .await
         .expect("the broker starts with the quorum's id");
     assert_one_cluster_id(&c, None, "quorum-test").await;
