@@ -1,9 +1,12 @@
 //! Start-up and shutdown of a broker process.
 //!
 //! Start-up in cluster mode (`controller.quorum.voters` set): after the logs are open, start
-//! the metadata node and the metadata-sync task, register the broker, wait for the first sync
-//! (until then a partition would behave as on a single node), ask to be unfenced, start the
-//! heartbeat and controller loops, and only then serve clients.
+//! the metadata node and the metadata-sync task, settle the cluster id with the quorum (a
+//! `cluster.id` setting or a log dir of another cluster stops the start here), register the
+//! broker, wait for the first sync (until then a partition would behave as on a single node),
+//! ask to be unfenced, start the heartbeat and controller loops, and only then serve clients.
+//! The listeners are bound first (to learn their ports) but accept nothing until then: a
+//! client never sees a broker without the cluster's id.
 //!
 //! Shutdown order (each step bounded): in cluster mode, stop heartbeats and do a controlled
 //! shutdown (fence this broker, move its partitions' leadership away); stop accepting
@@ -47,8 +50,8 @@ const CLUSTER_SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
 /// How long start-up waits for the first metadata sync after registering.
 const FIRST_SYNC_LIMIT: Duration = Duration::from_secs(60);
 
-/// Starts cluster mode: metadata node, sync task, registration, first sync, unfencing, then
-/// the heartbeat and controller loops.
+/// Starts cluster mode: metadata node, cluster id, sync task, registration, first sync,
+/// unfencing, then the heartbeat and controller loops.
 async fn join_cluster(
     broker: &Arc<Broker>,
     cluster: &crate::config::ClusterConfig,
@@ -58,24 +61,35 @@ async fn join_cluster(
     let control = ClusterControl::start(&broker.config, cluster)
         .await
         .context("starting the metadata quorum node")?;
-    broker.set_cluster(control.clone());
-    broker.set_isr_change_sink(Arc::new(QuorumIsrSink {
-        control: control.clone(),
-    }));
-    services.spawn(crate::controller::sync::run(
-        control.clone(),
-        broker.clone(),
-        shutdown.clone(),
-    ));
     let joined = async {
+        // Before anything of the quorum's reaches the local logs: a broker of another
+        // cluster stops here.
+        let cluster_id = control
+            .establish_cluster_id(&broker.cluster_id_candidate(), shutdown)
+            .await
+            .context("settling the cluster id with the metadata quorum")?;
+        let b = broker.clone();
+        tokio::task::spawn_blocking(move || b.adopt_cluster_id(&cluster_id))
+            .await
+            .context("cluster id task")??;
+        broker.set_cluster(control.clone());
+        broker.set_isr_change_sink(Arc::new(QuorumIsrSink {
+            control: control.clone(),
+        }));
+        services.spawn(crate::controller::sync::run(
+            control.clone(),
+            broker.clone(),
+            shutdown.clone(),
+        ));
         control.register(shutdown).await?;
         control.wait_synced(0, FIRST_SYNC_LIMIT).await?;
         crate::controller::records::propose_pending_scram(broker, &control).await?;
-        control.unfence_self().await
+        control.unfence_self().await?;
+        anyhow::Ok(())
     };
     if let Err(e) = joined.await {
         control.shutdown(CLUSTER_SHUTDOWN_LIMIT).await;
-        return Err(anyhow::anyhow!(e).context("joining the cluster"));
+        return Err(e.context("joining the cluster"));
     }
     let heartbeats = shutdown.child_token();
     services.spawn(control.clone().run_heartbeats(heartbeats.clone()));
@@ -260,7 +274,7 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
         "flush",
         |b| b.flush_on_time(),
     );
-    tracing::info!(%kafka_addr, %admin_addr, node_id = broker.config.node_id, cluster_id = %broker.cluster_id, "strata broker started");
+    tracing::info!(%kafka_addr, %admin_addr, node_id = broker.config.node_id, cluster_id = broker.cluster_id().unwrap_or_default(), "strata broker started");
     Ok(Running {
         broker,
         kafka_addr,

@@ -261,6 +261,10 @@ async fn a_learner_joins_receives_a_snapshot_and_forwards_proposals() {
         .wait_for_leader(Duration::from_secs(10))
         .await
         .unwrap();
+    let set_cluster_id = Command::SetClusterId {
+        cluster_id: "learner-test".into(),
+    };
+    voter.propose(set_cluster_id).await.unwrap();
     for i in 0..20 {
         voter.propose(put(&format!("quota-{i}"))).await.unwrap();
     }
@@ -288,6 +292,22 @@ async fn a_learner_joins_receives_a_snapshot_and_forwards_proposals() {
     assert!(
         learner.metrics().borrow().snapshot.is_some(),
         "state came by snapshot"
+    );
+    assert_eq!(
+        learner.state().cluster_id(),
+        Some("learner-test"),
+        "the snapshot carries the cluster id"
+    );
+    // A learner's own candidate does not replace it.
+    let again = Command::SetClusterId {
+        cluster_id: "learner-own".into(),
+    };
+    assert_eq!(
+        learner.propose(again).await.unwrap(),
+        Response::ClusterId {
+            cluster_id: "learner-test".into(),
+            newly_set: false
+        }
     );
     {
         let metrics = voter.metrics();

@@ -112,6 +112,12 @@ pub enum Command {
     },
     /// Removes an opaque record; removing an absent key is not an error.
     DeleteRecord { kind: RecordKind, key: String },
+    /// Sets the cluster id (what Kafka's `kafka-storage format --cluster-id` writes into every
+    /// node's `meta.properties`) once: the first such command of a quorum sets it, every later
+    /// one changes nothing. Both answer [`Response::ClusterId`] with the id in force, so a
+    /// broker proposes its candidate (its configured `cluster.id`, the one its log dirs
+    /// carry, or a fresh one) and adopts, or refuses, whatever the quorum holds.
+    SetClusterId { cluster_id: String },
 }
 
 impl Command {
@@ -132,6 +138,7 @@ impl Command {
             Command::AllocateProducerIds { .. } => "allocate_producer_ids",
             Command::PutRecord { .. } => "put_record",
             Command::DeleteRecord { .. } => "delete_record",
+            Command::SetClusterId { .. } => "set_cluster_id",
         }
     }
 }
@@ -231,6 +238,12 @@ pub enum Response {
     RecordDeleted {
         existed: bool,
     },
+    /// The quorum's cluster id after a [`Command::SetClusterId`]; `newly_set` is true when
+    /// this command set it, false when an earlier one had (the proposed id may differ).
+    ClusterId {
+        cluster_id: String,
+        newly_set: bool,
+    },
 }
 
 /// The result every node computes for a committed command.
@@ -318,6 +331,8 @@ pub enum ApplyError {
     ProducerIdsExhausted,
     #[error("invalid record key: {0}")]
     InvalidRecordKey(String),
+    #[error("invalid cluster id {cluster_id:?}: {reason}")]
+    InvalidClusterId { cluster_id: String, reason: String },
 }
 
 impl ApplyError {
@@ -356,12 +371,41 @@ impl ApplyError {
             ApplyError::InvalidConfig(_) => kafka_codes::INVALID_CONFIG,
             ApplyError::InvalidReplicationFactor(_) => kafka_codes::INVALID_REPLICATION_FACTOR,
             ApplyError::NoReassignmentInProgress { .. } => kafka_codes::NO_REASSIGNMENT_IN_PROGRESS,
-            ApplyError::InvalidProducerIdCount(_) | ApplyError::InvalidRecordKey(_) => {
-                kafka_codes::INVALID_REQUEST
-            }
+            ApplyError::InvalidProducerIdCount(_)
+            | ApplyError::InvalidRecordKey(_)
+            | ApplyError::InvalidClusterId { .. } => kafka_codes::INVALID_REQUEST,
             ApplyError::ProducerIdsExhausted => kafka_codes::UNKNOWN_SERVER_ERROR,
         }
     }
+}
+
+/// The longest cluster id accepted (Kafka's are 22 characters; a configured one may be a name).
+pub const MAX_CLUSTER_ID_LEN: usize = 255;
+
+/// Checks a cluster id: 1 to [`MAX_CLUSTER_ID_LEN`] ASCII letters, digits, `-`, `_` or `.`
+/// (Kafka's base64 UUIDs, and names such as `prod-eu-1`), so that it reads back unchanged
+/// from `meta.properties` and cannot be mistaken for another id. The broker checks its
+/// `cluster.id` setting with it too.
+pub fn validate_cluster_id(cluster_id: &str) -> Result<(), ApplyError> {
+    let invalid = |reason: &str| {
+        Err(ApplyError::InvalidClusterId {
+            cluster_id: cluster_id.chars().take(MAX_CLUSTER_ID_LEN + 1).collect(),
+            reason: reason.into(),
+        })
+    };
+    if cluster_id.is_empty() {
+        return invalid("it is empty");
+    }
+    if cluster_id.len() > MAX_CLUSTER_ID_LEN {
+        return invalid("it is longer than 255 characters");
+    }
+    if !cluster_id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return invalid("only ASCII letters, digits, '-', '_' and '.' are allowed");
+    }
+    Ok(())
 }
 
 /// The Kafka error codes this crate's errors map to (from Kafka's `Errors` enum).

@@ -13,14 +13,16 @@
 //! - Producer-id blocks never overlap: the counter only moves forward.
 //! - A partition's `adding_replicas` and `removing_replicas` are disjoint subsets of its
 //!   replicas, both empty when no reassignment is in progress ([`crate::reassignment`]).
+//! - The cluster id is set at most once ([`Command::SetClusterId`]) and never changes after;
+//!   it travels in snapshots with the rest of the state.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::command::{
-    ApplyError, Command, CommandResult, ConfigResource, ElectionType, Endpoint,
-    PartitionAssignment, ProducerIdBlock, RecordKind, Response, MAX_PRODUCER_ID_BLOCK,
+    validate_cluster_id, ApplyError, Command, CommandResult, ConfigResource, ElectionType,
+    Endpoint, PartitionAssignment, ProducerIdBlock, RecordKind, Response, MAX_PRODUCER_ID_BLOCK,
 };
 use crate::ids::{
     BrokerEpoch, BrokerId, LeaderEpoch, PartitionEpoch, ProducerId, TopicId, Uuid128,
@@ -91,6 +93,10 @@ pub struct MetadataState {
     cluster_configs: BTreeMap<String, String>,
     records: BTreeMap<RecordKind, BTreeMap<String, Vec<u8>>>,
     next_producer_id: i64,
+    /// Set once by [`Command::SetClusterId`]; absent in states (and snapshots) from before
+    /// the quorum held it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cluster_id: Option<String>,
 }
 
 impl MetadataState {
@@ -249,6 +255,12 @@ impl MetadataState {
         ProducerId(self.next_producer_id)
     }
 
+    /// The cluster id, once a [`Command::SetClusterId`] has been applied. Set once: a value
+    /// seen here is final.
+    pub fn cluster_id(&self) -> Option<&str> {
+        self.cluster_id.as_deref()
+    }
+
     // ----- apply -----
 
     /// Applies one committed command. `log_index` is the command's index in the metadata log
@@ -379,6 +391,20 @@ impl MetadataState {
                     .get_mut(kind)
                     .is_some_and(|r| r.remove(key).is_some());
                 Ok(Response::RecordDeleted { existed })
+            }
+            Command::SetClusterId { cluster_id } => {
+                if let Some(current) = &self.cluster_id {
+                    return Ok(Response::ClusterId {
+                        cluster_id: current.clone(),
+                        newly_set: false,
+                    });
+                }
+                validate_cluster_id(cluster_id)?;
+                self.cluster_id = Some(cluster_id.clone());
+                Ok(Response::ClusterId {
+                    cluster_id: cluster_id.clone(),
+                    newly_set: true,
+                })
             }
         }
     }

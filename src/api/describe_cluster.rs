@@ -26,7 +26,10 @@ pub fn handle(
         .collect();
     DescribeClusterResponse::default()
         .with_endpoint_type(req.endpoint_type)
-        .with_cluster_id(StrBytes::from_string(broker.cluster_id.clone()))
+        // Clients are served only once the id is known (see `Broker::cluster_id`).
+        .with_cluster_id(StrBytes::from_string(
+            broker.cluster_id().unwrap_or_default().to_string(),
+        ))
         .with_controller_id(broker.controller_id().into())
         .with_brokers(brokers)
         .with_cluster_authorized_operations(if req.include_cluster_authorized_operations {

@@ -199,7 +199,11 @@ pub async fn handle(
     }
     MetadataResponse::default()
         .with_brokers(brokers)
-        .with_cluster_id(Some(StrBytes::from_string(broker.cluster_id.clone())))
+        .with_cluster_id(
+            broker
+                .cluster_id()
+                .map(|id| StrBytes::from_string(id.to_string())),
+        )
         .with_controller_id(broker.controller_id().into())
         .with_topics(topics)
         .with_cluster_authorized_operations(

@@ -79,7 +79,10 @@ pub fn is_fresh_data_dir(config: &BrokerConfig) -> bool {
             .ok()
             .and_then(|t| toml::from_str::<MetadataFile>(&t).ok())
             .is_none_or(|m| m.topics.is_empty());
-        no_topics && !d.join("meta.properties").exists()
+        no_topics
+            && !d
+                .join(super::meta_properties::META_PROPERTIES_FILE)
+                .exists()
     })
 }
 
@@ -178,8 +181,14 @@ impl Broker {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let scram_credentials = self.scram.read().unwrap_or_else(|e| e.into_inner()).clone();
+        // In cluster mode a copy of the quorum's (empty until adopted).
+        let cluster_id = self
+            .cluster_id()
+            .or(self.recorded_cluster_id.as_deref())
+            .unwrap_or_default()
+            .to_string();
         let file = MetadataFile {
-            cluster_id: self.cluster_id.clone(),
+            cluster_id,
             next_producer_id_block,
             topics,
             broker_configs,

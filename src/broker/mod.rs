@@ -15,7 +15,8 @@
 //! Modules: [`partition`] (one partition: log, replica set, published offsets), [`cluster`]
 //! (the cluster view and the partition states the control plane applies), [`security`] (ACLs,
 //! SCRAM credentials, client quotas), [`metadata_file`] (the catalog file and
-//! `partition.metadata`).
+//! `partition.metadata`), [`meta_properties`] (Kafka's `meta.properties` and where the
+//! cluster id comes from).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
@@ -38,10 +39,12 @@ use crate::metrics::{Metrics, PartitionGauges};
 use crate::replication::state::ReplicaSet;
 
 mod cluster;
+mod meta_properties;
 mod metadata_file;
 mod partition;
 mod security;
 
+pub use meta_properties::ClusterIdError;
 pub use metadata_file::{add_scram_credential_offline, is_fresh_data_dir, kafka_uuid_string};
 use metadata_file::{write_partition_metadata, MetadataFile};
 pub use metadata_file::{write_restored_metadata, ScramStore};
@@ -149,7 +152,12 @@ struct Catalog {
 
 pub struct Broker {
     pub config: BrokerConfig,
-    pub cluster_id: String,
+    /// Set at open on a single node; in cluster mode once the quorum's id is adopted, before
+    /// any client is served (see [`meta_properties`]).
+    cluster_id: std::sync::OnceLock<String>,
+    /// The id the log dirs' `meta.properties` named at open (in cluster mode, what this
+    /// broker proposes to a quorum without one, unless `cluster.id` is set).
+    recorded_cluster_id: Option<String>,
     pub metrics: Metrics,
     /// `queued.max.request.bytes`: the bytes of requests being read or handled, shared by
     /// every connection on every listener (see [`crate::server`]).
@@ -221,11 +229,39 @@ impl Broker {
             Err(e) if e.kind() == io::ErrorKind::NotFound => MetadataFile::default(),
             Err(e) => return Err(anyhow::anyhow!("cannot read {}: {e}", meta_path.display())),
         };
-        if meta.cluster_id.is_empty() {
-            meta.cluster_id = config
-                .cluster_id
-                .clone()
-                .unwrap_or_else(|| kafka_uuid_string(Uuid::new_v4()));
+        // Every log dir must name one cluster; in cluster mode the quorum's id is adopted
+        // later (`adopt_cluster_id`), a single node keeps the one it has.
+        let recorded_cluster_id = meta_properties::recorded_cluster_id(&config.log_dirs)?;
+        let cluster_id = std::sync::OnceLock::new();
+        if config.cluster.is_none() {
+            if meta.cluster_id.is_empty() {
+                meta.cluster_id = recorded_cluster_id
+                    .clone()
+                    .or_else(|| config.cluster_id.clone())
+                    .unwrap_or_else(|| kafka_uuid_string(Uuid::new_v4()));
+            }
+            meta_properties::check_cluster_id(&config.log_dirs, &meta.cluster_id)?;
+            if let Some(configured) = config.cluster_id.as_deref() {
+                if configured != meta.cluster_id {
+                    tracing::warn!(
+                        configured,
+                        cluster_id = %meta.cluster_id,
+                        "cluster.id in the config differs from the id the log dirs were formatted with; keeping theirs"
+                    );
+                }
+            }
+            let _ = cluster_id.set(meta.cluster_id.clone());
+        } else if let (Some(configured), Some(recorded)) =
+            (config.cluster_id.as_deref(), recorded_cluster_id.as_deref())
+        {
+            // Refused before this broker could propose either id to a new quorum.
+            if configured != recorded {
+                return Err(meta_properties::ClusterIdError::ConfigDiffersFromLogDirs {
+                    configured: configured.to_string(),
+                    recorded: recorded.to_string(),
+                }
+                .into());
+            }
         }
         let clean = config
             .log_dirs
@@ -271,7 +307,8 @@ impl Broker {
         let peer_security =
             crate::replication::peer::PeerSecurity::new(&config.replication.inter_broker)?;
         let broker = Broker {
-            cluster_id: meta.cluster_id.clone(),
+            cluster_id,
+            recorded_cluster_id,
             metrics: Metrics::default(),
             request_memory: crate::memory_pool::MemoryPool::new(config.queued_max_request_bytes),
             catalog: RwLock::new(Catalog::default()),
@@ -357,7 +394,9 @@ impl Broker {
         *broker.catalog.write().unwrap_or_else(|e| e.into_inner()) = catalog;
         broker.save_metadata_with(meta.next_producer_id_block)?;
         for d in &broker.config.log_dirs {
-            write_meta_properties(d, &broker.cluster_id, broker.config.node_id)?;
+            if let Some(id) = broker.cluster_id() {
+                meta_properties::write(d, id, broker.config.node_id)?;
+            }
             let _ = fs::remove_file(d.join(CLEAN_SHUTDOWN_FILE));
         }
         Ok(Arc::new(broker))
@@ -1040,20 +1079,6 @@ impl Broker {
         }
         Ok(())
     }
-}
-
-/// Kafka's `meta.properties` in each log dir.
-fn write_meta_properties(dir: &Path, cluster_id: &str, node_id: i32) -> io::Result<()> {
-    let path = dir.join("meta.properties");
-    let directory_id = match fs::read_to_string(&path) {
-        Ok(t) => t
-            .lines()
-            .find_map(|l| l.strip_prefix("directory.id=").map(str::to_string)),
-        Err(_) => None,
-    }
-    .unwrap_or_else(|| kafka_uuid_string(Uuid::new_v4()));
-    let text = format!("#Written by Strata\ncluster.id={cluster_id}\ndirectory.id={directory_id}\nnode.id={node_id}\nversion=1\n");
-    fs::write(path, text)
 }
 
 #[cfg(test)]

@@ -600,6 +600,21 @@ fn parse_listener(key: &str, spec: &str) -> Result<(String, String, u16), Config
     Ok((name.trim().to_string(), host, port))
 }
 
+/// `cluster.id`: empty for none; else what the metadata quorum accepts as a cluster id.
+fn cluster_id_setting(text: &str) -> Result<Option<String>, ConfigError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    match strata_metadata::command::validate_cluster_id(text) {
+        Ok(()) => Ok(Some(text.to_string())),
+        Err(strata_metadata::ApplyError::InvalidClusterId { reason, .. }) => {
+            Err(invalid("cluster.id", text, reason))
+        }
+        Err(e) => Err(invalid("cluster.id", text, e)),
+    }
+}
+
 impl ClusterConfig {
     fn build(
         get: &dyn Fn(&str) -> String,
@@ -973,7 +988,7 @@ impl BrokerConfig {
         Ok(BrokerConfig {
             node_id: node_id as i32,
             rack: Some(get("broker.rack")).filter(|r| !r.is_empty()),
-            cluster_id: Some(get("cluster.id")).filter(|r| !r.is_empty()),
+            cluster_id: cluster_id_setting(&get("cluster.id"))?,
             listener: listeners[0].clone(),
             listeners,
             security,

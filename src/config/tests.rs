@@ -230,3 +230,22 @@ fn queued_max_request_bytes_is_bounded_by_default_and_must_hold_the_largest_requ
         assert!(e.is_some(), "{bad}");
     }
 }
+
+#[test]
+fn cluster_id_is_optional_and_must_read_back_from_meta_properties() {
+    assert_eq!(BrokerConfig::build(&[]).unwrap().cluster_id, None);
+    let c = BrokerConfig::build(&[props("cluster.id=MkU3OEVBNTcwNTJENDM2Qk\n")]).unwrap();
+    assert_eq!(c.cluster_id.as_deref(), Some("MkU3OEVBNTcwNTJENDM2Qk"));
+    assert_eq!(
+        BrokerConfig::build(&[props("cluster.id=\n")])
+            .unwrap()
+            .cluster_id,
+        None
+    );
+    for bad in ["two words", "a=b", "x\\y"] {
+        let mut m = BTreeMap::new();
+        m.insert("cluster.id".to_string(), bad.to_string());
+        let err = BrokerConfig::build(&[m]).err().expect(bad).to_string();
+        assert!(err.contains("cluster.id"), "{bad}: {err}");
+    }
+}

@@ -4,6 +4,9 @@
 //! Cluster mode is on when `controller.quorum.voters` is set; without it nothing here runs and
 //! the broker is the zero-config single node. A [`ClusterControl`] owns this node's
 //! [`MetadataNode`] and:
+//! - first settles the cluster id ([`ClusterControl::establish_cluster_id`]): the quorum's,
+//!   set once by the first broker that proposes one, which every broker adopts (or refuses to
+//!   start with, see [`crate::broker::ClusterIdError`]) before it registers;
 //! - registers the broker (all its listeners, its rack, a fresh incarnation), then heartbeats
 //!   every `broker.heartbeat.interval.ms`; a heartbeat answered "fenced" (after a session
 //!   expiry or a restart) makes the broker ask to be unfenced, since it has caught up with the
@@ -251,6 +254,53 @@ impl ClusterControl {
                 }
                 Err(e) if e.is_retriable() => {
                     tracing::info!(error = %e, "registration not committed yet; retrying");
+                }
+                Err(e) => return Err(e),
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return Err(ClusterError::Stopped),
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(self.heartbeat_interval);
+        }
+    }
+
+    /// The metadata quorum's cluster id: the one it holds, else `candidate` set with
+    /// `SetClusterId` (set once: when another broker's candidate committed first, that one).
+    /// Retries while no leader is known, until `cancel`; resending is safe, a second
+    /// `SetClusterId` changes nothing.
+    pub async fn establish_cluster_id(
+        &self,
+        candidate: &str,
+        cancel: &CancellationToken,
+    ) -> Result<String, ClusterError> {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            // Set once: a value in the local state, however far behind, is final.
+            if let Some(id) = self.node()?.state().cluster_id() {
+                return Ok(id.to_string());
+            }
+            let command = Command::SetClusterId {
+                cluster_id: candidate.to_string(),
+            };
+            match self.propose(command).await {
+                Ok((
+                    Response::ClusterId {
+                        cluster_id,
+                        newly_set,
+                    },
+                    _,
+                )) => {
+                    if newly_set {
+                        tracing::info!(%cluster_id, "set the cluster id of a new metadata quorum");
+                    }
+                    return Ok(cluster_id);
+                }
+                Ok((other, _)) => {
+                    return Err(ClusterError::UnexpectedResponse(format!("{other:?}")));
+                }
+                Err(e) if e.is_retriable() => {
+                    tracing::info!(error = %e, "the cluster id is not committed yet; retrying");
                 }
                 Err(e) => return Err(e),
             }

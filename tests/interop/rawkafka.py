@@ -101,6 +101,22 @@ class Conn:
         r.compact_string()  # cluster_id
         return r.int32()
 
+    def metadata_cluster_id(self) -> str | None:
+        """Metadata v2 for no topic -> cluster_id, as this broker answers it."""
+        r = Reader(self.request(API_METADATA, 2, struct.pack(">i", 0)))
+        for _ in range(r.int32()):  # brokers
+            r.int32(), r.string(), r.int32(), r.string()
+        return r.string()
+
+    def describe_cluster_id(self) -> str:
+        """DescribeCluster v0 (API 60) -> cluster_id, as this broker answers it."""
+        r = Reader(self.request_flexible(API_DESCRIBE_CLUSTER, 0, b"\x00\x00"))
+        r.int32()  # throttle_time_ms
+        err = r.int16()
+        assert err == 0, f"DescribeCluster error {err}"
+        r.compact_string()  # error_message
+        return r.compact_string()
+
     def api_versions(self) -> dict[int, tuple[int, int]]:
         """ApiVersions v0 -> {api_key: (min, max)}."""
         r = Reader(self.request(API_VERSIONS, 0, b""))

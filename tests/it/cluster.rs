@@ -72,8 +72,8 @@ impl QuorumCluster {
             .enumerate()
             .map(|(i, port)| {
                 vec![
+                    // No cluster.id: the quorum settles one for all three.
                     ("node.id".into(), (i + 1).to_string()),
-                    ("cluster.id".into(), "quorum-test".into()),
                     (
                         "listeners".into(),
                         format!(

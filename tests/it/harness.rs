@@ -181,6 +181,23 @@ impl TestBroker {
         self.running = Some(running);
     }
 
+    /// Starts a stopped broker again on its data dir with `overrides` on top of its settings
+    /// for this start only; returns the start-up error instead of panicking on it.
+    pub async fn try_resume_with(&mut self, overrides: &[(&str, &str)]) -> anyhow::Result<()> {
+        assert!(self.running.is_none(), "resume a stopped broker");
+        let mut extra = self.extra.clone();
+        extra.extend(
+            overrides
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+        );
+        let running = strata::runtime::start(config_for(self.dir.path(), &extra)).await?;
+        self.kafka_addr = running.kafka_addr;
+        self.admin_addr = running.admin_addr;
+        self.running = Some(running);
+        Ok(())
+    }
+
     pub async fn shutdown(mut self) {
         if let Some(r) = self.running.take() {
             tokio::time::timeout(Duration::from_secs(30), r.shutdown())

@@ -9,6 +9,7 @@ mod acls;
 mod admin;
 mod cluster;
 mod cluster_coordinators;
+mod cluster_id;
 mod cluster_security;
 mod cluster_tiering;
 mod compaction;

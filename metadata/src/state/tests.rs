@@ -814,3 +814,62 @@ fn state_round_trips_through_json() {
     let back: MetadataState = serde_json::from_slice(&json).unwrap();
     assert_eq!(back, state);
 }
+
+#[test]
+fn the_cluster_id_is_set_once_and_later_proposals_answer_it() {
+    let mut state = MetadataState::new();
+    assert_eq!(state.cluster_id(), None);
+    let set = |id: &str| Command::SetClusterId {
+        cluster_id: id.into(),
+    };
+    // A malformed id is refused and sets nothing.
+    for bad in ["", "has space", "new\nline", "a=b", &"x".repeat(256)] {
+        let before = state.clone();
+        assert!(
+            matches!(
+                state.apply(1, &set(bad)),
+                Err(ApplyError::InvalidClusterId { .. })
+            ),
+            "{bad:?}"
+        );
+        assert_eq!(state, before);
+    }
+    assert_eq!(
+        state.apply(2, &set("MkU3OEVBNTcwNTJENDM2Qk")),
+        Ok(Response::ClusterId {
+            cluster_id: "MkU3OEVBNTcwNTJENDM2Qk".into(),
+            newly_set: true
+        })
+    );
+    // Another broker's candidate (or the same one again) changes nothing and learns the id.
+    for other in ["MkU3OEVBNTcwNTJENDM2Qk", "another-cluster", ""] {
+        assert_eq!(
+            state.apply(3, &set(other)),
+            Ok(Response::ClusterId {
+                cluster_id: "MkU3OEVBNTcwNTJENDM2Qk".into(),
+                newly_set: false
+            })
+        );
+    }
+    assert_eq!(state.cluster_id(), Some("MkU3OEVBNTcwNTJENDM2Qk"));
+}
+
+#[test]
+fn a_state_serialized_before_cluster_ids_reads_without_one() {
+    let mut state = three_brokers();
+    let old = serde_json::to_value(&state).unwrap();
+    assert!(old.get("cluster_id").is_none(), "not written while unset");
+    let back: MetadataState = serde_json::from_value(old).unwrap();
+    assert_eq!(back.cluster_id(), None);
+    state
+        .apply(
+            40,
+            &Command::SetClusterId {
+                cluster_id: "c1".into(),
+            },
+        )
+        .unwrap();
+    let back: MetadataState = serde_json::from_slice(&serde_json::to_vec(&state).unwrap()).unwrap();
+    assert_eq!(back, state);
+    assert_eq!(back.cluster_id(), Some("c1"));
+}

@@ -439,6 +439,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_cluster_id_travels_in_snapshots() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = StateMachineStore::open(dir.path()).await.unwrap();
+        let set = Entry {
+            log_id: log_id(1, 1, 1),
+            payload: EntryPayload::Normal(Command::SetClusterId {
+                cluster_id: "snapshot-cluster".into(),
+            }),
+        };
+        store.apply(vec![set, put(2, "a")]).await.unwrap();
+        let snapshot = store
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        drop(store);
+
+        // Reopened from snapshot.bin.
+        let store = StateMachineStore::open(dir.path()).await.unwrap();
+        assert_eq!(store.image().state.cluster_id(), Some("snapshot-cluster"));
+        // Installed on another node (a follower or learner catching up by snapshot).
+        let other = tempfile::tempdir().unwrap();
+        let mut follower = StateMachineStore::open(other.path()).await.unwrap();
+        follower
+            .install_snapshot(&snapshot.meta, snapshot.snapshot)
+            .await
+            .unwrap();
+        assert_eq!(
+            follower.image().state.cluster_id(),
+            Some("snapshot-cluster")
+        );
+    }
+
+    #[tokio::test]
     async fn a_snapshot_with_garbage_data_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = StateMachineStore::open(dir.path()).await.unwrap();
