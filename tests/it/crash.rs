@@ -39,7 +39,7 @@ struct BrokerProcess {
     log: PathBuf,
 }
 
-fn broker_props(root: &Path) -> String {
+fn broker_props(root: &Path, extra: &[&str]) -> String {
     let data = root.join("data");
     [
         "listeners=PLAINTEXT://127.0.0.1:0".to_string(),
@@ -53,6 +53,9 @@ fn broker_props(root: &Path) -> String {
         "strata.remote.cache.disk.bytes=0".to_string(),
         "auto.create.topics.enable=false".to_string(),
     ]
+    .into_iter()
+    .chain(extra.iter().map(|l| l.to_string()))
+    .collect::<Vec<_>>()
     .join("\n")
         + "\n"
 }
@@ -61,8 +64,18 @@ impl BrokerProcess {
     /// Starts `strata serve` on `root` (run `run` logs to `root/strata-<run>.log`), with
     /// `STRATA_FAILPOINT` set to `failpoint` or unset, and waits until it listens.
     async fn start(root: &Path, run: usize, failpoint: Option<&str>) -> BrokerProcess {
+        BrokerProcess::start_with(root, run, failpoint, &[]).await
+    }
+
+    /// [`BrokerProcess::start`] with more `key=value` settings.
+    async fn start_with(
+        root: &Path,
+        run: usize,
+        failpoint: Option<&str>,
+        extra: &[&str],
+    ) -> BrokerProcess {
         let config = root.join("server.properties");
-        std::fs::write(&config, broker_props(root)).expect("write config");
+        std::fs::write(&config, broker_props(root, extra)).expect("write config");
         let log = root.join(format!("strata-{run}.log"));
         let out = std::fs::File::create(&log).expect("log file");
         let err = out.try_clone().expect("log file");
@@ -294,10 +307,14 @@ async fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) 
     }
 }
 
-/// Reads the partition from offset 0 to the high watermark: (offset, value) of each record.
+/// Reads the partition from offset 0 to `end`: (offset, value) of each record.
 async fn read_history(c: &mut Client, end: i64) -> Vec<(i64, Bytes)> {
+    read_history_from(c, 0, end).await
+}
+
+async fn read_history_from(c: &mut Client, from: i64, end: i64) -> Vec<(i64, Bytes)> {
     let mut out: Vec<(i64, Bytes)> = Vec::new();
-    let mut next = 0;
+    let mut next = from;
     let deadline = Instant::now() + Duration::from_secs(60);
     while next < end {
         assert!(Instant::now() < deadline, "reading stuck at offset {next}");
@@ -492,4 +509,141 @@ async fn abort_after_a_manifest_commit_keeps_the_whole_tiered_history() {
     assert_no_remote_deletes(&b);
     assert_still_in_bucket(root, &bucket);
     check_history(&mut c, acked).await;
+}
+
+/// The crash point at "uploaded, manifest not committed", at the third upload: the bucket
+/// holds an object its manifest does not name. The restarted broker uploads that segment
+/// again under a new key, the scrubber removes the orphan after its grace period, and
+/// nothing committed is touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_between_upload_and_manifest_commit_leaves_an_orphan_the_restart_scrubs() {
+    let root = tempdir();
+    let root = root.path();
+    let point = format!("{}:3", strata::failpoint::TIERING_UPLOADED);
+    let mut b = BrokerProcess::start(root, 1, Some(&point)).await;
+    let mut c = Client::connect(b.kafka_addr).await;
+    create_tiered_topic(&mut c).await;
+    let acked = produce_records(&mut c, 400).await;
+    let status = b.wait_exit(Duration::from_secs(60)).await;
+    assert_eq!(
+        status.signal(),
+        Some(6),
+        "aborted at the crash point: {status}"
+    );
+    let bucket = remote_segments(root);
+    assert_eq!(bucket.len(), 3, "two committed, one orphan: {bucket:?}");
+    let manifest = manifest_text(root);
+    let orphans: Vec<&String> = bucket.iter().filter(|k| !manifest.contains(*k)).collect();
+    assert_eq!(orphans.len(), 1, "{bucket:?} against {manifest}");
+    let orphan = orphans[0].clone();
+    let committed: Vec<String> = bucket.iter().filter(|k| **k != orphan).cloned().collect();
+
+    let b = BrokerProcess::start_with(
+        root,
+        2,
+        None,
+        &[
+            "strata.remote.orphan.grace.ms=1000",
+            "strata.remote.scrub.interval.ms=200",
+        ],
+    )
+    .await;
+    let mut c = Client::connect(b.kafka_addr).await;
+    assert_eq!(list_offset(&mut c, TOPIC, 0, -2).await.offset, 0);
+    wait_for(
+        "the orphan scrubbed and the rest tiered",
+        Duration::from_secs(60),
+        || !remote_segments(root).contains(&orphan) && local_segments(root).len() <= 2,
+    )
+    .await;
+    assert!(b.log_text().contains("removed orphaned remote objects"));
+    assert_no_remote_deletes(&b);
+    assert_still_in_bucket(root, &committed);
+    check_history(&mut c, acked).await;
+}
+
+/// Remote retention moved the log start (here DeleteRecords, applied to the manifest), then
+/// kill -9 before the log-start checkpoint: the restarted broker answers EARLIEST with the
+/// manifest's start at once: not 0, and not the first local segment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_after_remote_retention_restarts_at_the_manifests_log_start() {
+    let root = tempdir();
+    let root = root.path();
+    let mut b = BrokerProcess::start(root, 1, None).await;
+    let (acked, _) = tiered_history(&b, root, 60).await;
+    let mut c = Client::connect(b.kafka_addr).await;
+    let cut = acked / 2;
+    let mut req = kafka_protocol::messages::DeleteRecordsRequest::default();
+    let mut t = kafka_protocol::messages::delete_records_request::DeleteRecordsTopic::default();
+    t.name = name(TOPIC);
+    let mut p = kafka_protocol::messages::delete_records_request::DeleteRecordsPartition::default();
+    p.partition_index = 0;
+    p.offset = cut;
+    t.partitions = vec![p];
+    req.topics = vec![t];
+    req.timeout_ms = 5000;
+    let resp = c.call(2, &req).await;
+    assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+    wait_for(
+        "the manifest to carry the cut",
+        Duration::from_secs(30),
+        || {
+            serde_json::from_str::<serde_json::Value>(&manifest_text(root))
+                .is_ok_and(|m| m["log_start_offset"].as_i64() == Some(cut))
+        },
+    )
+    .await;
+    let bucket = remote_segments(root);
+    let local_start = local_segments(root)[0];
+    assert!(local_start > cut);
+    assert!(!log_start_checkpointed(root));
+    b.kill_9();
+
+    let b = BrokerProcess::start(root, 2, None).await;
+    let mut c = Client::connect(b.kafka_addr).await;
+    assert_eq!(list_offset(&mut c, TOPIC, 0, -2).await.offset, cut);
+    let below = fetch(
+        &mut c,
+        TOPIC,
+        0,
+        FetchArgs {
+            offset: cut - 1,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        below.error_code, 1,
+        "OFFSET_OUT_OF_RANGE below the log start"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_no_remote_deletes(&b);
+    assert_still_in_bucket(root, &bucket);
+    let history = read_history_from(&mut c, cut, acked).await;
+    assert_eq!(history.len() as i64, acked - cut);
+    for (i, (offset, v)) in history.iter().enumerate() {
+        let want = cut + i as i64;
+        assert_eq!(*offset, want, "in order, exactly once");
+        assert_eq!(v.as_ref(), value(want).as_slice(), "record {want}");
+    }
+}
+
+/// The partition's manifest as stored in the embedded bucket.
+fn manifest_text(root: &Path) -> String {
+    fn find(d: &Path) -> Option<PathBuf> {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                if let Some(f) = find(&p) {
+                    return Some(f);
+                }
+            } else if p.file_name().is_some_and(|n| n == "manifest.json") {
+                return Some(p);
+            }
+        }
+        None
+    }
+    find(&root.join("data").join("objects"))
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .unwrap_or_default()
 }
