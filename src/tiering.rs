@@ -221,13 +221,15 @@ impl Tiering {
                         l.apply_manifest(start, end).map(|()| (before, l.log_start_offset()))
                     })
                 })
-                .await;
+                .await
+                .map_err(io::Error::other)
+                .and_then(|r| r);
                 match applied {
-                    Ok(Ok((before, after))) => {
-                        tracing::info!(topic = %t.name, partition = p.index, manifest_log_start = start, remote_end = end.unwrap_or(-1), log_start_offset = after, checkpointed = before, "log start offset recovered from the manifest");
+                    Ok((before, after)) if after != before => {
+                        tracing::info!(topic = %t.name, partition = p.index, checkpointed = before, log_start_offset = after, remote_end = end.unwrap_or(-1), "log start offset recovered from the manifest");
                     }
-                    Ok(Err(e)) => {
-                        tracing::warn!(topic = %t.name, partition = p.index, error = %e, "cannot apply the manifest at start-up");
+                    Ok(_) => {
+                        tracing::debug!(topic = %t.name, partition = p.index, log_start_offset = start, remote_end = end.unwrap_or(-1), "log start offset agrees with the manifest");
                     }
                     Err(e) => {
                         tracing::warn!(topic = %t.name, partition = p.index, error = %e, "cannot apply the manifest at start-up");

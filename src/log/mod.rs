@@ -150,8 +150,9 @@ pub struct Log {
     /// until known). Local segments below it may be deleted by local retention.
     remote_end_offset: i64,
     /// The highest offset a DeleteRecords request moved the log start to in this process (-1
-    /// for none): the only local input remote retention takes (see [`Log::apply_manifest`]).
-    /// In memory only: once a tiering pass applied it, the manifest carries it.
+    /// for none): with the bytes not yet uploaded, the only local input remote retention
+    /// takes (rules in [`crate::tiering`]). In memory only: once a tiering pass applied it,
+    /// the manifest carries it.
     delete_records_offset: i64,
     /// Aborted transactions of the local segments (from their `.txnindex` files), in marker
     /// order.
