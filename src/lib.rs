@@ -31,6 +31,8 @@
 //!   admin changes through the quorum).
 //! - [`coordinator`]: consumer groups and their `__consumer_offsets` records, transactions and
 //!   `__transaction_state`; each coordinator serves the partitions this broker leads.
+//! - [`failpoint`]: named crash points (`STRATA_FAILPOINT`) between durable steps, for tests
+//!   that abort the broker there and check what recovery rebuilds.
 //! - [`fetch_session`]: incremental fetch sessions (KIP-227).
 //! - [`log`]: the storage engine.
 //! - [`log_cleaner`]: the log cleaner service compacting `cleanup.policy=compact` topics.
@@ -49,6 +51,7 @@ pub mod broker;
 pub mod config;
 pub mod controller;
 pub mod coordinator;
+pub mod failpoint;
 pub mod fetch_session;
 pub mod log;
 pub mod log_cleaner;

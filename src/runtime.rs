@@ -159,6 +159,11 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
     })
     .await
     .context("broker start-up task")??;
+    // Tiered partitions take their log start offset from the manifest before anyone is
+    // served (recovery rules: `crate::tiering`).
+    if let Some(t) = &tiering {
+        t.recover(&broker).await;
+    }
     let shutdown = CancellationToken::new();
     let connections = TaskTracker::new();
     let services = TaskTracker::new();

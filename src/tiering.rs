@@ -11,6 +11,46 @@
 //!
 //! Fetch and ListOffsets below the local log start come here ([`Tiering::read`],
 //! [`Tiering::offset_for_timestamp`]) and go through the reader's cache.
+//!
+//! # Recovery: what survives a crash, and what each file means
+//!
+//! Each piece of state is rebuilt from the most authoritative source that survived. A
+//! checkpoint that is missing or older than the data is a hint, never a reason to delete.
+//!
+//! | state | authority | missing | older than the data |
+//! |---|---|---|---|
+//! | local offsets and bytes | the `.log` files, CRC-checked from the recovery point on | - | - |
+//! | `recovery-point-offset-checkpoint` | offset below which the log was flushed | rescan every segment | rescan more |
+//! | `log-start-offset-checkpoint` | the log start as last checkpointed | tiered: 0 until the manifest is read; else the first local segment | the manifest (tiered) or the first local segment raises it |
+//! | `replication-offset-checkpoint` | high watermark (cluster mode lowers the recovered one to it) | the log end offset | lower than needed: followers re-confirm |
+//! | `leader-epoch-checkpoint` | epoch start offsets, cut at the recovered log end | empty cache (the next leader epoch starts one) | entries past the end are dropped |
+//! | `<offset>.snapshot` producer state | newest readable at or below the log end, then replay | replay from the log start (local segments only) | replay the rest |
+//! | `manifest.json` in the bucket | what is remote, and the remote log start | nothing is remote | cannot be: commits are compare-and-swap, read at start-up |
+//!
+//! Rules for a partition of a remote topic (`remote.storage.enable=true`):
+//! 1. Its log start offset is `max(log-start checkpoint or 0, manifest log_start_offset)`
+//!    ([`crate::log::Log::apply_manifest`]), taken at start-up before the broker serves
+//!    ([`Tiering::recover`]) and again on every pass. The first local segment counts only
+//!    when the manifest holds no segment (then the local log is the whole log): otherwise it
+//!    is wherever local retention happened to stop, and a log-start checkpoint not yet
+//!    written (it is written every `log.flush.offset.checkpoint.interval.ms`) must not turn
+//!    it into the log start. ListOffsets EARLIEST and Fetch answer from that start.
+//! 2. Remote retention ([`TieredPartition::apply_retention`]) is evaluated on the committed
+//!    manifest: `retention.ms`, `retention.bytes` over both tiers (the local bytes not yet
+//!    uploaded count), and the offset of an explicit DeleteRecords handled by this process
+//!    ([`crate::log::Log::delete_records_offset`]). The local log start offset is not an
+//!    input, so no local file a crash can lose or leave stale can delete remote data. The
+//!    manifest's `log_start_offset` moves only there (or with a compacted snapshot).
+//! 3. Local retention deletes a local segment only below the end of a committed manifest
+//!    that this process has read (the remote end is unknown, -1, until then).
+//!
+//! Crash consistency of one upload (invariant 3): upload the bundle, commit the manifest,
+//! then delete the local segment. A crash after the upload leaves an orphan (the scrubber
+//! removes it, the segment is uploaded again); after the commit, the local copy is deleted by
+//! the next pass. A DeleteRecords acknowledged less than one pass before a crash survives
+//! through the log-start checkpoint (when written) as the visible log start, but its remote
+//! segments then stay in the bucket until retention.ms / retention.bytes removes them: a
+//! checkpoint alone never deletes remote data. Crash points: [`crate::failpoint`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -29,6 +69,7 @@ use uuid::Uuid;
 
 use crate::broker::{now_ms, Broker, Partition, Topic};
 use crate::config::{BrokerConfig, TieringConfig};
+use crate::failpoint;
 use crate::log::TimestampAndOffset;
 
 #[derive(Debug, Default)]
@@ -144,6 +185,60 @@ impl Tiering {
             .push((name.to_string(), id, partitions));
     }
 
+    /// Start-up, before the broker serves: every partition of a remote topic takes its log
+    /// start offset and remote end from its manifest ([`crate::log::Log::apply_manifest`]),
+    /// so ListOffsets EARLIEST and Fetch answer from the manifest's start at once and local
+    /// retention knows what the bucket covers. A manifest that cannot be read now is left to
+    /// the first tiering pass (which cannot run remote retention without it either); until
+    /// then the partition keeps the start offset its checkpoint gave it.
+    pub async fn recover(&self, broker: &Arc<Broker>) {
+        let all: Vec<(Arc<Topic>, Arc<Partition>)> = broker
+            .topics()
+            .into_iter()
+            .filter(|t| t.config.remote_storage_enable)
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (t.clone(), p.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        futures::stream::iter(all)
+            .for_each_concurrent(self.config.upload_concurrency.max(1), |(t, p)| async move {
+                let tp = match self.partition(&t, p.index).await {
+                    Ok(tp) => tp,
+                    Err(e) => {
+                        tracing::warn!(topic = %t.name, partition = p.index, error = %e, "cannot read the manifest at start-up; the log start offset stays at its checkpoint until the first tiering pass");
+                        return;
+                    }
+                };
+                let m = tp.manifest();
+                let (start, end) = (m.log_start_offset, m.end_offset());
+                let part = p.clone();
+                let applied = tokio::task::spawn_blocking(move || {
+                    part.with_log(|l| {
+                        let before = l.log_start_offset();
+                        l.apply_manifest(start, end).map(|()| (before, l.log_start_offset()))
+                    })
+                })
+                .await
+                .map_err(io::Error::other)
+                .and_then(|r| r);
+                match applied {
+                    Ok((before, after)) if after != before => {
+                        tracing::info!(topic = %t.name, partition = p.index, checkpointed = before, log_start_offset = after, remote_end = end.unwrap_or(-1), "log start offset recovered from the manifest");
+                    }
+                    Ok(_) => {
+                        tracing::debug!(topic = %t.name, partition = p.index, log_start_offset = start, remote_end = end.unwrap_or(-1), "log start offset agrees with the manifest");
+                    }
+                    Err(e) => {
+                        tracing::warn!(topic = %t.name, partition = p.index, error = %e, "cannot apply the manifest at start-up");
+                    }
+                }
+            })
+            .await;
+    }
+
     /// One pass of the tiering task.
     pub async fn tick(self: &Arc<Self>, broker: &Arc<Broker>) {
         self.sync_catalog(broker).await;
@@ -243,8 +338,7 @@ impl Tiering {
         let now = now_ms();
         let deleted = tokio::task::spawn_blocking(move || {
             part.with_log(|l| -> io::Result<usize> {
-                l.set_remote_end_offset(remote_end);
-                l.advance_log_start_offset(remote_start)?;
+                l.apply_manifest(remote_start, Some(remote_end))?;
                 l.apply_retention(now)
             })
         })
@@ -283,14 +377,11 @@ impl Tiering {
                 .insert(key, epoch);
         }
         let manifest = tp.manifest();
-        let remote_end = manifest.end_offset().unwrap_or(-1);
+        let remote_end = manifest.end_offset();
         let remote_start = manifest.log_start_offset;
         let part = p.clone();
         tokio::task::spawn_blocking(move || {
-            part.with_log(|l| -> io::Result<_> {
-                l.set_remote_end_offset(remote_end);
-                l.advance_log_start_offset(remote_start)
-            })
+            part.with_log(|l| l.apply_manifest(remote_start, remote_end))
         })
         .await??;
         loop {
@@ -330,6 +421,7 @@ impl Tiering {
                     return Err(e.into());
                 }
             };
+            failpoint::hit(failpoint::TIERING_UPLOADED);
             let added = match tp.commit_segment(&self.store, seg, epoch).await {
                 Ok(added) => added,
                 Err(e) => {
@@ -337,6 +429,7 @@ impl Tiering {
                     return Err(e.into());
                 }
             };
+            failpoint::hit(failpoint::TIERING_MANIFEST_COMMITTED);
             // Local retention may delete only what the committed manifest covers.
             let Some(next) = tp.manifest().end_offset().filter(|&end| end > from) else {
                 // Nothing was added (the segment overlaps what is remote): stop this pass
@@ -368,10 +461,12 @@ impl Tiering {
             self.snapshot_compacted(broker, topic, p, &tp, epoch)
                 .await?;
         }
-        // Remote retention, then local retention for what the manifest now covers.
+        // Remote retention, then local retention for what the manifest now covers. Its only
+        // local inputs are the bytes not yet uploaded (retention.bytes counts both tiers) and
+        // an explicit DeleteRecords; never the local log start (see the module doc).
         let part = p.clone();
-        let (log_start, local_only) = tokio::task::spawn_blocking(move || {
-            part.with_log(|l| (l.log_start_offset(), l.local_only_bytes()))
+        let (delete_records_offset, local_only) = tokio::task::spawn_blocking(move || {
+            part.with_log(|l| (l.delete_records_offset(), l.local_only_bytes()))
         })
         .await?;
         if tp.manifest().segments.is_empty() {
@@ -393,7 +488,7 @@ impl Tiering {
                         -1
                     },
                     local_only_bytes: local_only,
-                    log_start_offset: log_start,
+                    delete_records_offset,
                     leader_epoch: epoch,
                 },
             )

@@ -1053,6 +1053,7 @@ impl Broker {
         for d in &self.config.log_dirs {
             let (rp, lso, hw) = per_dir.remove(d).unwrap_or_default();
             checkpoint::write(&d.join(RECOVERY_POINT_FILE), &rp)?;
+            crate::failpoint::hit(crate::failpoint::CHECKPOINT_LOG_START);
             checkpoint::write(&d.join(LOG_START_FILE), &lso)?;
             checkpoint::write(&d.join(HIGH_WATERMARK_FILE), &hw)?;
         }

@@ -14,6 +14,12 @@
 //! torn tail truncated, indexes rebuilt, producer state replayed from the last snapshot.
 //! Before that, a log cleaner swap interrupted by the crash is completed or undone
 //! ([`cleaner::recover_interrupted_swaps`]).
+//!
+//! Log start offset at open: `max(log-start checkpoint, first local segment)` without remote
+//! storage; with it, the checkpoint alone (0 when missing), raised to the remote manifest's
+//! start by [`Log::apply_manifest`] before the broker serves. The first local segment of a
+//! tiered log is only where local retention stopped. The table of every checkpoint, what it
+//! means and what happens when it is missing or stale is in [`crate::tiering`].
 
 pub mod batch;
 pub mod checkpoint;
@@ -143,6 +149,11 @@ pub struct Log {
     /// With remote storage: the offset below which the remote manifest covers the log (-1
     /// until known). Local segments below it may be deleted by local retention.
     remote_end_offset: i64,
+    /// The highest offset a DeleteRecords request moved the log start to in this process (-1
+    /// for none): with the bytes not yet uploaded, the only local input remote retention
+    /// takes (rules in [`crate::tiering`]). In memory only: once a tiering pass applied it,
+    /// the manifest carries it.
+    delete_records_offset: i64,
     /// Aborted transactions of the local segments (from their `.txnindex` files), in marker
     /// order.
     aborted: Vec<txn_index::AbortedTxn>,
@@ -236,16 +247,16 @@ impl Log {
             .next_back()
             .map(|s| s.next_offset())
             .unwrap_or(initial);
-        // With remote storage the log may start below the first local segment.
-        let log_start_offset = opts
-            .log_start_offset
-            .unwrap_or(first_base)
-            .max(if config.remote_storage_enable {
-                0
-            } else {
-                first_base
-            })
-            .min(log_end_offset);
+        // With remote storage the log starts below the first local segment as soon as a
+        // segment has been tiered: the first local segment says nothing about the log start,
+        // and a missing checkpoint means "not known yet" (0), never "the local start". The
+        // manifest raises it before the broker serves ([`Log::apply_manifest`]).
+        let log_start_offset = if config.remote_storage_enable {
+            opts.log_start_offset.unwrap_or(0).max(0)
+        } else {
+            opts.log_start_offset.unwrap_or(first_base).max(first_base)
+        }
+        .min(log_end_offset);
         let mut epochs = LeaderEpochCache::load(dir)?;
         epochs.truncate_from_end(log_end_offset)?;
         let mut log = Log {
@@ -261,6 +272,7 @@ impl Log {
             unflushed_messages: 0,
             last_flush_ms: opts.now_ms,
             remote_end_offset: -1,
+            delete_records_offset: -1,
             aborted: Vec::new(),
         };
         log.load_aborted_txns()?;
@@ -1042,7 +1054,15 @@ impl Log {
         }
         self.prune_aborted_txns();
         self.set_log_start_offset(new_start)?;
+        self.delete_records_offset = self.delete_records_offset.max(new_start);
         Ok(self.log_start_offset)
+    }
+
+    /// The offset an explicit DeleteRecords moved the log start to in this process, or -1.
+    /// Remote retention deletes below this, never below [`Log::log_start_offset`], which after
+    /// a restart may come from a checkpoint or a follower's truncation.
+    pub fn delete_records_offset(&self) -> i64 {
+        self.delete_records_offset
     }
 
     fn active_base(&self) -> i64 {
@@ -1107,6 +1127,38 @@ impl Log {
     /// Records that the remote manifest covers the log below `offset`.
     pub fn set_remote_end_offset(&mut self, offset: i64) {
         self.remote_end_offset = self.remote_end_offset.max(offset);
+    }
+
+    /// A tiered log takes what the committed manifest says: the remote log covers everything
+    /// below `end_offset` (None when the manifest has no segment), and the partition's log
+    /// start offset is at least the manifest's `log_start_offset`. Called at start-up before
+    /// the broker serves and on every tiering pass, leader or follower.
+    ///
+    /// The log start only moves forward. With nothing remote the local log is the whole log,
+    /// so the first local offset is the start (a topic whose early segments were deleted
+    /// before remote storage was enabled); otherwise the first local segment is ignored: it
+    /// is wherever local retention happened to stop.
+    pub fn apply_manifest(
+        &mut self,
+        log_start_offset: i64,
+        end_offset: Option<i64>,
+    ) -> io::Result<()> {
+        let start = match end_offset {
+            Some(end) => {
+                self.set_remote_end_offset(end);
+                log_start_offset
+            }
+            None => {
+                let first_local = self
+                    .segments
+                    .keys()
+                    .next()
+                    .copied()
+                    .unwrap_or(self.log_end_offset);
+                log_start_offset.max(first_local)
+            }
+        };
+        self.advance_log_start_offset(start)
     }
 
     /// Moves the log start offset forward (remote retention, or the manifest after a restart).

@@ -386,3 +386,101 @@ proptest! {
         prop_assert_eq!(append(&mut log, &[b"after"]).base_offset, end);
     }
 }
+
+/// The tester's crash: a tiered log whose early segments exist only in the bucket, reopened
+/// after a crash before the log-start checkpoint was ever written. The first local segment
+/// is where local retention stopped, not the log start.
+#[test]
+fn a_tiered_log_reopened_without_a_log_start_checkpoint_does_not_start_at_its_first_local_segment()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&[
+        ("segment.bytes", "300"),
+        ("remote.storage.enable", "true"),
+        ("local.retention.bytes", "1"),
+        ("retention.ms", "-1"),
+    ]);
+    let local_start = {
+        let mut log = open(dir.path(), cfg.clone(), true);
+        for i in 0..20 {
+            append(&mut log, &[format!("value-{i:03}").as_bytes()]);
+        }
+        // The manifest covers everything but the active segment; local retention deletes it.
+        let covered = log.segment_files(-1, i64::MAX).last().unwrap().next_offset;
+        log.set_remote_end_offset(covered);
+        assert!(log.apply_retention(now()).unwrap() > 0);
+        assert_eq!(
+            log.log_start_offset(),
+            0,
+            "local retention keeps the log start"
+        );
+        assert!(log.local_start_offset() > 0);
+        log.local_start_offset()
+        // Dropped without close: a crash.
+    };
+    let mut log = open(dir.path(), cfg.clone(), false);
+    assert_eq!(log.log_start_offset(), 0, "not the first local segment");
+    assert_eq!(log.local_start_offset(), local_start);
+    assert_eq!(log.delete_records_offset(), -1);
+    // The manifest is the authority: its start, never below what the checkpoint said.
+    log.apply_manifest(0, Some(local_start)).unwrap();
+    assert_eq!(log.log_start_offset(), 0);
+    assert_eq!(log.remote_end_offset(), local_start);
+    log.apply_manifest(3, Some(local_start)).unwrap();
+    assert_eq!(log.log_start_offset(), 3);
+    log.apply_manifest(1, Some(local_start)).unwrap();
+    assert_eq!(log.log_start_offset(), 3, "the log start never goes back");
+
+    // A checkpoint that was written is taken, and a stale (lower) one is raised by the
+    // manifest; neither is a DeleteRecords.
+    let reopen = |ckpt: i64| {
+        Log::open(
+            dir.path(),
+            cfg.clone(),
+            LoadOptions {
+                clean_shutdown: false,
+                recovery_point: None,
+                log_start_offset: Some(ckpt),
+                now_ms: now(),
+            },
+        )
+        .unwrap()
+    };
+    let mut log = reopen(2);
+    assert_eq!(
+        (log.log_start_offset(), log.delete_records_offset()),
+        (2, -1)
+    );
+    log.apply_manifest(3, Some(local_start)).unwrap();
+    assert_eq!(log.log_start_offset(), 3);
+    // DeleteRecords is the only local input to remote retention.
+    assert_eq!(log.delete_records_before(5).unwrap(), 5);
+    assert_eq!(log.delete_records_offset(), 5);
+}
+
+/// With nothing remote the local log is the whole log: its first segment is the start.
+#[test]
+fn a_tiered_log_with_an_empty_manifest_starts_at_its_first_local_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&[("segment.bytes", "300"), ("remote.storage.enable", "true")]);
+    {
+        let mut log = open(dir.path(), config(&[("segment.bytes", "300")]), true);
+        for i in 0..20 {
+            append(&mut log, &[format!("value-{i:03}").as_bytes()]);
+        }
+        // Before remote storage was enabled, DeleteRecords removed the first segments.
+        log.delete_records_before(12).unwrap();
+        assert!(log.local_start_offset() > 0);
+    }
+    let mut log = open(dir.path(), cfg, false);
+    let first_local = *log.segments.keys().next().unwrap();
+    assert!(first_local > 0);
+    assert_eq!(log.log_start_offset(), 0);
+    log.apply_manifest(0, None).unwrap();
+    assert_eq!(log.log_start_offset(), first_local);
+    assert_eq!(
+        log.remote_end_offset(),
+        -1,
+        "local retention deletes nothing"
+    );
+}

@@ -14,6 +14,7 @@ mod cluster_security;
 mod cluster_tiering;
 mod compaction;
 mod coordinators;
+mod crash;
 mod group_offsets;
 mod groups;
 mod hostile_connections;

@@ -39,8 +39,11 @@ pub struct RetentionInput {
     /// Bytes of local segments not yet covered by the manifest (they count towards
     /// retention.bytes, which is the total across tiers).
     pub local_only_bytes: u64,
-    /// The broker's log start offset (DeleteRecords moves it).
-    pub log_start_offset: i64,
+    /// The offset an explicit DeleteRecords moved the log start to (-1 for none). Never the
+    /// broker's local log start offset: after a crash that may come from a checkpoint that is
+    /// missing or stale, or from the first local segment, and nothing a crash can lose may
+    /// delete remote data.
+    pub delete_records_offset: i64,
     pub leader_epoch: i32,
 }
 
@@ -229,6 +232,12 @@ impl TieredPartition {
 
     /// Remote retention: drops expired segments from the manifest first, then deletes their
     /// objects (invariant 3).
+    ///
+    /// Evaluated on the committed manifest alone: a segment goes when it is past
+    /// `retention_ms`, when the bytes after it (both tiers) still reach `retention_bytes`, or
+    /// when it ends at or below `delete_records_offset`. Those are the only reasons; the
+    /// manifest's `log_start_offset` moves only to the first segment kept or to the
+    /// DeleteRecords offset (capped at the remote end while segments remain).
     pub async fn apply_retention(
         &self,
         store: &RemoteStore,
@@ -241,7 +250,7 @@ impl TieredPartition {
             let mut total = m.size() + input.local_only_bytes;
             let mut keep_from = 0;
             for seg in &m.segments {
-                let below_start = seg.next_offset <= input.log_start_offset;
+                let below_start = seg.next_offset <= input.delete_records_offset;
                 let by_time = input.retention_ms >= 0
                     && input.now_ms - seg.max_timestamp > input.retention_ms;
                 let by_size = input.retention_bytes >= 0
@@ -264,7 +273,7 @@ impl TieredPartition {
             };
             let start = by_deletion.max(
                 input
-                    .log_start_offset
+                    .delete_records_offset
                     .min(m.end_offset().unwrap_or(i64::MAX)),
             );
             if keep_from == 0 && start <= m.log_start_offset {
@@ -689,5 +698,194 @@ mod tests {
             old.commit_segment(&store, seg(180, 200, 1), 1).await,
             Err(CommitError::Fenced { .. })
         ));
+    }
+    fn retention(
+        now_ms: i64,
+        retention_ms: i64,
+        retention_bytes: i64,
+        local_only_bytes: u64,
+        delete_records_offset: i64,
+    ) -> RetentionInput {
+        RetentionInput {
+            now_ms,
+            retention_ms,
+            retention_bytes,
+            local_only_bytes,
+            delete_records_offset,
+            leader_epoch: 1,
+        }
+    }
+
+    /// Four committed segments of 10 bytes each, [0, 100) .. [300, 400), their objects in the
+    /// store; segment i's newest record is at time 1000 * (i + 1).
+    async fn four_segments(store: &RemoteStore) -> (PartitionId, TieredPartition) {
+        let id = pid();
+        let tp = TieredPartition::load(store, id.clone()).await.unwrap();
+        for i in 0..4 {
+            let mut s = seg(i * 100, (i + 1) * 100, 1);
+            s.max_timestamp = 1000 * (i + 1);
+            store
+                .put_if(&id.topic, &s.key, bytes::Bytes::from_static(b"x"), None)
+                .await
+                .unwrap();
+            tp.commit_segment(store, s, 1).await.unwrap();
+        }
+        (id, tp)
+    }
+
+    async fn objects(store: &RemoteStore, id: &PartitionId) -> usize {
+        let mut n = 0;
+        for i in 0..4 {
+            if store
+                .get(&id.topic, &format!("k{}-1", i * 100))
+                .await
+                .unwrap()
+                .is_some()
+            {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// The tester's crash, at the level of the manifest: retention.ms=-1, no retention.bytes,
+    /// no DeleteRecords. Whatever the broker's local log start is after a restart (it is not
+    /// an input), remote retention deletes nothing and the remote log start stays.
+    #[tokio::test]
+    async fn without_retention_limits_or_delete_records_remote_retention_deletes_nothing() {
+        let store = RemoteStore::in_memory();
+        let (id, tp) = four_segments(&store).await;
+        for local_only_bytes in [0, 1 << 30] {
+            let out = tp
+                .apply_retention(&store, retention(i64::MAX, -1, -1, local_only_bytes, -1))
+                .await
+                .unwrap();
+            assert_eq!((out.deleted_segments, out.log_start_offset), (0, None));
+        }
+        let m = TieredPartition::load(&store, id.clone())
+            .await
+            .unwrap()
+            .manifest();
+        assert_eq!(m.segments.len(), 4);
+        assert_eq!(m.log_start_offset, 0);
+        assert_eq!(objects(&store, &id).await, 4);
+    }
+
+    #[tokio::test]
+    async fn remote_retention_deletes_exactly_what_each_limit_says() {
+        let store = RemoteStore::in_memory();
+        let (id, tp) = four_segments(&store).await;
+        // DeleteRecords at 150: only [0, 100) lies wholly below; the start moves to 150.
+        let out = tp
+            .apply_retention(&store, retention(0, -1, -1, 0, 150))
+            .await
+            .unwrap();
+        assert_eq!((out.deleted_segments, out.log_start_offset), (1, Some(150)));
+        assert_eq!(objects(&store, &id).await, 3);
+        // retention.bytes is the total over both tiers: 30 remote + 15 local bytes against a
+        // limit of 25 removes [100, 200) and [200, 300) (what is left, 10 + 15, is 25).
+        let out = tp
+            .apply_retention(&store, retention(0, -1, 25, 15, -1))
+            .await
+            .unwrap();
+        assert_eq!((out.deleted_segments, out.log_start_offset), (2, Some(300)));
+        // retention.ms: [300, 400)'s newest record (4000) is not older than 10_000 at 12_000.
+        let out = tp
+            .apply_retention(&store, retention(12_000, 10_000, -1, 0, -1))
+            .await
+            .unwrap();
+        assert_eq!(out.deleted_segments, 0);
+        let out = tp
+            .apply_retention(&store, retention(14_001, 10_000, -1, 0, -1))
+            .await
+            .unwrap();
+        assert_eq!((out.deleted_segments, out.log_start_offset), (1, Some(400)));
+        let m = TieredPartition::load(&store, id.clone())
+            .await
+            .unwrap()
+            .manifest();
+        assert!(m.segments.is_empty());
+        assert_eq!(m.log_start_offset, 400);
+        assert_eq!(objects(&store, &id).await, 0);
+    }
+
+    /// Seeded: for random manifests and limits, every segment remote retention deletes is past
+    /// retention.ms, or leaves at least retention.bytes behind it (both tiers), or ends at or
+    /// below the DeleteRecords offset, and the remote log start never passes both the first
+    /// segment kept and the DeleteRecords offset.
+    #[tokio::test]
+    async fn remote_retention_never_deletes_a_segment_no_limit_names() {
+        let seed: u64 = std::env::var("STRATA_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0x7e7e_2026);
+        println!("seed {seed} (STRATA_TEST_SEED to repeat)");
+        let mut rng = seed;
+        let mut next_rand = move |n: u64| {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (rng >> 33) % n
+        };
+        for run in 0..200 {
+            let store = RemoteStore::in_memory();
+            let id = pid();
+            let tp = TieredPartition::load(&store, id.clone()).await.unwrap();
+            let (mut base, mut ts) = (0i64, 0i64);
+            for _ in 0..1 + next_rand(8) {
+                let next = base + 1 + next_rand(100) as i64;
+                ts += next_rand(1000) as i64;
+                let mut s = seg(base, next, 1);
+                s.max_timestamp = ts;
+                s.log = Part {
+                    start: 0,
+                    end: 1 + next_rand(50),
+                };
+                tp.commit_segment(&store, s, 1).await.unwrap();
+                base = next;
+            }
+            let before = tp.manifest();
+            let pick = |n: u64, r: u64| if r % 3 == 0 { -1 } else { n as i64 };
+            let input = retention(
+                ts + next_rand(1000) as i64,
+                pick(next_rand(2000), next_rand(3)),
+                pick(next_rand(400), next_rand(3)),
+                next_rand(100),
+                pick(next_rand(base as u64 + 50), next_rand(3)),
+            );
+            let out = tp.apply_retention(&store, input).await.unwrap();
+            let after = tp.manifest();
+            let deleted = &before.segments[..out.deleted_segments];
+            assert_eq!(
+                &before.segments[out.deleted_segments..],
+                &after.segments[..]
+            );
+            let mut total = before.size() + input.local_only_bytes;
+            for s in deleted {
+                let by_time =
+                    input.retention_ms >= 0 && input.now_ms - s.max_timestamp > input.retention_ms;
+                let by_size =
+                    input.retention_bytes >= 0 && total - s.size() >= input.retention_bytes as u64;
+                let by_delete_records = s.next_offset <= input.delete_records_offset;
+                assert!(
+                    by_time || by_size || by_delete_records,
+                    "seed {seed} run {run}: deleted {:?} under {input:?}",
+                    (s.base_offset, s.next_offset)
+                );
+                total -= s.size();
+            }
+            if input.retention_ms < 0
+                && input.retention_bytes < 0
+                && input.delete_records_offset < 0
+            {
+                assert!(deleted.is_empty() && out.log_start_offset.is_none());
+            }
+            let first_kept = after.segments.first().map_or(base, |s| s.base_offset);
+            assert!(
+                after.log_start_offset <= first_kept.max(input.delete_records_offset).min(base),
+                "seed {seed} run {run}: log start {} under {input:?}",
+                after.log_start_offset
+            );
+        }
     }
 }

@@ -1,0 +1,116 @@
+//! Crash points: named places between two durable steps where a test can make the broker
+//! die as a power cut would, to prove that recovery from exactly that state is correct.
+//!
+//! A crash point is one call, `failpoint::hit("tiering.manifest_committed")`, placed after a
+//! step whose effect is durable (a manifest commit, an fsynced rename) and before the next.
+//! It is compiled in always and costs one check of a `OnceLock` when not armed. It is armed by
+//! the `STRATA_FAILPOINT` environment variable, read once per process:
+//!
+//! ```text
+//! STRATA_FAILPOINT=<name>[:<n>][,<name>[:<n>]...]
+//! ```
+//!
+//! The `n`-th time (1 when omitted) the process passes an armed point it writes one line to
+//! stderr and calls [`std::process::abort`]: no destructor, flush, checkpoint or
+//! clean-shutdown marker runs, exactly as under `kill -9`. Tests spawn the real `strata`
+//! binary with the variable set, wait for it to die, start it again without it, and check
+//! what a client observes (`tests/it/crash.rs`).
+//!
+//! The points (add a line here and a test in `tests/it/crash.rs` with every new one):
+//! - [`TIERING_UPLOADED`]: a segment bundle is in the bucket, the manifest does not name it
+//!   yet (an orphan for the scrubber; the segment is uploaded again).
+//! - [`TIERING_MANIFEST_COMMITTED`]: the manifest covering a segment is committed, local
+//!   retention has not deleted the local copy yet.
+//! - [`CHECKPOINT_LOG_START`]: the recovery-point checkpoint is written, the log-start
+//!   checkpoint is about to be (so on the first pass it is missing after the crash).
+//!
+//! Only the root crate has crash points: `strata-tiering` and `strata-compaction` do not
+//! depend on it, so their steps get a point on the broker side, right after the call.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+/// The environment variable that arms crash points.
+pub const ENV: &str = "STRATA_FAILPOINT";
+
+/// A segment is uploaded; its manifest commit has not happened yet.
+pub const TIERING_UPLOADED: &str = "tiering.uploaded";
+/// A manifest covering a segment is committed; the local segment is not deleted yet.
+pub const TIERING_MANIFEST_COMMITTED: &str = "tiering.manifest_committed";
+/// The log-start checkpoint is about to be written.
+pub const CHECKPOINT_LOG_START: &str = "checkpoint.log_start";
+
+struct Armed {
+    /// Point name -> the hit that aborts (1-based).
+    at: HashMap<String, u64>,
+    hits: Mutex<HashMap<String, u64>>,
+}
+
+fn armed() -> &'static Option<Armed> {
+    static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
+    ARMED.get_or_init(|| {
+        let spec = std::env::var(ENV).ok()?;
+        let at = parse(&spec);
+        (!at.is_empty()).then(|| Armed {
+            at,
+            hits: Mutex::new(HashMap::new()),
+        })
+    })
+}
+
+/// `name[:n]` entries separated by commas; an unparsable count means 1.
+fn parse(spec: &str) -> HashMap<String, u64> {
+    spec.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| match s.split_once(':') {
+            Some((name, n)) => (
+                name.trim().to_string(),
+                n.trim().parse().unwrap_or(1).max(1),
+            ),
+            None => (s.to_string(), 1),
+        })
+        .collect()
+}
+
+/// Passes the crash point `name`: aborts the process when `STRATA_FAILPOINT` arms it and this
+/// is the hit it names; otherwise does nothing.
+pub fn hit(name: &str) {
+    let Some(armed) = armed() else {
+        return;
+    };
+    let Some(&at) = armed.at.get(name) else {
+        return;
+    };
+    let n = {
+        let mut hits = armed.hits.lock().unwrap_or_else(|e| e.into_inner());
+        let n = hits.entry(name.to_string()).or_insert(0);
+        *n += 1;
+        *n
+    };
+    if n == at {
+        eprintln!("{ENV}: crash point {name} (hit {n}): aborting");
+        std::process::abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spec_names_points_and_the_hit_that_aborts() {
+        let at = parse(" tiering.uploaded:3, checkpoint.log_start ,x:0,y:z,");
+        assert_eq!(at.get("tiering.uploaded"), Some(&3));
+        assert_eq!(at.get("checkpoint.log_start"), Some(&1));
+        assert_eq!(at.get("x"), Some(&1));
+        assert_eq!(at.get("y"), Some(&1));
+        assert_eq!(at.len(), 4);
+    }
+
+    #[test]
+    fn an_unarmed_point_does_nothing() {
+        // The test process does not set STRATA_FAILPOINT for this name.
+        hit("no.such.point");
+    }
+}
