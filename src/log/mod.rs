@@ -19,6 +19,7 @@ pub mod batch;
 pub mod checkpoint;
 pub mod cleaner;
 pub mod index;
+pub mod io_fault;
 pub mod leader_epoch;
 pub mod producer_state;
 pub mod segment;
