@@ -28,6 +28,7 @@ mod recovery;
 mod replication;
 mod restart;
 mod security;
+mod storage_errors;
 mod tiering;
 mod transactions;
 mod versions;
