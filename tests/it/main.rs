@@ -13,6 +13,7 @@ mod cluster_security;
 mod cluster_tiering;
 mod compaction;
 mod coordinators;
+mod full_disk;
 mod group_offsets;
 mod groups;
 mod http;
