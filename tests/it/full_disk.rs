@@ -1,5 +1,5 @@
-//! A full disk: a real 64 MiB tmpfs as `log.dirs`, filled by a produce loop until the broker
-//! answers KAFKA_STORAGE_ERROR. Every acknowledged record must be readable exactly once at its
+//! A full disk: a real 64 MiB filesystem (a tmpfs, and ext4 on a loop-mounted image) as
+//! `log.dirs`, filled by a produce loop until the broker answers KAFKA_STORAGE_ERROR. Every acknowledged record must be readable exactly once at its
 //! acknowledged offset, in order, with no record of a failed produce anywhere, after space
 //! comes back, after a clean restart and after a `kill -9`. DeleteTopics on the full disk
 //! either deletes the topic (and frees its space) or leaves it whole.
@@ -30,48 +30,87 @@ const VICTIM: &str = "victim";
 const KAFKA_STORAGE_ERROR: i16 = 56;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
-/// A tmpfs mounted on a temp dir, unmounted on drop (also when the test fails).
-struct MountedTmpfs {
-    dir: tempfile::TempDir,
+/// A small filesystem mounted on a temp dir (a tmpfs, or ext4 on a loop-mounted image file),
+/// unmounted on drop (also when the test fails).
+struct MountedFs {
+    mount_point: tempfile::TempDir,
+    /// The ext4 image's dir (removed after the unmount).
+    _image_dir: Option<tempfile::TempDir>,
 }
 
-impl MountedTmpfs {
-    fn mount(size: &str) -> Result<MountedTmpfs, String> {
-        let dir = tempfile::Builder::new()
+#[derive(Debug, Clone, Copy)]
+enum FsKind {
+    Tmpfs,
+    Ext4,
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl MountedFs {
+    fn mount(kind: FsKind, size_mib: u64) -> Result<MountedFs, String> {
+        let mount_point = tempfile::Builder::new()
             .prefix("strata-full-disk-")
             .tempdir()
             .map_err(|e| format!("cannot create a mount point: {e}"))?;
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .output()
-            .map_err(|e| format!("cannot run mount: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "mount -t tmpfs failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        Ok(MountedTmpfs { dir })
+        let image_dir = match kind {
+            FsKind::Tmpfs => {
+                run(Command::new("mount")
+                    .args(["-t", "tmpfs", "-o", &format!("size={size_mib}m"), "tmpfs"])
+                    .arg(mount_point.path()))?;
+                None
+            }
+            FsKind::Ext4 => {
+                let image_dir = tempfile::Builder::new()
+                    .prefix("strata-full-disk-image-")
+                    .tempdir()
+                    .map_err(|e| format!("cannot create the image dir: {e}"))?;
+                let image = image_dir.path().join("ext4.img");
+                let f = fs::File::create(&image).map_err(|e| format!("image: {e}"))?;
+                f.set_len(size_mib << 20)
+                    .map_err(|e| format!("image: {e}"))?;
+                run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image))?;
+                run(Command::new("mount")
+                    .args(["-o", "loop"])
+                    .arg(&image)
+                    .arg(mount_point.path()))?;
+                Some(image_dir)
+            }
+        };
+        Ok(MountedFs {
+            mount_point,
+            _image_dir: image_dir,
+        })
     }
 
     fn path(&self) -> &Path {
-        self.dir.path()
+        self.mount_point.path()
     }
 }
 
-impl Drop for MountedTmpfs {
+impl Drop for MountedFs {
     fn drop(&mut self) {
         let ok = Command::new("umount")
-            .arg(self.dir.path())
+            .arg(self.mount_point.path())
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
             // Still busy (a broker that did not exit): detach it so nothing stays mounted.
             let _ = Command::new("umount")
                 .arg("-l")
-                .arg(self.dir.path())
+                .arg(self.mount_point.path())
                 .status();
         }
     }
@@ -425,11 +464,29 @@ fn fill(path: &Path, bytes: usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_disk_loses_no_acknowledged_record_and_shows_no_failed_one() {
-    let fs_guard = match MountedTmpfs::mount("64m") {
+async fn a_full_tmpfs_loses_no_acknowledged_record_and_shows_no_failed_one() {
+    full_disk(
+        FsKind::Tmpfs,
+        "a_full_tmpfs_loses_no_acknowledged_record_and_shows_no_failed_one",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_ext4_disk_loses_no_acknowledged_record_and_shows_no_failed_one() {
+    full_disk(
+        FsKind::Ext4,
+        "a_full_ext4_disk_loses_no_acknowledged_record_and_shows_no_failed_one",
+    )
+    .await;
+}
+
+/// The scenario of the module docs on a 64 MiB filesystem of `kind`.
+async fn full_disk(kind: FsKind, test: &str) {
+    let fs_guard = match MountedFs::mount(kind, 64) {
         Ok(m) => m,
         Err(reason) => {
-            println!("SKIPPED a_full_disk_loses_no_acknowledged_record_and_shows_no_failed_one: cannot mount a tmpfs ({reason}); run as root");
+            println!("SKIPPED {test}: cannot mount a 64 MiB {kind:?} ({reason}); it needs root");
             return;
         }
     };
@@ -481,7 +538,7 @@ async fn a_full_disk_loses_no_acknowledged_record_and_shows_no_failed_one() {
     }
     let acked_when_full = ledger.acked.len();
     println!(
-        "filled the disk: {} produces, {acked_when_full} records acknowledged, {} records refused, in {:?}",
+        "{kind:?}: filled the disk: {} produces, {acked_when_full} records acknowledged, {} records refused, in {:?}",
         ledger.produces,
         ledger.failed.len(),
         started.elapsed()
@@ -495,7 +552,7 @@ async fn a_full_disk_loses_no_acknowledged_record_and_shows_no_failed_one() {
         other => panic!("DeleteTopics answered {other}"),
     };
     println!(
-        "DeleteTopics on the full disk: {}",
+        "{kind:?}: DeleteTopics on the full disk: {}",
         if deleted { "deleted" } else { "refused" }
     );
     check_victim(
@@ -544,7 +601,7 @@ async fn a_full_disk_loses_no_acknowledged_record_and_shows_no_failed_one() {
     drop(c);
     broker.terminate();
     println!(
-        "checked {} acknowledged records ({} refused) after space came back, a clean restart and kill -9; \
+        "{kind:?}: checked {} acknowledged records ({} refused) after space came back, a clean restart and kill -9; \
          the broker rolled back {} failed appends and took a log offline {} times",
         ledger.acked.len(),
         ledger.failed.len(),

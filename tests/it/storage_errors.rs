@@ -1,5 +1,7 @@
 //! Storage errors injected with `strata::log::io_fault` into an in-process broker (faults are
-//! scoped to the broker's own data dir): DeleteTopics completes or leaves the topic as it was.
+//! scoped to the broker's own data dir): a partition whose failed append cannot be rolled back
+//! goes offline and comes back at the acknowledged end; DeleteTopics completes or leaves the
+//! topic as it was.
 
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{DeleteTopicsRequest, MetadataRequest, MetadataResponse};
@@ -7,6 +9,60 @@ use strata::log::io_fault::{inject, Fault, Op, ENOSPC};
 
 use crate::client::Client;
 use crate::harness::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_whose_rollback_fails_is_offline_until_repaired_and_loses_nothing() {
+    let b = TestBroker::start().await;
+    let mut c = b.client().await;
+    create_topic(&mut c, "wounded", 1).await;
+    for _ in 0..3 {
+        assert_eq!(produce(&mut c, "wounded", 0, batch(2)).await.error_code, 0);
+    }
+    // Half a batch reaches the `.log` and cutting it back fails too.
+    let short = inject(
+        Fault::new(b.dir.path(), Op::Write)
+            .on_files_ending_with(".log")
+            .short_write(),
+    );
+    let stuck = inject(
+        Fault::new(b.dir.path(), Op::SetLen)
+            .on_files_ending_with(".log")
+            .times(u32::MAX),
+    );
+    assert_eq!(produce(&mut c, "wounded", 0, batch(2)).await.error_code, 56);
+    drop(short);
+    assert_eq!(
+        produce(&mut c, "wounded", 0, batch(2)).await.error_code,
+        56,
+        "offline: refused"
+    );
+    let f = fetch(&mut c, "wounded", 0, FetchArgs::default()).await;
+    assert_eq!(f.error_code, 56, "offline: fetches get KAFKA_STORAGE_ERROR");
+    drop(stuck);
+    // The next produce after the repair backoff repairs the log and lands at offset 6.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let repaired = loop {
+        let r = produce(&mut c, "wounded", 0, batch(2)).await;
+        if r.error_code == 0 {
+            break r;
+        }
+        assert_eq!(r.error_code, 56);
+        assert!(std::time::Instant::now() < deadline, "never repaired");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(repaired.base_offset, 6);
+    let f = fetch(&mut c, "wounded", 0, FetchArgs::default()).await;
+    assert_eq!(f.error_code, 0);
+    assert_eq!(f.high_watermark, 8);
+    assert_eq!(record_offsets(&f.records), (0..8).collect::<Vec<_>>());
+    drop(c);
+    let b = b.restart().await;
+    let mut c = b.client().await;
+    let f = fetch(&mut c, "wounded", 0, FetchArgs::default()).await;
+    assert_eq!(record_offsets(&f.records), (0..8).collect::<Vec<_>>());
+    drop(c);
+    b.shutdown().await;
+}
 
 async fn partitions_listed(c: &mut Client, topic: &str) -> Option<usize> {
     let mut t = MetadataRequestTopic::default();
