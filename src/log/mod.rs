@@ -962,8 +962,9 @@ impl Log {
     ) {
         self.epochs.restore_len(epochs_len);
         match self.active().restore(mark) {
+            // The caller logs the failure itself (the produce handler, once).
             Ok(()) => {
-                tracing::warn!(dir = %self.dir.display(), log_end_offset = self.log_end_offset, error = %cause, "append failed; rolled the segment back to the log end offset");
+                tracing::debug!(dir = %self.dir.display(), log_end_offset = self.log_end_offset, error = %cause, "append failed; rolled the segment back to the log end offset");
             }
             Err(e) => self.take_offline(format!(
                 "append failed ({cause}) and the segment could not be cut back to offset {}: {e}",

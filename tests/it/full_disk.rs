@@ -602,10 +602,10 @@ async fn full_disk(kind: FsKind, test: &str) {
     broker.terminate();
     println!(
         "{kind:?}: checked {} acknowledged records ({} refused) after space came back, a clean restart and kill -9; \
-         the broker rolled back {} failed appends and took a log offline {} times",
+         the broker logged {} failed appends and took a log offline {} times",
         ledger.acked.len(),
         ledger.failed.len(),
-        log_lines_with(&broker_log, "rolled the segment back"),
+        log_lines_with(&broker_log, "append failed"),
         log_lines_with(&broker_log, "log offline"),
     );
     drop(fs_guard);
