@@ -502,8 +502,13 @@ async fn full_disk(kind: FsKind, test: &str) {
 
     let broker = Spawned::start(&data, work.path());
     let mut c = broker.client().await;
-    // Small segments, so segments roll while the disk fills.
-    let r = create_topic_with(&mut c, TOPIC, 1, &[("segment.bytes", "4194304")]).await;
+    // Small segments, so segments roll (and producer snapshots are written) while the disk
+    // fills: 4 MiB on tmpfs, 1 MiB (the smallest Kafka allows) on ext4.
+    let segment_bytes = match kind {
+        FsKind::Tmpfs => "4194304",
+        FsKind::Ext4 => "1048576",
+    };
+    let r = create_topic_with(&mut c, TOPIC, 1, &[("segment.bytes", segment_bytes)]).await;
     assert_eq!(r.error_code, 0, "create {TOPIC}");
     create_topic(&mut c, VICTIM, 1).await;
     let victim_records = 40;
