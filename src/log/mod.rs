@@ -563,6 +563,8 @@ impl Log {
             tracing::error!(dir = %self.dir.display(), log_end_offset = good_end, recovered_end_offset = fresh.log_end_offset, "the repaired log ends before its acknowledged end: records were lost by the storage error");
         }
         fresh.high_watermark = self.high_watermark.min(fresh.log_end_offset);
+        // Nothing became more durable by being reread.
+        fresh.recovery_point = self.recovery_point.min(fresh.log_end_offset);
         fresh.remote_end_offset = self.remote_end_offset;
         fresh.last_flush_ms = self.last_flush_ms;
         fresh.last_repair_ms = self.last_repair_ms;
