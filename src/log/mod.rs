@@ -724,12 +724,13 @@ impl Log {
                 .producers
                 .ongoing_txn(header.producer_id)
                 .unwrap_or(header.base_offset);
+            self.append_batch(&header, bytes, header.partition_leader_epoch, now_ms)?;
+            // Producer state changes only once the batch is in (a failed append changes none).
             if header.is_control() && header.has_producer_id() {
                 let coordinator_epoch = marker_coordinator_epoch(bytes).unwrap_or(-1);
                 self.producers
                     .set_coordinator_epoch(header.producer_id, coordinator_epoch);
             }
-            self.append_batch(&header, bytes, header.partition_leader_epoch, now_ms)?;
             if abort {
                 let lso = self
                     .producers
