@@ -200,12 +200,17 @@ impl Broker {
         let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
         let path = self.config.log_dirs[0].join(METADATA_FILE);
         let tmp = path.with_extension("toml.tmp");
-        {
+        let written = (|| {
             let f = fs::File::create(&tmp)?;
-            io::Write::write_all(&mut &f, text.as_bytes())?;
-            f.sync_all()?;
+            crate::log::io_fault::write_all(&f, || tmp.clone(), text.as_bytes())?;
+            crate::log::io_fault::sync_all(&f, || tmp.clone())?;
+            crate::log::io_fault::rename(&tmp, &path)
+        })();
+        if written.is_err() {
+            // The previous catalog file stays whole; do not leave a torn temp file behind.
+            let _ = fs::remove_file(&tmp);
         }
-        fs::rename(&tmp, &path)
+        written
     }
 
     pub(super) fn save_metadata(&self) -> io::Result<()> {

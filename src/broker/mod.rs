@@ -290,15 +290,39 @@ impl Broker {
                 high_watermarks.insert((t, p), o);
             }
         }
-        // Finish deletions interrupted by a crash.
+        // Finish deletions interrupted by a crash or a failed catalog rewrite: a `-delete`
+        // dir commits its topic's deletion (see `delete_topic_local`), so the topic it names
+        // leaves the catalog along with any of its partition dirs not renamed yet.
+        let mut deleted_ids = std::collections::HashSet::new();
         for d in &config.log_dirs {
             if let Ok(entries) = fs::read_dir(d) {
                 for e in entries.flatten() {
-                    if e.file_name().to_string_lossy().ends_with("-delete") {
+                    let name = e.file_name().to_string_lossy().to_string();
+                    if let Some(stem) = name.strip_suffix("-delete") {
+                        if let Some(id) = stem
+                            .rsplit_once('.')
+                            .and_then(|(_, id)| Uuid::try_parse(id).ok())
+                        {
+                            deleted_ids.insert(id);
+                        }
                         let _ = fs::remove_dir_all(e.path());
                     }
                 }
             }
+        }
+        if !deleted_ids.is_empty() {
+            meta.topics.retain(|rec| {
+                let deleted = Uuid::parse_str(&rec.id).is_ok_and(|id| deleted_ids.contains(&id));
+                if deleted {
+                    tracing::info!(topic = %rec.name, "completing the deletion of a topic");
+                    for d in &config.log_dirs {
+                        for p in 0..rec.partitions {
+                            let _ = fs::remove_dir_all(d.join(partition_dir_name(&rec.name, p)));
+                        }
+                    }
+                }
+                !deleted
+            });
         }
         // Next producer id: start a fresh block so ids are never reused after a crash.
         let next_pid = meta.next_producer_id_block.max(0);
@@ -810,41 +834,73 @@ impl Broker {
     }
 
     /// Deletes this broker's copy of a topic and its data. Blocking.
+    ///
+    /// All or nothing, as Kafka: every partition dir is renamed `<topic>-<p>.<id>-delete`
+    /// first, and that is the commit point. A failed rename renames the others back and the
+    /// topic stays (in the catalog, the catalog file and on disk). Once all are renamed the
+    /// topic leaves the catalog, the renamed dirs' files are removed (freeing the space a full
+    /// disk needs to rewrite the catalog file), then the catalog file is rewritten and the
+    /// empty dirs removed. If that rewrite fails the empty `-delete` dirs stay as the record
+    /// of the deletion: the next start drops every topic they name from the catalog file
+    /// before it removes them, and any later catalog rewrite omits the topic anyway.
     pub fn delete_topic_local(&self, name: &str) -> Result<Uuid, TopicError> {
         let _w = self
             .catalog_writes
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let topic = {
+        let topic = self.topic(name).ok_or(TopicError::Unknown)?;
+        // A cleaner pass on one of its partitions stops first (Kafka's abortCleaning).
+        let renamed = self.log_cleaner.abort_topic(
+            &topic.name,
+            topic.partitions.len() as i32,
+            || -> io::Result<Vec<PathBuf>> {
+                let mut renamed: Vec<(PathBuf, PathBuf)> = Vec::new();
+                for p in &topic.partitions {
+                    let dir = p.with_log(|l| l.dir().to_path_buf());
+                    let doomed = deleted_dir_name(&dir, topic.id);
+                    if let Err(e) = crate::log::io_fault::rename(&dir, &doomed) {
+                        for (from, to) in renamed.iter().rev() {
+                            if let Err(undo) = fs::rename(to, from) {
+                                tracing::error!(dir = %from.display(), error = %undo, "cannot rename a partition dir back after a failed topic deletion; the next start completes the deletion");
+                            }
+                        }
+                        return Err(e);
+                    }
+                    renamed.push((dir, doomed));
+                }
+                for parent in renamed.iter().filter_map(|(_, to)| to.parent()) {
+                    if let Ok(d) = fs::File::open(parent) {
+                        let _ = d.sync_all();
+                    }
+                }
+                Ok(renamed.into_iter().map(|(_, to)| to).collect())
+            },
+        )?;
+        {
             let mut c = self.catalog.write().unwrap_or_else(|e| e.into_inner());
-            let t = c.by_name.remove(name).ok_or(TopicError::Unknown)?;
-            c.by_id.remove(&t.id);
-            t
-        };
-        self.save_metadata()?;
+            c.by_name.remove(&topic.name);
+            c.by_id.remove(&topic.id);
+        }
         self.replication.forget_topic(&topic.name);
         // Fetchers drop its partitions.
         self.replication.follow_changed.notify_one();
-        // A cleaner pass on one of its partitions stops first (Kafka's abortCleaning).
-        self.log_cleaner.abort_topic(
-            &topic.name,
-            topic.partitions.len() as i32,
-            || -> io::Result<()> {
-                for p in &topic.partitions {
-                    let dir = p.with_log(|l| l.dir().to_path_buf());
-                    let doomed = dir.with_file_name(format!(
-                        "{}.{}-delete",
-                        dir.file_name()
-                            .map(|f| f.to_string_lossy().to_string())
-                            .unwrap_or_default(),
-                        topic.id.simple()
-                    ));
-                    fs::rename(&dir, &doomed)?;
-                    fs::remove_dir_all(&doomed)?;
+        for doomed in &renamed {
+            if let Err(e) = remove_dir_contents(doomed) {
+                tracing::warn!(dir = %doomed.display(), error = %e, "cannot remove the files of a deleted partition yet (the next start does)");
+            }
+        }
+        match self.save_metadata() {
+            Ok(()) => {
+                for doomed in &renamed {
+                    if let Err(e) = fs::remove_dir_all(doomed) {
+                        tracing::warn!(dir = %doomed.display(), error = %e, "cannot remove a deleted partition dir yet (the next start does)");
+                    }
                 }
-                Ok(())
-            },
-        )?;
+            }
+            Err(e) => {
+                tracing::warn!(topic = name, error = %e, "topic deleted, but the catalog file is not rewritten yet: the next catalog change or start completes it");
+            }
+        }
         if let Some(t) = self.tiering() {
             if topic.config.remote_storage_enable {
                 t.topic_deleted(&topic.name, topic.id, topic.partitions.len() as i32);
@@ -1080,6 +1136,35 @@ impl Broker {
         }
         Ok(())
     }
+}
+
+/// Where a deleted partition's dir is renamed: `<topic>-<p>.<topic id>-delete`, as Kafka.
+fn deleted_dir_name(dir: &Path, topic_id: Uuid) -> PathBuf {
+    dir.with_file_name(format!(
+        "{}.{}-delete",
+        dir.file_name()
+            .map(|f| f.to_string_lossy().to_string())
+            .unwrap_or_default(),
+        topic_id.simple()
+    ))
+}
+
+/// Removes everything inside `dir`, keeping the (then empty) dir. Files are cut to zero
+/// length before they are unlinked: a fetch or the partition itself may still hold them open,
+/// and an open unlinked file keeps its blocks, which a full disk needs back now.
+fn remove_dir_contents(dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            fs::remove_dir_all(entry.path())?;
+        } else {
+            if let Ok(f) = fs::OpenOptions::new().write(true).open(entry.path()) {
+                let _ = f.set_len(0);
+            }
+            fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -229,14 +229,22 @@ impl Partition {
             if !self.is_leader() {
                 return Err(AppendError::NotLeaderOrFollower);
             }
-            let offset = log.append_txn_marker(
+            let offset = match log.append_txn_marker(
                 producer_id,
                 producer_epoch,
                 coordinator_epoch,
                 commit,
                 self.leader_epoch(),
                 now_ms(),
-            )?;
+            ) {
+                Ok(offset) => offset,
+                Err(e) => {
+                    // The marker may be in (its `.txnindex` entry failed) or a repair may have
+                    // reopened the log.
+                    self.after_leader_append(&mut log);
+                    return Err(e);
+                }
+            };
             self.after_leader_append(&mut log);
             offset
         };
@@ -252,7 +260,14 @@ impl Partition {
             if !self.is_leader() {
                 return Err(AppendError::NotLeaderOrFollower);
             }
-            let info = log.append_as_leader(records, self.leader_epoch(), now_ms())?;
+            let info = match log.append_as_leader(records, self.leader_epoch(), now_ms()) {
+                Ok(info) => info,
+                Err(e) => {
+                    // A storage error may have repaired (reopened) the log first.
+                    self.publish(&log);
+                    return Err(e);
+                }
+            };
             self.after_leader_append(&mut log);
             info
         };
@@ -511,7 +526,15 @@ impl Partition {
             if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
                 return Err(AppendError::NotLeaderOrFollower);
             }
-            let appended = log.append_as_follower(records, now_ms())?;
+            let appended = match log.append_as_follower(records, now_ms()) {
+                Ok(n) => n,
+                Err(e) => {
+                    // Whole batches before the failed one are in (each append is all or
+                    // nothing), or a repair reopened the log: publish either way.
+                    self.publish(&log);
+                    return Err(e);
+                }
+            };
             let hw = leader_high_watermark.min(log.log_end_offset());
             if hw > log.high_watermark() {
                 log.update_high_watermark(hw);
@@ -598,7 +621,11 @@ impl Partition {
         max_offset: i64,
         min_one: bool,
     ) -> Result<Option<FileSlice>, ReadError> {
-        self.lock().read(offset, max_bytes, max_offset, min_one)
+        let mut log = self.lock();
+        if log.is_offline() && log.ensure_online(now_ms()).is_ok() {
+            self.publish(&log);
+        }
+        log.read(offset, max_bytes, max_offset, min_one)
     }
 
     pub fn with_log<R>(&self, f: impl FnOnce(&mut Log) -> R) -> R {

@@ -7,8 +7,10 @@
 //! from the `.log` whenever they are missing or fail a sanity check.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+
+use super::io_fault;
 
 pub const OFFSET_ENTRY_LEN: usize = 8;
 pub const TIME_ENTRY_LEN: usize = 12;
@@ -104,7 +106,7 @@ impl OffsetIndex {
         let mut e = [0u8; OFFSET_ENTRY_LEN];
         e[..4].copy_from_slice(&rel.to_be_bytes());
         e[4..].copy_from_slice(&position.to_be_bytes());
-        self.file.write_all(&e)?;
+        io_fault::write_all(&self.file, || self.path.clone(), &e)?;
         self.entries.push((rel, position));
         Ok(())
     }
@@ -137,12 +139,23 @@ impl OffsetIndex {
     pub fn truncate_to(&mut self, offset: i64) -> io::Result<()> {
         let rel = offset - self.base_offset;
         let keep = self.entries.partition_point(|&(r, _)| (r as i64) < rel);
-        self.entries.truncate(keep);
-        self.file.set_len((keep * OFFSET_ENTRY_LEN) as u64)
+        self.truncate_entries(keep)
+    }
+
+    /// Keeps the first `len` entries, in memory and in the file (also cutting a partially
+    /// written entry after a failed append).
+    pub fn truncate_entries(&mut self, len: usize) -> io::Result<()> {
+        io_fault::set_len(
+            &self.file,
+            || self.path.clone(),
+            (len * OFFSET_ENTRY_LEN) as u64,
+        )?;
+        self.entries.truncate(len);
+        Ok(())
     }
 
     pub fn flush(&self) -> io::Result<()> {
-        self.file.sync_data()
+        io_fault::sync_data(&self.file, || self.path.clone())
     }
 
     pub fn path(&self) -> &Path {
@@ -230,7 +243,7 @@ impl TimeIndex {
         let mut e = [0u8; TIME_ENTRY_LEN];
         e[..8].copy_from_slice(&timestamp.to_be_bytes());
         e[8..].copy_from_slice(&rel.to_be_bytes());
-        self.file.write_all(&e)?;
+        io_fault::write_all(&self.file, || self.path.clone(), &e)?;
         self.entries.push((timestamp, rel));
         Ok(())
     }
@@ -255,12 +268,22 @@ impl TimeIndex {
     pub fn truncate_to(&mut self, offset: i64) -> io::Result<()> {
         let rel = offset - self.base_offset;
         let keep = self.entries.partition_point(|&(_, r)| (r as i64) < rel);
-        self.entries.truncate(keep);
-        self.file.set_len((keep * TIME_ENTRY_LEN) as u64)
+        self.truncate_entries(keep)
+    }
+
+    /// Keeps the first `len` entries, in memory and in the file.
+    pub fn truncate_entries(&mut self, len: usize) -> io::Result<()> {
+        io_fault::set_len(
+            &self.file,
+            || self.path.clone(),
+            (len * TIME_ENTRY_LEN) as u64,
+        )?;
+        self.entries.truncate(len);
+        Ok(())
     }
 
     pub fn flush(&self) -> io::Result<()> {
-        self.file.sync_data()
+        io_fault::sync_data(&self.file, || self.path.clone())
     }
 
     pub fn path(&self) -> &Path {

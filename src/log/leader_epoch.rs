@@ -111,6 +111,19 @@ impl LeaderEpochCache {
         Ok(())
     }
 
+    /// Keeps the first `len` entries (a failed append rolls back the epoch it started). The
+    /// in-memory cache is always restored; rewriting the checkpoint is best effort, because an
+    /// entry left in the file starts at the log end offset and loading drops it
+    /// ([`LeaderEpochCache::truncate_from_end`] at open).
+    pub fn restore_len(&mut self, len: usize) {
+        if self.entries.len() > len {
+            self.entries.truncate(len);
+            if let Err(e) = self.flush() {
+                tracing::debug!(path = %self.path.display(), error = %e, "could not rewrite the leader epoch checkpoint after a failed append");
+            }
+        }
+    }
+
     /// Forgets every entry (the log was truncated fully).
     pub fn clear(&mut self) -> io::Result<()> {
         self.entries.clear();

@@ -20,11 +20,36 @@
 //! start by [`Log::apply_manifest`] before the broker serves. The first local segment of a
 //! tiered log is only where local retention stopped. The table of every checkpoint, what it
 //! means and what happens when it is missing or stale is in [`crate::tiering`].
+//!
+//! Storage errors (a full disk, EIO), Kafka's log dir failure handling scoped to one log:
+//! - An append is all or nothing and is acknowledged only once every step succeeded. Its
+//!   fallible steps (a roll, the `.log` write, index entries, a new leader epoch's checkpoint,
+//!   the `flush.messages` fsync) run before anything in memory moves; on an error the active
+//!   segment and its indexes are cut back to their length before the append
+//!   ([`segment::Segment::restore`]; shrinking a file needs no space) and the epoch cache is
+//!   restored, so the producer gets KAFKA_STORAGE_ERROR, the next append reuses the offset and
+//!   no read, recovery or replica ever sees the failed batch. Producer state changes last.
+//! - When that cut-back fails too (or a step after an append's commit fails: the `.txnindex`
+//!   entry of an abort marker) the log goes offline: appends, reads, truncation, retention and
+//!   DeleteRecords answer a storage error, and [`Log::close`] fails, so the broker writes no
+//!   clean-shutdown marker and the next start rescans. At most every [`REPAIR_BACKOFF_MS`] a
+//!   produce or fetch tries [`Log::ensure_online`]: reopen from the files with a recovery scan
+//!   from the recovery point, then cut back to the last acknowledged log end offset. Known
+//!   gap: a restart while offline trusts a whole, CRC-valid batch whose cut-back failed.
+//! - A failed roll leaves the log as it was and no file of the new segment; a failed fsync in
+//!   [`Log::flush`] does not move the recovery point.
+//! - Checkpoints, producer snapshots and the broker catalog are written to a temp file,
+//!   fsynced and renamed; a failure removes the temp file and leaves the previous file whole.
+//! - Retention and DeleteRecords rename a segment's `.log` to `.log.deleted` first (the commit
+//!   point; the next open removes `.deleted` files); a failed rename keeps that segment and
+//!   every later one, and the log start offset moves only past what is gone.
+//! - Tests inject these errors with [`io_fault`].
 
 pub mod batch;
 pub mod checkpoint;
 pub mod cleaner;
 pub mod index;
+pub mod io_fault;
 pub mod leader_epoch;
 pub mod producer_state;
 pub mod segment;
@@ -157,7 +182,18 @@ pub struct Log {
     /// Aborted transactions of the local segments (from their `.txnindex` files), in marker
     /// order.
     aborted: Vec<txn_index::AbortedTxn>,
+    /// Set when a failed append could not be rolled back (or a step after an append's commit
+    /// failed): the files may hold bytes the in-memory state does not describe. Appends,
+    /// reads and retention answer a storage error until [`Log::ensure_online`] repairs the
+    /// log from its files (Kafka takes the log dir offline).
+    offline: Option<String>,
+    /// When the last repair of an offline log was tried (ms), to retry at most every
+    /// [`REPAIR_BACKOFF_MS`].
+    last_repair_ms: i64,
 }
+
+/// How often an offline log retries its repair.
+pub const REPAIR_BACKOFF_MS: i64 = 1_000;
 
 fn limits(config: &TopicConfig) -> SegmentLimits {
     SegmentLimits {
@@ -274,6 +310,8 @@ impl Log {
             remote_end_offset: -1,
             delete_records_offset: -1,
             aborted: Vec::new(),
+            offline: None,
+            last_repair_ms: i64::MIN,
         };
         log.load_aborted_txns()?;
         log.load_producer_state()?;
@@ -295,6 +333,20 @@ impl Log {
                 txn_index::rewrite(&path, &keep)?;
             }
             self.aborted.extend(keep);
+        }
+        Ok(())
+    }
+
+    /// [`Log::index_aborted_txn`] for a marker already in the log: the marker cannot be taken
+    /// back, so a failure takes the log offline; the repair replays the marker from the log
+    /// (the producer snapshot is older) and writes the entry again.
+    fn index_aborted_txn_after_commit(&mut self, t: txn_index::AbortedTxn) -> io::Result<()> {
+        if let Err(e) = self.index_aborted_txn(t) {
+            self.take_offline(format!(
+                "cannot index the aborted transaction of the marker at {}: {e}",
+                t.last_offset
+            ));
+            return Err(e);
         }
         Ok(())
     }
@@ -422,6 +474,7 @@ impl Log {
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<i64, AppendError> {
+        self.ensure_online(now_ms)?;
         self.producers
             .check_marker(producer_id, producer_epoch, coordinator_epoch)?;
         let offset = self.log_end_offset;
@@ -445,7 +498,7 @@ impl Log {
                 .producers
                 .first_unstable_offset_excluding(producer_id)
                 .unwrap_or(offset + 1);
-            self.index_aborted_txn(txn_index::AbortedTxn {
+            self.index_aborted_txn_after_commit(txn_index::AbortedTxn {
                 producer_id,
                 first_offset: first,
                 last_offset: offset,
@@ -453,6 +506,82 @@ impl Log {
             })?;
         }
         Ok(offset)
+    }
+
+    /// Whether a storage error left the log offline (see [`Log::ensure_online`]).
+    pub fn is_offline(&self) -> bool {
+        self.offline.is_some()
+    }
+
+    fn offline_error(&self) -> io::Error {
+        io::Error::other(format!(
+            "log {} is offline after a storage error: {}",
+            self.dir.display(),
+            self.offline.as_deref().unwrap_or("")
+        ))
+    }
+
+    /// Fails with a storage error while the log is offline, without trying to repair it.
+    fn check_online(&self) -> io::Result<()> {
+        match self.offline {
+            Some(_) => Err(self.offline_error()),
+            None => Ok(()),
+        }
+    }
+
+    fn take_offline(&mut self, reason: String) {
+        tracing::error!(dir = %self.dir.display(), log_end_offset = self.log_end_offset, reason = %reason, "log offline: appends and reads answer KAFKA_STORAGE_ERROR until a recovery scan repairs it");
+        self.offline = Some(reason);
+    }
+
+    /// Repairs an offline log (at most every [`REPAIR_BACKOFF_MS`]): reopens it from its files
+    /// with a recovery scan from the recovery point, and cuts it back to the last log end
+    /// offset this log acknowledged, so bytes of a failed append that reached a file are never
+    /// served. Fails (the log stays offline) while that is impossible, e.g. the disk is still
+    /// full and the indexes cannot be rebuilt.
+    pub fn ensure_online(&mut self, now_ms: i64) -> io::Result<()> {
+        if self.offline.is_none() {
+            return Ok(());
+        }
+        if now_ms.saturating_sub(self.last_repair_ms) < REPAIR_BACKOFF_MS {
+            return Err(self.offline_error());
+        }
+        self.last_repair_ms = now_ms;
+        match self.reopen(now_ms) {
+            Ok(()) => {
+                tracing::warn!(dir = %self.dir.display(), log_end_offset = self.log_end_offset, "log repaired by a recovery scan: back online");
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "offline log not repaired yet");
+                Err(self.offline_error())
+            }
+        }
+    }
+
+    fn reopen(&mut self, now_ms: i64) -> io::Result<()> {
+        let good_end = self.log_end_offset;
+        let opts = LoadOptions {
+            clean_shutdown: false,
+            recovery_point: Some(self.recovery_point),
+            log_start_offset: Some(self.log_start_offset),
+            now_ms,
+        };
+        let mut fresh = Log::open(&self.dir, self.config.clone(), opts)?;
+        if fresh.log_end_offset > good_end {
+            fresh.truncate_to(good_end, now_ms)?;
+        }
+        if fresh.log_end_offset < good_end {
+            tracing::error!(dir = %self.dir.display(), log_end_offset = good_end, recovered_end_offset = fresh.log_end_offset, "the repaired log ends before its acknowledged end: records were lost by the storage error");
+        }
+        fresh.high_watermark = self.high_watermark.min(fresh.log_end_offset);
+        // Nothing became more durable by being reread.
+        fresh.recovery_point = self.recovery_point.min(fresh.log_end_offset);
+        fresh.remote_end_offset = self.remote_end_offset;
+        fresh.last_flush_ms = self.last_flush_ms;
+        fresh.last_repair_ms = self.last_repair_ms;
+        *self = fresh;
+        Ok(())
     }
 
     fn active(&mut self) -> &mut Segment {
@@ -470,6 +599,7 @@ impl Log {
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<AppendInfo, AppendError> {
+        self.ensure_online(now_ms)?;
         let mut batches = Vec::new();
         for item in BatchIter::new(records) {
             let (_, h, bytes) = item.map_err(|e| match e {
@@ -582,6 +712,7 @@ impl Log {
         records: &[u8],
         now_ms: i64,
     ) -> Result<usize, AppendError> {
+        self.ensure_online(now_ms)?;
         let mut appended = 0;
         for item in BatchIter::new(records) {
             let (_, header, bytes) = match item {
@@ -605,18 +736,19 @@ impl Log {
                 .producers
                 .ongoing_txn(header.producer_id)
                 .unwrap_or(header.base_offset);
+            self.append_batch(&header, bytes, header.partition_leader_epoch, now_ms)?;
+            // Producer state changes only once the batch is in (a failed append changes none).
             if header.is_control() && header.has_producer_id() {
                 let coordinator_epoch = marker_coordinator_epoch(bytes).unwrap_or(-1);
                 self.producers
                     .set_coordinator_epoch(header.producer_id, coordinator_epoch);
             }
-            self.append_batch(&header, bytes, header.partition_leader_epoch, now_ms)?;
             if abort {
                 let lso = self
                     .producers
                     .first_unstable_offset_excluding(header.producer_id)
                     .unwrap_or(header.base_offset + 1);
-                self.index_aborted_txn(txn_index::AbortedTxn {
+                self.index_aborted_txn_after_commit(txn_index::AbortedTxn {
                     producer_id: header.producer_id,
                     first_offset: first,
                     last_offset: header.base_offset,
@@ -640,6 +772,7 @@ impl Log {
     /// the log start offset the log is emptied and restarted at `offset`. Returns whether
     /// anything was removed.
     pub fn truncate_to(&mut self, offset: i64, now_ms: i64) -> io::Result<bool> {
+        self.check_online()?;
         if offset >= self.log_end_offset {
             // Still drop an epoch that starts at the log end: this broker led that epoch
             // without appending, and the entry would make every fetch diverge (as Kafka does).
@@ -765,6 +898,12 @@ impl Log {
     }
 
     /// Appends a batch whose offsets are final (leader path after assignment, or replication).
+    ///
+    /// All or nothing: when a write, index write, leader epoch checkpoint or fsync fails, the
+    /// active segment and its indexes are cut back to where they were and nothing in memory
+    /// moved (log end offset, producer state, epochs), so the next append reuses the offset
+    /// and no read or recovery sees the failed batch. If that rollback fails too the log goes
+    /// offline. The producer state changes only after every fallible step.
     fn append_batch(
         &mut self,
         header: &BatchHeader,
@@ -772,6 +911,7 @@ impl Log {
         leader_epoch: i32,
         now_ms: i64,
     ) -> io::Result<()> {
+        self.check_online()?;
         let roll_ms = self.config.segment_ms.saturating_sub(
             self.config
                 .segment_jitter_ms
@@ -787,19 +927,72 @@ impl Log {
         ) {
             self.roll(now_ms)?;
         }
-        self.active().append(header, bytes)?;
-        self.epochs.assign(leader_epoch, header.base_offset)?;
+        let mark = self.active().mark();
+        let epochs_len = self.epochs.entries().len();
+        let flush = self
+            .unflushed_messages
+            .saturating_add(header.records_count as i64)
+            >= self.config.flush_messages;
+        if let Err(e) = self.write_batch(header, bytes, leader_epoch, flush) {
+            self.roll_back_append(&mark, epochs_len, &e);
+            return Err(e);
+        }
+        // Committed: nothing below can fail.
         self.producers.update(header);
         self.log_end_offset = header.last_offset() + 1;
-        self.unflushed_messages += header.records_count as i64;
-        if self.unflushed_messages >= self.config.flush_messages {
-            self.flush(now_ms)?;
+        if flush {
+            self.recovery_point = self.log_end_offset;
+            self.unflushed_messages = 0;
+            self.last_flush_ms = now_ms;
+        } else {
+            self.unflushed_messages += header.records_count as i64;
         }
         Ok(())
     }
 
-    /// Seals the active segment and starts a new one at the log end offset.
+    /// The fallible part of an append: the bytes, their index entries, a new leader epoch and
+    /// (per `flush.messages`) the fsync.
+    fn write_batch(
+        &mut self,
+        header: &BatchHeader,
+        bytes: &[u8],
+        leader_epoch: i32,
+        flush: bool,
+    ) -> io::Result<()> {
+        self.active().append(header, bytes)?;
+        self.epochs.assign(leader_epoch, header.base_offset)?;
+        if flush {
+            self.active().flush()?;
+        }
+        Ok(())
+    }
+
+    /// Undoes a failed [`Log::write_batch`]; takes the log offline when the files cannot be
+    /// cut back.
+    fn roll_back_append(
+        &mut self,
+        mark: &segment::SegmentMark,
+        epochs_len: usize,
+        cause: &io::Error,
+    ) {
+        self.epochs.restore_len(epochs_len);
+        match self.active().restore(mark) {
+            // The caller logs the failure itself (the produce handler, once).
+            Ok(()) => {
+                tracing::debug!(dir = %self.dir.display(), log_end_offset = self.log_end_offset, error = %cause, "append failed; rolled the segment back to the log end offset");
+            }
+            Err(e) => self.take_offline(format!(
+                "append failed ({cause}) and the segment could not be cut back to offset {}: {e}",
+                self.log_end_offset
+            )),
+        }
+    }
+
+    /// Seals the active segment and starts a new one at the log end offset. A failure leaves
+    /// the log as it was: the flush and the producer snapshot change nothing in memory and a
+    /// half-created segment removes its files.
     pub fn roll(&mut self, now_ms: i64) -> io::Result<()> {
+        self.check_online()?;
         let base = self.log_end_offset;
         if self.segments.contains_key(&base) {
             return Ok(());
@@ -830,8 +1023,10 @@ impl Log {
         Ok(())
     }
 
-    /// fsyncs the active segment and moves the recovery point to the log end.
+    /// fsyncs the active segment and moves the recovery point to the log end (not on an
+    /// error: the recovery point only moves over data known to be durable).
     pub fn flush(&mut self, now_ms: i64) -> io::Result<()> {
+        self.check_online()?;
         if self.recovery_point < self.log_end_offset {
             // Segments below the active one were flushed when they were rolled.
             self.active().flush()?;
@@ -844,6 +1039,9 @@ impl Log {
 
     /// Flushes when `flush.ms` has elapsed since the last flush.
     pub fn maybe_flush_on_time(&mut self, now_ms: i64) -> io::Result<()> {
+        if self.offline.is_some() {
+            return Ok(());
+        }
         if self.recovery_point < self.log_end_offset
             && now_ms - self.last_flush_ms >= self.config.flush_ms
         {
@@ -860,6 +1058,7 @@ impl Log {
         max_offset: i64,
         min_one: bool,
     ) -> Result<Option<FileSlice>, ReadError> {
+        self.check_online()?;
         if offset < self.log_start_offset || offset > self.log_end_offset {
             return Err(ReadError::OffsetOutOfRange {
                 offset,
@@ -978,7 +1177,7 @@ impl Log {
     /// Deletes whole segments past retention.ms / retention.bytes (never above the high
     /// watermark). Returns the number of segments deleted.
     pub fn apply_retention(&mut self, now_ms: i64) -> io::Result<usize> {
-        if !self.config.cleanup_policy_delete {
+        if !self.config.cleanup_policy_delete || self.offline.is_some() {
             return Ok(0);
         }
         // With remote storage, local retention applies (local.retention.*), and only to
@@ -1020,23 +1219,51 @@ impl Log {
             // The active segment is expiring too: roll so the log keeps a segment to append to.
             self.roll(now_ms)?;
         }
-        let n = doomed.len();
-        for base in doomed {
-            if let Some(seg) = self.segments.remove(&base) {
-                seg.delete()?;
+        let (n, failed) = self.delete_segments(&doomed);
+        if n > 0 {
+            self.prune_aborted_txns();
+            if !remote {
+                let new_start = *self.segments.keys().next().unwrap_or(&self.log_end_offset);
+                self.set_log_start_offset(new_start.max(self.log_start_offset))?;
             }
         }
-        self.prune_aborted_txns();
-        if !remote {
-            let new_start = *self.segments.keys().next().unwrap_or(&self.log_end_offset);
-            self.set_log_start_offset(new_start.max(self.log_start_offset))?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(n),
         }
-        Ok(n)
+    }
+
+    /// Deletes the oldest segments `doomed` (in offset order), Kafka's way: renaming a
+    /// segment's `.log` to `.log.deleted` is the commit point (the next open removes
+    /// `.deleted` files, so a crash after it completes the deletion), then its files are
+    /// removed. A failed rename stops there and leaves that segment and every later one in
+    /// the log, so the log stays contiguous. Returns how many went, and the error that stopped
+    /// it. Failing to remove a renamed file is only logged: it frees no space until the next
+    /// open, but the segment is gone either way.
+    fn delete_segments(&mut self, doomed: &[i64]) -> (usize, Option<io::Error>) {
+        let mut deleted = 0;
+        for &base in doomed {
+            let log = Segment::file_path(&self.dir, base, "log", "");
+            let renamed = Segment::file_path(&self.dir, base, "log", cleaner::DELETED_SUFFIX);
+            if let Err(e) = io_fault::rename(&log, &renamed) {
+                tracing::warn!(dir = %self.dir.display(), base, error = %e, "cannot delete a segment; it stays in the log");
+                return (deleted, Some(e));
+            }
+            if let Some(seg) = self.segments.remove(&base) {
+                let removed = seg.delete().and_then(|()| fs::remove_file(&renamed));
+                if let Err(e) = removed {
+                    tracing::warn!(dir = %self.dir.display(), base, error = %e, "segment deleted but its files not removed yet (the next open removes them)");
+                }
+            }
+            deleted += 1;
+        }
+        (deleted, None)
     }
 
     /// DeleteRecords: moves the log start offset to `offset` (<= high watermark) and deletes
     /// segments wholly below it.
     pub fn delete_records_before(&mut self, offset: i64) -> io::Result<i64> {
+        self.check_online()?;
         let new_start = offset.min(self.high_watermark);
         if new_start <= self.log_start_offset {
             return Ok(self.log_start_offset);
@@ -1047,10 +1274,16 @@ impl Log {
             .filter(|s| s.next_offset() <= new_start && s.base_offset() != self.active_base())
             .map(|s| s.base_offset())
             .collect();
-        for base in doomed {
-            if let Some(seg) = self.segments.remove(&base) {
-                seg.delete()?;
+        let (_, failed) = self.delete_segments(&doomed);
+        if let Some(e) = failed {
+            // The log start stays where the remaining segments allow: nothing moved past a
+            // segment that is still here.
+            self.prune_aborted_txns();
+            let first = *self.segments.keys().next().unwrap_or(&self.log_end_offset);
+            if first > self.log_start_offset {
+                self.set_log_start_offset(first)?;
             }
+            return Err(e);
         }
         self.prune_aborted_txns();
         self.set_log_start_offset(new_start)?;
@@ -1074,8 +1307,12 @@ impl Log {
         self.epochs.truncate_from_start(offset)
     }
 
-    /// Writes the producer snapshot and flushes everything (clean shutdown).
+    /// Writes the producer snapshot and flushes everything (clean shutdown). An offline log
+    /// that cannot be repaired fails, so the broker does not mark the shutdown clean and the
+    /// next start rescans the segments.
     pub fn close(&mut self, now_ms: i64) -> io::Result<()> {
+        self.last_repair_ms = i64::MIN;
+        self.ensure_online(now_ms)?;
         self.flush(now_ms)?;
         for seg in self.segments.values() {
             seg.flush()?;
@@ -1395,6 +1632,8 @@ fn recompress(bytes: &[u8], target: Compression) -> Result<Vec<u8>, AppendError>
 
 #[cfg(test)]
 mod replica_tests;
+#[cfg(test)]
+mod storage_error_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -355,9 +355,18 @@ impl ProducerStateManager {
         out.extend_from_slice(&body);
         let path = Self::snapshot_path(dir, offset);
         let tmp = path.with_extension("snapshot.tmp");
-        fs::write(&tmp, &out)?;
-        fs::File::open(&tmp)?.sync_all()?;
-        fs::rename(&tmp, &path)
+        let written = (|| {
+            let f = fs::File::create(&tmp)?;
+            super::io_fault::write_all(&f, || tmp.clone(), &out)?;
+            super::io_fault::sync_all(&f, || tmp.clone())?;
+            super::io_fault::rename(&tmp, &path)
+        })();
+        if written.is_err() {
+            // A full disk must not leave a torn temp file behind (recovery ignores it, but it
+            // holds space).
+            let _ = fs::remove_file(&tmp);
+        }
+        written
     }
 
     /// Reads a snapshot file. Corrupt snapshots are an `InvalidData` error; the caller then

@@ -5,13 +5,14 @@
 //! file after the segment is deleted (unlinked); that is safe on Unix.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::batch::{self, BatchHeader, BATCH_HEADER_LEN, LOG_OVERHEAD};
 use super::index::{OffsetIndex, TimeIndex, TimestampOffset};
+use super::io_fault;
 
 /// The files of a segment, `.log` first.
 pub const SEGMENT_FILE_EXTENSIONS: [&str; 4] = ["log", "index", "timeindex", "txnindex"];
@@ -65,6 +66,20 @@ pub struct Segment {
     created_ms: i64,
 }
 
+/// The append-side state of a segment at one point, to roll a failed append back to it
+/// ([`Segment::mark`], [`Segment::restore`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentMark {
+    size: u64,
+    next_offset: i64,
+    offset_entries: usize,
+    time_entries: usize,
+    bytes_since_last_index_entry: usize,
+    max_timestamp: i64,
+    offset_of_max_timestamp: i64,
+    rolling_base_timestamp: Option<i64>,
+}
+
 /// What a recovery scan found.
 pub struct RecoveryResult {
     pub valid_bytes: u64,
@@ -110,16 +125,31 @@ impl Segment {
         let path = Self::file_path(dir, base_offset, "log", suffix);
         let index_path = Self::file_path(dir, base_offset, "index", suffix);
         let time_index_path = Self::file_path(dir, base_offset, "timeindex", suffix);
-        let file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(&path)?;
-        file.set_len(0)?;
-        let _ = fs::remove_file(&index_path);
-        let _ = fs::remove_file(&time_index_path);
-        let offset_index = OffsetIndex::open(&index_path, base_offset, limits.max_index_bytes)?;
-        let time_index = TimeIndex::open(&time_index_path, base_offset, limits.max_index_bytes)?;
+        let opened = (|| {
+            let file = OpenOptions::new()
+                .create(true)
+                .read(true)
+                .append(true)
+                .open(&path)?;
+            io_fault::set_len(&file, || path.clone(), 0)?;
+            let _ = fs::remove_file(&index_path);
+            let _ = fs::remove_file(&time_index_path);
+            let offset_index = OffsetIndex::open(&index_path, base_offset, limits.max_index_bytes)?;
+            let time_index =
+                TimeIndex::open(&time_index_path, base_offset, limits.max_index_bytes)?;
+            Ok::<_, io::Error>((file, offset_index, time_index))
+        })();
+        let (file, offset_index, time_index) = match opened {
+            Ok(parts) => parts,
+            Err(e) => {
+                // A half-created segment must not outlive the failure: an empty `.log`
+                // without indexes would be opened (and trusted) by the next recovery.
+                for p in [&time_index_path, &index_path, &path] {
+                    let _ = fs::remove_file(p);
+                }
+                return Err(e);
+            }
+        };
         Ok(Segment {
             base_offset,
             dir: dir.to_path_buf(),
@@ -257,7 +287,7 @@ impl Segment {
             if pos < size {
                 // Bytes past the last whole batch after a clean shutdown cannot come from us;
                 // drop them rather than serve them.
-                seg.file.set_len(pos)?;
+                io_fault::set_len(&seg.file, || Self::log_path(dir, base_offset), pos)?;
             }
             seg.size = pos;
             Ok((seg, None))
@@ -292,7 +322,12 @@ impl Segment {
             pos += total;
         }
         if pos < size {
-            self.file.set_len(pos)?;
+            let (dir, base, suffix) = (&self.dir, self.base_offset, self.suffix);
+            io_fault::set_len(
+                &self.file,
+                || Self::file_path(dir, base, "log", suffix),
+                pos,
+            )?;
         }
         self.size = pos;
         Ok(RecoveryResult {
@@ -319,14 +354,58 @@ impl Segment {
         Ok(())
     }
 
-    /// Appends one batch whose offsets are already assigned.
+    /// Appends one batch whose offsets are already assigned. On an error the file or an index
+    /// may hold part of the batch: the caller rolls back with [`Segment::restore`] to a mark
+    /// taken before.
     pub fn append(&mut self, header: &BatchHeader, bytes: &[u8]) -> io::Result<()> {
         debug_assert_eq!(bytes.len(), header.total_size());
         let position = self.size as u32;
-        (&*self.file).write_all(bytes)?;
+        let (dir, base, suffix) = (&self.dir, self.base_offset, self.suffix);
+        io_fault::write_all(
+            &self.file,
+            || Self::file_path(dir, base, "log", suffix),
+            bytes,
+        )?;
         self.index_batch(header, position, bytes.len())?;
         self.size += bytes.len() as u64;
         self.next_offset = header.last_offset() + 1;
+        Ok(())
+    }
+
+    /// The append-side state now, for [`Segment::restore`].
+    pub fn mark(&self) -> SegmentMark {
+        SegmentMark {
+            size: self.size,
+            next_offset: self.next_offset,
+            offset_entries: self.offset_index.len(),
+            time_entries: self.time_index.len(),
+            bytes_since_last_index_entry: self.bytes_since_last_index_entry,
+            max_timestamp: self.max_timestamp,
+            offset_of_max_timestamp: self.offset_of_max_timestamp,
+            rolling_base_timestamp: self.rolling_base_timestamp,
+        }
+    }
+
+    /// Rolls a failed append back to `mark`: the `.log` and both index files are cut back to
+    /// their length at the mark (whatever part of the batch reached them goes) and the
+    /// in-memory state is restored. Shrinking a file needs no free space. On an error the
+    /// files may still hold the partial append: the caller must stop appending (the
+    /// partition goes offline) until a recovery scan repairs the segment.
+    pub fn restore(&mut self, mark: &SegmentMark) -> io::Result<()> {
+        let (dir, base, suffix) = (&self.dir, self.base_offset, self.suffix);
+        io_fault::set_len(
+            &self.file,
+            || Self::file_path(dir, base, "log", suffix),
+            mark.size,
+        )?;
+        self.offset_index.truncate_entries(mark.offset_entries)?;
+        self.time_index.truncate_entries(mark.time_entries)?;
+        self.size = mark.size;
+        self.next_offset = mark.next_offset;
+        self.bytes_since_last_index_entry = mark.bytes_since_last_index_entry;
+        self.max_timestamp = mark.max_timestamp;
+        self.offset_of_max_timestamp = mark.offset_of_max_timestamp;
+        self.rolling_base_timestamp = mark.rolling_base_timestamp;
         Ok(())
     }
 
@@ -338,7 +417,12 @@ impl Segment {
             return Ok(0);
         };
         let removed = self.size - position;
-        self.file.set_len(position)?;
+        let (dir, base, suffix) = (&self.dir, self.base_offset, self.suffix);
+        io_fault::set_len(
+            &self.file,
+            || Self::file_path(dir, base, "log", suffix),
+            position,
+        )?;
         self.size = position;
         self.offset_index.truncate_to(offset)?;
         self.time_index.truncate_to(offset)?;
@@ -526,7 +610,8 @@ impl Segment {
     }
 
     pub fn flush(&self) -> io::Result<()> {
-        self.file.sync_data()?;
+        let (dir, base, suffix) = (&self.dir, self.base_offset, self.suffix);
+        io_fault::sync_data(&self.file, || Self::file_path(dir, base, "log", suffix))?;
         self.offset_index.flush()?;
         self.time_index.flush()
     }
@@ -555,7 +640,7 @@ impl Segment {
         for ext in SEGMENT_FILE_EXTENSIONS {
             let from = Self::file_path(&self.dir, self.base_offset, ext, self.suffix);
             let to = Self::file_path(&self.dir, self.base_offset, ext, suffix);
-            match fs::rename(&from, &to) {
+            match io_fault::rename(&from, &to) {
                 Ok(()) => {}
                 // Indexes are derived data and a segment has no `.txnindex` yet.
                 Err(e) if e.kind() == io::ErrorKind::NotFound && ext != "log" => {}

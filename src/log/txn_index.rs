@@ -4,8 +4,10 @@
 //! offset (i64, the marker), last stable offset (i64, when the marker was written).
 
 use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+
+use super::io_fault;
 
 use super::segment::file_stem;
 
@@ -58,7 +60,9 @@ pub fn parse(raw: &[u8]) -> Result<Vec<AbortedTxn>, String> {
     Ok(out)
 }
 
-/// Appends one entry to a segment's index.
+/// Appends one entry to a segment's index. A torn entry left by an earlier failed append
+/// (a full disk) is cut off first, so entries stay aligned; a failed append cuts its own part
+/// off again when it can.
 pub fn append(path: &Path, t: &AbortedTxn) -> io::Result<()> {
     let mut e = Vec::with_capacity(ENTRY_LEN);
     e.extend_from_slice(&VERSION.to_be_bytes());
@@ -66,8 +70,22 @@ pub fn append(path: &Path, t: &AbortedTxn) -> io::Result<()> {
     e.extend_from_slice(&t.first_offset.to_be_bytes());
     e.extend_from_slice(&t.last_offset.to_be_bytes());
     e.extend_from_slice(&t.last_stable_offset.to_be_bytes());
-    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
-    f.write_all(&e)
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    let len = f.metadata()?.len();
+    let whole = len - len % ENTRY_LEN as u64;
+    if whole != len {
+        io_fault::set_len(&f, || path.to_path_buf(), whole)?;
+    }
+    f.seek(SeekFrom::Start(whole))?;
+    let written = io_fault::write_all(&f, || path.to_path_buf(), &e);
+    if written.is_err() {
+        let _ = f.set_len(whole);
+    }
+    written
 }
 
 /// Rewrites a segment's index with `entries` (recovery dropped some).
@@ -75,7 +93,10 @@ pub fn rewrite(path: &Path, entries: &[AbortedTxn]) -> io::Result<()> {
     let tmp = path.with_extension("txnindex.tmp");
     let _ = fs::remove_file(&tmp);
     for t in entries {
-        append(&tmp, t)?;
+        if let Err(e) = append(&tmp, t) {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
     }
     if entries.is_empty() {
         match fs::remove_file(path) {
@@ -91,6 +112,7 @@ pub fn rewrite(path: &Path, entries: &[AbortedTxn]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
     fn entries_round_trip_and_torn_tails_are_ignored() {
@@ -119,5 +141,42 @@ mod tests {
         assert_eq!(read(&p).unwrap(), vec![b]);
         rewrite(&p, &[]).unwrap();
         assert!(!p.exists());
+    }
+
+    #[test]
+    fn an_append_after_a_torn_one_stays_aligned() {
+        use crate::log::io_fault::{inject, Fault, Op, ENOSPC};
+        let dir = tempfile::tempdir().unwrap();
+        let p = path(dir.path(), 0);
+        let t = |pid| AbortedTxn {
+            producer_id: pid,
+            first_offset: pid * 10,
+            last_offset: pid * 10 + 5,
+            last_stable_offset: pid * 10 + 6,
+        };
+        append(&p, &t(1)).unwrap();
+        {
+            let _full = inject(
+                Fault::new(dir.path(), Op::Write)
+                    .on_files_ending_with(".txnindex")
+                    .errno(ENOSPC)
+                    .short_write(),
+            );
+            assert!(append(&p, &t(2)).is_err());
+        }
+        assert_eq!(
+            fs::metadata(&p).unwrap().len(),
+            ENTRY_LEN as u64,
+            "cut back"
+        );
+        // A torn tail from a crash is cut off by the next append.
+        OpenOptions::new()
+            .append(true)
+            .open(&p)
+            .unwrap()
+            .write_all(&[0, 0, 1])
+            .unwrap();
+        append(&p, &t(3)).unwrap();
+        assert_eq!(read(&p).unwrap(), vec![t(1), t(3)]);
     }
 }
