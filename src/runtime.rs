@@ -4,7 +4,8 @@
 //! the metadata node and the metadata-sync task, settle the cluster id with the quorum (a
 //! `cluster.id` setting or a log dir of another cluster stops the start here), register the
 //! broker, wait for the first sync (until then a partition would behave as on a single node),
-//! ask to be unfenced, start the heartbeat and controller loops, and only then serve clients.
+//! ask to be unfenced, start the heartbeat loop, and only then serve clients. The controller
+//! loop (active only on the Raft leader) starts with the metadata node, before registering.
 //! The listeners are bound first (to learn their ports) but accept nothing until then: a
 //! client never sees a broker without the cluster's id.
 //!
@@ -51,7 +52,7 @@ const CLUSTER_SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
 const FIRST_SYNC_LIMIT: Duration = Duration::from_secs(60);
 
 /// Starts cluster mode: metadata node, cluster id, sync task, registration, first sync,
-/// unfencing, then the heartbeat and controller loops.
+/// unfencing, then the heartbeat loop (the controller loop starts first).
 async fn join_cluster(
     broker: &Arc<Broker>,
     cluster: &crate::config::ClusterConfig,
@@ -61,6 +62,10 @@ async fn join_cluster(
     let control = ClusterControl::start(&broker.config, cluster)
         .await
         .context("starting the metadata quorum node")?;
+    // The controller's duties do not wait for this broker: a restarted node that wins the
+    // Raft election before its previous incarnation's session ran out must still expire that
+    // session, or its own registration would wait for it forever.
+    services.spawn(control.clone().run_controller(shutdown.clone()));
     let joined = async {
         // Before anything of the quorum's reaches the local logs: a broker of another
         // cluster stops here.
@@ -93,7 +98,6 @@ async fn join_cluster(
     }
     let heartbeats = shutdown.child_token();
     services.spawn(control.clone().run_heartbeats(heartbeats.clone()));
-    services.spawn(control.clone().run_controller(shutdown.clone()));
     tracing::info!(
         node_id = broker.config.node_id,
         "joined the cluster: registered, synced and unfenced"
