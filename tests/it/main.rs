@@ -13,6 +13,7 @@ mod cluster_security;
 mod cluster_tiering;
 mod compaction;
 mod coordinators;
+mod corrupt_records;
 mod group_offsets;
 mod groups;
 mod http;
