@@ -61,6 +61,7 @@ const NOW: i64 = 1_700_000_000_000;
 fn opts() -> ValidationOptions<'static> {
     ValidationOptions {
         topic_partition: "t-0",
+        origin_client: true,
         compacted_topic: false,
         log_append_time: false,
         now_ms: NOW,

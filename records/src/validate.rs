@@ -32,6 +32,10 @@ pub const MAX_RECORD_ERRORS: usize = 1000;
 pub struct ValidationOptions<'a> {
     /// `topic-partition`, as Kafka names it in its messages.
     pub topic_partition: &'a str,
+    /// The batch comes from a client (Kafka's `AppendOrigin.CLIENT`): the offset range,
+    /// record count, control and sequence checks of `validateBatch` apply. The broker's own
+    /// coordinator writes skip them, as in Kafka.
+    pub origin_client: bool,
     /// `cleanup.policy` includes `compact`: every record needs a key.
     pub compacted_topic: bool,
     /// `message.timestamp.type=LogAppendTime`.
@@ -196,7 +200,9 @@ pub fn validate(
 ) -> Result<ValidatedBatch, ValidateError> {
     let header = BatchHeader::parse_whole(batch)?;
     let codec = header.codec()?;
-    validate_batch(&header, opts.topic_partition)?;
+    if opts.origin_client {
+        validate_batch(&header, opts.topic_partition)?;
+    }
     let payload = &batch[BATCH_HEADER_LEN..];
     let (max_timestamp, decompressed_bytes) = match codec {
         Codec::None => {

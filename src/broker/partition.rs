@@ -246,13 +246,22 @@ impl Partition {
 
     /// Appends a produce batch as leader. Blocking: call from a blocking thread.
     pub fn append(&self, records: &[u8]) -> Result<AppendInfo, AppendError> {
+        self.append_from(crate::log::AppendOrigin::Client, records)
+    }
+
+    /// Appends a batch as leader for `origin` (a client, or this broker's coordinators).
+    pub fn append_from(
+        &self,
+        origin: crate::log::AppendOrigin,
+        records: &[u8],
+    ) -> Result<AppendInfo, AppendError> {
         let info = {
             let mut log = self.lock();
             // Checked under the log lock: a role change takes it too.
             if !self.is_leader() {
                 return Err(AppendError::NotLeaderOrFollower);
             }
-            let info = log.append_as_leader(records, self.leader_epoch(), now_ms())?;
+            let info = log.append_as_leader_from(origin, records, self.leader_epoch(), now_ms())?;
             self.after_leader_append(&mut log);
             info
         };

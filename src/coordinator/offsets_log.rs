@@ -84,11 +84,13 @@ pub(crate) fn append_replicated(
     if !partition.has_enough_in_sync_replicas(min_isr) {
         return Err(LogWriteError::NotEnoughReplicas);
     }
-    let info = partition.append(records).map_err(|e| match e {
-        AppendError::NotLeaderOrFollower => LogWriteError::NotLeader,
-        AppendError::MessageTooLarge { .. } => LogWriteError::TooLarge(e.to_string()),
-        other => LogWriteError::Storage(other.to_string()),
-    })?;
+    let info = partition
+        .append_from(crate::log::AppendOrigin::Coordinator, records)
+        .map_err(|e| match e {
+            AppendError::NotLeaderOrFollower => LogWriteError::NotLeader,
+            AppendError::MessageTooLarge { .. } => LogWriteError::TooLarge(e.to_string()),
+            other => LogWriteError::Storage(other.to_string()),
+        })?;
     await_replicated(partition, info.last_offset + 1, timeout)
 }
 

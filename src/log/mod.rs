@@ -42,6 +42,9 @@ use segment::{FileSlice, Segment, SegmentLimits};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppendOrigin {
     Client,
+    /// The broker's own coordinators (Kafka's `AppendOrigin.COORDINATOR`): Kafka's
+    /// client-only batch checks (offset range, sequence, control) do not apply.
+    Coordinator,
     Replication,
 }
 
@@ -466,6 +469,17 @@ impl Log {
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<AppendInfo, AppendError> {
+        self.append_as_leader_from(AppendOrigin::Client, records, leader_epoch, now_ms)
+    }
+
+    /// [`Log::append_as_leader`] for a given origin (a client or the broker's coordinators).
+    pub fn append_as_leader_from(
+        &mut self,
+        origin: AppendOrigin,
+        records: &[u8],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, AppendError> {
         let mut batches = Vec::new();
         for item in BatchIter::new(records) {
             let (_, h, bytes) = item.map_err(|e| match e {
@@ -490,7 +504,7 @@ impl Log {
                 max: self.config.max_message_bytes,
             });
         }
-        let validated = self.validate_produced(bytes, now_ms)?;
+        let validated = self.validate_produced(bytes, origin, now_ms)?;
         if header.is_transactional() && !header.has_producer_id() {
             return Err(AppendError::InvalidRecord(
                 "transactional batches need a producer id".into(),
@@ -548,6 +562,7 @@ impl Log {
     fn validate_produced(
         &mut self,
         bytes: &[u8],
+        origin: AppendOrigin,
         now_ms: i64,
     ) -> Result<strata_records::ValidatedBatch, AppendError> {
         let topic_partition = self
@@ -557,6 +572,7 @@ impl Log {
             .unwrap_or_default();
         let opts = strata_records::ValidationOptions {
             topic_partition: &topic_partition,
+            origin_client: origin == AppendOrigin::Client,
             compacted_topic: self.config.cleanup_policy_compact,
             log_append_time: self.config.log_append_time,
             now_ms,
