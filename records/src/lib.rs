@@ -26,7 +26,7 @@ pub mod validate;
 
 pub use decompress::{decompress_into, Scratch};
 pub use header::{BatchHeader, BatchIter, Codec, BATCH_HEADER_LEN};
-pub use record::{MalformedRecord, Record};
+pub use record::{HeaderIter, MalformedRecord, Record};
 pub use validate::{validate, ValidateError, ValidatedBatch, ValidationOptions};
 
 use record::{read_record, Next, ReadFailure, SliceInput};

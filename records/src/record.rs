@@ -104,6 +104,8 @@ pub struct Record<S> {
     pub key_len: i32,
     pub value_len: i32,
     pub header_count: i32,
+    /// The headers' bytes (after the count); walk them with [`HeaderIter`].
+    pub headers: S,
     /// The body from the key length onwards (key, value, headers), copied verbatim by the
     /// cleaner when it keeps the record.
     pub tail: S,
@@ -322,10 +324,12 @@ pub fn read_record<I: Input>(input: &mut I, max_body: u64) -> Result<Next<I::Spa
             },
         ));
     }
+    let headers_start = input.position();
     for _ in 0..header_count {
         field(input, end, "header key", false)?;
         field(input, end, "header value", true)?;
     }
+    let headers = input.span_since(headers_start);
     let read = input.position() - start;
     if read != size as u64 {
         return Err(ReadFailure::Malformed(MalformedRecord::SizeMismatch {
@@ -345,8 +349,51 @@ pub fn read_record<I: Input>(input: &mut I, max_body: u64) -> Result<Next<I::Spa
         key_len,
         value_len,
         header_count,
+        headers,
         tail: input.span_since(tail_start),
     }))
+}
+
+/// The headers of one record read in place: `(key, value)` pairs.
+pub struct HeaderIter<'a> {
+    input: SliceInput<'a>,
+    left: i32,
+}
+
+impl<'a> HeaderIter<'a> {
+    /// Over `headers` and `count` of a [`Record`] that [`read_record`] returned.
+    pub fn new(headers: &'a [u8], count: i32) -> Self {
+        HeaderIter {
+            input: SliceInput::new(headers),
+            left: count.max(0),
+        }
+    }
+}
+
+impl<'a> Iterator for HeaderIter<'a> {
+    type Item = Result<(&'a [u8], Option<&'a [u8]>), MalformedRecord>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let end = self.input.buf.len() as u64;
+        let pair = field(&mut self.input, end, "header key", false).and_then(|(_, key)| {
+            let (_, value) = field(&mut self.input, end, "header value", true)?;
+            Ok((key.unwrap_or_default(), value))
+        });
+        match pair {
+            Ok(p) => Some(Ok(p)),
+            Err(e) => {
+                self.left = 0;
+                Some(Err(match e {
+                    ReadFailure::Malformed(m) => m,
+                    ReadFailure::Eof | ReadFailure::Input(_) => MalformedRecord::InvalidStructure,
+                }))
+            }
+        }
+    }
 }
 
 /// Writes the zig-zag varint encoding of `value` into `out`; returns the bytes written.

@@ -597,6 +597,8 @@ mod props {
             let mut buf = Vec::new();
             let mut got = Vec::new();
             walk(&batch, 1 << 24, &mut buf, |_, r| {
+                let headers = HeaderIter::new(r.headers, r.header_count).map(|h| h.map(|(k, _)| k.to_vec())).collect::<Result<Vec<_>, _>>().expect("headers");
+                assert_eq!(headers.len(), r.header_count as usize);
                 got.push((r.key.map(<[u8]>::to_vec), r.value.map(<[u8]>::to_vec), r.header_count as usize));
             }).map_err(|e| TestCaseError::fail(e.to_string()))?;
             // kafka-protocol keeps headers in a map: a repeated key is written once.
