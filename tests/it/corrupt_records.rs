@@ -476,3 +476,90 @@ async fn max_decompressed_message_bytes_refuses_a_bigger_compressed_record() {
     );
     b.shutdown().await;
 }
+
+fn vm_hwm_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Measures a spawned broker's peak RSS (VmHWM) before and after a zstd batch of valid
+/// records that inflates to 1 GiB, on a plain, a recompressing and a compacted topic (refused
+/// at the default 64 MiB bound), and on a plain topic whose bound is raised to 2 GiB (streamed
+/// through the 64 KiB window and accepted). Prints the figures; run with
+/// `cargo test --test it measure_rss -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement: spawns the broker binary and builds a 1 GiB bomb"]
+async fn measure_rss_of_a_spawned_broker_under_a_1_gib_zstd_bomb() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("serve")
+        .arg("-o")
+        .arg(format!("listeners=PLAINTEXT://127.0.0.1:{port}"))
+        .arg("-o")
+        .arg(format!("strata.admin.listener=127.0.0.1:{admin}"))
+        .arg("-o")
+        .arg(format!("log.dirs={}", dir.path().display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn broker");
+    let pid = child.id();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut c = loop {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            break Client::connect(addr).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    // 16 Ki records of a 64 KiB zero value: 1 GiB of valid records.
+    let n = 16 * 1024;
+    let mut enc = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+    for i in 0..n {
+        std::io::Write::write_all(&mut enc, &record(i, b"k", &vec![0u8; 64 * 1024], 0, None))
+            .unwrap();
+    }
+    let z = enc.finish().unwrap();
+    let bomb = reframe(&z, n as i32, Codec::Zstd);
+    println!(
+        "bomb: {} bytes compressed, {} records, ~1 GiB decompressed",
+        bomb.len(),
+        n
+    );
+    for (topic, configs) in [
+        ("rss-plain", vec![]),
+        ("rss-recompress", vec![("compression.type", "lz4")]),
+        ("rss-compacted", vec![("cleanup.policy", "compact")]),
+        (
+            "rss-raised",
+            vec![("strata.max.decompressed.batch.bytes", "2147483647")],
+        ),
+    ] {
+        let r = create_topic_with(&mut c, topic, 1, &configs).await;
+        assert_eq!(r.error_code, 0);
+        let before = vm_hwm_kib(pid);
+        let started = std::time::Instant::now();
+        let r = produce(&mut c, topic, 0, bomb.clone()).await;
+        let after = vm_hwm_kib(pid);
+        println!(
+            "{topic}: error_code {} in {:?}; VmHWM before {before} kB, after {after} kB",
+            r.error_code,
+            started.elapsed()
+        );
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
