@@ -711,3 +711,42 @@ fn mutated_batches_never_panic_nor_allocate_past_the_bound() {
     }
     println!("{runs} mutations in {:?}", started.elapsed());
 }
+
+/// Validation throughput per codec over 256 MiB of 1 KiB records in ~1 MiB batches (values
+/// half random, half text, so codecs compress ~2x). Run with
+/// `cargo test --release -p strata-records validate_throughput -- --ignored --nocapture`.
+#[test]
+#[ignore = "benchmark"]
+fn validate_throughput() {
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let values: Vec<Vec<u8>> = (0..1000)
+        .map(|i| {
+            let mut v: Vec<u8> = (0..512).map(|_| rng.next() as u8).collect();
+            v.extend(format!("{i:0>512}").bytes());
+            v
+        })
+        .collect();
+    for (compression, codec) in CODECS {
+        let records: Vec<TestRecord<'_>> = values
+            .iter()
+            .map(|v| (Some(&b"key-0001"[..]), Some(v.as_slice()), vec![]))
+            .collect();
+        let batch = encode(&records, compression);
+        let plain = 1000 * 1024u64;
+        let rounds = (256u64 << 20) / plain;
+        let mut scratch = Scratch::new();
+        let o = opts();
+        let started = std::time::Instant::now();
+        for _ in 0..rounds {
+            validate(&batch, &o, &mut scratch).expect("valid");
+        }
+        let secs = started.elapsed().as_secs_f64();
+        let mib = (rounds * plain) as f64 / (1 << 20) as f64;
+        println!(
+            "{codec}: {:.0} MiB/s of records, {:.2} CPU s/GiB (batch {} bytes on the wire)",
+            mib / secs,
+            secs / (mib / 1024.0),
+            batch.len()
+        );
+    }
+}
