@@ -64,6 +64,7 @@ pub fn compaction_config(config: &TopicConfig) -> CompactionConfig {
         delete_retention_ms: config.delete_retention_ms,
         segment_bytes: config.segment_bytes,
         segment_index_bytes: config.segment_index_bytes as u64,
+        max_decompressed_batch_bytes: config.max_decompressed_batch_bytes,
     }
 }
 

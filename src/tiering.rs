@@ -845,8 +845,13 @@ impl Tiering {
             else {
                 continue;
             };
-            if let Some(found) = crate::log::first_record_at_or_after(&batch, timestamp, log_start)
-                .map_err(|e| RemoteReadError::Store(StoreError::Request(e.to_string())))?
+            if let Some(found) = crate::log::first_record_at_or_after(
+                &batch,
+                timestamp,
+                log_start,
+                topic.config.max_decompressed_batch_bytes,
+            )
+            .map_err(|e| RemoteReadError::Store(StoreError::Request(e.to_string())))?
             {
                 return Ok(Some(found));
             }

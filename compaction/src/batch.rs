@@ -14,7 +14,7 @@
 //! yield a [`BatchError`].
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{self as codec, Compressor, Decompressor};
+use kafka_protocol::compression::{self as codec, Compressor};
 
 /// Bytes from the start of a batch to the first record (Kafka's `RECORD_BATCH_OVERHEAD`).
 pub const BATCH_OVERHEAD: usize = 61;
@@ -51,7 +51,10 @@ pub enum BatchError {
     #[error("invalid batch header: {0}")]
     InvalidHeader(&'static str),
     #[error("malformed record {index}: {reason}")]
-    MalformedRecord { index: usize, reason: &'static str },
+    MalformedRecord { index: usize, reason: String },
+    /// Decompression failed or passed `strata.max.decompressed.batch.bytes`.
+    #[error(transparent)]
+    Records(strata_records::RecordsError),
     #[error("batch declares {declared} records but holds {found}")]
     RecordCountMismatch { declared: i32, found: usize },
     #[error("{codec:?} codec failed")]
@@ -81,22 +84,6 @@ impl Codec {
             3 => Codec::Lz4,
             4 => Codec::Zstd,
             other => return Err(BatchError::UnknownCodec(other)),
-        })
-    }
-
-    fn decompress(self, payload: Bytes) -> Result<Bytes, BatchError> {
-        let mut payload = payload;
-        let take = |buf: &mut Bytes| Ok(std::mem::take(buf));
-        let result = match self {
-            Codec::None => return Ok(payload),
-            Codec::Gzip => codec::Gzip::decompress(&mut payload, take),
-            Codec::Snappy => codec::Snappy::decompress(&mut payload, take),
-            Codec::Lz4 => codec::Lz4::decompress(&mut payload, take),
-            Codec::Zstd => codec::Zstd::decompress(&mut payload, take),
-        };
-        result.map_err(|e| BatchError::Codec {
-            codec: self,
-            source: e.into(),
         })
     }
 
@@ -249,49 +236,29 @@ pub struct RecordView {
     offset_delta: i32,
 }
 
-/// Decompresses `batch` (validated by [`BatchHeader::parse`]) and splits it into records.
-pub fn records(batch: &Bytes, header: &BatchHeader) -> Result<Vec<RecordView>, BatchError> {
-    let payload = header.codec().decompress(batch.slice(BATCH_OVERHEAD..))?;
-    let mut cursor = Cursor {
-        buf: &payload,
-        pos: 0,
-    };
+/// Decompresses `batch` (validated by [`BatchHeader::parse`]) under `limit` bytes and splits
+/// it into records, through the one record codec (`strata_records`).
+pub fn records(
+    batch: &Bytes,
+    header: &BatchHeader,
+    limit: u64,
+) -> Result<Vec<RecordView>, BatchError> {
+    let payload = decompressed(batch, header, limit)?;
     let declared = header.records_count;
     let mut records = Vec::with_capacity(usize::try_from(declared).unwrap_or(0).min(4096));
-    while cursor.pos < payload.len() {
-        let index = records.len();
-        let malformed = |reason| BatchError::MalformedRecord { index, reason };
-        let length = cursor.varint().ok_or(malformed("bad length"))?;
-        let length = usize::try_from(length).map_err(|_| malformed("negative length"))?;
-        let end = cursor
-            .pos
-            .checked_add(length)
-            .filter(|end| *end <= payload.len());
-        let end = end.ok_or(malformed("length past end of batch"))?;
-        let mut record = Cursor {
-            buf: &payload[..end],
-            pos: cursor.pos,
-        };
-        let _attributes = record.byte().ok_or(malformed("missing attributes"))?;
-        let timestamp_delta = record.varlong().ok_or(malformed("bad timestamp delta"))?;
-        let offset_delta = record.varint().ok_or(malformed("bad offset delta"))?;
-        let tail_start = record.pos;
-        let key = record.nullable_bytes().ok_or(malformed("bad key"))?;
-        let value = record.nullable_bytes().ok_or(malformed("bad value"))?;
-        let timestamp = match header.timestamp_type() {
-            // Readers use the batch's max timestamp for every record of a LogAppendTime batch.
-            TimestampType::LogAppendTime => header.max_timestamp,
-            TimestampType::CreateTime => header.base_timestamp.wrapping_add(timestamp_delta),
-        };
+    for item in strata_records::RecordIter::new(&payload) {
+        let (index, r) = item.map_err(|e| record_error(records.len(), e))?;
+        let timestamp = record_timestamp(header, r.timestamp_delta);
+        let slice = |s: &[u8]| payload.slice_ref(s);
         records.push(RecordView {
-            offset: header.base_offset.saturating_add(i64::from(offset_delta)),
+            offset: header.base_offset.saturating_add(i64::from(r.offset_delta)),
             timestamp,
-            key: key.map(|range| payload.slice(range)),
-            has_value: value.is_some(),
-            tail: payload.slice(tail_start..end),
-            offset_delta,
+            key: r.key.map(slice),
+            has_value: r.value.is_some(),
+            tail: slice(r.tail),
+            offset_delta: r.offset_delta,
         });
-        cursor.pos = end;
+        debug_assert_eq!(index as usize + 1, records.len());
     }
     if records.len() as i64 != i64::from(declared) {
         return Err(BatchError::RecordCountMismatch {
@@ -300,6 +267,72 @@ pub fn records(batch: &Bytes, header: &BatchHeader) -> Result<Vec<RecordView>, B
         });
     }
     Ok(records)
+}
+
+/// Calls `f(key, offset)` for each record of `batch`, walked in place after decompressing
+/// under `limit` bytes; nothing is kept per record. Stops early (returning true) when `f`
+/// returns true.
+pub fn for_each_key(
+    batch: &Bytes,
+    header: &BatchHeader,
+    limit: u64,
+    mut f: impl FnMut(Option<&[u8]>, i64) -> bool,
+) -> Result<bool, BatchError> {
+    let payload = decompressed(batch, header, limit)?;
+    let mut found = 0usize;
+    for item in strata_records::RecordIter::new(&payload) {
+        let (_, r) = item.map_err(|e| record_error(found, e))?;
+        found += 1;
+        if f(
+            r.key,
+            header.base_offset.saturating_add(i64::from(r.offset_delta)),
+        ) {
+            return Ok(true);
+        }
+    }
+    if found as i64 != i64::from(header.records_count) {
+        return Err(BatchError::RecordCountMismatch {
+            declared: header.records_count,
+            found,
+        });
+    }
+    Ok(false)
+}
+
+fn record_timestamp(header: &BatchHeader, timestamp_delta: i64) -> i64 {
+    match header.timestamp_type() {
+        // Readers use the batch's max timestamp for every record of a LogAppendTime batch.
+        TimestampType::LogAppendTime => header.max_timestamp,
+        TimestampType::CreateTime => header.base_timestamp.wrapping_add(timestamp_delta),
+    }
+}
+
+fn record_error(index: usize, e: strata_records::RecordsError) -> BatchError {
+    match e {
+        strata_records::RecordsError::Decompress { .. }
+        | strata_records::RecordsError::DecompressedTooLarge { .. } => BatchError::Records(e),
+        other => BatchError::MalformedRecord {
+            index,
+            reason: other.to_string(),
+        },
+    }
+}
+
+/// The records section of `batch`: a slice of it when uncompressed, else decompressed under
+/// `limit` bytes.
+fn decompressed(batch: &Bytes, header: &BatchHeader, limit: u64) -> Result<Bytes, BatchError> {
+    let payload = batch.slice(BATCH_OVERHEAD.min(batch.len())..);
+    let codec = match header.codec() {
+        Codec::None => return Ok(payload),
+        Codec::Gzip => strata_records::Codec::Gzip,
+        Codec::Snappy => strata_records::Codec::Snappy,
+        Codec::Lz4 => strata_records::Codec::Lz4,
+        Codec::Zstd => strata_records::Codec::Zstd,
+    };
+    let mut out = Vec::new();
+    strata_records::decompress_into(codec, &payload, limit, &mut out)
+        .map_err(BatchError::Records)?;
+    Ok(Bytes::from(out))
 }
 
 /// Builds the batch that replaces `original` when only `kept` (in order, non-empty) survive,
@@ -410,58 +443,6 @@ fn be_i64(buf: &[u8], at: usize) -> i64 {
     i64::from_be_bytes(bytes)
 }
 
-/// A bounds-checked reader of the varint encodings used inside records.
-struct Cursor<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl Cursor<'_> {
-    fn byte(&mut self) -> Option<u8> {
-        let b = *self.buf.get(self.pos)?;
-        self.pos += 1;
-        Some(b)
-    }
-
-    fn unsigned(&mut self, max_bytes: u32) -> Option<u64> {
-        let mut value = 0u64;
-        for i in 0..max_bytes {
-            let b = self.byte()?;
-            value |= u64::from(b & 0x7f) << (7 * i);
-            if b & 0x80 == 0 {
-                return Some(value);
-            }
-        }
-        None
-    }
-
-    fn varint(&mut self) -> Option<i32> {
-        let raw = u32::try_from(self.unsigned(5)?).ok()?;
-        Some(((raw >> 1) as i32) ^ -((raw & 1) as i32))
-    }
-
-    fn varlong(&mut self) -> Option<i64> {
-        let raw = self.unsigned(10)?;
-        Some(((raw >> 1) as i64) ^ -((raw & 1) as i64))
-    }
-
-    /// A varint length (-1 for null) followed by that many bytes; returns their range.
-    fn nullable_bytes(&mut self) -> Option<Option<std::ops::Range<usize>>> {
-        let len = self.varint()?;
-        if len == -1 {
-            return Some(None);
-        }
-        let len = usize::try_from(len).ok()?;
-        let end = self
-            .pos
-            .checked_add(len)
-            .filter(|end| *end <= self.buf.len())?;
-        let range = self.pos..end;
-        self.pos = end;
-        Some(Some(range))
-    }
-}
-
 fn write_unsigned(out: &mut [u8], mut value: u64) -> usize {
     let mut i = 0;
     while value >= 0x80 {
@@ -494,6 +475,8 @@ mod tests {
             .records
     }
 
+    const LIMIT: u64 = 1 << 20;
+
     fn sample(compression: Compression) -> Bytes {
         let records = vec![
             TestRecord::new(b"a", Some(b"1"), 1_000),
@@ -511,7 +494,7 @@ mod tests {
             assert_eq!(header.base_offset, 100);
             assert_eq!(header.last_offset(), 102);
             assert_eq!(header.records_count, 3);
-            let records = records(&batch, &header).unwrap();
+            let records = records(&batch, &header, LIMIT).unwrap();
             let offsets: Vec<i64> = records.iter().map(|r| r.offset).collect();
             assert_eq!(offsets, vec![100, 101, 102]);
             assert_eq!(records[1].key.as_deref(), Some(&b"b"[..]));
@@ -525,7 +508,7 @@ mod tests {
         for compression in crate::test_batches::ALL_COMPRESSIONS {
             let batch = sample(compression);
             let header = BatchHeader::parse(&batch).unwrap();
-            let all = records(&batch, &header).unwrap();
+            let all = records(&batch, &header, LIMIT).unwrap();
             let kept = [&all[1], &all[2]];
             let rebuilt = rebuild(&header, &kept, Some(50_000)).unwrap();
             let new_header = BatchHeader::parse(&rebuilt).unwrap();
@@ -558,7 +541,7 @@ mod tests {
     fn rebuilt_batch_without_horizon_starts_at_first_kept_timestamp() {
         let batch = sample(Compression::None);
         let header = BatchHeader::parse(&batch).unwrap();
-        let all = records(&batch, &header).unwrap();
+        let all = records(&batch, &header, LIMIT).unwrap();
         let rebuilt = rebuild(&header, &[&all[2]], None).unwrap();
         let new_header = BatchHeader::parse(&rebuilt).unwrap();
         assert_eq!(new_header.base_timestamp, 990);
@@ -578,7 +561,7 @@ mod tests {
         assert_eq!(parsed.records_count, 0);
         assert_eq!(parsed.codec(), Codec::None);
         assert_eq!(parsed.producer_epoch, header.producer_epoch);
-        assert!(records(&empty, &parsed).unwrap().is_empty());
+        assert!(records(&empty, &parsed, LIMIT).unwrap().is_empty());
     }
 
     #[test]
@@ -601,12 +584,35 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn a_batch_that_decompresses_past_the_bound_is_an_error_not_memory() {
+        // 8 MiB of records in a tiny zstd batch; the cleaner reads it under a 1 MiB bound.
+        let value = vec![0u8; 1000];
+        let many: Vec<TestRecord> = (0..8 * 1024)
+            .map(|i| TestRecord::new(format!("k{i}").as_bytes(), Some(&value), 1_000))
+            .collect();
+        let batch = encode(0, &many, Compression::Zstd);
+        assert!(batch.len() < 1 << 20);
+        let header = BatchHeader::parse(&batch).unwrap();
+        assert!(matches!(
+            records(&batch, &header, LIMIT),
+            Err(BatchError::Records(
+                strata_records::RecordsError::DecompressedTooLarge { .. }
+            ))
+        ));
+        assert!(matches!(
+            for_each_key(&batch, &header, LIMIT, |_, _| false),
+            Err(BatchError::Records(_))
+        ));
+        assert_eq!(records(&batch, &header, 16 << 20).unwrap().len(), 8 * 1024);
+    }
+
     proptest::proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
             let bytes = Bytes::from(bytes);
             if let Ok(header) = BatchHeader::parse(&bytes) {
-                let _ = records(&bytes, &header);
+                let _ = records(&bytes, &header, LIMIT);
             }
         }
 
@@ -624,7 +630,7 @@ mod tests {
             bytes[17..21].copy_from_slice(&crc.to_be_bytes());
             let bytes = Bytes::from(bytes);
             let header = BatchHeader::parse(&bytes).unwrap();
-            let _ = records(&bytes, &header);
+            let _ = records(&bytes, &header, LIMIT);
         }
     }
 }

@@ -135,6 +135,8 @@ struct RecopyContext<'a> {
     /// if emptied, so the log keeps its last offset before the uncleanable section.
     round_upper_bound: i64,
     active_producers: &'a HashMap<i64, LastRecord>,
+    /// `strata.max.decompressed.batch.bytes`.
+    max_decompressed_batch_bytes: u64,
 }
 
 impl Cleaner {
@@ -193,8 +195,8 @@ impl Cleaner {
         let flow = self.build_offset_map(
             source,
             &segments,
-            first_dirty,
-            first_uncleanable,
+            (first_dirty, first_uncleanable),
+            log.config.max_decompressed_batch_bytes,
             &mut stats,
             cancel,
         )?;
@@ -237,6 +239,7 @@ impl Cleaner {
             delete_retention_ms: log.config.delete_retention_ms,
             round_upper_bound: first_uncleanable,
             active_producers: &active_producers,
+            max_decompressed_batch_bytes: log.config.max_decompressed_batch_bytes,
         };
         let groups = group_segments_by_size(
             log_segments(&segments, 0, end_offset),
@@ -276,8 +279,8 @@ impl Cleaner {
         &mut self,
         source: &dyn SegmentSource,
         segments: &[SegmentInfo],
-        start: i64,
-        end: i64,
+        (start, end): (i64, i64),
+        limit: u64,
         stats: &mut PassStats,
         cancel: &dyn Fn() -> bool,
     ) -> Result<Flow, CleanerError> {
@@ -285,7 +288,7 @@ impl Cleaner {
         let dirty = log_segments(segments, start, end);
         for (index, segment) in dirty.iter().enumerate() {
             let next_start = dirty.get(index + 1).map_or(end, |next| next.base_offset);
-            match self.map_segment(source, segment, start, next_start, stats, cancel)? {
+            match self.map_segment(source, segment, (start, next_start), limit, stats, cancel)? {
                 Flow::Done => {}
                 other => return Ok(other),
             }
@@ -299,8 +302,8 @@ impl Cleaner {
         &mut self,
         source: &dyn SegmentSource,
         segment: &SegmentInfo,
-        start: i64,
-        next_segment_start: i64,
+        (start, next_segment_start): (i64, i64),
+        limit: u64,
         stats: &mut PassStats,
         cancel: &dyn Fn() -> bool,
     ) -> Result<Flow, CleanerError> {
@@ -324,14 +327,17 @@ impl Cleaner {
             }
             // Transactional batches and markers are not mapped: see "not done yet" in lib.rs.
             if !header.is_control() && !header.is_transactional() {
-                for record in batch::records(&raw, &header).map_err(corrupt)? {
+                // Walked in place (decompressed under the bound), nothing kept per record.
+                let full = batch::for_each_key(&raw, &header, limit, |key, offset| {
                     stats.map_records_read += 1;
-                    let Some(key) = record.key.as_ref() else {
-                        continue;
-                    };
-                    if record.offset >= start && !self.map.put(key, record.offset) {
-                        return Ok(Flow::Full);
+                    match key {
+                        Some(key) if offset >= start => !self.map.put(key, offset),
+                        _ => false,
                     }
+                })
+                .map_err(corrupt)?;
+                if full {
+                    return Ok(Flow::Full);
                 }
             }
             self.map.update_latest_offset(header.last_offset());
@@ -426,7 +432,7 @@ impl Cleaner {
             return Ok(Some(retained(raw, &header)));
         }
 
-        let records = batch::records(&raw, &header)?;
+        let records = batch::records(&raw, &header, context.max_decompressed_batch_bytes)?;
         stats.records_read += records.len() as u64;
         let delete_horizon = header.delete_horizon_ms();
         let retain_tombstones = delete_horizon.is_none_or(|horizon| context.now_ms < horizon);

@@ -48,6 +48,9 @@ pub struct CompactionConfig {
     pub segment_bytes: u64,
     /// `segment.index.bytes`: upper bound of each index of a cleaned segment.
     pub segment_index_bytes: u64,
+    /// `strata.max.decompressed.batch.bytes`: the most one batch's records may decompress to;
+    /// a larger batch fails the pass as corrupt instead of growing memory.
+    pub max_decompressed_batch_bytes: u64,
 }
 
 impl Default for CompactionConfig {
@@ -59,6 +62,7 @@ impl Default for CompactionConfig {
             delete_retention_ms: 24 * 60 * 60 * 1000,
             segment_bytes: 1024 * 1024 * 1024,
             segment_index_bytes: 10 * 1024 * 1024,
+            max_decompressed_batch_bytes: 64 * 1024 * 1024,
         }
     }
 }

@@ -120,6 +120,23 @@ pub fn record_batch(data: &[u8]) -> bool {
         return false;
     };
     let valid = header.validate(&batch).is_ok();
+    // The produce path's validator (Kafka's LogValidator rules), under a bound well below the
+    // fuzz allocator's, on both a plain and a compacted topic.
+    let mut scratch = strata_records::Scratch::new();
+    for compacted_topic in [false, true] {
+        let opts = strata_records::ValidationOptions {
+            topic_partition: "fuzz-0",
+            origin_client: true,
+            compacted_topic,
+            log_append_time: false,
+            now_ms: NOW_MS,
+            timestamp_before_max_ms: i64::MAX,
+            timestamp_after_max_ms: i64::MAX,
+            max_decompressed_message_bytes: 1 << 20,
+            max_decompressed_batch_bytes: DECOMPRESSED_BOUND,
+        };
+        let _ = strata_records::validate(&batch, &opts, &mut scratch);
+    }
     for item in BatchIter::new(&batch) {
         if item.is_err() {
             break;
@@ -128,7 +145,7 @@ pub fn record_batch(data: &[u8]) -> bool {
     // The cleaner's walk: decompress and split records.
     if let Ok(h) = strata_compaction::batch::BatchHeader::parse(&batch) {
         let bytes = Bytes::from(batch.clone());
-        let _ = strata_compaction::batch::records(&bytes, &h);
+        let _ = strata_compaction::batch::records(&bytes, &h, DECOMPRESSED_BOUND);
     }
     let _ = strata_tiering::export::convert::BatchHeader::parse(&batch);
     valid
@@ -183,6 +200,10 @@ fn scratch_dir() -> tempfile::TempDir {
 }
 
 const NOW_MS: i64 = 1_800_000_000_000;
+
+/// The decompressed-size bound the record targets run under (the broker's default is 64 MiB,
+/// the fuzz allocator's limit).
+const DECOMPRESSED_BOUND: u64 = 16 << 20;
 
 pub fn partition_dir(data: &[u8]) -> bool {
     let Some((&flags, rest)) = data.split_first() else {

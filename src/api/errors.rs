@@ -9,6 +9,15 @@ use crate::log::{AppendError, ReadError};
 pub fn append_error(e: &AppendError) -> ResponseError {
     match e {
         AppendError::Corrupt(_) => ResponseError::CorruptMessage,
+        AppendError::Records(e) => match e.kafka_error() {
+            strata_records::KafkaError::CorruptMessage => ResponseError::CorruptMessage,
+            strata_records::KafkaError::InvalidRecord => ResponseError::InvalidRecord,
+            strata_records::KafkaError::InvalidTimestamp => ResponseError::InvalidTimestamp,
+        },
+        AppendError::RecordErrors {
+            invalid_timestamp: true,
+            ..
+        } => ResponseError::InvalidTimestamp,
         AppendError::InvalidRecord(_) | AppendError::RecordErrors { .. } => {
             ResponseError::InvalidRecord
         }

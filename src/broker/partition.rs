@@ -254,20 +254,30 @@ impl Partition {
 
     /// Appends a produce batch as leader. Blocking: call from a blocking thread.
     pub fn append(&self, records: &[u8]) -> Result<AppendInfo, AppendError> {
+        self.append_from(crate::log::AppendOrigin::Client, records)
+    }
+
+    /// Appends a batch as leader for `origin` (a client, or this broker's coordinators).
+    pub fn append_from(
+        &self,
+        origin: crate::log::AppendOrigin,
+        records: &[u8],
+    ) -> Result<AppendInfo, AppendError> {
         let info = {
             let mut log = self.lock();
             // Checked under the log lock: a role change takes it too.
             if !self.is_leader() {
                 return Err(AppendError::NotLeaderOrFollower);
             }
-            let info = match log.append_as_leader(records, self.leader_epoch(), now_ms()) {
-                Ok(info) => info,
-                Err(e) => {
-                    // A storage error may have repaired (reopened) the log first.
-                    self.publish(&log);
-                    return Err(e);
-                }
-            };
+            let info =
+                match log.append_as_leader_from(origin, records, self.leader_epoch(), now_ms()) {
+                    Ok(info) => info,
+                    Err(e) => {
+                        // A storage error may have repaired (reopened) the log first.
+                        self.publish(&log);
+                        return Err(e);
+                    }
+                };
             self.after_leader_append(&mut log);
             info
         };

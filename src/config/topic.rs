@@ -128,6 +128,11 @@ pub const EXPORT_PARQUET: &str = "strata.export.parquet";
 pub const EXPORT_PARQUET_TARGET: &str = "strata.export.parquet.target";
 pub const EXPORT_PARQUET_FILE_BYTES: &str = "strata.export.parquet.file.bytes";
 
+/// Kafka's per-record bound on decompressed record bodies (see [`TOPIC_CONFIGS`]).
+pub const MAX_DECOMPRESSED_MESSAGE_BYTES: &str = "max.decompressed.message.bytes";
+/// Strata's per-batch bound on decompressed records (see [`TOPIC_CONFIGS`]).
+pub const MAX_DECOMPRESSED_BATCH_BYTES: &str = "strata.max.decompressed.batch.bytes";
+
 const LONG_MAX: &str = "9223372036854775807";
 
 pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
@@ -221,6 +226,28 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
         kind: Kind::Long,
         default: LONG_MAX,
         validate: at_least!(1),
+    },
+    // Kafka's `max.decompressed.message.bytes` (KAFKA trunk, undocumented there): the
+    // largest record body a compressed batch may hold once decompressed; a bigger one is
+    // INVALID_RECORD. Default `Records.SOFT_MAX_ARRAY_LENGTH`; the broker default has the
+    // same name.
+    TopicConfigDef {
+        name: MAX_DECOMPRESSED_MESSAGE_BYTES,
+        broker_synonym: MAX_DECOMPRESSED_MESSAGE_BYTES,
+        kind: Kind::Int,
+        default: "2147483639",
+        validate: int_at_least_zero,
+    },
+    // Strata's bound on what one compressed batch's records may decompress to (Kafka streams
+    // and has none): every place that decompresses a batch (produce validation,
+    // recompression, the cleaner, export, record replay, timestamp lookups) stops there, and
+    // produce refuses a batch past it with INVALID_RECORD. Never below max.message.bytes.
+    TopicConfigDef {
+        name: MAX_DECOMPRESSED_BATCH_BYTES,
+        broker_synonym: "strata.log.max.decompressed.batch.bytes",
+        kind: Kind::Int,
+        default: "67108864",
+        validate: int_at_least_zero,
     },
     TopicConfigDef {
         name: "max.message.bytes",
@@ -452,6 +479,10 @@ pub struct TopicConfig {
     pub flush_ms: i64,
     pub index_interval_bytes: usize,
     pub max_message_bytes: usize,
+    /// Kafka's `max.decompressed.message.bytes`.
+    pub max_decompressed_message_bytes: u64,
+    /// `strata.max.decompressed.batch.bytes`, at least `max_message_bytes`.
+    pub max_decompressed_batch_bytes: u64,
     pub message_timestamp_after_max_ms: i64,
     pub message_timestamp_before_max_ms: i64,
     pub log_append_time: bool,
@@ -513,6 +544,10 @@ impl TopicConfig {
             flush_ms: long("flush.ms"),
             index_interval_bytes: long("index.interval.bytes").max(0) as usize,
             max_message_bytes: long("max.message.bytes").max(0) as usize,
+            max_decompressed_message_bytes: long(MAX_DECOMPRESSED_MESSAGE_BYTES).max(0) as u64,
+            max_decompressed_batch_bytes: long(MAX_DECOMPRESSED_BATCH_BYTES)
+                .max(long("max.message.bytes"))
+                .max(0) as u64,
             message_timestamp_after_max_ms: long("message.timestamp.after.max.ms"),
             message_timestamp_before_max_ms: long("message.timestamp.before.max.ms"),
             log_append_time: raw("message.timestamp.type") == "LogAppendTime",

@@ -84,11 +84,13 @@ pub(crate) fn append_replicated(
     if !partition.has_enough_in_sync_replicas(min_isr) {
         return Err(LogWriteError::NotEnoughReplicas);
     }
-    let info = partition.append(records).map_err(|e| match e {
-        AppendError::NotLeaderOrFollower => LogWriteError::NotLeader,
-        AppendError::MessageTooLarge { .. } => LogWriteError::TooLarge(e.to_string()),
-        other => LogWriteError::Storage(other.to_string()),
-    })?;
+    let info = partition
+        .append_from(crate::log::AppendOrigin::Coordinator, records)
+        .map_err(|e| match e {
+            AppendError::NotLeaderOrFollower => LogWriteError::NotLeader,
+            AppendError::MessageTooLarge { .. } => LogWriteError::TooLarge(e.to_string()),
+            other => LogWriteError::Storage(other.to_string()),
+        })?;
     await_replicated(partition, info.last_offset + 1, timeout)
 }
 
@@ -233,13 +235,29 @@ impl OffsetsLog for BrokerOffsetsLog {
     }
 }
 
+/// Decodes one stored batch of an internal topic with kafka-protocol, after checking with the
+/// record codec that its records are well formed and decompress to at most `limit` bytes
+/// (the topic's `strata.max.decompressed.batch.bytes`): kafka-protocol's decompressors have
+/// no bound, so they only see a batch that is known to fit.
+pub(crate) fn decode_bounded(
+    batch: &mut Bytes,
+    limit: u64,
+) -> io::Result<kafka_protocol::records::RecordSet> {
+    let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidData, e);
+    let mut scratch = Vec::new();
+    strata_records::walk(batch, limit, &mut scratch, |_, _| {})
+        .map_err(|e| invalid(e.to_string()))?;
+    drop(scratch);
+    RecordBatchDecoder::decode(batch).map_err(|e| invalid(e.to_string()))
+}
+
 /// The records and markers of `partitions` up to their log ends, in log order.
 fn replay_partitions(partitions: &[Arc<Partition>]) -> io::Result<Vec<LogEntry>> {
     let mut out = Vec::new();
     for p in partitions {
+        let limit = p.with_log(|l| l.config().max_decompressed_batch_bytes);
         scan_batches(p, |h, mut batch| {
-            let set = RecordBatchDecoder::decode(&mut batch)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            let set = decode_bounded(&mut batch, limit)?;
             if h.is_control() {
                 // A control record's key: version (int16), type (0 abort, 1 commit).
                 if let Some(k) = set.records.first().and_then(|r| r.key.clone()) {

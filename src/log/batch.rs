@@ -5,8 +5,6 @@
 //! and max timestamp for `LogAppendTime` topics (which needs a CRC recompute, not a re-encode).
 //! Everything here is pure: bytes in, values or errors out.
 
-use std::fmt;
-
 /// Size of the RecordBatch v2 header that precedes the records.
 pub const BATCH_HEADER_LEN: usize = 61;
 /// Offset of the `batchLength` field; the batch occupies `LOG_OVERHEAD + batchLength` bytes.
@@ -55,44 +53,8 @@ pub enum BatchError {
     Encode(String),
 }
 
-/// Compression codec of a batch, as encoded in its attributes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Codec {
-    None,
-    Gzip,
-    Snappy,
-    Lz4,
-    Zstd,
-}
-
-impl Codec {
-    pub fn from_attributes(attributes: i16) -> Result<Codec, BatchError> {
-        match attributes & COMPRESSION_MASK {
-            0 => Ok(Codec::None),
-            1 => Ok(Codec::Gzip),
-            2 => Ok(Codec::Snappy),
-            3 => Ok(Codec::Lz4),
-            4 => Ok(Codec::Zstd),
-            other => Err(BatchError::UnknownCodec(other)),
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Codec::None => "none",
-            Codec::Gzip => "gzip",
-            Codec::Snappy => "snappy",
-            Codec::Lz4 => "lz4",
-            Codec::Zstd => "zstd",
-        }
-    }
-}
-
-impl fmt::Display for Codec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// Compression codec of a batch, as encoded in its attributes (the record codec's type).
+pub use strata_records::Codec;
 
 /// The parsed header of one RecordBatch v2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,6 +138,7 @@ impl BatchHeader {
 
     pub fn codec(&self) -> Result<Codec, BatchError> {
         Codec::from_attributes(self.attributes)
+            .map_err(|_| BatchError::UnknownCodec(self.attributes & COMPRESSION_MASK))
     }
 
     pub fn is_transactional(&self) -> bool {
@@ -250,6 +213,25 @@ pub fn assign_offset_and_epoch(batch: &mut [u8], base_offset: i64, leader_epoch:
     batch[BASE_OFFSET..BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
     batch[PARTITION_LEADER_EPOCH..PARTITION_LEADER_EPOCH + 4]
         .copy_from_slice(&leader_epoch.to_be_bytes());
+}
+
+/// Sets the batch's max timestamp (Kafka's `setMaxTimestamp` for CreateTime) and recomputes
+/// its CRC.
+pub fn set_max_timestamp(batch: &mut [u8], max_timestamp: i64) {
+    batch[MAX_TIMESTAMP..MAX_TIMESTAMP + 8].copy_from_slice(&max_timestamp.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES..]);
+    batch[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// After the records section was re-encoded: sets the codec bits and the batch length and
+/// recomputes the CRC.
+pub fn set_codec_and_length(batch: &mut [u8], codec_id: i16) {
+    let attributes = (i16_at(batch, ATTRIBUTES) & !COMPRESSION_MASK) | codec_id;
+    batch[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    let length = (batch.len() - LOG_OVERHEAD) as i32;
+    batch[BATCH_LENGTH..BATCH_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES..]);
+    batch[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// Marks the batch as `LogAppendTime` with the given time and recomputes its CRC. The records

@@ -1,8 +1,8 @@
 //! The broker side of `strata-compaction`: a [`SegmentSource`] over a partition log's segment
 //! files ([`LogSegmentSource`]), a [`BatchSink`] that writes cleaned segments aside and swaps
-//! them in with Kafka's crash-safe protocol ([`CleanedSegmentSink`]), the start-up recovery of
-//! interrupted swaps ([`recover_interrupted_swaps`]), and the null-key check of compacted
-//! topics ([`check_keys`]).
+//! them in with Kafka's crash-safe protocol ([`CleanedSegmentSink`]) and the start-up recovery of
+//! interrupted swaps ([`recover_interrupted_swaps`]). Compacted topics' null-key check is part
+//! of produce validation (`strata_records::validate`).
 //!
 //! Concurrency: the cleaner reads and writes outside the partition lock and takes it only
 //! briefly: to list the segments, to look up a segment's file, and to swap a cleaned group in
@@ -49,7 +49,7 @@ use strata_compaction::{BatchSink, LastRecord, RetainedBatch, SegmentInfo, Segme
 
 use super::batch::{BatchHeader, BATCH_HEADER_LEN};
 use super::segment::{Segment, SEGMENT_FILE_EXTENSIONS};
-use super::{limits, AppendError, Log};
+use super::{limits, Log};
 
 /// Suffix of a cleaned segment being written (Kafka's `CleanedFileSuffix`).
 pub const CLEANED_SUFFIX: &str = ".cleaned";
@@ -628,49 +628,6 @@ pub fn recover_interrupted_swaps(dir: &Path) -> io::Result<()> {
         sync_dir(dir)?;
     }
     Ok(())
-}
-
-/// Kafka's `LogValidator.validateKey`: a compacted topic refuses records without a key, with
-/// INVALID_RECORD and one record error per such record.
-pub fn check_keys(batch: &[u8], dir: &Path) -> Result<(), AppendError> {
-    let bytes = Bytes::copy_from_slice(batch);
-    let header = strata_compaction::batch::BatchHeader::parse(&bytes)
-        .map_err(|e| AppendError::InvalidRecord(e.to_string()))?;
-    let records = strata_compaction::batch::records(&bytes, &header)
-        .map_err(|e| AppendError::InvalidRecord(e.to_string()))?;
-    let topic_partition = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let record_errors: Vec<(i32, String)> = records
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.key.is_none())
-        .map(|(index, _)| {
-            (
-                index as i32,
-                format!(
-                    "Compacted topic cannot accept message without key in topic partition {topic_partition}"
-                ),
-            )
-        })
-        .collect();
-    if record_errors.is_empty() {
-        return Ok(());
-    }
-    let shown: Vec<String> = record_errors
-        .iter()
-        .take(3)
-        .map(|(index, message)| format!("RecordError(batchIndex={index}, message='{message}')"))
-        .collect();
-    Err(AppendError::RecordErrors {
-        message: format!(
-            "One or more records have been rejected due to {} record errors in total, and only showing the first three errors at most: [{}]",
-            record_errors.len(),
-            shown.join(", ")
-        ),
-        record_errors,
-    })
 }
 
 #[cfg(test)]

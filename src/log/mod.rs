@@ -61,9 +61,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-};
+use kafka_protocol::records::{Compression, RecordBatchEncoder, RecordEncodeOptions};
 
 use crate::config::TopicConfig;
 use batch::{BatchError, BatchHeader, BatchIter, Codec};
@@ -75,6 +73,9 @@ use segment::{FileSlice, Segment, SegmentLimits};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppendOrigin {
     Client,
+    /// The broker's own coordinators (Kafka's `AppendOrigin.COORDINATOR`): Kafka's
+    /// client-only batch checks (offset range, sequence, control) do not apply.
+    Coordinator,
     Replication,
 }
 
@@ -82,12 +83,19 @@ pub enum AppendOrigin {
 pub enum AppendError {
     #[error("corrupt record batch: {0}")]
     Corrupt(BatchError),
+    /// Refused by the record codec's validation (Kafka's `LogValidator`): CORRUPT_MESSAGE or
+    /// INVALID_RECORD as [`strata_records::RecordsError::kafka_error`] says.
+    #[error("{0}")]
+    Records(strata_records::RecordsError),
     #[error("invalid record: {0}")]
     InvalidRecord(String),
     /// Records refused one by one (Kafka's `RecordValidationException`): INVALID_RECORD with
     /// the produce response's per-record errors (index in the batch, message).
     #[error("{message}")]
     RecordErrors {
+        /// INVALID_TIMESTAMP rather than INVALID_RECORD (a record's timestamp is out of
+        /// range), as Kafka's `processRecordErrors` decides.
+        invalid_timestamp: bool,
         message: String,
         record_errors: Vec<(i32, String)>,
     },
@@ -190,6 +198,8 @@ pub struct Log {
     /// When the last repair of an offline log was tried (ms), to retry at most every
     /// [`REPAIR_BACKOFF_MS`].
     last_repair_ms: i64,
+    /// Reused buffers for validating produced batches (one writer per log).
+    scratch: strata_records::Scratch,
 }
 
 /// How often an offline log retries its repair.
@@ -312,6 +322,7 @@ impl Log {
             aborted: Vec::new(),
             offline: None,
             last_repair_ms: i64::MIN,
+            scratch: strata_records::Scratch::new(),
         };
         log.load_aborted_txns()?;
         log.load_producer_state()?;
@@ -599,6 +610,17 @@ impl Log {
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<AppendInfo, AppendError> {
+        self.append_as_leader_from(AppendOrigin::Client, records, leader_epoch, now_ms)
+    }
+
+    /// [`Log::append_as_leader`] for a given origin (a client or the broker's coordinators).
+    pub fn append_as_leader_from(
+        &mut self,
+        origin: AppendOrigin,
+        records: &[u8],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, AppendError> {
         self.ensure_online(now_ms)?;
         let mut batches = Vec::new();
         for item in BatchIter::new(records) {
@@ -624,40 +646,11 @@ impl Log {
                 max: self.config.max_message_bytes,
             });
         }
-        header.validate(bytes).map_err(AppendError::Corrupt)?;
-        if header.records_count == 0 {
-            return Err(AppendError::InvalidRecord(
-                "record batch has no records".into(),
-            ));
-        }
-        if header.is_control() {
-            return Err(AppendError::InvalidRecord(
-                "clients may not write control batches".into(),
-            ));
-        }
+        let validated = self.validate_produced(bytes, origin, now_ms)?;
         if header.is_transactional() && !header.has_producer_id() {
             return Err(AppendError::InvalidRecord(
                 "transactional batches need a producer id".into(),
             ));
-        }
-        if !self.config.log_append_time {
-            let after = self.config.message_timestamp_after_max_ms;
-            let before = self.config.message_timestamp_before_max_ms;
-            if header.max_timestamp > now_ms.saturating_add(after) {
-                return Err(AppendError::InvalidTimestamp {
-                    timestamp: header.max_timestamp,
-                    now: now_ms,
-                });
-            }
-            if header.base_timestamp >= 0 && header.base_timestamp < now_ms.saturating_sub(before) {
-                return Err(AppendError::InvalidTimestamp {
-                    timestamp: header.base_timestamp,
-                    now: now_ms,
-                });
-            }
-        }
-        if self.config.cleanup_policy_compact {
-            cleaner::check_keys(bytes, &self.dir)?;
         }
         if let SequenceCheck::Duplicate(dup) = self.producers.check(&header)? {
             return Ok(AppendInfo {
@@ -675,13 +668,16 @@ impl Log {
         }
         // Recompress only when the topic pins a codec the batch does not use.
         let mut owned = match compression_for(&self.config.compression_type) {
-            Some(target)
-                if !codec_matches(header.codec().map_err(AppendError::Corrupt)?, target) =>
-            {
-                recompress(bytes, target)?
+            Some(target) if !codec_matches(validated.codec, target) => {
+                recompress(bytes, target, self.config.max_decompressed_batch_bytes)?
             }
             _ => bytes.to_vec(),
         };
+        // As Kafka, the batch's max timestamp is the largest record timestamp, whatever the
+        // producer wrote (the CRC covers it).
+        if !self.config.log_append_time && validated.max_timestamp != header.max_timestamp {
+            batch::set_max_timestamp(&mut owned, validated.max_timestamp);
+        }
         let base_offset = self.log_end_offset;
         batch::assign_offset_and_epoch(&mut owned, base_offset, leader_epoch);
         let log_append_time = if self.config.log_append_time {
@@ -699,6 +695,48 @@ impl Log {
             duplicate: false,
             records: header.records_count,
             bytes: owned.len(),
+        })
+    }
+
+    /// Kafka's `LogValidator` for a client's batch, through the record codec: an uncompressed
+    /// batch is walked in place, a compressed one streamed through the log's scratch buffer
+    /// under `strata.max.decompressed.batch.bytes` (nothing decompressed is kept).
+    fn validate_produced(
+        &mut self,
+        bytes: &[u8],
+        origin: AppendOrigin,
+        now_ms: i64,
+    ) -> Result<strata_records::ValidatedBatch, AppendError> {
+        let topic_partition = self
+            .dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let opts = strata_records::ValidationOptions {
+            topic_partition: &topic_partition,
+            origin_client: origin == AppendOrigin::Client,
+            compacted_topic: self.config.cleanup_policy_compact,
+            log_append_time: self.config.log_append_time,
+            now_ms,
+            timestamp_before_max_ms: self.config.message_timestamp_before_max_ms,
+            timestamp_after_max_ms: self.config.message_timestamp_after_max_ms,
+            max_decompressed_message_bytes: self.config.max_decompressed_message_bytes,
+            max_decompressed_batch_bytes: self.config.max_decompressed_batch_bytes,
+        };
+        strata_records::validate(bytes, &opts, &mut self.scratch).map_err(|e| match e {
+            strata_records::ValidateError::Batch(e) => AppendError::Records(e),
+            strata_records::ValidateError::Records {
+                invalid_timestamp,
+                message,
+                record_errors,
+            } => AppendError::RecordErrors {
+                invalid_timestamp,
+                message,
+                record_errors: record_errors
+                    .into_iter()
+                    .map(|e| (e.batch_index, e.message))
+                    .collect(),
+            },
         })
     }
 
@@ -1119,13 +1157,14 @@ impl Log {
                     }));
                 }
                 let raw = seg.read_batch_at(pos, &h)?;
-                if let Some(r) = decode_records(&raw)?
-                    .into_iter()
-                    .find(|r| r.timestamp >= timestamp && r.offset >= self.log_start_offset)
+                let log_start = self.log_start_offset;
+                let limit = self.config.max_decompressed_batch_bytes;
+                if let Some((offset, ts)) =
+                    find_record(&raw, limit, |o, t| t >= timestamp && o >= log_start)?
                 {
                     return Ok(Some(TimestampAndOffset {
-                        timestamp: r.timestamp,
-                        offset: r.offset,
+                        timestamp: ts,
+                        offset,
                         leader_epoch: h.partition_leader_epoch,
                     }));
                 }
@@ -1160,13 +1199,11 @@ impl Log {
                 }));
             }
             let raw = seg.read_batch_at(pos, &h)?;
-            if let Some(r) = decode_records(&raw)?
-                .into_iter()
-                .find(|r| r.timestamp == target)
-            {
+            let limit = self.config.max_decompressed_batch_bytes;
+            if let Some((offset, _)) = find_record(&raw, limit, |_, t| t == target)? {
                 return Ok(Some(TimestampAndOffset {
                     timestamp: target,
-                    offset: r.offset,
+                    offset,
                     leader_epoch: h.partition_leader_epoch,
                 }));
             }
@@ -1518,6 +1555,7 @@ pub fn first_record_at_or_after(
     batch: &[u8],
     timestamp: i64,
     min_offset: i64,
+    max_decompressed_batch_bytes: u64,
 ) -> io::Result<Option<TimestampAndOffset>> {
     let header = BatchHeader::parse(batch)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
@@ -1530,14 +1568,14 @@ pub fn first_record_at_or_after(
             }),
         );
     }
-    Ok(decode_records(batch)?
-        .into_iter()
-        .find(|r| r.timestamp >= timestamp && r.offset >= min_offset)
-        .map(|r| TimestampAndOffset {
-            timestamp: r.timestamp,
-            offset: r.offset,
-            leader_epoch: header.partition_leader_epoch,
-        }))
+    Ok(find_record(batch, max_decompressed_batch_bytes, |o, t| {
+        t >= timestamp && o >= min_offset
+    })?
+    .map(|(offset, ts)| TimestampAndOffset {
+        timestamp: ts,
+        offset,
+        leader_epoch: header.partition_leader_epoch,
+    }))
 }
 
 const MARKER_ABORT: i16 = 0;
@@ -1545,16 +1583,30 @@ const MARKER_COMMIT: i16 = 1;
 
 /// The type of the COMMIT/ABORT marker in a control batch (key: version i16, type i16).
 fn marker_type(raw: &[u8]) -> Option<i16> {
-    let records = decode_records(raw).ok()?;
-    let key = records.first()?.key.as_ref()?;
+    let key = first_record_field(raw, |r| r.key)?;
     (key.len() >= 4).then(|| i16::from_be_bytes([key[2], key[3]]))
 }
 
 /// The coordinator epoch in a COMMIT/ABORT marker's value (version i16, epoch i32).
 fn marker_coordinator_epoch(raw: &[u8]) -> Option<i32> {
-    let records = decode_records(raw).ok()?;
-    let value = records.first()?.value.as_ref()?;
+    let value = first_record_field(raw, |r| r.value)?;
     (value.len() >= 6).then(|| i32::from_be_bytes([value[2], value[3], value[4], value[5]]))
+}
+
+/// Largest control batch read for its marker (a marker record is a few bytes).
+const MAX_MARKER_BATCH_BYTES: u64 = 1 << 20;
+
+/// A field of the first record of a control batch, copied out (a few bytes).
+fn first_record_field(
+    raw: &[u8],
+    field: impl for<'a> Fn(&strata_records::Record<&'a [u8]>) -> Option<&'a [u8]>,
+) -> Option<Vec<u8>> {
+    let header = strata_records::BatchHeader::parse(raw).ok()?;
+    let mut buf = Vec::new();
+    let mut records =
+        strata_records::records_of(raw, &header, MAX_MARKER_BATCH_BYTES, &mut buf).ok()?;
+    let (_, first) = records.next()?.ok()?;
+    field(&first).map(<[u8]>::to_vec)
 }
 
 /// A control batch holding one COMMIT or ABORT marker, as Kafka writes it (uncompressed,
@@ -1601,33 +1653,74 @@ fn control_batch(
     Ok(out.to_vec())
 }
 
-/// Decodes the records of one batch (used only off the hot path: timestamp lookups).
-fn decode_records(raw: &[u8]) -> io::Result<Vec<kafka_protocol::records::Record>> {
-    let mut buf = Bytes::copy_from_slice(raw);
-    RecordBatchDecoder::decode(&mut buf)
-        .map(|set| set.records)
-        .map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("cannot decode batch: {e}"),
-            )
-        })
+/// The first record of one stored batch, as (offset, timestamp), for which `pred` holds.
+/// Decompresses under `limit` bytes (off the hot path: timestamp lookups).
+fn find_record(
+    raw: &[u8],
+    limit: u64,
+    pred: impl Fn(i64, i64) -> bool,
+) -> io::Result<Option<(i64, i64)>> {
+    let invalid = |e: strata_records::RecordsError| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("cannot read batch: {e}"),
+        )
+    };
+    let header = strata_records::BatchHeader::parse(raw).map_err(invalid)?;
+    let mut buf = Vec::new();
+    for item in strata_records::records_of(raw, &header, limit, &mut buf).map_err(invalid)? {
+        let (_, r) = item.map_err(invalid)?;
+        let offset = header.base_offset + i64::from(r.offset_delta);
+        let timestamp = if header.is_log_append_time() {
+            header.max_timestamp
+        } else {
+            header.base_timestamp.wrapping_add(r.timestamp_delta)
+        };
+        if pred(offset, timestamp) {
+            return Ok(Some((offset, timestamp)));
+        }
+    }
+    Ok(None)
 }
 
-/// Re-encodes a batch with another codec (topic compression.type differs from the producer's).
-fn recompress(bytes: &[u8], target: Compression) -> Result<Vec<u8>, AppendError> {
-    let records = decode_records(bytes).map_err(|e| AppendError::InvalidRecord(e.to_string()))?;
-    let mut out = BytesMut::with_capacity(bytes.len());
-    RecordBatchEncoder::encode(
-        &mut out,
-        records.iter(),
-        &RecordEncodeOptions {
-            version: 2,
-            compression: target,
-        },
-    )
-    .map_err(|e| AppendError::InvalidRecord(format!("cannot re-encode batch: {e}")))?;
-    Ok(out.to_vec())
+/// Re-encodes a validated batch with another codec (topic compression.type differs from the
+/// producer's). The records section does not depend on the codec, so it is decompressed
+/// (under `limit` bytes) and compressed again as it is; the header keeps every field but the
+/// codec bits, length and CRC.
+fn recompress(bytes: &[u8], target: Compression, limit: u64) -> Result<Vec<u8>, AppendError> {
+    use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
+    let header = strata_records::BatchHeader::parse(bytes).map_err(AppendError::Records)?;
+    let codec = header.codec().map_err(AppendError::Records)?;
+    let payload = &bytes[batch::BATCH_HEADER_LEN..];
+    let mut plain = Vec::new();
+    let records: &[u8] = if codec == Codec::None {
+        payload
+    } else {
+        strata_records::decompress_into(codec, payload, limit, &mut plain)
+            .map_err(AppendError::Records)?;
+        &plain
+    };
+    let mut out = BytesMut::with_capacity(batch::BATCH_HEADER_LEN + records.len() / 2);
+    out.extend_from_slice(&bytes[..batch::BATCH_HEADER_LEN]);
+    let fill = |b: &mut BytesMut| {
+        b.extend_from_slice(records);
+        Ok(())
+    };
+    let (id, result) = match target {
+        Compression::None => {
+            out.extend_from_slice(records);
+            (0, Ok(()))
+        }
+        Compression::Gzip => (1, Gzip::compress(&mut out, fill)),
+        Compression::Snappy => (2, Snappy::compress(&mut out, fill)),
+        Compression::Lz4 => (3, Lz4::compress(&mut out, fill)),
+        Compression::Zstd => (4, Zstd::compress(&mut out, fill)),
+    };
+    result.map_err(|e| AppendError::InvalidRecord(format!("cannot re-encode batch: {e}")))?;
+    drop(plain);
+    let mut out = out.to_vec();
+    batch::set_codec_and_length(&mut out, id);
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -66,7 +66,9 @@ fn history(log: &Log) -> Vec<(i64, Vec<u8>)> {
         let bytes = slice.read().unwrap();
         for item in BatchIter::new(&bytes) {
             let (_, h, raw) = item.unwrap();
-            for r in decode_records(raw).unwrap() {
+            let mut buf = bytes::Bytes::copy_from_slice(raw);
+            let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut buf).unwrap();
+            for r in set.records {
                 out.push((r.offset, r.value.unwrap().to_vec()));
             }
             offset = h.last_offset() + 1;

@@ -14,6 +14,7 @@ mod cluster_security;
 mod cluster_tiering;
 mod compaction;
 mod coordinators;
+mod corrupt_records;
 mod crash;
 mod full_disk;
 mod group_offsets;

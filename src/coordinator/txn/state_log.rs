@@ -16,7 +16,7 @@ use kafka_protocol::messages::write_txn_markers_request::{
 };
 use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{Compression, RecordBatchDecoder};
+use kafka_protocol::records::Compression;
 use kafka_protocol::ResponseError;
 
 use super::{MarkerError, Participants, TransactionLog, TRANSACTION_STATE_TOPIC};
@@ -150,12 +150,12 @@ fn replay_partitions(partitions: &[Arc<Partition>]) -> io::Result<Vec<(Bytes, Op
     let mut out = Vec::new();
     for p in partitions {
         let start = p.offsets().log_start_offset;
+        let limit = p.with_log(|l| l.config().max_decompressed_batch_bytes);
         scan_batches(p, |h, mut batch| {
             if h.is_control() {
                 return Ok(());
             }
-            let set = RecordBatchDecoder::decode(&mut batch)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            let set = crate::coordinator::offsets_log::decode_bounded(&mut batch, limit)?;
             for r in set.records {
                 if r.offset < start {
                     continue;

@@ -13,7 +13,7 @@ use strata_compaction::{Cleaner, CleaningCandidate, LogToClean, PassOutcome, Thr
 use super::*;
 use crate::config::TopicConfig;
 use crate::log::batch::build_batch;
-use crate::log::LoadOptions;
+use crate::log::{AppendError, LoadOptions};
 
 fn config(overrides: &[(&str, &str)]) -> TopicConfig {
     let o: BTreeMap<String, String> = overrides
@@ -349,6 +349,7 @@ fn a_compacted_topic_rejects_records_without_a_key_as_kafka_does() {
     let AppendError::RecordErrors {
         message,
         record_errors,
+        ..
     } = &error
     else {
         panic!("{error:?}");

@@ -1,8 +1,9 @@
 //! RecordBatch v2 bytes to Parquet, without I/O: batches in, rows appended to an
 //! [`ArrowWriter`] over any `Write`.
 //!
-//! Decompression uses kafka-protocol's codecs (gzip, snappy, lz4, zstd). Records are parsed
-//! here rather than through `RecordBatchDecoder::decode`, for two reasons that change what
+//! Records are walked with `strata_records` (the broker's one record codec), which decompresses
+//! under [`ConvertOptions::max_decompressed_batch_bytes`] and bounds every length by the bytes
+//! that back it. Not through `RecordBatchDecoder::decode`, for two reasons that change what
 //! readers see: its `Record::headers` is a map, so repeated header keys (legal in Kafka) would
 //! be merged, and it derives every timestamp from `baseTimestamp + delta`, while a
 //! `LogAppendTime` batch's records all carry the batch's `maxTimestamp`.
@@ -21,7 +22,6 @@ use arrow_array::builder::{
 use arrow_array::{ArrayRef, Int32Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use bytes::Bytes;
-use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
@@ -34,7 +34,6 @@ pub const BATCH_HEADER_LEN: usize = 61;
 /// The batch occupies `LOG_OVERHEAD + batchLength` bytes.
 pub const LOG_OVERHEAD: usize = 12;
 
-const ATTR_COMPRESSION: i16 = 0x07;
 const ATTR_LOG_APPEND_TIME: i16 = 0x08;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
@@ -202,6 +201,9 @@ pub struct ConvertOptions {
     pub zstd_level: i32,
     /// Decode JSON values into typed `value_<name>` columns (see [`super::value_schema`]).
     pub value_schema: Option<Arc<ValueSchema>>,
+    /// The most one batch's records may decompress to (the topic's
+    /// `strata.max.decompressed.batch.bytes`); a larger batch fails the export as corrupt.
+    pub max_decompressed_batch_bytes: u64,
 }
 
 impl Default for ConvertOptions {
@@ -213,6 +215,7 @@ impl Default for ConvertOptions {
             // Arrow's (and pyarrow's) default level: fast, and smaller files than snappy.
             zstd_level: 1,
             value_schema: None,
+            max_decompressed_batch_bytes: 64 << 20,
         }
     }
 }
@@ -492,27 +495,34 @@ impl<W: Write + Send> ParquetFileWriter<W> {
                 format!("CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"),
             ));
         }
-        let mut records = batch.slice(BATCH_HEADER_LEN..header.size);
-        // kafka-protocol's codec closures return anyhow::Result; errors become text here.
-        let mut parse = |buf: &mut Bytes| -> anyhow::Result<Pushed> {
-            let mut pushed = Pushed::default();
-            let mut cur: &[u8] = buf;
-            for _ in 0..header.records_count.max(0) {
-                self.push_record(header, &mut cur, filter, &mut pushed)
-                    .map_err(anyhow::Error::msg)?;
-            }
-            Ok(pushed)
-        };
-        let result = match header.attributes & ATTR_COMPRESSION {
-            0 => parse(&mut records),
-            1 => Gzip::decompress(&mut records, parse),
-            2 => Snappy::decompress(&mut records, parse),
-            3 => Lz4::decompress(&mut records, parse),
-            4 => Zstd::decompress(&mut records, parse),
-            c => Err(anyhow::anyhow!("unknown compression codec {c}")),
+        let whole = &batch[..header.size];
+        let parsed =
+            strata_records::BatchHeader::parse(whole).map_err(|e| corrupt(base, e.to_string()))?;
+        let mut plain = Vec::new();
+        let records = strata_records::records_of(
+            whole,
+            &parsed,
+            self.options.max_decompressed_batch_bytes,
+            &mut plain,
+        )
+        .map_err(|e| corrupt(base, e.to_string()))?;
+        let mut pushed = Pushed::default();
+        let mut found = 0;
+        for item in records.take(header.records_count.max(0) as usize) {
+            let (_, record) = item.map_err(|e| corrupt(base, e.to_string()))?;
+            found += 1;
+            self.push_record(header, &record, filter, &mut pushed)
+                .map_err(|reason| corrupt(base, reason))?;
         }
-        .map_err(|e| format!("{e:#}"));
-        let pushed = result.map_err(|reason| corrupt(base, reason))?;
+        if found != header.records_count.max(0) {
+            return Err(corrupt(
+                base,
+                format!(
+                    "batch declares {} records but holds {found}",
+                    header.records_count
+                ),
+            ));
+        }
         if self.rows.len >= self.options.batch_rows || self.rows.bytes >= self.options.batch_bytes {
             self.write_rows()?;
         }
@@ -522,25 +532,15 @@ impl<W: Write + Send> ParquetFileWriter<W> {
     fn push_record(
         &mut self,
         header: &BatchHeader,
-        cur: &mut &[u8],
+        record: &strata_records::Record<&[u8]>,
         filter: &mut RecordFilter,
         pushed: &mut Pushed,
     ) -> Result<(), String> {
-        let size = varint(cur)?;
-        let size = usize::try_from(size).map_err(|_| format!("record size {size}"))?;
-        if cur.len() < size {
-            return Err(format!("record of {size} bytes overruns the batch"));
-        }
-        let (mut rec, rest) = cur.split_at(size);
-        *cur = rest;
-        let _attributes = take(&mut rec, 1)?;
-        let timestamp_delta = varlong(&mut rec)?;
-        let offset_delta = varint(&mut rec)?;
-        let offset = header.base_offset + offset_delta as i64;
+        let offset = header.base_offset + record.offset_delta as i64;
         let timestamp = if header.is_log_append_time() {
             header.max_timestamp
         } else {
-            header.base_timestamp.wrapping_add(timestamp_delta)
+            header.base_timestamp.wrapping_add(record.timestamp_delta)
         };
         if offset < filter.from || offset >= filter.to {
             pushed.skipped += 1;
@@ -558,15 +558,13 @@ impl<W: Write + Send> ParquetFileWriter<W> {
             }
             filter.from_time = None;
         }
-        let key = bytes_field(&mut rec)?;
-        let value = bytes_field(&mut rec)?;
-        let header_count = varint(&mut rec)?;
+        let key = record.key;
+        let value = record.value;
         let r = &mut self.rows;
         let hb = r.headers.values();
         let mut header_bytes = 0;
-        for _ in 0..header_count.max(0) {
-            let k = bytes_field(&mut rec)?.ok_or("null header key")?;
-            let v = bytes_field(&mut rec)?;
+        for h in strata_records::HeaderIter::new(record.headers, record.header_count) {
+            let (k, v) = h.map_err(|e| e.to_string())?;
             header_bytes += k.len() + v.map_or(0, <[u8]>::len);
             match std::str::from_utf8(k) {
                 Ok(s) => field_builder::<StringBuilder>(hb, 0).append_value(s),
@@ -653,53 +651,4 @@ fn field_builder<T: ArrayBuilder>(b: &mut StructBuilder, i: usize) -> &mut T {
     // The struct's fields are built from the schema above: 0 is Utf8, 1 is Binary.
     b.field_builder::<T>(i)
         .expect("header struct fields match the schema")
-}
-
-fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
-    if b.len() < n {
-        return Err("record truncated".into());
-    }
-    let (h, t) = b.split_at(n);
-    *b = t;
-    Ok(h)
-}
-
-#[inline]
-fn varlong(b: &mut &[u8]) -> Result<i64, String> {
-    // Most deltas, lengths and counts fit in one byte.
-    if let Some(&byte) = b.first() {
-        if byte & 0x80 == 0 {
-            *b = &b[1..];
-            return Ok(((byte >> 1) as i64) ^ -((byte & 1) as i64));
-        }
-    }
-    varlong_multi_byte(b)
-}
-
-fn varlong_multi_byte(b: &mut &[u8]) -> Result<i64, String> {
-    let mut raw: u64 = 0;
-    for i in 0..10 {
-        let byte = *b.first().ok_or("varint truncated")?;
-        *b = &b[1..];
-        raw |= ((byte & 0x7f) as u64) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64));
-        }
-    }
-    Err("varint too long".into())
-}
-
-#[inline]
-fn varint(b: &mut &[u8]) -> Result<i32, String> {
-    let v = varlong(b)?;
-    i32::try_from(v).map_err(|_| format!("varint {v} out of range"))
-}
-
-/// A varint length then that many bytes; length -1 is null.
-fn bytes_field<'a>(b: &mut &'a [u8]) -> Result<Option<&'a [u8]>, String> {
-    let len = varint(b)?;
-    if len < 0 {
-        return Ok(None);
-    }
-    take(b, len as usize).map(Some)
 }
