@@ -10,11 +10,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::broker::Broker;
+use crate::services::Services;
 
 pub async fn serve(
     listener: TcpListener,
-    broker: Arc<Broker>,
+    services: Arc<Services>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -27,14 +27,14 @@ pub async fn serve(
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        let broker = broker.clone();
+        let services = services.clone();
         tracker.spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(10), respond(stream, broker)).await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), respond(stream, services)).await;
         });
     }
 }
 
-async fn respond(mut stream: TcpStream, broker: Arc<Broker>) -> std::io::Result<()> {
+async fn respond(mut stream: TcpStream, services: Arc<Services>) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -51,26 +51,20 @@ async fn respond(mut stream: TcpStream, broker: Arc<Broker>) -> std::io::Result<
     let (status, content_type, body) = match (method, path) {
         ("GET", "/health") => ("200 OK", "text/plain", "ok\n".to_string()),
         ("GET", "/metrics") => {
-            let b = broker.clone();
+            let s = services.clone();
             let text = tokio::task::spawn_blocking(move || {
-                let mut text = b.metrics.render(
-                    &b.partition_gauges(),
-                    &b.group_coordinator()
-                        .map(|c| c.gauges())
-                        .unwrap_or_default(),
-                );
-                if let Some(t) = b.tiering() {
+                let b = &s.broker;
+                let mut text = b.metrics.render(&b.partition_gauges(), &s.groups.gauges());
+                if let Some(t) = &s.tiering {
                     t.render_metrics(&mut text, &b.remote_upload_lag());
                 }
                 b.quotas.render_metrics(&mut text);
                 crate::metrics::render_request_memory(&mut text, &b.request_memory);
-                if let Some(c) = b.txn_coordinator() {
-                    crate::metrics::render_transactions(
-                        &mut text,
-                        c.ongoing_count(),
-                        &c.count_by_state(),
-                    );
-                }
+                crate::metrics::render_transactions(
+                    &mut text,
+                    s.txns.ongoing_count(),
+                    &s.txns.count_by_state(),
+                );
                 text
             })
             .await

@@ -35,7 +35,8 @@ use strata_compaction::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::{now_ms, Broker, Partition, Topic};
+use crate::broker::{Broker, Partition, Topic};
+use crate::clock::now_ms;
 use crate::config::{LogCleanerConfig, TopicConfig};
 use crate::log::checkpoint;
 use crate::log::cleaner::{is_swap_incomplete, CleanedSegmentSink, LogSegmentSource};

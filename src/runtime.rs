@@ -27,15 +27,17 @@ use tokio_util::task::TaskTracker;
 use crate::broker::Broker;
 use crate::config::BrokerConfig;
 use crate::controller::{ClusterControl, QuorumIsrSink};
+use crate::services::Services;
 
 /// A running broker.
 pub struct Running {
     pub broker: Arc<Broker>,
+    pub services: Arc<Services>,
     pub kafka_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     shutdown: CancellationToken,
     connections: TaskTracker,
-    services: TaskTracker,
+    tasks: TaskTracker,
     cluster: Option<ClusterMembership>,
 }
 
@@ -77,7 +79,7 @@ async fn join_cluster(
         tokio::task::spawn_blocking(move || b.adopt_cluster_id(&cluster_id))
             .await
             .context("cluster id task")??;
-        broker.set_cluster(control.clone());
+        broker.set_quorum(Arc::new(control.clone()));
         broker.set_isr_change_sink(Arc::new(QuorumIsrSink {
             control: control.clone(),
         }));
@@ -148,21 +150,11 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
         None
     };
     let tiering2 = tiering.clone();
-    let broker = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let broker = Broker::open(config)?;
-        if let Some(t) = tiering2 {
-            broker.set_tiering(t);
-        }
-        broker
-            .start_group_coordinator()
-            .context("loading the group coordinator")?;
-        broker
-            .start_txn_coordinator()
-            .context("loading the transaction coordinator")?;
-        Ok(broker)
-    })
-    .await
-    .context("broker start-up task")??;
+    let services = tokio::task::spawn_blocking(move || Services::open(config, tiering2))
+        .await
+        .context("broker start-up task")??;
+    let mut services = services;
+    let broker = services.broker.clone();
     // Tiered partitions take their log start offset from the manifest before anyone is
     // served (recovery rules: `crate::tiering`).
     if let Some(t) = &tiering {
@@ -170,14 +162,17 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
     }
     let shutdown = CancellationToken::new();
     let connections = TaskTracker::new();
-    let services = TaskTracker::new();
+    let tasks = TaskTracker::new();
     let cluster = match broker.config.cluster.clone() {
-        Some(c) => match join_cluster(&broker, &c, &shutdown, &services).await {
-            Ok(m) => Some(m),
+        Some(c) => match join_cluster(&broker, &c, &shutdown, &tasks).await {
+            Ok(m) => {
+                services.cluster = Some(m.control.clone());
+                Some(m)
+            }
             Err(e) => {
                 shutdown.cancel();
-                services.close();
-                services.wait().await;
+                tasks.close();
+                tasks.wait().await;
                 let b = broker.clone();
                 let _ = tokio::task::spawn_blocking(move || b.close()).await;
                 return Err(e);
@@ -185,23 +180,24 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
         },
         None => None,
     };
+    let services = Arc::new(services);
     for (index, socket) in kafka_listeners.into_iter().enumerate() {
-        services.spawn(crate::server::serve(
+        tasks.spawn(crate::server::serve(
             socket,
             index,
-            broker.clone(),
+            services.clone(),
             shutdown.clone(),
             connections.clone(),
         ));
     }
-    services.spawn(crate::admin_http::serve(
+    tasks.spawn(crate::admin_http::serve(
         admin,
-        broker.clone(),
+        services.clone(),
         shutdown.clone(),
         connections.clone(),
     ));
     spawn_periodic(
-        &services,
+        &tasks,
         &shutdown,
         Duration::from_millis(broker.config.log_retention_check_interval_ms),
         broker.clone(),
@@ -209,7 +205,7 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
         |b| b.enforce_retention(),
     );
     spawn_periodic(
-        &services,
+        &tasks,
         &shutdown,
         Duration::from_millis(broker.config.log_flush_offset_checkpoint_interval_ms),
         broker.clone(),
@@ -221,34 +217,26 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
         },
     );
     spawn_periodic(
-        &services,
+        &tasks,
         &shutdown,
         Duration::from_millis(50),
-        broker.clone(),
+        services.groups.clone(),
         "group-coordinator",
-        |b| {
-            if let Some(c) = b.group_coordinator() {
-                c.tick();
-            }
-        },
+        |c| c.tick(),
     );
     spawn_periodic(
-        &services,
+        &tasks,
         &shutdown,
         Duration::from_millis(50),
-        broker.clone(),
+        services.txns.clone(),
         "transaction-coordinator",
-        |b| {
-            if let Some(c) = b.txn_coordinator() {
-                c.tick();
-            }
-        },
+        |c| c.tick(),
     );
     if let Some(t) = tiering {
         let every = Duration::from_millis(broker.config.tiering.task_interval_ms);
         let b = broker.clone();
         let stop = shutdown.clone();
-        services.spawn(async move {
+        tasks.spawn(async move {
             let mut ticker = tokio::time::interval(every);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -265,18 +253,22 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
     }
     if broker.config.log_cleaner.enable {
         for id in 0..broker.config.log_cleaner.threads {
-            services.spawn(crate::log_cleaner::run(
+            tasks.spawn(crate::log_cleaner::run(
                 broker.clone(),
                 id,
                 shutdown.clone(),
             ));
         }
     }
-    services.spawn(crate::replication::run(broker.clone(), shutdown.clone()));
+    tasks.spawn(crate::replication::run(
+        broker.clone(),
+        services.tiering.clone(),
+        shutdown.clone(),
+    ));
     let flush_every =
         Duration::from_millis(broker.config.log_flush_scheduler_interval_ms.min(1000));
     spawn_periodic(
-        &services,
+        &tasks,
         &shutdown,
         flush_every,
         broker.clone(),
@@ -286,22 +278,23 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
     tracing::info!(%kafka_addr, %admin_addr, node_id = broker.config.node_id, cluster_id = broker.cluster_id().unwrap_or_default(), "strata broker started");
     Ok(Running {
         broker,
+        services,
         kafka_addr,
         admin_addr,
         shutdown,
         connections,
-        services,
+        tasks,
         cluster,
     })
 }
 
-fn spawn_periodic(
+fn spawn_periodic<S: Send + Sync + 'static>(
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
     every: Duration,
-    broker: Arc<Broker>,
+    service: Arc<S>,
     name: &'static str,
-    job: fn(&Broker),
+    job: fn(&S),
 ) {
     let shutdown = shutdown.clone();
     tracker.spawn(async move {
@@ -313,8 +306,8 @@ fn spawn_periodic(
                 _ = shutdown.cancelled() => break,
                 _ = ticker.tick() => {}
             }
-            let b = broker.clone();
-            if tokio::task::spawn_blocking(move || job(&b)).await.is_err() {
+            let s = service.clone();
+            if tokio::task::spawn_blocking(move || job(&s)).await.is_err() {
                 tracing::error!(job = name, "background job panicked");
             }
         }
@@ -330,7 +323,7 @@ impl Running {
             m.control.controlled_shutdown(CLUSTER_SHUTDOWN_LIMIT).await;
         }
         self.shutdown.cancel();
-        self.services.close();
+        self.tasks.close();
         self.connections.close();
         if tokio::time::timeout(Duration::from_secs(10), self.connections.wait())
             .await
@@ -338,13 +331,13 @@ impl Running {
         {
             tracing::warn!("connections still busy after 10s; closing logs anyway");
         }
-        if tokio::time::timeout(Duration::from_secs(30), self.services.wait())
+        if tokio::time::timeout(Duration::from_secs(30), self.tasks.wait())
             .await
             .is_err()
         {
             tracing::warn!("background services did not stop within 30s");
         }
-        if let Some(t) = self.broker.tiering() {
+        if let Some(t) = &self.services.tiering {
             // Seal and upload what remote topics still hold only locally, so the bucket alone
             // has every acknowledged record (bounded; a restart uploads the rest).
             if tokio::time::timeout(Duration::from_secs(20), t.drain(&self.broker))

@@ -49,9 +49,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::api;
 use crate::auth::{self, Sasl, SaslOutcome};
-use crate::broker::Broker;
 use crate::protocol::{self, FrameError};
 use crate::quota::{self, Refusal, RequestCost};
+use crate::services::Services;
 
 /// How long a TLS handshake may take before the connection is dropped.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -61,10 +61,11 @@ const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub async fn serve(
     listener: TcpListener,
     index: usize,
-    broker: Arc<Broker>,
+    services: Arc<Services>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
+    let broker = &services.broker;
     let config = &broker.config.listeners[index];
     let tls = match broker.config.security.tls.get(&config.name) {
         Some(t) => match auth::tls::acceptor(t) {
@@ -111,10 +112,11 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let broker = broker.clone();
+                let services = services.clone();
                 let shutdown = shutdown.clone();
                 let tls = tls.clone();
                 tracker.spawn(async move {
+                    let broker = &services.broker;
                     broker
                         .metrics
                         .connections_total
@@ -130,7 +132,7 @@ pub async fn serve(
                                 peer,
                                 index,
                                 auth::ANONYMOUS.to_string(),
-                                &broker,
+                                &services,
                                 &shutdown,
                             )
                             .await
@@ -151,7 +153,7 @@ pub async fn serve(
                                         .and_then(auth::tls::principal_of)
                                         .unwrap_or_else(|| auth::ANONYMOUS.to_string());
                                     serve_connection(
-                                        tls_stream, peer, index, principal, &broker, &shutdown,
+                                        tls_stream, peer, index, principal, &services, &shutdown,
                                     )
                                     .await
                                 }
@@ -219,12 +221,13 @@ async fn serve_connection<S>(
     peer: SocketAddr,
     listener: usize,
     principal: String,
-    broker: &Arc<Broker>,
+    services: &Services,
     shutdown: &CancellationToken,
 ) -> Result<(), ConnectionEnd>
 where
     S: AsyncRead + AsyncWrite + Send + Unpin,
 {
+    let broker = &services.broker;
     let (read_half, mut writer) = tokio::io::split(stream);
     let mut reader = BufReader::with_capacity(64 * 1024, read_half);
     let listener_config = &broker.config.listeners[listener];
@@ -355,7 +358,11 @@ where
                     }
                     SaslOutcome::Authenticate { .. } => unreachable_outcome(),
                 },
-                (Some(s), RequestKind::SaslAuthenticate(r)) => match s.authenticate(broker, r) {
+                (Some(s), RequestKind::SaslAuthenticate(r)) => match s.authenticate(
+                    |user, m| broker.scram_credential(user, m),
+                    &broker.metrics,
+                    r,
+                ) {
                     SaslOutcome::Authenticate { response, close } => {
                         close_after = close;
                         if let Some(p) = &s.principal {
@@ -375,13 +382,13 @@ where
                     }
                     tokio::select! {
                         _ = shutdown.cancelled() => return Ok(()),
-                        o = api::handle(broker, peer, &conn, request) => o,
+                        o = api::handle(services, peer, &conn, request) => o,
                     }
                 }
                 // A request parked in a long poll must not hold up shutdown.
                 _ => tokio::select! {
                     _ = shutdown.cancelled() => return Ok(()),
-                    (o, used) = quota::request::measure_thread_time(api::handle(broker, peer, &conn, request)) => {
+                    (o, used) = quota::request::measure_thread_time(api::handle(services, peer, &conn, request)) => {
                         thread_time = Some(used);
                         o
                     }

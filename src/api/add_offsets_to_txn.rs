@@ -9,6 +9,7 @@ use kafka_protocol::ResponseError;
 use crate::api::blocking;
 use crate::broker::Broker;
 use crate::coordinator::offsets_topic::partition_for;
+use crate::coordinator::txn::TransactionCoordinator;
 use crate::coordinator::OFFSETS_TOPIC;
 
 /// The group's `__consumer_offsets` partition (the topic may not exist yet).
@@ -22,6 +23,7 @@ pub fn offsets_partition(broker: &Broker, group: &str) -> i32 {
 
 pub async fn handle(
     broker: Arc<Broker>,
+    txns: &Arc<TransactionCoordinator>,
     req: AddOffsetsToTxnRequest,
     version: i16,
 ) -> AddOffsetsToTxnResponse {
@@ -34,9 +36,7 @@ pub async fn handle(
         };
         AddOffsetsToTxnResponse::default().with_error_code(e.map_or(0, |e| e.code()))
     };
-    let Some(c) = broker.txn_coordinator().cloned() else {
-        return respond(Some(ResponseError::CoordinatorNotAvailable));
-    };
+    let c = txns.clone();
     let partition = offsets_partition(&broker, req.group_id.0.as_str());
     let txn_id = req.transactional_id.0.to_string();
     let (pid, epoch) = (req.producer_id.0, req.producer_epoch);

@@ -16,6 +16,7 @@ use kafka_protocol::ResponseError;
 
 use crate::api::blocking;
 use crate::broker::Broker;
+use crate::coordinator::txn::TransactionCoordinator;
 
 type Partitions = Vec<(String, i32)>;
 
@@ -48,6 +49,7 @@ fn topic_results(results: Vec<((String, i32), i16)>) -> Vec<AddPartitionsToTxnTo
 /// One transaction's per-partition error codes.
 async fn one(
     broker: &Arc<Broker>,
+    txns: &Arc<TransactionCoordinator>,
     transactional_id: String,
     producer_id: i64,
     producer_epoch: i16,
@@ -76,9 +78,7 @@ async fn one(
             })
             .collect();
     }
-    let Some(c) = broker.txn_coordinator().cloned() else {
-        return all(ResponseError::CoordinatorNotAvailable);
-    };
+    let c = txns.clone();
     if verify_only {
         return match c.verify_partitions(
             &transactional_id,
@@ -115,12 +115,14 @@ fn all_ok(partitions: &Partitions) -> Vec<((String, i32), i16)> {
 
 pub async fn handle(
     broker: Arc<Broker>,
+    txns: &Arc<TransactionCoordinator>,
     req: AddPartitionsToTxnRequest,
     version: i16,
 ) -> AddPartitionsToTxnResponse {
     if version < 4 {
         let results = one(
             &broker,
+            txns,
             req.v3_and_below_transactional_id.0.to_string(),
             req.v3_and_below_producer_id.0,
             req.v3_and_below_producer_epoch,
@@ -136,6 +138,7 @@ pub async fn handle(
     for t in req.transactions {
         let results = one(
             &broker,
+            txns,
             t.transactional_id.0.to_string(),
             t.producer_id.0,
             t.producer_epoch,

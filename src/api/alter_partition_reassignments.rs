@@ -22,11 +22,14 @@ use kafka_protocol::ResponseError;
 use crate::api::{blocking, errors};
 use crate::broker::Broker;
 use crate::controller::reassign::{self, PartitionOutcome, PartitionTarget};
+use crate::controller::ClusterControl;
 
 pub async fn handle(
     broker: Arc<Broker>,
+    cluster: Option<&Arc<ClusterControl>>,
     req: AlterPartitionReassignmentsRequest,
 ) -> AlterPartitionReassignmentsResponse {
+    let cluster = cluster.cloned();
     let allow = req.allow_replication_factor_change;
     let topics: Vec<(String, Vec<PartitionTarget>)> = req
         .topics
@@ -44,7 +47,7 @@ pub async fn handle(
         })
         .collect();
     let b = broker.clone();
-    let answers = blocking(move || match b.cluster() {
+    let answers = blocking(move || match &cluster {
         Some(control) => reassign::alter(control, topics, allow),
         None => single_node(&b, topics, allow),
     })

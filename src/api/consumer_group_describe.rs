@@ -8,9 +8,11 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use std::sync::Arc;
 
 use crate::broker::Broker;
 use crate::coordinator::consumer_group::Assignment as Parts;
+use crate::coordinator::GroupCoordinator;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
@@ -33,7 +35,11 @@ fn assignment(broker: &Broker, a: &Parts) -> Assignment {
     )
 }
 
-pub fn handle(broker: &Broker, req: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse {
+pub fn handle(
+    broker: &Broker,
+    groups: &Arc<GroupCoordinator>,
+    req: ConsumerGroupDescribeRequest,
+) -> ConsumerGroupDescribeResponse {
     let groups = req
         .group_ids
         .into_iter()
@@ -41,9 +47,7 @@ pub fn handle(broker: &Broker, req: ConsumerGroupDescribeRequest) -> ConsumerGro
             let base = DescribedGroup::default()
                 .with_group_id(id.clone())
                 .with_authorized_operations(i32::MIN);
-            let Some(coordinator) = broker.group_coordinator() else {
-                return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
-            };
+            let coordinator = groups;
             if let Err(e) = coordinator.check_coordinator(id.0.as_str()) {
                 return base.with_error_code(e.code());
             }

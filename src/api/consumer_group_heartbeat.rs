@@ -1,5 +1,6 @@
 //! ConsumerGroupHeartbeat (KIP-848): join, reconcile toward the server's assignment, leave.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
@@ -8,18 +9,15 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::api::Context;
-use crate::broker::Broker;
 use crate::coordinator::consumer_group::HeartbeatIn;
+use crate::coordinator::GroupCoordinator;
 
 pub fn handle(
-    broker: &Broker,
+    groups: &Arc<GroupCoordinator>,
     ctx: &Context,
     req: ConsumerGroupHeartbeatRequest,
 ) -> ConsumerGroupHeartbeatResponse {
-    let Some(coordinator) = broker.group_coordinator() else {
-        return ConsumerGroupHeartbeatResponse::default()
-            .with_error_code(ResponseError::CoordinatorNotAvailable.code());
-    };
+    let coordinator = groups;
     if req.subscribed_topic_regex.is_some() {
         return ConsumerGroupHeartbeatResponse::default()
             .with_error_code(ResponseError::InvalidRequest.code())

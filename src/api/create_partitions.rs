@@ -10,15 +10,21 @@ use kafka_protocol::ResponseError;
 
 use crate::api::{blocking, errors};
 use crate::broker::Broker;
+use crate::controller::ClusterControl;
 
-pub async fn handle(broker: Arc<Broker>, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
+pub async fn handle(
+    broker: Arc<Broker>,
+    cluster: Option<&Arc<ClusterControl>>,
+    req: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
     let b = broker.clone();
+    let cluster = cluster.cloned();
     let results = blocking(move || {
         let mut out = Vec::new();
         for t in req.topics {
             let name = t.name.0.to_string();
             let result = CreatePartitionsTopicResult::default().with_name(t.name.clone());
-            if let (Some(c), Some(assignments)) = (b.cluster(), &t.assignments) {
+            if let (Some(c), Some(assignments)) = (&cluster, &t.assignments) {
                 let replicas: Vec<Vec<i32>> = assignments
                     .iter()
                     .map(|a| a.broker_ids.iter().map(|id| id.0).collect())

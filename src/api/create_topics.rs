@@ -14,14 +14,17 @@ use kafka_protocol::ResponseError;
 use crate::api::{blocking, errors};
 use crate::broker::{Broker, TopicError};
 use crate::config::topic::{effective, TOPIC_CONFIGS};
+use crate::controller::ClusterControl;
 
 pub async fn handle(
     broker: Arc<Broker>,
+    cluster: Option<&Arc<ClusterControl>>,
     req: CreateTopicsRequest,
     version: i16,
 ) -> CreateTopicsResponse {
     let b = broker.clone();
-    match blocking(move || create(&b, req, version)).await {
+    let cluster = cluster.cloned();
+    match blocking(move || create(&b, cluster.as_ref(), req, version)).await {
         Ok(topics) => CreateTopicsResponse::default().with_topics(topics),
         Err(e) => {
             tracing::error!(error = %e, "create topics task failed");
@@ -30,7 +33,12 @@ pub async fn handle(
     }
 }
 
-fn create(broker: &Broker, req: CreateTopicsRequest, version: i16) -> Vec<CreatableTopicResult> {
+fn create(
+    broker: &Broker,
+    cluster: Option<&Arc<ClusterControl>>,
+    req: CreateTopicsRequest,
+    version: i16,
+) -> Vec<CreatableTopicResult> {
     let mut counts: HashMap<String, usize> = HashMap::new();
     for t in &req.topics {
         *counts.entry(t.name.0.to_string()).or_default() += 1;
@@ -74,7 +82,7 @@ fn create(broker: &Broker, req: CreateTopicsRequest, version: i16) -> Vec<Creata
                 out.push(fail(ResponseError::InvalidRequest, "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into()));
                 continue;
             }
-            if let Some(c) = broker.cluster() {
+            if let Some(c) = cluster {
                 let in_order = t
                     .assignments
                     .iter()
@@ -135,7 +143,7 @@ fn create(broker: &Broker, req: CreateTopicsRequest, version: i16) -> Vec<Creata
             broker
                 .check_new_topic(&name, partitions, rf, &configs)
                 .map(|_| None)
-        } else if let (Some(c), Some(replicas)) = (broker.cluster(), assigned) {
+        } else if let (Some(c), Some(replicas)) = (cluster, assigned) {
             broker
                 .check_new_topic(&name, partitions, rf, &configs)
                 .and_then(|_| {

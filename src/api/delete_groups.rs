@@ -4,21 +4,19 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
-use kafka_protocol::ResponseError;
 
 use crate::api::blocking;
-use crate::broker::Broker;
+use crate::coordinator::GroupCoordinator;
 
-pub async fn handle(broker: Arc<Broker>, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
-    let coordinator = broker.group_coordinator().cloned();
+pub async fn handle(
+    groups: Arc<GroupCoordinator>,
+    req: DeleteGroupsRequest,
+) -> DeleteGroupsResponse {
     let results = blocking(move || {
         req.groups_names
             .into_iter()
             .map(|g| {
-                let error = match &coordinator {
-                    None => Some(ResponseError::CoordinatorNotAvailable),
-                    Some(c) => c.delete_group(g.0.as_str()),
-                };
+                let error = groups.delete_group(g.0.as_str());
                 DeletableGroupResult::default()
                     .with_group_id(g)
                     .with_error_code(error.map(|e| e.code()).unwrap_or(0))

@@ -4,8 +4,9 @@ use kafka_protocol::messages::describe_groups_response::{DescribedGroup, Describ
 use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use std::sync::Arc;
 
-use crate::broker::Broker;
+use crate::coordinator::GroupCoordinator;
 
 /// DESCRIBE, DELETE, READ as bits (everything allowed without an authorizer).
 const GROUP_AUTHORIZED_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
@@ -14,7 +15,11 @@ fn s(v: String) -> StrBytes {
     StrBytes::from_string(v)
 }
 
-pub fn handle(broker: &Broker, req: DescribeGroupsRequest, version: i16) -> DescribeGroupsResponse {
+pub fn handle(
+    groups: &Arc<GroupCoordinator>,
+    req: DescribeGroupsRequest,
+    version: i16,
+) -> DescribeGroupsResponse {
     let ops = if req.include_authorized_operations && version >= 3 {
         GROUP_AUTHORIZED_OPERATIONS
     } else {
@@ -27,9 +32,7 @@ pub fn handle(broker: &Broker, req: DescribeGroupsRequest, version: i16) -> Desc
             let base = DescribedGroup::default()
                 .with_group_id(id.clone())
                 .with_authorized_operations(ops);
-            let Some(coordinator) = broker.group_coordinator() else {
-                return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
-            };
+            let coordinator = groups;
             if let Err(e) = coordinator.check_coordinator(id.0.as_str()) {
                 return base.with_error_code(e.code());
             }

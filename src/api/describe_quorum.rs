@@ -16,6 +16,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::broker::Broker;
+use crate::controller::ClusterControl;
 
 /// Kafka's name for the metadata log.
 const METADATA_TOPIC: &str = "__cluster_metadata";
@@ -46,6 +47,7 @@ fn error(code: ResponseError, message: String) -> DescribeQuorumResponse {
 
 pub async fn handle(
     broker: std::sync::Arc<Broker>,
+    cluster: Option<&std::sync::Arc<ClusterControl>>,
     req: DescribeQuorumRequest,
     version: i16,
 ) -> DescribeQuorumResponse {
@@ -59,7 +61,7 @@ pub async fn handle(
             format!("Only {METADATA_TOPIC}-0 has a quorum."),
         );
     }
-    let Some(control) = broker.cluster() else {
+    let Some(control) = cluster else {
         let id = broker.config.node_id;
         let partition = PartitionData::default()
             .with_leader_id(id.into())

@@ -5,11 +5,14 @@ use kafka_protocol::messages::{
     DescribeTransactionsRequest, DescribeTransactionsResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::ResponseError;
+use std::sync::Arc;
 
-use crate::broker::Broker;
+use crate::coordinator::txn::TransactionCoordinator;
 
-pub fn handle(broker: &Broker, req: DescribeTransactionsRequest) -> DescribeTransactionsResponse {
+pub fn handle(
+    txns: &Arc<TransactionCoordinator>,
+    req: DescribeTransactionsRequest,
+) -> DescribeTransactionsResponse {
     let states = req
         .transactional_ids
         .into_iter()
@@ -21,9 +24,7 @@ pub fn handle(broker: &Broker, req: DescribeTransactionsRequest) -> DescribeTran
                 .with_transaction_start_time_ms(-1)
                 .with_producer_id((-1).into())
                 .with_producer_epoch(-1);
-            let Some(c) = broker.txn_coordinator() else {
-                return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
-            };
+            let c = txns;
             match c.describe(id.0.as_str()) {
                 Err(e) => base.with_error_code(e.code()),
                 Ok(d) => {

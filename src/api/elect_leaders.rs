@@ -40,7 +40,11 @@ enum Step {
     Elect(TopicId, u32),
 }
 
-pub async fn handle(broker: Arc<Broker>, req: ElectLeadersRequest) -> ElectLeadersResponse {
+pub async fn handle(
+    broker: Arc<Broker>,
+    cluster: Option<&Arc<ClusterControl>>,
+    req: ElectLeadersRequest,
+) -> ElectLeadersResponse {
     let election = match req.election_type {
         0 => ElectionType::Preferred,
         1 => ElectionType::Unclean,
@@ -53,7 +57,7 @@ pub async fn handle(broker: Arc<Broker>, req: ElectLeadersRequest) -> ElectLeade
         }
     };
     let timeout = Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0).max(1));
-    let control = broker.cluster().cloned();
+    let control = cluster.cloned();
     let state = control
         .as_ref()
         .and_then(|c| c.node().ok())

@@ -8,15 +8,17 @@ use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse};
 use kafka_protocol::ResponseError;
 
 use crate::api::blocking;
-use crate::broker::Broker;
+use crate::coordinator::txn::TransactionCoordinator;
 
-pub async fn handle(broker: Arc<Broker>, req: EndTxnRequest, version: i16) -> EndTxnResponse {
+pub async fn handle(
+    txns: &Arc<TransactionCoordinator>,
+    req: EndTxnRequest,
+    version: i16,
+) -> EndTxnResponse {
     let base = EndTxnResponse::default()
         .with_producer_id((-1).into())
         .with_producer_epoch(-1);
-    let Some(c) = broker.txn_coordinator().cloned() else {
-        return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
-    };
+    let c = txns.clone();
     // Kafka: EndTxn v5+ means the client uses transaction version 2.
     let client_tv = if version > 4 { 2 } else { 0 };
     let txn_id = req.transactional_id.0.to_string();

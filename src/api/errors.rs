@@ -57,8 +57,9 @@ pub fn topic_error(e: &TopicError) -> ResponseError {
         TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
         TopicError::DeletionDisabled => ResponseError::TopicDeletionDisabled,
         TopicError::Io(_) => ResponseError::KafkaStorageError,
-        TopicError::Cluster(c) => ResponseError::try_from_code(c.kafka_error_code())
-            .unwrap_or(ResponseError::UnknownServerError),
+        TopicError::Quorum { code, .. } => {
+            ResponseError::try_from_code(*code).unwrap_or(ResponseError::UnknownServerError)
+        }
     }
 }
 

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use crate::api::{blocking, errors};
 use crate::broker::{Broker, FollowerFetchError, Partition, Role, Topic};
 use crate::fetch_session::{FetchPosition, PartitionKey, SentState, SessionMode};
+use crate::tiering::Tiering;
 
 struct Wanted {
     topic_name: TopicName,
@@ -82,6 +83,7 @@ struct RemoteRead {
 /// `max_bytes` so that one response cannot exceed the quota window).
 pub async fn handle(
     broker: Arc<Broker>,
+    tiering: Option<&Arc<Tiering>>,
     req: FetchRequest,
     version: i16,
     listener: usize,
@@ -157,17 +159,19 @@ pub async fn handle(
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
     // A follower's fetch position is recorded by the first read only (as in Kafka).
     let mut first = true;
+    let tiered = tiering.is_some();
     let pass = loop {
         let b = broker.clone();
         let w = wanted.clone();
         let record = std::mem::take(&mut first);
-        let pass = match blocking(move || read_pass(&b, &w, max_bytes, params, record)).await {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::error!(error = %e, "fetch task failed");
-                return FetchResponse::default().with_error_code(errors::internal().code());
-            }
-        };
+        let pass =
+            match blocking(move || read_pass(&b, &w, max_bytes, params, record, tiered)).await {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!(error = %e, "fetch task failed");
+                    return FetchResponse::default().with_error_code(errors::internal().code());
+                }
+            };
         if pass.bytes >= min_bytes
             || pass.answer_now
             || pass.remote.is_some()
@@ -194,7 +198,7 @@ pub async fn handle(
             // Deadline: one last pass returns whatever has arrived.
             let b = broker.clone();
             let w = wanted.clone();
-            match blocking(move || read_pass(&b, &w, max_bytes, params, false)).await {
+            match blocking(move || read_pass(&b, &w, max_bytes, params, false, tiered)).await {
                 Ok(p) => break p,
                 Err(_) => {
                     return FetchResponse::default().with_error_code(errors::internal().code())
@@ -203,8 +207,8 @@ pub async fn handle(
         }
     };
     let mut pass = pass;
-    if let Some(r) = pass.remote.take() {
-        pass.bytes += read_remote(&broker, &mut pass.topics, r).await;
+    if let (Some(r), Some(tiering)) = (pass.remote.take(), tiering) {
+        pass.bytes += read_remote(tiering, &broker.metrics, &mut pass.topics, r).await;
     }
     broker
         .metrics
@@ -250,13 +254,11 @@ fn not_leader(p: &Partition, index: i32) -> (PartitionData, Option<i32>) {
 /// remote.fetch.max.wait.ms (on timeout the partition is returned empty; the read keeps
 /// warming the cache for the retry). Returns the bytes added.
 async fn read_remote(
-    broker: &Broker,
+    tiering: &Tiering,
+    metrics: &crate::metrics::Metrics,
     topics: &mut [FetchableTopicResponse],
     r: RemoteRead,
 ) -> usize {
-    let Some(tiering) = broker.tiering() else {
-        return 0;
-    };
     let Some(slot) = topics
         .get_mut(r.topic_slot)
         .and_then(|t| t.partitions.get_mut(r.partition_slot))
@@ -307,13 +309,13 @@ async fn read_remote(
         }
         Ok(Err(crate::tiering::RemoteReadError::OutOfRange(_))) => {
             slot.error_code = ResponseError::OffsetOutOfRange.code();
-            broker.metrics.record_error(1, slot.error_code);
+            metrics.record_error(1, slot.error_code);
             0
         }
         Ok(Err(e)) => {
             tracing::warn!(topic = %r.topic.name, partition = r.partition, offset = r.offset, error = %e, "remote fetch failed");
             slot.error_code = ResponseError::KafkaStorageError.code();
-            broker.metrics.record_error(1, slot.error_code);
+            metrics.record_error(1, slot.error_code);
             0
         }
         Err(_) => 0,
@@ -406,6 +408,7 @@ fn read_pass(
     max_bytes: usize,
     params: FetchParams,
     record_follower_position: bool,
+    tiered: bool,
 ) -> Pass {
     let read_committed = params.read_committed;
     let mut pass = Pass {
@@ -529,7 +532,7 @@ fn read_pass(
                     );
                     continue;
                 }
-                Err(crate::log::ReadError::Remote { .. }) if broker.tiering().is_some() => {
+                Err(crate::log::ReadError::Remote { .. }) if tiered => {
                     if pass.remote.is_none() {
                         if let Some(t) = &topic {
                             pass.remote = Some(RemoteRead {
@@ -568,7 +571,7 @@ fn read_pass(
                     fetch_offset,
                     pos.log_start_offset,
                     offsets.log_end_offset,
-                    crate::broker::now_ms(),
+                    crate::clock::now_ms(),
                 ) {
                     Ok(Some(expansion)) => broker.replication().propose(p.clone(), expansion),
                     Ok(None) => {}

@@ -14,6 +14,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::broker::Broker;
+use crate::controller::ClusterControl;
 use crate::coordinator::internal_topics;
 use crate::coordinator::offsets_topic::partition_for;
 use crate::coordinator::txn::TRANSACTION_STATE_TOPIC;
@@ -24,22 +25,14 @@ const KEY_TRANSACTION: i8 = 1;
 
 pub fn handle(
     broker: &Broker,
+    cluster: Option<&std::sync::Arc<ClusterControl>>,
     req: FindCoordinatorRequest,
     version: i16,
     listener: usize,
 ) -> FindCoordinatorResponse {
     let answer = |key_type: i8| -> Result<(), (ResponseError, &'static str)> {
         match key_type {
-            KEY_GROUP if broker.group_coordinator().is_some() => Ok(()),
-            KEY_GROUP => Err((
-                ResponseError::CoordinatorNotAvailable,
-                "The group coordinator is loading.",
-            )),
-            KEY_TRANSACTION if broker.txn_coordinator().is_some() => Ok(()),
-            KEY_TRANSACTION => Err((
-                ResponseError::CoordinatorNotAvailable,
-                "The transaction coordinator is loading.",
-            )),
+            KEY_GROUP | KEY_TRANSACTION => Ok(()),
             _ => Err((
                 ResponseError::InvalidRequest,
                 "Unknown coordinator key type.",
@@ -57,7 +50,6 @@ pub fn handle(
                 broker.config.transaction_state_log_num_partitions,
             )
         };
-        let cluster = broker.cluster();
         if let Some(c) = cluster {
             if !crate::controller::admin::topic_exists(c, topic) {
                 if let Some(spec) = internal_topics::spec(&broker.config, topic, true) {

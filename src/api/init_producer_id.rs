@@ -8,9 +8,11 @@ use kafka_protocol::ResponseError;
 
 use crate::api::blocking;
 use crate::broker::Broker;
+use crate::coordinator::txn::TransactionCoordinator;
 
 pub async fn handle(
     broker: Arc<Broker>,
+    txns: &Arc<TransactionCoordinator>,
     req: InitProducerIdRequest,
     version: i16,
 ) -> InitProducerIdResponse {
@@ -28,9 +30,7 @@ pub async fn handle(
             }
             (pid, epoch) => Some((pid, epoch)),
         };
-        let Some(c) = broker.txn_coordinator().cloned() else {
-            return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
-        };
+        let c = txns.clone();
         let timeout = req.transaction_timeout_ms;
         let result = blocking(move || c.init_producer_id(&txn_id, timeout, expected))
             .await

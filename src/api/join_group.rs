@@ -1,31 +1,27 @@
 //! JoinGroup (classic protocol): parks until the rebalance completes.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::ResponseError;
 
 use crate::api::Context;
-use crate::broker::Broker;
 use crate::coordinator::group::JoinRequest;
+use crate::coordinator::GroupCoordinator;
 
 fn s(v: String) -> StrBytes {
     StrBytes::from_string(v)
 }
 
 pub async fn handle(
-    broker: &Broker,
+    groups: &Arc<GroupCoordinator>,
     ctx: &Context,
     req: JoinGroupRequest,
     version: i16,
 ) -> JoinGroupResponse {
-    let Some(coordinator) = broker.group_coordinator() else {
-        return JoinGroupResponse::default()
-            .with_error_code(ResponseError::CoordinatorNotAvailable.code())
-            .with_generation_id(-1);
-    };
+    let coordinator = groups;
     let join = JoinRequest {
         member_id: req.member_id.to_string(),
         group_instance_id: req.group_instance_id.map(|i| i.to_string()),

@@ -7,17 +7,14 @@ use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 use kafka_protocol::ResponseError;
 
 use crate::api::blocking;
-use crate::broker::Broker;
+use crate::coordinator::GroupCoordinator;
 
 pub async fn handle(
-    broker: Arc<Broker>,
+    groups: &Arc<GroupCoordinator>,
     req: LeaveGroupRequest,
     version: i16,
 ) -> LeaveGroupResponse {
-    let Some(coordinator) = broker.group_coordinator().cloned() else {
-        return LeaveGroupResponse::default()
-            .with_error_code(ResponseError::CoordinatorNotAvailable.code());
-    };
+    let coordinator = groups.clone();
     let identities: Vec<(String, Option<String>)> = if version >= 3 {
         req.members
             .iter()

@@ -3,15 +3,16 @@
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::ResponseError;
+use std::sync::Arc;
 
-use crate::broker::Broker;
+use crate::coordinator::GroupCoordinator;
 
-pub fn handle(broker: &Broker, req: ListGroupsRequest, version: i16) -> ListGroupsResponse {
-    let Some(coordinator) = broker.group_coordinator() else {
-        return ListGroupsResponse::default()
-            .with_error_code(ResponseError::CoordinatorNotAvailable.code());
-    };
+pub fn handle(
+    groups: &Arc<GroupCoordinator>,
+    req: ListGroupsRequest,
+    version: i16,
+) -> ListGroupsResponse {
+    let coordinator = groups;
     let states: Vec<String> = req
         .states_filter
         .iter()

@@ -11,6 +11,7 @@ use kafka_protocol::ResponseError;
 
 use crate::api::{blocking, errors};
 use crate::broker::{Broker, Topic};
+use crate::tiering::Tiering;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -20,6 +21,7 @@ const LATEST_TIERED: i64 = -5;
 
 pub async fn handle(
     broker: Arc<Broker>,
+    tiering: Option<&Arc<Tiering>>,
     req: ListOffsetsRequest,
     version: i16,
 ) -> ListOffsetsResponse {
@@ -27,7 +29,9 @@ pub async fn handle(
     match blocking(move || list(&b, req, version)).await {
         Ok((mut topics, remote)) => {
             for r in remote {
-                lookup_remote(&broker, &mut topics, r, version).await;
+                if let Some(tiering) = tiering {
+                    lookup_remote(tiering, &mut topics, r, version).await;
+                }
             }
             ListOffsetsResponse::default().with_topics(topics)
         }
@@ -50,14 +54,11 @@ struct RemoteLookup {
 }
 
 async fn lookup_remote(
-    broker: &Broker,
+    tiering: &Tiering,
     topics: &mut [ListOffsetsTopicResponse],
     r: RemoteLookup,
     version: i16,
 ) {
-    let Some(tiering) = broker.tiering() else {
-        return;
-    };
     let Some(slot) = topics
         .get_mut(r.topic_slot)
         .and_then(|t| t.partitions.get_mut(r.partition_slot))

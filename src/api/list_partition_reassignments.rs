@@ -12,14 +12,14 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::broker::Broker;
 use crate::controller::reassign;
+use crate::controller::ClusterControl;
 
 pub fn handle(
-    broker: &Arc<Broker>,
+    cluster: Option<&Arc<ClusterControl>>,
     req: ListPartitionReassignmentsRequest,
 ) -> ListPartitionReassignmentsResponse {
-    let Some(control) = broker.cluster() else {
+    let Some(control) = cluster else {
         return ListPartitionReassignmentsResponse::default();
     };
     let requested = req.topics.map(|topics| {

@@ -7,14 +7,15 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use std::sync::Arc;
 
-use crate::broker::Broker;
+use crate::coordinator::txn::TransactionCoordinator;
 
-pub fn handle(broker: &Broker, req: ListTransactionsRequest) -> ListTransactionsResponse {
-    let Some(c) = broker.txn_coordinator() else {
-        return ListTransactionsResponse::default()
-            .with_error_code(ResponseError::CoordinatorNotAvailable.code());
-    };
+pub fn handle(
+    txns: &Arc<TransactionCoordinator>,
+    req: ListTransactionsRequest,
+) -> ListTransactionsResponse {
+    let c = txns;
     let pattern = match req
         .transactional_id_pattern
         .as_ref()

@@ -47,22 +47,13 @@ pub mod sync_group;
 pub mod txn_offset_commit;
 pub mod write_txn_markers;
 
-use std::sync::Arc;
-
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 
 use crate::broker::Broker;
 use crate::protocol::Request;
+use crate::services::Services;
 
-/// Runs `f` on the blocking pool (file I/O, fsync, directory changes). A panic there is a bug;
-/// it is reported as a storage error rather than taking the connection task down.
-///
-/// The closure's run time counts towards the request's thread time (request quotas).
-pub async fn blocking<R: Send + 'static>(
-    f: impl FnOnce() -> R + Send + 'static,
-) -> Result<R, tokio::task::JoinError> {
-    tokio::task::spawn_blocking(crate::quota::request::account_blocking(f)).await
-}
+pub use crate::blocking::run as blocking;
 
 /// What the connection does after a request.
 pub enum Outcome {
@@ -116,7 +107,7 @@ impl Context {
 
 /// Handles one request.
 pub async fn handle(
-    broker: &Arc<Broker>,
+    services: &Services,
     peer: std::net::SocketAddr,
     conn: &Connection,
     request: Request,
@@ -133,11 +124,12 @@ pub async fn handle(
             .unwrap_or_default(),
     };
     let version = request.header.request_api_version;
+    let broker = &services.broker;
     let (body, finish) = match authorize::gate(broker, &ctx, request.body, version) {
         authorize::Gate::Answer(response) => return Outcome::Respond(Box::new(response)),
         authorize::Gate::Run(body, finish) => (body, finish),
     };
-    let outcome = run(broker, &ctx, body, version).await;
+    let outcome = run(services, &ctx, body, version).await;
     match finish {
         Some(f) => f(outcome),
         None => outcome,
@@ -145,14 +137,17 @@ pub async fn handle(
 }
 
 /// Runs the handler for an authorized request.
-async fn run(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i16) -> Outcome {
+async fn run(services: &Services, ctx: &Context, body: RequestKind, version: i16) -> Outcome {
+    let broker = &services.broker;
     let b = broker.clone();
+    let (groups, txns) = (&services.groups, &services.txns);
+    let cluster = services.cluster.as_ref();
     let response = match body {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, version)),
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(b, r, version, ctx.listener).await)
         }
-        RequestKind::Produce(r) => return produce::handle(b, ctx, r, version).await,
+        RequestKind::Produce(r) => return produce::handle(b, txns, ctx, r, version).await,
         RequestKind::Fetch(r) => {
             // A consumer with a byte quota gets at most what the quota window allows.
             let quota_cap = broker.quotas.clients.max_value_in_window(
@@ -162,29 +157,29 @@ async fn run(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i1
                     client_id: &ctx.client_id,
                 },
             );
-            ResponseKind::Fetch(fetch::handle(b, r, version, ctx.listener, quota_cap).await)
+            ResponseKind::Fetch(fetch::handle(b, services.tiering.as_ref(), r, version, ctx.listener, quota_cap).await)
         }
         RequestKind::ListOffsets(r) => {
-            ResponseKind::ListOffsets(list_offsets::handle(b, r, version).await)
+            ResponseKind::ListOffsets(list_offsets::handle(b, services.tiering.as_ref(), r, version).await)
         }
         RequestKind::CreateTopics(r) => {
-            ResponseKind::CreateTopics(create_topics::handle(b, r, version).await)
+            ResponseKind::CreateTopics(create_topics::handle(b, cluster, r, version).await)
         }
         RequestKind::DeleteTopics(r) => {
             ResponseKind::DeleteTopics(delete_topics::handle(b, r, version).await)
         }
         RequestKind::CreatePartitions(r) => {
-            ResponseKind::CreatePartitions(create_partitions::handle(b, r).await)
+            ResponseKind::CreatePartitions(create_partitions::handle(b, cluster, r).await)
         }
         RequestKind::AlterPartitionReassignments(r) => ResponseKind::AlterPartitionReassignments(
-            alter_partition_reassignments::handle(b, r).await,
+            alter_partition_reassignments::handle(b, cluster, r).await,
         ),
         RequestKind::ListPartitionReassignments(r) => ResponseKind::ListPartitionReassignments(
-            list_partition_reassignments::handle(&b, r),
+            list_partition_reassignments::handle(cluster, r),
         ),
-        RequestKind::ElectLeaders(r) => ResponseKind::ElectLeaders(elect_leaders::handle(b, r).await),
+        RequestKind::ElectLeaders(r) => ResponseKind::ElectLeaders(elect_leaders::handle(b, cluster, r).await),
         RequestKind::DescribeQuorum(r) => {
-            ResponseKind::DescribeQuorum(describe_quorum::handle(b, r, version).await)
+            ResponseKind::DescribeQuorum(describe_quorum::handle(b, cluster, r, version).await)
         }
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(describe_configs::handle(&b, r, version))
@@ -208,64 +203,64 @@ async fn run(broker: &Arc<Broker>, ctx: &Context, body: RequestKind, version: i1
             ResponseKind::DescribeLogDirs(describe_log_dirs::handle(b, r).await)
         }
         RequestKind::InitProducerId(r) => {
-            ResponseKind::InitProducerId(init_producer_id::handle(b, r, version).await)
+            ResponseKind::InitProducerId(init_producer_id::handle(b, txns, r, version).await)
         }
         RequestKind::FindCoordinator(r) => {
-            ResponseKind::FindCoordinator(find_coordinator::handle(&b, r, version, ctx.listener))
+            ResponseKind::FindCoordinator(find_coordinator::handle(&b, cluster, r, version, ctx.listener))
         }
         RequestKind::JoinGroup(r) => {
-            ResponseKind::JoinGroup(join_group::handle(&b, ctx, r, version).await)
+            ResponseKind::JoinGroup(join_group::handle(groups, ctx, r, version).await)
         }
         RequestKind::SyncGroup(r) => {
-            ResponseKind::SyncGroup(sync_group::handle(&b, r, version).await)
+            ResponseKind::SyncGroup(sync_group::handle(groups, r, version).await)
         }
-        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(heartbeat::handle(&b, r)),
+        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(heartbeat::handle(groups, r)),
         RequestKind::LeaveGroup(r) => {
-            ResponseKind::LeaveGroup(leave_group::handle(b, r, version).await)
+            ResponseKind::LeaveGroup(leave_group::handle(groups, r, version).await)
         }
         RequestKind::OffsetCommit(r) => {
-            ResponseKind::OffsetCommit(offset_commit::handle(b, r, version).await)
+            ResponseKind::OffsetCommit(offset_commit::handle(b, groups, r, version).await)
         }
         RequestKind::OffsetFetch(r) => {
-            ResponseKind::OffsetFetch(offset_fetch::handle(&b, r, version))
+            ResponseKind::OffsetFetch(offset_fetch::handle(groups, r, version))
         }
         RequestKind::DescribeGroups(r) => {
-            ResponseKind::DescribeGroups(describe_groups::handle(&b, r, version))
+            ResponseKind::DescribeGroups(describe_groups::handle(groups, r, version))
         }
-        RequestKind::ListGroups(r) => ResponseKind::ListGroups(list_groups::handle(&b, r, version)),
+        RequestKind::ListGroups(r) => ResponseKind::ListGroups(list_groups::handle(groups, r, version)),
         RequestKind::DeleteGroups(r) => {
-            ResponseKind::DeleteGroups(delete_groups::handle(b, r).await)
+            ResponseKind::DeleteGroups(delete_groups::handle(groups.clone(), r).await)
         }
         RequestKind::OffsetDelete(r) => {
-            ResponseKind::OffsetDelete(offset_delete::handle(b, r).await)
+            ResponseKind::OffsetDelete(offset_delete::handle(groups, r).await)
         }
         RequestKind::ConsumerGroupHeartbeat(r) => {
-            ResponseKind::ConsumerGroupHeartbeat(consumer_group_heartbeat::handle(&b, ctx, r))
+            ResponseKind::ConsumerGroupHeartbeat(consumer_group_heartbeat::handle(groups, ctx, r))
         }
         RequestKind::AddPartitionsToTxn(r) => {
-            ResponseKind::AddPartitionsToTxn(add_partitions_to_txn::handle(b, r, version).await)
+            ResponseKind::AddPartitionsToTxn(add_partitions_to_txn::handle(b, txns, r, version).await)
         }
         RequestKind::AddOffsetsToTxn(r) => {
-            ResponseKind::AddOffsetsToTxn(add_offsets_to_txn::handle(b, r, version).await)
+            ResponseKind::AddOffsetsToTxn(add_offsets_to_txn::handle(b, txns, r, version).await)
         }
         RequestKind::TxnOffsetCommit(r) => {
-            ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(b, r, version).await)
+            ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(b, groups, txns, r, version).await)
         }
-        RequestKind::EndTxn(r) => ResponseKind::EndTxn(end_txn::handle(b, r, version).await),
+        RequestKind::EndTxn(r) => ResponseKind::EndTxn(end_txn::handle(txns, r, version).await),
         RequestKind::WriteTxnMarkers(r) => {
-            ResponseKind::WriteTxnMarkers(write_txn_markers::handle(b, r).await)
+            ResponseKind::WriteTxnMarkers(write_txn_markers::handle(b, groups.clone(), r).await)
         }
         RequestKind::DescribeTransactions(r) => {
-            ResponseKind::DescribeTransactions(describe_transactions::handle(&b, r))
+            ResponseKind::DescribeTransactions(describe_transactions::handle(txns, r))
         }
         RequestKind::ListTransactions(r) => {
-            ResponseKind::ListTransactions(list_transactions::handle(&b, r))
+            ResponseKind::ListTransactions(list_transactions::handle(txns, r))
         }
         RequestKind::DescribeProducers(r) => {
             ResponseKind::DescribeProducers(describe_producers::handle(b, r).await)
         }
         RequestKind::ConsumerGroupDescribe(r) => {
-            ResponseKind::ConsumerGroupDescribe(consumer_group_describe::handle(&b, r))
+            ResponseKind::ConsumerGroupDescribe(consumer_group_describe::handle(&b, groups, r))
         }
         RequestKind::DescribeUserScramCredentials(r) => {
             ResponseKind::DescribeUserScramCredentials(scram_credentials::describe(&b, r))

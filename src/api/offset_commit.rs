@@ -11,9 +11,11 @@ use kafka_protocol::ResponseError;
 
 use crate::api::blocking;
 use crate::broker::Broker;
+use crate::coordinator::GroupCoordinator;
 
 pub async fn handle(
     broker: Arc<Broker>,
+    groups: &Arc<GroupCoordinator>,
     req: OffsetCommitRequest,
     version: i16,
 ) -> OffsetCommitResponse {
@@ -54,9 +56,7 @@ pub async fn handle(
         )
     };
     let total: usize = shape.iter().map(|(_, _, p)| p.len()).sum();
-    let Some(coordinator) = broker.group_coordinator().cloned() else {
-        return respond(vec![Some(ResponseError::CoordinatorNotAvailable); total]);
-    };
+    let coordinator = groups.clone();
     // Partitions that do not exist are refused here, as Kafka does before the coordinator.
     let known = |topic: &str, partition: i32| broker.partition(topic, partition).is_some();
     let mut slots: Vec<Option<ResponseError>> = Vec::with_capacity(total);

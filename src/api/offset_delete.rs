@@ -9,13 +9,13 @@ use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 use kafka_protocol::ResponseError;
 
 use crate::api::blocking;
-use crate::broker::Broker;
+use crate::coordinator::GroupCoordinator;
 
-pub async fn handle(broker: Arc<Broker>, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
-    let Some(coordinator) = broker.group_coordinator().cloned() else {
-        return OffsetDeleteResponse::default()
-            .with_error_code(ResponseError::CoordinatorNotAvailable.code());
-    };
+pub async fn handle(
+    groups: &Arc<GroupCoordinator>,
+    req: OffsetDeleteRequest,
+) -> OffsetDeleteResponse {
+    let coordinator = groups.clone();
     let partitions: Vec<(String, i32)> = req
         .topics
         .iter()

@@ -8,9 +8,10 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use std::sync::Arc;
 
-use crate::broker::Broker;
 use crate::coordinator::Committed;
+use crate::coordinator::GroupCoordinator;
 
 type Answer = Vec<((String, i32), Option<Committed>)>;
 
@@ -36,23 +37,12 @@ fn fields(c: &Option<Committed>) -> (i64, i32, String) {
     }
 }
 
-pub fn handle(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
-    let Some(coordinator) = broker.group_coordinator() else {
-        let e = ResponseError::CoordinatorNotAvailable.code();
-        if version >= 8 {
-            let groups = req
-                .groups
-                .into_iter()
-                .map(|g| {
-                    OffsetFetchResponseGroup::default()
-                        .with_group_id(g.group_id)
-                        .with_error_code(e)
-                })
-                .collect();
-            return OffsetFetchResponse::default().with_groups(groups);
-        }
-        return OffsetFetchResponse::default().with_error_code(e);
-    };
+pub fn handle(
+    groups: &Arc<GroupCoordinator>,
+    req: OffsetFetchRequest,
+    version: i16,
+) -> OffsetFetchResponse {
+    let coordinator = groups;
     // require_stable (v7+): a partition with transactional offsets still pending answers
     // UNSTABLE_OFFSET_COMMIT, so the consumer retries until the transaction completes.
     let require_stable = req.require_stable;

@@ -22,9 +22,11 @@ use tokio::time::Instant;
 
 use crate::api::{blocking, errors};
 use crate::broker::{Broker, Partition};
+use crate::coordinator::txn::TransactionCoordinator;
 
 pub async fn handle(
     broker: Arc<Broker>,
+    txns: &Arc<TransactionCoordinator>,
     ctx: &super::Context,
     req: ProduceRequest,
     version: i16,
@@ -32,9 +34,10 @@ pub async fn handle(
     let acks = req.acks;
     let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
     let b = broker.clone();
+    let t = txns.clone();
     // Only the broker writes internal topics; Kafka lets its own admin client through.
     let may_write_internal = ctx.client_id == "__admin_client";
-    let result = blocking(move || append_all(&b, req, version, may_write_internal)).await;
+    let result = blocking(move || append_all(&b, &t, req, version, may_write_internal)).await;
     let Appended {
         mut responses,
         awaiting,
@@ -188,6 +191,7 @@ fn not_leader(partition: &Partition, index: i32) -> (PartitionProduceResponse, O
 /// partition in the producer's ongoing transaction (checked in memory, no I/O).
 fn verify_transactional(
     broker: &Broker,
+    txns: &Arc<TransactionCoordinator>,
     transactional_id: Option<&str>,
     records: &[u8],
     topic: &str,
@@ -234,21 +238,19 @@ fn verify_transactional(
             return Err(produce_error(ResponseError::CoordinatorNotAvailable))
         }
     }
-    match broker.txn_coordinator() {
-        Some(c) => c.verify_partition_for_produce(
-            id,
-            h.producer_id,
-            h.producer_epoch,
-            topic,
-            partition,
-            version,
-        ),
-        None => Err(ResponseError::CoordinatorNotAvailable),
-    }
+    txns.verify_partition_for_produce(
+        id,
+        h.producer_id,
+        h.producer_epoch,
+        topic,
+        partition,
+        version,
+    )
 }
 
 fn append_all(
     broker: &Broker,
+    txns: &Arc<TransactionCoordinator>,
     req: ProduceRequest,
     version: i16,
     may_write_internal: bool,
@@ -315,6 +317,7 @@ fn append_all(
             let records = pd.records.unwrap_or_default();
             if let Err(code) = verify_transactional(
                 broker,
+                txns,
                 transactional_id.as_deref(),
                 &records,
                 &partition.topic,

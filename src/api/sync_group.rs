@@ -2,15 +2,16 @@
 
 use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::ResponseError;
+use std::sync::Arc;
 
-use crate::broker::Broker;
+use crate::coordinator::GroupCoordinator;
 
-pub async fn handle(broker: &Broker, req: SyncGroupRequest, version: i16) -> SyncGroupResponse {
-    let Some(coordinator) = broker.group_coordinator() else {
-        return SyncGroupResponse::default()
-            .with_error_code(ResponseError::CoordinatorNotAvailable.code());
-    };
+pub async fn handle(
+    groups: &Arc<GroupCoordinator>,
+    req: SyncGroupRequest,
+    version: i16,
+) -> SyncGroupResponse {
+    let coordinator = groups;
     let assignments = req
         .assignments
         .into_iter()

@@ -13,13 +13,18 @@ use kafka_protocol::ResponseError;
 use crate::api::add_offsets_to_txn::offsets_partition;
 use crate::api::blocking;
 use crate::broker::Broker;
+use crate::coordinator::txn::TransactionCoordinator;
+use crate::coordinator::GroupCoordinator;
 use crate::coordinator::OFFSETS_TOPIC;
 
 pub async fn handle(
     broker: Arc<Broker>,
+    groups: &Arc<GroupCoordinator>,
+    txns: &Arc<TransactionCoordinator>,
     req: TxnOffsetCommitRequest,
     version: i16,
 ) -> TxnOffsetCommitResponse {
+    let (groups, txns) = (groups.clone(), txns.clone());
     let shape: Vec<(kafka_protocol::messages::TopicName, Vec<i32>)> = req
         .topics
         .iter()
@@ -55,12 +60,6 @@ pub async fn handle(
         )
     };
     let total: usize = shape.iter().map(|(_, p)| p.len()).sum();
-    let (Some(groups), Some(txns)) = (
-        broker.group_coordinator().cloned(),
-        broker.txn_coordinator().cloned(),
-    ) else {
-        return respond(vec![Some(ResponseError::CoordinatorNotAvailable); total]);
-    };
     let group = req.group_id.0.to_string();
     let txn_id = req.transactional_id.0.to_string();
     let (pid, epoch) = (req.producer_id.0, req.producer_epoch);

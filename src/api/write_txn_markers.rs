@@ -13,12 +13,17 @@ use kafka_protocol::ResponseError;
 use crate::api::{blocking, errors};
 use crate::broker::Broker;
 use crate::coordinator::offsets_log::await_replicated;
+use crate::coordinator::GroupCoordinator;
 use crate::coordinator::{LogWriteError, OFFSETS_TOPIC};
 
 /// How long a marker waits for the in-sync replicas (Kafka: `request.timeout.ms`).
 const MARKER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-pub async fn handle(broker: Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
+pub async fn handle(
+    broker: Arc<Broker>,
+    groups: Arc<GroupCoordinator>,
+    req: WriteTxnMarkersRequest,
+) -> WriteTxnMarkersResponse {
     let b = broker.clone();
     let markers = blocking(move || {
         req.markers
@@ -34,6 +39,7 @@ pub async fn handle(broker: Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteTx
                             .map(|&p| {
                                 let code = write_one(
                                     &b,
+                                    &groups,
                                     t.name.0.as_str(),
                                     p,
                                     m.producer_id.0,
@@ -65,6 +71,7 @@ pub async fn handle(broker: Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteTx
 
 fn write_one(
     broker: &Broker,
+    groups: &GroupCoordinator,
     topic: &str,
     partition: i32,
     producer_id: i64,
@@ -87,9 +94,7 @@ fn write_one(
         _ => ResponseError::KafkaStorageError,
     })?;
     if topic == OFFSETS_TOPIC {
-        if let Some(g) = broker.group_coordinator() {
-            g.complete_txn_offsets(producer_id, partition, commit);
-        }
+        groups.complete_txn_offsets(producer_id, partition, commit);
     }
     Ok(())
 }

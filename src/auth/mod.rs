@@ -19,8 +19,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::broker::Broker;
 use crate::config::SaslConfig;
+use crate::metrics::Metrics;
 
 /// The principal of an unauthenticated PLAINTEXT or SSL (without client certificate)
 /// connection.
@@ -89,7 +89,13 @@ impl Sasl {
         SaslOutcome::Handshake(base)
     }
 
-    pub fn authenticate(&mut self, broker: &Broker, req: &SaslAuthenticateRequest) -> SaslOutcome {
+    /// One SaslAuthenticate step; `credentials` looks up a user's SCRAM credential.
+    pub fn authenticate(
+        &mut self,
+        credentials: impl Fn(&str, scram::Mechanism) -> Option<scram::Credential>,
+        metrics: &Metrics,
+        req: &SaslAuthenticateRequest,
+    ) -> SaslOutcome {
         let fail = |code: ResponseError, message: String| SaslOutcome::Authenticate {
             response: SaslAuthenticateResponse::default()
                 .with_error_code(code.code())
@@ -110,7 +116,7 @@ impl Sasl {
                 .map_err(|m| (ResponseError::SaslAuthenticationFailed, m))
         } else if let Some(exchange) = self.scram.as_mut() {
             let m = scram::Mechanism::parse(&mechanism).unwrap_or(scram::Mechanism::Sha256);
-            match exchange.step(&req.auth_bytes, |user| broker.scram_credential(user, m)) {
+            match exchange.step(&req.auth_bytes, |user| credentials(user, m)) {
                 Ok(scram::Step::Continue(reply)) => {
                     return SaslOutcome::Authenticate {
                         response: SaslAuthenticateResponse::default().with_auth_bytes(reply.into()),
@@ -151,7 +157,7 @@ impl Sasl {
                 }
             }
             Err((code, message)) => {
-                broker.metrics.record_error(36, code.code());
+                metrics.record_error(36, code.code());
                 fail(code, message)
             }
         }

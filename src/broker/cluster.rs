@@ -10,20 +10,20 @@ impl Broker {
     /// otherwise this broker, which serves admin requests too (Kafka's KRaft brokers report a
     /// live broker, never an absent node, which clients would wait for).
     pub fn controller_id(&self) -> i32 {
-        self.cluster()
-            .and_then(|c| c.active_controller())
+        self.quorum()
+            .and_then(|q| q.active_controller())
             .filter(|id| self.replication.cluster_broker(*id).is_some())
             .unwrap_or(self.config.node_id)
     }
 
-    /// Cluster mode's metadata quorum membership; `None` on a single node.
-    pub fn cluster(&self) -> Option<&Arc<crate::controller::ClusterControl>> {
-        self.cluster.get()
+    /// Cluster mode's metadata quorum; `None` on a single node.
+    pub fn quorum(&self) -> Option<&Arc<dyn MetadataQuorum>> {
+        self.quorum.get()
     }
 
     /// Enters cluster mode (once, at start-up, before serving clients).
-    pub fn set_cluster(&self, control: Arc<crate::controller::ClusterControl>) {
-        let _ = self.cluster.set(control);
+    pub fn set_quorum(&self, quorum: Arc<dyn MetadataQuorum>) {
+        let _ = self.quorum.set(quorum);
     }
 
     /// The replication state: cluster view, leadership, ISR proposals.
@@ -106,6 +106,7 @@ impl Broker {
         let lag_ms = self.config.replication.replica_lag_time_max.as_millis() as i64;
         let now = now_ms();
         let mut follow_changed = false;
+        let listeners = self.listeners();
         for (name, states) in by_topic {
             let topic_id = states[0].topic_id;
             // Out-of-range partitions are refused below; they do not size the topic.
@@ -169,7 +170,10 @@ impl Broker {
                                 tracing::error!(topic = %name, partition = state.partition, error = %e, "cannot delete the local copy of a partition this broker no longer replicates");
                             }
                         }
-                        self.follow_coordinator_partition(&state, p.role() == Role::Leader);
+                        let leader = p.role() == Role::Leader;
+                        for l in &listeners {
+                            l.leadership_applied(&state, leader);
+                        }
                         self.replication.record_leadership(state);
                     }
                     Err(e) => {
@@ -185,36 +189,6 @@ impl Broker {
         match first_error {
             None => Ok(()),
             Some(e) => Err(e),
-        }
-    }
-
-    /// A coordinator partition's leadership changed: its coordinator loads it (this broker
-    /// leads it) or unloads it (Kafka's `onElection` / `onResignation`). The coordinator
-    /// epoch is the partition's leader epoch.
-    fn follow_coordinator_partition(
-        &self,
-        state: &crate::replication::PartitionLeadership,
-        leader: bool,
-    ) {
-        use crate::coordinator::{txn::TRANSACTION_STATE_TOPIC, OFFSETS_TOPIC};
-        let (ownership, groups, txns) = match state.topic.as_str() {
-            OFFSETS_TOPIC => (&self.group_ownership, self.groups.get(), None),
-            TRANSACTION_STATE_TOPIC => (&self.txn_ownership, None, self.txns.get()),
-            _ => return,
-        };
-        let p = state.partition;
-        match (groups, txns, leader) {
-            (Some(g), _, true) => g.on_election(p, state.leader_epoch),
-            (Some(g), _, false) => g.on_resignation(p),
-            (_, Some(t), true) => t.on_election(p, state.leader_epoch),
-            (_, Some(t), false) => t.on_resignation(p),
-            // The coordinator starts later: it loads what the ownership says it serves.
-            (None, None, true) => {
-                ownership.elect(p, state.leader_epoch, || {});
-            }
-            (None, None, false) => {
-                ownership.resign(p, || {});
-            }
         }
     }
 

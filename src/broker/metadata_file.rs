@@ -30,7 +30,8 @@ pub(super) struct MetadataFile {
     pub(super) scram_pending: ScramStore,
 }
 
-pub type ScramStore = crate::controller::records::ScramStore;
+/// user -> mechanism name -> credential, as the broker keeps them.
+pub type ScramStore = BTreeMap<String, BTreeMap<String, crate::auth::scram::Credential>>;
 
 /// Adds or replaces a SCRAM credential in a data dir before the broker starts (`strata scram
 /// add`, like `kafka-storage format --add-scram`). Blocking.

@@ -24,7 +24,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
@@ -39,16 +38,21 @@ use crate::metrics::{Metrics, PartitionGauges};
 use crate::replication::state::ReplicaSet;
 
 mod cluster;
+mod listener;
 mod meta_properties;
 mod metadata_file;
 mod partition;
+mod quorum;
 mod security;
 
+pub use listener::CatalogListener;
 pub use meta_properties::ClusterIdError;
 pub use metadata_file::{add_scram_credential_offline, is_fresh_data_dir, kafka_uuid_string};
 use metadata_file::{write_partition_metadata, MetadataFile};
 pub use metadata_file::{write_restored_metadata, ScramStore};
 pub use partition::{FollowerFetchError, Partition, PartitionOffsets, Role};
+pub use quorum::MetadataQuorum;
+pub use security::SecurityRecords;
 
 const METADATA_FILE: &str = "strata-metadata.toml";
 const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
@@ -59,12 +63,7 @@ const PRODUCER_ID_BLOCK: i64 = 1000;
 /// Kafka's `max.incremental.fetch.session.cache.slots` default.
 const FETCH_SESSION_SLOTS: usize = 1000;
 
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use crate::clock::now_ms;
 
 /// Errors of catalog operations, mapped to Kafka codes by the API layer.
 #[derive(Debug, thiserror::Error)]
@@ -87,9 +86,10 @@ pub enum TopicError {
     DeletionDisabled,
     #[error("storage error: {0}")]
     Io(#[from] io::Error),
-    /// Cluster mode: the metadata quorum refused or could not commit the change.
-    #[error("{0}")]
-    Cluster(#[from] crate::controller::ClusterError),
+    /// Cluster mode: the metadata quorum refused or could not commit the change (`code` is
+    /// the Kafka error code it answered).
+    #[error("{message}")]
+    Quorum { code: i16, message: String },
 }
 
 /// Kafka's internal topics: only the broker writes them.
@@ -176,25 +176,17 @@ pub struct Broker {
     pub authorizer: crate::acl::Authorizer,
     /// Client quotas and connection limits.
     pub quotas: crate::quota::Quotas,
-    /// Set once at start-up, after the logs are open (the coordinator replays its topic).
-    groups: std::sync::OnceLock<Arc<crate::coordinator::GroupCoordinator>>,
-    /// Tiered storage, when remote.log.storage.system.enable is set.
-    tiering: std::sync::OnceLock<Arc<crate::tiering::Tiering>>,
-    /// Set once at start-up, after the group coordinator (markers complete its offsets).
-    txns: std::sync::OnceLock<Arc<crate::coordinator::txn::TransactionCoordinator>>,
-    /// The `__consumer_offsets` and `__transaction_state` partitions this broker serves as
-    /// coordinator, following leadership (kept here so a state applied before the
-    /// coordinators start is not lost).
-    group_ownership: Arc<crate::coordinator::ownership::Ownership>,
-    txn_ownership: Arc<crate::coordinator::ownership::Ownership>,
+    /// The services told of leadership changes and deleted topics (see [`CatalogListener`]),
+    /// registered by the runtime before any state is applied.
+    listeners: RwLock<Vec<Arc<dyn CatalogListener>>>,
     /// Log cleaner state (checkpoints, which partitions are being cleaned); its tasks are
     /// spawned by the runtime.
     log_cleaner: crate::log_cleaner::LogCleaner,
     /// Cluster view, partition leadership and ISR proposals; its tasks are spawned by the
     /// runtime.
     replication: crate::replication::ReplicaManager,
-    /// Cluster mode: the metadata quorum membership (set once at start-up).
-    cluster: std::sync::OnceLock<Arc<crate::controller::ClusterControl>>,
+    /// Cluster mode: where catalog changes are proposed (set once at start-up).
+    quorum: std::sync::OnceLock<Arc<dyn MetadataQuorum>>,
 }
 
 fn partition_dir_name(topic: &str, partition: i32) -> String {
@@ -206,8 +198,7 @@ fn partition_dir_name(topic: &str, partition: i32) -> String {
 /// first use) may take the control plane's topic id: it was never replicated and holds
 /// nothing. With data in it the ids conflict and the control plane's state is refused.
 fn adoptable_internal_topic(t: &Topic) -> bool {
-    use crate::coordinator::{txn::TRANSACTION_STATE_TOPIC, OFFSETS_TOPIC};
-    (t.name == OFFSETS_TOPIC || t.name == TRANSACTION_STATE_TOPIC)
+    is_internal_topic(&t.name)
         && t.partitions.iter().all(|p| {
             let o = p.offsets();
             !p.is_replicated() && o.log_end_offset == 0 && o.log_start_offset == 0
@@ -361,21 +352,13 @@ impl Broker {
                 config.connection_limits.clone(),
                 &meta.client_quotas,
             ),
-            groups: std::sync::OnceLock::new(),
-            tiering: std::sync::OnceLock::new(),
-            txns: std::sync::OnceLock::new(),
-            group_ownership: Arc::new(crate::coordinator::ownership::Ownership::new(
-                config.cluster.is_some(),
-            )),
-            txn_ownership: Arc::new(crate::coordinator::ownership::Ownership::new(
-                config.cluster.is_some(),
-            )),
+            listeners: RwLock::new(Vec::new()),
             log_cleaner: crate::log_cleaner::LogCleaner::open(
                 config.log_cleaner.clone(),
                 &config.log_dirs,
             ),
             replication: crate::replication::ReplicaManager::new(peer_security),
-            cluster: std::sync::OnceLock::new(),
+            quorum: std::sync::OnceLock::new(),
             config,
         };
         let now = now_ms();
@@ -490,9 +473,8 @@ impl Broker {
         resource: &str,
         configs: BTreeMap<String, String>,
     ) -> io::Result<()> {
-        if let Some(c) = self.cluster() {
-            return crate::controller::admin::set_broker_configs(c, resource, configs)
-                .map_err(io::Error::other);
+        if let Some(q) = self.quorum() {
+            return q.set_broker_configs(resource, configs);
         }
         let mut all = self
             .dynamic_configs
@@ -537,77 +519,19 @@ impl Broker {
         self.save_metadata()
     }
 
-    /// The group coordinator (present once start-up has loaded it).
-    pub fn group_coordinator(&self) -> Option<&Arc<crate::coordinator::GroupCoordinator>> {
-        self.groups.get()
+    /// Registers a service to be told of leadership changes and deleted topics.
+    pub fn add_listener(&self, listener: Arc<dyn CatalogListener>) {
+        self.listeners
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(listener);
     }
 
-    /// Creates the group coordinator and replays `__consumer_offsets`. Blocking.
-    pub fn start_group_coordinator(self: &Arc<Self>) -> io::Result<()> {
-        use crate::coordinator::{offsets_log::BrokerOffsetsLog, GroupConfig, GroupCoordinator};
-        use std::time::Duration;
-        let c = &self.config;
-        let log = BrokerOffsetsLog::new(Arc::downgrade(self), c.offsets_topic_num_partitions);
-        let coordinator = GroupCoordinator::with_ownership(
-            GroupConfig {
-                initial_rebalance_delay: Duration::from_millis(c.group_initial_rebalance_delay_ms),
-                min_session_timeout: Duration::from_millis(c.group_min_session_timeout_ms),
-                max_session_timeout: Duration::from_millis(c.group_max_session_timeout_ms),
-                offsets_retention: Duration::from_millis(c.offsets_retention_ms as u64),
-                offset_metadata_max_bytes: c.offset_metadata_max_bytes,
-                consumer_session_timeout: Duration::from_millis(
-                    c.group_consumer_session_timeout_ms,
-                ),
-                consumer_heartbeat_interval: Duration::from_millis(
-                    c.group_consumer_heartbeat_interval_ms,
-                ),
-            },
-            Arc::new(log),
-            self.group_ownership.clone(),
-        );
-        let records = coordinator.load()?;
-        tracing::info!(records, "group coordinator loaded __consumer_offsets");
-        let _ = self.groups.set(Arc::new(coordinator));
-        Ok(())
-    }
-
-    /// The transaction coordinator (present once start-up has loaded it).
-    pub fn txn_coordinator(&self) -> Option<&Arc<crate::coordinator::txn::TransactionCoordinator>> {
-        self.txns.get()
-    }
-
-    /// Creates the transaction coordinator: creates `__transaction_state` if needed and
-    /// replays it. Call after [`Self::start_group_coordinator`]. Blocking.
-    pub fn start_txn_coordinator(self: &Arc<Self>) -> io::Result<()> {
-        use crate::coordinator::txn::state_log::{BrokerParticipants, BrokerTransactionLog};
-        use crate::coordinator::txn::{TransactionCoordinator, TxnConfig};
-        use std::time::Duration;
-        let c = &self.config;
-        let log =
-            BrokerTransactionLog::new(Arc::downgrade(self), c.transaction_state_log_num_partitions);
-        log.ensure_topic()?;
-        let coordinator = TransactionCoordinator::with_ownership(
-            TxnConfig {
-                max_timeout_ms: c.transaction_max_timeout_ms,
-                transactional_id_expiration_ms: c.transactional_id_expiration_ms,
-                abort_timed_out_interval: Duration::from_millis(
-                    c.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-                ),
-                remove_expired_interval: Duration::from_millis(
-                    c.transaction_remove_expired_transaction_cleanup_interval_ms,
-                ),
-            },
-            Arc::new(log),
-            Arc::new(BrokerParticipants::new(Arc::downgrade(self))),
-            self.txn_ownership.clone(),
-        );
-        let records = coordinator.load()?;
-        tracing::info!(
-            records,
-            "transaction coordinator loaded __transaction_state"
-        );
-        let _ = self.txns.set(Arc::new(coordinator));
-        Ok(())
+    fn listeners(&self) -> Vec<Arc<dyn CatalogListener>> {
+        self.listeners
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Producer state of this partition for DescribeProducers: (producer id, epoch, last
@@ -615,14 +539,6 @@ impl Broker {
     /// Blocking (takes the log lock).
     pub fn describe_producers(partition: &Partition) -> Vec<(i64, i16, i32, i64, i32, i64)> {
         partition.with_log(|l| l.producer_states())
-    }
-
-    pub fn tiering(&self) -> Option<&Arc<crate::tiering::Tiering>> {
-        self.tiering.get()
-    }
-
-    pub fn set_tiering(&self, tiering: Arc<crate::tiering::Tiering>) {
-        let _ = self.tiering.set(tiering);
     }
 
     pub fn producer_id_block_end(&self) -> i64 {
@@ -700,10 +616,8 @@ impl Broker {
         configs: &BTreeMap<String, String>,
     ) -> Result<(), TopicError> {
         validate_topic_name(name)?;
-        let cluster = self.cluster();
-        if self.topic(name).is_some()
-            || cluster.is_some_and(|c| crate::controller::admin::topic_exists(c, name))
-        {
+        let quorum = self.quorum();
+        if self.topic(name).is_some() || quorum.is_some_and(|q| q.topic_exists(name)) {
             return Err(TopicError::AlreadyExists(name.to_string()));
         }
         if partitions < 1 {
@@ -721,7 +635,7 @@ impl Broker {
                 "Replication factor must be larger than 0.".into(),
             ));
         }
-        let available = cluster.map_or(1, |c| crate::controller::admin::unfenced_brokers(c));
+        let available = quorum.map_or(1, |q| q.unfenced_brokers());
         if replication_factor as usize > available {
             return Err(TopicError::InvalidReplicationFactor(format!(
                 "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only {available} broker(s) are registered."
@@ -748,17 +662,9 @@ impl Broker {
         replication_factor: i16,
         configs: BTreeMap<String, String>,
     ) -> Result<Arc<Topic>, TopicError> {
-        if let Some(c) = self.cluster() {
+        if let Some(q) = self.quorum() {
             self.check_new_topic(name, partitions, replication_factor, &configs)?;
-            return crate::controller::admin::create_topic(
-                self,
-                c,
-                name,
-                partitions,
-                replication_factor,
-                configs,
-                None,
-            );
+            return q.create_topic(self, name, partitions, replication_factor, configs);
         }
         let _w = self
             .catalog_writes
@@ -820,7 +726,7 @@ impl Broker {
         if !self.config.delete_topic_enable {
             return Err(TopicError::DeletionDisabled);
         }
-        if let Some(c) = self.cluster() {
+        if let Some(q) = self.quorum() {
             // Every broker's coordinators follow these; re-creating one under a new id would
             // strand the copies that hold its state.
             if is_internal_topic(name) {
@@ -828,7 +734,7 @@ impl Broker {
                     "Topic {name} is a coordinator topic; it cannot be deleted in cluster mode."
                 )));
             }
-            return crate::controller::admin::delete_topic(c, name);
+            return q.delete_topic(name);
         }
         self.delete_topic_local(name)
     }
@@ -901,10 +807,8 @@ impl Broker {
                 tracing::warn!(topic = name, error = %e, "topic deleted, but the catalog file is not rewritten yet: the next catalog change or start completes it");
             }
         }
-        if let Some(t) = self.tiering() {
-            if topic.config.remote_storage_enable {
-                t.topic_deleted(&topic.name, topic.id, topic.partitions.len() as i32);
-            }
+        for l in self.listeners() {
+            l.topic_deleted(&topic);
         }
         tracing::info!(topic = name, "deleted topic");
         Ok(topic.id)
@@ -917,14 +821,8 @@ impl Broker {
         count: i32,
         validate_only: bool,
     ) -> Result<(), TopicError> {
-        if let Some(c) = self.cluster() {
-            return crate::controller::admin::create_partitions(
-                c,
-                name,
-                count,
-                validate_only,
-                None,
-            );
+        if let Some(q) = self.quorum() {
+            return q.create_partitions(name, count, validate_only);
         }
         let _w = self
             .catalog_writes
@@ -970,8 +868,8 @@ impl Broker {
         name: &str,
         overrides: BTreeMap<String, String>,
     ) -> Result<(), TopicError> {
-        if let Some(c) = self.cluster() {
-            return crate::controller::admin::set_topic_configs(c, name, overrides);
+        if let Some(q) = self.quorum() {
+            return q.set_topic_configs(name, overrides);
         }
         self.set_topic_configs_local(name, overrides)
     }
@@ -1012,8 +910,8 @@ impl Broker {
     /// Allocates a producer id for an idempotent producer. Blocking (may persist a new block;
     /// in cluster mode, may commit a new block through the quorum).
     pub fn allocate_producer_id(&self) -> io::Result<i64> {
-        if let Some(c) = self.cluster() {
-            return crate::controller::admin::allocate_producer_id(c).map_err(io::Error::other);
+        if let Some(q) = self.quorum() {
+            return q.allocate_producer_id();
         }
         let mut ids = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
         if ids.next >= ids.block_end {

@@ -4,6 +4,14 @@
 
 use super::*;
 
+/// The ACLs, credentials and quotas the quorum holds, decoded (cluster mode).
+#[derive(Debug, Default)]
+pub struct SecurityRecords {
+    pub acls: Vec<crate::acl::AclBinding>,
+    pub scram: ScramStore,
+    pub quotas: Vec<crate::quota::QuotaRecord>,
+}
+
 impl Broker {
     /// A user's SCRAM credential for `mechanism`.
     pub fn scram_credential(
@@ -47,14 +55,8 @@ impl Broker {
             Option<crate::auth::scram::Credential>,
         )>,
     ) -> io::Result<()> {
-        if let Some(c) = self.cluster() {
-            let commands = changes
-                .iter()
-                .map(|(user, m, cred)| {
-                    crate::controller::records::scram(user, m.name(), cred.as_ref())
-                })
-                .collect();
-            return crate::controller::records::write(c, commands).map_err(io::Error::other);
+        if let Some(q) = self.quorum() {
+            return q.alter_scram(&changes);
         }
         {
             let mut store = self.scram.write().unwrap_or_else(|e| e.into_inner());
@@ -86,10 +88,7 @@ impl Broker {
 
     /// Cluster mode: replaces the ACLs, SCRAM credentials and client quotas with the quorum's
     /// and keeps a copy in the metadata file. Blocking.
-    pub fn apply_security_records(
-        &self,
-        records: crate::controller::records::SecurityRecords,
-    ) -> io::Result<()> {
+    pub fn apply_security_records(&self, records: SecurityRecords) -> io::Result<()> {
         let _w = self
             .catalog_writes
             .lock()
@@ -123,12 +122,8 @@ impl Broker {
 
     /// Adds ACLs and persists them; on failure nothing changes. Blocking.
     pub fn create_acls(&self, new: &[crate::acl::AclBinding]) -> io::Result<()> {
-        if let Some(c) = self.cluster() {
-            let commands = new
-                .iter()
-                .map(crate::controller::records::put_acl)
-                .collect();
-            return crate::controller::records::write(c, commands).map_err(io::Error::other);
+        if let Some(q) = self.quorum() {
+            return q.create_acls(new);
         }
         let _w = self
             .catalog_writes
@@ -146,18 +141,14 @@ impl Broker {
         &self,
         filters: &[crate::acl::AclFilter],
     ) -> io::Result<Vec<Vec<crate::acl::AclBinding>>> {
-        if let Some(c) = self.cluster() {
+        if let Some(q) = self.quorum() {
             let all = self.authorizer.acls();
             let removed: Vec<Vec<crate::acl::AclBinding>> = filters
                 .iter()
                 .map(|f| all.iter().filter(|a| f.matches(a)).cloned().collect())
                 .collect();
             let gone: BTreeSet<&crate::acl::AclBinding> = removed.iter().flatten().collect();
-            let commands = gone
-                .into_iter()
-                .map(crate::controller::records::delete_acl)
-                .collect();
-            crate::controller::records::write(c, commands).map_err(io::Error::other)?;
+            q.delete_acls(&gone.into_iter().collect::<Vec<_>>())?;
             return Ok(removed);
         }
         let _w = self
@@ -173,21 +164,20 @@ impl Broker {
 
     /// Applies validated client quota changes and persists them. Blocking.
     pub fn alter_client_quotas(&self, changes: &[crate::quota::Change]) -> io::Result<()> {
-        if let Some(c) = self.cluster() {
+        if let Some(q) = self.quorum() {
             let before = self.quotas.records();
             let after = self.quotas.preview(changes);
-            let mut commands: Vec<_> = after
+            let set: Vec<_> = after
                 .iter()
                 .filter(|r| !before.contains(r))
-                .map(|r| crate::controller::records::quota(&r.entity, &r.values))
+                .cloned()
                 .collect();
-            commands.extend(
-                before
-                    .iter()
-                    .filter(|r| !after.iter().any(|a| a.entity == r.entity))
-                    .map(|r| crate::controller::records::quota(&r.entity, &BTreeMap::new())),
-            );
-            return crate::controller::records::write(c, commands).map_err(io::Error::other);
+            let removed: Vec<_> = before
+                .iter()
+                .filter(|r| !after.iter().any(|a| a.entity == r.entity))
+                .cloned()
+                .collect();
+            return q.alter_client_quotas(&set, &removed);
         }
         let _w = self
             .catalog_writes

@@ -18,9 +18,12 @@ use strata_metadata::placement::{self, PlacementError, PlacementSeed};
 use strata_metadata::{Command, MetadataState};
 use uuid::Uuid;
 
-use super::{ClusterControl, ClusterError};
-use crate::broker::{Broker, Topic, TopicError};
+use super::{records, ClusterControl, ClusterError};
+use crate::acl::AclBinding;
+use crate::auth::scram::{Credential, Mechanism};
+use crate::broker::{Broker, MetadataQuorum, Topic, TopicError};
 use crate::coordinator::internal_topics::InternalTopicSpec;
+use crate::quota::QuotaRecord;
 
 /// How long an admin request waits for a committed change to reach this broker.
 const SYNC_WAIT: Duration = Duration::from_secs(15);
@@ -238,7 +241,7 @@ pub fn create_topic(
     broker
         .topic(name)
         .filter(|t| t.id == Uuid::from_bytes(*id.as_bytes()))
-        .ok_or(TopicError::Cluster(ClusterError::NotSynced(SYNC_WAIT)))
+        .ok_or_else(|| ClusterError::NotSynced(SYNC_WAIT).into())
 }
 
 /// DeleteTopic through the quorum. Blocking.
@@ -407,5 +410,110 @@ pub fn set_topic_configs(
 /// A producer id from this broker's committed block. Blocking.
 pub fn allocate_producer_id(control: &Arc<ClusterControl>) -> Result<i64, ClusterError> {
     let c = control.clone();
-    wait_for(async move { c.allocate_producer_id().await })
+    wait_for(async move { ClusterControl::allocate_producer_id(&c).await })
+}
+
+/// The broker's catalog changes, proposed to the quorum (cluster mode).
+impl MetadataQuorum for Arc<ClusterControl> {
+    fn topic_exists(&self, name: &str) -> bool {
+        topic_exists(self, name)
+    }
+
+    fn unfenced_brokers(&self) -> usize {
+        unfenced_brokers(self)
+    }
+
+    fn active_controller(&self) -> Option<i32> {
+        ClusterControl::active_controller(self)
+    }
+
+    fn create_topic(
+        &self,
+        broker: &Broker,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<Topic>, TopicError> {
+        create_topic(
+            broker,
+            self,
+            name,
+            partitions,
+            replication_factor,
+            configs,
+            None,
+        )
+    }
+
+    fn delete_topic(&self, name: &str) -> Result<Uuid, TopicError> {
+        delete_topic(self, name)
+    }
+
+    fn create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        create_partitions(self, name, count, validate_only, None)
+    }
+
+    fn set_topic_configs(
+        &self,
+        name: &str,
+        overrides: BTreeMap<String, String>,
+    ) -> Result<(), TopicError> {
+        set_topic_configs(self, name, overrides)
+    }
+
+    fn set_broker_configs(
+        &self,
+        resource: &str,
+        configs: BTreeMap<String, String>,
+    ) -> std::io::Result<()> {
+        set_broker_configs(self, resource, configs).map_err(std::io::Error::other)
+    }
+
+    fn allocate_producer_id(&self) -> std::io::Result<i64> {
+        allocate_producer_id(self).map_err(std::io::Error::other)
+    }
+
+    fn alter_scram(
+        &self,
+        changes: &[(String, Mechanism, Option<Credential>)],
+    ) -> std::io::Result<()> {
+        let commands = changes
+            .iter()
+            .map(|(user, m, cred)| records::scram(user, m.name(), cred.as_ref()))
+            .collect();
+        records::write(self, commands).map_err(std::io::Error::other)
+    }
+
+    fn create_acls(&self, acls: &[AclBinding]) -> std::io::Result<()> {
+        let commands = acls.iter().map(records::put_acl).collect();
+        records::write(self, commands).map_err(std::io::Error::other)
+    }
+
+    fn delete_acls(&self, acls: &[&AclBinding]) -> std::io::Result<()> {
+        let commands = acls.iter().map(|a| records::delete_acl(a)).collect();
+        records::write(self, commands).map_err(std::io::Error::other)
+    }
+
+    fn alter_client_quotas(
+        &self,
+        set: &[QuotaRecord],
+        removed: &[QuotaRecord],
+    ) -> std::io::Result<()> {
+        let commands = set
+            .iter()
+            .map(|r| records::quota(&r.entity, &r.values))
+            .chain(
+                removed
+                    .iter()
+                    .map(|r| records::quota(&r.entity, &BTreeMap::new())),
+            )
+            .collect();
+        records::write(self, commands).map_err(std::io::Error::other)
+    }
 }

@@ -66,7 +66,7 @@ use strata_metadata::{
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::now_ms;
+use crate::clock::now_ms;
 use crate::config::{BrokerConfig, ClusterConfig};
 use crate::coordinator::internal_topics::InternalTopicSpec;
 use crate::replication::{AlterPartitionError, AlterPartitionRequest, IsrChangeSink, LeaderAndIsr};
@@ -89,6 +89,16 @@ pub enum ClusterError {
     NotSynced(Duration),
     #[error("unexpected metadata response {0:?}")]
     UnexpectedResponse(String),
+}
+
+/// A catalog change the quorum refused or could not commit, with the code Kafka answers.
+impl From<ClusterError> for crate::broker::TopicError {
+    fn from(e: ClusterError) -> Self {
+        crate::broker::TopicError::Quorum {
+            code: e.kafka_error_code(),
+            message: e.to_string(),
+        }
+    }
 }
 
 impl ClusterError {

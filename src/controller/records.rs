@@ -31,7 +31,7 @@ use crate::quota::{EntityRecord, QuotaRecord};
 const SYNC_WAIT: Duration = Duration::from_secs(15);
 
 /// user -> mechanism name -> credential, as the broker keeps them.
-pub type ScramStore = BTreeMap<String, BTreeMap<String, Credential>>;
+pub use crate::broker::ScramStore;
 
 #[derive(Serialize, Deserialize)]
 struct ScramKey<'a> {
@@ -151,13 +151,7 @@ impl RawRecords {
     }
 }
 
-/// The ACLs, credentials and quotas the quorum holds, decoded.
-#[derive(Debug, Default)]
-pub struct SecurityRecords {
-    pub acls: Vec<AclBinding>,
-    pub scram: ScramStore,
-    pub quotas: Vec<QuotaRecord>,
-}
+pub use crate::broker::SecurityRecords;
 
 impl SecurityRecords {
     /// Decodes the records; one that does not decode (written by a newer version) is skipped

@@ -208,7 +208,7 @@ fn group_entry(
 }
 
 fn now_ms() -> i64 {
-    crate::broker::now_ms()
+    crate::clock::now_ms()
 }
 
 impl GroupCoordinator {

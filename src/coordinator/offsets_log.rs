@@ -5,33 +5,77 @@
 //! them with at least min.insync.replicas in the ISR, or they fail with a [`LogWriteError`].
 
 use std::io;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
 
 use super::offsets_topic::partition_for;
-use super::{LogEntry, LogWriteError, OffsetsLog, OFFSETS_TOPIC};
-use crate::broker::{now_ms, Broker, Partition, Topic, TopicError};
+use super::ownership::Ownership;
+use super::{GroupConfig, GroupCoordinator, LogEntry, LogWriteError, OffsetsLog, OFFSETS_TOPIC};
+use crate::broker::CatalogListener;
+use crate::broker::{Broker, Partition, Topic, TopicError};
+use crate::clock::now_ms;
 use crate::log::batch::{build_batch, BatchHeader, BatchIter};
 use crate::log::AppendError;
+use crate::replication::PartitionLeadership;
+
+impl GroupCoordinator {
+    /// The broker's group coordinator over `__consumer_offsets`, replayed. Blocking.
+    pub fn open(broker: &Arc<Broker>) -> io::Result<Arc<GroupCoordinator>> {
+        use std::time::Duration;
+        let c = &broker.config;
+        let log = BrokerOffsetsLog::new(broker.clone(), c.offsets_topic_num_partitions);
+        let coordinator = GroupCoordinator::with_ownership(
+            GroupConfig {
+                initial_rebalance_delay: Duration::from_millis(c.group_initial_rebalance_delay_ms),
+                min_session_timeout: Duration::from_millis(c.group_min_session_timeout_ms),
+                max_session_timeout: Duration::from_millis(c.group_max_session_timeout_ms),
+                offsets_retention: Duration::from_millis(c.offsets_retention_ms as u64),
+                offset_metadata_max_bytes: c.offset_metadata_max_bytes,
+                consumer_session_timeout: Duration::from_millis(
+                    c.group_consumer_session_timeout_ms,
+                ),
+                consumer_heartbeat_interval: Duration::from_millis(
+                    c.group_consumer_heartbeat_interval_ms,
+                ),
+            },
+            Arc::new(log),
+            Arc::new(Ownership::new(c.cluster.is_some())),
+        );
+        let records = coordinator.load()?;
+        tracing::info!(records, "group coordinator loaded __consumer_offsets");
+        Ok(Arc::new(coordinator))
+    }
+}
+
+/// The coordinator follows the leadership of the `__consumer_offsets` partitions.
+impl CatalogListener for GroupCoordinator {
+    fn leadership_applied(&self, state: &PartitionLeadership, leader: bool) {
+        if state.topic != OFFSETS_TOPIC {
+            return;
+        }
+        if leader {
+            self.on_election(state.partition, state.leader_epoch);
+        } else {
+            self.on_resignation(state.partition);
+        }
+    }
+}
 
 pub struct BrokerOffsetsLog {
-    broker: Weak<Broker>,
+    broker: Arc<Broker>,
     partitions: i32,
 }
 
 impl BrokerOffsetsLog {
-    pub fn new(broker: Weak<Broker>, partitions: i32) -> Self {
+    pub fn new(broker: Arc<Broker>, partitions: i32) -> Self {
         BrokerOffsetsLog { broker, partitions }
     }
 
     fn topic(&self, create: bool) -> io::Result<Option<std::sync::Arc<Topic>>> {
-        let broker = self
-            .broker
-            .upgrade()
-            .ok_or_else(|| io::Error::other("broker is shutting down"))?;
+        let broker = &self.broker;
         if let Some(t) = broker.topic(OFFSETS_TOPIC) {
             return Ok(Some(t));
         }
@@ -205,8 +249,7 @@ impl OffsetsLog for BrokerOffsetsLog {
     fn partition_for(&self, group: &str) -> i32 {
         let count = self
             .broker
-            .upgrade()
-            .and_then(|b| b.topic(OFFSETS_TOPIC))
+            .topic(OFFSETS_TOPIC)
             .map(|t| t.partitions.len() as i32)
             .unwrap_or(self.partitions);
         partition_for(group, count)
@@ -223,7 +266,7 @@ impl OffsetsLog for BrokerOffsetsLog {
     }
 
     fn resolve_topic(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
-        let t = self.broker.upgrade()?.topic(name)?;
+        let t = self.broker.topic(name)?;
         Some((t.id, t.partitions.len() as i32))
     }
 

@@ -1,7 +1,7 @@
 //! What a request costs and how its response carries the throttle time (KIP-219).
 //!
 //! A request's "thread time" is the time its handler spent running: polling on the async
-//! workers plus the closures it ran on the blocking pool ([`crate::api::blocking`] adds
+//! workers plus the closures it ran on the blocking pool ([`crate::blocking::run`] adds
 //! those through a task-local). Time spent waiting (a fetch long poll, a join waiting for the
 //! rebalance) is not counted, as Kafka does not count time in purgatory.
 

@@ -33,6 +33,7 @@ use uuid::Uuid;
 use super::peer::{PeerConnection, PeerError};
 use crate::broker::{Broker, Partition, Role};
 use crate::log::AppendError;
+use crate::tiering::Tiering;
 
 /// The Fetch version followers send (replica_state, topic ids, KIP-951 fields).
 const FETCH_VERSION: i16 = 16;
@@ -48,11 +49,16 @@ struct RunningFetcher {
 }
 
 /// Keeps one fetcher per leader this broker follows partitions of, until `shutdown`.
-pub async fn manage(broker: Arc<Broker>, shutdown: CancellationToken) {
+/// Fetches below a leader's local log start read `tiering`'s remote segments.
+pub async fn manage(
+    broker: Arc<Broker>,
+    tiering: Option<Arc<Tiering>>,
+    shutdown: CancellationToken,
+) {
     let tasks = TaskTracker::new();
     let mut fetchers: HashMap<i32, RunningFetcher> = HashMap::new();
     loop {
-        reconcile(&broker, &mut fetchers, &tasks, &shutdown);
+        reconcile(&broker, &tiering, &mut fetchers, &tasks, &shutdown);
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = broker.replication().follow_changed.notified() => {}
@@ -79,6 +85,7 @@ pub(crate) fn leader_address(broker: &Broker, leader: i32) -> Option<(String, u1
 
 fn reconcile(
     broker: &Arc<Broker>,
+    tiering: &Option<Arc<Tiering>>,
     fetchers: &mut HashMap<i32, RunningFetcher>,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
@@ -117,6 +124,7 @@ fn reconcile(
         tasks.spawn(
             Fetcher {
                 broker: broker.clone(),
+                tiering: tiering.clone(),
                 leader,
                 address: address.clone(),
                 partitions: rx,
@@ -168,6 +176,7 @@ enum Next {
 
 struct Fetcher {
     broker: Arc<Broker>,
+    tiering: Option<Arc<Tiering>>,
     leader: i32,
     address: (String, u16),
     partitions: watch::Receiver<Vec<Arc<Partition>>>,
@@ -393,7 +402,7 @@ impl Fetcher {
         }
         let backoff = self.broker.config.replication.fetch_backoff;
         let leader = self.leader;
-        let results = crate::api::blocking(move || {
+        let results = crate::blocking::run(move || {
             work.into_iter()
                 .map(|(t, data)| {
                     let next = apply_partition_data(&t, data, leader, backoff);
@@ -460,7 +469,7 @@ impl Fetcher {
             return Ok(());
         };
         let epoch = target.leader_epoch;
-        let result = crate::api::blocking(move || -> Result<(), AppendError> {
+        let result = crate::blocking::run(move || -> Result<(), AppendError> {
             let end = p.offsets().log_end_offset;
             if leader_end < end {
                 tracing::warn!(topic = %p.topic, partition = p.index, leader_end, end, "leader's log ends before ours: truncating");
@@ -518,7 +527,7 @@ impl Fetcher {
             }
         };
         let epoch = target.leader_epoch;
-        let result = crate::api::blocking(move || {
+        let result = crate::blocking::run(move || {
             p.start_at_tiered(
                 epoch,
                 log_start,
@@ -549,7 +558,7 @@ impl Fetcher {
         local_start: i64,
     ) -> Result<RemoteState, crate::tiering::RemoteReadError> {
         use crate::tiering::RemoteReadError;
-        let (Some(tiering), Some(topic)) = (self.broker.tiering(), self.broker.topic(&p.topic))
+        let (Some(tiering), Some(topic)) = (self.tiering.as_ref(), self.broker.topic(&p.topic))
         else {
             return Err(RemoteReadError::OutOfRange(local_start));
         };

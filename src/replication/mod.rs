@@ -300,10 +300,11 @@ impl ReplicaManager {
 /// `replica.lag.time.max.ms`, as in Kafka).
 pub async fn run(
     broker: Arc<crate::broker::Broker>,
+    tiering: Option<Arc<crate::tiering::Tiering>>,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     let tasks = tokio_util::task::TaskTracker::new();
-    tasks.spawn(fetcher::manage(broker.clone(), shutdown.clone()));
+    tasks.spawn(fetcher::manage(broker.clone(), tiering, shutdown.clone()));
     if let Some(rx) = broker.replication().take_isr_receiver() {
         tasks.spawn(update_isr(broker.clone(), rx, shutdown.clone()));
     }
@@ -347,8 +348,8 @@ async fn update_isr(
                 }
                 tracing::info!(topic = %job.partition.topic, partition = job.partition.index, isr = ?committed.isr, partition_epoch = committed.partition_epoch, "ISR updated");
                 let p = job.partition.clone();
-                let now = crate::broker::now_ms();
-                let _ = crate::api::blocking(move || p.isr_change_committed(&committed, now)).await;
+                let now = crate::clock::now_ms();
+                let _ = crate::blocking::run(move || p.isr_change_committed(&committed, now)).await;
             }
             Err(e) => {
                 if e.is_retriable() {
@@ -377,14 +378,14 @@ async fn expire_isr(
         }
         let b = broker.clone();
         let shrink = move || {
-            let now = crate::broker::now_ms();
+            let now = crate::clock::now_ms();
             for p in b.all_partitions() {
                 if let Some(request) = p.maybe_shrink_isr(now) {
                     b.replication().propose(p, request);
                 }
             }
         };
-        if crate::api::blocking(shrink).await.is_err() {
+        if crate::blocking::run(shrink).await.is_err() {
             tracing::error!("ISR expiration check panicked");
         }
     }

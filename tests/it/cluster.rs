@@ -102,8 +102,9 @@ impl QuorumCluster {
         // Every broker sees all three unfenced (a topic with RF=3 can be placed).
         for b in &brokers {
             eventually("three unfenced brokers", || async move {
-                b.broker()
-                    .cluster()
+                b.services()
+                    .cluster
+                    .as_ref()
                     .map(|c| strata::controller::admin::unfenced_brokers(c))
                     == Some(3)
             })
@@ -122,7 +123,7 @@ impl QuorumCluster {
 
     /// The partition's (leader, sorted ISR) as the metadata on broker `id` has it.
     fn partition_state(&self, id: i32) -> Option<(Option<i32>, Vec<i32>)> {
-        let control = self.broker(id).broker().cluster()?;
+        let control = self.broker(id).services().cluster.as_ref()?;
         let state = control.node().ok()?.state();
         let p = state.topic_by_name(TOPIC)?.partitions.first()?.clone();
         let mut isr: Vec<i32> = p.isr.iter().map(|b| b.0).collect();
@@ -478,8 +479,9 @@ async fn controller_fences_a_crashed_leader_after_its_session_expires() {
     let elapsed = crashed_at.elapsed();
     let fenced = c
         .broker(survivor)
-        .broker()
-        .cluster()
+        .services()
+        .cluster
+        .as_ref()
         .and_then(|control| control.node().ok())
         .and_then(|node| node.state().broker(MetadataBrokerId(old)).map(|b| b.fenced));
     assert_eq!(
@@ -549,7 +551,12 @@ async fn fail_over_and_rejoin(c: &mut QuorumCluster) -> (i32, i32) {
         .await;
     }
     let preferred = {
-        let control = c.broker(1).broker().cluster().expect("cluster mode");
+        let control = c
+            .broker(1)
+            .services()
+            .cluster
+            .as_ref()
+            .expect("cluster mode");
         let state = control.node().expect("metadata node").state();
         let p = &state.topic_by_name(TOPIC).expect("topic").partitions[0];
         assert_eq!(

@@ -88,7 +88,7 @@ async fn committed_when_loaded(b: &crate::harness::TestBroker, group: &str) -> i
 
 /// The internal topic's (partition count, replicas of each partition) in broker `b`'s image.
 fn internal_topic(b: &crate::harness::TestBroker, name: &str) -> Option<(usize, Vec<usize>)> {
-    let state = b.broker().cluster()?.node().ok()?.state();
+    let state = b.services().cluster.as_ref()?.node().ok()?.state();
     let t = state.topic_by_name(name)?;
     Some((
         t.partitions.len(),

@@ -54,7 +54,11 @@ async fn assert_one_cluster_id(c: &QuorumCluster, stopped: Option<i32>, expected
 /// The broker id of the active controller (the metadata quorum's leader), as broker `from`
 /// sees it.
 fn active_controller(c: &QuorumCluster, from: i32) -> Option<i32> {
-    c.broker(from).broker().cluster()?.active_controller()
+    c.broker(from)
+        .services()
+        .cluster
+        .as_ref()?
+        .active_controller()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -67,8 +71,9 @@ async fn brokers_of_a_quorum_report_one_cluster_id_through_restarts_and_leader_c
     let mut c = QuorumCluster::start().await;
     let quorum_id = c
         .broker(1)
-        .broker()
-        .cluster()
+        .services()
+        .cluster
+        .as_ref()
         .and_then(|control| control.node().ok())
         .and_then(|node| node.state().cluster_id().map(str::to_string))
         .expect("the quorum holds a cluster id");
@@ -193,8 +198,9 @@ async fn a_broker_of_another_cluster_does_not_start() {
         let c = &c;
         eventually("three unfenced brokers", || async move {
             c.broker(1)
-                .broker()
-                .cluster()
+                .services()
+                .cluster
+                .as_ref()
                 .map(|control| strata::controller::admin::unfenced_brokers(control))
                 == Some(3)
         })

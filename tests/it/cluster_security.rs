@@ -188,7 +188,13 @@ async fn dynamic_broker_configs_reach_every_broker_through_the_quorum() {
         let m: MetadataResponse = c.broker(id).client().await.call(12, &req).await;
         controllers.push(m.controller_id.0);
     }
-    let active = c.broker(1).broker().cluster().unwrap().active_controller();
+    let active = c
+        .broker(1)
+        .services()
+        .cluster
+        .as_ref()
+        .unwrap()
+        .active_controller();
     assert_eq!(controllers, vec![active.unwrap(); 3], "{controllers:?}");
     // DescribeQuorum on every broker (the others forward it to the leader): the leader, its
     // term and the three voters, each with a log end offset.

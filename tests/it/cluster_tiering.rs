@@ -32,14 +32,14 @@ fn replica(b: &TestBroker) -> (i64, i64, i64, i64, usize) {
 
 /// The manifest as committed in the bucket, read through broker `b`.
 async fn manifest(b: &TestBroker) -> Arc<PartitionManifest> {
-    let t = b.broker().tiering().expect("tiering on");
+    let t = b.services().tiering.as_ref().expect("tiering on");
     let topic = b.broker().topic(TOPIC).expect("topic");
     let tp = t.partition(&topic, 0).await.expect("manifest loads");
     tp.refresh(&t.store).await.expect("manifest refresh")
 }
 
 fn leader_of(c: &QuorumCluster, id: i32) -> Option<i32> {
-    let control = c.broker(id).broker().cluster()?;
+    let control = c.broker(id).services().cluster.as_ref()?;
     let state = control.node().ok()?.state();
     state
         .topic_by_name(TOPIC)?
@@ -50,7 +50,7 @@ fn leader_of(c: &QuorumCluster, id: i32) -> Option<i32> {
 }
 
 fn isr_of(c: &QuorumCluster, id: i32) -> Vec<i32> {
-    let Some(control) = c.broker(id).broker().cluster() else {
+    let Some(control) = c.broker(id).services().cluster.as_ref() else {
         return Vec::new();
     };
     let Ok(node) = control.node() else {

@@ -90,6 +90,10 @@ impl TestBroker {
         &self.running.as_ref().expect("running").broker
     }
 
+    pub fn services(&self) -> &strata::services::Services {
+        &self.running.as_ref().expect("running").services
+    }
+
     pub async fn client(&self) -> Client {
         Client::connect(self.kafka_addr).await
     }
@@ -131,7 +135,7 @@ impl TestBroker {
     pub async fn crash(&mut self) {
         let running = self.running.take().expect("running");
         running.shutdown_token().cancel();
-        if let Some(control) = running.broker.cluster() {
+        if let Some(control) = running.services.cluster.as_ref() {
             control.shutdown(Duration::from_secs(5)).await;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;

@@ -201,8 +201,9 @@ async fn start_secure(credentials: impl Fn(i32) -> (&'static str, &'static str))
     .await;
     let b = c.broker(1);
     eventually("three unfenced brokers", || async move {
-        b.broker()
-            .cluster()
+        b.services()
+            .cluster
+            .as_ref()
             .map(|c| strata::controller::admin::unfenced_brokers(c))
             == Some(3)
     })

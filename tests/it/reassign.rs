@@ -151,7 +151,14 @@ fn values_batch(values: &[String]) -> Bytes {
 /// The partition's replicas and whether a reassignment is in progress, in broker `id`'s
 /// metadata image.
 fn image(c: &QuorumCluster, id: i32, topic: &str) -> Option<(Vec<i32>, bool, Option<i32>)> {
-    let state = c.broker(id).broker().cluster()?.node().ok()?.state();
+    let state = c
+        .broker(id)
+        .services()
+        .cluster
+        .as_ref()?
+        .node()
+        .ok()?
+        .state();
     let p = state.topic_by_name(topic)?.partitions.first()?.clone();
     Some((
         p.replicas.iter().map(|b| b.0).collect(),

@@ -123,7 +123,13 @@ async fn outage_keeps_local_segments_and_uploads_resume() {
     let b = TestBroker::start_with(&tiered_broker_settings()).await;
     let mut c = b.client().await;
     create_tiered_topic(&mut c).await;
-    let store = b.broker().tiering().expect("tiering on").store.clone();
+    let store = b
+        .services()
+        .tiering
+        .as_ref()
+        .expect("tiering on")
+        .store
+        .clone();
     store.faults.set_outage(true);
     let end = produce_batches(&mut c, 60).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -157,7 +163,13 @@ async fn failed_manifest_commits_leave_orphans_that_the_scrubber_removes() {
     let b = TestBroker::start_with(&tiered_broker_settings()).await;
     let mut c = b.client().await;
     create_tiered_topic(&mut c).await;
-    let store = b.broker().tiering().expect("tiering on").store.clone();
+    let store = b
+        .services()
+        .tiering
+        .as_ref()
+        .expect("tiering on")
+        .store
+        .clone();
     // The leader claims the manifest with its epoch before it uploads anything.
     let dir = b.dir.path().to_path_buf();
     wait_until("the leader's manifest claim", || has_manifest(&dir)).await;
@@ -173,7 +185,7 @@ async fn failed_manifest_commits_leave_orphans_that_the_scrubber_removes() {
         0,
         "no local delete without a manifest"
     );
-    let tiering = b.broker().tiering().unwrap().clone();
+    let tiering = b.services().tiering.as_ref().unwrap().clone();
     assert!(
         tiering
             .metrics
@@ -188,7 +200,7 @@ async fn failed_manifest_commits_leave_orphans_that_the_scrubber_removes() {
     wait_until("offload after the restart", || local_segments(&dir)[0] > 0).await;
     assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
     // Every object left is referenced by the manifest (orphans scrubbed).
-    let tiering = b.broker().tiering().unwrap().clone();
+    let tiering = b.services().tiering.as_ref().unwrap().clone();
     let topic = b.broker().topic(TOPIC).unwrap();
     let tp = tiering.partition(&topic, 0).await.unwrap();
     let mut attempts = 0;
@@ -224,7 +236,7 @@ async fn failed_reads_are_reported_and_retried() {
     let end = produce_batches(&mut c, 40).await;
     let dir = b.dir.path().to_path_buf();
     wait_until("offload", || local_segments(&dir)[0] > 0).await;
-    let store = b.broker().tiering().unwrap().store.clone();
+    let store = b.services().tiering.as_ref().unwrap().store.clone();
     store.faults.fail_next(Op::Get, 1_000);
     let p = fetch(&mut c, TOPIC, 0, FetchArgs::default()).await;
     assert_eq!(
@@ -576,7 +588,7 @@ async fn a_compacted_tiered_topic_keeps_its_compacted_state_in_the_bucket() {
         assert_eq!(r.error_code, 0);
         end = r.base_offset + 10;
     }
-    let tiering = b.broker().tiering().unwrap().clone();
+    let tiering = b.services().tiering.as_ref().unwrap().clone();
     let topic = b.broker().topic("compacted").unwrap();
     let tp = tiering.partition(&topic, 0).await.unwrap();
     for _ in 0..300 {

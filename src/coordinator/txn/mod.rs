@@ -160,7 +160,7 @@ pub struct TransactionCoordinator {
 }
 
 fn now_ms() -> i64 {
-    crate::broker::now_ms()
+    crate::clock::now_ms()
 }
 
 fn illegal(e: metadata::IllegalTransition) -> ResponseError {

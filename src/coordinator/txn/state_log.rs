@@ -7,7 +7,7 @@
 //! towards the leader known then.
 
 use std::io;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,13 +19,21 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Compression;
 use kafka_protocol::ResponseError;
 
-use super::{MarkerError, Participants, TransactionLog, TRANSACTION_STATE_TOPIC};
-use crate::broker::{now_ms, Broker, Partition, Topic, TopicError};
+use super::{
+    MarkerError, Participants, TransactionCoordinator, TransactionLog, TxnConfig,
+    TRANSACTION_STATE_TOPIC,
+};
+use crate::broker::CatalogListener;
+use crate::broker::{Broker, Partition, Topic, TopicError};
+use crate::clock::now_ms;
 use crate::coordinator::offsets_log::{append_replicated, await_replicated, scan_batches};
 use crate::coordinator::offsets_topic::partition_for;
+use crate::coordinator::ownership::Ownership;
+use crate::coordinator::GroupCoordinator;
 use crate::coordinator::{LogWriteError, OFFSETS_TOPIC};
 use crate::log::batch::build_batch;
 use crate::replication::peer::PeerError;
+use crate::replication::PartitionLeadership;
 
 /// How long a transaction state write or a marker waits for the in-sync replicas (Kafka
 /// uses `request.timeout.ms` for both).
@@ -35,25 +43,68 @@ const PEER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// WriteTxnMarkers v1 (flexible), as Kafka's coordinator sends it.
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
 
+impl TransactionCoordinator {
+    /// The broker's transaction coordinator: creates `__transaction_state` if needed and
+    /// replays it. Markers on `__consumer_offsets` complete `groups`' pending offsets.
+    /// Blocking.
+    pub fn open(
+        broker: &Arc<Broker>,
+        groups: Arc<GroupCoordinator>,
+    ) -> io::Result<Arc<TransactionCoordinator>> {
+        let c = &broker.config;
+        let log = BrokerTransactionLog::new(broker.clone(), c.transaction_state_log_num_partitions);
+        log.ensure_topic()?;
+        let coordinator = TransactionCoordinator::with_ownership(
+            TxnConfig {
+                max_timeout_ms: c.transaction_max_timeout_ms,
+                transactional_id_expiration_ms: c.transactional_id_expiration_ms,
+                abort_timed_out_interval: Duration::from_millis(
+                    c.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                ),
+                remove_expired_interval: Duration::from_millis(
+                    c.transaction_remove_expired_transaction_cleanup_interval_ms,
+                ),
+            },
+            Arc::new(log),
+            Arc::new(BrokerParticipants::new(broker.clone(), groups)),
+            Arc::new(Ownership::new(c.cluster.is_some())),
+        );
+        let records = coordinator.load()?;
+        tracing::info!(
+            records,
+            "transaction coordinator loaded __transaction_state"
+        );
+        Ok(Arc::new(coordinator))
+    }
+}
+
+/// The coordinator follows the leadership of the `__transaction_state` partitions.
+impl CatalogListener for TransactionCoordinator {
+    fn leadership_applied(&self, state: &PartitionLeadership, leader: bool) {
+        if state.topic != TRANSACTION_STATE_TOPIC {
+            return;
+        }
+        if leader {
+            self.on_election(state.partition, state.leader_epoch);
+        } else {
+            self.on_resignation(state.partition);
+        }
+    }
+}
+
 pub struct BrokerTransactionLog {
-    broker: Weak<Broker>,
+    broker: Arc<Broker>,
     partitions: i32,
 }
 
 impl BrokerTransactionLog {
-    pub fn new(broker: Weak<Broker>, partitions: i32) -> Self {
+    pub fn new(broker: Arc<Broker>, partitions: i32) -> Self {
         BrokerTransactionLog { broker, partitions }
-    }
-
-    fn broker(&self) -> io::Result<Arc<Broker>> {
-        self.broker
-            .upgrade()
-            .ok_or_else(|| io::Error::other("broker is shutting down"))
     }
 
     /// The topic, created (compacted, uncompressed, as Kafka enforces) on first use.
     fn topic(&self, create: bool) -> io::Result<Option<Arc<Topic>>> {
-        let broker = self.broker()?;
+        let broker = &self.broker;
         if let Some(t) = broker.topic(TRANSACTION_STATE_TOPIC) {
             return Ok(Some(t));
         }
@@ -108,8 +159,7 @@ impl TransactionLog for BrokerTransactionLog {
     fn partition_for(&self, transactional_id: &str) -> i32 {
         let count = self
             .broker
-            .upgrade()
-            .and_then(|b| b.topic(TRANSACTION_STATE_TOPIC))
+            .topic(TRANSACTION_STATE_TOPIC)
             .map(|t| t.partitions.len() as i32)
             .unwrap_or(self.partitions);
         partition_for(transactional_id, count)
@@ -172,21 +222,19 @@ fn replay_partitions(partitions: &[Arc<Partition>]) -> io::Result<Vec<(Bytes, Op
 
 /// Producer ids and transaction markers, from the broker.
 pub struct BrokerParticipants {
-    broker: Weak<Broker>,
+    broker: Arc<Broker>,
+    groups: Arc<GroupCoordinator>,
 }
 
 impl BrokerParticipants {
-    pub fn new(broker: Weak<Broker>) -> Self {
-        BrokerParticipants { broker }
+    pub fn new(broker: Arc<Broker>, groups: Arc<GroupCoordinator>) -> Self {
+        BrokerParticipants { broker, groups }
     }
 }
 
 impl Participants for BrokerParticipants {
     fn allocate_producer_id(&self) -> io::Result<i64> {
-        self.broker
-            .upgrade()
-            .ok_or_else(|| io::Error::other("broker is shutting down"))?
-            .allocate_producer_id()
+        self.broker.allocate_producer_id()
     }
 
     fn write_marker(
@@ -198,10 +246,7 @@ impl Participants for BrokerParticipants {
         coordinator_epoch: i32,
         commit: bool,
     ) -> Result<(), MarkerError> {
-        let broker = self
-            .broker
-            .upgrade()
-            .ok_or_else(|| MarkerError::Failed("broker is shutting down".into()))?;
+        let broker = &self.broker;
         // A partition the control plane never assigned is led here, as on a single node.
         let remote_leader = match broker.replication().leadership(topic, partition) {
             None => None,
@@ -225,7 +270,8 @@ impl Participants for BrokerParticipants {
         };
         match remote_leader {
             None => write_txn_marker(
-                &broker,
+                broker,
+                &self.groups,
                 topic,
                 partition,
                 producer_id,
@@ -233,7 +279,7 @@ impl Participants for BrokerParticipants {
                 coordinator_epoch,
                 commit,
             ),
-            Some(leader) => send_marker(&broker, leader, &marker),
+            Some(leader) => send_marker(broker, leader, &marker),
         }
     }
 }
@@ -410,6 +456,7 @@ fn send_marker(broker: &Broker, leader: i32, m: &Marker<'_>) -> Result<(), Marke
 /// `onTransactionCompleted`). Shared by the coordinator and the WriteTxnMarkers API. Blocking.
 pub fn write_txn_marker(
     broker: &Broker,
+    groups: &GroupCoordinator,
     topic: &str,
     partition: i32,
     producer_id: i64,
@@ -426,9 +473,7 @@ pub fn write_txn_marker(
     await_replicated(&p, offset + 1, REPLICATION_TIMEOUT)
         .map_err(|e| MarkerError::Failed(format!("marker not replicated: {e}")))?;
     if topic == OFFSETS_TOPIC {
-        if let Some(g) = broker.group_coordinator() {
-            g.complete_txn_offsets(producer_id, partition, commit);
-        }
+        groups.complete_txn_offsets(producer_id, partition, commit);
     }
     Ok(())
 }

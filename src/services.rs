@@ -1,0 +1,67 @@
+//! The services of one broker process, built once at start-up by [`crate::runtime`].
+//!
+//! [`Services`] holds the catalog and partitions ([`Broker`]) and the services that work on
+//! them: the group and transaction coordinators and tiered storage. Nothing below points back
+//! up here: a service is handed what it needs when it is built, and the catalog tells the
+//! services that follow it through [`crate::broker::CatalogListener`]; in cluster mode it
+//! proposes its changes through [`crate::broker::MetadataQuorum`]. Request handlers
+//! ([`crate::api`]) each take only the parts they use.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::broker::{Broker, CatalogListener, Topic};
+use crate::config::BrokerConfig;
+use crate::controller::ClusterControl;
+use crate::coordinator::txn::TransactionCoordinator;
+use crate::coordinator::GroupCoordinator;
+use crate::tiering::Tiering;
+
+pub struct Services {
+    /// Topics, partitions and their logs; producer ids, configs and security metadata.
+    pub broker: Arc<Broker>,
+    pub groups: Arc<GroupCoordinator>,
+    pub txns: Arc<TransactionCoordinator>,
+    /// Tiered storage, when `remote.log.storage.system.enable` is set.
+    pub tiering: Option<Arc<Tiering>>,
+    /// Cluster mode: this broker's membership in the metadata quorum (set by the runtime
+    /// once it has joined, before any client is served).
+    pub cluster: Option<Arc<ClusterControl>>,
+}
+
+impl Services {
+    /// Opens every log (recovering after a crash), then loads the group coordinator and the
+    /// transaction coordinator from their topics (in that order: transaction markers complete
+    /// the group coordinator's pending offsets). Blocking.
+    pub fn open(config: BrokerConfig, tiering: Option<Arc<Tiering>>) -> anyhow::Result<Services> {
+        let broker = Broker::open(config)?;
+        let groups = GroupCoordinator::open(&broker).context("loading the group coordinator")?;
+        let txns = TransactionCoordinator::open(&broker, groups.clone())
+            .context("loading the transaction coordinator")?;
+        broker.add_listener(groups.clone());
+        broker.add_listener(txns.clone());
+        if let Some(t) = &tiering {
+            broker.add_listener(Arc::new(RemoteTopicDeletion(t.clone())));
+        }
+        Ok(Services {
+            broker,
+            groups,
+            txns,
+            tiering,
+            cluster: None,
+        })
+    }
+}
+
+/// A deleted remote topic's data leaves the bucket too.
+struct RemoteTopicDeletion(Arc<Tiering>);
+
+impl CatalogListener for RemoteTopicDeletion {
+    fn topic_deleted(&self, topic: &Topic) {
+        if topic.config.remote_storage_enable {
+            self.0
+                .topic_deleted(&topic.name, topic.id, topic.partitions.len() as i32);
+        }
+    }
+}
