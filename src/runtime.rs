@@ -253,7 +253,7 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
     }
     if broker.config.log_cleaner.enable {
         for id in 0..broker.config.log_cleaner.threads {
-            tasks.spawn(crate::log_cleaner::run(
+            tasks.spawn(crate::broker::log_cleaner::run(
                 broker.clone(),
                 id,
                 shutdown.clone(),

@@ -27,13 +27,13 @@ impl Broker {
     }
 
     /// The replication state: cluster view, leadership, ISR proposals.
-    pub fn replication(&self) -> &crate::replication::ReplicaManager {
+    pub fn replication(&self) -> &super::replica_manager::ReplicaManager {
         &self.replication
     }
 
     /// Control plane: the registered brokers and their listeners. Metadata, DescribeCluster
     /// and FindCoordinator answer from this view once set, and fetchers connect through it.
-    pub fn set_cluster_brokers(&self, brokers: Vec<crate::replication::ClusterBroker>) {
+    pub fn set_cluster_brokers(&self, brokers: Vec<super::leadership::ClusterBroker>) {
         self.replication.set_cluster(brokers);
         let now = now_ms();
         for t in self.topics() {
@@ -82,7 +82,7 @@ impl Broker {
     }
 
     /// Control plane: where this broker sends ISR changes as a partition leader.
-    pub fn set_isr_change_sink(&self, sink: Arc<dyn crate::replication::IsrChangeSink>) {
+    pub fn set_isr_change_sink(&self, sink: Arc<dyn super::leadership::IsrChangeSink>) {
         self.replication.set_sink(sink);
     }
 
@@ -94,11 +94,11 @@ impl Broker {
     /// returned. Blocking (creates directories, writes leader epoch checkpoints).
     pub fn apply_partition_states(
         &self,
-        states: Vec<crate::replication::PartitionLeadership>,
-    ) -> Result<(), crate::replication::ReplicationError> {
-        use crate::replication::ReplicationError;
+        states: Vec<super::leadership::PartitionLeadership>,
+    ) -> Result<(), super::leadership::ReplicationError> {
+        use super::leadership::ReplicationError;
         let mut first_error = None;
-        let mut by_topic: BTreeMap<String, Vec<crate::replication::PartitionLeadership>> =
+        let mut by_topic: BTreeMap<String, Vec<super::leadership::PartitionLeadership>> =
             BTreeMap::new();
         for s in states {
             by_topic.entry(s.topic.clone()).or_default().push(s);
@@ -200,7 +200,7 @@ impl Broker {
         local: &Topic,
         id: Uuid,
         partitions: i32,
-    ) -> Result<Arc<Topic>, crate::replication::ReplicationError> {
+    ) -> Result<Arc<Topic>, super::leadership::ReplicationError> {
         let count = partitions.max(local.partitions.len() as i32);
         let mut parts = Vec::with_capacity(count as usize);
         for p in 0..count {
@@ -237,7 +237,7 @@ impl Broker {
         name: &str,
         id: Uuid,
         partitions: i32,
-    ) -> Result<Arc<Topic>, crate::replication::ReplicationError> {
+    ) -> Result<Arc<Topic>, super::leadership::ReplicationError> {
         let _w = self
             .catalog_writes
             .lock()
@@ -247,7 +247,7 @@ impl Broker {
                 return self.adopt_internal_topic(&t, id, partitions);
             }
             if t.id != id {
-                return Err(crate::replication::ReplicationError::TopicIdMismatch {
+                return Err(super::leadership::ReplicationError::TopicIdMismatch {
                     topic: name.to_string(),
                     local: t.id,
                     given: id,

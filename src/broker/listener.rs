@@ -6,8 +6,8 @@
 //! at start-up, before the control plane applies any state. Listeners are called on the
 //! thread that changed the catalog (a blocking one), after the change is in place.
 
+use super::leadership::PartitionLeadership;
 use super::Topic;
-use crate::replication::PartitionLeadership;
 
 pub trait CatalogListener: Send + Sync {
     /// A partition's leadership was applied; `leader` says whether this broker now leads it

@@ -12,11 +12,19 @@
 //! marker follow Kafka's names. In cluster mode the metadata quorum is the truth and the
 //! catalog file a local copy.
 //!
+//! Layering: the broker sits on [`crate::log`] and names no service above it. The services
+//! that follow it (coordinators, tiered storage) register a [`CatalogListener`]; in cluster
+//! mode its changes go through a [`MetadataQuorum`] the controller implements. Both are set
+//! once by the runtime, before any client is served.
+//!
 //! Modules: [`partition`] (one partition: log, replica set, published offsets), [`cluster`]
-//! (the cluster view and the partition states the control plane applies), [`security`] (ACLs,
-//! SCRAM credentials, client quotas), [`metadata_file`] (the catalog file and
-//! `partition.metadata`), [`meta_properties`] (Kafka's `meta.properties` and where the
-//! cluster id comes from).
+//! (the partition states the control plane applies), [`leadership`] and [`replica_set`]
+//! (partition leadership and ISR state), [`replica_manager`] (the cluster view and the ISR
+//! proposal queue), [`log_cleaner`] (the log cleaner over the compacted partitions, as Kafka's
+//! LogManager owns its LogCleaner), [`security`] (ACLs, SCRAM credentials, client quotas),
+//! [`metadata_file`] (the catalog file and `partition.metadata`), [`meta_properties`]
+//! (Kafka's `meta.properties` and where the cluster id comes from), [`listener`] and
+//! [`quorum`] (how it reaches the services above without naming them).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
@@ -35,14 +43,18 @@ use crate::log::checkpoint;
 use crate::log::segment::FileSlice;
 use crate::log::{AppendError, AppendInfo, LoadOptions, Log, ReadError};
 use crate::metrics::{Metrics, PartitionGauges};
-use crate::replication::state::ReplicaSet;
+use replica_set::ReplicaSet;
 
 mod cluster;
+pub mod leadership;
 mod listener;
+pub mod log_cleaner;
 mod meta_properties;
 mod metadata_file;
 mod partition;
 mod quorum;
+pub mod replica_manager;
+pub mod replica_set;
 mod security;
 
 pub use listener::CatalogListener;
@@ -181,10 +193,10 @@ pub struct Broker {
     listeners: RwLock<Vec<Arc<dyn CatalogListener>>>,
     /// Log cleaner state (checkpoints, which partitions are being cleaned); its tasks are
     /// spawned by the runtime.
-    log_cleaner: crate::log_cleaner::LogCleaner,
+    log_cleaner: log_cleaner::LogCleaner,
     /// Cluster view, partition leadership and ISR proposals; its tasks are spawned by the
     /// runtime.
-    replication: crate::replication::ReplicaManager,
+    replication: replica_manager::ReplicaManager,
     /// Cluster mode: where catalog changes are proposed (set once at start-up).
     quorum: std::sync::OnceLock<Arc<dyn MetadataQuorum>>,
 }
@@ -319,8 +331,7 @@ impl Broker {
         let next_pid = meta.next_producer_id_block.max(0);
         meta.next_producer_id_block = next_pid + PRODUCER_ID_BLOCK;
         // Unusable inter-broker TLS keys fail the start, not the first replica fetch.
-        let peer_security =
-            crate::replication::peer::PeerSecurity::new(&config.replication.inter_broker)?;
+        let peer_security = crate::peer::PeerSecurity::new(&config.replication.inter_broker)?;
         let broker = Broker {
             cluster_id,
             recorded_cluster_id,
@@ -353,11 +364,11 @@ impl Broker {
                 &meta.client_quotas,
             ),
             listeners: RwLock::new(Vec::new()),
-            log_cleaner: crate::log_cleaner::LogCleaner::open(
+            log_cleaner: log_cleaner::LogCleaner::open(
                 config.log_cleaner.clone(),
                 &config.log_dirs,
             ),
-            replication: crate::replication::ReplicaManager::new(peer_security),
+            replication: replica_manager::ReplicaManager::new(peer_security),
             quorum: std::sync::OnceLock::new(),
             config,
         };
@@ -948,7 +959,7 @@ impl Broker {
     }
 
     /// The log cleaner's shared state.
-    pub fn log_cleaner(&self) -> &crate::log_cleaner::LogCleaner {
+    pub fn log_cleaner(&self) -> &log_cleaner::LogCleaner {
         &self.log_cleaner
     }
 

@@ -24,7 +24,7 @@ pub struct Partition {
     /// Set once the control plane applied a state: the high watermark then follows the ISR.
     /// While unset this broker leads alone and the append path takes no other lock.
     replicated: AtomicBool,
-    /// Leadership, ISR and follower progress (see [`crate::replication::state`]). Lock order:
+    /// Leadership, ISR and follower progress (see [`super::replica_set`]). Lock order:
     /// this before the log, never the reverse.
     replica_set: Mutex<ReplicaSet>,
     /// Sizes of the committed ISR, the maximal ISR and the replica set, readable without the
@@ -335,7 +335,7 @@ impl Partition {
         follower_log_start_offset: i64,
         leader_log_end_offset: i64,
         now: i64,
-    ) -> Result<Option<crate::replication::AlterPartitionRequest>, FollowerFetchError> {
+    ) -> Result<Option<super::leadership::AlterPartitionRequest>, FollowerFetchError> {
         let (moved_end, expansion) = {
             let mut set = self.lock_replicas();
             if !set.is_leader() {
@@ -355,7 +355,7 @@ impl Partition {
             let expansion = set.expansion(replica_id, hw).map(|new_isr| {
                 set.pending_isr = Some(new_isr.clone());
                 self.publish_isr(&set);
-                crate::replication::AlterPartitionRequest {
+                super::leadership::AlterPartitionRequest {
                     topic_id: self.topic_id,
                     partition: self.index,
                     leader_epoch: set.leader_epoch,
@@ -372,7 +372,7 @@ impl Partition {
     }
 
     /// The ISR shrink to propose when followers lag (Kafka's `maybeShrinkIsr`).
-    pub fn maybe_shrink_isr(&self, now: i64) -> Option<crate::replication::AlterPartitionRequest> {
+    pub fn maybe_shrink_isr(&self, now: i64) -> Option<super::leadership::AlterPartitionRequest> {
         if !self.is_replicated() {
             return None;
         }
@@ -381,7 +381,7 @@ impl Partition {
         tracing::info!(topic = %self.topic, partition = self.index, isr = ?set.isr, new_isr = ?new_isr, "shrinking ISR: followers out of sync");
         set.pending_isr = Some(new_isr.clone());
         self.publish_isr(&set);
-        Some(crate::replication::AlterPartitionRequest {
+        Some(super::leadership::AlterPartitionRequest {
             topic_id: self.topic_id,
             partition: self.index,
             leader_epoch: set.leader_epoch,
@@ -391,7 +391,7 @@ impl Partition {
     }
 
     /// Sets which replicas' brokers are fenced or unregistered (see
-    /// [`crate::replication::state::ReplicaSet::ineligible`]); a leader may then move its high
+    /// [`super::replica_set::ReplicaSet::ineligible`]); a leader may then move its high
     /// watermark past one of them. Blocking.
     pub fn set_ineligible_replicas(&self, ineligible: std::collections::BTreeSet<i32>, now: i64) {
         {
@@ -405,7 +405,7 @@ impl Partition {
     }
 
     /// The controller committed an ISR change. Blocking.
-    pub fn isr_change_committed(&self, committed: &crate::replication::LeaderAndIsr, now: i64) {
+    pub fn isr_change_committed(&self, committed: &super::leadership::LeaderAndIsr, now: i64) {
         {
             let mut set = self.lock_replicas();
             if committed.leader_epoch != set.leader_epoch
@@ -425,7 +425,7 @@ impl Partition {
     }
 
     /// The controller refused or did not answer an ISR change: propose again later.
-    pub fn isr_change_failed(&self, request: &crate::replication::AlterPartitionRequest) {
+    pub fn isr_change_failed(&self, request: &super::leadership::AlterPartitionRequest) {
         let mut set = self.lock_replicas();
         if set.pending_isr.as_ref() == Some(&request.new_isr) {
             set.pending_isr = None;
@@ -438,7 +438,7 @@ impl Partition {
     /// Stale states (older partition epoch) are ignored. Blocking.
     pub fn apply_state(
         &self,
-        state: &crate::replication::PartitionLeadership,
+        state: &super::leadership::PartitionLeadership,
         replica_lag_time_max_ms: i64,
         now: i64,
     ) -> io::Result<bool> {

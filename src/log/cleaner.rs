@@ -45,11 +45,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use strata_compaction::{BatchSink, LastRecord, RetainedBatch, SegmentInfo, SegmentSource};
+use strata_compaction::{
+    BatchSink, CompactionConfig, LastRecord, RetainedBatch, SegmentInfo, SegmentSource,
+};
 
 use super::batch::{BatchHeader, BATCH_HEADER_LEN};
 use super::segment::{Segment, SEGMENT_FILE_EXTENSIONS};
 use super::{limits, Log};
+use crate::config::TopicConfig;
 
 /// Suffix of a cleaned segment being written (Kafka's `CleanedFileSuffix`).
 pub const CLEANED_SUFFIX: &str = ".cleaned";
@@ -410,7 +413,7 @@ impl<H: LogHandle> BatchSink for CleanedSegmentSink<'_, H> {
             &dir,
             first.base_offset,
             limits,
-            crate::broker::now_ms(),
+            crate::clock::now_ms(),
             CLEANED_SUFFIX,
         )?;
         self.pending = Some(Pending {
@@ -632,3 +635,16 @@ pub fn recover_interrupted_swaps(dir: &Path) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests;
+
+/// The topic settings that drive compaction, under the crate's names.
+pub fn compaction_config(config: &TopicConfig) -> CompactionConfig {
+    CompactionConfig {
+        min_cleanable_dirty_ratio: config.min_cleanable_dirty_ratio,
+        min_compaction_lag_ms: config.min_compaction_lag_ms,
+        max_compaction_lag_ms: config.max_compaction_lag_ms,
+        delete_retention_ms: config.delete_retention_ms,
+        segment_bytes: config.segment_bytes,
+        segment_index_bytes: config.segment_index_bytes as u64,
+        max_decompressed_batch_bytes: config.max_decompressed_batch_bytes,
+    }
+}

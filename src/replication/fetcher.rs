@@ -30,9 +30,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use super::peer::{PeerConnection, PeerError};
 use crate::broker::{Broker, Partition, Role};
 use crate::log::AppendError;
+use crate::peer::{PeerConnection, PeerError};
 use crate::tiering::Tiering;
 
 /// The Fetch version followers send (replica_state, topic ids, KIP-951 fields).

@@ -12,7 +12,7 @@ use kafka_protocol::messages::create_topics_request::{
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, MetadataRequest};
 use strata::auth::scram::Mechanism;
 use strata::config::{InterBrokerSecurity, InterBrokerTls, SaslCredentials, SecurityProtocol};
-use strata::replication::peer::{PeerConnection, PeerError, PeerSecurity};
+use strata::peer::{PeerConnection, PeerError, PeerSecurity};
 
 use crate::cluster::{eventually, QuorumCluster};
 use crate::harness::*;

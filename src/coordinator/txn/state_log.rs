@@ -32,7 +32,7 @@ use crate::coordinator::ownership::Ownership;
 use crate::coordinator::GroupCoordinator;
 use crate::coordinator::{LogWriteError, OFFSETS_TOPIC};
 use crate::log::batch::build_batch;
-use crate::replication::peer::PeerError;
+use crate::peer::PeerError;
 use crate::replication::PartitionLeadership;
 
 /// How long a transaction state write or a marker waits for the in-sync replicas (Kafka

@@ -32,7 +32,7 @@ fn compacted() -> TopicConfig {
 }
 
 fn now() -> i64 {
-    crate::broker::now_ms()
+    crate::clock::now_ms()
 }
 
 fn open(dir: &Path, cfg: TopicConfig, clean: bool) -> Log {
@@ -119,7 +119,7 @@ fn clean_once(log: &Mutex<Log>) -> PassOutcome {
         log_end_offset: l.log_end_offset(),
         cleaner_checkpoint: None,
         upper_bound_offset: l.high_watermark(),
-        config: crate::log_cleaner::compaction_config(l.config()),
+        config: super::compaction_config(l.config()),
     });
     let to_clean = LogToClean::compute(&candidate, now()).unwrap();
     let mut cleaner = Cleaner::new(0, 1 << 20, 0.9, Arc::new(Throttler::unlimited())).unwrap();

@@ -30,16 +30,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use strata_compaction::{
-    Cleaner, CleanerError, CleanerManager, CleaningCandidate, CompactionConfig, LogToClean,
-    PassOutcome, Throttler,
+    Cleaner, CleanerError, CleanerManager, CleaningCandidate, LogToClean, PassOutcome, Throttler,
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::{Broker, Partition, Topic};
+use super::{Broker, Partition, Topic};
 use crate::clock::now_ms;
-use crate::config::{LogCleanerConfig, TopicConfig};
+use crate::config::LogCleanerConfig;
 use crate::log::checkpoint;
-use crate::log::cleaner::{is_swap_incomplete, CleanedSegmentSink, LogSegmentSource};
+use crate::log::cleaner::{
+    compaction_config, is_swap_incomplete, CleanedSegmentSink, LogSegmentSource,
+};
 
 /// Kafka's per-log-dir checkpoint of first dirty offsets.
 pub const CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
@@ -54,19 +55,6 @@ pub struct LogCleaner {
     throttler: Arc<Throttler>,
     /// First dirty offset per partition; the lock also serializes checkpoint writes.
     checkpoints: Mutex<HashMap<PartitionKey, i64>>,
-}
-
-/// The topic settings that drive compaction, under the crate's names.
-pub fn compaction_config(config: &TopicConfig) -> CompactionConfig {
-    CompactionConfig {
-        min_cleanable_dirty_ratio: config.min_cleanable_dirty_ratio,
-        min_compaction_lag_ms: config.min_compaction_lag_ms,
-        max_compaction_lag_ms: config.max_compaction_lag_ms,
-        delete_retention_ms: config.delete_retention_ms,
-        segment_bytes: config.segment_bytes,
-        segment_index_bytes: config.segment_index_bytes as u64,
-        max_decompressed_batch_bytes: config.max_decompressed_batch_bytes,
-    }
 }
 
 fn is_cleaned(topic: &Topic) -> bool {
