@@ -34,7 +34,7 @@ pub async fn handle(broker: Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRec
                         if target < 0 || target > hw {
                             return r.with_error_code(ResponseError::OffsetOutOfRange.code());
                         }
-                        match part.with_log(|l| l.delete_records_before(target)) {
+                        match part.delete_records_before(target) {
                             Ok(low) => r.with_low_watermark(low),
                             Err(e) => {
                                 tracing::error!(topic = %part.topic, partition = part.index, error = %e, "delete records failed");

@@ -31,15 +31,8 @@ pub async fn handle(broker: Arc<Broker>, req: DescribeLogDirsRequest) -> Describ
             if !wanted(&p.topic, p.index) {
                 continue;
             }
-            let (dir, size) = p.with_log(|l| {
-                (
-                    l.dir()
-                        .parent()
-                        .map(|d| d.display().to_string())
-                        .unwrap_or_default(),
-                    l.size_bytes(),
-                )
-            });
+            let (dir, size) = p.log_dir_and_size();
+            let dir = dir.display().to_string();
             by_dir
                 .entry(dir)
                 .or_default()

@@ -286,7 +286,7 @@ async fn read_remote(
                 };
                 if let Some(p) = r.topic.partitions.get(r.partition as usize) {
                     aborted.extend(
-                        p.with_log(|l| l.aborted_transactions(r.offset, upper))
+                        p.aborted_transactions(r.offset, upper)
                             .into_iter()
                             .map(|t| (t.producer_id, t.first_offset)),
                     );
@@ -375,7 +375,7 @@ fn diverging_epoch(
     fetch_offset: i64,
     offsets: crate::broker::PartitionOffsets,
 ) -> Result<Option<EpochEndOffset>, ResponseError> {
-    let (epoch, end_offset) = p.with_log(|l| l.end_offset_for_epoch(last_fetched_epoch));
+    let (epoch, end_offset) = p.end_offset_for_epoch(last_fetched_epoch);
     if epoch < 0 || end_offset < 0 {
         return Err(ResponseError::OffsetOutOfRange);
     }
@@ -594,7 +594,7 @@ fn read_pass(
                 Some(Vec::new())
             } else {
                 Some(
-                    p.with_log(|l| l.aborted_transactions(fetch_offset, max_offset))
+                    p.aborted_transactions(fetch_offset, max_offset)
                         .into_iter()
                         .map(|t| {
                             AbortedTransaction::default()

@@ -156,12 +156,12 @@ fn list(
                 LATEST if req.isolation_level == 1 => found(offsets.last_stable_offset, -1, epoch),
                 LATEST => found(offsets.high_watermark, -1, epoch),
                 EARLIEST => found(offsets.log_start_offset, -1, epoch),
-                EARLIEST_LOCAL => found(partition.with_log(|l| l.local_start_offset()), -1, epoch),
-                LATEST_TIERED => match partition.with_log(|l| l.remote_end_offset()) {
+                EARLIEST_LOCAL => found(partition.local_start_offset(), -1, epoch),
+                LATEST_TIERED => match partition.remote_end_offset() {
                     end if end > 0 => found(end - 1, -1, epoch),
                     _ => found(-1, -1, -1),
                 },
-                MAX_TIMESTAMP => match partition.with_log(|l| l.max_timestamp_offset()) {
+                MAX_TIMESTAMP => match partition.max_timestamp_offset() {
                     Ok(Some(t)) => found(t.offset, t.timestamp, t.leader_epoch),
                     Ok(None) => found(-1, -1, -1),
                     Err(e) => {

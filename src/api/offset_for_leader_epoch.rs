@@ -63,7 +63,7 @@ fn lookup(broker: &Broker, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderE
                     if !serves {
                         return r.with_error_code(ResponseError::NotLeaderOrFollower.code());
                     }
-                    let (epoch, end) = part.with_log(|l| l.end_offset_for_epoch(p.leader_epoch));
+                    let (epoch, end) = part.end_offset_for_epoch(p.leader_epoch);
                     r.with_leader_epoch(epoch).with_end_offset(end)
                 })
                 .collect();

@@ -217,9 +217,9 @@ fn verify_transactional(
         CoordinatorLocation::Remote(coordinator) => {
             // As Kafka, only a producer's first batch of a transaction on this partition is
             // verified: later ones continue a transaction the coordinator already vouched for.
-            let ongoing = broker.partition(topic, partition).is_some_and(|p| {
-                p.with_log(|l| l.has_ongoing_transaction(h.producer_id, h.producer_epoch))
-            });
+            let ongoing = broker
+                .partition(topic, partition)
+                .is_some_and(|p| p.has_ongoing_transaction(h.producer_id, h.producer_epoch));
             if ongoing {
                 return Ok(());
             }

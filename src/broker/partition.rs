@@ -638,6 +638,65 @@ impl Partition {
         log.read(offset, max_bytes, max_offset, min_one)
     }
 
+    /// Aborted transactions overlapping `[from, upper)` (for read_committed fetches).
+    pub fn aborted_transactions(
+        &self,
+        from: i64,
+        upper: i64,
+    ) -> Vec<crate::log::txn_index::AbortedTxn> {
+        self.lock().aborted_transactions(from, upper)
+    }
+
+    /// Whether the producer has a transaction open on this partition (KIP-890 verification).
+    pub fn has_ongoing_transaction(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        self.lock()
+            .has_ongoing_transaction(producer_id, producer_epoch)
+    }
+
+    /// The largest epoch at or below `epoch` and the end offset of that epoch (Kafka's
+    /// `endOffsetForEpoch`).
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        self.lock().end_offset_for_epoch(epoch)
+    }
+
+    /// The base offset of the first local segment.
+    pub fn local_start_offset(&self) -> i64 {
+        self.lock().local_start_offset()
+    }
+
+    /// The end of what remote storage holds (-1 until a manifest is read).
+    pub fn remote_end_offset(&self) -> i64 {
+        self.lock().remote_end_offset()
+    }
+
+    /// The record with the largest timestamp among the local segments.
+    pub fn max_timestamp_offset(&self) -> io::Result<Option<crate::log::TimestampAndOffset>> {
+        self.lock().max_timestamp_offset()
+    }
+
+    /// Moves the log start offset up to `offset` (DeleteRecords); returns the new low
+    /// watermark. Blocking.
+    pub fn delete_records_before(&self, offset: i64) -> io::Result<i64> {
+        self.with_log(|l| l.delete_records_before(offset))
+    }
+
+    /// The log dir holding this partition and the bytes of its local segments.
+    pub fn log_dir_and_size(&self) -> (PathBuf, u64) {
+        let log = self.lock();
+        (
+            log.dir()
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default(),
+            log.size_bytes(),
+        )
+    }
+
+    /// The partition's topic config (as its log applies it).
+    pub fn config(&self) -> TopicConfig {
+        self.lock().config().clone()
+    }
+
     pub fn with_log<R>(&self, f: impl FnOnce(&mut Log) -> R) -> R {
         let mut log = self.lock();
         let r = f(&mut log);
