@@ -365,7 +365,7 @@ async fn tier(config: BrokerConfig, command: TierCommand) -> anyhow::Result<()> 
             }
             if config.cluster.is_some() {
                 anyhow::bail!(
-                    "restore from the bucket is single-node only: in cluster mode the metadata quorum decides which topics exist (see the README, Tiering in cluster mode)"
+                    "restore from the bucket is single-node only: in cluster mode the metadata quorum decides which topics exist (see docs/tiering.md, Tiering in cluster mode)"
                 );
             }
             let tiering = strata::tiering::Tiering::open(&config.tiering).await?;

@@ -508,7 +508,7 @@ def test_export_reads_back_exactly_in_spark_with_hive_partition_discovery(
     assert df.count() == df.select("partition", "offset").distinct().count()
     assert_exact(rows_from_spark(df), produced, ends, last, "spark")
 
-    # The README's line: one topic's directory, filtered on offset.
+    # docs/export.md's line: one topic's directory, filtered on offset.
     since = spark.read.parquet(str(out / f"topic={topic}")).where("offset >= 1000")
     got = sorted((r["partition"], r["offset"]) for r in since.select("partition", "offset").collect())
     want = sorted((p, o) for (p, o) in produced.records if o >= 1000 and o < ends[p])
@@ -538,7 +538,7 @@ def test_export_to_s3_reads_back_exactly_in_spark_over_s3a(spark_s3a, exported_t
     assert df.count() == df.select("partition", "offset").distinct().count()
     assert_exact(rows_from_spark(df), produced, ends, last, "spark over s3a")
 
-    # The README's line: one topic's prefix, filtered on offset.
+    # docs/export.md's line: one topic's prefix, filtered on offset.
     since = spark.read.parquet(f"s3a://{s3_server.bucket}/{prefix}/topic={topic}").where(
         "offset >= 1000")
     got = sorted((r["partition"], r["offset"]) for r in since.select("partition", "offset").collect())

@@ -103,7 +103,7 @@ def test_quotas_are_set_and_described_with_kafkas_validation(quota_admin):
 
 
 def test_kafka_configs_sets_and_describes_quotas(quota_broker, quota_admin):
-    """Kafka's own kafka-configs.sh (ConfigCommand) against the broker, as the README shows."""
+    """Kafka's own kafka-configs.sh (ConfigCommand) against the broker, as docs/quotas.md shows."""
     cp, why = classpath("tools")
     if cp is None:
         pytest.skip(why)
