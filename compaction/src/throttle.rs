@@ -148,9 +148,17 @@ pub(crate) mod tests {
 
     #[test]
     fn unlimited_never_sleeps() {
-        let throttler = Throttler::unlimited();
+        // `unlimited()` on a manual clock that passes a check interval between calls, so
+        // every call reaches the rate check a limited throttle sleeps at.
+        let clock = Arc::new(ManualClock::new());
+        let throttler = Throttler {
+            clock: clock.clone(),
+            ..Throttler::unlimited()
+        };
         for _ in 0..1000 {
             throttler.maybe_throttle(u64::MAX / 2);
+            clock.advance(Throttler::CHECK_INTERVAL);
         }
+        assert_eq!(*clock.slept.lock().unwrap(), Duration::ZERO);
     }
 }

@@ -2,12 +2,16 @@
 both client libraries (so each library decodes the other's batches)."""
 
 import random
+import struct
+from pathlib import Path
 
 import pytest
 
 from helpers import consume, create_topic, kp_consume, kp_produce, kp_require_codec, produce
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+# The codec ids of a RecordBatch's attributes (the low 3 bits).
+CODEC_IDS = {codec: i for i, codec in enumerate(CODECS)}
 
 
 def payloads(seed: int, n: int = 150):
@@ -39,6 +43,35 @@ def _check(records, got):
     for want, r in zip(records, got):
         assert r.value == want["value"], f"value mismatch at offset {r.offset}"
         assert r.key == want["key"], f"key mismatch at offset {r.offset}"
+
+
+def _partition_dir(broker, topic: str, partition: int) -> Path:
+    if broker.target == "kafka":
+        # scripts/kafka-ref.sh: log.dirs=<dir>/data, Kafka's <topic>-<partition> layout.
+        return broker.dir / "data" / f"{topic}-{partition}"
+    return broker.partition_dir(topic, partition)
+
+
+def _stored_batches(partition_dir: Path) -> list[tuple[int, int, int]]:
+    """(base offset, record count, codec id) of every RecordBatch in the partition's segment
+    files, in offset order. Header: baseOffset int64, batchLength int32, partitionLeaderEpoch
+    int32, magic int8, crc int32, attributes int16 (codec in the low 3 bits), lastOffsetDelta
+    int32."""
+    batches = []
+    for segment in sorted(partition_dir.glob("*.log")):
+        data = segment.read_bytes()
+        pos = 0
+        while pos < len(data):
+            assert len(data) - pos >= 27, f"{segment}: truncated batch header at byte {pos}"
+            base_offset, batch_length = struct.unpack_from(">qi", data, pos)
+            magic = data[pos + 16]
+            (attributes,) = struct.unpack_from(">h", data, pos + 21)
+            (last_offset_delta,) = struct.unpack_from(">i", data, pos + 23)
+            assert magic == 2, f"{segment}: batch at {base_offset} has magic {magic}"
+            assert pos + 12 + batch_length <= len(data), f"{segment}: truncated batch"
+            batches.append((base_offset, last_offset_delta + 1, attributes & 0x7))
+            pos += 12 + batch_length
+    return batches
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -79,6 +112,16 @@ def test_topic_compression_type_recompresses_and_values_stay_byte_exact(broker, 
     produce(broker.bootstrap, topic_name, records, conf={"compression.type": "lz4"})
     _check(records, consume(broker.bootstrap, topic_name, len(records)))
     _check(records, kp_consume(broker.bootstrap, topic_name, len(records)))
+    # Every stored batch carries the topic's codec, not the producer's lz4, and together the
+    # batches hold every record.
+    batches = _stored_batches(_partition_dir(broker, topic_name, 0))
+    next_offset = 0
+    for base_offset, count, codec in batches:
+        assert base_offset == next_offset, batches
+        assert codec == CODEC_IDS[topic_codec], \
+            f"batch at offset {base_offset} stored with codec id {codec}: {batches}"
+        next_offset += count
+    assert next_offset == len(records), batches
 
 
 def test_mixed_codecs_in_one_partition_are_all_readable(broker, topic_name):
