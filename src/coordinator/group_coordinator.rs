@@ -1,0 +1,1318 @@
+//! The group coordinator (classic protocol) and its durable state in `__consumer_offsets`.
+//!
+//! Concurrency: all groups live behind one std mutex, held only for in-memory state changes
+//! (never across `.await` or I/O). JoinGroup and SyncGroup calls that must wait are parked as
+//! oneshot channels inside their member and woken by the state machine, by another member's
+//! call, or by the timer ([`GroupCoordinator::tick`], run every 50 ms by the broker runtime).
+//!
+//! Durability: offset commits and group metadata are appended to the group's
+//! `__consumer_offsets` partition through the normal log and acknowledged like acks=all (the
+//! high watermark covers them); on start the topic is replayed (last record per key wins,
+//! null values delete).
+//!
+//! Leadership ([`ownership`]): in a cluster this broker coordinates only the groups of the
+//! partitions it leads. Becoming leader (Kafka's `onElection`) loads a partition on the timer
+//! at the leader epoch (requests get COORDINATOR_LOAD_IN_PROGRESS meanwhile); losing it
+//! (`onResignation`) drops its groups, answers their parked joins and syncs NOT_COORDINATOR,
+//! and a write that finishes after the change answers NOT_COORDINATOR. Partitions the control
+//! plane never assigned are served as on a single node.
+//!
+//! Transactional offsets (TxnOffsetCommit) are appended as a transactional batch with the
+//! producer's id and epoch and kept pending per producer until the producer's COMMIT or ABORT
+//! marker reaches the group's partition (live: [`GroupCoordinator::complete_txn_offsets`]; on
+//! replay: the marker in the log), which materializes or drops them.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use tokio::sync::oneshot;
+
+use super::group::{Group, GroupState, JoinRequest, JoinResult, SyncResult};
+use super::offsets_topic::{GroupValue, OffsetValue, RecordKey};
+use super::{consumer_group, offsets_topic, ownership};
+
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// Where the coordinator keeps its records. The broker implements it on top of the
+/// `__consumer_offsets` partitions; both methods block.
+pub trait OffsetsLog: Send + Sync {
+    /// Appends (key, value-or-tombstone) records to the group's partition, durably enough to
+    /// acknowledge (the partition's high watermark covers them when this returns).
+    fn append(
+        &self,
+        group: &str,
+        records: Vec<(Bytes, Option<Bytes>)>,
+    ) -> Result<(), LogWriteError>;
+    /// Appends records as one transactional batch of the producer (TxnOffsetCommit); returns
+    /// the `__consumer_offsets` partition written.
+    fn append_transactional(
+        &self,
+        group: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        records: Vec<(Bytes, Option<Bytes>)>,
+    ) -> Result<i32, LogWriteError>;
+    /// Every record and transaction marker of the topic, in log order per partition.
+    fn replay(&self) -> io::Result<Vec<LogEntry>>;
+    /// The records and markers of one partition (a superset is fine: the coordinator keeps
+    /// only the groups of `partition`).
+    fn replay_partition(&self, partition: i32) -> io::Result<Vec<LogEntry>> {
+        let _ = partition;
+        self.replay()
+    }
+    /// The `__consumer_offsets` partition of a group.
+    fn partition_for(&self, group: &str) -> i32 {
+        let _ = group;
+        0
+    }
+    /// A topic's id and partition count (for server-side assignment).
+    fn resolve_topic(&self, name: &str) -> Option<(uuid::Uuid, i32)>;
+}
+
+/// Why a coordinator's append was not acknowledged.
+#[derive(Debug, thiserror::Error)]
+pub enum LogWriteError {
+    /// This broker no longer leads the coordinator partition.
+    #[error("this broker does not lead the coordinator partition")]
+    NotLeader,
+    /// The ISR is smaller than min.insync.replicas (before or after the append).
+    #[error("not enough in-sync replicas")]
+    NotEnoughReplicas,
+    /// The in-sync replicas did not acknowledge within the commit timeout.
+    #[error("the in-sync replicas did not acknowledge in time")]
+    Timeout,
+    #[error("records too large: {0}")]
+    TooLarge(String),
+    /// The coordinator topic or partition is missing, or the broker is stopping.
+    #[error("coordinator partition unavailable: {0}")]
+    Unavailable(String),
+    #[error("storage error: {0}")]
+    Storage(String),
+}
+
+impl LogWriteError {
+    /// The error an offset commit answers (Kafka's `GroupMetadataManager.storeOffsets`).
+    pub fn offset_commit_error(&self) -> ResponseError {
+        match self {
+            LogWriteError::TooLarge(_) => ResponseError::InvalidCommitOffsetSize,
+            other => other.state_error(),
+        }
+    }
+
+    /// The error a group metadata or transaction state write answers (Kafka's
+    /// `GroupMetadataManager.storeGroup` and `TransactionStateManager.appendTransactionToLog`).
+    pub fn state_error(&self) -> ResponseError {
+        match self {
+            LogWriteError::NotLeader | LogWriteError::Storage(_) => ResponseError::NotCoordinator,
+            LogWriteError::NotEnoughReplicas
+            | LogWriteError::Timeout
+            | LogWriteError::Unavailable(_) => ResponseError::CoordinatorNotAvailable,
+            LogWriteError::TooLarge(_) => ResponseError::UnknownServerError,
+        }
+    }
+}
+
+/// One item of a `__consumer_offsets` replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogEntry {
+    Record {
+        key: Bytes,
+        value: Option<Bytes>,
+    },
+    /// A record of a transactional batch: it counts once its producer's COMMIT marker follows
+    /// in the same partition.
+    Transactional {
+        partition: i32,
+        producer_id: i64,
+        key: Bytes,
+        value: Option<Bytes>,
+    },
+    Marker {
+        partition: i32,
+        producer_id: i64,
+        commit: bool,
+    },
+}
+
+/// Transactional offsets awaiting their producer's marker: producer id → group →
+/// (`__consumer_offsets` partition, offsets).
+type PendingTxnOffsets = HashMap<i64, HashMap<String, (i32, HashMap<(String, i32), OffsetValue>)>>;
+
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    pub initial_rebalance_delay: Duration,
+    pub min_session_timeout: Duration,
+    pub max_session_timeout: Duration,
+    pub offsets_retention: Duration,
+    pub offset_metadata_max_bytes: usize,
+    /// KIP-848 groups: `group.consumer.session.timeout.ms` / `heartbeat.interval.ms`.
+    pub consumer_session_timeout: Duration,
+    pub consumer_heartbeat_interval: Duration,
+}
+
+/// A committed offset for the OffsetFetch answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+}
+
+/// DescribeGroups' view of a group.
+pub struct GroupDescription {
+    pub state: &'static str,
+    pub protocol_type: String,
+    pub protocol: String,
+    /// (member id, instance id, client id, client host, metadata, assignment)
+    pub members: Vec<(String, Option<String>, String, String, Bytes, Bytes)>,
+}
+
+pub struct GroupCoordinator {
+    groups: Mutex<HashMap<String, Group>>,
+    config: GroupConfig,
+    log: Arc<dyn OffsetsLog>,
+    /// When empty groups without offsets were last removed.
+    last_cleanup: Mutex<Instant>,
+    /// Rebalances of groups that no longer exist, so the metric never goes backwards.
+    removed_rebalances: std::sync::atomic::AtomicU64,
+    pending_txn: Mutex<PendingTxnOffsets>,
+    /// The `__consumer_offsets` partitions this broker serves.
+    ownership: Arc<ownership::Ownership>,
+}
+
+/// Kafka's `offsets.retention.check.interval.ms` default: how often empty groups without
+/// offsets are removed (so DescribeGroups keeps showing a just-emptied group for a while).
+const CLEANUP_INTERVAL: Duration = Duration::from_secs(600);
+
+/// The group named `id`, created Empty if it does not exist.
+fn group_entry(
+    groups: &mut HashMap<String, Group>,
+    id: impl Into<String>,
+    initial_delay: Duration,
+) -> &mut Group {
+    let id = id.into();
+    groups
+        .entry(id.clone())
+        .or_insert_with(|| Group::new(&id, Instant::now(), now_ms(), initial_delay))
+}
+
+fn now_ms() -> i64 {
+    crate::clock::now_ms()
+}
+
+impl GroupCoordinator {
+    pub fn new(config: GroupConfig, log: Arc<dyn OffsetsLog>) -> Self {
+        Self::with_ownership(config, log, Arc::default())
+    }
+
+    /// A coordinator serving the `__consumer_offsets` partitions `ownership` says it owns.
+    pub fn with_ownership(
+        config: GroupConfig,
+        log: Arc<dyn OffsetsLog>,
+        ownership: Arc<ownership::Ownership>,
+    ) -> Self {
+        GroupCoordinator {
+            groups: Mutex::new(HashMap::new()),
+            config,
+            log,
+            last_cleanup: Mutex::new(Instant::now()),
+            removed_rebalances: std::sync::atomic::AtomicU64::new(0),
+            pending_txn: Mutex::new(HashMap::new()),
+            ownership,
+        }
+    }
+
+    /// Whether this broker coordinates the group now: NOT_COORDINATOR when another broker
+    /// leads its partition, COORDINATOR_LOAD_IN_PROGRESS while the partition loads.
+    pub fn check_coordinator(&self, group_id: &str) -> Result<(), ResponseError> {
+        self.ownership.check(self.log.partition_for(group_id))
+    }
+
+    /// This broker became leader of `__consumer_offsets` partition `partition` at `epoch`
+    /// (Kafka's `onElection`): its groups are loaded by the timer.
+    pub fn on_election(&self, partition: i32, epoch: i32) {
+        let t = self
+            .ownership
+            .elect(partition, epoch, || self.unload(partition));
+        if t != ownership::Transition::None {
+            tracing::info!(partition, epoch, "loading __consumer_offsets partition");
+        }
+    }
+
+    /// This broker stopped leading `partition` (Kafka's `onResignation`): its groups are
+    /// dropped and their waiting members answered NOT_COORDINATOR.
+    pub fn on_resignation(&self, partition: i32) {
+        let t = self.ownership.resign(partition, || self.unload(partition));
+        if t != ownership::Transition::None {
+            tracing::info!(partition, "unloaded __consumer_offsets partition");
+        }
+    }
+
+    fn unload(&self, partition: i32) {
+        let removed: Vec<Group> = {
+            let mut groups = self.groups();
+            let ids: Vec<String> = groups
+                .keys()
+                .filter(|g| self.log.partition_for(g) == partition)
+                .cloned()
+                .collect();
+            ids.iter().filter_map(|id| groups.remove(id)).collect()
+        };
+        for mut g in removed {
+            for (id, m) in g.members.iter_mut() {
+                if let Some(tx) = m.awaiting_join.take() {
+                    let _ = tx.send(JoinResult::error(ResponseError::NotCoordinator, id));
+                }
+                if let Some(tx) = m.awaiting_sync.take() {
+                    let _ = tx.send(SyncResult::error(ResponseError::NotCoordinator));
+                }
+            }
+            self.count_removed(&g);
+        }
+        self.pending_txn().retain(|_, groups| {
+            groups.retain(|_, (p, _)| *p != partition);
+            !groups.is_empty()
+        });
+    }
+
+    /// Replays the partitions waiting for their load (Kafka's `loadGroupsForPartition`), each
+    /// installed only if this broker still leads it at the same epoch. Blocking.
+    pub fn load_elected(&self) {
+        for (partition, epoch) in self.ownership.loading() {
+            let entries = match self.log.replay_partition(partition) {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!(partition, epoch, error = %e, "cannot load __consumer_offsets partition; will retry");
+                    continue;
+                }
+            };
+            let (mut loaded, mut pending) = self.rebuild(entries);
+            loaded.retain(|id, _| self.log.partition_for(id) == partition);
+            pending.retain(|_, groups| {
+                groups.retain(|_, (p, _)| *p == partition);
+                !groups.is_empty()
+            });
+            let count = loaded.len();
+            let installed = self.ownership.complete_load(partition, epoch, || {
+                self.unload(partition);
+                self.groups().extend(loaded);
+                let mut all = self.pending_txn();
+                for (pid, groups) in pending {
+                    all.entry(pid).or_default().extend(groups);
+                }
+            });
+            if installed {
+                tracing::info!(
+                    partition,
+                    epoch,
+                    groups = count,
+                    "loaded __consumer_offsets partition"
+                );
+            }
+        }
+    }
+
+    fn pending_txn(&self) -> std::sync::MutexGuard<'_, PendingTxnOffsets> {
+        self.pending_txn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
+        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Rebuilds groups and offsets from the log. Blocking.
+    /// Partitions the control plane has assigned elsewhere (or that still wait for their
+    /// load) are left out.
+    pub fn load(&self) -> io::Result<usize> {
+        let entries = self.log.replay()?;
+        let n = entries.len();
+        let (mut groups, mut pending) = self.rebuild(entries);
+        groups.retain(|id, _| self.ownership.is_served(self.log.partition_for(id)));
+        pending.retain(|_, groups| {
+            groups.retain(|_, (p, _)| self.ownership.is_served(*p));
+            !groups.is_empty()
+        });
+        *self.groups() = groups;
+        *self.pending_txn() = pending;
+        Ok(n)
+    }
+
+    /// Groups and pending transactional offsets from replayed entries (last record per key
+    /// wins, null values delete).
+    fn rebuild(&self, entries: Vec<LogEntry>) -> (HashMap<String, Group>, PendingTxnOffsets) {
+        let now = Instant::now();
+        let mut groups: HashMap<String, Group> = HashMap::new();
+        let mut pending: PendingTxnOffsets = HashMap::new();
+        let n = entries.len();
+        let mut records = Vec::with_capacity(n);
+        for entry in entries {
+            match entry {
+                LogEntry::Record { key, value } => records.push((key, value)),
+                LogEntry::Transactional {
+                    partition,
+                    producer_id,
+                    key,
+                    value: Some(value),
+                } => {
+                    if let (
+                        Ok(RecordKey::Offset {
+                            group,
+                            topic,
+                            partition: p,
+                        }),
+                        Ok(v),
+                    ) = (
+                        offsets_topic::decode_key(key),
+                        offsets_topic::decode_offset(value),
+                    ) {
+                        pending
+                            .entry(producer_id)
+                            .or_default()
+                            .entry(group)
+                            .or_insert_with(|| (partition, HashMap::new()))
+                            .1
+                            .insert((topic, p), v);
+                    }
+                }
+                LogEntry::Transactional { .. } => {}
+                LogEntry::Marker {
+                    partition,
+                    producer_id,
+                    commit,
+                } => {
+                    for (group, offsets) in take_pending(&mut pending, producer_id, partition) {
+                        if commit {
+                            // Records before the marker in log order: replay them first.
+                            for ((topic, p), v) in offsets {
+                                records.push((
+                                    offsets_topic::encode_key(&RecordKey::Offset {
+                                        group: group.clone(),
+                                        topic,
+                                        partition: p,
+                                    }),
+                                    Some(offsets_topic::encode_offset(&v)),
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (key, value) in records {
+            let key = match offsets_topic::decode_key(key) {
+                Ok(k) => k,
+                Err(e) => {
+                    tracing::warn!(error = %e, "skipping undecodable __consumer_offsets key");
+                    continue;
+                }
+            };
+            match key {
+                RecordKey::Offset {
+                    group,
+                    topic,
+                    partition,
+                } => match value {
+                    None => {
+                        if let Some(g) = groups.get_mut(&group) {
+                            g.offsets.remove(&(topic, partition));
+                        }
+                    }
+                    Some(v) => match offsets_topic::decode_offset(v) {
+                        Ok(v) => {
+                            let g = group_entry(
+                                &mut groups,
+                                group.clone(),
+                                self.config.initial_rebalance_delay,
+                            );
+                            g.offsets.insert((topic, partition), v);
+                        }
+                        Err(e) => tracing::warn!(%group, error = %e, "skipping undecodable offset"),
+                    },
+                },
+                RecordKey::Group { group } => match value {
+                    None => {
+                        groups.remove(&group);
+                    }
+                    Some(v) => match offsets_topic::decode_group(v) {
+                        Ok(v) => {
+                            let g = group_entry(
+                                &mut groups,
+                                group.clone(),
+                                self.config.initial_rebalance_delay,
+                            );
+                            g.restore(v, now);
+                        }
+                        Err(e) => {
+                            tracing::warn!(%group, error = %e, "skipping undecodable group metadata")
+                        }
+                    },
+                },
+            }
+        }
+        (groups, pending)
+    }
+
+    /// Runs one write for the group; NOT_COORDINATOR when the leadership of its partition
+    /// changed while the write waited (Kafka compares the coordinator epoch after appending).
+    fn fenced_write<R>(
+        &self,
+        group_id: &str,
+        write: impl FnOnce() -> Result<R, ResponseError>,
+    ) -> Result<R, ResponseError> {
+        let partition = self.log.partition_for(group_id);
+        let before = self.ownership.status(partition);
+        let r = write()?;
+        if self.ownership.status(partition) != before {
+            return Err(ResponseError::NotCoordinator);
+        }
+        Ok(r)
+    }
+
+    fn persist_group(
+        &self,
+        group_id: &str,
+        value: Option<GroupValue>,
+    ) -> Result<(), ResponseError> {
+        let key = offsets_topic::encode_key(&RecordKey::Group {
+            group: group_id.to_string(),
+        });
+        let value = value.map(|v| offsets_topic::encode_group(&v));
+        self.fenced_write(group_id, || {
+            self.log.append(group_id, vec![(key, value)]).map_err(|e| {
+                tracing::warn!(group = group_id, error = %e, "cannot persist group metadata");
+                e.state_error()
+            })
+        })
+    }
+
+    /// [`Self::persist_group`] on the blocking pool, for the async handlers.
+    async fn persist_group_off_worker(
+        self: &Arc<Self>,
+        group_id: &str,
+        value: GroupValue,
+    ) -> Result<(), ResponseError> {
+        let me = self.clone();
+        let gid = group_id.to_string();
+        tokio::task::spawn_blocking(move || me.persist_group(&gid, Some(value)))
+            .await
+            .unwrap_or(Err(ResponseError::UnknownServerError))
+    }
+
+    fn check_session_timeout(&self, t: Duration) -> bool {
+        t >= self.config.min_session_timeout && t <= self.config.max_session_timeout
+    }
+
+    pub async fn join(self: &Arc<Self>, group_id: &str, req: JoinRequest) -> JoinResult {
+        if group_id.is_empty() {
+            return JoinResult::error(ResponseError::InvalidGroupId, &req.member_id);
+        }
+        if let Err(e) = self.check_coordinator(group_id) {
+            return JoinResult::error(e, &req.member_id);
+        }
+        if !self.check_session_timeout(req.session_timeout) {
+            return JoinResult::error(ResponseError::InvalidSessionTimeout, &req.member_id);
+        }
+        let wait = req.rebalance_timeout.max(req.session_timeout) + Duration::from_secs(5);
+        let member_id = req.member_id.clone();
+        let static_rejoin = member_id.is_empty() && req.group_instance_id.is_some();
+        let (tx, rx) = oneshot::channel();
+        let persist = {
+            let mut groups = self.groups();
+            // Only a member without an id may create a group (Kafka's rule).
+            if !member_id.is_empty() && !groups.contains_key(group_id) {
+                return JoinResult::error(ResponseError::UnknownMemberId, &member_id);
+            }
+            let g = group_entry(
+                &mut groups,
+                group_id.to_string(),
+                self.config.initial_rebalance_delay,
+            );
+            if g.consumer.as_ref().is_some_and(|c| !c.is_empty()) {
+                return JoinResult::error(ResponseError::InconsistentGroupProtocol, &member_id);
+            }
+            match g.join(req, tx, Instant::now(), now_ms()) {
+                // A static member that took over its old id without a rebalance: the new
+                // member id must be durable before the member uses it (Kafka stores the group
+                // first), or a restart would fence it.
+                Some((_, result)) if static_rejoin && result.error.is_none() => {
+                    Some((result, g.to_value()))
+                }
+                Some((_, result)) => return result,
+                None => None,
+            }
+        };
+        if let Some((result, value)) = persist {
+            return match self.persist_group_off_worker(group_id, value).await {
+                Ok(()) => result,
+                Err(e) => JoinResult::error(e, &result.member_id),
+            };
+        }
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(result)) => result,
+            _ => JoinResult::error(ResponseError::RebalanceInProgress, &member_id),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn sync(
+        self: &Arc<Self>,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation: i32,
+        protocol_type: Option<&str>,
+        protocol_name: Option<&str>,
+        assignments: Vec<(String, Bytes)>,
+    ) -> SyncResult {
+        if group_id.is_empty() {
+            return SyncResult::error(ResponseError::InvalidGroupId);
+        }
+        if let Err(e) = self.check_coordinator(group_id) {
+            return SyncResult::error(e);
+        }
+        let (tx, rx) = oneshot::channel();
+        let (immediate, persist, wait) = {
+            let mut groups = self.groups();
+            let Some(g) = groups.get_mut(group_id) else {
+                return SyncResult::error(ResponseError::UnknownMemberId);
+            };
+            let wait = g
+                .members
+                .get(member_id)
+                .map(|m| m.rebalance_timeout.max(m.session_timeout))
+                .unwrap_or_default()
+                + Duration::from_secs(5);
+            let (immediate, changed) = g.sync(
+                member_id,
+                group_instance_id,
+                generation,
+                protocol_type,
+                protocol_name,
+                assignments,
+                tx,
+                Instant::now(),
+            );
+            (immediate, changed.then(|| g.to_value()), wait)
+        };
+        if let Some((_, result)) = immediate {
+            return result;
+        }
+        if let Some(value) = persist {
+            if let Err(e) = self.persist_group_off_worker(group_id, value).await {
+                return SyncResult::error(e);
+            }
+        }
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(result)) => result,
+            _ => SyncResult::error(ResponseError::RebalanceInProgress),
+        }
+    }
+
+    /// ConsumerGroupHeartbeat (KIP-848).
+    pub fn consumer_heartbeat(
+        &self,
+        group_id: &str,
+        req: consumer_group::HeartbeatIn,
+    ) -> Result<consumer_group::HeartbeatOut, ResponseError> {
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        self.check_coordinator(group_id)?;
+        let resolve = |name: &str| self.log.resolve_topic(name);
+        let mut groups = self.groups();
+        if req.member_epoch != 0 && !groups.contains_key(group_id) {
+            return Err(ResponseError::UnknownMemberId);
+        }
+        let g = group_entry(
+            &mut groups,
+            group_id.to_string(),
+            self.config.initial_rebalance_delay,
+        );
+        if g.consumer.is_none() {
+            if !g.members.is_empty() {
+                // A classic group with members: the protocols do not mix.
+                return Err(ResponseError::GroupIdNotFound);
+            }
+            g.consumer = Some(consumer_group::ConsumerState::new());
+            g.protocol_type = Some("consumer".into());
+        }
+        let c = g.consumer.as_mut().ok_or(ResponseError::GroupIdNotFound)?;
+        // The request is consumed by the state machine: keep what the debug line needs, and
+        // only format the owned partitions when debug logging is on.
+        let debug = tracing::enabled!(tracing::Level::DEBUG);
+        let (member, epoch) = (req.member_id.clone(), req.member_epoch);
+        let owned = if debug {
+            format!("{:?}", req.owned)
+        } else {
+            String::new()
+        };
+        let out = c.heartbeat(
+            req,
+            &resolve,
+            self.config.consumer_session_timeout,
+            Instant::now(),
+        );
+        if debug {
+            match &out {
+                Ok(o) => {
+                    tracing::debug!(group = group_id, %member, epoch, %owned, new_epoch = o.member_epoch, assignment = ?o.assignment, group_epoch = c.group_epoch, "consumer heartbeat")
+                }
+                Err(e) => {
+                    tracing::debug!(group = group_id, %member, epoch, %owned, error = ?e, "consumer heartbeat refused")
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs `f` on a consumer-protocol group's state.
+    pub fn with_consumer_group<R>(
+        &self,
+        group_id: &str,
+        f: impl FnOnce(&consumer_group::ConsumerState) -> R,
+    ) -> Option<R> {
+        self.groups()
+            .get(group_id)
+            .and_then(|g| g.consumer.as_ref())
+            .map(f)
+    }
+
+    pub fn consumer_heartbeat_interval(&self) -> Duration {
+        self.config.consumer_heartbeat_interval
+    }
+
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation: i32,
+    ) -> Option<ResponseError> {
+        if group_id.is_empty() {
+            return Some(ResponseError::InvalidGroupId);
+        }
+        if let Err(e) = self.check_coordinator(group_id) {
+            return Some(e);
+        }
+        match self.groups().get_mut(group_id) {
+            Some(g) => g.heartbeat(member_id, group_instance_id, generation, Instant::now()),
+            None => Some(ResponseError::UnknownMemberId),
+        }
+    }
+
+    /// LeaveGroup for several identities; returns each one's error. Blocking (may persist).
+    pub fn leave(
+        &self,
+        group_id: &str,
+        identities: &[(String, Option<String>)],
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        self.check_coordinator(group_id)?;
+        let (results, persist) = {
+            let mut groups = self.groups();
+            let Some(g) = groups.get_mut(group_id) else {
+                return Ok(vec![Some(ResponseError::UnknownMemberId); identities.len()]);
+            };
+            let before = (g.state, g.generation);
+            let results: Vec<_> = identities
+                .iter()
+                .map(|(m, i)| g.leave(m, i.as_deref(), Instant::now(), now_ms()))
+                .collect();
+            let persist = (g.state == GroupState::Empty && before != (g.state, g.generation))
+                .then(|| g.to_value());
+            (results, persist)
+        };
+        if let Some(v) = persist {
+            self.persist_group(group_id, Some(v))?;
+        }
+        Ok(results)
+    }
+
+    /// Validates and durably stores offset commits; returns per-partition errors in order.
+    /// Blocking.
+    pub fn commit_offsets(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation: i32,
+        offsets: Vec<(String, i32, i64, i32, Option<String>)>,
+        unknown_group: ResponseError,
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        self.check_coordinator(group_id)?;
+        {
+            let mut groups = self.groups();
+            let check = match groups.get(group_id) {
+                Some(g) => g.check_commit(member_id, group_instance_id, generation),
+                None if generation < 0 => None,
+                None => Some(unknown_group),
+            };
+            if let Some(e) = check {
+                return Err(e);
+            }
+            group_entry(
+                &mut groups,
+                group_id.to_string(),
+                self.config.initial_rebalance_delay,
+            );
+        }
+        let now = now_ms();
+        let mut results = Vec::with_capacity(offsets.len());
+        let mut records = Vec::new();
+        let mut accepted = Vec::new();
+        for (topic, partition, offset, leader_epoch, metadata) in offsets {
+            let metadata = metadata.unwrap_or_default();
+            if metadata.len() > self.config.offset_metadata_max_bytes {
+                results.push(Some(ResponseError::OffsetMetadataTooLarge));
+                continue;
+            }
+            let value = OffsetValue {
+                offset,
+                leader_epoch,
+                metadata,
+                commit_timestamp: now,
+            };
+            records.push((
+                offsets_topic::encode_key(&RecordKey::Offset {
+                    group: group_id.to_string(),
+                    topic: topic.clone(),
+                    partition,
+                }),
+                Some(offsets_topic::encode_offset(&value)),
+            ));
+            accepted.push(((topic, partition), value));
+            results.push(None);
+        }
+        if !records.is_empty() {
+            self.fenced_write(group_id, || {
+                self.log.append(group_id, records).map_err(|e| {
+                    tracing::warn!(group = group_id, error = %e, "cannot persist offsets");
+                    e.offset_commit_error()
+                })
+            })?;
+            let mut groups = self.groups();
+            if let Some(g) = groups.get_mut(group_id) {
+                for (k, v) in accepted {
+                    g.offsets.insert(k, v);
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// TxnOffsetCommit: validates the member like Kafka (a member id must be known, a
+    /// generation >= 0 must match), appends the offsets as a transactional batch of the
+    /// producer and keeps them pending until its marker. Blocking.
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_txn_offsets(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        offsets: Vec<(String, i32, i64, i32, Option<String>)>,
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        self.check_coordinator(group_id)?;
+        {
+            let mut groups = self.groups();
+            match groups.get(group_id) {
+                Some(g) => {
+                    if let Some(c) = g.consumer.as_ref().filter(|c| !c.is_empty()) {
+                        if !member_id.is_empty() {
+                            match c.member_epoch(member_id) {
+                                None => return Err(ResponseError::UnknownMemberId),
+                                Some(e) if generation >= 0 && e != generation => {
+                                    return Err(ResponseError::StaleMemberEpoch)
+                                }
+                                Some(_) => {}
+                            }
+                        }
+                    } else {
+                        if let Some(instance) = group_instance_id {
+                            if g.static_members
+                                .get(instance)
+                                .is_some_and(|m| !member_id.is_empty() && m != member_id)
+                            {
+                                return Err(ResponseError::FencedInstanceId);
+                            }
+                        }
+                        if !member_id.is_empty() && !g.members.contains_key(member_id) {
+                            return Err(ResponseError::UnknownMemberId);
+                        }
+                        if generation >= 0 && generation != g.generation {
+                            return Err(ResponseError::IllegalGeneration);
+                        }
+                    }
+                }
+                None if generation >= 0 => return Err(ResponseError::IllegalGeneration),
+                None => {
+                    group_entry(
+                        &mut groups,
+                        group_id.to_string(),
+                        self.config.initial_rebalance_delay,
+                    );
+                }
+            }
+        }
+        let now = now_ms();
+        let mut results = Vec::with_capacity(offsets.len());
+        let mut records = Vec::new();
+        let mut accepted = Vec::new();
+        for (topic, partition, offset, leader_epoch, metadata) in offsets {
+            let metadata = metadata.unwrap_or_default();
+            if metadata.len() > self.config.offset_metadata_max_bytes {
+                results.push(Some(ResponseError::OffsetMetadataTooLarge));
+                continue;
+            }
+            let value = OffsetValue {
+                offset,
+                leader_epoch,
+                metadata,
+                commit_timestamp: now,
+            };
+            records.push((
+                offsets_topic::encode_key(&RecordKey::Offset {
+                    group: group_id.to_string(),
+                    topic: topic.clone(),
+                    partition,
+                }),
+                Some(offsets_topic::encode_offset(&value)),
+            ));
+            accepted.push(((topic, partition), value));
+            results.push(None);
+        }
+        if !records.is_empty() {
+            let partition = self.fenced_write(group_id, || {
+                self.log
+                    .append_transactional(group_id, producer_id, producer_epoch, records)
+                    .map_err(|e| {
+                        tracing::warn!(group = group_id, producer_id, error = %e, "cannot persist transactional offsets");
+                        e.offset_commit_error()
+                    })
+            })?;
+            let mut pending = self.pending_txn();
+            let slot = pending
+                .entry(producer_id)
+                .or_default()
+                .entry(group_id.to_string())
+                .or_insert_with(|| (partition, HashMap::new()));
+            for (k, v) in accepted {
+                slot.1.insert(k, v);
+            }
+        }
+        Ok(results)
+    }
+
+    /// The producer's COMMIT or ABORT marker was written to `__consumer_offsets` partition
+    /// `partition`: its pending offsets there become committed or are dropped.
+    pub fn complete_txn_offsets(&self, producer_id: i64, partition: i32, commit: bool) {
+        let done = take_pending(&mut self.pending_txn(), producer_id, partition);
+        if !commit || done.is_empty() {
+            return;
+        }
+        let mut groups = self.groups();
+        for (group, offsets) in done {
+            let g = group_entry(&mut groups, group, self.config.initial_rebalance_delay);
+            for (k, v) in offsets {
+                g.offsets.insert(k, v);
+            }
+        }
+    }
+
+    /// Partitions of a group with transactional offsets not yet committed or aborted (an
+    /// OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them).
+    pub fn unstable_offsets(&self, group_id: &str) -> Vec<(String, i32)> {
+        self.pending_txn()
+            .values()
+            .filter_map(|groups| groups.get(group_id))
+            .flat_map(|(_, offsets)| offsets.keys().cloned())
+            .collect()
+    }
+
+    /// Committed offsets of a group: for the given partitions, or all when `None`.
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        partitions: Option<&[(String, i32)]>,
+    ) -> Vec<((String, i32), Option<Committed>)> {
+        let groups = self.groups();
+        let g = groups.get(group_id);
+        let committed = |k: &(String, i32)| {
+            g.and_then(|g| g.offsets.get(k)).map(|v| Committed {
+                offset: v.offset,
+                leader_epoch: v.leader_epoch,
+                metadata: v.metadata.clone(),
+            })
+        };
+        match partitions {
+            Some(ps) => ps.iter().map(|k| (k.clone(), committed(k))).collect(),
+            None => g
+                .map(|g| {
+                    g.offsets
+                        .keys()
+                        .map(|k| (k.clone(), committed(k)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    pub fn describe(&self, group_id: &str) -> Option<GroupDescription> {
+        let groups = self.groups();
+        let g = groups.get(group_id)?;
+        if let Some(c) = &g.consumer {
+            return Some(GroupDescription {
+                state: c.state_name(),
+                protocol_type: "consumer".into(),
+                protocol: c.assignor.clone(),
+                members: Vec::new(),
+            });
+        }
+        let stable = g.state == GroupState::Stable;
+        let protocol = g.protocol_name.clone().unwrap_or_default();
+        Some(GroupDescription {
+            state: g.state.name(),
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            protocol: if stable {
+                protocol.clone()
+            } else {
+                String::new()
+            },
+            members: g
+                .members
+                .values()
+                .map(|m| {
+                    let metadata = if stable {
+                        m.protocols
+                            .iter()
+                            .find(|(n, _)| *n == protocol)
+                            .map(|(_, b)| b.clone())
+                            .unwrap_or_default()
+                    } else {
+                        Bytes::new()
+                    };
+                    let assignment = if stable {
+                        m.assignment.clone()
+                    } else {
+                        Bytes::new()
+                    };
+                    (
+                        m.member_id.clone(),
+                        m.group_instance_id.clone(),
+                        m.client_id.clone(),
+                        m.client_host.clone(),
+                        metadata,
+                        assignment,
+                    )
+                })
+                .collect(),
+        })
+    }
+
+    /// (group id, protocol type, state) of every group.
+    /// (group id, protocol type, state, group type "classic" or "consumer") of every group.
+    pub fn list(&self) -> Vec<(String, String, &'static str, &'static str)> {
+        let mut v: Vec<_> = self
+            .groups()
+            .values()
+            .filter(|g| self.check_coordinator(&g.id).is_ok())
+            .map(|g| {
+                (
+                    g.id.clone(),
+                    g.protocol_type.clone().unwrap_or_default(),
+                    g.consumer
+                        .as_ref()
+                        .map(|c| c.state_name())
+                        .unwrap_or(g.state.name()),
+                    if g.consumer.is_some() {
+                        "consumer"
+                    } else {
+                        "classic"
+                    },
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Deletes an empty group and its offsets. Blocking.
+    pub fn delete_group(&self, group_id: &str) -> Option<ResponseError> {
+        if let Err(e) = self.check_coordinator(group_id) {
+            return Some(e);
+        }
+        let offsets: Vec<(String, i32)> = {
+            let groups = self.groups();
+            let Some(g) = groups.get(group_id) else {
+                return Some(ResponseError::GroupIdNotFound);
+            };
+            if !g.members.is_empty() {
+                return Some(ResponseError::NonEmptyGroup);
+            }
+            g.offsets.keys().cloned().collect()
+        };
+        let mut records: Vec<(Bytes, Option<Bytes>)> = offsets
+            .into_iter()
+            .map(|(topic, partition)| {
+                (
+                    offsets_topic::encode_key(&RecordKey::Offset {
+                        group: group_id.to_string(),
+                        topic,
+                        partition,
+                    }),
+                    None,
+                )
+            })
+            .collect();
+        records.push((
+            offsets_topic::encode_key(&RecordKey::Group {
+                group: group_id.to_string(),
+            }),
+            None,
+        ));
+        let deleted = self.fenced_write(group_id, || {
+            self.log.append(group_id, records).map_err(|e| {
+                tracing::warn!(group = group_id, error = %e, "cannot persist group deletion");
+                e.state_error()
+            })
+        });
+        if let Err(e) = deleted {
+            return Some(e);
+        }
+        if let Some(g) = self.groups().remove(group_id) {
+            self.count_removed(&g);
+        }
+        None
+    }
+
+    /// OffsetDelete: removes committed offsets of partitions the group is not consuming.
+    /// Blocking. `subscribed(topic)` says whether an active member subscribes to the topic.
+    pub fn delete_offsets(
+        &self,
+        group_id: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        self.check_coordinator(group_id)?;
+        let subscribed_topics: Vec<String> = {
+            let groups = self.groups();
+            let g = groups.get(group_id).ok_or(ResponseError::GroupIdNotFound)?;
+            if g.protocol_type.as_deref() != Some("consumer") && !g.members.is_empty() {
+                // Kafka can only tell which topics a consumer-protocol group uses.
+                return Err(ResponseError::NonEmptyGroup);
+            }
+            if !g.members.is_empty() {
+                g.members
+                    .values()
+                    .flat_map(|m| {
+                        m.protocols
+                            .iter()
+                            .flat_map(|(_, meta)| subscription_topics(meta))
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            }
+        };
+        let mut results = Vec::new();
+        let mut records = Vec::new();
+        for (topic, partition) in partitions {
+            if subscribed_topics.contains(topic) {
+                results.push(Some(ResponseError::GroupSubscribedToTopic));
+                continue;
+            }
+            records.push((
+                offsets_topic::encode_key(&RecordKey::Offset {
+                    group: group_id.to_string(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                }),
+                None,
+            ));
+            results.push(None);
+        }
+        if !records.is_empty() {
+            self.fenced_write(group_id, || {
+                self.log
+                    .append(group_id, records)
+                    .map_err(|e| e.offset_commit_error())
+            })?;
+            let mut groups = self.groups();
+            if let Some(g) = groups.get_mut(group_id) {
+                for ((topic, partition), r) in partitions.iter().zip(&results) {
+                    if r.is_none() {
+                        g.offsets.remove(&(topic.clone(), *partition));
+                    }
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// Timer work: completes joins, expires members, persists changed groups, expires
+    /// offsets of groups empty for longer than the retention. Blocking.
+    pub fn tick(&self) {
+        self.load_elected();
+        let now = Instant::now();
+        let now_wall = now_ms();
+        let mut persist = Vec::new();
+        let mut expire: Vec<(String, Vec<(String, i32)>)> = Vec::new();
+        {
+            let mut groups = self.groups();
+            let resolve = |name: &str| self.log.resolve_topic(name);
+            for g in groups.values_mut() {
+                if let Some(c) = g.consumer.as_mut() {
+                    c.tick(&resolve, now);
+                    continue;
+                }
+                if g.tick(now, now_wall) && g.state == GroupState::Empty {
+                    persist.push((g.id.clone(), g.to_value()));
+                }
+                if g.state == GroupState::Empty
+                    && g.members.is_empty()
+                    && now_wall - g.state_since_ms
+                        > self.config.offsets_retention.as_millis() as i64
+                {
+                    let keys: Vec<_> = g.offsets.keys().cloned().collect();
+                    if !keys.is_empty() {
+                        expire.push((g.id.clone(), keys));
+                    }
+                }
+            }
+        }
+        for (id, v) in persist {
+            let _ = self.persist_group(&id, Some(v));
+        }
+        for (id, keys) in expire {
+            tracing::info!(group = %id, offsets = keys.len(), "expiring offsets of an empty group");
+            let _ = self.delete_offsets(&id, &keys);
+        }
+        let due = {
+            let mut last = self.last_cleanup.lock().unwrap_or_else(|e| e.into_inner());
+            let due = now.duration_since(*last) >= CLEANUP_INTERVAL;
+            if due {
+                *last = now;
+            }
+            due
+        };
+        if due {
+            self.remove_dead_groups();
+        }
+    }
+
+    fn count_removed(&self, g: &Group) {
+        let n = g.rebalances + g.consumer.as_ref().map(|c| c.rebalances).unwrap_or(0);
+        self.removed_rebalances
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Gauges for /metrics: groups per (type, state), members, and rebalances so far.
+    pub fn gauges(&self) -> crate::metrics::GroupGauges {
+        let groups = self.groups();
+        let mut by_state: std::collections::BTreeMap<(&'static str, &'static str), usize> =
+            Default::default();
+        let mut members = 0;
+        let mut rebalances = self
+            .removed_rebalances
+            .load(std::sync::atomic::Ordering::Relaxed);
+        for g in groups.values() {
+            let (kind, state) = match &g.consumer {
+                Some(c) => ("consumer", c.state_name()),
+                None => ("classic", g.state.name()),
+            };
+            *by_state.entry((kind, state)).or_default() += 1;
+            members += g.members.len() + g.consumer.as_ref().map(|c| c.members.len()).unwrap_or(0);
+            rebalances += g.rebalances + g.consumer.as_ref().map(|c| c.rebalances).unwrap_or(0);
+        }
+        crate::metrics::GroupGauges {
+            by_state: by_state.into_iter().map(|((k, s), n)| (k, s, n)).collect(),
+            members,
+            rebalances,
+        }
+    }
+
+    /// Removes groups with no members and no offsets (Kafka's transition to Dead), writing a
+    /// tombstone so a restart does not bring them back. Blocking.
+    pub fn remove_dead_groups(&self) -> usize {
+        let dead: Vec<String> = self
+            .groups()
+            .values()
+            .filter(|g| {
+                g.members.is_empty()
+                    && g.offsets.is_empty()
+                    && g.consumer.as_ref().is_none_or(|c| c.is_empty())
+            })
+            .map(|g| g.id.clone())
+            .collect();
+        let mut removed = 0;
+        for id in &dead {
+            if self.persist_group(id, None).is_ok() {
+                let mut groups = self.groups();
+                // Still dead? A member may have joined since the scan.
+                if groups.get(id).is_some_and(|g| {
+                    g.members.is_empty()
+                        && g.offsets.is_empty()
+                        && g.consumer.as_ref().is_none_or(|c| c.is_empty())
+                }) {
+                    if let Some(g) = groups.remove(id) {
+                        self.count_removed(&g);
+                    }
+                    removed += 1;
+                }
+            }
+        }
+        removed
+    }
+}
+
+/// Removes and returns the producer's pending offsets in one `__consumer_offsets` partition.
+fn take_pending(
+    pending: &mut PendingTxnOffsets,
+    producer_id: i64,
+    partition: i32,
+) -> Vec<(String, HashMap<(String, i32), OffsetValue>)> {
+    let Some(groups) = pending.get_mut(&producer_id) else {
+        return Vec::new();
+    };
+    let ids: Vec<String> = groups
+        .iter()
+        .filter(|(_, (p, _))| *p == partition)
+        .map(|(g, _)| g.clone())
+        .collect();
+    let out = ids
+        .into_iter()
+        .filter_map(|g| groups.remove(&g).map(|(_, o)| (g, o)))
+        .collect();
+    if groups.is_empty() {
+        pending.remove(&producer_id);
+    }
+    out
+}
+
+/// Topics of a consumer-protocol subscription (ConsumerProtocolSubscription), best effort.
+fn subscription_topics(meta: &Bytes) -> Vec<String> {
+    use kafka_protocol::messages::ConsumerProtocolSubscription;
+    use kafka_protocol::protocol::Decodable;
+    let mut b = meta.clone();
+    if b.len() < 2 {
+        return Vec::new();
+    }
+    let version = i16::from_be_bytes([b[0], b[1]]);
+    let _ = bytes::Buf::get_i16(&mut b);
+    ConsumerProtocolSubscription::decode(&mut b, version.clamp(0, 3))
+        .map(|s| s.topics.into_iter().map(|t| t.to_string()).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;
