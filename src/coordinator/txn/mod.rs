@@ -42,6 +42,7 @@ use metadata::{TxnMetadata, TxnState, NO_PRODUCER_ID};
 
 use super::ownership::{Ownership, Transition};
 use super::LogWriteError;
+use crate::clock::Clock;
 
 pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
 
@@ -157,10 +158,8 @@ pub struct TransactionCoordinator {
     last_expire_scan: Mutex<Instant>,
     /// The `__transaction_state` partitions this broker serves.
     ownership: Arc<Ownership>,
-}
-
-fn now_ms() -> i64 {
-    crate::clock::now_ms()
+    /// Transaction timeouts and transactional-id expiry are measured on it.
+    clock: Clock,
 }
 
 fn illegal(e: metadata::IllegalTransition) -> ResponseError {
@@ -209,7 +208,14 @@ impl TransactionCoordinator {
             last_abort_scan: Mutex::new(Instant::now()),
             last_expire_scan: Mutex::new(Instant::now()),
             ownership,
+            clock: Clock::System,
         }
+    }
+
+    /// The same coordinator reading time from `clock` (tests move a manual one).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Whether this broker coordinates the transactional id now: NOT_COORDINATOR when another
@@ -357,11 +363,11 @@ impl TransactionCoordinator {
                         transactional_id,
                         pid,
                         timeout_ms,
-                        now_ms(),
+                        self.clock.now_ms(),
                     ))
                 });
         }
-        let now = now_ms();
+        let now = self.clock.now_ms();
         enum Next {
             Persist(TxnMetadata),
             Fence(i64, i16),
@@ -484,7 +490,7 @@ impl TransactionCoordinator {
                 return Ok(());
             }
             let t = m
-                .prepare_add_partitions(partitions, now_ms())
+                .prepare_add_partitions(partitions, self.clock.now_ms())
                 .map_err(illegal)?;
             e.pending = Some(TxnState::Ongoing);
             t
@@ -608,7 +614,7 @@ impl TransactionCoordinator {
             return Err(ResponseError::InvalidRequest);
         }
         self.check_coordinator(id)?;
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let (transit, is_fence) = {
             let mut txns = self.txns();
             let e = txns
@@ -769,7 +775,7 @@ impl TransactionCoordinator {
                 return false;
             }
             e.marker_retry_at = None;
-            match e.meta.prepare_complete(now_ms()) {
+            match e.meta.prepare_complete(self.clock.now_ms()) {
                 Ok(t) => {
                     e.pending = Some(t.state);
                     t
@@ -820,7 +826,7 @@ impl TransactionCoordinator {
                 None => unknown.push(s.clone()),
             }
         }
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let txns = self.txns();
         let mut out: Vec<TxnDescription> = txns
             .values()
@@ -898,7 +904,7 @@ impl TransactionCoordinator {
     /// Aborts Ongoing transactions older than their timeout, bumping the epoch so the
     /// producer is fenced (Kafka's `abortTimedOutTransactions`).
     pub fn abort_timed_out(&self) {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let fenced: Vec<(String, i64, i16)> = {
             let mut txns = self.txns();
             txns.iter_mut()
@@ -928,7 +934,7 @@ impl TransactionCoordinator {
 
     /// Removes transactional ids idle for transactional.id.expiration.ms (a tombstone each).
     pub fn expire_transactional_ids(&self) {
-        let cutoff = now_ms() - self.config.transactional_id_expiration_ms;
+        let cutoff = self.clock.now_ms() - self.config.transactional_id_expiration_ms;
         let dead: Vec<TxnMetadata> = {
             let mut txns = self.txns();
             txns.values_mut()

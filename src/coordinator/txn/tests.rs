@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use super::*;
+use crate::clock::Clock;
 
 #[derive(Default)]
 struct MemoryLog {
@@ -227,8 +228,11 @@ fn kip360_and_epoch_exhaustion() {
 
 #[test]
 fn timeouts_are_validated_and_enforced() {
-    let (log, parts) = (Arc::default(), Arc::default());
-    let c = coordinator(&log, &parts);
+    let (log, parts): (Arc<MemoryLog>, Arc<FakeParticipants>) = (Arc::default(), Arc::default());
+    let clock = Clock::manual(1_700_000_000_000);
+    let c =
+        TransactionCoordinator::new(config(), log.clone(), parts.clone()).with_clock(clock.clone());
+    c.load().unwrap();
     assert_eq!(
         c.init_producer_id("tx", 900_001, None),
         Err(ResponseError::InvalidTransactionTimeout)
@@ -239,7 +243,8 @@ fn timeouts_are_validated_and_enforced() {
     );
     let (pid, e0) = c.init_producer_id("tx", 1, None).unwrap();
     c.add_partitions("tx", pid, e0, vec![tp("a", 0)]).unwrap();
-    std::thread::sleep(Duration::from_millis(5));
+    // Past the transaction's 1 ms timeout.
+    clock.advance_ms(5);
     c.tick();
     let d = c.describe("tx").unwrap();
     assert_eq!((d.state, d.producer_epoch), ("CompleteAbort", e0 + 1));
@@ -354,9 +359,10 @@ fn idle_transactional_ids_expire_with_a_tombstone() {
     let parts: Arc<FakeParticipants> = Arc::default();
     let mut cfg = config();
     cfg.transactional_id_expiration_ms = 0;
-    let c = TransactionCoordinator::new(cfg, log.clone(), parts.clone());
+    let clock = Clock::manual(1_700_000_000_000);
+    let c = TransactionCoordinator::new(cfg, log.clone(), parts.clone()).with_clock(clock.clone());
     c.init_producer_id("tx", 60_000, None).unwrap();
-    std::thread::sleep(Duration::from_millis(2));
+    clock.advance_ms(2);
     c.expire_transactional_ids();
     assert_eq!(
         c.describe("tx"),
