@@ -217,6 +217,130 @@ fn adoptable_internal_topic(t: &Topic) -> bool {
         })
 }
 
+/// The catalog file of the first log dir (empty on a fresh broker).
+fn read_metadata_file(config: &BrokerConfig) -> anyhow::Result<MetadataFile> {
+    let meta_path = config.log_dirs[0].join(METADATA_FILE);
+    match fs::read_to_string(&meta_path) {
+        Ok(text) => {
+            toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", meta_path.display()))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(MetadataFile::default()),
+        Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", meta_path.display())),
+    }
+}
+
+/// Every log dir must name one cluster. A single node keeps the id it has (or takes the
+/// configured one, or a new one); in cluster mode the quorum's id is adopted later
+/// ([`Broker::adopt_cluster_id`]) and only a configured id that contradicts the log dirs stops
+/// the start here. Returns the id (set on a single node) and the one the log dirs recorded.
+fn settle_cluster_id(
+    config: &BrokerConfig,
+    meta: &mut MetadataFile,
+) -> anyhow::Result<(std::sync::OnceLock<String>, Option<String>)> {
+    let recorded_cluster_id = meta_properties::recorded_cluster_id(&config.log_dirs)?;
+    let cluster_id = std::sync::OnceLock::new();
+    if config.cluster.is_none() {
+        if meta.cluster_id.is_empty() {
+            meta.cluster_id = recorded_cluster_id
+                .clone()
+                .or_else(|| config.cluster_id.clone())
+                .unwrap_or_else(|| kafka_uuid_string(Uuid::new_v4()));
+        }
+        meta_properties::check_cluster_id(&config.log_dirs, &meta.cluster_id)?;
+        if let Some(configured) = config.cluster_id.as_deref() {
+            if configured != meta.cluster_id {
+                tracing::warn!(
+                    configured,
+                    cluster_id = %meta.cluster_id,
+                    "cluster.id in the config differs from the id the log dirs were formatted with; keeping theirs"
+                );
+            }
+        }
+        let _ = cluster_id.set(meta.cluster_id.clone());
+    } else if let (Some(configured), Some(recorded)) =
+        (config.cluster_id.as_deref(), recorded_cluster_id.as_deref())
+    {
+        // Refused before this broker could propose either id to a new quorum.
+        if configured != recorded {
+            return Err(meta_properties::ClusterIdError::ConfigDiffersFromLogDirs {
+                configured: configured.to_string(),
+                recorded: recorded.to_string(),
+            }
+            .into());
+        }
+    }
+    Ok((cluster_id, recorded_cluster_id))
+}
+
+/// The per-dir recovery point, log start and high watermark checkpoints, by partition. A
+/// missing or unreadable one is a hint the log recovery does without.
+struct Checkpoints {
+    recovery_points: HashMap<(String, i32), i64>,
+    log_starts: HashMap<(String, i32), i64>,
+    high_watermarks: HashMap<(String, i32), i64>,
+}
+
+fn read_checkpoints(config: &BrokerConfig) -> Checkpoints {
+    let mut recovery_points = HashMap::new();
+    let mut log_starts = HashMap::new();
+    let mut high_watermarks = HashMap::new();
+    for d in &config.log_dirs {
+        for (t, p, o) in checkpoint::read_offsets(&d.join(RECOVERY_POINT_FILE)).unwrap_or_default()
+        {
+            recovery_points.insert((t, p), o);
+        }
+        for (t, p, o) in checkpoint::read_offsets(&d.join(LOG_START_FILE)).unwrap_or_default() {
+            log_starts.insert((t, p), o);
+        }
+        for (t, p, o) in checkpoint::read_offsets(&d.join(HIGH_WATERMARK_FILE)).unwrap_or_default()
+        {
+            high_watermarks.insert((t, p), o);
+        }
+    }
+    Checkpoints {
+        recovery_points,
+        log_starts,
+        high_watermarks,
+    }
+}
+
+/// Finishes deletions interrupted by a crash or a failed catalog rewrite: a `-delete` dir
+/// commits its topic's deletion (see [`Broker::delete_topic_local`]), so the topic it names
+/// leaves the catalog along with any of its partition dirs not renamed yet.
+fn finish_interrupted_deletions(config: &BrokerConfig, meta: &mut MetadataFile) {
+    let mut deleted_ids = std::collections::HashSet::new();
+    for d in &config.log_dirs {
+        if let Ok(entries) = fs::read_dir(d) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().to_string();
+                if let Some(stem) = name.strip_suffix("-delete") {
+                    if let Some(id) = stem
+                        .rsplit_once('.')
+                        .and_then(|(_, id)| Uuid::try_parse(id).ok())
+                    {
+                        deleted_ids.insert(id);
+                    }
+                    let _ = fs::remove_dir_all(e.path());
+                }
+            }
+        }
+    }
+    if !deleted_ids.is_empty() {
+        meta.topics.retain(|rec| {
+            let deleted = Uuid::parse_str(&rec.id).is_ok_and(|id| deleted_ids.contains(&id));
+            if deleted {
+                tracing::info!(topic = %rec.name, "completing the deletion of a topic");
+                for d in &config.log_dirs {
+                    for p in 0..rec.partitions {
+                        let _ = fs::remove_dir_all(d.join(partition_dir_name(&rec.name, p)));
+                    }
+                }
+            }
+            !deleted
+        });
+    }
+}
+
 impl Broker {
     /// Opens every log dir, loads the catalog and all partitions (recovering after a crash).
     pub fn open(config: BrokerConfig) -> anyhow::Result<Arc<Broker>> {
@@ -224,48 +348,8 @@ impl Broker {
             fs::create_dir_all(d)
                 .map_err(|e| anyhow::anyhow!("cannot create log dir {}: {e}", d.display()))?;
         }
-        let primary = &config.log_dirs[0];
-        let meta_path = primary.join(METADATA_FILE);
-        let mut meta: MetadataFile = match fs::read_to_string(&meta_path) {
-            Ok(text) => toml::from_str(&text)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", meta_path.display()))?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => MetadataFile::default(),
-            Err(e) => return Err(anyhow::anyhow!("cannot read {}: {e}", meta_path.display())),
-        };
-        // Every log dir must name one cluster; in cluster mode the quorum's id is adopted
-        // later (`adopt_cluster_id`), a single node keeps the one it has.
-        let recorded_cluster_id = meta_properties::recorded_cluster_id(&config.log_dirs)?;
-        let cluster_id = std::sync::OnceLock::new();
-        if config.cluster.is_none() {
-            if meta.cluster_id.is_empty() {
-                meta.cluster_id = recorded_cluster_id
-                    .clone()
-                    .or_else(|| config.cluster_id.clone())
-                    .unwrap_or_else(|| kafka_uuid_string(Uuid::new_v4()));
-            }
-            meta_properties::check_cluster_id(&config.log_dirs, &meta.cluster_id)?;
-            if let Some(configured) = config.cluster_id.as_deref() {
-                if configured != meta.cluster_id {
-                    tracing::warn!(
-                        configured,
-                        cluster_id = %meta.cluster_id,
-                        "cluster.id in the config differs from the id the log dirs were formatted with; keeping theirs"
-                    );
-                }
-            }
-            let _ = cluster_id.set(meta.cluster_id.clone());
-        } else if let (Some(configured), Some(recorded)) =
-            (config.cluster_id.as_deref(), recorded_cluster_id.as_deref())
-        {
-            // Refused before this broker could propose either id to a new quorum.
-            if configured != recorded {
-                return Err(meta_properties::ClusterIdError::ConfigDiffersFromLogDirs {
-                    configured: configured.to_string(),
-                    recorded: recorded.to_string(),
-                }
-                .into());
-            }
-        }
+        let mut meta = read_metadata_file(&config)?;
+        let (cluster_id, recorded_cluster_id) = settle_cluster_id(&config, &mut meta)?;
         let clean = config
             .log_dirs
             .iter()
@@ -275,58 +359,8 @@ impl Broker {
         } else {
             tracing::info!("no clean shutdown marker: recovering logs from their recovery points");
         }
-        let mut recovery_points = HashMap::new();
-        let mut log_starts = HashMap::new();
-        let mut high_watermarks = HashMap::new();
-        for d in &config.log_dirs {
-            for (t, p, o) in
-                checkpoint::read_offsets(&d.join(RECOVERY_POINT_FILE)).unwrap_or_default()
-            {
-                recovery_points.insert((t, p), o);
-            }
-            for (t, p, o) in checkpoint::read_offsets(&d.join(LOG_START_FILE)).unwrap_or_default() {
-                log_starts.insert((t, p), o);
-            }
-            for (t, p, o) in
-                checkpoint::read_offsets(&d.join(HIGH_WATERMARK_FILE)).unwrap_or_default()
-            {
-                high_watermarks.insert((t, p), o);
-            }
-        }
-        // Finish deletions interrupted by a crash or a failed catalog rewrite: a `-delete`
-        // dir commits its topic's deletion (see `delete_topic_local`), so the topic it names
-        // leaves the catalog along with any of its partition dirs not renamed yet.
-        let mut deleted_ids = std::collections::HashSet::new();
-        for d in &config.log_dirs {
-            if let Ok(entries) = fs::read_dir(d) {
-                for e in entries.flatten() {
-                    let name = e.file_name().to_string_lossy().to_string();
-                    if let Some(stem) = name.strip_suffix("-delete") {
-                        if let Some(id) = stem
-                            .rsplit_once('.')
-                            .and_then(|(_, id)| Uuid::try_parse(id).ok())
-                        {
-                            deleted_ids.insert(id);
-                        }
-                        let _ = fs::remove_dir_all(e.path());
-                    }
-                }
-            }
-        }
-        if !deleted_ids.is_empty() {
-            meta.topics.retain(|rec| {
-                let deleted = Uuid::parse_str(&rec.id).is_ok_and(|id| deleted_ids.contains(&id));
-                if deleted {
-                    tracing::info!(topic = %rec.name, "completing the deletion of a topic");
-                    for d in &config.log_dirs {
-                        for p in 0..rec.partitions {
-                            let _ = fs::remove_dir_all(d.join(partition_dir_name(&rec.name, p)));
-                        }
-                    }
-                }
-                !deleted
-            });
-        }
+        let checkpoints = read_checkpoints(&config);
+        finish_interrupted_deletions(&config, &mut meta);
         // Next producer id: start a fresh block so ids are never reused after a crash.
         let next_pid = meta.next_producer_id_block.max(0);
         meta.next_producer_id_block = next_pid + PRODUCER_ID_BLOCK;
@@ -372,27 +406,47 @@ impl Broker {
             quorum: std::sync::OnceLock::new(),
             config,
         };
+        let catalog = broker.load_topics(&meta, clean, &checkpoints)?;
+        *broker.catalog.write().unwrap_or_else(|e| e.into_inner()) = catalog;
+        broker.save_metadata_with(meta.next_producer_id_block)?;
+        for d in &broker.config.log_dirs {
+            if let Some(id) = broker.cluster_id() {
+                meta_properties::write(d, id, broker.config.node_id)?;
+            }
+            let _ = fs::remove_file(d.join(CLEAN_SHUTDOWN_FILE));
+        }
+        Ok(Arc::new(broker))
+    }
+
+    /// Opens every partition of the catalog file's topics (recovering each log from its
+    /// recovery point unless the last shutdown was clean).
+    fn load_topics(
+        &self,
+        meta: &MetadataFile,
+        clean: bool,
+        checkpoints: &Checkpoints,
+    ) -> anyhow::Result<Catalog> {
         let now = now_ms();
         let mut catalog = Catalog::default();
         for rec in &meta.topics {
             let id = Uuid::parse_str(&rec.id)
                 .map_err(|e| anyhow::anyhow!("bad topic id for {}: {e}", rec.name))?;
-            let config = broker.topic_config(&rec.configs);
+            let config = self.topic_config(&rec.configs);
             let mut partitions = Vec::new();
             for p in 0..rec.partitions {
-                let dir = broker.find_or_place_partition_dir(&rec.name, p);
+                let dir = self.find_or_place_partition_dir(&rec.name, p);
                 let key = (rec.name.clone(), p);
                 let opts = LoadOptions {
                     clean_shutdown: clean,
-                    recovery_point: recovery_points.get(&key).copied(),
-                    log_start_offset: log_starts.get(&key).copied(),
+                    recovery_point: checkpoints.recovery_points.get(&key).copied(),
+                    log_start_offset: checkpoints.log_starts.get(&key).copied(),
                     now_ms: now,
                 };
                 let log = Log::open(&dir, config.clone(), opts)
                     .map_err(|e| anyhow::anyhow!("cannot open log {}: {e}", dir.display()))?;
                 write_partition_metadata(&dir, id)?;
-                let partition = Partition::new(&rec.name, id, p, log, &broker.config);
-                if let Some(&hw) = high_watermarks.get(&key) {
+                let partition = Partition::new(&rec.name, id, p, log, &self.config);
+                if let Some(&hw) = checkpoints.high_watermarks.get(&key) {
                     partition
                         .checkpointed_high_watermark
                         .store(hw, Ordering::Release);
@@ -409,15 +463,7 @@ impl Broker {
             catalog.by_id.insert(id, topic.clone());
             catalog.by_name.insert(rec.name.clone(), topic);
         }
-        *broker.catalog.write().unwrap_or_else(|e| e.into_inner()) = catalog;
-        broker.save_metadata_with(meta.next_producer_id_block)?;
-        for d in &broker.config.log_dirs {
-            if let Some(id) = broker.cluster_id() {
-                meta_properties::write(d, id, broker.config.node_id)?;
-            }
-            let _ = fs::remove_file(d.join(CLEAN_SHUTDOWN_FILE));
-        }
-        Ok(Arc::new(broker))
+        Ok(catalog)
     }
 
     fn find_or_place_partition_dir(&self, topic: &str, partition: i32) -> PathBuf {
