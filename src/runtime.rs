@@ -28,6 +28,7 @@ use crate::broker::Broker;
 use crate::config::BrokerConfig;
 use crate::controller::{ClusterControl, QuorumIsrSink};
 use crate::services::Services;
+use crate::tiering::Tiering;
 
 /// A running broker.
 pub struct Running {
@@ -110,13 +111,13 @@ async fn join_cluster(
     })
 }
 
-/// Opens the logs, binds the listeners and spawns the servers and background services.
-pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
-    // Bind first: a listener on port 0 advertises the port it actually got, as Kafka does.
-    let admin_bind = config.admin_listener;
+/// Binds every Kafka listener, then the admin listener. A listener on port 0 advertises the
+/// port it actually got; bad TLS keys fail the start, not the first connection.
+async fn bind_listeners(
+    config: &mut BrokerConfig,
+) -> anyhow::Result<(Vec<TcpListener>, TcpListener)> {
     let mut kafka_listeners = Vec::with_capacity(config.listeners.len());
     for l in config.listeners.iter_mut() {
-        // Bad TLS keys fail the start, not the first connection.
         if let Some(t) = config.security.tls.get(&l.name) {
             crate::auth::tls::acceptor(t).with_context(|| format!("listener {}", l.name))?;
         }
@@ -130,25 +131,37 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
         kafka_listeners.push(socket);
     }
     config.listener = config.listeners[0].clone();
+    let admin_bind = config.admin_listener;
     let admin = TcpListener::bind(admin_bind)
         .await
         .with_context(|| format!("cannot listen on {admin_bind} (strata.admin.listener)"))?;
+    Ok((kafka_listeners, admin))
+}
+
+/// Tiered storage, when enabled: opened, and an empty data dir restored from the bucket.
+async fn open_tiering(config: &BrokerConfig) -> anyhow::Result<Option<Arc<Tiering>>> {
+    if !config.tiering.enabled {
+        return Ok(None);
+    }
+    let t = Tiering::open(&config.tiering)
+        .await
+        .context("opening tiered storage")?;
+    let restored = crate::tiering::restore_if_empty(&t, config)
+        .await
+        .context("restoring topics from the bucket")?;
+    if restored > 0 {
+        tracing::info!(topics = restored, "restored topics from the bucket");
+    }
+    Ok(Some(t))
+}
+
+/// Opens the logs, binds the listeners and spawns the servers and background services.
+pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
+    // Bind first: a listener on port 0 advertises the port it actually got, as Kafka does.
+    let (kafka_listeners, admin) = bind_listeners(&mut config).await?;
     let kafka_addr = kafka_listeners[0].local_addr()?;
     let admin_addr = admin.local_addr()?;
-    let tiering = if config.tiering.enabled {
-        let t = crate::tiering::Tiering::open(&config.tiering)
-            .await
-            .context("opening tiered storage")?;
-        let restored = crate::tiering::restore_if_empty(&t, &config)
-            .await
-            .context("restoring topics from the bucket")?;
-        if restored > 0 {
-            tracing::info!(topics = restored, "restored topics from the bucket");
-        }
-        Some(t)
-    } else {
-        None
-    };
+    let tiering = open_tiering(&config).await?;
     let tiering2 = tiering.clone();
     let services = tokio::task::spawn_blocking(move || Services::open(config, tiering2))
         .await
