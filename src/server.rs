@@ -49,6 +49,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::api;
 use crate::auth::{self, Sasl, SaslOutcome};
+use crate::memory_pool::Reservation;
 use crate::protocol::{self, FrameError};
 use crate::quota::{self, Refusal, RequestCost};
 use crate::services::Services;
@@ -216,6 +217,95 @@ enum ConnectionEnd {
     AuthenticationFailed,
 }
 
+/// What a connection may send next: `socket.request.max.bytes`, and before SASL
+/// authentication `sasl.server.max.receive.size`; the whole frame within
+/// `connections.max.idle.ms`.
+struct FrameLimits {
+    max: usize,
+    sasl_max: usize,
+    idle: Duration,
+    unauthenticated: bool,
+}
+
+/// Reads one request frame: its size prefix (checked against `limits`), then memory for it
+/// from `queued.max.request.bytes` (waiting, and reading nothing more from this connection,
+/// until it fits), then its body. `None` when the peer closed the connection between
+/// requests or the broker is shutting down.
+async fn read_frame<'a, R: AsyncRead + Unpin>(
+    reader: &mut R,
+    services: &'a Services,
+    peer: SocketAddr,
+    limits: &FrameLimits,
+    shutdown: &CancellationToken,
+) -> Result<Option<(Bytes, Reservation<'a>)>, ConnectionEnd> {
+    let broker = &services.broker;
+    let mut prefix = [0u8; 4];
+    let read = tokio::select! {
+        _ = shutdown.cancelled() => return Ok(None),
+        r = tokio::time::timeout(limits.idle, reader.read_exact(&mut prefix)) => r,
+    };
+    match read {
+        Err(_) => return Err(ConnectionEnd::Idle),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Ok(Err(e)) => return Err(e.into()),
+        Ok(Ok(_)) => {}
+    }
+    let size = protocol::frame_size(&prefix);
+    // Kafka's SaslServerAuthenticator reads at most sasl.server.max.receive.size before
+    // the client has authenticated, so an anonymous peer cannot make it buffer 100 MB.
+    let (max, sasl_max) = (limits.max, limits.sasl_max);
+    if limits.unauthenticated && size as i64 > sasl_max as i64 && size as usize <= max {
+        broker
+            .metrics
+            .connections_closed_bad_request
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::info!(%peer, size, max = sasl_max, "closing connection: request before SASL authentication larger than sasl.server.max.receive.size");
+        return Err(ConnectionEnd::UnauthenticatedSize {
+            size: size as i64,
+            max: sasl_max,
+        });
+    }
+    if size < 8 || size as usize > max {
+        broker
+            .metrics
+            .connections_closed_bad_request
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::info!(%peer, size, max, "closing connection: request size out of range");
+        return Err(ConnectionEnd::BadSize {
+            size: size as i64,
+            max,
+        });
+    }
+    let size = size as usize;
+    // queued.max.request.bytes: wait (read nothing more from this connection) until the
+    // frame fits in the broker's request memory; held until the request has been handled.
+    let reservation = tokio::select! {
+        _ = shutdown.cancelled() => return Ok(None),
+        r = broker.request_memory.reserve(size as u64) => r,
+    };
+    let now = tokio::time::Instant::now();
+    // A year stands in for "never" when connections.max.idle.ms is beyond the clock.
+    let deadline = now
+        .checked_add(limits.idle)
+        .unwrap_or(now + Duration::from_secs(365 * 24 * 3600));
+    let frame = tokio::select! {
+        _ = shutdown.cancelled() => return Ok(None),
+        f = read_body(reader, size, deadline) => f,
+    };
+    match frame {
+        Ok(f) => Ok(Some((f, reservation))),
+        Err(e @ ConnectionEnd::Stalled { .. }) => {
+            broker
+                .metrics
+                .connections_closed_stalled
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(%peer, reason = %e, "closing connection: request body stalled");
+            Err(e)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 async fn serve_connection<S>(
     stream: S,
     peer: SocketAddr,
@@ -246,70 +336,16 @@ where
     let sasl_max = broker.config.sasl_server_max_receive_size;
     let idle = Duration::from_millis(broker.config.connections_max_idle_ms);
     loop {
-        let mut prefix = [0u8; 4];
-        let read = tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
-            r = tokio::time::timeout(idle, reader.read_exact(&mut prefix)) => r,
+        let limits = FrameLimits {
+            max,
+            sasl_max,
+            idle,
+            unauthenticated: sasl.as_ref().is_some_and(|s| !s.is_authenticated()),
         };
-        match read {
-            Err(_) => return Err(ConnectionEnd::Idle),
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Ok(Err(e)) => return Err(e.into()),
-            Ok(Ok(_)) => {}
-        }
-        let size = protocol::frame_size(&prefix);
-        // Kafka's SaslServerAuthenticator reads at most sasl.server.max.receive.size before
-        // the client has authenticated, so an anonymous peer cannot make it buffer 100 MB.
-        let unauthenticated = sasl.as_ref().is_some_and(|s| !s.is_authenticated());
-        if unauthenticated && size as i64 > sasl_max as i64 && size as usize <= max {
-            broker
-                .metrics
-                .connections_closed_bad_request
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::info!(%peer, size, max = sasl_max, "closing connection: request before SASL authentication larger than sasl.server.max.receive.size");
-            return Err(ConnectionEnd::UnauthenticatedSize {
-                size: size as i64,
-                max: sasl_max,
-            });
-        }
-        if size < 8 || size as usize > max {
-            broker
-                .metrics
-                .connections_closed_bad_request
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::info!(%peer, size, max, "closing connection: request size out of range");
-            return Err(ConnectionEnd::BadSize {
-                size: size as i64,
-                max,
-            });
-        }
-        let size = size as usize;
-        // queued.max.request.bytes: wait (read nothing more from this connection) until the
-        // frame fits in the broker's request memory; held until the request has been handled.
-        let reservation = tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
-            r = broker.request_memory.reserve(size as u64) => r,
-        };
-        let now = tokio::time::Instant::now();
-        // A year stands in for "never" when connections.max.idle.ms is beyond the clock.
-        let deadline = now
-            .checked_add(idle)
-            .unwrap_or(now + Duration::from_secs(365 * 24 * 3600));
-        let frame = tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
-            f = read_body(&mut reader, size, deadline) => f,
-        };
-        let frame = match frame {
-            Ok(f) => f,
-            Err(e @ ConnectionEnd::Stalled { .. }) => {
-                broker
-                    .metrics
-                    .connections_closed_stalled
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::info!(%peer, reason = %e, "closing connection: request body stalled");
-                return Err(e);
-            }
-            Err(e) => return Err(e),
+        let Some((frame, reservation)) =
+            read_frame(&mut reader, services, peer, &limits, shutdown).await?
+        else {
+            return Ok(());
         };
         let started = Instant::now();
         let request = match protocol::decode_request(frame) {
