@@ -306,6 +306,99 @@ async fn read_frame<'a, R: AsyncRead + Unpin>(
     }
 }
 
+/// Records a request's cost against its client's quotas; a client over one gets
+/// `throttle_time_ms` in its response and the connection is muted for the returned time.
+fn throttle(
+    quotas: &quota::Quotas,
+    cost: &RequestCost<'_>,
+    outcome: &mut api::Outcome,
+) -> Duration {
+    match outcome {
+        api::Outcome::Respond(body) => quotas.throttle(cost, Some(body)),
+        api::Outcome::NoResponse => quotas.throttle(cost, None),
+        api::Outcome::Close(_) => Duration::ZERO,
+    }
+}
+
+/// What handling one request produced.
+struct Handled {
+    outcome: api::Outcome,
+    /// The thread time that counts against request quotas (not SASL authentication).
+    thread_time: Option<Duration>,
+    /// A failed SASL authentication: the connection closes after the response.
+    close_after: bool,
+}
+
+/// Handles one request: SASL handshake and authentication are connection state, handled
+/// here; anything else goes to [`api::handle`] once authenticated (ApiVersions also before).
+/// `None` when the broker is shutting down.
+async fn handle_request(
+    sasl: &mut Option<Sasl>,
+    conn: &mut api::Connection,
+    services: &Services,
+    peer: SocketAddr,
+    request: protocol::Request,
+    shutdown: &CancellationToken,
+) -> Result<Option<Handled>, ConnectionEnd> {
+    let api_key = request.api_key;
+    // Thread time of a request that counts against quotas (not SASL authentication).
+    let mut thread_time = None;
+    // SASL: the handshake and authentication are connection state, handled here.
+    let mut close_after = false;
+    // The request (and so the frame it slices) is dropped by the end of this block.
+    let outcome = {
+        let request = request;
+        match (sasl, &request.body) {
+            (Some(s), RequestKind::SaslHandshake(r)) => match s.handshake(r) {
+                SaslOutcome::Handshake(resp) => {
+                    api::Outcome::Respond(Box::new(ResponseKind::SaslHandshake(resp)))
+                }
+                SaslOutcome::Authenticate { .. } => unreachable_outcome(),
+            },
+            (Some(s), RequestKind::SaslAuthenticate(r)) => match s.authenticate(
+                |user, m| services.broker.scram_credential(user, m),
+                &services.broker.metrics,
+                r,
+            ) {
+                SaslOutcome::Authenticate { response, close } => {
+                    close_after = close;
+                    if let Some(p) = &s.principal {
+                        conn.principal = p.clone();
+                    }
+                    api::Outcome::Respond(Box::new(ResponseKind::SaslAuthenticate(response)))
+                }
+                SaslOutcome::Handshake(_) => unreachable_outcome(),
+            },
+            (Some(s), body) if !s.is_authenticated() => {
+                if s.principal.is_some() {
+                    // KIP-368: the session expired without re-authentication.
+                    return Err(ConnectionEnd::AuthenticationFailed);
+                }
+                if !matches!(body, RequestKind::ApiVersions(_)) {
+                    return Err(ConnectionEnd::Unauthenticated(api_key));
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(None),
+                    o = api::handle(services, peer, &conn, request) => o,
+                }
+            }
+            // A request parked in a long poll must not hold up shutdown.
+            _ => tokio::select! {
+                _ = shutdown.cancelled() => return Ok(None),
+                (o, used) = quota::request::measure_thread_time(api::handle(services, peer, &conn, request)) => {
+                    thread_time = Some(used);
+                    o
+                }
+            },
+        }
+    };
+    Ok(Some(Handled {
+        outcome,
+        thread_time,
+        close_after,
+    }))
+}
+
 async fn serve_connection<S>(
     stream: S,
     peer: SocketAddr,
@@ -380,56 +473,13 @@ where
             .as_ref()
             .map(|c| c.to_string())
             .unwrap_or_default();
-        // Thread time of a request that counts against quotas (not SASL authentication).
-        let mut thread_time = None;
-        // SASL: the handshake and authentication are connection state, handled here.
-        let mut close_after = false;
-        // The request (and so the frame it slices) is dropped by the end of this block.
-        let outcome = {
-            let request = request;
-            match (&mut sasl, &request.body) {
-                (Some(s), RequestKind::SaslHandshake(r)) => match s.handshake(r) {
-                    SaslOutcome::Handshake(resp) => {
-                        api::Outcome::Respond(Box::new(ResponseKind::SaslHandshake(resp)))
-                    }
-                    SaslOutcome::Authenticate { .. } => unreachable_outcome(),
-                },
-                (Some(s), RequestKind::SaslAuthenticate(r)) => match s.authenticate(
-                    |user, m| broker.scram_credential(user, m),
-                    &broker.metrics,
-                    r,
-                ) {
-                    SaslOutcome::Authenticate { response, close } => {
-                        close_after = close;
-                        if let Some(p) = &s.principal {
-                            conn.principal = p.clone();
-                        }
-                        api::Outcome::Respond(Box::new(ResponseKind::SaslAuthenticate(response)))
-                    }
-                    SaslOutcome::Handshake(_) => unreachable_outcome(),
-                },
-                (Some(s), body) if !s.is_authenticated() => {
-                    if s.principal.is_some() {
-                        // KIP-368: the session expired without re-authentication.
-                        return Err(ConnectionEnd::AuthenticationFailed);
-                    }
-                    if !matches!(body, RequestKind::ApiVersions(_)) {
-                        return Err(ConnectionEnd::Unauthenticated(api_key));
-                    }
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return Ok(()),
-                        o = api::handle(services, peer, &conn, request) => o,
-                    }
-                }
-                // A request parked in a long poll must not hold up shutdown.
-                _ => tokio::select! {
-                    _ = shutdown.cancelled() => return Ok(()),
-                    (o, used) = quota::request::measure_thread_time(api::handle(services, peer, &conn, request)) => {
-                        thread_time = Some(used);
-                        o
-                    }
-                },
-            }
+        let Some(Handled {
+            outcome,
+            thread_time,
+            close_after,
+        }) = handle_request(&mut sasl, &mut conn, services, peer, request, shutdown).await?
+        else {
+            return Ok(());
         };
         // Handled: the frame's memory goes back to queued.max.request.bytes before the
         // response is written (a client slow to read its responses does not hold it).
@@ -449,11 +499,7 @@ where
                     request_size,
                     thread_time,
                 };
-                match &mut outcome {
-                    api::Outcome::Respond(body) => broker.quotas.throttle(&cost, Some(body)),
-                    api::Outcome::NoResponse => broker.quotas.throttle(&cost, None),
-                    api::Outcome::Close(_) => Duration::ZERO,
-                }
+                throttle(&broker.quotas, &cost, &mut outcome)
             }
             None => Duration::ZERO,
         };
