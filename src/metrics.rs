@@ -169,18 +169,16 @@ impl Metrics {
 
     pub fn render(&self, partitions: &[PartitionGauges], groups: &GroupGauges) -> String {
         let mut out = String::with_capacity(8192);
-        let _ = writeln!(
-            out,
-            "# HELP strata_groups Consumer groups, by type and state.\n# TYPE strata_groups gauge"
-        );
-        for (kind, state, n) in &groups.by_state {
-            let _ = writeln!(
-                out,
-                "strata_groups{{type=\"{kind}\",state=\"{state}\"}} {n}"
-            );
-        }
-        let _ = writeln!(out, "# HELP strata_group_members Members of all consumer groups.\n# TYPE strata_group_members gauge\nstrata_group_members {}", groups.members);
-        let _ = writeln!(out, "# HELP strata_group_rebalances_total Rebalances completed (classic generations and KIP-848 target assignments).\n# TYPE strata_group_rebalances_total counter\nstrata_group_rebalances_total {}", groups.rebalances);
+        render_groups(&mut out, groups);
+        self.render_requests(&mut out);
+        self.render_broker_gauges(&mut out, partitions);
+        render_partitions(&mut out, partitions);
+        self.render_cleaner(&mut out, partitions);
+        out
+    }
+
+    /// Requests, their latency histograms and the error codes returned, by API.
+    fn render_requests(&self, out: &mut String) {
         let _ = writeln!(out, "# HELP strata_requests_total Requests handled, by API.\n# TYPE strata_requests_total counter");
         for (k, c) in self.requests.iter().enumerate() {
             let v = c.load(Ordering::Relaxed);
@@ -233,6 +231,10 @@ impl Metrics {
                 );
             }
         }
+    }
+
+    /// Broker-wide gauges and counters.
+    fn render_broker_gauges(&self, out: &mut String, partitions: &[PartitionGauges]) {
         let count = |f: fn(&PartitionGauges) -> bool| partitions.iter().filter(|p| f(p)).count();
         let gauges: [(&str, &str, i64); 13] = [
             (
@@ -312,46 +314,6 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
             );
         }
-        type Getter = fn(&PartitionGauges) -> String;
-        let per_partition: [(&str, &str, Getter); 5] = [
-            (
-                "strata_partition_log_start_offset",
-                "First offset of the partition log.",
-                |p| p.log_start_offset.to_string(),
-            ),
-            (
-                "strata_partition_log_end_offset",
-                "Next offset to be written.",
-                |p| p.log_end_offset.to_string(),
-            ),
-            (
-                "strata_partition_high_watermark",
-                "Offset up to which records are committed.",
-                |p| p.high_watermark.to_string(),
-            ),
-            (
-                "strata_partition_size_bytes",
-                "Bytes in local segments.",
-                |p| p.size_bytes.to_string(),
-            ),
-            ("strata_partition_segments", "Local segments.", |p| {
-                p.segments.to_string()
-            }),
-        ];
-        for (name, help, get) in per_partition {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for p in partitions {
-                let _ = writeln!(
-                    out,
-                    "{name}{{topic=\"{}\",partition=\"{}\"}} {}",
-                    p.topic,
-                    p.partition,
-                    get(p)
-                );
-            }
-        }
-        self.render_cleaner(&mut out, partitions);
-        out
     }
 
     fn render_cleaner(&self, out: &mut String, partitions: &[PartitionGauges]) {
@@ -408,6 +370,64 @@ impl Metrics {
                     p.topic, p.partition
                 );
             }
+        }
+    }
+}
+
+/// Consumer groups by type and state, members and rebalances.
+fn render_groups(out: &mut String, groups: &GroupGauges) {
+    let _ = writeln!(
+        out,
+        "# HELP strata_groups Consumer groups, by type and state.\n# TYPE strata_groups gauge"
+    );
+    for (kind, state, n) in &groups.by_state {
+        let _ = writeln!(
+            out,
+            "strata_groups{{type=\"{kind}\",state=\"{state}\"}} {n}"
+        );
+    }
+    let _ = writeln!(out, "# HELP strata_group_members Members of all consumer groups.\n# TYPE strata_group_members gauge\nstrata_group_members {}", groups.members);
+    let _ = writeln!(out, "# HELP strata_group_rebalances_total Rebalances completed (classic generations and KIP-848 target assignments).\n# TYPE strata_group_rebalances_total counter\nstrata_group_rebalances_total {}", groups.rebalances);
+}
+
+/// Offsets, size and segments of every hosted partition.
+fn render_partitions(out: &mut String, partitions: &[PartitionGauges]) {
+    type Getter = fn(&PartitionGauges) -> String;
+    let per_partition: [(&str, &str, Getter); 5] = [
+        (
+            "strata_partition_log_start_offset",
+            "First offset of the partition log.",
+            |p| p.log_start_offset.to_string(),
+        ),
+        (
+            "strata_partition_log_end_offset",
+            "Next offset to be written.",
+            |p| p.log_end_offset.to_string(),
+        ),
+        (
+            "strata_partition_high_watermark",
+            "Offset up to which records are committed.",
+            |p| p.high_watermark.to_string(),
+        ),
+        (
+            "strata_partition_size_bytes",
+            "Bytes in local segments.",
+            |p| p.size_bytes.to_string(),
+        ),
+        ("strata_partition_segments", "Local segments.", |p| {
+            p.segments.to_string()
+        }),
+    ];
+    for (name, help, get) in per_partition {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for p in partitions {
+            let _ = writeln!(
+                out,
+                "{name}{{topic=\"{}\",partition=\"{}\"}} {}",
+                p.topic,
+                p.partition,
+                get(p)
+            );
         }
     }
 }
