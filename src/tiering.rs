@@ -64,6 +64,7 @@ use futures::StreamExt;
 use strata_tiering::catalog::{self, CatalogTopic};
 use strata_tiering::{
     PartitionId, RemoteReader, RemoteStore, RetentionInput, StoreError, TieredPartition,
+    TieringError,
 };
 use uuid::Uuid;
 
@@ -259,10 +260,7 @@ impl Tiering {
         futures::stream::iter(work)
             .for_each_concurrent(self.config.upload_concurrency, |(t, p)| async move {
                 if let Err(e) = self.tier_partition(broker, &t, &p).await {
-                    let fenced = e
-                        .downcast_ref::<strata_tiering::manifest::CommitError>()
-                        .is_some_and(|e| matches!(e, strata_tiering::manifest::CommitError::Fenced { .. }));
-                    if fenced {
+                    if e.is_fenced() {
                         // A newer leader claimed the manifest: this broker has been deposed
                         // and learns so from the metadata shortly.
                         tracing::info!(topic = %t.name, partition = p.index, error = %e, "tiering pass fenced by a newer leader epoch");
@@ -327,7 +325,7 @@ impl Tiering {
     /// and the log start offset it carries, and applies local retention, which deletes only
     /// local segments that end at or below both the manifest's end and this replica's high
     /// watermark.
-    async fn follow_manifest(&self, topic: &Topic, p: &Arc<Partition>) -> anyhow::Result<()> {
+    async fn follow_manifest(&self, topic: &Topic, p: &Arc<Partition>) -> Result<(), TieringError> {
         let tp = self.partition(topic, p.index).await?;
         let manifest = tp.refresh(&self.store).await?;
         let Some(remote_end) = manifest.end_offset() else {
@@ -355,7 +353,7 @@ impl Tiering {
         broker: &Arc<Broker>,
         topic: &Topic,
         p: &Arc<Partition>,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), TieringError> {
         let tp = self.partition(topic, p.index).await?;
         let epoch = p.leader_epoch();
         // A new leader (or one whose epoch changed) claims the manifest first: it reloads it
@@ -521,7 +519,7 @@ impl Tiering {
         p: &Arc<Partition>,
         tp: &Arc<TieredPartition>,
         epoch: i32,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), TieringError> {
         let Some(cleaned) = broker.log_cleaner().checkpoint(&topic.name, p.index) else {
             return Ok(());
         };

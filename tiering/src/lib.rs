@@ -13,6 +13,8 @@
 //! - [`upload`]: one segment and its indexes as a single bundle object.
 //! - [`partition`]: commit of uploads, remote retention, the orphan scrubber.
 //! - [`reader`]: cached, chunked, parallel remote reads with read-ahead.
+//! - [`error`]: [`TieringError`], what a caller of the orchestration can act on.
+//! - [`backoff`]: the one retry-with-backoff helper, honouring cancellation.
 //! - [`catalog`]: the topics kept in the bucket, for restoring a cluster from the bucket alone.
 //! - [`export`]: Parquet export of partitions (remote and sealed local segments) for bulk
 //!   loads, with per-partition checkpoints for exactly-once re-runs.
@@ -22,7 +24,9 @@
 //! delete failed. Both are unreferenced by any manifest and are removed by
 //! [`partition::TieredPartition::scrub`] once older than its grace period.
 
+pub mod backoff;
 pub mod catalog;
+pub mod error;
 pub mod export;
 pub mod manifest;
 pub mod partition;
@@ -30,6 +34,8 @@ pub mod reader;
 pub mod store;
 pub mod upload;
 
+pub use backoff::Backoff;
+pub use error::TieringError;
 pub use manifest::{PartitionId, PartitionManifest, RemoteSegment};
 pub use partition::{RetentionInput, RetentionOutcome, TieredPartition};
 pub use reader::{CacheConfig, RemoteReader};
