@@ -1,13 +1,20 @@
 //! The broker side of tiered storage: drives [`strata_tiering`] for every partition of a
 //! topic with `remote.storage.enable=true`.
 //!
-//! Every `remote.log.manager.task.interval.ms` the tiering task, for each such partition it
-//! leads: uploads the sealed segments below the high watermark that the manifest does not
-//! cover yet (oldest first, one at a time per partition, `remote.log.manager.copier.thread.
-//! pool.size` partitions at once), commits each to the manifest, then lets local retention
-//! delete what is covered; applies remote retention (retention.ms / retention.bytes across
-//! both tiers, and DeleteRecords) to the manifest and then the objects; and keeps the bucket's
-//! catalog of topics current so a broker on an empty disk can restore them.
+//! Each such partition has an upload queue ([`strata_tiering::upload_queue`]) run by one
+//! worker at a time, over a [`LocalLog`] the broker implements for it ([`BrokerLog`]).
+//! Events ([`Tiering::notify`]: a segment rolled, the high watermark advanced, leadership or
+//! config changed) ask for a pass, and every `remote.log.manager.task.interval.ms` the
+//! fallback [`Tiering::tick`] asks every partition for one (`remote.log.manager.copier.
+//! thread.pool.size` partitions at once). A leader's pass uploads the sealed segments below
+//! the high watermark that the manifest does not cover yet (oldest first), commits each to
+//! the manifest, then lets local retention delete what is covered; applies remote retention
+//! (retention.ms / retention.bytes across both tiers, and DeleteRecords) to the manifest and
+//! then the objects. A follower's pass follows the manifest for local retention. Each pass
+//! also keeps the bucket's catalog of topics current so a broker on an empty disk can
+//! restore them. Failed operations are retried with backoff within the pass
+//! ([`strata_tiering::backoff`]); a pass that still fails is retried by the next event or
+//! tick; a fenced one ([`TieringError::Fenced`]) stops.
 //!
 //! Fetch and ListOffsets below the local log start come here ([`Tiering::read`],
 //! [`Tiering::offset_for_timestamp`]) and go through the reader's cache.
@@ -55,16 +62,22 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::StreamExt;
 use strata_tiering::catalog::{self, CatalogTopic};
-use strata_tiering::{
-    PartitionId, RemoteReader, RemoteStore, RetentionInput, StoreError, TieredPartition,
+use strata_tiering::local_log::{
+    CompactedSegments, DurableStep, LocalRetentionInput, PreparedSegment, TieringPolicy,
 };
+use strata_tiering::upload_queue::{QueueConfig, QueueContext};
+use strata_tiering::{
+    Backoff, Event, LocalLog, PartitionId, PartitionManifest, PartitionWorker, RemoteReader,
+    RemoteStore, ReplicaRole, StoreError, TieredPartition, TieringError,
+};
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::broker::{now_ms, Broker, Partition, Topic};
@@ -72,31 +85,27 @@ use crate::config::{BrokerConfig, TieringConfig};
 use crate::failpoint;
 use crate::log::TimestampAndOffset;
 
-#[derive(Debug, Default)]
-pub struct TieringMetrics {
-    pub segments_uploaded: AtomicU64,
-    pub upload_failures: AtomicU64,
-    pub segments_deleted_remote: AtomicU64,
-    pub orphans_removed: AtomicU64,
-    pub compacted_snapshots: AtomicU64,
-    pub remote_fetches: AtomicU64,
-    pub remote_fetch_errors: AtomicU64,
-}
+pub use strata_tiering::TieringMetrics;
 
 pub struct Tiering {
     pub store: Arc<RemoteStore>,
     pub reader: RemoteReader,
     config: TieringConfig,
     partitions: Mutex<HashMap<(Uuid, i32), Arc<TieredPartition>>>,
-    /// The leader epoch at which this broker last reloaded each partition's manifest as its
-    /// leader: a new leader first reloads, then continues from where the manifest ends.
-    led_at_epoch: Mutex<HashMap<(Uuid, i32), i32>>,
+    /// Each remote partition's upload queue (one worker at a time runs it).
+    workers: Mutex<HashMap<(Uuid, i32), Arc<PartitionWorker>>>,
+    /// What the workers share: the store, their settings and the metrics.
+    queue: QueueContext,
+    /// Partitions named by [`Tiering::notify`] since the last dispatch, with their events.
+    pending: Mutex<HashMap<(String, i32), Vec<Event>>>,
+    /// Wakes [`Tiering::run`] for `pending` (and deleted topics).
+    wake: tokio::sync::Notify,
     /// The catalog as last written by this broker (topic name -> entry).
     synced: tokio::sync::Mutex<(BTreeMap<String, CatalogTopic>, i64)>,
     /// Topics deleted while this process ran whose remote data still has to go.
     deleted: Mutex<Vec<(String, Uuid, i32)>>,
     last_scrub: Mutex<Option<Instant>>,
-    pub metrics: TieringMetrics,
+    pub metrics: Arc<TieringMetrics>,
     /// Continuous Parquet export of topics with strata.export.parquet=true.
     pub exporter: strata_tiering::export::ContinuousExporter,
 }
@@ -131,16 +140,29 @@ impl Tiering {
             }
         };
         tracing::info!(store = %store, "tiered storage enabled");
+        let metrics = Arc::new(TieringMetrics::default());
         Ok(Arc::new(Tiering {
             store: store.clone(),
             reader,
             config: config.clone(),
             partitions: Mutex::new(HashMap::new()),
-            led_at_epoch: Mutex::new(HashMap::new()),
+            workers: Mutex::new(HashMap::new()),
+            queue: QueueContext {
+                store: store.clone(),
+                config: QueueConfig {
+                    upload: config.upload,
+                    upload_bytes_per_second: config.upload_bytes_per_second,
+                    compacted_snapshot_interval_ms: config.compacted_snapshot_interval_ms,
+                    backoff: Backoff::default(),
+                },
+                metrics: metrics.clone(),
+            },
+            pending: Mutex::new(HashMap::new()),
+            wake: tokio::sync::Notify::new(),
             synced: tokio::sync::Mutex::new(synced),
             deleted: Mutex::new(Vec::new()),
             last_scrub: Mutex::new(None),
-            metrics: TieringMetrics::default(),
+            metrics,
             exporter: strata_tiering::export::ContinuousExporter::new(
                 store.clone(),
                 config.store.clone(),
@@ -183,6 +205,7 @@ impl Tiering {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((name.to_string(), id, partitions));
+        self.wake.notify_one();
     }
 
     /// Start-up, before the broker serves: every partition of a remote topic takes its log
@@ -239,8 +262,56 @@ impl Tiering {
             .await;
     }
 
-    /// One pass of the tiering task.
+    /// The tiering task, for the runtime to spawn: a pass over every remote partition every
+    /// `remote.log.manager.task.interval.ms` ([`Tiering::tick`], the fallback that reconciles
+    /// whatever events missed), and in between a pass for each partition named by
+    /// [`Tiering::notify`] as its events arrive. Returns when `stop` fires; an operation in
+    /// flight stops at its next await.
+    pub async fn run(self: &Arc<Self>, broker: &Arc<Broker>, stop: CancellationToken) {
+        let every = Duration::from_millis(self.config.task_interval_ms.max(1));
+        let mut ticker = tokio::time::interval(every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = ticker.tick() => {
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = self.pass(broker, &stop) => {}
+                    }
+                }
+                _ = self.wake.notified() => {
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = self.dispatch(broker, &stop) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// An event for one partition of a remote topic (see [`Event`]): cheap, never blocks,
+    /// callable from any thread. The partition's worker runs a pass soon after when
+    /// [`Tiering::run`] drives the tiering task, and at the next [`Tiering::tick`] anyway.
+    pub fn notify(&self, topic: &str, partition: i32, event: Event) {
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let events = pending.entry((topic.to_string(), partition)).or_default();
+            if !events.contains(&event) {
+                events.push(event);
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    /// One pass of the tiering task: enqueues a reconcile for every remote partition and
+    /// runs each partition's queue until it is idle.
     pub async fn tick(self: &Arc<Self>, broker: &Arc<Broker>) {
+        // Dropping this future cancels the pass as well as the token would.
+        self.pass(broker, &CancellationToken::new()).await;
+    }
+
+    async fn pass(self: &Arc<Self>, broker: &Arc<Broker>, cancel: &CancellationToken) {
         self.sync_catalog(broker).await;
         let all: Vec<(Arc<Topic>, Arc<Partition>)> = broker
             .topics()
@@ -254,22 +325,12 @@ impl Tiering {
             })
             .collect();
         // Only a partition's leader uploads (as Kafka's RemoteLogManager); its followers
-        // follow the manifest to apply local retention.
+        // follow the manifest to apply local retention. Leaders go first.
         let (work, followed): (Vec<_>, Vec<_>) = all.into_iter().partition(|(_, p)| p.is_leader());
         futures::stream::iter(work)
             .for_each_concurrent(self.config.upload_concurrency, |(t, p)| async move {
-                if let Err(e) = self.tier_partition(broker, &t, &p).await {
-                    let fenced = e
-                        .downcast_ref::<strata_tiering::manifest::CommitError>()
-                        .is_some_and(|e| matches!(e, strata_tiering::manifest::CommitError::Fenced { .. }));
-                    if fenced {
-                        // A newer leader claimed the manifest: this broker has been deposed
-                        // and learns so from the metadata shortly.
-                        tracing::info!(topic = %t.name, partition = p.index, error = %e, "tiering pass fenced by a newer leader epoch");
-                    } else {
-                        tracing::warn!(topic = %t.name, partition = p.index, error = %e, "tiering pass failed; will retry");
-                    }
-                }
+                self.reconcile(broker, &t, &p, &[Event::Reconcile], cancel)
+                    .await;
             })
             .await;
         futures::stream::iter(
@@ -278,9 +339,8 @@ impl Tiering {
                 .filter(|(_, p)| p.is_replicated() && p.role() == crate::broker::Role::Follower),
         )
         .for_each_concurrent(self.config.upload_concurrency, |(t, p)| async move {
-            if let Err(e) = self.follow_manifest(&t, &p).await {
-                tracing::debug!(topic = %t.name, partition = p.index, error = %e, "cannot read the manifest as a follower; will retry");
-            }
+            self.reconcile(broker, &t, &p, &[Event::Reconcile], cancel)
+                .await;
         })
         .await;
         let scrub_due = {
@@ -296,6 +356,88 @@ impl Tiering {
         if scrub_due {
             self.scrub(broker).await;
         }
+    }
+
+    /// Runs the passes asked for by [`Tiering::notify`] (and deletes the remote data of topics
+    /// deleted since the last pass).
+    async fn dispatch(self: &Arc<Self>, broker: &Arc<Broker>, cancel: &CancellationToken) {
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        let deleted = !self
+            .deleted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty();
+        if deleted {
+            self.sync_catalog(broker).await;
+        }
+        let work: Vec<(Arc<Topic>, Arc<Partition>, Vec<Event>)> = pending
+            .into_iter()
+            .filter_map(|((name, index), events)| {
+                let t = broker
+                    .topic(&name)
+                    .filter(|t| t.config.remote_storage_enable)?;
+                let p = t.partitions.iter().find(|p| p.index == index)?.clone();
+                Some((t, p, events))
+            })
+            .collect();
+        futures::stream::iter(work)
+            .for_each_concurrent(
+                self.config.upload_concurrency,
+                |(t, p, events)| async move {
+                    self.reconcile(broker, &t, &p, &events, cancel).await;
+                },
+            )
+            .await;
+    }
+
+    /// Feeds `events` to the partition's queue and runs it until idle; logs how the pass ended.
+    async fn reconcile(
+        self: &Arc<Self>,
+        broker: &Arc<Broker>,
+        topic: &Arc<Topic>,
+        p: &Arc<Partition>,
+        events: &[Event],
+        cancel: &CancellationToken,
+    ) {
+        let leader = p.is_leader();
+        let result = async {
+            let tp = self.partition(topic, p.index).await?;
+            let worker = self.worker(topic, p.index);
+            for &e in events {
+                worker.event(e);
+            }
+            let log = Arc::new(BrokerLog {
+                broker: broker.clone(),
+                tiering: self.clone(),
+                topic: topic.clone(),
+                partition: p.clone(),
+            });
+            worker.run_until_idle(&self.queue, cancel, &tp, &log).await
+        }
+        .await;
+        match result {
+            Ok(()) | Err(TieringError::Cancelled) => {}
+            Err(e) if e.is_fenced() => {
+                // A newer leader claimed the manifest: this broker has been deposed and learns
+                // so from the metadata shortly.
+                tracing::info!(topic = %topic.name, partition = p.index, error = %e, "tiering pass fenced by a newer leader epoch");
+            }
+            Err(e) if leader => {
+                tracing::warn!(topic = %topic.name, partition = p.index, error = %e, "tiering pass failed; will retry");
+            }
+            Err(e) => {
+                tracing::debug!(topic = %topic.name, partition = p.index, error = %e, "cannot read the manifest as a follower; will retry");
+            }
+        }
+    }
+
+    fn worker(&self, topic: &Topic, index: i32) -> Arc<PartitionWorker> {
+        self.workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((topic.id, index))
+            .or_default()
+            .clone()
     }
 
     /// Rolls the active segment of every remote partition and runs one pass, so everything
@@ -318,300 +460,6 @@ impl Tiering {
         .await;
         if rolled.is_ok() {
             self.tick(broker).await;
-        }
-    }
-
-    /// A follower of a tiered partition (Kafka: a follower's local retention may delete
-    /// segments at or below the highest offset in remote storage, learnt from the remote log
-    /// metadata): reloads the manifest its leader commits, records how far it covers the log
-    /// and the log start offset it carries, and applies local retention, which deletes only
-    /// local segments that end at or below both the manifest's end and this replica's high
-    /// watermark.
-    async fn follow_manifest(&self, topic: &Topic, p: &Arc<Partition>) -> anyhow::Result<()> {
-        let tp = self.partition(topic, p.index).await?;
-        let manifest = tp.refresh(&self.store).await?;
-        let Some(remote_end) = manifest.end_offset() else {
-            return Ok(());
-        };
-        let remote_start = manifest.log_start_offset;
-        let part = p.clone();
-        let now = now_ms();
-        let deleted = tokio::task::spawn_blocking(move || {
-            part.with_log(|l| -> io::Result<usize> {
-                l.apply_manifest(remote_start, Some(remote_end))?;
-                l.apply_retention(now)
-            })
-        })
-        .await??;
-        if deleted > 0 {
-            tracing::debug!(topic = %topic.name, partition = p.index, segments = deleted, remote_end, "follower deleted local segments covered by the manifest");
-        }
-        Ok(())
-    }
-
-    /// Uploads, commits, and applies local and remote retention for one partition.
-    async fn tier_partition(
-        &self,
-        broker: &Arc<Broker>,
-        topic: &Topic,
-        p: &Arc<Partition>,
-    ) -> anyhow::Result<()> {
-        let tp = self.partition(topic, p.index).await?;
-        let epoch = p.leader_epoch();
-        // A new leader (or one whose epoch changed) claims the manifest first: it reloads it
-        // (what it cached as a follower, or from an earlier term, may be behind what another
-        // leader committed) and writes its epoch into it, so the previous leader, perhaps
-        // still draining, is fenced before this one uploads anything.
-        let key = (topic.id, p.index);
-        let led_at = self
-            .led_at_epoch
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .copied();
-        if led_at != Some(epoch) {
-            tp.claim(&self.store, epoch).await?;
-            self.led_at_epoch
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key, epoch);
-        }
-        let manifest = tp.manifest();
-        let remote_end = manifest.end_offset();
-        let remote_start = manifest.log_start_offset;
-        let part = p.clone();
-        tokio::task::spawn_blocking(move || {
-            part.with_log(|l| l.apply_manifest(remote_start, remote_end))
-        })
-        .await??;
-        loop {
-            let started = Instant::now();
-            // List and map the next segment under the log lock, so the cleaner cannot swap its
-            // files in between (the map keeps the old inode readable afterwards).
-            let from = tp.manifest().end_offset().unwrap_or(-1);
-            let part = p.clone();
-            let next = tokio::task::spawn_blocking(move || {
-                part.with_log(|l| -> io::Result<_> {
-                    let Some(f) = l.uploadable_segments(from).into_iter().next() else {
-                        return Ok(None);
-                    };
-                    let prepared = strata_tiering::upload::prepare(&f).map_err(io::Error::other)?;
-                    Ok(Some((f, prepared)))
-                })
-            })
-            .await??;
-            let Some((f, prepared)) = next else {
-                break;
-            };
-            let size: u64 = prepared.iter().map(|b| b.len() as u64).sum();
-            let seg = match strata_tiering::upload::upload(
-                &self.store,
-                &tp.id,
-                &f,
-                prepared,
-                epoch,
-                self.config.upload,
-                now_ms(),
-            )
-            .await
-            {
-                Ok(seg) => seg,
-                Err(e) => {
-                    self.metrics.upload_failures.fetch_add(1, Ordering::Relaxed);
-                    return Err(e.into());
-                }
-            };
-            failpoint::hit(failpoint::TIERING_UPLOADED);
-            let added = match tp.commit_segment(&self.store, seg, epoch).await {
-                Ok(added) => added,
-                Err(e) => {
-                    self.metrics.upload_failures.fetch_add(1, Ordering::Relaxed);
-                    return Err(e.into());
-                }
-            };
-            failpoint::hit(failpoint::TIERING_MANIFEST_COMMITTED);
-            // Local retention may delete only what the committed manifest covers.
-            let Some(next) = tp.manifest().end_offset().filter(|&end| end > from) else {
-                // Nothing was added (the segment overlaps what is remote): stop this pass
-                // rather than upload it again.
-                tracing::warn!(topic = %topic.name, partition = p.index, base = f.base_offset, "segment overlaps the remote log; not uploaded");
-                break;
-            };
-            if added {
-                self.metrics
-                    .segments_uploaded
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(topic = %topic.name, partition = p.index, base = f.base_offset, next, bytes = size, "segment uploaded");
-            } else {
-                tracing::debug!(topic = %topic.name, partition = p.index, base = f.base_offset, remote_end = next, "segment already covered by the manifest");
-            }
-            let part = p.clone();
-            let now = now_ms();
-            tokio::task::spawn_blocking(move || {
-                part.with_log(|l| {
-                    l.set_remote_end_offset(next);
-                    l.apply_retention(now)
-                })
-            })
-            .await??;
-            self.throttle(size, started.elapsed()).await;
-        }
-        export_parquet_after_upload(self, topic, p.index, &tp);
-        if topic.config.cleanup_policy_compact {
-            self.snapshot_compacted(broker, topic, p, &tp, epoch)
-                .await?;
-        }
-        // Remote retention, then local retention for what the manifest now covers. Its only
-        // local inputs are the bytes not yet uploaded (retention.bytes counts both tiers) and
-        // an explicit DeleteRecords; never the local log start (see the module doc).
-        let part = p.clone();
-        let (delete_records_offset, local_only) = tokio::task::spawn_blocking(move || {
-            part.with_log(|l| (l.delete_records_offset(), l.local_only_bytes()))
-        })
-        .await?;
-        if tp.manifest().segments.is_empty() {
-            return Ok(());
-        }
-        let outcome = tp
-            .apply_retention(
-                &self.store,
-                RetentionInput {
-                    now_ms: now_ms(),
-                    retention_ms: if topic.config.cleanup_policy_delete {
-                        topic.config.retention_ms
-                    } else {
-                        -1
-                    },
-                    retention_bytes: if topic.config.cleanup_policy_delete {
-                        topic.config.retention_bytes
-                    } else {
-                        -1
-                    },
-                    local_only_bytes: local_only,
-                    delete_records_offset,
-                    leader_epoch: epoch,
-                },
-            )
-            .await?;
-        if outcome.deleted_segments > 0 {
-            self.metrics
-                .segments_deleted_remote
-                .fetch_add(outcome.deleted_segments as u64, Ordering::Relaxed);
-            tracing::info!(topic = %topic.name, partition = p.index, segments = outcome.deleted_segments, "deleted remote segments past retention");
-        }
-        if let Some(start) = outcome.log_start_offset {
-            let part = p.clone();
-            tokio::task::spawn_blocking(move || {
-                part.with_log(|l| l.advance_log_start_offset(start))
-            })
-            .await??;
-        }
-        Ok(())
-    }
-
-    /// Compacted topics: once the cleaner has cleaned past the last snapshot (and the
-    /// snapshot interval has passed), uploads the cleaned local segments below the cleaner's
-    /// checkpoint and swaps them into the manifest in place of the segments uploaded as they
-    /// were written. The bucket then holds the compacted state instead of the full history,
-    /// and a restore from it rebuilds the compacted log.
-    async fn snapshot_compacted(
-        &self,
-        broker: &Arc<Broker>,
-        topic: &Topic,
-        p: &Arc<Partition>,
-        tp: &Arc<TieredPartition>,
-        epoch: i32,
-    ) -> anyhow::Result<()> {
-        let Some(cleaned) = broker.log_cleaner().checkpoint(&topic.name, p.index) else {
-            return Ok(());
-        };
-        let m = tp.manifest();
-        let Some(remote_end) = m.end_offset() else {
-            return Ok(());
-        };
-        let upto_limit = cleaned.min(remote_end);
-        if upto_limit <= m.compacted_upto.unwrap_or(i64::MIN) {
-            return Ok(());
-        }
-        let now = now_ms();
-        if m.compacted_at_ms
-            .is_some_and(|at| now - at < self.config.compacted_snapshot_interval_ms as i64)
-        {
-            return Ok(());
-        }
-        let part = p.clone();
-        // The snapshot covers [first local offset, end of the last cleaned segment); segments
-        // the cleaner emptied have no bundle but are covered all the same.
-        let (from, upto, prepared) = tokio::task::spawn_blocking(move || {
-            part.with_log(|l| -> io::Result<_> {
-                let Some(upto) = l.sealed_end_at_or_below(upto_limit) else {
-                    return Ok((0, 0, Vec::new()));
-                };
-                let prepared = l
-                    .segment_files(-1, upto)
-                    .into_iter()
-                    .map(|f| {
-                        let parts =
-                            strata_tiering::upload::prepare(&f).map_err(io::Error::other)?;
-                        Ok((f, parts))
-                    })
-                    .collect::<io::Result<Vec<_>>>()?;
-                Ok((l.local_start_offset(), upto, prepared))
-            })
-        })
-        .await??;
-        if upto <= from || upto <= m.compacted_upto.unwrap_or(i64::MIN) {
-            return Ok(());
-        }
-        let mut snapshot = Vec::with_capacity(prepared.len());
-        let mut bytes = 0u64;
-        for (f, parts) in prepared {
-            bytes += parts.iter().map(|b| b.len() as u64).sum::<u64>();
-            let seg = strata_tiering::upload::upload(
-                &self.store,
-                &tp.id,
-                &f,
-                parts,
-                epoch,
-                self.config.upload,
-                now,
-            )
-            .await;
-            match seg {
-                Ok(s) => snapshot.push(s),
-                Err(e) => {
-                    for s in &snapshot {
-                        let _ = self.store.delete(&topic.name, &s.key).await;
-                    }
-                    self.metrics.upload_failures.fetch_add(1, Ordering::Relaxed);
-                    return Err(e.into());
-                }
-            }
-        }
-        let segments = snapshot.len();
-        if tp
-            .commit_snapshot(&self.store, snapshot, from, upto, epoch, now)
-            .await?
-        {
-            self.metrics
-                .compacted_snapshots
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::info!(topic = %topic.name, partition = p.index, from, upto, segments, bytes, "uploaded a compacted snapshot");
-        } else {
-            tracing::debug!(topic = %topic.name, partition = p.index, from, upto, "compacted snapshot does not align with the remote segments; skipped");
-        }
-        Ok(())
-    }
-
-    /// Keeps the average upload rate under remote.log.manager.copy.max.bytes.per.second.
-    async fn throttle(&self, bytes: u64, took: Duration) {
-        let rate = self.config.upload_bytes_per_second;
-        if rate <= 0 || rate == i64::MAX {
-            return;
-        }
-        let should_take = Duration::from_secs_f64(bytes as f64 / rate as f64);
-        if should_take > took {
-            tokio::time::sleep(should_take - took).await;
         }
     }
 
@@ -700,6 +548,10 @@ impl Tiering {
                     tracing::warn!(topic = %name, partition = index, error = %e, "cannot delete remote data of a deleted topic");
                 }
                 self.partitions
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&(id, index));
+                self.workers
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&(id, index));
@@ -1146,13 +998,18 @@ fn write_file(path: &Path, data: &[u8]) -> io::Result<()> {
 /// Continuous export: once a partition's uploads are committed, brings its Parquet export up
 /// to the manifest's end in the background (the first poke after the topic turns
 /// strata.export.parquet on backfills what is already remote).
-fn export_parquet_after_upload(tiering: &Tiering, topic: &Topic, index: i32, tp: &TieredPartition) {
+fn export_parquet_after_upload(
+    tiering: &Tiering,
+    topic: &Topic,
+    index: i32,
+    manifest: &PartitionManifest,
+) {
     use crate::config::topic::{EXPORT_PARQUET, EXPORT_PARQUET_FILE_BYTES, EXPORT_PARQUET_TARGET};
     let enabled = topic
         .overrides
         .get(EXPORT_PARQUET)
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
-    if !enabled || tp.manifest().segments.is_empty() {
+    if !enabled || manifest.segments.is_empty() {
         return;
     }
     let target_url = topic
@@ -1172,6 +1029,132 @@ fn export_parquet_after_upload(tiering: &Tiering, topic: &Topic, index: i32, tp:
         id: partition_id(topic, index),
         target_url,
         file_bytes,
-        remote_end: tp.manifest().end_offset().unwrap_or(0),
+        remote_end: manifest.end_offset().unwrap_or(0),
     });
+}
+
+/// A broker partition as the tiering orchestration sees it ([`LocalLog`]).
+struct BrokerLog {
+    broker: Arc<Broker>,
+    tiering: Arc<Tiering>,
+    topic: Arc<Topic>,
+    partition: Arc<Partition>,
+}
+
+impl LocalLog for BrokerLog {
+    fn role(&self) -> ReplicaRole {
+        let p = &self.partition;
+        if p.is_leader() {
+            ReplicaRole::Leader {
+                leader_epoch: p.leader_epoch(),
+            }
+        } else if p.is_replicated() && p.role() == crate::broker::Role::Follower {
+            ReplicaRole::Follower
+        } else {
+            ReplicaRole::None
+        }
+    }
+
+    fn policy(&self) -> TieringPolicy {
+        let c = &self.topic.config;
+        TieringPolicy {
+            retention_ms: if c.cleanup_policy_delete {
+                c.retention_ms
+            } else {
+                -1
+            },
+            retention_bytes: if c.cleanup_policy_delete {
+                c.retention_bytes
+            } else {
+                -1
+            },
+            compact: c.cleanup_policy_compact,
+        }
+    }
+
+    fn apply_manifest(
+        &self,
+        log_start_offset: i64,
+        remote_end: Option<i64>,
+    ) -> io::Result<(i64, i64)> {
+        self.partition.with_log(|l| {
+            let before = l.log_start_offset();
+            l.apply_manifest(log_start_offset, remote_end)?;
+            Ok((before, l.log_start_offset()))
+        })
+    }
+
+    fn next_uploadable(&self, from: i64) -> io::Result<Option<PreparedSegment>> {
+        // Listed and mapped under the log lock, so the cleaner cannot swap the files in
+        // between (the map keeps the old inode readable afterwards).
+        self.partition.with_log(|l| {
+            let Some(files) = l.uploadable_segments(from).into_iter().next() else {
+                return Ok(None);
+            };
+            let parts = strata_tiering::upload::prepare(&files).map_err(io::Error::other)?;
+            Ok(Some(PreparedSegment { files, parts }))
+        })
+    }
+
+    fn allow_local_retention(&self, remote_end: i64, now_ms: i64) -> io::Result<usize> {
+        self.partition.with_log(|l| {
+            l.set_remote_end_offset(remote_end);
+            l.apply_retention(now_ms)
+        })
+    }
+
+    fn retention_input(&self) -> LocalRetentionInput {
+        self.partition.with_log(|l| LocalRetentionInput {
+            delete_records_offset: l.delete_records_offset(),
+            local_only_bytes: l.local_only_bytes(),
+        })
+    }
+
+    fn advance_log_start_offset(&self, log_start_offset: i64) -> io::Result<()> {
+        self.partition
+            .with_log(|l| l.advance_log_start_offset(log_start_offset))
+    }
+
+    fn cleaned_upto(&self) -> Option<i64> {
+        self.broker
+            .log_cleaner()
+            .checkpoint(&self.topic.name, self.partition.index)
+    }
+
+    fn compacted_segments(&self, limit: i64) -> io::Result<Option<CompactedSegments>> {
+        self.partition.with_log(|l| {
+            let Some(upto) = l.sealed_end_at_or_below(limit) else {
+                return Ok(None);
+            };
+            let segments = l
+                .segment_files(-1, upto)
+                .into_iter()
+                .map(|files| {
+                    let parts =
+                        strata_tiering::upload::prepare(&files).map_err(io::Error::other)?;
+                    Ok(PreparedSegment { files, parts })
+                })
+                .collect::<io::Result<Vec<_>>>()?;
+            Ok(Some(CompactedSegments {
+                from: l.local_start_offset(),
+                upto,
+                segments,
+            }))
+        })
+    }
+
+    fn roll(&self, now_ms: i64) -> io::Result<()> {
+        self.partition.with_log(|l| l.roll(now_ms))
+    }
+
+    fn reached(&self, step: DurableStep) {
+        match step {
+            DurableStep::Uploaded => failpoint::hit(failpoint::TIERING_UPLOADED),
+            DurableStep::ManifestCommitted => failpoint::hit(failpoint::TIERING_MANIFEST_COMMITTED),
+        }
+    }
+
+    fn uploads_committed(&self, manifest: &PartitionManifest) {
+        export_parquet_after_upload(&self.tiering, &self.topic, self.partition.index, manifest);
+    }
 }

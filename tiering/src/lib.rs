@@ -2,10 +2,11 @@
 //! back through a local memory+disk cache, so retention can be months while local disks hold
 //! hours.
 //!
-//! The crate does not depend on the broker. The broker hands it the files of sealed segments
-//! ([`upload::SegmentFiles`]), drives each partition's [`partition::TieredPartition`] from its
-//! tiering task as partition leader, and asks the [`reader::RemoteReader`] for batches below
-//! its local log start offset.
+//! The crate does not depend on the broker. The broker implements [`LocalLog`] for each of
+//! its partitions (handing over the files of sealed segments, [`upload::SegmentFiles`]); each
+//! partition's [`upload_queue`] worker drives its [`partition::TieredPartition`] as partition
+//! leader, or follows its manifest as follower; and the broker asks the
+//! [`reader::RemoteReader`] for batches below its local log start offset.
 //!
 //! Modules:
 //! - [`store`]: object store access (S3, filesystem, memory), request metrics, fault injection.
@@ -13,6 +14,11 @@
 //! - [`upload`]: one segment and its indexes as a single bundle object.
 //! - [`partition`]: commit of uploads, remote retention, the orphan scrubber.
 //! - [`reader`]: cached, chunked, parallel remote reads with read-ahead.
+//! - [`error`]: [`TieringError`], what a caller of the orchestration can act on.
+//! - [`backoff`]: the one retry-with-backoff helper, honouring cancellation.
+//! - [`local_log`]: [`LocalLog`], what the orchestration needs from a broker partition.
+//! - [`upload_queue`]: per-partition typed operations (upload, commit, local retention,
+//!   remote delete, barrier) fed by events, one worker per partition.
 //! - [`catalog`]: the topics kept in the bucket, for restoring a cluster from the bucket alone.
 //! - [`export`]: Parquet export of partitions (remote and sealed local segments) for bulk
 //!   loads, with per-partition checkpoints for exactly-once re-runs.
@@ -22,16 +28,24 @@
 //! delete failed. Both are unreferenced by any manifest and are removed by
 //! [`partition::TieredPartition::scrub`] once older than its grace period.
 
+pub mod backoff;
 pub mod catalog;
+pub mod error;
 pub mod export;
+pub mod local_log;
 pub mod manifest;
 pub mod partition;
 pub mod reader;
 pub mod store;
 pub mod upload;
+pub mod upload_queue;
 
+pub use backoff::Backoff;
+pub use error::TieringError;
+pub use local_log::{LocalLog, ReplicaRole};
 pub use manifest::{PartitionId, PartitionManifest, RemoteSegment};
 pub use partition::{RetentionInput, RetentionOutcome, TieredPartition};
 pub use reader::{CacheConfig, RemoteReader};
 pub use store::{RemoteStore, StoreConfig, StoreError};
 pub use upload::{SegmentFiles, UploadOptions};
+pub use upload_queue::{Event, PartitionWorker, TieringMetrics};
