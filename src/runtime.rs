@@ -246,23 +246,10 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
         |c| c.tick(),
     );
     if let Some(t) = tiering {
-        let every = Duration::from_millis(broker.config.tiering.task_interval_ms);
+        // Passes on its timer and whenever a partition's events ask for one.
         let b = broker.clone();
         let stop = shutdown.clone();
-        tasks.spawn(async move {
-            let mut ticker = tokio::time::interval(every);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = ticker.tick() => {}
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = t.tick(&b) => {}
-                }
-            }
-        });
+        tasks.spawn(async move { t.run(&b, stop).await });
     }
     if broker.config.log_cleaner.enable {
         for id in 0..broker.config.log_cleaner.threads {

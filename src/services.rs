@@ -11,6 +11,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
+use strata_tiering::Event;
+
+use crate::broker::leadership::PartitionLeadership;
 use crate::broker::{Broker, CatalogListener, Topic};
 use crate::config::BrokerConfig;
 use crate::controller::ClusterControl;
@@ -42,7 +45,7 @@ impl Services {
         broker.add_listener(groups.clone());
         broker.add_listener(txns.clone());
         if let Some(t) = &tiering {
-            broker.add_listener(Arc::new(RemoteTopicDeletion(t.clone())));
+            broker.add_listener(Arc::new(TieringEvents(t.clone())));
         }
         Ok(Services {
             broker,
@@ -54,14 +57,34 @@ impl Services {
     }
 }
 
-/// A deleted remote topic's data leaves the bucket too.
-struct RemoteTopicDeletion(Arc<Tiering>);
+/// What tiered storage follows: committed sealed segments, leadership and config changes of
+/// remote partitions wake their upload queues (the timer only reconciles what these miss),
+/// and a deleted remote topic's data leaves the bucket too.
+struct TieringEvents(Arc<Tiering>);
 
-impl CatalogListener for RemoteTopicDeletion {
+impl CatalogListener for TieringEvents {
+    fn leadership_applied(&self, state: &PartitionLeadership, _leader: bool) {
+        self.0
+            .notify(&state.topic, state.partition, Event::LeadershipChanged);
+    }
+
+    fn topic_config_changed(&self, topic: &Topic) {
+        if topic.config.remote_storage_enable {
+            for p in 0..topic.partitions.len() as i32 {
+                self.0.notify(&topic.name, p, Event::ConfigChanged);
+            }
+        }
+    }
+
     fn topic_deleted(&self, topic: &Topic) {
         if topic.config.remote_storage_enable {
             self.0
                 .topic_deleted(&topic.name, topic.id, topic.partitions.len() as i32);
         }
+    }
+
+    fn segment_committed(&self, topic: &str, partition: i32) {
+        self.0
+            .notify(topic, partition, Event::HighWatermarkAdvanced);
     }
 }

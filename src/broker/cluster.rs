@@ -106,7 +106,6 @@ impl Broker {
         let lag_ms = self.config.replication.replica_lag_time_max.as_millis() as i64;
         let now = now_ms();
         let mut follow_changed = false;
-        let listeners = self.listeners();
         for (name, states) in by_topic {
             let topic_id = states[0].topic_id;
             // Out-of-range partitions are refused below; they do not size the topic.
@@ -171,9 +170,8 @@ impl Broker {
                             }
                         }
                         let leader = p.role() == Role::Leader;
-                        for l in &listeners {
-                            l.leadership_applied(&state, leader);
-                        }
+                        self.listeners
+                            .each(|l| l.leadership_applied(&state, leader));
                         self.replication.record_leadership(state);
                     }
                     Err(e) => {

@@ -1,10 +1,15 @@
 //! How services above the catalog follow it without the catalog naming them.
 //!
 //! The group and transaction coordinators load and unload the partitions of their topics as
-//! this broker starts or stops leading them; tiered storage removes the remote data of a
-//! deleted topic. Each registers a [`CatalogListener`] with [`super::Broker::add_listener`]
+//! this broker starts or stops leading them; tiered storage uploads a sealed segment as soon
+//! as it is committed, follows leadership and config changes, and removes the remote data of
+//! a deleted topic. Each registers a [`CatalogListener`] with [`super::Broker::add_listener`]
 //! at start-up, before the control plane applies any state. Listeners are called on the
-//! thread that changed the catalog (a blocking one), after the change is in place.
+//! thread that changed the catalog or the partition, after the change is in place, sometimes
+//! with the partition's log lock held: a listener only records the event and returns (it
+//! takes no lock of the broker's and does no I/O).
+
+use std::sync::{Arc, RwLock};
 
 use super::leadership::PartitionLeadership;
 use super::Topic;
@@ -14,6 +19,32 @@ pub trait CatalogListener: Send + Sync {
     /// (Kafka's `onElection` / `onResignation` for coordinator partitions).
     fn leadership_applied(&self, _state: &PartitionLeadership, _leader: bool) {}
 
+    /// A topic's config overrides changed.
+    fn topic_config_changed(&self, _topic: &Topic) {}
+
     /// A topic left this broker's catalog (deleted).
     fn topic_deleted(&self, _topic: &Topic) {}
+
+    /// A sealed segment of a remote-storage partition is now entirely below its last stable
+    /// offset (and so its high watermark): it can be uploaded.
+    fn segment_committed(&self, _topic: &str, _partition: i32) {}
+}
+
+/// The registered listeners, shared by the broker and its partitions.
+#[derive(Default)]
+pub(crate) struct Listeners(RwLock<Vec<Arc<dyn CatalogListener>>>);
+
+impl Listeners {
+    pub(crate) fn add(&self, listener: Arc<dyn CatalogListener>) {
+        self.0
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(listener);
+    }
+
+    pub(crate) fn each(&self, f: impl Fn(&dyn CatalogListener)) {
+        for l in self.0.read().unwrap_or_else(|e| e.into_inner()).iter() {
+            f(l.as_ref());
+        }
+    }
 }

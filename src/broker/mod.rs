@@ -190,7 +190,7 @@ pub struct Broker {
     pub quotas: crate::quota::Quotas,
     /// The services told of leadership changes and deleted topics (see [`CatalogListener`]),
     /// registered by the runtime before any state is applied.
-    listeners: RwLock<Vec<Arc<dyn CatalogListener>>>,
+    listeners: Arc<listener::Listeners>,
     /// Log cleaner state (checkpoints, which partitions are being cleaned); its tasks are
     /// spawned by the runtime.
     log_cleaner: log_cleaner::LogCleaner,
@@ -397,7 +397,7 @@ impl Broker {
                 config.connection_limits.clone(),
                 &meta.client_quotas,
             ),
-            listeners: RwLock::new(Vec::new()),
+            listeners: Arc::default(),
             log_cleaner: log_cleaner::LogCleaner::open(
                 config.log_cleaner.clone(),
                 &config.log_dirs,
@@ -578,17 +578,7 @@ impl Broker {
 
     /// Registers a service to be told of leadership changes and deleted topics.
     pub fn add_listener(&self, listener: Arc<dyn CatalogListener>) {
-        self.listeners
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(listener);
-    }
-
-    fn listeners(&self) -> Vec<Arc<dyn CatalogListener>> {
-        self.listeners
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.listeners.add(listener);
     }
 
     /// Producer state of this partition for DescribeProducers: (producer id, epoch, last
@@ -864,9 +854,7 @@ impl Broker {
                 tracing::warn!(topic = name, error = %e, "topic deleted, but the catalog file is not rewritten yet: the next catalog change or start completes it");
             }
         }
-        for l in self.listeners() {
-            l.topic_deleted(&topic);
-        }
+        self.listeners.each(|l| l.topic_deleted(&topic));
         tracing::info!(topic = name, "deleted topic");
         Ok(topic.id)
     }
@@ -954,6 +942,9 @@ impl Broker {
             partitions: topic.partitions.clone(),
         });
         self.save_metadata()?;
+        if let Some(changed) = self.topic(name) {
+            self.listeners.each(|l| l.topic_config_changed(&changed));
+        }
         Ok(())
     }
 
