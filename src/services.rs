@@ -7,7 +7,7 @@
 //! proposes its changes through [`crate::broker::MetadataQuorum`]. Request handlers
 //! ([`crate::api`]) each take only the parts they use.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use anyhow::Context;
 
@@ -42,10 +42,11 @@ impl Services {
         let groups = GroupCoordinator::open(&broker).context("loading the group coordinator")?;
         let txns = TransactionCoordinator::open(&broker, groups.clone())
             .context("loading the transaction coordinator")?;
-        broker.add_listener(groups.clone());
-        broker.add_listener(txns.clone());
+        // Held weakly by the broker, kept alive here.
+        broker.add_listener(Arc::downgrade(&groups) as Weak<dyn CatalogListener>);
+        broker.add_listener(Arc::downgrade(&txns) as Weak<dyn CatalogListener>);
         if let Some(t) = &tiering {
-            broker.add_listener(Arc::new(TieringEvents(t.clone())));
+            broker.add_listener(Arc::downgrade(t) as Weak<dyn CatalogListener>);
         }
         Ok(Services {
             broker,
@@ -60,31 +61,26 @@ impl Services {
 /// What tiered storage follows: committed sealed segments, leadership and config changes of
 /// remote partitions wake their upload queues (the timer only reconciles what these miss),
 /// and a deleted remote topic's data leaves the bucket too.
-struct TieringEvents(Arc<Tiering>);
-
-impl CatalogListener for TieringEvents {
+impl CatalogListener for Tiering {
     fn leadership_applied(&self, state: &PartitionLeadership, _leader: bool) {
-        self.0
-            .notify(&state.topic, state.partition, Event::LeadershipChanged);
+        self.notify(&state.topic, state.partition, Event::LeadershipChanged);
     }
 
     fn topic_config_changed(&self, topic: &Topic) {
         if topic.config.remote_storage_enable {
             for p in 0..topic.partitions.len() as i32 {
-                self.0.notify(&topic.name, p, Event::ConfigChanged);
+                self.notify(&topic.name, p, Event::ConfigChanged);
             }
         }
     }
 
     fn topic_deleted(&self, topic: &Topic) {
         if topic.config.remote_storage_enable {
-            self.0
-                .topic_deleted(&topic.name, topic.id, topic.partitions.len() as i32);
+            self.topic_deleted(&topic.name, topic.id, topic.partitions.len() as i32);
         }
     }
 
     fn segment_committed(&self, topic: &str, partition: i32) {
-        self.0
-            .notify(topic, partition, Event::HighWatermarkAdvanced);
+        self.notify(topic, partition, Event::HighWatermarkAdvanced);
     }
 }

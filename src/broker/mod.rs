@@ -576,8 +576,9 @@ impl Broker {
         self.save_metadata()
     }
 
-    /// Registers a service to be told of leadership changes and deleted topics.
-    pub fn add_listener(&self, listener: Arc<dyn CatalogListener>) {
+    /// Registers a service to be told of leadership, config and segment changes and of
+    /// deleted topics, for as long as its owner keeps it.
+    pub fn add_listener(&self, listener: std::sync::Weak<dyn CatalogListener>) {
         self.listeners.add(listener);
     }
 
