@@ -84,3 +84,72 @@ impl CatalogListener for Tiering {
         self.notify(topic, partition, Event::HighWatermarkAdvanced);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn config(dir: &std::path::Path) -> BrokerConfig {
+        let mut m = BTreeMap::new();
+        m.insert("log.dirs".to_string(), dir.display().to_string());
+        BrokerConfig::build(&[m]).expect("valid config")
+    }
+
+    #[test]
+    fn dropping_the_services_frees_the_broker_and_its_listeners() {
+        let dir = tempfile::tempdir().unwrap();
+        let services = Services::open(config(dir.path()), None).unwrap();
+        services
+            .broker
+            .create_topic("t", 2, 1, BTreeMap::new())
+            .unwrap();
+        let broker = Arc::downgrade(&services.broker);
+        let groups = Arc::downgrade(&services.groups);
+        let txns = Arc::downgrade(&services.txns);
+        drop(services);
+        // Nothing holds the broker in a cycle: its partitions (and their files) are gone.
+        assert!(broker.upgrade().is_none());
+        assert!(groups.upgrade().is_none());
+        assert!(txns.upgrade().is_none());
+    }
+
+    #[derive(Default)]
+    struct Seen(std::sync::Mutex<Vec<String>>);
+
+    impl CatalogListener for Seen {
+        fn topic_config_changed(&self, topic: &Topic) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("config {}", topic.name));
+        }
+        fn topic_deleted(&self, topic: &Topic) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("deleted {}", topic.name));
+        }
+    }
+
+    #[test]
+    fn the_catalog_tells_its_listeners_while_their_owner_keeps_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let services = Services::open(config(dir.path()), None).unwrap();
+        let b = &services.broker;
+        let seen = Arc::new(Seen::default());
+        b.add_listener(Arc::downgrade(&seen) as Weak<dyn CatalogListener>);
+        b.create_topic("t", 1, 1, BTreeMap::new()).unwrap();
+        let overrides = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
+        b.set_topic_configs("t", overrides).unwrap();
+        b.delete_topic("t").unwrap();
+        assert_eq!(*seen.0.lock().unwrap(), ["config t", "deleted t"]);
+        // A listener its owner dropped is no longer called (and not kept alive).
+        let weak = Arc::downgrade(&seen);
+        drop(seen);
+        assert!(weak.upgrade().is_none());
+        b.create_topic("u", 1, 1, BTreeMap::new()).unwrap();
+        b.delete_topic("u").unwrap();
+    }
+}
