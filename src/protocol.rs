@@ -469,6 +469,83 @@ mod tests {
         }
     }
 
+    /// What ApiVersions advertises, in order: (key, min, max) for every API Strata serves.
+    /// Changing any range changes what clients negotiate, so it must be deliberate.
+    #[test]
+    fn the_advertised_api_versions_are_exactly_these() {
+        let expected: &[(ApiKey, i16, i16)] = &[
+            (ApiKey::Produce, 3, 13),
+            (ApiKey::Fetch, 4, 18),
+            (ApiKey::ListOffsets, 1, 10),
+            (ApiKey::Metadata, 0, 13),
+            (ApiKey::ApiVersions, 0, 4),
+            (ApiKey::CreateTopics, 2, 7),
+            (ApiKey::DeleteTopics, 1, 6),
+            (ApiKey::DeleteRecords, 0, 2),
+            (ApiKey::InitProducerId, 0, 5),
+            (ApiKey::OffsetForLeaderEpoch, 2, 4),
+            (ApiKey::DescribeConfigs, 1, 4),
+            (ApiKey::AlterConfigs, 0, 2),
+            (ApiKey::IncrementalAlterConfigs, 0, 1),
+            (ApiKey::DescribeLogDirs, 1, 4),
+            (ApiKey::CreatePartitions, 0, 3),
+            (ApiKey::ElectLeaders, 0, 2),
+            (ApiKey::DescribeCluster, 0, 2),
+            (ApiKey::DescribeQuorum, 0, 2),
+            (ApiKey::FindCoordinator, 0, 6),
+            (ApiKey::JoinGroup, 0, 9),
+            (ApiKey::SyncGroup, 0, 5),
+            (ApiKey::Heartbeat, 0, 4),
+            (ApiKey::LeaveGroup, 0, 5),
+            (ApiKey::OffsetCommit, 2, 9),
+            (ApiKey::OffsetFetch, 1, 9),
+            (ApiKey::DescribeGroups, 0, 6),
+            (ApiKey::ListGroups, 0, 5),
+            (ApiKey::DeleteGroups, 0, 2),
+            (ApiKey::OffsetDelete, 0, 0),
+            (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+            (ApiKey::ConsumerGroupDescribe, 0, 1),
+            (ApiKey::AddPartitionsToTxn, 0, 5),
+            (ApiKey::AddOffsetsToTxn, 0, 4),
+            (ApiKey::EndTxn, 0, 5),
+            (ApiKey::WriteTxnMarkers, 1, 1),
+            (ApiKey::TxnOffsetCommit, 0, 5),
+            (ApiKey::DescribeProducers, 0, 0),
+            (ApiKey::DescribeTransactions, 0, 0),
+            (ApiKey::ListTransactions, 0, 2),
+            (ApiKey::SaslHandshake, 1, 1),
+            (ApiKey::SaslAuthenticate, 0, 2),
+            (ApiKey::DescribeUserScramCredentials, 0, 0),
+            (ApiKey::AlterUserScramCredentials, 0, 0),
+            (ApiKey::DescribeAcls, 1, 3),
+            (ApiKey::CreateAcls, 1, 3),
+            (ApiKey::DeleteAcls, 1, 3),
+            (ApiKey::DescribeClientQuotas, 0, 1),
+            (ApiKey::AlterClientQuotas, 0, 1),
+            (ApiKey::AlterPartitionReassignments, 0, 1),
+            (ApiKey::ListPartitionReassignments, 0, 0),
+        ];
+        let advertised: Vec<(i16, i16, i16)> = api_versions_list()
+            .iter()
+            .map(|v| (v.api_key, v.min_version, v.max_version))
+            .collect();
+        let expected_numbers: Vec<(i16, i16, i16)> = expected
+            .iter()
+            .map(|&(k, min, max)| (k as i16, min, max))
+            .collect();
+        assert_eq!(advertised, expected_numbers);
+        // decode_request admits exactly these keys and ranges.
+        for &(key, min, max) in expected {
+            assert_eq!(supported_versions(key), Some((min, max)), "{key:?}");
+        }
+        let served: Vec<ApiKey> = SUPPORTED_APIS.to_vec();
+        let listed: Vec<ApiKey> = expected.iter().map(|&(k, _, _)| k).collect();
+        assert_eq!(served, listed);
+        for key in [ApiKey::Vote, ApiKey::BrokerRegistration, ApiKey::UpdateFeatures] {
+            assert_eq!(supported_versions(key), None, "{key:?}");
+        }
+    }
+
     #[test]
     fn garbage_is_malformed_not_a_panic() {
         let mut raw = vec![0u8, 3, 0, 12, 0, 0, 0, 1];
