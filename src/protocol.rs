@@ -13,122 +13,14 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable};
 use kafka_protocol::ResponseError;
 
-/// The APIs Strata serves. Versions are the crate's ranges, which are Apache Kafka 4.1's.
-pub const SUPPORTED_APIS: &[ApiKey] = &[
-    ApiKey::Produce,
-    ApiKey::Fetch,
-    ApiKey::ListOffsets,
-    ApiKey::Metadata,
-    ApiKey::ApiVersions,
-    ApiKey::CreateTopics,
-    ApiKey::DeleteTopics,
-    ApiKey::DeleteRecords,
-    ApiKey::InitProducerId,
-    ApiKey::OffsetForLeaderEpoch,
-    ApiKey::DescribeConfigs,
-    ApiKey::AlterConfigs,
-    ApiKey::IncrementalAlterConfigs,
-    ApiKey::DescribeLogDirs,
-    ApiKey::CreatePartitions,
-    ApiKey::ElectLeaders,
-    ApiKey::DescribeCluster,
-    ApiKey::DescribeQuorum,
-    ApiKey::FindCoordinator,
-    ApiKey::JoinGroup,
-    ApiKey::SyncGroup,
-    ApiKey::Heartbeat,
-    ApiKey::LeaveGroup,
-    ApiKey::OffsetCommit,
-    ApiKey::OffsetFetch,
-    ApiKey::DescribeGroups,
-    ApiKey::ListGroups,
-    ApiKey::DeleteGroups,
-    ApiKey::OffsetDelete,
-    ApiKey::ConsumerGroupHeartbeat,
-    ApiKey::ConsumerGroupDescribe,
-    ApiKey::AddPartitionsToTxn,
-    ApiKey::AddOffsetsToTxn,
-    ApiKey::EndTxn,
-    ApiKey::WriteTxnMarkers,
-    ApiKey::TxnOffsetCommit,
-    ApiKey::DescribeProducers,
-    ApiKey::DescribeTransactions,
-    ApiKey::ListTransactions,
-    ApiKey::SaslHandshake,
-    ApiKey::SaslAuthenticate,
-    ApiKey::DescribeUserScramCredentials,
-    ApiKey::AlterUserScramCredentials,
-    ApiKey::DescribeAcls,
-    ApiKey::CreateAcls,
-    ApiKey::DeleteAcls,
-    ApiKey::DescribeClientQuotas,
-    ApiKey::AlterClientQuotas,
-    ApiKey::AlterPartitionReassignments,
-    ApiKey::ListPartitionReassignments,
-];
+/// The APIs Strata serves, in the order ApiVersions lists them: the list in [`crate::api`]
+/// that also drives dispatch.
+pub const SUPPORTED_APIS: &[ApiKey] = crate::api::SERVED_APIS;
 
 /// (min, max) version Strata accepts for an API, if it serves it at all: the crate's range
-/// (Apache Kafka 4.1's) capped by what the crate's request codec can decode (for some APIs,
-/// e.g. InitProducerId, `ApiKey::valid_versions` is wider than the request type).
+/// (Apache Kafka 4.1's) capped by what the crate's request codec can decode.
 pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
-    use kafka_protocol::messages::*;
-    use kafka_protocol::protocol::Message;
-    let codec = match key {
-        ApiKey::Produce => ProduceRequest::VERSIONS,
-        ApiKey::Fetch => FetchRequest::VERSIONS,
-        ApiKey::ListOffsets => ListOffsetsRequest::VERSIONS,
-        ApiKey::Metadata => MetadataRequest::VERSIONS,
-        ApiKey::ApiVersions => ApiVersionsRequest::VERSIONS,
-        ApiKey::CreateTopics => CreateTopicsRequest::VERSIONS,
-        ApiKey::DeleteTopics => DeleteTopicsRequest::VERSIONS,
-        ApiKey::DeleteRecords => DeleteRecordsRequest::VERSIONS,
-        ApiKey::InitProducerId => InitProducerIdRequest::VERSIONS,
-        ApiKey::OffsetForLeaderEpoch => OffsetForLeaderEpochRequest::VERSIONS,
-        ApiKey::DescribeConfigs => DescribeConfigsRequest::VERSIONS,
-        ApiKey::AlterConfigs => AlterConfigsRequest::VERSIONS,
-        ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::VERSIONS,
-        ApiKey::DescribeLogDirs => DescribeLogDirsRequest::VERSIONS,
-        ApiKey::CreatePartitions => CreatePartitionsRequest::VERSIONS,
-        ApiKey::ElectLeaders => ElectLeadersRequest::VERSIONS,
-        ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
-        ApiKey::DescribeQuorum => DescribeQuorumRequest::VERSIONS,
-        ApiKey::FindCoordinator => FindCoordinatorRequest::VERSIONS,
-        ApiKey::JoinGroup => JoinGroupRequest::VERSIONS,
-        ApiKey::SyncGroup => SyncGroupRequest::VERSIONS,
-        ApiKey::Heartbeat => HeartbeatRequest::VERSIONS,
-        ApiKey::LeaveGroup => LeaveGroupRequest::VERSIONS,
-        ApiKey::OffsetCommit => OffsetCommitRequest::VERSIONS,
-        ApiKey::OffsetFetch => OffsetFetchRequest::VERSIONS,
-        ApiKey::DescribeGroups => DescribeGroupsRequest::VERSIONS,
-        ApiKey::ListGroups => ListGroupsRequest::VERSIONS,
-        ApiKey::DeleteGroups => DeleteGroupsRequest::VERSIONS,
-        ApiKey::OffsetDelete => OffsetDeleteRequest::VERSIONS,
-        ApiKey::ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest::VERSIONS,
-        ApiKey::ConsumerGroupDescribe => ConsumerGroupDescribeRequest::VERSIONS,
-        ApiKey::AddPartitionsToTxn => AddPartitionsToTxnRequest::VERSIONS,
-        ApiKey::AddOffsetsToTxn => AddOffsetsToTxnRequest::VERSIONS,
-        ApiKey::EndTxn => EndTxnRequest::VERSIONS,
-        ApiKey::WriteTxnMarkers => WriteTxnMarkersRequest::VERSIONS,
-        ApiKey::TxnOffsetCommit => TxnOffsetCommitRequest::VERSIONS,
-        ApiKey::DescribeProducers => DescribeProducersRequest::VERSIONS,
-        ApiKey::DescribeTransactions => DescribeTransactionsRequest::VERSIONS,
-        ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS,
-        // Kafka 4 removed SaslHandshake v0 (raw SASL tokens after the handshake, KIP-896).
-        ApiKey::SaslHandshake => kafka_protocol::protocol::VersionRange { min: 1, max: 1 },
-        ApiKey::SaslAuthenticate => SaslAuthenticateRequest::VERSIONS,
-        ApiKey::DescribeUserScramCredentials => DescribeUserScramCredentialsRequest::VERSIONS,
-        ApiKey::AlterUserScramCredentials => AlterUserScramCredentialsRequest::VERSIONS,
-        ApiKey::DescribeAcls => DescribeAclsRequest::VERSIONS,
-        ApiKey::CreateAcls => CreateAclsRequest::VERSIONS,
-        ApiKey::DeleteAcls => DeleteAclsRequest::VERSIONS,
-        ApiKey::DescribeClientQuotas => DescribeClientQuotasRequest::VERSIONS,
-        ApiKey::AlterClientQuotas => AlterClientQuotasRequest::VERSIONS,
-        ApiKey::AlterPartitionReassignments => AlterPartitionReassignmentsRequest::VERSIONS,
-        ApiKey::ListPartitionReassignments => ListPartitionReassignmentsRequest::VERSIONS,
-        _ => return None,
-    };
-    let r = key.valid_versions().intersect(&codec);
-    (!r.is_empty()).then_some((r.min, r.max))
+    crate::api::served_versions(key)
 }
 
 /// The `api_keys` list of an ApiVersions response.
@@ -541,7 +433,11 @@ mod tests {
         let served: Vec<ApiKey> = SUPPORTED_APIS.to_vec();
         let listed: Vec<ApiKey> = expected.iter().map(|&(k, _, _)| k).collect();
         assert_eq!(served, listed);
-        for key in [ApiKey::Vote, ApiKey::BrokerRegistration, ApiKey::UpdateFeatures] {
+        for key in [
+            ApiKey::Vote,
+            ApiKey::BrokerRegistration,
+            ApiKey::UpdateFeatures,
+        ] {
             assert_eq!(supported_versions(key), None, "{key:?}");
         }
     }
