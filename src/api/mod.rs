@@ -54,14 +54,15 @@ mod test_support;
 pub mod txn_offset_commit;
 pub mod write_txn_markers;
 
-use gate::{Gate, Who};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use kafka_protocol::protocol::{Message, VersionRange};
 
-pub use crate::blocking::run as blocking;
+use self::gate::{Gate, Who};
 use crate::broker::Broker;
 use crate::protocol::Request;
 use crate::services::Services;
+
+pub use crate::blocking::run as blocking;
 
 /// One Kafka API: its request, the versions its codec decodes, its ACL rules and its handler.
 pub(crate) trait Api {
