@@ -13,122 +13,14 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable};
 use kafka_protocol::ResponseError;
 
-/// The APIs Strata serves. Versions are the crate's ranges, which are Apache Kafka 4.1's.
-pub const SUPPORTED_APIS: &[ApiKey] = &[
-    ApiKey::Produce,
-    ApiKey::Fetch,
-    ApiKey::ListOffsets,
-    ApiKey::Metadata,
-    ApiKey::ApiVersions,
-    ApiKey::CreateTopics,
-    ApiKey::DeleteTopics,
-    ApiKey::DeleteRecords,
-    ApiKey::InitProducerId,
-    ApiKey::OffsetForLeaderEpoch,
-    ApiKey::DescribeConfigs,
-    ApiKey::AlterConfigs,
-    ApiKey::IncrementalAlterConfigs,
-    ApiKey::DescribeLogDirs,
-    ApiKey::CreatePartitions,
-    ApiKey::ElectLeaders,
-    ApiKey::DescribeCluster,
-    ApiKey::DescribeQuorum,
-    ApiKey::FindCoordinator,
-    ApiKey::JoinGroup,
-    ApiKey::SyncGroup,
-    ApiKey::Heartbeat,
-    ApiKey::LeaveGroup,
-    ApiKey::OffsetCommit,
-    ApiKey::OffsetFetch,
-    ApiKey::DescribeGroups,
-    ApiKey::ListGroups,
-    ApiKey::DeleteGroups,
-    ApiKey::OffsetDelete,
-    ApiKey::ConsumerGroupHeartbeat,
-    ApiKey::ConsumerGroupDescribe,
-    ApiKey::AddPartitionsToTxn,
-    ApiKey::AddOffsetsToTxn,
-    ApiKey::EndTxn,
-    ApiKey::WriteTxnMarkers,
-    ApiKey::TxnOffsetCommit,
-    ApiKey::DescribeProducers,
-    ApiKey::DescribeTransactions,
-    ApiKey::ListTransactions,
-    ApiKey::SaslHandshake,
-    ApiKey::SaslAuthenticate,
-    ApiKey::DescribeUserScramCredentials,
-    ApiKey::AlterUserScramCredentials,
-    ApiKey::DescribeAcls,
-    ApiKey::CreateAcls,
-    ApiKey::DeleteAcls,
-    ApiKey::DescribeClientQuotas,
-    ApiKey::AlterClientQuotas,
-    ApiKey::AlterPartitionReassignments,
-    ApiKey::ListPartitionReassignments,
-];
+/// The APIs Strata serves, in the order ApiVersions lists them: the list in [`crate::api`]
+/// that also drives dispatch.
+pub const SUPPORTED_APIS: &[ApiKey] = crate::api::SERVED_APIS;
 
 /// (min, max) version Strata accepts for an API, if it serves it at all: the crate's range
-/// (Apache Kafka 4.1's) capped by what the crate's request codec can decode (for some APIs,
-/// e.g. InitProducerId, `ApiKey::valid_versions` is wider than the request type).
+/// (Apache Kafka 4.1's) capped by what the crate's request codec can decode.
 pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
-    use kafka_protocol::messages::*;
-    use kafka_protocol::protocol::Message;
-    let codec = match key {
-        ApiKey::Produce => ProduceRequest::VERSIONS,
-        ApiKey::Fetch => FetchRequest::VERSIONS,
-        ApiKey::ListOffsets => ListOffsetsRequest::VERSIONS,
-        ApiKey::Metadata => MetadataRequest::VERSIONS,
-        ApiKey::ApiVersions => ApiVersionsRequest::VERSIONS,
-        ApiKey::CreateTopics => CreateTopicsRequest::VERSIONS,
-        ApiKey::DeleteTopics => DeleteTopicsRequest::VERSIONS,
-        ApiKey::DeleteRecords => DeleteRecordsRequest::VERSIONS,
-        ApiKey::InitProducerId => InitProducerIdRequest::VERSIONS,
-        ApiKey::OffsetForLeaderEpoch => OffsetForLeaderEpochRequest::VERSIONS,
-        ApiKey::DescribeConfigs => DescribeConfigsRequest::VERSIONS,
-        ApiKey::AlterConfigs => AlterConfigsRequest::VERSIONS,
-        ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::VERSIONS,
-        ApiKey::DescribeLogDirs => DescribeLogDirsRequest::VERSIONS,
-        ApiKey::CreatePartitions => CreatePartitionsRequest::VERSIONS,
-        ApiKey::ElectLeaders => ElectLeadersRequest::VERSIONS,
-        ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
-        ApiKey::DescribeQuorum => DescribeQuorumRequest::VERSIONS,
-        ApiKey::FindCoordinator => FindCoordinatorRequest::VERSIONS,
-        ApiKey::JoinGroup => JoinGroupRequest::VERSIONS,
-        ApiKey::SyncGroup => SyncGroupRequest::VERSIONS,
-        ApiKey::Heartbeat => HeartbeatRequest::VERSIONS,
-        ApiKey::LeaveGroup => LeaveGroupRequest::VERSIONS,
-        ApiKey::OffsetCommit => OffsetCommitRequest::VERSIONS,
-        ApiKey::OffsetFetch => OffsetFetchRequest::VERSIONS,
-        ApiKey::DescribeGroups => DescribeGroupsRequest::VERSIONS,
-        ApiKey::ListGroups => ListGroupsRequest::VERSIONS,
-        ApiKey::DeleteGroups => DeleteGroupsRequest::VERSIONS,
-        ApiKey::OffsetDelete => OffsetDeleteRequest::VERSIONS,
-        ApiKey::ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest::VERSIONS,
-        ApiKey::ConsumerGroupDescribe => ConsumerGroupDescribeRequest::VERSIONS,
-        ApiKey::AddPartitionsToTxn => AddPartitionsToTxnRequest::VERSIONS,
-        ApiKey::AddOffsetsToTxn => AddOffsetsToTxnRequest::VERSIONS,
-        ApiKey::EndTxn => EndTxnRequest::VERSIONS,
-        ApiKey::WriteTxnMarkers => WriteTxnMarkersRequest::VERSIONS,
-        ApiKey::TxnOffsetCommit => TxnOffsetCommitRequest::VERSIONS,
-        ApiKey::DescribeProducers => DescribeProducersRequest::VERSIONS,
-        ApiKey::DescribeTransactions => DescribeTransactionsRequest::VERSIONS,
-        ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS,
-        // Kafka 4 removed SaslHandshake v0 (raw SASL tokens after the handshake, KIP-896).
-        ApiKey::SaslHandshake => kafka_protocol::protocol::VersionRange { min: 1, max: 1 },
-        ApiKey::SaslAuthenticate => SaslAuthenticateRequest::VERSIONS,
-        ApiKey::DescribeUserScramCredentials => DescribeUserScramCredentialsRequest::VERSIONS,
-        ApiKey::AlterUserScramCredentials => AlterUserScramCredentialsRequest::VERSIONS,
-        ApiKey::DescribeAcls => DescribeAclsRequest::VERSIONS,
-        ApiKey::CreateAcls => CreateAclsRequest::VERSIONS,
-        ApiKey::DeleteAcls => DeleteAclsRequest::VERSIONS,
-        ApiKey::DescribeClientQuotas => DescribeClientQuotasRequest::VERSIONS,
-        ApiKey::AlterClientQuotas => AlterClientQuotasRequest::VERSIONS,
-        ApiKey::AlterPartitionReassignments => AlterPartitionReassignmentsRequest::VERSIONS,
-        ApiKey::ListPartitionReassignments => ListPartitionReassignmentsRequest::VERSIONS,
-        _ => return None,
-    };
-    let r = key.valid_versions().intersect(&codec);
-    (!r.is_empty()).then_some((r.min, r.max))
+    crate::api::served_versions(key)
 }
 
 /// The `api_keys` list of an ApiVersions response.
@@ -466,6 +358,87 @@ mod tests {
             let len = (plain.len() - 4) as i32;
             plain[..4].copy_from_slice(&len.to_be_bytes());
             assert_eq!(joined, plain.to_vec(), "v{version}");
+        }
+    }
+
+    /// What ApiVersions advertises, in order: (key, min, max) for every API Strata serves.
+    /// Changing any range changes what clients negotiate, so it must be deliberate.
+    #[test]
+    fn the_advertised_api_versions_are_exactly_these() {
+        let expected: &[(ApiKey, i16, i16)] = &[
+            (ApiKey::Produce, 3, 13),
+            (ApiKey::Fetch, 4, 18),
+            (ApiKey::ListOffsets, 1, 10),
+            (ApiKey::Metadata, 0, 13),
+            (ApiKey::ApiVersions, 0, 4),
+            (ApiKey::CreateTopics, 2, 7),
+            (ApiKey::DeleteTopics, 1, 6),
+            (ApiKey::DeleteRecords, 0, 2),
+            (ApiKey::InitProducerId, 0, 5),
+            (ApiKey::OffsetForLeaderEpoch, 2, 4),
+            (ApiKey::DescribeConfigs, 1, 4),
+            (ApiKey::AlterConfigs, 0, 2),
+            (ApiKey::IncrementalAlterConfigs, 0, 1),
+            (ApiKey::DescribeLogDirs, 1, 4),
+            (ApiKey::CreatePartitions, 0, 3),
+            (ApiKey::ElectLeaders, 0, 2),
+            (ApiKey::DescribeCluster, 0, 2),
+            (ApiKey::DescribeQuorum, 0, 2),
+            (ApiKey::FindCoordinator, 0, 6),
+            (ApiKey::JoinGroup, 0, 9),
+            (ApiKey::SyncGroup, 0, 5),
+            (ApiKey::Heartbeat, 0, 4),
+            (ApiKey::LeaveGroup, 0, 5),
+            (ApiKey::OffsetCommit, 2, 9),
+            (ApiKey::OffsetFetch, 1, 9),
+            (ApiKey::DescribeGroups, 0, 6),
+            (ApiKey::ListGroups, 0, 5),
+            (ApiKey::DeleteGroups, 0, 2),
+            (ApiKey::OffsetDelete, 0, 0),
+            (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+            (ApiKey::ConsumerGroupDescribe, 0, 1),
+            (ApiKey::AddPartitionsToTxn, 0, 5),
+            (ApiKey::AddOffsetsToTxn, 0, 4),
+            (ApiKey::EndTxn, 0, 5),
+            (ApiKey::WriteTxnMarkers, 1, 1),
+            (ApiKey::TxnOffsetCommit, 0, 5),
+            (ApiKey::DescribeProducers, 0, 0),
+            (ApiKey::DescribeTransactions, 0, 0),
+            (ApiKey::ListTransactions, 0, 2),
+            (ApiKey::SaslHandshake, 1, 1),
+            (ApiKey::SaslAuthenticate, 0, 2),
+            (ApiKey::DescribeUserScramCredentials, 0, 0),
+            (ApiKey::AlterUserScramCredentials, 0, 0),
+            (ApiKey::DescribeAcls, 1, 3),
+            (ApiKey::CreateAcls, 1, 3),
+            (ApiKey::DeleteAcls, 1, 3),
+            (ApiKey::DescribeClientQuotas, 0, 1),
+            (ApiKey::AlterClientQuotas, 0, 1),
+            (ApiKey::AlterPartitionReassignments, 0, 1),
+            (ApiKey::ListPartitionReassignments, 0, 0),
+        ];
+        let advertised: Vec<(i16, i16, i16)> = api_versions_list()
+            .iter()
+            .map(|v| (v.api_key, v.min_version, v.max_version))
+            .collect();
+        let expected_numbers: Vec<(i16, i16, i16)> = expected
+            .iter()
+            .map(|&(k, min, max)| (k as i16, min, max))
+            .collect();
+        assert_eq!(advertised, expected_numbers);
+        // decode_request admits exactly these keys and ranges.
+        for &(key, min, max) in expected {
+            assert_eq!(supported_versions(key), Some((min, max)), "{key:?}");
+        }
+        let served: Vec<ApiKey> = SUPPORTED_APIS.to_vec();
+        let listed: Vec<ApiKey> = expected.iter().map(|&(k, _, _)| k).collect();
+        assert_eq!(served, listed);
+        for key in [
+            ApiKey::Vote,
+            ApiKey::BrokerRegistration,
+            ApiKey::UpdateFeatures,
+        ] {
+            assert_eq!(supported_versions(key), None, "{key:?}");
         }
     }
 

@@ -18,8 +18,9 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::acl::{AclBinding, AclFilter, Operation, PatternType, ResourceType, CLUSTER_NAME};
-use crate::api::{blocking, Context};
+use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
+use crate::services::Services;
 
 const NO_AUTHORIZER: &str = "No Authorizer is configured.";
 
@@ -222,4 +223,37 @@ pub async fn delete(
         })
         .collect();
     DeleteAclsResponse::default().with_filter_results(results)
+}
+
+/// DescribeAcls: checks DESCRIBE on the cluster itself (to answer SECURITY_DISABLED first).
+pub struct DescribeAcls;
+
+impl Api for DescribeAcls {
+    type Request = DescribeAclsRequest;
+
+    async fn handle(s: &Services, ctx: &Context, r: DescribeAclsRequest, _version: i16) -> Outcome {
+        Outcome::respond(describe(&s.broker, ctx, r))
+    }
+}
+
+/// CreateAcls: checks ALTER on the cluster itself.
+pub struct CreateAcls;
+
+impl Api for CreateAcls {
+    type Request = CreateAclsRequest;
+
+    async fn handle(s: &Services, ctx: &Context, r: CreateAclsRequest, _version: i16) -> Outcome {
+        Outcome::respond(create(s.broker.clone(), ctx, r).await)
+    }
+}
+
+/// DeleteAcls: checks ALTER on the cluster itself.
+pub struct DeleteAcls;
+
+impl Api for DeleteAcls {
+    type Request = DeleteAclsRequest;
+
+    async fn handle(s: &Services, ctx: &Context, r: DeleteAclsRequest, _version: i16) -> Outcome {
+        Outcome::respond(delete(s.broker.clone(), ctx, r).await)
+    }
 }

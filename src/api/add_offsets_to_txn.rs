@@ -3,14 +3,18 @@
 
 use std::sync::Arc;
 
-use kafka_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, RequestKind, ResponseKind,
+};
 use kafka_protocol::ResponseError;
 
-use crate::api::blocking;
+use crate::api::gate::{Gate, Who};
+use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::coordinator::offsets_topic::partition_for;
 use crate::coordinator::txn::TransactionCoordinator;
 use crate::coordinator::OFFSETS_TOPIC;
+use crate::services::Services;
 
 /// The group's `__consumer_offsets` partition (the topic may not exist yet).
 pub fn offsets_partition(broker: &Broker, group: &str) -> i32 {
@@ -51,4 +55,29 @@ pub async fn handle(
     .await
     .unwrap_or(Err(ResponseError::UnknownServerError));
     respond(result.err())
+}
+
+/// AddOffsetsToTxn: WRITE on the transactional id, then READ on the group.
+pub struct AddOffsetsToTxn;
+
+impl Api for AddOffsetsToTxn {
+    type Request = AddOffsetsToTxnRequest;
+
+    fn authorize(who: &Who, r: AddOffsetsToTxnRequest, _version: i16) -> Gate {
+        match who.txn_group_refusal(&r.transactional_id, &r.group_id) {
+            Some(code) => Gate::Answer(ResponseKind::AddOffsetsToTxn(
+                AddOffsetsToTxnResponse::default().with_error_code(code.code()),
+            )),
+            None => Gate::Run(RequestKind::AddOffsetsToTxn(r), None),
+        }
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: AddOffsetsToTxnRequest,
+        version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), &s.txns, r, version).await)
+    }
 }

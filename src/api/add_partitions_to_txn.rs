@@ -9,14 +9,18 @@ use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, TopicName, TransactionalId,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, RequestKind, ResponseKind, TopicName,
+    TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::api::blocking;
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{Gate, Who, CLUSTER_DENIED, TOPIC_DENIED, TXN_DENIED};
+use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::coordinator::txn::TransactionCoordinator;
+use crate::services::Services;
 
 type Partitions = Vec<(String, i32)>;
 
@@ -154,4 +158,173 @@ pub async fn handle(
         );
     }
     AddPartitionsToTxnResponse::default().with_results_by_transaction(out)
+}
+
+/// AddPartitionsToTxn: WRITE on the transactional id, then WRITE on every topic; if any
+/// topic is refused, nothing is added (the others get OPERATION_NOT_ATTEMPTED), as in Kafka.
+/// v4+ batches from brokers need CLUSTER_ACTION.
+pub struct AddPartitionsToTxn;
+
+impl Api for AddPartitionsToTxn {
+    type Request = AddPartitionsToTxnRequest;
+
+    fn authorize(who: &Who, r: AddPartitionsToTxnRequest, _version: i16) -> Gate {
+        if r.transactions.is_empty() {
+            // v0-3: one transaction from a client.
+            let refused = refusal(
+                who,
+                &r.v3_and_below_transactional_id,
+                &r.v3_and_below_topics,
+            );
+            return match refused {
+                Some(topics) => Gate::Answer(ResponseKind::AddPartitionsToTxn(
+                    AddPartitionsToTxnResponse::default()
+                        .with_results_by_topic_v3_and_below(topics),
+                )),
+                None => Gate::Run(RequestKind::AddPartitionsToTxn(r), None),
+            };
+        }
+        if !who.may_cluster(Op::ClusterAction) {
+            return Gate::Answer(ResponseKind::AddPartitionsToTxn(
+                AddPartitionsToTxnResponse::default().with_error_code(CLUSTER_DENIED.code()),
+            ));
+        }
+        Gate::Run(RequestKind::AddPartitionsToTxn(r), None)
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: AddPartitionsToTxnRequest,
+        version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), &s.txns, r, version).await)
+    }
+}
+
+/// The refusal for one transaction, if any: per-topic codes.
+fn refusal(
+    who: &Who,
+    txn: &str,
+    topics: &[AddPartitionsToTxnTopic],
+) -> Option<Vec<AddPartitionsToTxnTopicResult>> {
+    if !who.may(Op::Write, Res::TransactionalId, txn) {
+        return Some(refused_topics(topics, &|_| TXN_DENIED));
+    }
+    let denied: Vec<&str> = topics
+        .iter()
+        .map(|t| t.name.as_str())
+        .filter(|n| !who.may(Op::Write, Res::Topic, n))
+        .collect();
+    if denied.is_empty() {
+        return None;
+    }
+    Some(refused_topics(topics, &|n| {
+        if denied.contains(&n) {
+            TOPIC_DENIED
+        } else {
+            ResponseError::OperationNotAttempted
+        }
+    }))
+}
+
+/// Every partition of every topic, with the topic's code.
+fn refused_topics(
+    topics: &[AddPartitionsToTxnTopic],
+    code_for: &dyn Fn(&str) -> ResponseError,
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    topics
+        .iter()
+        .map(|t| {
+            let code = code_for(&t.name);
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(t.name.clone())
+                .with_results_by_partition(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            AddPartitionsToTxnPartitionResult::default()
+                                .with_partition_index(*p)
+                                .with_partition_error_code(code.code())
+                        })
+                        .collect(),
+                )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::acl::{Operation as Op, ResourceType as Res};
+    use crate::api::test_support::{allow, broker_with_acls, who};
+
+    fn add(txn: &str, topics: &[&str]) -> AddPartitionsToTxnRequest {
+        AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_string(
+                txn.to_string(),
+            )))
+            .with_v3_and_below_topics(
+                topics
+                    .iter()
+                    .map(|t| {
+                        AddPartitionsToTxnTopic::default()
+                            .with_name(TopicName(StrBytes::from_string(t.to_string())))
+                            .with_partitions(vec![0])
+                    })
+                    .collect(),
+            )
+    }
+
+    /// (topic, code) of a v3 refusal.
+    fn refused(gate: Gate) -> Vec<(String, i16)> {
+        let Gate::Answer(ResponseKind::AddPartitionsToTxn(r)) = gate else {
+            panic!("refused as a whole")
+        };
+        r.results_by_topic_v3_and_below
+            .iter()
+            .flat_map(|t| {
+                t.results_by_partition
+                    .iter()
+                    .map(|p| (t.name.to_string(), p.partition_error_code))
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn one_refused_topic_refuses_the_whole_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = broker_with_acls(
+            dir.path(),
+            &[
+                allow("User:alice", Op::Write, Res::TransactionalId, "tx"),
+                allow("User:alice", Op::Write, Res::Topic, "allowed"),
+            ],
+        );
+        let alice = who(&broker, "User:alice");
+        assert!(matches!(
+            AddPartitionsToTxn::authorize(&alice, add("tx", &["allowed"]), 3),
+            Gate::Run(_, None)
+        ));
+        // OPERATION_NOT_ATTEMPTED (55) for the allowed topic, TOPIC_AUTHORIZATION_FAILED (29)
+        // for the refused one.
+        assert_eq!(
+            refused(AddPartitionsToTxn::authorize(
+                &alice,
+                add("tx", &["allowed", "denied"]),
+                3
+            )),
+            [("allowed".into(), 55), ("denied".into(), 29)]
+        );
+        // Without WRITE on the transactional id every topic gets
+        // TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53).
+        assert_eq!(
+            refused(AddPartitionsToTxn::authorize(
+                &alice,
+                add("other", &["allowed", "denied"]),
+                3
+            )),
+            [("allowed".into(), 53), ("denied".into(), 53)]
+        );
+    }
 }

@@ -14,15 +14,19 @@ use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
 };
 use kafka_protocol::messages::{
-    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, RequestKind,
+    ResponseKind,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::api::{blocking, errors};
+use crate::acl::Operation as Op;
+use crate::api::gate::{self, Gate, Who, CLUSTER_DENIED};
+use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::controller::reassign::{self, PartitionOutcome, PartitionTarget};
 use crate::controller::ClusterControl;
+use crate::services::Services;
 
 pub async fn handle(
     broker: Arc<Broker>,
@@ -135,4 +139,52 @@ fn single_node(
             (name, outcomes)
         })
         .collect()
+}
+
+/// AlterPartitionReassignments: ALTER on the cluster.
+pub struct AlterPartitionReassignments;
+
+impl Api for AlterPartitionReassignments {
+    type Request = AlterPartitionReassignmentsRequest;
+
+    fn authorize(who: &Who, r: AlterPartitionReassignmentsRequest, _version: i16) -> Gate {
+        if who.may_cluster(Op::Alter) {
+            return Gate::Run(RequestKind::AlterPartitionReassignments(r), None);
+        }
+        let responses = r
+            .topics
+            .iter()
+            .map(|t| {
+                ReassignableTopicResponse::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                ReassignablePartitionResponse::default()
+                                    .with_partition_index(p.partition_index)
+                                    .with_error_code(CLUSTER_DENIED.code())
+                                    .with_error_message(gate::message(CLUSTER_DENIED))
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        Gate::Answer(ResponseKind::AlterPartitionReassignments(
+            AlterPartitionReassignmentsResponse::default()
+                .with_allow_replication_factor_change(r.allow_replication_factor_change)
+                .with_error_code(CLUSTER_DENIED.code())
+                .with_error_message(gate::message(CLUSTER_DENIED))
+                .with_responses(responses),
+        ))
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: AlterPartitionReassignmentsRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), s.cluster.as_ref(), r).await)
+    }
 }

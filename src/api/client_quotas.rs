@@ -11,14 +11,17 @@ use kafka_protocol::messages::alter_client_quotas_response::{
 use kafka_protocol::messages::describe_client_quotas_response::{EntityData, EntryData, ValueData};
 use kafka_protocol::messages::{
     AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest,
-    DescribeClientQuotasResponse,
+    DescribeClientQuotasResponse, RequestKind, ResponseKind,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::api::{blocking, errors};
+use crate::acl::Operation as Op;
+use crate::api::gate::{self, Gate, Who, CLUSTER_DENIED};
+use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::quota::{Alteration, Change, FilterComponent, QuotaEntity, QuotaError};
+use crate::services::Services;
 
 pub fn describe(broker: &Broker, req: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse {
     let components: Vec<FilterComponent> = req
@@ -179,4 +182,76 @@ fn describe_raw(raw: &BTreeMap<&str, Option<&str>>) -> String {
         .map(|(t, n)| format!("{t}={}", n.unwrap_or("null")))
         .collect();
     format!("ClientQuotaEntity(entries={{{}}})", entries.join(", "))
+}
+
+/// DescribeClientQuotas: DESCRIBE_CONFIGS on the cluster.
+pub struct DescribeClientQuotas;
+
+impl Api for DescribeClientQuotas {
+    type Request = DescribeClientQuotasRequest;
+
+    fn authorize(who: &Who, r: DescribeClientQuotasRequest, _version: i16) -> Gate {
+        if !who.may_cluster(Op::DescribeConfigs) {
+            return Gate::Answer(ResponseKind::DescribeClientQuotas(
+                DescribeClientQuotasResponse::default()
+                    .with_error_code(CLUSTER_DENIED.code())
+                    .with_error_message(gate::message(CLUSTER_DENIED))
+                    .with_entries(None),
+            ));
+        }
+        Gate::Run(RequestKind::DescribeClientQuotas(r), None)
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: DescribeClientQuotasRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(describe(&s.broker, r))
+    }
+}
+
+/// AlterClientQuotas: ALTER_CONFIGS on the cluster; a refusal answers every entry.
+pub struct AlterClientQuotas;
+
+impl Api for AlterClientQuotas {
+    type Request = AlterClientQuotasRequest;
+
+    fn authorize(who: &Who, r: AlterClientQuotasRequest, _version: i16) -> Gate {
+        if who.may_cluster(Op::AlterConfigs) {
+            return Gate::Run(RequestKind::AlterClientQuotas(r), None);
+        }
+        let entries = r
+            .entries
+            .iter()
+            .map(|e| {
+                AlterEntryData::default()
+                    .with_error_code(CLUSTER_DENIED.code())
+                    .with_error_message(gate::message(CLUSTER_DENIED))
+                    .with_entity(
+                        e.entity
+                            .iter()
+                            .map(|x| {
+                                AlterEntityData::default()
+                                    .with_entity_type(x.entity_type.clone())
+                                    .with_entity_name(x.entity_name.clone())
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        Gate::Answer(ResponseKind::AlterClientQuotas(
+            AlterClientQuotasResponse::default().with_entries(entries),
+        ))
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: AlterClientQuotasRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(alter(s.broker.clone(), r).await)
+    }
 }

@@ -1,18 +1,24 @@
 //! ConsumerGroupDescribe (KIP-848): epochs, members, current and target assignments.
 
+use std::sync::Arc;
+
 use kafka_protocol::messages::consumer_group_describe_response::{
     Assignment, DescribedGroup, Member, TopicPartitions,
 };
 use kafka_protocol::messages::{
-    ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, TopicName,
+    ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, RequestKind, ResponseKind,
+    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use std::sync::Arc;
 
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{self, Gate, Who, GROUP_DENIED};
+use crate::api::{Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::coordinator::consumer_group::Assignment as Parts;
 use crate::coordinator::GroupCoordinator;
+use crate::services::Services;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
@@ -90,4 +96,45 @@ pub fn handle(
         })
         .collect();
     ConsumerGroupDescribeResponse::default().with_groups(groups)
+}
+
+/// ConsumerGroupDescribe: DESCRIBE on each group; its authorized operations are the
+/// principal's.
+pub struct ConsumerGroupDescribe;
+
+impl Api for ConsumerGroupDescribe {
+    type Request = ConsumerGroupDescribeRequest;
+
+    fn authorize(who: &Who, r: ConsumerGroupDescribeRequest, _version: i16) -> Gate {
+        let wants_ops = r.include_authorized_operations;
+        let who = who.clone();
+        Gate::Run(
+            RequestKind::ConsumerGroupDescribe(r),
+            gate::finish(move |resp| match resp {
+                ResponseKind::ConsumerGroupDescribe(mut d) => {
+                    for g in d.groups.iter_mut() {
+                        if !who.may(Op::Describe, Res::Group, &g.group_id) {
+                            *g = DescribedGroup::default()
+                                .with_group_id(g.group_id.clone())
+                                .with_error_code(GROUP_DENIED.code())
+                                .with_error_message(gate::message(GROUP_DENIED));
+                        } else if wants_ops {
+                            g.authorized_operations = who.operations(Res::Group, &g.group_id);
+                        }
+                    }
+                    ResponseKind::ConsumerGroupDescribe(d)
+                }
+                other => other,
+            }),
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: ConsumerGroupDescribeRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(&s.broker, &s.groups, r))
+    }
 }

@@ -4,13 +4,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
-use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
+use kafka_protocol::messages::{
+    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, RequestKind, ResponseKind,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::api::Context;
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{Gate, Who, GROUP_DENIED, TOPIC_DENIED};
+use crate::api::{Api, Context, Outcome};
 use crate::coordinator::consumer_group::HeartbeatIn;
 use crate::coordinator::GroupCoordinator;
+use crate::services::Services;
 
 pub fn handle(
     groups: &Arc<GroupCoordinator>,
@@ -73,5 +78,48 @@ pub fn handle(
                     )
                 }))
         }
+    }
+}
+
+/// ConsumerGroupHeartbeat: READ on the group, DESCRIBE on every subscribed topic.
+pub struct ConsumerGroupHeartbeat;
+
+impl Api for ConsumerGroupHeartbeat {
+    type Request = ConsumerGroupHeartbeatRequest;
+
+    fn authorize(who: &Who, r: ConsumerGroupHeartbeatRequest, _version: i16) -> Gate {
+        let refuse = |code: ResponseError, msg: String| {
+            Gate::Answer(ResponseKind::ConsumerGroupHeartbeat(
+                ConsumerGroupHeartbeatResponse::default()
+                    .with_error_code(code.code())
+                    .with_error_message(Some(StrBytes::from_string(msg))),
+            ))
+        };
+        if !who.may_use_group(&r.group_id) {
+            return refuse(GROUP_DENIED, GROUP_DENIED.to_string());
+        }
+        let denied: Vec<String> = r
+            .subscribed_topic_names
+            .iter()
+            .flatten()
+            .filter(|t| !who.may(Op::Describe, Res::Topic, t))
+            .map(|t| t.to_string())
+            .collect();
+        if !denied.is_empty() {
+            return refuse(
+                TOPIC_DENIED,
+                format!("Unauthorized topics: {}", denied.join(", ")),
+            );
+        }
+        Gate::Run(RequestKind::ConsumerGroupHeartbeat(r), None)
+    }
+
+    async fn handle(
+        s: &Services,
+        ctx: &Context,
+        r: ConsumerGroupHeartbeatRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(&s.groups, ctx, r))
     }
 }

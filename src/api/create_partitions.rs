@@ -4,13 +4,18 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
-use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreatePartitionsResponse, RequestKind, ResponseKind,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::api::{blocking, errors};
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
+use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::controller::ClusterControl;
+use crate::services::Services;
 
 pub async fn handle(
     broker: Arc<Broker>,
@@ -66,4 +71,48 @@ pub async fn handle(
     .await
     .unwrap_or_default();
     CreatePartitionsResponse::default().with_results(results)
+}
+
+/// CreatePartitions: ALTER on each topic.
+pub struct CreatePartitions;
+
+impl Api for CreatePartitions {
+    type Request = CreatePartitionsRequest;
+
+    fn authorize(who: &Who, mut r: CreatePartitionsRequest, _version: i16) -> Gate {
+        let (ok, denied): (Vec<_>, Vec<_>) = r
+            .topics
+            .into_iter()
+            .partition(|t| who.may(Op::Alter, Res::Topic, &t.name));
+        r.topics = ok;
+        let refusals = denied
+            .iter()
+            .map(|t| {
+                CreatePartitionsTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_error_code(TOPIC_DENIED.code())
+                    .with_error_message(gate::message(TOPIC_DENIED))
+            })
+            .collect();
+        gate::run_and_extend(
+            RequestKind::CreatePartitions(r),
+            refusals,
+            |resp, mut extra| match resp {
+                ResponseKind::CreatePartitions(mut c) => {
+                    c.results.append(&mut extra);
+                    ResponseKind::CreatePartitions(c)
+                }
+                other => other,
+            },
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: CreatePartitionsRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), s.cluster.as_ref(), r).await)
+    }
 }

@@ -7,14 +7,19 @@ use std::sync::Arc;
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
-use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
+use kafka_protocol::messages::{
+    CreateTopicsRequest, CreateTopicsResponse, RequestKind, ResponseKind,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::api::{blocking, errors};
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
+use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::{Broker, TopicError};
 use crate::config::topic::{effective, TOPIC_CONFIGS};
 use crate::controller::ClusterControl;
+use crate::services::Services;
 
 pub async fn handle(
     broker: Arc<Broker>,
@@ -199,4 +204,47 @@ fn create(
         }
     }
     out
+}
+
+/// CreateTopics: CREATE on the cluster or on each topic.
+pub struct CreateTopics;
+
+impl Api for CreateTopics {
+    type Request = CreateTopicsRequest;
+
+    fn authorize(who: &Who, mut r: CreateTopicsRequest, _version: i16) -> Gate {
+        let may_create_any = who.may_cluster(Op::Create);
+        let (ok, denied): (Vec<_>, Vec<_>) = r
+            .topics
+            .into_iter()
+            .partition(|t| may_create_any || who.may(Op::Create, Res::Topic, &t.name));
+        r.topics = ok;
+        let refusals = denied
+            .iter()
+            .map(|t| {
+                CreatableTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_error_code(TOPIC_DENIED.code())
+                    .with_error_message(gate::message(TOPIC_DENIED))
+                    .with_topic_config_error_code(TOPIC_DENIED.code())
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+            })
+            .collect();
+        gate::run_and_extend(
+            RequestKind::CreateTopics(r),
+            refusals,
+            |resp, mut extra| match resp {
+                ResponseKind::CreateTopics(mut c) => {
+                    c.topics.append(&mut extra);
+                    ResponseKind::CreateTopics(c)
+                }
+                other => other,
+            },
+        )
+    }
+
+    async fn handle(s: &Services, _ctx: &Context, r: CreateTopicsRequest, version: i16) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), s.cluster.as_ref(), r, version).await)
+    }
 }

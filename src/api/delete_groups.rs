@@ -3,10 +3,15 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
-use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
+use kafka_protocol::messages::{
+    DeleteGroupsRequest, DeleteGroupsResponse, RequestKind, ResponseKind,
+};
 
-use crate::api::blocking;
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{self, Gate, Who, GROUP_DENIED};
+use crate::api::{blocking, Api, Context, Outcome};
 use crate::coordinator::GroupCoordinator;
+use crate::services::Services;
 
 pub async fn handle(
     groups: Arc<GroupCoordinator>,
@@ -26,4 +31,47 @@ pub async fn handle(
     .await
     .unwrap_or_default();
     DeleteGroupsResponse::default().with_results(results)
+}
+
+/// DeleteGroups: DELETE on each group.
+pub struct DeleteGroups;
+
+impl Api for DeleteGroups {
+    type Request = DeleteGroupsRequest;
+
+    fn authorize(who: &Who, mut r: DeleteGroupsRequest, _version: i16) -> Gate {
+        let (ok, denied): (Vec<_>, Vec<_>) = r
+            .groups_names
+            .into_iter()
+            .partition(|g| who.may(Op::Delete, Res::Group, g));
+        r.groups_names = ok;
+        let refusals = denied
+            .into_iter()
+            .map(|g| {
+                DeletableGroupResult::default()
+                    .with_group_id(g)
+                    .with_error_code(GROUP_DENIED.code())
+            })
+            .collect();
+        gate::run_and_extend(
+            RequestKind::DeleteGroups(r),
+            refusals,
+            |resp, mut extra| match resp {
+                ResponseKind::DeleteGroups(mut d) => {
+                    d.results.append(&mut extra);
+                    ResponseKind::DeleteGroups(d)
+                }
+                other => other,
+            },
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: DeleteGroupsRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(s.groups.clone(), r).await)
+    }
 }

@@ -5,11 +5,16 @@ use std::sync::Arc;
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
-use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+use kafka_protocol::messages::{
+    DeleteRecordsRequest, DeleteRecordsResponse, RequestKind, ResponseKind,
+};
 use kafka_protocol::ResponseError;
 
-use crate::api::blocking;
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
+use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
+use crate::services::Services;
 
 pub async fn handle(broker: Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
     let b = broker.clone();
@@ -50,4 +55,57 @@ pub async fn handle(broker: Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRec
     .await
     .unwrap_or_default();
     DeleteRecordsResponse::default().with_topics(topics)
+}
+
+/// DeleteRecords: DELETE on each topic.
+pub struct DeleteRecords;
+
+impl Api for DeleteRecords {
+    type Request = DeleteRecordsRequest;
+
+    fn authorize(who: &Who, mut r: DeleteRecordsRequest, _version: i16) -> Gate {
+        let (ok, denied): (Vec<_>, Vec<_>) = r
+            .topics
+            .into_iter()
+            .partition(|t| who.may(Op::Delete, Res::Topic, &t.name));
+        r.topics = ok;
+        let refusals = denied
+            .iter()
+            .map(|t| {
+                DeleteRecordsTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                DeleteRecordsPartitionResult::default()
+                                    .with_partition_index(p.partition_index)
+                                    .with_low_watermark(-1)
+                                    .with_error_code(TOPIC_DENIED.code())
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        gate::run_and_extend(
+            RequestKind::DeleteRecords(r),
+            refusals,
+            |resp, mut extra| match resp {
+                ResponseKind::DeleteRecords(mut d) => {
+                    d.topics.append(&mut extra);
+                    ResponseKind::DeleteRecords(d)
+                }
+                other => other,
+            },
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: DeleteRecordsRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), r).await)
+    }
 }

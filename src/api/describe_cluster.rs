@@ -2,11 +2,17 @@
 //! else this broker alone (and its controller).
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
-use kafka_protocol::messages::{DescribeClusterRequest, DescribeClusterResponse};
+use kafka_protocol::messages::{
+    DescribeClusterRequest, DescribeClusterResponse, RequestKind, ResponseKind,
+};
 use kafka_protocol::protocol::StrBytes;
 
+use crate::acl::{ResourceType as Res, CLUSTER_NAME};
+use crate::api::gate::{self, Gate, Who};
 use crate::api::metadata::CLUSTER_AUTHORIZED_OPERATIONS;
+use crate::api::{Api, Context, Outcome};
 use crate::broker::Broker;
+use crate::services::Services;
 
 pub fn handle(
     broker: &Broker,
@@ -37,4 +43,36 @@ pub fn handle(
         } else {
             i32::MIN
         })
+}
+
+/// DescribeCluster: open to all; the cluster's authorized operations are the principal's.
+pub struct DescribeCluster;
+
+impl Api for DescribeCluster {
+    type Request = DescribeClusterRequest;
+
+    fn authorize(who: &Who, r: DescribeClusterRequest, _version: i16) -> Gate {
+        if !r.include_cluster_authorized_operations {
+            return Gate::Run(RequestKind::DescribeCluster(r), None);
+        }
+        let bits = who.operations(Res::Cluster, CLUSTER_NAME);
+        Gate::Run(
+            RequestKind::DescribeCluster(r),
+            gate::finish(move |resp| match resp {
+                ResponseKind::DescribeCluster(d) => {
+                    ResponseKind::DescribeCluster(d.with_cluster_authorized_operations(bits))
+                }
+                other => other,
+            }),
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        ctx: &Context,
+        r: DescribeClusterRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(&s.broker, r, ctx.listener))
+    }
 }

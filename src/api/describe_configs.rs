@@ -6,12 +6,18 @@ use std::collections::BTreeMap;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
-use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
+use kafka_protocol::messages::{
+    DescribeConfigsRequest, DescribeConfigsResponse, RequestKind, ResponseKind,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use crate::acl::Operation as Op;
+use crate::api::gate::{self, Gate, Who};
+use crate::api::{Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::config::topic::{ConfigSource, TOPIC_CONFIGS};
+use crate::services::Services;
 
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
@@ -143,4 +149,110 @@ pub fn handle(
         }
     }
     DescribeConfigsResponse::default().with_results(results)
+}
+
+/// DescribeConfigs: DESCRIBE_CONFIGS on each resource (topic, group or cluster).
+pub struct DescribeConfigs;
+
+impl Api for DescribeConfigs {
+    type Request = DescribeConfigsRequest;
+
+    fn authorize(who: &Who, mut r: DescribeConfigsRequest, _version: i16) -> Gate {
+        let (ok, refusals) = gate::split_configs(who, Op::DescribeConfigs, r.resources, |res| {
+            (res.resource_type, &res.resource_name)
+        });
+        r.resources = ok;
+        let refusals = refusals
+            .into_iter()
+            .map(|(res, code)| {
+                DescribeConfigsResult::default()
+                    .with_error_code(code.code())
+                    .with_error_message(gate::message(code))
+                    .with_resource_type(res.resource_type)
+                    .with_resource_name(res.resource_name)
+            })
+            .collect();
+        gate::run_and_extend(
+            RequestKind::DescribeConfigs(r),
+            refusals,
+            |resp, mut extra| match resp {
+                ResponseKind::DescribeConfigs(mut d) => {
+                    d.results.append(&mut extra);
+                    ResponseKind::DescribeConfigs(d)
+                }
+                other => other,
+            },
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: DescribeConfigsRequest,
+        version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(&s.broker, r, version))
+    }
+}
+
+#[cfg(test)]
+mod authorize_tests {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+
+    use super::*;
+    use crate::acl::{Operation as Op, ResourceType as Res};
+    use crate::api::test_support::{allow, broker_with_acls, who};
+
+    fn resource(resource_type: i8, name: &str) -> DescribeConfigsResource {
+        DescribeConfigsResource::default()
+            .with_resource_type(resource_type)
+            .with_resource_name(s(name))
+    }
+
+    #[tokio::test]
+    async fn each_resource_is_refused_with_its_own_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = broker_with_acls(
+            dir.path(),
+            &[allow("User:alice", Op::DescribeConfigs, Res::Topic, "mine")],
+        );
+        let req = DescribeConfigsRequest::default().with_resources(vec![
+            resource(2, "mine"),
+            resource(2, "theirs"),
+            resource(4, "1"),
+            resource(32, "group"),
+        ]);
+        let Gate::Run(RequestKind::DescribeConfigs(kept), Some(finish)) =
+            DescribeConfigs::authorize(&who(&broker, "User:alice"), req, 4)
+        else {
+            panic!("a partly refused request runs and is finished")
+        };
+        let kept: Vec<_> = kept
+            .resources
+            .iter()
+            .map(|r| r.resource_name.to_string())
+            .collect();
+        assert_eq!(kept, ["mine"]);
+        let Outcome::Respond(resp) = finish(Outcome::respond(DescribeConfigsResponse::default()))
+        else {
+            panic!("no response")
+        };
+        let ResponseKind::DescribeConfigs(resp) = *resp else {
+            panic!("not a DescribeConfigs response")
+        };
+        let refused: Vec<_> = resp
+            .results
+            .iter()
+            .map(|r| (r.resource_type, r.resource_name.to_string(), r.error_code))
+            .collect();
+        // TOPIC_ (29), CLUSTER_ (31) and GROUP_AUTHORIZATION_FAILED (30).
+        assert_eq!(
+            refused,
+            [
+                (2, "theirs".into(), 29),
+                (4, "1".into(), 31),
+                (32, "group".into(), 30)
+            ]
+        );
+    }
 }

@@ -1,12 +1,19 @@
 //! DescribeGroups: state, protocol and members (with metadata and assignment when Stable).
 
-use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
-use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::ResponseError;
 use std::sync::Arc;
 
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::{
+    DescribeGroupsRequest, DescribeGroupsResponse, RequestKind, ResponseKind,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{self, Gate, Who, GROUP_DENIED};
+use crate::api::{Api, Context, Outcome};
 use crate::coordinator::GroupCoordinator;
+use crate::services::Services;
 
 /// DESCRIBE, DELETE, READ as bits (everything allowed without an authorizer).
 const GROUP_AUTHORIZED_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
@@ -77,4 +84,44 @@ pub fn handle(
         })
         .collect();
     DescribeGroupsResponse::default().with_groups(groups)
+}
+
+/// DescribeGroups: DESCRIBE on each group; its authorized operations are the principal's.
+pub struct DescribeGroups;
+
+impl Api for DescribeGroups {
+    type Request = DescribeGroupsRequest;
+
+    fn authorize(who: &Who, r: DescribeGroupsRequest, _version: i16) -> Gate {
+        let wants_ops = r.include_authorized_operations;
+        let who = who.clone();
+        Gate::Run(
+            RequestKind::DescribeGroups(r),
+            gate::finish(move |resp| match resp {
+                ResponseKind::DescribeGroups(mut d) => {
+                    for g in d.groups.iter_mut() {
+                        if !who.may(Op::Describe, Res::Group, &g.group_id) {
+                            *g = DescribedGroup::default()
+                                .with_group_id(g.group_id.clone())
+                                .with_error_code(GROUP_DENIED.code())
+                                .with_error_message(gate::message(GROUP_DENIED));
+                        } else if wants_ops {
+                            g.authorized_operations = who.operations(Res::Group, &g.group_id);
+                        }
+                    }
+                    ResponseKind::DescribeGroups(d)
+                }
+                other => other,
+            }),
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: DescribeGroupsRequest,
+        version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(&s.groups, r, version))
+    }
 }

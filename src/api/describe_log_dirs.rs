@@ -6,11 +6,16 @@ use std::sync::Arc;
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
 };
-use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
+use kafka_protocol::messages::{
+    DescribeLogDirsRequest, DescribeLogDirsResponse, RequestKind, ResponseKind, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 
-use crate::api::blocking;
+use crate::acl::Operation as Op;
+use crate::api::gate::{Gate, Who, CLUSTER_DENIED};
+use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
+use crate::services::Services;
 
 pub async fn handle(broker: Arc<Broker>, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
     let b = broker.clone();
@@ -67,4 +72,29 @@ pub async fn handle(broker: Arc<Broker>, req: DescribeLogDirsRequest) -> Describ
     .await
     .unwrap_or_default();
     DescribeLogDirsResponse::default().with_results(results)
+}
+
+/// DescribeLogDirs: DESCRIBE on the cluster.
+pub struct DescribeLogDirs;
+
+impl Api for DescribeLogDirs {
+    type Request = DescribeLogDirsRequest;
+
+    fn authorize(who: &Who, r: DescribeLogDirsRequest, _version: i16) -> Gate {
+        if !who.may_cluster(Op::Describe) {
+            return Gate::Answer(ResponseKind::DescribeLogDirs(
+                DescribeLogDirsResponse::default().with_error_code(CLUSTER_DENIED.code()),
+            ));
+        }
+        Gate::Run(RequestKind::DescribeLogDirs(r), None)
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: DescribeLogDirsRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), r).await)
+    }
 }

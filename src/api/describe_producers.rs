@@ -6,11 +6,16 @@ use std::sync::Arc;
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
 };
-use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse};
+use kafka_protocol::messages::{
+    DescribeProducersRequest, DescribeProducersResponse, RequestKind, ResponseKind,
+};
 use kafka_protocol::ResponseError;
 
-use crate::api::blocking;
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
+use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
+use crate::services::Services;
 
 pub async fn handle(
     broker: Arc<Broker>,
@@ -55,4 +60,57 @@ pub async fn handle(
     .await
     .unwrap_or_default();
     DescribeProducersResponse::default().with_topics(topics)
+}
+
+/// DescribeProducers: READ on each topic.
+pub struct DescribeProducers;
+
+impl Api for DescribeProducers {
+    type Request = DescribeProducersRequest;
+
+    fn authorize(who: &Who, mut r: DescribeProducersRequest, _version: i16) -> Gate {
+        let (ok, denied): (Vec<_>, Vec<_>) = r
+            .topics
+            .into_iter()
+            .partition(|t| who.may(Op::Read, Res::Topic, &t.name));
+        r.topics = ok;
+        let refusals = denied
+            .iter()
+            .map(|t| {
+                TopicResponse::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(
+                        t.partition_indexes
+                            .iter()
+                            .map(|p| {
+                                PartitionResponse::default()
+                                    .with_partition_index(*p)
+                                    .with_error_code(TOPIC_DENIED.code())
+                                    .with_error_message(gate::message(TOPIC_DENIED))
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        gate::run_and_extend(
+            RequestKind::DescribeProducers(r),
+            refusals,
+            |resp, mut extra| match resp {
+                ResponseKind::DescribeProducers(mut d) => {
+                    d.topics.append(&mut extra);
+                    ResponseKind::DescribeProducers(d)
+                }
+                other => other,
+            },
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: DescribeProducersRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), r).await)
+    }
 }

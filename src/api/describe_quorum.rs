@@ -11,12 +11,18 @@
 use kafka_protocol::messages::describe_quorum_response::{
     Listener, Node, PartitionData, ReplicaState, TopicData,
 };
-use kafka_protocol::messages::{DescribeQuorumRequest, DescribeQuorumResponse, TopicName};
+use kafka_protocol::messages::{
+    DescribeQuorumRequest, DescribeQuorumResponse, RequestKind, ResponseKind, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use crate::acl::Operation as Op;
+use crate::api::gate::{self, Gate, Who, CLUSTER_DENIED};
+use crate::api::{Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::controller::ClusterControl;
+use crate::services::Services;
 
 /// Kafka's name for the metadata log.
 const METADATA_TOPIC: &str = "__cluster_metadata";
@@ -155,4 +161,31 @@ pub async fn handle(
         .with_current_voters(voters)
         .with_observers(observers);
     answer(partition, nodes)
+}
+
+/// DescribeQuorum: DESCRIBE on the cluster.
+pub struct DescribeQuorum;
+
+impl Api for DescribeQuorum {
+    type Request = DescribeQuorumRequest;
+
+    fn authorize(who: &Who, r: DescribeQuorumRequest, _version: i16) -> Gate {
+        if who.may_cluster(Op::Describe) {
+            return Gate::Run(RequestKind::DescribeQuorum(r), None);
+        }
+        Gate::Answer(ResponseKind::DescribeQuorum(
+            DescribeQuorumResponse::default()
+                .with_error_code(CLUSTER_DENIED.code())
+                .with_error_message(gate::message(CLUSTER_DENIED)),
+        ))
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: DescribeQuorumRequest,
+        version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), s.cluster.as_ref(), r, version).await)
+    }
 }

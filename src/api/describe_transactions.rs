@@ -1,13 +1,18 @@
 //! DescribeTransactions: the coordinator's state of each transactional id.
 
-use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
-use kafka_protocol::messages::{
-    DescribeTransactionsRequest, DescribeTransactionsResponse, TopicName,
-};
-use kafka_protocol::protocol::StrBytes;
 use std::sync::Arc;
 
+use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
+use kafka_protocol::messages::{
+    DescribeTransactionsRequest, DescribeTransactionsResponse, RequestKind, ResponseKind, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{self, Gate, Who, TXN_DENIED};
+use crate::api::{Api, Context, Outcome};
 use crate::coordinator::txn::TransactionCoordinator;
+use crate::services::Services;
 
 pub fn handle(
     txns: &Arc<TransactionCoordinator>,
@@ -50,4 +55,40 @@ pub fn handle(
         })
         .collect();
     DescribeTransactionsResponse::default().with_transaction_states(states)
+}
+
+/// DescribeTransactions: DESCRIBE on each transactional id.
+pub struct DescribeTransactions;
+
+impl Api for DescribeTransactions {
+    type Request = DescribeTransactionsRequest;
+
+    fn authorize(who: &Who, r: DescribeTransactionsRequest, _version: i16) -> Gate {
+        let who = who.clone();
+        Gate::Run(
+            RequestKind::DescribeTransactions(r),
+            gate::finish(move |resp| match resp {
+                ResponseKind::DescribeTransactions(mut d) => {
+                    for t in d.transaction_states.iter_mut() {
+                        if !who.may(Op::Describe, Res::TransactionalId, &t.transactional_id) {
+                            *t = TransactionState::default()
+                                .with_transactional_id(t.transactional_id.clone())
+                                .with_error_code(TXN_DENIED.code());
+                        }
+                    }
+                    ResponseKind::DescribeTransactions(d)
+                }
+                other => other,
+            }),
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: DescribeTransactionsRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(&s.txns, r))
+    }
 }

@@ -16,15 +16,21 @@ use std::time::Duration;
 
 use futures::stream::{self, StreamExt};
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
-use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicName};
+use kafka_protocol::messages::{
+    ElectLeadersRequest, ElectLeadersResponse, RequestKind, ResponseKind, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use strata_metadata::command::ElectionType;
 use strata_metadata::ids::TopicId;
 use strata_metadata::{ApplyError, MetadataState, ProposeError};
 
+use crate::acl::Operation as Op;
+use crate::api::gate::{Gate, Who, CLUSTER_DENIED};
+use crate::api::{Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::controller::{ClusterControl, ClusterError};
+use crate::services::Services;
 
 /// Elections of one request proposed at once.
 const CONCURRENT_ELECTIONS: usize = 32;
@@ -258,4 +264,31 @@ pub fn refuse(
     ElectLeadersResponse::default()
         .with_error_code(error.code())
         .with_replica_election_results(results)
+}
+
+/// ElectLeaders: ALTER on the cluster.
+pub struct ElectLeaders;
+
+impl Api for ElectLeaders {
+    type Request = ElectLeadersRequest;
+
+    fn authorize(who: &Who, r: ElectLeadersRequest, _version: i16) -> Gate {
+        if !who.may_cluster(Op::Alter) {
+            return Gate::Answer(ResponseKind::ElectLeaders(refuse(
+                &r,
+                CLUSTER_DENIED,
+                CLUSTER_DENIED.to_string(),
+            )));
+        }
+        Gate::Run(RequestKind::ElectLeaders(r), None)
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: ElectLeadersRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), s.cluster.as_ref(), r).await)
+    }
 }

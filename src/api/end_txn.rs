@@ -4,11 +4,14 @@
 
 use std::sync::Arc;
 
-use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse};
+use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse, RequestKind, ResponseKind};
 use kafka_protocol::ResponseError;
 
-use crate::api::blocking;
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{Gate, Who, TXN_DENIED};
+use crate::api::{blocking, Api, Context, Outcome};
 use crate::coordinator::txn::TransactionCoordinator;
+use crate::services::Services;
 
 pub async fn handle(
     txns: &Arc<TransactionCoordinator>,
@@ -33,5 +36,28 @@ pub async fn handle(
             base.with_error_code(ResponseError::InvalidProducerEpoch.code())
         }
         Err(e) => base.with_error_code(e.code()),
+    }
+}
+
+/// EndTxn: WRITE on the transactional id.
+pub struct EndTxn;
+
+impl Api for EndTxn {
+    type Request = EndTxnRequest;
+
+    fn authorize(who: &Who, r: EndTxnRequest, _version: i16) -> Gate {
+        if !who.may(Op::Write, Res::TransactionalId, &r.transactional_id) {
+            return Gate::Answer(ResponseKind::EndTxn(
+                EndTxnResponse::default()
+                    .with_error_code(TXN_DENIED.code())
+                    .with_producer_id((-1).into())
+                    .with_producer_epoch(-1),
+            ));
+        }
+        Gate::Run(RequestKind::EndTxn(r), None)
+    }
+
+    async fn handle(s: &Services, _ctx: &Context, r: EndTxnRequest, version: i16) -> Outcome {
+        Outcome::respond(handle(&s.txns, r, version).await)
     }
 }

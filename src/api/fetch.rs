@@ -15,15 +15,20 @@ use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint,
     PartitionData,
 };
-use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::{
+    fetch_response, FetchRequest, FetchResponse, RequestKind, ResponseKind, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::api::{blocking, errors};
+use crate::acl::Operation as Op;
+use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
+use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::{Broker, FollowerFetchError, Partition, Role, Topic};
 use crate::fetch_session::{FetchPosition, PartitionKey, SentState, SessionMode};
+use crate::services::Services;
 use crate::tiering::Tiering;
 
 struct Wanted {
@@ -623,4 +628,94 @@ fn read_pass(
         );
     }
     pass
+}
+
+/// Fetch: READ on each topic; followers also need CLUSTER_ACTION.
+pub struct Fetch;
+
+impl Api for Fetch {
+    type Request = FetchRequest;
+
+    fn authorize(who: &Who, mut r: FetchRequest, _version: i16) -> Gate {
+        let from_follower = r.replica_id.0 >= 0 || r.replica_state.replica_id.0 >= 0;
+        let follower_ok = !from_follower || who.may_cluster(Op::ClusterAction);
+        let (ok, denied): (Vec<_>, Vec<_>) = r
+            .topics
+            .into_iter()
+            .partition(|t| follower_ok && who.may_topic(Op::Read, &t.topic, &t.topic_id));
+        r.topics = ok;
+        let mut refusals: Vec<_> = denied
+            .iter()
+            .map(|t| {
+                let parts = t.partitions.iter().map(|p| p.partition).collect();
+                refusal(t.topic.clone(), t.topic_id, parts)
+            })
+            .collect();
+        let who = who.clone();
+        Gate::Run(
+            RequestKind::Fetch(r),
+            gate::finish(move |resp| match resp {
+                ResponseKind::Fetch(mut f) => {
+                    // Partitions already in a fetch session are not in the request: check
+                    // every topic of the response again, so a revoked ACL takes effect at once.
+                    for t in f.responses.iter_mut() {
+                        if !(follower_ok && who.may_topic(Op::Read, &t.topic, &t.topic_id)) {
+                            let parts = t.partitions.iter().map(|p| p.partition_index).collect();
+                            *t = refusal(t.topic.clone(), t.topic_id, parts);
+                        }
+                    }
+                    f.responses.append(&mut refusals);
+                    ResponseKind::Fetch(f)
+                }
+                other => other,
+            }),
+        )
+    }
+
+    async fn handle(s: &Services, ctx: &Context, r: FetchRequest, version: i16) -> Outcome {
+        // A consumer with a byte quota gets at most what the quota window allows.
+        let quota_cap = s.broker.quotas.clients.max_value_in_window(
+            crate::quota::QuotaType::Fetch,
+            crate::quota::Client {
+                user: crate::quota::user_of(&ctx.principal),
+                client_id: &ctx.client_id,
+            },
+        );
+        let tiering = s.tiering.as_ref();
+        Outcome::respond(
+            handle(
+                s.broker.clone(),
+                tiering,
+                r,
+                version,
+                ctx.listener,
+                quota_cap,
+            )
+            .await,
+        )
+    }
+}
+
+/// A refused topic: every partition TOPIC_AUTHORIZATION_FAILED.
+fn refusal(
+    topic: TopicName,
+    topic_id: uuid::Uuid,
+    partitions: Vec<i32>,
+) -> fetch_response::FetchableTopicResponse {
+    fetch_response::FetchableTopicResponse::default()
+        .with_topic(topic)
+        .with_topic_id(topic_id)
+        .with_partitions(
+            partitions
+                .into_iter()
+                .map(|p| {
+                    fetch_response::PartitionData::default()
+                        .with_partition_index(p)
+                        .with_error_code(TOPIC_DENIED.code())
+                        .with_high_watermark(-1)
+                        .with_last_stable_offset(-1)
+                        .with_log_start_offset(-1)
+                })
+                .collect(),
+        )
 }

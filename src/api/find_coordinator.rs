@@ -9,16 +9,21 @@
 //! COORDINATOR_NOT_AVAILABLE, which clients retry; an unassigned partition has no coordinator.
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
-use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+use kafka_protocol::messages::{
+    FindCoordinatorRequest, FindCoordinatorResponse, RequestKind, ResponseKind,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{self, Gate, Who, GROUP_DENIED, TXN_DENIED};
+use crate::api::{Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::controller::ClusterControl;
-use crate::coordinator::internal_topics;
 use crate::coordinator::offsets_topic::partition_for;
 use crate::coordinator::txn::TRANSACTION_STATE_TOPIC;
-use crate::coordinator::OFFSETS_TOPIC;
+use crate::coordinator::{internal_topics, OFFSETS_TOPIC};
+use crate::services::Services;
 
 const KEY_GROUP: i8 = 0;
 const KEY_TRANSACTION: i8 = 1;
@@ -109,4 +114,67 @@ pub fn handle(
         })
         .collect();
     FindCoordinatorResponse::default().with_coordinators(coordinators)
+}
+
+/// FindCoordinator: DESCRIBE on the group or transactional id of each key.
+pub struct FindCoordinator;
+
+impl Api for FindCoordinator {
+    type Request = FindCoordinatorRequest;
+
+    fn authorize(who: &Who, mut r: FindCoordinatorRequest, version: i16) -> Gate {
+        let (rt, code) = match r.key_type {
+            1 => (Res::TransactionalId, TXN_DENIED),
+            _ => (Res::Group, GROUP_DENIED),
+        };
+        if version < 4 {
+            if !who.may(Op::Describe, rt, &r.key) {
+                return Gate::Answer(ResponseKind::FindCoordinator(
+                    FindCoordinatorResponse::default()
+                        .with_error_code(code.code())
+                        .with_error_message(gate::message(code))
+                        .with_node_id((-1).into())
+                        .with_port(-1),
+                ));
+            }
+            return Gate::Run(RequestKind::FindCoordinator(r), None);
+        }
+        let (ok, denied): (Vec<_>, Vec<_>) = r
+            .coordinator_keys
+            .into_iter()
+            .partition(|k| who.may(Op::Describe, rt, k));
+        r.coordinator_keys = ok;
+        let refusals = denied
+            .into_iter()
+            .map(|k| {
+                Coordinator::default()
+                    .with_key(k)
+                    .with_node_id((-1).into())
+                    .with_port(-1)
+                    .with_error_code(code.code())
+                    .with_error_message(gate::message(code))
+            })
+            .collect();
+        gate::run_and_extend(
+            RequestKind::FindCoordinator(r),
+            refusals,
+            |resp, mut extra| match resp {
+                ResponseKind::FindCoordinator(mut f) => {
+                    f.coordinators.append(&mut extra);
+                    ResponseKind::FindCoordinator(f)
+                }
+                other => other,
+            },
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        ctx: &Context,
+        r: FindCoordinatorRequest,
+        version: i16,
+    ) -> Outcome {
+        let cluster = s.cluster.as_ref();
+        Outcome::respond(handle(&s.broker, cluster, r, version, ctx.listener))
+    }
 }

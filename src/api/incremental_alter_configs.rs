@@ -5,17 +5,21 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::{
-    AlterConfigsRequest, AlterConfigsResponse, IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
+    alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
+    AlterConfigsResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    RequestKind, ResponseKind,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::api::blocking;
+use crate::acl::Operation as Op;
 use crate::api::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use crate::api::gate::{self, Gate, Who};
+use crate::api::{blocking, Api, Context};
 use crate::broker::Broker;
 use crate::config::topic;
 use crate::config::value::Kind;
+use crate::services::Services;
 
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
@@ -318,4 +322,92 @@ pub async fn handle_legacy(broker: Arc<Broker>, req: AlterConfigsRequest) -> Alt
     .await
     .unwrap_or_default();
     AlterConfigsResponse::default().with_responses(responses)
+}
+
+/// AlterConfigs: ALTER_CONFIGS on each resource (topic, group or cluster).
+pub struct AlterConfigs;
+
+impl Api for AlterConfigs {
+    type Request = AlterConfigsRequest;
+
+    fn authorize(who: &Who, mut r: AlterConfigsRequest, _version: i16) -> Gate {
+        let (ok, refusals) = gate::split_configs(who, Op::AlterConfigs, r.resources, |res| {
+            (res.resource_type, &res.resource_name)
+        });
+        r.resources = ok;
+        let refusals = refusals
+            .into_iter()
+            .map(|(res, code)| {
+                alter_configs_response::AlterConfigsResourceResponse::default()
+                    .with_error_code(code.code())
+                    .with_error_message(gate::message(code))
+                    .with_resource_type(res.resource_type)
+                    .with_resource_name(res.resource_name)
+            })
+            .collect();
+        gate::run_and_extend(
+            RequestKind::AlterConfigs(r),
+            refusals,
+            |resp, mut extra| match resp {
+                ResponseKind::AlterConfigs(mut a) => {
+                    a.responses.append(&mut extra);
+                    ResponseKind::AlterConfigs(a)
+                }
+                other => other,
+            },
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: AlterConfigsRequest,
+        _version: i16,
+    ) -> super::Outcome {
+        super::Outcome::respond(handle_legacy(s.broker.clone(), r).await)
+    }
+}
+
+/// IncrementalAlterConfigs: ALTER_CONFIGS on each resource (topic, group or cluster).
+pub struct IncrementalAlterConfigs;
+
+impl Api for IncrementalAlterConfigs {
+    type Request = IncrementalAlterConfigsRequest;
+
+    fn authorize(who: &Who, mut r: IncrementalAlterConfigsRequest, _version: i16) -> Gate {
+        let (ok, refusals) = gate::split_configs(who, Op::AlterConfigs, r.resources, |res| {
+            (res.resource_type, &res.resource_name)
+        });
+        r.resources = ok;
+        let refusals = refusals
+            .into_iter()
+            .map(|(res, code)| {
+                incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                    .with_error_code(code.code())
+                    .with_error_message(gate::message(code))
+                    .with_resource_type(res.resource_type)
+                    .with_resource_name(res.resource_name)
+            })
+            .collect();
+        gate::run_and_extend(
+            RequestKind::IncrementalAlterConfigs(r),
+            refusals,
+            |resp, mut extra| match resp {
+                ResponseKind::IncrementalAlterConfigs(mut a) => {
+                    a.responses.append(&mut extra);
+                    ResponseKind::IncrementalAlterConfigs(a)
+                }
+                other => other,
+            },
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: IncrementalAlterConfigsRequest,
+        _version: i16,
+    ) -> super::Outcome {
+        super::Outcome::respond(handle(s.broker.clone(), r).await)
+    }
 }

@@ -3,12 +3,17 @@
 
 use std::sync::Arc;
 
-use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse};
+use kafka_protocol::messages::{
+    InitProducerIdRequest, InitProducerIdResponse, RequestKind, ResponseKind,
+};
 use kafka_protocol::ResponseError;
 
-use crate::api::blocking;
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{Gate, Who, CLUSTER_DENIED, TXN_DENIED};
+use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::coordinator::txn::TransactionCoordinator;
+use crate::services::Services;
 
 pub async fn handle(
     broker: Arc<Broker>,
@@ -52,5 +57,45 @@ pub async fn handle(
             base.with_error_code(ResponseError::KafkaStorageError.code())
         }
         Err(_) => base.with_error_code(ResponseError::UnknownServerError.code()),
+    }
+}
+
+/// InitProducerId: WRITE on the transactional id; without one, IDEMPOTENT_WRITE on the
+/// cluster or WRITE on any topic.
+pub struct InitProducerId;
+
+impl Api for InitProducerId {
+    type Request = InitProducerIdRequest;
+
+    fn authorize(who: &Who, r: InitProducerIdRequest, _version: i16) -> Gate {
+        let refusal = match &r.transactional_id {
+            Some(txn) => (!who.may(Op::Write, Res::TransactionalId, txn)).then_some(TXN_DENIED),
+            None => (!who.may_cluster(Op::IdempotentWrite)
+                && !who.broker.authorizer.authorize_any(
+                    &who.principal,
+                    &who.host,
+                    Op::Write,
+                    Res::Topic,
+                ))
+            .then_some(CLUSTER_DENIED),
+        };
+        match refusal {
+            Some(code) => Gate::Answer(ResponseKind::InitProducerId(
+                InitProducerIdResponse::default()
+                    .with_error_code(code.code())
+                    .with_producer_id((-1).into())
+                    .with_producer_epoch(-1),
+            )),
+            None => Gate::Run(RequestKind::InitProducerId(r), None),
+        }
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: InitProducerIdRequest,
+        version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), &s.txns, r, version).await)
     }
 }

@@ -4,12 +4,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
-use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse};
+use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
-use crate::api::Context;
+use crate::api::gate::{Gate, Who, GROUP_DENIED};
+use crate::api::{Api, Context, Outcome};
 use crate::coordinator::group::JoinRequest;
 use crate::coordinator::GroupCoordinator;
+use crate::services::Services;
 
 fn s(v: String) -> StrBytes {
     StrBytes::from_string(v)
@@ -73,4 +75,26 @@ pub async fn handle(
         resp = resp.with_skip_assignment(r.skip_assignment);
     }
     resp
+}
+
+/// JoinGroup: READ on the group.
+pub struct JoinGroup;
+
+impl Api for JoinGroup {
+    type Request = JoinGroupRequest;
+
+    fn authorize(who: &Who, r: JoinGroupRequest, _version: i16) -> Gate {
+        if !who.may_use_group(&r.group_id) {
+            return Gate::Answer(ResponseKind::JoinGroup(
+                JoinGroupResponse::default()
+                    .with_error_code(GROUP_DENIED.code())
+                    .with_generation_id(-1),
+            ));
+        }
+        Gate::Run(RequestKind::JoinGroup(r), None)
+    }
+
+    async fn handle(s: &Services, ctx: &Context, r: JoinGroupRequest, version: i16) -> Outcome {
+        Outcome::respond(handle(&s.groups, ctx, r, version).await)
+    }
 }

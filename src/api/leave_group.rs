@@ -3,11 +3,13 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::leave_group_response::MemberResponse;
-use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
+use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse, RequestKind, ResponseKind};
 use kafka_protocol::ResponseError;
 
-use crate::api::blocking;
+use crate::api::gate::{Gate, Who, GROUP_DENIED};
+use crate::api::{blocking, Api, Context, Outcome};
 use crate::coordinator::GroupCoordinator;
+use crate::services::Services;
 
 pub async fn handle(
     groups: &Arc<GroupCoordinator>,
@@ -55,5 +57,25 @@ pub async fn handle(
                 .map(|e| e.code())
                 .unwrap_or(0),
         ),
+    }
+}
+
+/// LeaveGroup: READ on the group.
+pub struct LeaveGroup;
+
+impl Api for LeaveGroup {
+    type Request = LeaveGroupRequest;
+
+    fn authorize(who: &Who, r: LeaveGroupRequest, _version: i16) -> Gate {
+        if !who.may_use_group(&r.group_id) {
+            return Gate::Answer(ResponseKind::LeaveGroup(
+                LeaveGroupResponse::default().with_error_code(GROUP_DENIED.code()),
+            ));
+        }
+        Gate::Run(RequestKind::LeaveGroup(r), None)
+    }
+
+    async fn handle(s: &Services, _ctx: &Context, r: LeaveGroupRequest, version: i16) -> Outcome {
+        Outcome::respond(handle(&s.groups, r, version).await)
     }
 }

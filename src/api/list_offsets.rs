@@ -6,11 +6,17 @@ use std::sync::Arc;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
-use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use kafka_protocol::messages::{
+    list_offsets_request, list_offsets_response, ListOffsetsRequest, ListOffsetsResponse,
+    RequestKind, ResponseKind,
+};
 use kafka_protocol::ResponseError;
 
-use crate::api::{blocking, errors};
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{self, Gate, Who, CLUSTER_DENIED, TOPIC_DENIED};
+use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::{Broker, Topic};
+use crate::services::Services;
 use crate::tiering::Tiering;
 
 const LATEST: i64 = -1;
@@ -203,4 +209,67 @@ fn list(
         );
     }
     (out, remote)
+}
+
+/// ListOffsets: DESCRIBE on each topic; followers need CLUSTER_ACTION.
+pub struct ListOffsets;
+
+impl Api for ListOffsets {
+    type Request = ListOffsetsRequest;
+
+    fn authorize(who: &Who, mut r: ListOffsetsRequest, _version: i16) -> Gate {
+        if r.replica_id.0 >= 0 && !who.may_cluster(Op::ClusterAction) {
+            let topics = r
+                .topics
+                .iter()
+                .map(|t| refusal(t, CLUSTER_DENIED))
+                .collect();
+            return Gate::Answer(ResponseKind::ListOffsets(
+                ListOffsetsResponse::default().with_topics(topics),
+            ));
+        }
+        let (ok, denied): (Vec<_>, Vec<_>) = r
+            .topics
+            .into_iter()
+            .partition(|t| who.may(Op::Describe, Res::Topic, &t.name));
+        r.topics = ok;
+        let refusals = denied.iter().map(|t| refusal(t, TOPIC_DENIED)).collect();
+        gate::run_and_extend(
+            RequestKind::ListOffsets(r),
+            refusals,
+            |resp, mut extra| match resp {
+                ResponseKind::ListOffsets(mut l) => {
+                    l.topics.append(&mut extra);
+                    ResponseKind::ListOffsets(l)
+                }
+                other => other,
+            },
+        )
+    }
+
+    async fn handle(s: &Services, _ctx: &Context, r: ListOffsetsRequest, version: i16) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), s.tiering.as_ref(), r, version).await)
+    }
+}
+
+/// A refused topic: every partition with `code`.
+fn refusal(
+    t: &list_offsets_request::ListOffsetsTopic,
+    code: ResponseError,
+) -> list_offsets_response::ListOffsetsTopicResponse {
+    list_offsets_response::ListOffsetsTopicResponse::default()
+        .with_name(t.name.clone())
+        .with_partitions(
+            t.partitions
+                .iter()
+                .map(|p| {
+                    list_offsets_response::ListOffsetsPartitionResponse::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code.code())
+                        .with_timestamp(-1)
+                        .with_offset(-1)
+                        .with_leader_epoch(-1)
+                })
+                .collect(),
+        )
 }

@@ -8,12 +8,16 @@ use kafka_protocol::messages::list_partition_reassignments_response::{
     OngoingPartitionReassignment, OngoingTopicReassignment,
 };
 use kafka_protocol::messages::{
-    BrokerId, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, TopicName,
+    BrokerId, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, RequestKind,
+    ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::controller::reassign;
-use crate::controller::ClusterControl;
+use crate::acl::Operation as Op;
+use crate::api::gate::{self, Gate, Who, CLUSTER_DENIED};
+use crate::api::{Api, Context, Outcome};
+use crate::controller::{reassign, ClusterControl};
+use crate::services::Services;
 
 pub fn handle(
     cluster: Option<&Arc<ClusterControl>>,
@@ -48,4 +52,31 @@ pub fn handle(
         })
         .collect();
     ListPartitionReassignmentsResponse::default().with_topics(topics)
+}
+
+/// ListPartitionReassignments: DESCRIBE on the cluster.
+pub struct ListPartitionReassignments;
+
+impl Api for ListPartitionReassignments {
+    type Request = ListPartitionReassignmentsRequest;
+
+    fn authorize(who: &Who, r: ListPartitionReassignmentsRequest, _version: i16) -> Gate {
+        if !who.may_cluster(Op::Describe) {
+            return Gate::Answer(ResponseKind::ListPartitionReassignments(
+                ListPartitionReassignmentsResponse::default()
+                    .with_error_code(CLUSTER_DENIED.code())
+                    .with_error_message(gate::message(CLUSTER_DENIED)),
+            ));
+        }
+        Gate::Run(RequestKind::ListPartitionReassignments(r), None)
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: ListPartitionReassignmentsRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(s.cluster.as_ref(), r))
+    }
 }

@@ -1,15 +1,20 @@
 //! ListTransactions: transactional ids filtered by state, producer id, how long they have
 //! been open (v1+) and a regular expression over the id (v2+).
 
+use std::sync::Arc;
+
 use kafka_protocol::messages::list_transactions_response::TransactionState;
 use kafka_protocol::messages::{
-    ListTransactionsRequest, ListTransactionsResponse, TransactionalId,
+    ListTransactionsRequest, ListTransactionsResponse, RequestKind, ResponseKind, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use std::sync::Arc;
 
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{self, Gate, Who};
+use crate::api::{Api, Context, Outcome};
 use crate::coordinator::txn::TransactionCoordinator;
+use crate::services::Services;
 
 pub fn handle(
     txns: &Arc<TransactionCoordinator>,
@@ -48,4 +53,36 @@ pub fn handle(
                 })
                 .collect(),
         )
+}
+
+/// ListTransactions: only the transactional ids the principal may describe.
+pub struct ListTransactions;
+
+impl Api for ListTransactions {
+    type Request = ListTransactionsRequest;
+
+    fn authorize(who: &Who, r: ListTransactionsRequest, _version: i16) -> Gate {
+        let who = who.clone();
+        Gate::Run(
+            RequestKind::ListTransactions(r),
+            gate::finish(move |resp| match resp {
+                ResponseKind::ListTransactions(mut l) => {
+                    l.transaction_states.retain(|t| {
+                        who.may(Op::Describe, Res::TransactionalId, &t.transactional_id)
+                    });
+                    ResponseKind::ListTransactions(l)
+                }
+                other => other,
+            }),
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: ListTransactionsRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(&s.txns, r))
+    }
 }

@@ -7,13 +7,18 @@ use std::sync::Arc;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
-use kafka_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::messages::{
+    MetadataRequest, MetadataResponse, RequestKind, ResponseKind, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use crate::api::{blocking, errors};
+use crate::acl::{Operation as Op, ResourceType as Res, CLUSTER_NAME};
+use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
+use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::{validate_topic_name, Broker, Topic};
+use crate::services::Services;
 
 /// Without an authorizer every operation is allowed: READ, WRITE, CREATE, DELETE, ALTER,
 /// DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS as bits, as Kafka reports them.
@@ -213,4 +218,88 @@ pub async fn handle(
                 i32::MIN
             },
         )
+}
+
+/// Metadata: explicitly requested topics the principal may not describe are refused;
+/// a listing of all topics leaves them out; auto-creation needs CREATE.
+pub struct Metadata;
+
+impl Api for Metadata {
+    type Request = MetadataRequest;
+
+    fn authorize(who: &Who, mut r: MetadataRequest, _version: i16) -> Gate {
+        let auto_create =
+            r.allow_auto_topic_creation && who.broker.config.auto_create_topics_enable;
+        let mut refusals: Vec<MetadataResponseTopic> = Vec::new();
+        if let Some(topics) = r.topics.take() {
+            let mut kept = Vec::new();
+            for t in topics {
+                let name = match &t.name {
+                    Some(n) if !n.is_empty() => Some(n.to_string()),
+                    _ => who.topic_name("", &t.topic_id),
+                };
+                let Some(name) = name else {
+                    kept.push(t);
+                    continue;
+                };
+                let exists = who.broker.topic(&name).is_some();
+                let may_describe = who.may(Op::Describe, Res::Topic, &name);
+                let may_create =
+                    || who.may_cluster(Op::Create) || who.may(Op::Create, Res::Topic, &name);
+                if may_describe && (exists || !auto_create || may_create()) {
+                    kept.push(t);
+                } else {
+                    refusals.push(
+                        MetadataResponseTopic::default()
+                            .with_error_code(TOPIC_DENIED.code())
+                            .with_name(t.name.clone())
+                            .with_topic_id(if may_describe {
+                                t.topic_id
+                            } else {
+                                Uuid::nil()
+                            })
+                            .with_is_internal(crate::broker::is_internal_topic(&name))
+                            .with_topic_authorized_operations(i32::MIN),
+                    );
+                }
+            }
+            r.topics = Some(kept);
+        }
+        let listing_all = r.topics.is_none();
+        let topic_ops = r.include_topic_authorized_operations;
+        let cluster_ops = r.include_cluster_authorized_operations;
+        let who = who.clone();
+        Gate::Run(
+            RequestKind::Metadata(r),
+            gate::finish(move |resp| match resp {
+                ResponseKind::Metadata(mut m) => {
+                    if listing_all {
+                        m.topics.retain(|t| {
+                            t.name
+                                .as_ref()
+                                .is_none_or(|n| who.may(Op::Describe, Res::Topic, n))
+                        });
+                    }
+                    if topic_ops {
+                        for t in m.topics.iter_mut().filter(|t| t.error_code == 0) {
+                            if let Some(n) = &t.name {
+                                t.topic_authorized_operations = who.operations(Res::Topic, n);
+                            }
+                        }
+                    }
+                    if cluster_ops {
+                        m.cluster_authorized_operations =
+                            who.operations(Res::Cluster, CLUSTER_NAME);
+                    }
+                    m.topics.append(&mut refusals);
+                    ResponseKind::Metadata(m)
+                }
+                other => other,
+            }),
+        )
+    }
+
+    async fn handle(s: &Services, ctx: &Context, r: MetadataRequest, version: i16) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), r, version, ctx.listener).await)
+    }
 }

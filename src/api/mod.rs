@@ -1,12 +1,15 @@
-//! Kafka API handlers, one file per API. Each takes the decoded request and returns the
-//! response body; Kafka-facing error codes are chosen in [`errors`] only.
+//! Kafka API handlers, one file per API. Each file holds the API's ACL rules (`authorize`)
+//! next to its handler, which takes the decoded request and only the services it uses, and
+//! returns the response body; Kafka-facing error codes are chosen in [`errors`] only.
+//!
+//! [`apis!`] below is the one list of the APIs Strata serves: it drives dispatch, the ACL
+//! checks, and the version table that ApiVersions advertises and `decode_request` enforces.
 
 pub mod acls;
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_partition_reassignments;
 pub mod api_versions;
-pub mod authorize;
 pub mod client_quotas;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
@@ -27,6 +30,7 @@ pub mod end_txn;
 pub mod errors;
 pub mod fetch;
 pub mod find_coordinator;
+pub mod gate;
 pub mod heartbeat;
 pub mod incremental_alter_configs;
 pub mod init_producer_id;
@@ -42,19 +46,147 @@ pub mod offset_delete;
 pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod sasl;
 pub mod scram_credentials;
 pub mod sync_group;
+#[cfg(test)]
+mod test_support;
 pub mod txn_offset_commit;
 pub mod write_txn_markers;
 
-use kafka_protocol::messages::{RequestKind, ResponseKind};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use kafka_protocol::protocol::{Message, VersionRange};
 
+use self::gate::{Gate, Who};
 use crate::broker::Broker;
 use crate::protocol::Request;
 use crate::services::Services;
 
 pub use crate::blocking::run as blocking;
 
+/// One Kafka API: its request, the versions its codec decodes, its ACL rules and its handler.
+pub(crate) trait Api {
+    type Request: Message + Into<RequestKind>;
+
+    /// The versions the request codec decodes; Strata serves these capped by the key's range
+    /// (Apache Kafka 4.1's).
+    const VERSIONS: VersionRange = <Self::Request as Message>::VERSIONS;
+
+    /// The ACL checks (only when an authorizer is configured). Without rules, everything
+    /// passes.
+    fn authorize(_who: &Who, r: Self::Request, _version: i16) -> Gate {
+        Gate::Run(r.into(), None)
+    }
+
+    /// Runs the handler on an authorized request.
+    async fn handle(services: &Services, ctx: &Context, r: Self::Request, version: i16) -> Outcome;
+}
+
+/// Generates, from one list of `module::Api` (the type named after its `ApiKey` and
+/// `RequestKind` variant), the served keys in ApiVersions order, their version ranges, the
+/// ACL dispatch and the handler dispatch.
+macro_rules! apis {
+    ($($module:ident :: $api:ident),* $(,)?) => {
+        /// The APIs Strata serves, in the order ApiVersions lists them.
+        pub const SERVED_APIS: &[ApiKey] = &[$(ApiKey::$api),*];
+
+        /// (min, max) version Strata accepts for an API, if it serves it at all: the crate's
+        /// range (Apache Kafka 4.1's) capped by what the crate's request codec can decode (for
+        /// some APIs, e.g. InitProducerId, `ApiKey::valid_versions` is wider than the request
+        /// type).
+        pub fn served_versions(key: ApiKey) -> Option<(i16, i16)> {
+            let codec = match key {
+                $(ApiKey::$api => <$module::$api as Api>::VERSIONS,)*
+                _ => return None,
+            };
+            let r = key.valid_versions().intersect(&codec);
+            (!r.is_empty()).then_some((r.min, r.max))
+        }
+
+        fn authorize(who: &Who, body: RequestKind, version: i16) -> Gate {
+            match body {
+                $(RequestKind::$api(r) => <$module::$api as Api>::authorize(who, r, version),)*
+                other => Gate::Run(other, None),
+            }
+        }
+
+        /// Runs the handler for an authorized request.
+        async fn run(
+            services: &Services,
+            ctx: &Context,
+            body: RequestKind,
+            version: i16,
+        ) -> Outcome {
+            match body {
+                $(RequestKind::$api(r) => {
+                    <$module::$api as Api>::handle(services, ctx, r, version).await
+                })*
+                other => {
+                    // decode_request only admits SERVED_APIS, so this is unreachable in
+                    // practice; answer nothing rather than panic.
+                    tracing::warn!(
+                        request = ?std::mem::discriminant(&other),
+                        "request for an API without a handler"
+                    );
+                    Outcome::NoResponse
+                }
+            }
+        }
+    };
+}
+
+apis! {
+    produce::Produce,
+    fetch::Fetch,
+    list_offsets::ListOffsets,
+    metadata::Metadata,
+    api_versions::ApiVersions,
+    create_topics::CreateTopics,
+    delete_topics::DeleteTopics,
+    delete_records::DeleteRecords,
+    init_producer_id::InitProducerId,
+    offset_for_leader_epoch::OffsetForLeaderEpoch,
+    describe_configs::DescribeConfigs,
+    incremental_alter_configs::AlterConfigs,
+    incremental_alter_configs::IncrementalAlterConfigs,
+    describe_log_dirs::DescribeLogDirs,
+    create_partitions::CreatePartitions,
+    elect_leaders::ElectLeaders,
+    describe_cluster::DescribeCluster,
+    describe_quorum::DescribeQuorum,
+    find_coordinator::FindCoordinator,
+    join_group::JoinGroup,
+    sync_group::SyncGroup,
+    heartbeat::Heartbeat,
+    leave_group::LeaveGroup,
+    offset_commit::OffsetCommit,
+    offset_fetch::OffsetFetch,
+    describe_groups::DescribeGroups,
+    list_groups::ListGroups,
+    delete_groups::DeleteGroups,
+    offset_delete::OffsetDelete,
+    consumer_group_heartbeat::ConsumerGroupHeartbeat,
+    consumer_group_describe::ConsumerGroupDescribe,
+    add_partitions_to_txn::AddPartitionsToTxn,
+    add_offsets_to_txn::AddOffsetsToTxn,
+    end_txn::EndTxn,
+    write_txn_markers::WriteTxnMarkers,
+    txn_offset_commit::TxnOffsetCommit,
+    describe_producers::DescribeProducers,
+    describe_transactions::DescribeTransactions,
+    list_transactions::ListTransactions,
+    sasl::SaslHandshake,
+    sasl::SaslAuthenticate,
+    scram_credentials::DescribeUserScramCredentials,
+    scram_credentials::AlterUserScramCredentials,
+    acls::DescribeAcls,
+    acls::CreateAcls,
+    acls::DeleteAcls,
+    client_quotas::DescribeClientQuotas,
+    client_quotas::AlterClientQuotas,
+    alter_partition_reassignments::AlterPartitionReassignments,
+    list_partition_reassignments::ListPartitionReassignments,
+}
 /// What the connection does after a request.
 pub enum Outcome {
     Respond(Box<ResponseKind>),
@@ -63,6 +195,13 @@ pub enum Outcome {
     /// Close the connection: an acks=0 produce failed, and closing is the only way Kafka can
     /// tell such a producer to refresh its metadata.
     Close(&'static str),
+}
+
+impl Outcome {
+    /// Sends `body`.
+    pub fn respond(body: impl Into<ResponseKind>) -> Outcome {
+        Outcome::Respond(Box::new(body.into()))
+    }
 }
 
 /// The connection a request came in on.
@@ -125,177 +264,23 @@ pub async fn handle(
     };
     let version = request.header.request_api_version;
     let broker = &services.broker;
-    let (body, finish) = match authorize::gate(broker, &ctx, request.body, version) {
-        authorize::Gate::Answer(response) => return Outcome::Respond(Box::new(response)),
-        authorize::Gate::Run(body, finish) => (body, finish),
+    let gate = if broker.authorizer.is_enabled() {
+        let who = Who {
+            broker: broker.clone(),
+            principal: ctx.principal.clone(),
+            host: ctx.peer.ip().to_string(),
+        };
+        authorize(&who, request.body, version)
+    } else {
+        Gate::Run(request.body, None)
+    };
+    let (body, finish) = match gate {
+        Gate::Answer(response) => return Outcome::Respond(Box::new(response)),
+        Gate::Run(body, finish) => (body, finish),
     };
     let outcome = run(services, &ctx, body, version).await;
     match finish {
         Some(f) => f(outcome),
         None => outcome,
     }
-}
-
-/// Runs the handler for an authorized request.
-async fn run(services: &Services, ctx: &Context, body: RequestKind, version: i16) -> Outcome {
-    let broker = &services.broker;
-    let b = broker.clone();
-    let (groups, txns) = (&services.groups, &services.txns);
-    let cluster = services.cluster.as_ref();
-    let response = match body {
-        RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, version)),
-        RequestKind::Metadata(r) => {
-            ResponseKind::Metadata(metadata::handle(b, r, version, ctx.listener).await)
-        }
-        RequestKind::Produce(r) => return produce::handle(b, txns, ctx, r, version).await,
-        RequestKind::Fetch(r) => {
-            // A consumer with a byte quota gets at most what the quota window allows.
-            let quota_cap = broker.quotas.clients.max_value_in_window(
-                crate::quota::QuotaType::Fetch,
-                crate::quota::Client {
-                    user: crate::quota::user_of(&ctx.principal),
-                    client_id: &ctx.client_id,
-                },
-            );
-            ResponseKind::Fetch(fetch::handle(b, services.tiering.as_ref(), r, version, ctx.listener, quota_cap).await)
-        }
-        RequestKind::ListOffsets(r) => {
-            ResponseKind::ListOffsets(list_offsets::handle(b, services.tiering.as_ref(), r, version).await)
-        }
-        RequestKind::CreateTopics(r) => {
-            ResponseKind::CreateTopics(create_topics::handle(b, cluster, r, version).await)
-        }
-        RequestKind::DeleteTopics(r) => {
-            ResponseKind::DeleteTopics(delete_topics::handle(b, r, version).await)
-        }
-        RequestKind::CreatePartitions(r) => {
-            ResponseKind::CreatePartitions(create_partitions::handle(b, cluster, r).await)
-        }
-        RequestKind::AlterPartitionReassignments(r) => ResponseKind::AlterPartitionReassignments(
-            alter_partition_reassignments::handle(b, cluster, r).await,
-        ),
-        RequestKind::ListPartitionReassignments(r) => ResponseKind::ListPartitionReassignments(
-            list_partition_reassignments::handle(cluster, r),
-        ),
-        RequestKind::ElectLeaders(r) => ResponseKind::ElectLeaders(elect_leaders::handle(b, cluster, r).await),
-        RequestKind::DescribeQuorum(r) => {
-            ResponseKind::DescribeQuorum(describe_quorum::handle(b, cluster, r, version).await)
-        }
-        RequestKind::DescribeConfigs(r) => {
-            ResponseKind::DescribeConfigs(describe_configs::handle(&b, r, version))
-        }
-        RequestKind::AlterConfigs(r) => {
-            ResponseKind::AlterConfigs(incremental_alter_configs::handle_legacy(b, r).await)
-        }
-        RequestKind::IncrementalAlterConfigs(r) => {
-            ResponseKind::IncrementalAlterConfigs(incremental_alter_configs::handle(b, r).await)
-        }
-        RequestKind::DescribeCluster(r) => {
-            ResponseKind::DescribeCluster(describe_cluster::handle(&b, r, ctx.listener))
-        }
-        RequestKind::DeleteRecords(r) => {
-            ResponseKind::DeleteRecords(delete_records::handle(b, r).await)
-        }
-        RequestKind::OffsetForLeaderEpoch(r) => {
-            ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(b, r).await)
-        }
-        RequestKind::DescribeLogDirs(r) => {
-            ResponseKind::DescribeLogDirs(describe_log_dirs::handle(b, r).await)
-        }
-        RequestKind::InitProducerId(r) => {
-            ResponseKind::InitProducerId(init_producer_id::handle(b, txns, r, version).await)
-        }
-        RequestKind::FindCoordinator(r) => {
-            ResponseKind::FindCoordinator(find_coordinator::handle(&b, cluster, r, version, ctx.listener))
-        }
-        RequestKind::JoinGroup(r) => {
-            ResponseKind::JoinGroup(join_group::handle(groups, ctx, r, version).await)
-        }
-        RequestKind::SyncGroup(r) => {
-            ResponseKind::SyncGroup(sync_group::handle(groups, r, version).await)
-        }
-        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(heartbeat::handle(groups, r)),
-        RequestKind::LeaveGroup(r) => {
-            ResponseKind::LeaveGroup(leave_group::handle(groups, r, version).await)
-        }
-        RequestKind::OffsetCommit(r) => {
-            ResponseKind::OffsetCommit(offset_commit::handle(b, groups, r, version).await)
-        }
-        RequestKind::OffsetFetch(r) => {
-            ResponseKind::OffsetFetch(offset_fetch::handle(groups, r, version))
-        }
-        RequestKind::DescribeGroups(r) => {
-            ResponseKind::DescribeGroups(describe_groups::handle(groups, r, version))
-        }
-        RequestKind::ListGroups(r) => ResponseKind::ListGroups(list_groups::handle(groups, r, version)),
-        RequestKind::DeleteGroups(r) => {
-            ResponseKind::DeleteGroups(delete_groups::handle(groups.clone(), r).await)
-        }
-        RequestKind::OffsetDelete(r) => {
-            ResponseKind::OffsetDelete(offset_delete::handle(groups, r).await)
-        }
-        RequestKind::ConsumerGroupHeartbeat(r) => {
-            ResponseKind::ConsumerGroupHeartbeat(consumer_group_heartbeat::handle(groups, ctx, r))
-        }
-        RequestKind::AddPartitionsToTxn(r) => {
-            ResponseKind::AddPartitionsToTxn(add_partitions_to_txn::handle(b, txns, r, version).await)
-        }
-        RequestKind::AddOffsetsToTxn(r) => {
-            ResponseKind::AddOffsetsToTxn(add_offsets_to_txn::handle(b, txns, r, version).await)
-        }
-        RequestKind::TxnOffsetCommit(r) => {
-            ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(b, groups, txns, r, version).await)
-        }
-        RequestKind::EndTxn(r) => ResponseKind::EndTxn(end_txn::handle(txns, r, version).await),
-        RequestKind::WriteTxnMarkers(r) => {
-            ResponseKind::WriteTxnMarkers(write_txn_markers::handle(b, groups.clone(), r).await)
-        }
-        RequestKind::DescribeTransactions(r) => {
-            ResponseKind::DescribeTransactions(describe_transactions::handle(txns, r))
-        }
-        RequestKind::ListTransactions(r) => {
-            ResponseKind::ListTransactions(list_transactions::handle(txns, r))
-        }
-        RequestKind::DescribeProducers(r) => {
-            ResponseKind::DescribeProducers(describe_producers::handle(b, r).await)
-        }
-        RequestKind::ConsumerGroupDescribe(r) => {
-            ResponseKind::ConsumerGroupDescribe(consumer_group_describe::handle(&b, groups, r))
-        }
-        RequestKind::DescribeUserScramCredentials(r) => {
-            ResponseKind::DescribeUserScramCredentials(scram_credentials::describe(&b, r))
-        }
-        RequestKind::AlterUserScramCredentials(r) => {
-            ResponseKind::AlterUserScramCredentials(scram_credentials::alter(b, r).await)
-        }
-        RequestKind::DescribeAcls(r) => ResponseKind::DescribeAcls(acls::describe(&b, ctx, r)),
-        RequestKind::CreateAcls(r) => ResponseKind::CreateAcls(acls::create(b, ctx, r).await),
-        RequestKind::DeleteAcls(r) => ResponseKind::DeleteAcls(acls::delete(b, ctx, r).await),
-        RequestKind::DescribeClientQuotas(r) => {
-            ResponseKind::DescribeClientQuotas(client_quotas::describe(&b, r))
-        }
-        RequestKind::AlterClientQuotas(r) => {
-            ResponseKind::AlterClientQuotas(client_quotas::alter(b, r).await)
-        }
-        // SASL requests reach here on listeners without SASL, or after authentication: Kafka
-        // answers ILLEGAL_SASL_STATE.
-        RequestKind::SaslHandshake(_) => ResponseKind::SaslHandshake(
-            kafka_protocol::messages::SaslHandshakeResponse::default()
-                .with_error_code(kafka_protocol::ResponseError::IllegalSaslState.code()),
-        ),
-        RequestKind::SaslAuthenticate(_) => ResponseKind::SaslAuthenticate(
-            kafka_protocol::messages::SaslAuthenticateResponse::default()
-                .with_error_code(kafka_protocol::ResponseError::IllegalSaslState.code())
-                .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str(
-                    "Unexpected SASL request: this listener does not use SASL or the connection is already authenticated",
-                ))),
-        ),
-        other => {
-            // decode_request only admits SUPPORTED_APIS, so this is unreachable in practice;
-            // answer nothing rather than panic.
-            tracing::warn!(request = ?std::mem::discriminant(&other), "request for an API without a handler");
-            return Outcome::NoResponse;
-        }
-    };
-    Outcome::Respond(Box::new(response))
 }

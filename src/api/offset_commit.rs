@@ -6,12 +6,17 @@ use std::sync::Arc;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
-use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
+use kafka_protocol::messages::{
+    offset_commit_request, OffsetCommitRequest, OffsetCommitResponse, RequestKind, ResponseKind,
+};
 use kafka_protocol::ResponseError;
 
-use crate::api::blocking;
+use crate::acl::Operation as Op;
+use crate::api::gate::{self, Gate, Who, GROUP_DENIED, TOPIC_DENIED};
+use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::coordinator::GroupCoordinator;
+use crate::services::Services;
 
 pub async fn handle(
     broker: Arc<Broker>,
@@ -111,4 +116,61 @@ pub async fn handle(
         Ok(Err(e)) => respond(vec![Some(e); total]),
         Err(_) => respond(vec![Some(ResponseError::UnknownServerError); total]),
     }
+}
+
+/// OffsetCommit: READ on the group, then READ on each topic.
+pub struct OffsetCommit;
+
+impl Api for OffsetCommit {
+    type Request = OffsetCommitRequest;
+
+    fn authorize(who: &Who, mut r: OffsetCommitRequest, _version: i16) -> Gate {
+        if !who.may_use_group(&r.group_id) {
+            let topics = r.topics.iter().map(|t| refusal(t, GROUP_DENIED)).collect();
+            return Gate::Answer(ResponseKind::OffsetCommit(
+                OffsetCommitResponse::default().with_topics(topics),
+            ));
+        }
+        let (ok, denied): (Vec<_>, Vec<_>) = r
+            .topics
+            .into_iter()
+            .partition(|t| who.may_topic(Op::Read, &t.name, &t.topic_id));
+        r.topics = ok;
+        let refusals = denied.iter().map(|t| refusal(t, TOPIC_DENIED)).collect();
+        gate::run_and_extend(
+            RequestKind::OffsetCommit(r),
+            refusals,
+            |resp, mut extra| match resp {
+                ResponseKind::OffsetCommit(mut o) => {
+                    o.topics.append(&mut extra);
+                    ResponseKind::OffsetCommit(o)
+                }
+                other => other,
+            },
+        )
+    }
+
+    async fn handle(s: &Services, _ctx: &Context, r: OffsetCommitRequest, version: i16) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), &s.groups, r, version).await)
+    }
+}
+
+/// A refused topic: every partition with `code`.
+fn refusal(
+    t: &offset_commit_request::OffsetCommitRequestTopic,
+    code: ResponseError,
+) -> OffsetCommitResponseTopic {
+    OffsetCommitResponseTopic::default()
+        .with_name(t.name.clone())
+        .with_topic_id(t.topic_id)
+        .with_partitions(
+            t.partitions
+                .iter()
+                .map(|p| {
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code.code())
+                })
+                .collect(),
+        )
 }

@@ -1,17 +1,23 @@
 //! OffsetFetch: committed offsets of one group (v1-7) or several (v8+); a partition without a
 //! commit answers offset -1.
 
+use std::sync::Arc;
+
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
-use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicName};
+use kafka_protocol::messages::{
+    OffsetFetchRequest, OffsetFetchResponse, RequestKind, ResponseKind, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use std::sync::Arc;
 
-use crate::coordinator::Committed;
-use crate::coordinator::GroupCoordinator;
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{self, Gate, Who, GROUP_DENIED, TOPIC_DENIED};
+use crate::api::{Api, Context, Outcome};
+use crate::coordinator::{Committed, GroupCoordinator};
+use crate::services::Services;
 
 type Answer = Vec<((String, i32), Option<Committed>)>;
 
@@ -168,4 +174,88 @@ pub fn handle(
         })
         .collect();
     OffsetFetchResponse::default().with_topics(topics)
+}
+
+/// OffsetFetch: DESCRIBE on the group, then DESCRIBE on each topic (refused when named,
+/// left out of an all-topics answer).
+pub struct OffsetFetch;
+
+impl Api for OffsetFetch {
+    type Request = OffsetFetchRequest;
+
+    fn authorize(who: &Who, r: OffsetFetchRequest, version: i16) -> Gate {
+        if version < 8 {
+            return authorize_one_group(who, r);
+        }
+        let named: std::collections::HashMap<String, bool> = r
+            .groups
+            .iter()
+            .map(|g| (g.group_id.to_string(), g.topics.is_some()))
+            .collect();
+        let who = who.clone();
+        Gate::Run(
+            RequestKind::OffsetFetch(r),
+            gate::finish(move |resp| match resp {
+                ResponseKind::OffsetFetch(mut o) => {
+                    for g in o.groups.iter_mut() {
+                        if !who.may(Op::Describe, Res::Group, &g.group_id) {
+                            *g = OffsetFetchResponseGroup::default()
+                                .with_group_id(g.group_id.clone())
+                                .with_error_code(GROUP_DENIED.code());
+                            continue;
+                        }
+                        let named = named.get(g.group_id.as_str()).copied().unwrap_or(false);
+                        g.topics
+                            .retain(|t| named || who.may_topic(Op::Describe, &t.name, &t.topic_id));
+                        for t in g.topics.iter_mut() {
+                            if !who.may_topic(Op::Describe, &t.name, &t.topic_id) {
+                                for p in t.partitions.iter_mut() {
+                                    p.error_code = TOPIC_DENIED.code();
+                                    p.committed_offset = -1;
+                                    p.metadata = Some(StrBytes::default());
+                                }
+                            }
+                        }
+                    }
+                    ResponseKind::OffsetFetch(o)
+                }
+                other => other,
+            }),
+        )
+    }
+
+    async fn handle(s: &Services, _ctx: &Context, r: OffsetFetchRequest, version: i16) -> Outcome {
+        Outcome::respond(handle(&s.groups, r, version))
+    }
+}
+
+/// OffsetFetch v0-7: one group.
+fn authorize_one_group(who: &Who, r: OffsetFetchRequest) -> Gate {
+    if !who.may(Op::Describe, Res::Group, &r.group_id) {
+        return Gate::Answer(ResponseKind::OffsetFetch(
+            OffsetFetchResponse::default().with_error_code(GROUP_DENIED.code()),
+        ));
+    }
+    let named = r.topics.is_some();
+    let who = who.clone();
+    Gate::Run(
+        RequestKind::OffsetFetch(r),
+        gate::finish(move |resp| match resp {
+            ResponseKind::OffsetFetch(mut o) => {
+                o.topics
+                    .retain(|t| named || who.may(Op::Describe, Res::Topic, &t.name));
+                for t in o.topics.iter_mut() {
+                    if !who.may(Op::Describe, Res::Topic, &t.name) {
+                        for p in t.partitions.iter_mut() {
+                            p.error_code = TOPIC_DENIED.code();
+                            p.committed_offset = -1;
+                            p.metadata = Some(StrBytes::default());
+                        }
+                    }
+                }
+                ResponseKind::OffsetFetch(o)
+            }
+            other => other,
+        }),
+    )
 }

@@ -8,10 +8,16 @@ const DEBUGGING_REPLICA_ID: i32 = -2;
 use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
 };
-use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
+use kafka_protocol::messages::{
+    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, RequestKind, ResponseKind,
+};
 use kafka_protocol::ResponseError;
 
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{self, Gate, Who, CLUSTER_DENIED, TOPIC_DENIED};
+use crate::api::{Api, Context, Outcome};
 use crate::broker::{Broker, Role};
+use crate::services::Services;
 
 /// Runs on the blocking pool: it takes partition log locks, which an append may hold
 /// across an fsync.
@@ -73,4 +79,63 @@ fn lookup(broker: &Broker, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderE
         })
         .collect();
     OffsetForLeaderEpochResponse::default().with_topics(topics)
+}
+
+/// OffsetForLeaderEpoch: DESCRIBE on each topic; followers need CLUSTER_ACTION.
+pub struct OffsetForLeaderEpoch;
+
+impl Api for OffsetForLeaderEpoch {
+    type Request = OffsetForLeaderEpochRequest;
+
+    fn authorize(who: &Who, mut r: OffsetForLeaderEpochRequest, _version: i16) -> Gate {
+        let (op_ok, code) = if r.replica_id.0 >= 0 {
+            (who.may_cluster(Op::ClusterAction), CLUSTER_DENIED)
+        } else {
+            (true, TOPIC_DENIED)
+        };
+        let (ok, denied): (Vec<_>, Vec<_>) = r
+            .topics
+            .into_iter()
+            .partition(|t| op_ok && who.may(Op::Describe, Res::Topic, &t.topic));
+        r.topics = ok;
+        let refusals = denied
+            .iter()
+            .map(|t| {
+                OffsetForLeaderTopicResult::default()
+                    .with_topic(t.topic.clone())
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                EpochEndOffset::default()
+                                    .with_partition(p.partition)
+                                    .with_error_code(code.code())
+                                    .with_leader_epoch(-1)
+                                    .with_end_offset(-1)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        gate::run_and_extend(
+            RequestKind::OffsetForLeaderEpoch(r),
+            refusals,
+            |resp, mut extra| match resp {
+                ResponseKind::OffsetForLeaderEpoch(mut o) => {
+                    o.topics.append(&mut extra);
+                    ResponseKind::OffsetForLeaderEpoch(o)
+                }
+                other => other,
+            },
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: OffsetForLeaderEpochRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), r).await)
+    }
 }

@@ -13,16 +13,20 @@ use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
     TopicProduceResponse,
 };
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::{
+    produce_request, ProduceRequest, ProduceResponse, RequestKind, ResponseKind,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::api::{blocking, errors};
+use crate::acl::{Operation as Op, ResourceType as Res};
+use crate::api::gate::{Gate, Who, TOPIC_DENIED, TXN_DENIED};
+use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::{Broker, Partition};
 use crate::coordinator::txn::TransactionCoordinator;
+use crate::services::Services;
 
 pub async fn handle(
     broker: Arc<Broker>,
@@ -402,5 +406,194 @@ fn append_all(
         responses: out,
         awaiting,
         leaders,
+    }
+}
+
+/// Produce: WRITE on the transactional id (if any), then WRITE on each topic.
+pub struct Produce;
+
+impl Api for Produce {
+    type Request = ProduceRequest;
+
+    fn authorize(who: &Who, mut r: ProduceRequest, _version: i16) -> Gate {
+        if let Some(txn) = &r.transactional_id {
+            if !who.may(Op::Write, Res::TransactionalId, txn) {
+                let topics = r
+                    .topic_data
+                    .iter()
+                    .map(|t| refusal(t, TXN_DENIED))
+                    .collect();
+                return Gate::Answer(ResponseKind::Produce(
+                    ProduceResponse::default().with_responses(topics),
+                ));
+            }
+        }
+        let (ok, denied): (Vec<_>, Vec<_>) = r
+            .topic_data
+            .into_iter()
+            .partition(|t| who.may_topic(Op::Write, &t.name, &t.topic_id));
+        r.topic_data = ok;
+        if denied.is_empty() {
+            return Gate::Run(RequestKind::Produce(r), None);
+        }
+        let acks_zero = r.acks == 0;
+        let mut refusals: Vec<_> = denied.iter().map(|t| refusal(t, TOPIC_DENIED)).collect();
+        Gate::Run(
+            RequestKind::Produce(r),
+            Some(Box::new(move |outcome| match outcome {
+                // acks=0: closing the connection is the only way to tell the producer.
+                _ if acks_zero => {
+                    Outcome::Close("acks=0 produce to a topic without WRITE permission")
+                }
+                Outcome::Respond(resp) => match *resp {
+                    ResponseKind::Produce(mut p) => {
+                        p.responses.append(&mut refusals);
+                        Outcome::Respond(Box::new(ResponseKind::Produce(p)))
+                    }
+                    other => Outcome::Respond(Box::new(other)),
+                },
+                other => other,
+            })),
+        )
+    }
+
+    async fn handle(s: &Services, ctx: &Context, r: ProduceRequest, version: i16) -> Outcome {
+        handle(s.broker.clone(), &s.txns, ctx, r, version).await
+    }
+}
+
+/// A refused topic: every partition with `code`.
+fn refusal(t: &produce_request::TopicProduceData, code: ResponseError) -> TopicProduceResponse {
+    TopicProduceResponse::default()
+        .with_name(t.name.clone())
+        .with_topic_id(t.topic_id)
+        .with_partition_responses(
+            t.partition_data
+                .iter()
+                .map(|p| {
+                    PartitionProduceResponse::default()
+                        .with_index(p.index)
+                        .with_error_code(code.code())
+                        .with_base_offset(-1)
+                        .with_log_append_time_ms(-1)
+                        .with_log_start_offset(-1)
+                })
+                .collect(),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{TopicName, TransactionalId};
+
+    use super::*;
+    use crate::acl::{Operation as Op, ResourceType as Res};
+    use crate::api::test_support::{allow, broker_with_acls, who};
+
+    fn produce(topics: &[&str], acks: i16, txn: Option<&str>) -> ProduceRequest {
+        ProduceRequest::default()
+            .with_acks(acks)
+            .with_transactional_id(
+                txn.map(|t| TransactionalId(StrBytes::from_string(t.to_string()))),
+            )
+            .with_topic_data(
+                topics
+                    .iter()
+                    .map(|t| {
+                        TopicProduceData::default()
+                            .with_name(TopicName(StrBytes::from_string(t.to_string())))
+                            .with_partition_data(vec![
+                                PartitionProduceData::default().with_index(0),
+                                PartitionProduceData::default().with_index(1),
+                            ])
+                    })
+                    .collect(),
+            )
+    }
+
+    fn topics_of(r: &RequestKind) -> Vec<String> {
+        match r {
+            RequestKind::Produce(p) => p.topic_data.iter().map(|t| t.name.to_string()).collect(),
+            _ => panic!("not a produce request"),
+        }
+    }
+
+    /// (topic, partition, error code) of a produce response.
+    fn codes(outcome: &Outcome) -> Vec<(String, i32, i16)> {
+        let Outcome::Respond(r) = outcome else {
+            panic!("no response")
+        };
+        let ResponseKind::Produce(p) = r.as_ref() else {
+            panic!("not a produce response")
+        };
+        p.responses
+            .iter()
+            .flat_map(|t| {
+                t.partition_responses
+                    .iter()
+                    .map(|p| (t.name.to_string(), p.index, p.error_code))
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn topics_without_write_are_refused_and_the_rest_produced() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = broker_with_acls(
+            dir.path(),
+            &[allow("User:alice", Op::Write, Res::Topic, "allowed")],
+        );
+        let alice = who(&broker, "User:alice");
+        let Gate::Run(request, Some(finish)) =
+            Produce::authorize(&alice, produce(&["allowed", "denied"], 1, None), 9)
+        else {
+            panic!("a partly refused produce runs and is finished")
+        };
+        assert_eq!(topics_of(&request), ["allowed"]);
+        let handled = Outcome::respond(ProduceResponse::default());
+        assert_eq!(
+            codes(&finish(handled)),
+            [("denied".into(), 0, 29), ("denied".into(), 1, 29)],
+            "TOPIC_AUTHORIZATION_FAILED for every partition of the refused topic"
+        );
+        // acks=0: the producer hears nothing, so the connection is closed.
+        let Gate::Run(_, Some(finish)) =
+            Produce::authorize(&alice, produce(&["allowed", "denied"], 0, None), 9)
+        else {
+            panic!("a partly refused produce runs and is finished")
+        };
+        assert!(matches!(finish(Outcome::NoResponse), Outcome::Close(_)));
+        // Everything allowed: nothing to finish.
+        assert!(matches!(
+            Produce::authorize(&alice, produce(&["allowed"], 1, None), 9),
+            Gate::Run(_, None)
+        ));
+        // A super user needs no ACL.
+        let admin = who(&broker, "User:admin");
+        assert!(matches!(
+            Produce::authorize(&admin, produce(&["denied"], 1, None), 9),
+            Gate::Run(_, None)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_transactional_produce_without_write_on_its_id_is_refused_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = broker_with_acls(
+            dir.path(),
+            &[allow("User:alice", Op::Write, Res::Topic, "allowed")],
+        );
+        let alice = who(&broker, "User:alice");
+        let Gate::Answer(answer) =
+            Produce::authorize(&alice, produce(&["allowed"], -1, Some("tx")), 9)
+        else {
+            panic!("refused as a whole")
+        };
+        assert_eq!(
+            codes(&Outcome::Respond(Box::new(answer))),
+            [("allowed".into(), 0, 53), ("allowed".into(), 1, 53)],
+            "TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition"
+        );
     }
 }

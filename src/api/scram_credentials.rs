@@ -11,14 +11,18 @@ use kafka_protocol::messages::describe_user_scram_credentials_response::{
 };
 use kafka_protocol::messages::{
     AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
-    DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
+    DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, RequestKind,
+    ResponseKind,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::api::blocking;
+use crate::acl::Operation as Op;
+use crate::api::gate::{self, Gate, Who, CLUSTER_DENIED};
+use crate::api::{blocking, Api, Context, Outcome};
 use crate::auth::scram::{self, Mechanism};
 use crate::broker::Broker;
+use crate::services::Services;
 
 const MAX_ITERATIONS: i32 = 16384;
 
@@ -201,4 +205,71 @@ pub async fn alter(
         })
         .collect();
     AlterUserScramCredentialsResponse::default().with_results(results)
+}
+
+/// DescribeUserScramCredentials: DESCRIBE on the cluster.
+pub struct DescribeUserScramCredentials;
+
+impl Api for DescribeUserScramCredentials {
+    type Request = DescribeUserScramCredentialsRequest;
+
+    fn authorize(who: &Who, r: DescribeUserScramCredentialsRequest, _version: i16) -> Gate {
+        if !who.may_cluster(Op::Describe) {
+            return Gate::Answer(ResponseKind::DescribeUserScramCredentials(
+                DescribeUserScramCredentialsResponse::default()
+                    .with_error_code(CLUSTER_DENIED.code())
+                    .with_error_message(gate::message(CLUSTER_DENIED)),
+            ));
+        }
+        Gate::Run(RequestKind::DescribeUserScramCredentials(r), None)
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: DescribeUserScramCredentialsRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(describe(&s.broker, r))
+    }
+}
+
+/// AlterUserScramCredentials: ALTER on the cluster; a refusal names every user once.
+pub struct AlterUserScramCredentials;
+
+impl Api for AlterUserScramCredentials {
+    type Request = AlterUserScramCredentialsRequest;
+
+    fn authorize(who: &Who, r: AlterUserScramCredentialsRequest, _version: i16) -> Gate {
+        if who.may_cluster(Op::Alter) {
+            return Gate::Run(RequestKind::AlterUserScramCredentials(r), None);
+        }
+        let users: std::collections::BTreeSet<String> = r
+            .deletions
+            .iter()
+            .map(|d| d.name.to_string())
+            .chain(r.upsertions.iter().map(|u| u.name.to_string()))
+            .collect();
+        let results = users
+            .into_iter()
+            .map(|u| {
+                AlterUserScramCredentialsResult::default()
+                    .with_user(StrBytes::from_string(u))
+                    .with_error_code(CLUSTER_DENIED.code())
+                    .with_error_message(gate::message(CLUSTER_DENIED))
+            })
+            .collect();
+        Gate::Answer(ResponseKind::AlterUserScramCredentials(
+            AlterUserScramCredentialsResponse::default().with_results(results),
+        ))
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: AlterUserScramCredentialsRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(alter(s.broker.clone(), r).await)
+    }
 }

@@ -7,15 +7,20 @@ use std::sync::Arc;
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
-use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
+use kafka_protocol::messages::{
+    txn_offset_commit_request, RequestKind, ResponseKind, TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+};
 use kafka_protocol::ResponseError;
 
+use crate::acl::{Operation as Op, ResourceType as Res};
 use crate::api::add_offsets_to_txn::offsets_partition;
-use crate::api::blocking;
+use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
+use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::coordinator::txn::TransactionCoordinator;
-use crate::coordinator::GroupCoordinator;
-use crate::coordinator::OFFSETS_TOPIC;
+use crate::coordinator::{GroupCoordinator, OFFSETS_TOPIC};
+use crate::services::Services;
 
 pub async fn handle(
     broker: Arc<Broker>,
@@ -136,4 +141,66 @@ pub async fn handle(
         Ok(Err(e)) => respond(vec![Some(e); total]),
         Err(_) => respond(vec![Some(ResponseError::UnknownServerError); total]),
     }
+}
+
+/// TxnOffsetCommit: WRITE on the transactional id, READ on the group, then READ on each
+/// topic.
+pub struct TxnOffsetCommit;
+
+impl Api for TxnOffsetCommit {
+    type Request = TxnOffsetCommitRequest;
+
+    fn authorize(who: &Who, mut r: TxnOffsetCommitRequest, _version: i16) -> Gate {
+        if let Some(code) = who.txn_group_refusal(&r.transactional_id, &r.group_id) {
+            let topics = r.topics.iter().map(|t| refusal(t, code)).collect();
+            return Gate::Answer(ResponseKind::TxnOffsetCommit(
+                TxnOffsetCommitResponse::default().with_topics(topics),
+            ));
+        }
+        let (ok, denied): (Vec<_>, Vec<_>) = r
+            .topics
+            .into_iter()
+            .partition(|t| who.may(Op::Read, Res::Topic, &t.name));
+        r.topics = ok;
+        let refusals = denied.iter().map(|t| refusal(t, TOPIC_DENIED)).collect();
+        gate::run_and_extend(
+            RequestKind::TxnOffsetCommit(r),
+            refusals,
+            |resp, mut extra| match resp {
+                ResponseKind::TxnOffsetCommit(mut t) => {
+                    t.topics.append(&mut extra);
+                    ResponseKind::TxnOffsetCommit(t)
+                }
+                other => other,
+            },
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: TxnOffsetCommitRequest,
+        version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), &s.groups, &s.txns, r, version).await)
+    }
+}
+
+/// A refused topic: every partition with `code`.
+fn refusal(
+    t: &txn_offset_commit_request::TxnOffsetCommitRequestTopic,
+    code: ResponseError,
+) -> TxnOffsetCommitResponseTopic {
+    TxnOffsetCommitResponseTopic::default()
+        .with_name(t.name.clone())
+        .with_partitions(
+            t.partitions
+                .iter()
+                .map(|p| {
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code.code())
+                })
+                .collect(),
+        )
 }

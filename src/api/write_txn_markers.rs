@@ -7,14 +7,18 @@ use std::sync::Arc;
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
-use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
+use kafka_protocol::messages::{
+    RequestKind, ResponseKind, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+};
 use kafka_protocol::ResponseError;
 
-use crate::api::{blocking, errors};
+use crate::acl::Operation as Op;
+use crate::api::gate::{Gate, Who, CLUSTER_DENIED};
+use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::coordinator::offsets_log::await_replicated;
-use crate::coordinator::GroupCoordinator;
-use crate::coordinator::{LogWriteError, OFFSETS_TOPIC};
+use crate::coordinator::{GroupCoordinator, LogWriteError, OFFSETS_TOPIC};
+use crate::services::Services;
 
 /// How long a marker waits for the in-sync replicas (Kafka: `request.timeout.ms`).
 const MARKER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -97,4 +101,56 @@ fn write_one(
         groups.complete_txn_offsets(producer_id, partition, commit);
     }
     Ok(())
+}
+
+/// WriteTxnMarkers: CLUSTER_ACTION (only brokers send it).
+pub struct WriteTxnMarkers;
+
+impl Api for WriteTxnMarkers {
+    type Request = WriteTxnMarkersRequest;
+
+    fn authorize(who: &Who, r: WriteTxnMarkersRequest, _version: i16) -> Gate {
+        if who.may_cluster(Op::ClusterAction) {
+            return Gate::Run(RequestKind::WriteTxnMarkers(r), None);
+        }
+        let markers = r
+            .markers
+            .iter()
+            .map(|m| {
+                WritableTxnMarkerResult::default()
+                    .with_producer_id(m.producer_id)
+                    .with_topics(
+                        m.topics
+                            .iter()
+                            .map(|t| {
+                                WritableTxnMarkerTopicResult::default()
+                                    .with_name(t.name.clone())
+                                    .with_partitions(
+                                        t.partition_indexes
+                                            .iter()
+                                            .map(|p| {
+                                                WritableTxnMarkerPartitionResult::default()
+                                                    .with_partition_index(*p)
+                                                    .with_error_code(CLUSTER_DENIED.code())
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        Gate::Answer(ResponseKind::WriteTxnMarkers(
+            WriteTxnMarkersResponse::default().with_markers(markers),
+        ))
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: WriteTxnMarkersRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(s.broker.clone(), s.groups.clone(), r).await)
+    }
 }

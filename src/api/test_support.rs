@@ -1,0 +1,154 @@
+//! What the handler and ACL unit tests build on: a group coordinator over an in-memory
+//! `__consumer_offsets`, and a broker with an authorizer and ACLs.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::acl::{AclBinding, Operation, PatternType, Permission, ResourceType};
+use crate::api::gate::Who;
+use crate::api::Context;
+use crate::broker::Broker;
+use crate::config::BrokerConfig;
+use crate::coordinator::{GroupConfig, GroupCoordinator, LogEntry, LogWriteError, OffsetsLog};
+
+/// An in-memory `__consumer_offsets`: the coordinator's real store, minus the broker.
+#[derive(Default)]
+pub struct MemoryLog(Mutex<Vec<LogEntry>>);
+
+impl OffsetsLog for MemoryLog {
+    fn append(
+        &self,
+        _group: &str,
+        records: Vec<(Bytes, Option<Bytes>)>,
+    ) -> Result<(), LogWriteError> {
+        let mut log = self.0.lock().expect("log lock");
+        log.extend(
+            records
+                .into_iter()
+                .map(|(key, value)| LogEntry::Record { key, value }),
+        );
+        Ok(())
+    }
+
+    fn append_transactional(
+        &self,
+        _group: &str,
+        producer_id: i64,
+        _producer_epoch: i16,
+        records: Vec<(Bytes, Option<Bytes>)>,
+    ) -> Result<i32, LogWriteError> {
+        let mut log = self.0.lock().expect("log lock");
+        log.extend(
+            records
+                .into_iter()
+                .map(|(key, value)| LogEntry::Transactional {
+                    partition: 0,
+                    producer_id,
+                    key,
+                    value,
+                }),
+        );
+        Ok(0)
+    }
+
+    fn replay(&self) -> io::Result<Vec<LogEntry>> {
+        Ok(self.0.lock().expect("log lock").clone())
+    }
+
+    fn resolve_topic(&self, _name: &str) -> Option<(uuid::Uuid, i32)> {
+        None
+    }
+}
+
+/// A group coordinator that owns every group, with no initial rebalance delay.
+pub fn groups() -> Arc<GroupCoordinator> {
+    Arc::new(GroupCoordinator::new(
+        GroupConfig {
+            initial_rebalance_delay: Duration::ZERO,
+            min_session_timeout: Duration::from_millis(1),
+            max_session_timeout: Duration::from_secs(600),
+            offsets_retention: Duration::from_secs(3600),
+            offset_metadata_max_bytes: 4096,
+            consumer_session_timeout: Duration::from_secs(45),
+            consumer_heartbeat_interval: Duration::from_secs(5),
+        },
+        Arc::new(MemoryLog::default()),
+    ))
+}
+
+/// A client connection of `User:alice` from 127.0.0.1.
+pub fn context() -> Context {
+    Context {
+        peer: "127.0.0.1:50000".parse().expect("address"),
+        client_id: "test-client".into(),
+        listener: 0,
+        principal: "User:alice".into(),
+    }
+}
+
+/// A single-node broker in `dir` with the authorizer on and `acls`.
+pub fn broker_with_acls(dir: &std::path::Path, acls: &[AclBinding]) -> Arc<Broker> {
+    let settings: BTreeMap<String, String> = [
+        ("log.dirs", dir.display().to_string()),
+        (
+            "authorizer.class.name",
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer".to_string(),
+        ),
+        ("super.users", "User:admin".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let config = BrokerConfig::build(&[settings]).expect("config");
+    let broker = Broker::open(config).expect("broker");
+    broker.authorizer.add(acls);
+    broker
+}
+
+/// `principal` may do `op` on the literal resource `name`, from any host.
+pub fn allow(principal: &str, op: Operation, rt: ResourceType, name: &str) -> AclBinding {
+    AclBinding {
+        resource_type: rt,
+        resource_name: name.to_string(),
+        pattern_type: PatternType::Literal,
+        principal: principal.to_string(),
+        host: "*".to_string(),
+        operation: op,
+        permission: Permission::Allow,
+    }
+}
+
+/// `principal` asking from 127.0.0.1.
+pub fn who(broker: &Arc<Broker>, principal: &str) -> Who {
+    Who {
+        broker: broker.clone(),
+        principal: principal.to_string(),
+        host: "127.0.0.1".to_string(),
+    }
+}
+
+/// Joins `member` (empty: a new member) to `group` with JoinGroup v3 (no member id round
+/// trip) and returns the response.
+pub async fn join(
+    groups: &Arc<GroupCoordinator>,
+    group: &str,
+    member: &str,
+) -> kafka_protocol::messages::JoinGroupResponse {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::{GroupId, JoinGroupRequest};
+    use kafka_protocol::protocol::StrBytes;
+    let req = JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+        .with_member_id(StrBytes::from_string(member.to_string()))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(30_000)
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![JoinGroupRequestProtocol::default()
+            .with_name(StrBytes::from_static_str("range"))
+            .with_metadata(Bytes::from_static(b"subscription"))]);
+    crate::api::join_group::handle(groups, &context(), req, 3).await
+}
