@@ -13,29 +13,31 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable};
 use kafka_protocol::ResponseError;
 
-/// The APIs Strata serves, in the order ApiVersions lists them: the list in [`crate::api`]
-/// that also drives dispatch.
-pub const SUPPORTED_APIS: &[ApiKey] = crate::api::SERVED_APIS;
-
-/// (min, max) version Strata accepts for an API, if it serves it at all: the crate's range
-/// (Apache Kafka 4.1's) capped by what the crate's request codec can decode.
-pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
-    crate::api::served_versions(key)
+/// The APIs a server serves and the versions it accepts, in the order ApiVersions lists
+/// them. The list lives with the handlers (`api::API_TABLE`, which also drives dispatch);
+/// framing only consults it.
+#[derive(Clone, Copy)]
+pub struct ApiTable {
+    pub keys: &'static [ApiKey],
+    /// (min, max) version accepted for an API, if it is served at all.
+    pub versions: fn(ApiKey) -> Option<(i16, i16)>,
 }
 
-/// The `api_keys` list of an ApiVersions response.
-pub fn api_versions_list() -> Vec<ApiVersion> {
-    SUPPORTED_APIS
-        .iter()
-        .filter_map(|&k| {
-            let (min, max) = supported_versions(k)?;
-            let mut v = ApiVersion::default();
-            v.api_key = k as i16;
-            v.min_version = min;
-            v.max_version = max;
-            Some(v)
-        })
-        .collect()
+impl ApiTable {
+    /// The `api_keys` list of an ApiVersions response.
+    pub fn api_versions_list(&self) -> Vec<ApiVersion> {
+        self.keys
+            .iter()
+            .filter_map(|&k| {
+                let (min, max) = (self.versions)(k)?;
+                let mut v = ApiVersion::default();
+                v.api_key = k as i16;
+                v.min_version = min;
+                v.max_version = max;
+                Some(v)
+            })
+            .collect()
+    }
 }
 
 /// Why a frame could not be turned into a request. Every variant closes the connection,
@@ -80,12 +82,12 @@ pub fn peek_header(frame: &[u8]) -> Result<(i16, i16, i32), FrameError> {
     Ok((key, version, correlation_id))
 }
 
-/// Decodes one request frame (without the size prefix).
-pub fn decode_request(mut frame: Bytes) -> Result<Request, FrameError> {
+/// Decodes one request frame (without the size prefix) of an API `table` serves.
+pub fn decode_request(mut frame: Bytes, table: &ApiTable) -> Result<Request, FrameError> {
     let size = frame.len();
     let (key, version, correlation_id) = peek_header(&frame)?;
     let api_key = ApiKey::try_from(key).map_err(|_| FrameError::UnknownApiKey(key))?;
-    match supported_versions(api_key) {
+    match (table.versions)(api_key) {
         Some((min, max)) if version >= min && version <= max => {}
         _ => {
             return Err(FrameError::UnsupportedVersion {
@@ -257,10 +259,10 @@ impl kafka_protocol::protocol::buf::ByteBufMut for SpliceBuf {
 
 /// Kafka's answer to an ApiVersions request at a version it does not know: a v0 response
 /// (header v0) with UNSUPPORTED_VERSION and the full list, so the client can retry lower.
-pub fn unsupported_api_versions_response(correlation_id: i32) -> BytesMut {
+pub fn unsupported_api_versions_response(correlation_id: i32, table: &ApiTable) -> BytesMut {
     let mut body = ApiVersionsResponse::default();
     body.error_code = ResponseError::UnsupportedVersion.code();
-    body.api_keys = api_versions_list();
+    body.api_keys = table.api_versions_list();
     let mut buf = BytesMut::with_capacity(256);
     buf.put_i32(0);
     buf.put_i32(correlation_id);
@@ -279,6 +281,7 @@ pub fn frame_size(prefix: &[u8; 4]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::API_TABLE;
     use kafka_protocol::messages::{ApiVersionsRequest, MetadataRequest};
 
     fn frame_for<T: Encodable>(key: ApiKey, version: i16, body: &T) -> Bytes {
@@ -295,8 +298,11 @@ mod tests {
 
     #[test]
     fn decodes_a_flexible_request() {
-        let r =
-            decode_request(frame_for(ApiKey::Metadata, 12, &MetadataRequest::default())).unwrap();
+        let r = decode_request(
+            frame_for(ApiKey::Metadata, 12, &MetadataRequest::default()),
+            &API_TABLE,
+        )
+        .unwrap();
         assert_eq!(r.header.correlation_id, 42);
         assert!(matches!(r.body, RequestKind::Metadata(_)));
     }
@@ -306,7 +312,7 @@ mod tests {
         let f = frame_for(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
         let mut raw = f.to_vec();
         raw[2..4].copy_from_slice(&99i16.to_be_bytes());
-        match decode_request(Bytes::from(raw)) {
+        match decode_request(Bytes::from(raw), &API_TABLE) {
             Err(FrameError::UnsupportedVersion {
                 api: ApiKey::ApiVersions,
                 version: 99,
@@ -314,7 +320,7 @@ mod tests {
             }) => {}
             other => panic!("unexpected {:?}", other.err()),
         }
-        let resp = unsupported_api_versions_response(42);
+        let resp = unsupported_api_versions_response(42, &API_TABLE);
         let mut body = resp.freeze().slice(4..);
         assert_eq!(body.get_i32(), 42);
         let decoded = ApiVersionsResponse::decode(&mut body, 0).unwrap();
@@ -417,7 +423,8 @@ mod tests {
             (ApiKey::AlterPartitionReassignments, 0, 1),
             (ApiKey::ListPartitionReassignments, 0, 0),
         ];
-        let advertised: Vec<(i16, i16, i16)> = api_versions_list()
+        let advertised: Vec<(i16, i16, i16)> = API_TABLE
+            .api_versions_list()
             .iter()
             .map(|v| (v.api_key, v.min_version, v.max_version))
             .collect();
@@ -428,9 +435,9 @@ mod tests {
         assert_eq!(advertised, expected_numbers);
         // decode_request admits exactly these keys and ranges.
         for &(key, min, max) in expected {
-            assert_eq!(supported_versions(key), Some((min, max)), "{key:?}");
+            assert_eq!((API_TABLE.versions)(key), Some((min, max)), "{key:?}");
         }
-        let served: Vec<ApiKey> = SUPPORTED_APIS.to_vec();
+        let served: Vec<ApiKey> = API_TABLE.keys.to_vec();
         let listed: Vec<ApiKey> = expected.iter().map(|&(k, _, _)| k).collect();
         assert_eq!(served, listed);
         for key in [
@@ -438,7 +445,7 @@ mod tests {
             ApiKey::BrokerRegistration,
             ApiKey::UpdateFeatures,
         ] {
-            assert_eq!(supported_versions(key), None, "{key:?}");
+            assert_eq!((API_TABLE.versions)(key), None, "{key:?}");
         }
     }
 
@@ -447,15 +454,15 @@ mod tests {
         let mut raw = vec![0u8, 3, 0, 12, 0, 0, 0, 1];
         raw.extend_from_slice(&[0xff; 7]);
         assert!(matches!(
-            decode_request(Bytes::from(raw)),
+            decode_request(Bytes::from(raw), &API_TABLE),
             Err(FrameError::Malformed { .. })
         ));
         assert!(matches!(
-            decode_request(Bytes::from_static(&[0, 1])),
+            decode_request(Bytes::from_static(&[0, 1]), &API_TABLE),
             Err(FrameError::TooShort(2))
         ));
         assert!(matches!(
-            decode_request(Bytes::from_static(&[0x7f, 1, 0, 0, 0, 0, 0, 0])),
+            decode_request(Bytes::from_static(&[0x7f, 1, 0, 0, 0, 0, 0, 0]), &API_TABLE),
             Err(FrameError::UnknownApiKey(_))
         ));
     }

@@ -441,7 +441,7 @@ where
             return Ok(());
         };
         let started = Instant::now();
-        let request = match protocol::decode_request(frame) {
+        let request = match protocol::decode_request(frame, &api::API_TABLE) {
             Ok(r) => r,
             Err(FrameError::UnsupportedVersion {
                 api: kafka_protocol::messages::ApiKey::ApiVersions,
@@ -450,7 +450,10 @@ where
             }) => {
                 drop(reservation);
                 writer
-                    .write_all(&protocol::unsupported_api_versions_response(correlation_id))
+                    .write_all(&protocol::unsupported_api_versions_response(
+                        correlation_id,
+                        &api::API_TABLE,
+                    ))
                     .await?;
                 continue;
             }

@@ -34,8 +34,8 @@ pub fn frame(
 /// (empty arrays, empty strings), encoded back; plus produce requests that carry records.
 pub fn request_frames() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
-    for &key in strata::protocol::SUPPORTED_APIS {
-        let Some((min, max)) = strata::protocol::supported_versions(key) else {
+    for &key in strata::api::API_TABLE.keys {
+        let Some((min, max)) = (strata::api::API_TABLE.versions)(key) else {
             continue;
         };
         for version in min..=max {

@@ -103,7 +103,7 @@ impl Target {
 }
 
 pub fn request(data: &[u8]) -> bool {
-    strata::protocol::decode_request(Bytes::copy_from_slice(data)).is_ok()
+    strata::protocol::decode_request(Bytes::copy_from_slice(data), &strata::api::API_TABLE).is_ok()
 }
 
 pub fn record_batch(data: &[u8]) -> bool {

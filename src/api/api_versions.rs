@@ -3,12 +3,11 @@
 use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 
 use crate::api::{Api, Context, Outcome};
-use crate::protocol;
 use crate::services::Services;
 
 pub fn handle(_req: ApiVersionsRequest, _version: i16) -> ApiVersionsResponse {
     ApiVersionsResponse::default()
-        .with_api_keys(protocol::api_versions_list())
+        .with_api_keys(super::API_TABLE.api_versions_list())
         .with_finalized_features_epoch(-1)
 }
 

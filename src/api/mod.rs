@@ -90,6 +90,12 @@ macro_rules! apis {
         /// The APIs Strata serves, in the order ApiVersions lists them.
         pub const SERVED_APIS: &[ApiKey] = &[$(ApiKey::$api),*];
 
+        /// What framing needs of the list: the served keys and their version ranges.
+        pub const API_TABLE: crate::protocol::ApiTable = crate::protocol::ApiTable {
+            keys: SERVED_APIS,
+            versions: served_versions,
+        };
+
         /// (min, max) version Strata accepts for an API, if it serves it at all: the crate's
         /// range (Apache Kafka 4.1's) capped by what the crate's request codec can decode (for
         /// some APIs, e.g. InitProducerId, `ApiKey::valid_versions` is wider than the request
