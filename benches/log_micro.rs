@@ -210,7 +210,9 @@ fn bench_validate(c: &mut Criterion) {
 }
 
 fn bench_acl(c: &mut Criterion) {
-    use strata::acl::{AclBinding, Authorizer, Operation, PatternType, Permission, ResourceType};
+    use strata::security::acl::{
+        AclBinding, Authorizer, Operation, PatternType, Permission, ResourceType,
+    };
     let acl = |name: String, pattern_type, principal: String, operation| AclBinding {
         resource_type: ResourceType::Topic,
         resource_name: name,

@@ -25,8 +25,8 @@
 //! Dependencies point down the drawing. A lower layer never names a higher one: the broker
 //! tells the services that follow it through [`broker::CatalogListener`] and reaches the
 //! quorum through [`broker::MetadataQuorum`]; [`runtime`] builds [`services::Services`] once
-//! and wires them. Leaf modules ([`config`], [`clock`], [`blocking`], [`metrics`], [`acl`],
-//! [`auth`], [`quota`], [`peer`], ...) name none of the above.
+//! and wires them. Leaf modules ([`config`], [`clock`], [`blocking`], [`metrics`],
+//! [`security`], [`quota`], [`peer`], ...) name none of the above.
 //!
 //! Records stay as the producer's RecordBatch v2 bytes from socket to disk to socket: the
 //! broker checks the CRC and header fields and rewrites only base offset and leader epoch.
@@ -39,8 +39,7 @@
 //! - [`services`]: the broker's services, built once by the runtime.
 //! - [`broker`]: catalog and partitions; [`broker::log_cleaner`]: the log cleaner service
 //!   compacting `cleanup.policy=compact` topics.
-//! - [`acl`]: ACLs and the authorizer (Kafka's StandardAuthorizer rules).
-//! - [`auth`]: SASL (PLAIN, SCRAM) and TLS principals.
+//! - [`security`]: TLS, SASL (PLAIN, SCRAM) and ACLs (Kafka's StandardAuthorizer rules).
 //! - [`blocking`]: the blocking pool where file I/O runs.
 //! - [`clock`]: wall-clock milliseconds.
 //! - [`controller`]: cluster mode: the broker's membership in the metadata quorum
@@ -61,10 +60,8 @@
 //! - [`metrics`], [`admin_http`]: Prometheus metrics and health.
 //! - [`runtime`]: start-up, background services and the shutdown order.
 
-pub mod acl;
 pub mod admin_http;
 pub mod api;
-pub mod auth;
 pub mod blocking;
 pub mod broker;
 pub mod clock;
@@ -81,6 +78,7 @@ pub mod protocol;
 pub mod quota;
 pub mod replication;
 pub mod runtime;
+pub mod security;
 pub mod server;
 pub mod services;
 pub mod tiering;

@@ -30,8 +30,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::auth::scram;
 use crate::config::{InterBrokerSecurity, SaslCredentials};
+use crate::security::scram;
 
 /// Largest response frame accepted from a peer.
 const MAX_RESPONSE_BYTES: usize = 512 << 20;
@@ -92,7 +92,7 @@ impl PeerSecurity {
     pub fn new(cfg: &InterBrokerSecurity) -> anyhow::Result<PeerSecurity> {
         let tls =
             match &cfg.tls {
-                Some(t) => Some(crate::auth::tls::connector(t).map_err(|e| {
+                Some(t) => Some(crate::security::tls::connector(t).map_err(|e| {
                     anyhow::anyhow!("inter-broker listener {}: {e:#}", cfg.listener)
                 })?),
                 None => None,

@@ -119,7 +119,7 @@ async fn bind_listeners(
     let mut kafka_listeners = Vec::with_capacity(config.listeners.len());
     for l in config.listeners.iter_mut() {
         if let Some(t) = config.security.tls.get(&l.name) {
-            crate::auth::tls::acceptor(t).with_context(|| format!("listener {}", l.name))?;
+            crate::security::tls::acceptor(t).with_context(|| format!("listener {}", l.name))?;
         }
         let bind = l.bind;
         let socket = TcpListener::bind(bind)

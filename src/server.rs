@@ -48,10 +48,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::api;
-use crate::auth::{self, Sasl, SaslOutcome};
 use crate::memory_pool::Reservation;
 use crate::protocol::{self, FrameError};
 use crate::quota::{self, Refusal, RequestCost};
+use crate::security::{self, Sasl, SaslOutcome};
 use crate::services::Services;
 
 /// How long a TLS handshake may take before the connection is dropped.
@@ -69,7 +69,7 @@ pub async fn serve(
     let broker = &services.broker;
     let config = &broker.config.listeners[index];
     let tls = match broker.config.security.tls.get(&config.name) {
-        Some(t) => match auth::tls::acceptor(t) {
+        Some(t) => match security::tls::acceptor(t) {
             Ok(a) => Some(a),
             Err(e) => {
                 // Checked at start-up (runtime::start); here only for completeness.
@@ -132,7 +132,7 @@ pub async fn serve(
                                 stream,
                                 peer,
                                 index,
-                                auth::ANONYMOUS.to_string(),
+                                security::ANONYMOUS.to_string(),
                                 &services,
                                 &shutdown,
                             )
@@ -151,8 +151,8 @@ pub async fn serve(
                                         .1
                                         .peer_certificates()
                                         .and_then(|c| c.first())
-                                        .and_then(auth::tls::principal_of)
-                                        .unwrap_or_else(|| auth::ANONYMOUS.to_string());
+                                        .and_then(security::tls::principal_of)
+                                        .unwrap_or_else(|| security::ANONYMOUS.to_string());
                                     serve_connection(
                                         tls_stream, peer, index, principal, &services, &shutdown,
                                     )

@@ -17,9 +17,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::acl::{AclBinding, AclFilter, Operation, PatternType, ResourceType, CLUSTER_NAME};
 use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
+use crate::security::acl::{
+    AclBinding, AclFilter, Operation, PatternType, ResourceType, CLUSTER_NAME,
+};
 use crate::services::Services;
 
 const NO_AUTHORIZER: &str = "No Authorizer is configured.";

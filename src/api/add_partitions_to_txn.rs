@@ -15,11 +15,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::acl::{Operation as Op, ResourceType as Res};
 use crate::api::gate::{Gate, Who, CLUSTER_DENIED, TOPIC_DENIED, TXN_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::coordinator::txn::TransactionCoordinator;
+use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
 type Partitions = Vec<(String, i32)>;
@@ -256,8 +256,8 @@ fn refused_topics(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::acl::{Operation as Op, ResourceType as Res};
     use crate::api::test_support::{allow, broker_with_acls, who};
+    use crate::security::acl::{Operation as Op, ResourceType as Res};
 
     fn add(txn: &str, topics: &[&str]) -> AddPartitionsToTxnRequest {
         AddPartitionsToTxnRequest::default()

@@ -20,12 +20,12 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::acl::Operation as Op;
 use crate::api::gate::{self, Gate, Who, CLUSTER_DENIED};
 use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::controller::reassign::{self, PartitionOutcome, PartitionTarget};
 use crate::controller::ClusterControl;
+use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
 pub async fn handle(

@@ -16,11 +16,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::acl::Operation as Op;
 use crate::api::gate::{self, Gate, Who, CLUSTER_DENIED};
 use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::quota::{Alteration, Change, FilterComponent, QuotaEntity, QuotaError};
+use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
 pub fn describe(broker: &Broker, req: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse {

@@ -10,11 +10,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::acl::{Operation as Op, ResourceType as Res};
 use crate::api::gate::{Gate, Who, GROUP_DENIED, TOPIC_DENIED};
 use crate::api::{Api, Context, Outcome};
 use crate::coordinator::consumer_group::HeartbeatIn;
 use crate::coordinator::GroupCoordinator;
+use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
 pub fn handle(

@@ -10,11 +10,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::acl::{Operation as Op, ResourceType as Res};
 use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
 use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::controller::ClusterControl;
+use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
 pub async fn handle(

@@ -7,11 +7,11 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::acl::{ResourceType as Res, CLUSTER_NAME};
 use crate::api::gate::{self, Gate, Who};
 use crate::api::metadata::CLUSTER_AUTHORIZED_OPERATIONS;
 use crate::api::{Api, Context, Outcome};
 use crate::broker::Broker;
+use crate::security::acl::{ResourceType as Res, CLUSTER_NAME};
 use crate::services::Services;
 
 pub fn handle(

@@ -12,11 +12,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::acl::Operation as Op;
 use crate::api::gate::{self, Gate, Who};
 use crate::api::{Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::config::topic::{ConfigSource, TOPIC_CONFIGS};
+use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
 pub const RESOURCE_TOPIC: i8 = 2;
@@ -200,8 +200,8 @@ mod authorize_tests {
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 
     use super::*;
-    use crate::acl::{Operation as Op, ResourceType as Res};
     use crate::api::test_support::{allow, broker_with_acls, who};
+    use crate::security::acl::{Operation as Op, ResourceType as Res};
 
     fn resource(resource_type: i8, name: &str) -> DescribeConfigsResource {
         DescribeConfigsResource::default()

@@ -9,10 +9,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::acl::{Operation as Op, ResourceType as Res};
 use crate::api::gate::{self, Gate, Who, GROUP_DENIED};
 use crate::api::{Api, Context, Outcome};
 use crate::coordinator::GroupCoordinator;
+use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
 /// DESCRIBE, DELETE, READ as bits (everything allowed without an authorizer).

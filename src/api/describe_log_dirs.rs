@@ -11,10 +11,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::acl::Operation as Op;
 use crate::api::gate::{Gate, Who, CLUSTER_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
+use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
 pub async fn handle(broker: Arc<Broker>, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {

@@ -8,10 +8,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::acl::{Operation as Op, ResourceType as Res};
 use crate::api::gate::{self, Gate, Who, TXN_DENIED};
 use crate::api::{Api, Context, Outcome};
 use crate::coordinator::txn::TransactionCoordinator;
+use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
 pub fn handle(

@@ -25,11 +25,11 @@ use strata_metadata::command::ElectionType;
 use strata_metadata::ids::TopicId;
 use strata_metadata::{ApplyError, MetadataState, ProposeError};
 
-use crate::acl::Operation as Op;
 use crate::api::gate::{Gate, Who, CLUSTER_DENIED};
 use crate::api::{Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::controller::{ClusterControl, ClusterError};
+use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
 /// Elections of one request proposed at once.

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse, RequestKind, ResponseKind};
 use kafka_protocol::ResponseError;
 
-use crate::acl::{Operation as Op, ResourceType as Res};
 use crate::api::gate::{Gate, Who, TXN_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
 use crate::coordinator::txn::TransactionCoordinator;
+use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
 pub async fn handle(

@@ -23,11 +23,11 @@ use kafka_protocol::ResponseError;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::acl::Operation as Op;
 use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
 use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::{Broker, FollowerFetchError, Partition, Role, Topic};
 use crate::fetch_session::{FetchPosition, PartitionKey, SentState, SessionMode};
+use crate::security::acl::Operation as Op;
 use crate::services::Services;
 use crate::tiering::Tiering;
 

@@ -15,7 +15,6 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::acl::{Operation as Op, ResourceType as Res};
 use crate::api::gate::{self, Gate, Who, GROUP_DENIED, TXN_DENIED};
 use crate::api::{Api, Context, Outcome};
 use crate::broker::Broker;
@@ -23,6 +22,7 @@ use crate::controller::ClusterControl;
 use crate::coordinator::offsets_topic::partition_for;
 use crate::coordinator::txn::TRANSACTION_STATE_TOPIC;
 use crate::coordinator::{internal_topics, OFFSETS_TOPIC};
+use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
 const KEY_GROUP: i8 = 0;

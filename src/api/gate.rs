@@ -19,9 +19,9 @@ use kafka_protocol::ResponseError;
 use Operation::{Read, Write};
 use ResourceType::{Cluster, Group, Topic, TransactionalId};
 
-use crate::acl::{Operation, ResourceType, CLUSTER_NAME};
 use crate::api::Outcome;
 use crate::broker::Broker;
+use crate::security::acl::{Operation, ResourceType, CLUSTER_NAME};
 
 /// Applied to the handler's outcome to put back the refused resources.
 pub type Finish = Box<dyn FnOnce(Outcome) -> Outcome + Send>;

@@ -80,8 +80,8 @@ mod tests {
 
     #[tokio::test]
     async fn heartbeats_need_read_on_the_group() {
-        use crate::acl::{Operation as Op, ResourceType as Res};
         use crate::api::test_support::{allow, broker_with_acls, who};
+        use crate::security::acl::{Operation as Op, ResourceType as Res};
         let dir = tempfile::tempdir().unwrap();
         let broker = broker_with_acls(
             dir.path(),

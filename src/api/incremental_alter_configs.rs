@@ -12,13 +12,13 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::acl::Operation as Op;
 use crate::api::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use crate::api::gate::{self, Gate, Who};
 use crate::api::{blocking, Api, Context};
 use crate::broker::Broker;
 use crate::config::topic;
 use crate::config::value::Kind;
+use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
 const OP_SET: i8 = 0;

@@ -8,11 +8,11 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 
-use crate::acl::{Operation as Op, ResourceType as Res};
 use crate::api::gate::{Gate, Who, CLUSTER_DENIED, TXN_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::coordinator::txn::TransactionCoordinator;
+use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
 pub async fn handle(

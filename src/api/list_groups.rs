@@ -8,10 +8,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::acl::{Operation as Op, ResourceType as Res};
 use crate::api::gate::{self, Gate, Who};
 use crate::api::{Api, Context, Outcome};
 use crate::coordinator::GroupCoordinator;
+use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
 pub fn handle(
@@ -153,8 +153,8 @@ mod tests {
 #[cfg(test)]
 mod authorize_tests {
     use super::*;
-    use crate::acl::{Operation as Op, ResourceType as Res, CLUSTER_NAME};
     use crate::api::test_support::{allow, broker_with_acls, who};
+    use crate::security::acl::{Operation as Op, ResourceType as Res, CLUSTER_NAME};
 
     fn listed(names: &[&str]) -> Outcome {
         Outcome::respond(

@@ -12,10 +12,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 
-use crate::acl::{Operation as Op, ResourceType as Res};
 use crate::api::gate::{self, Gate, Who, CLUSTER_DENIED, TOPIC_DENIED};
 use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::{Broker, Topic};
+use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 use crate::tiering::Tiering;
 

@@ -13,10 +13,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::acl::Operation as Op;
 use crate::api::gate::{self, Gate, Who, CLUSTER_DENIED};
 use crate::api::{Api, Context, Outcome};
 use crate::controller::{reassign, ClusterControl};
+use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
 pub fn handle(

@@ -14,10 +14,10 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use crate::acl::{Operation as Op, ResourceType as Res, CLUSTER_NAME};
 use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
 use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::{validate_topic_name, Broker, Topic};
+use crate::security::acl::{Operation as Op, ResourceType as Res, CLUSTER_NAME};
 use crate::services::Services;
 
 /// Without an authorizer every operation is allowed: READ, WRITE, CREATE, DELETE, ALTER,

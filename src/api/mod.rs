@@ -236,8 +236,8 @@ impl Context {
     pub fn allowed(
         &self,
         broker: &Broker,
-        op: crate::acl::Operation,
-        resource_type: crate::acl::ResourceType,
+        op: crate::security::acl::Operation,
+        resource_type: crate::security::acl::ResourceType,
         name: &str,
     ) -> bool {
         broker.authorizer.authorize(

@@ -11,11 +11,11 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 
-use crate::acl::Operation as Op;
 use crate::api::gate::{self, Gate, Who, GROUP_DENIED, TOPIC_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::coordinator::GroupCoordinator;
+use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
 pub async fn handle(

@@ -10,10 +10,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 
-use crate::acl::{Operation as Op, ResourceType as Res};
 use crate::api::gate::{self, Gate, Who, GROUP_DENIED, TOPIC_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
 use crate::coordinator::GroupCoordinator;
+use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
 pub async fn handle(

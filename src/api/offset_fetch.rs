@@ -13,10 +13,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::acl::{Operation as Op, ResourceType as Res};
 use crate::api::gate::{self, Gate, Who, GROUP_DENIED, TOPIC_DENIED};
 use crate::api::{Api, Context, Outcome};
 use crate::coordinator::{Committed, GroupCoordinator};
+use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
 type Answer = Vec<((String, i32), Option<Committed>)>;

@@ -13,10 +13,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 
-use crate::acl::{Operation as Op, ResourceType as Res};
 use crate::api::gate::{self, Gate, Who, CLUSTER_DENIED, TOPIC_DENIED};
 use crate::api::{Api, Context, Outcome};
 use crate::broker::{Broker, Role};
+use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
 /// Runs on the blocking pool: it takes partition log locks, which an append may hold

@@ -21,11 +21,11 @@ use kafka_protocol::ResponseError;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::acl::{Operation as Op, ResourceType as Res};
 use crate::api::gate::{Gate, Who, TOPIC_DENIED, TXN_DENIED};
 use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::{Broker, Partition};
 use crate::coordinator::txn::TransactionCoordinator;
+use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
 pub async fn handle(
@@ -488,8 +488,8 @@ mod tests {
     use kafka_protocol::messages::{TopicName, TransactionalId};
 
     use super::*;
-    use crate::acl::{Operation as Op, ResourceType as Res};
     use crate::api::test_support::{allow, broker_with_acls, who};
+    use crate::security::acl::{Operation as Op, ResourceType as Res};
 
     fn produce(topics: &[&str], acks: i16, txn: Option<&str>) -> ProduceRequest {
         ProduceRequest::default()

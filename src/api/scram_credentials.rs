@@ -17,11 +17,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::acl::Operation as Op;
 use crate::api::gate::{self, Gate, Who, CLUSTER_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
-use crate::auth::scram::{self, Mechanism};
 use crate::broker::Broker;
+use crate::security::acl::Operation as Op;
+use crate::security::scram::{self, Mechanism};
 use crate::services::Services;
 
 const MAX_ITERATIONS: i32 = 16384;

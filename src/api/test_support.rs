@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::acl::{AclBinding, Operation, PatternType, Permission, ResourceType};
 use crate::api::gate::Who;
 use crate::api::Context;
 use crate::broker::Broker;
 use crate::config::BrokerConfig;
 use crate::coordinator::{GroupConfig, GroupCoordinator, LogEntry, LogWriteError, OffsetsLog};
+use crate::security::acl::{AclBinding, Operation, PatternType, Permission, ResourceType};
 
 /// An in-memory `__consumer_offsets`: the coordinator's real store, minus the broker.
 #[derive(Default)]

@@ -13,13 +13,13 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 
-use crate::acl::{Operation as Op, ResourceType as Res};
 use crate::api::add_offsets_to_txn::offsets_partition;
 use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::coordinator::txn::TransactionCoordinator;
 use crate::coordinator::{GroupCoordinator, OFFSETS_TOPIC};
+use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
 pub async fn handle(

@@ -12,12 +12,12 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 
-use crate::acl::Operation as Op;
 use crate::api::gate::{Gate, Who, CLUSTER_DENIED};
 use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::coordinator::offsets_log::await_replicated;
 use crate::coordinator::{GroupCoordinator, LogWriteError, OFFSETS_TOPIC};
+use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
 /// How long a marker waits for the in-sync replicas (Kafka: `request.timeout.ms`).

@@ -20,7 +20,7 @@ pub(super) struct MetadataFile {
     pub(super) scram_credentials: ScramStore,
     /// ACLs created with CreateAcls.
     #[serde(default)]
-    pub(super) acls: Vec<crate::acl::AclBinding>,
+    pub(super) acls: Vec<crate::security::acl::AclBinding>,
     /// Client quotas set with AlterClientQuotas (entity and values).
     #[serde(default)]
     pub(super) client_quotas: Vec<crate::quota::QuotaRecord>,
@@ -31,15 +31,15 @@ pub(super) struct MetadataFile {
 }
 
 /// user -> mechanism name -> credential, as the broker keeps them.
-pub type ScramStore = BTreeMap<String, BTreeMap<String, crate::auth::scram::Credential>>;
+pub type ScramStore = BTreeMap<String, BTreeMap<String, crate::security::scram::Credential>>;
 
 /// Adds or replaces a SCRAM credential in a data dir before the broker starts (`strata scram
 /// add`, like `kafka-storage format --add-scram`). Blocking.
 pub fn add_scram_credential_offline(
     config: &BrokerConfig,
     user: &str,
-    mechanism: crate::auth::scram::Mechanism,
-    credential: crate::auth::scram::Credential,
+    mechanism: crate::security::scram::Mechanism,
+    credential: crate::security::scram::Credential,
 ) -> io::Result<()> {
     let dir = &config.log_dirs[0];
     fs::create_dir_all(dir)?;

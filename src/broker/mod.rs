@@ -184,8 +184,8 @@ pub struct Broker {
     scram: RwLock<ScramStore>,
     /// Cluster mode: credentials added offline, until proposed to the quorum.
     scram_pending: Mutex<ScramStore>,
-    /// ACLs and the settings that decide with them (see [`crate::acl`]).
-    pub authorizer: crate::acl::Authorizer,
+    /// ACLs and the settings that decide with them (see [`crate::security::acl`]).
+    pub authorizer: crate::security::acl::Authorizer,
     /// Client quotas and connection limits.
     pub quotas: crate::quota::Quotas,
     /// The services told of leadership changes and deleted topics (see [`CatalogListener`]),
@@ -386,7 +386,7 @@ impl Broker {
             } else {
                 ScramStore::new()
             }),
-            authorizer: crate::acl::Authorizer::new(
+            authorizer: crate::security::acl::Authorizer::new(
                 config.security.authorizer_enabled,
                 config.security.super_users.iter().cloned(),
                 config.security.allow_everyone_if_no_acl_found,

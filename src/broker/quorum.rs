@@ -14,8 +14,8 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::{Broker, Topic, TopicError};
-use crate::acl::AclBinding;
-use crate::auth::scram::{Credential, Mechanism};
+use crate::security::acl::AclBinding;
+use crate::security::scram::{Credential, Mechanism};
 
 pub trait MetadataQuorum: Send + Sync {
     /// Whether the quorum knows a topic of this name.

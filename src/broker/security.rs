@@ -7,7 +7,7 @@ use super::*;
 /// The ACLs, credentials and quotas the quorum holds, decoded (cluster mode).
 #[derive(Debug, Default)]
 pub struct SecurityRecords {
-    pub acls: Vec<crate::acl::AclBinding>,
+    pub acls: Vec<crate::security::acl::AclBinding>,
     pub scram: ScramStore,
     pub quotas: Vec<crate::quota::QuotaRecord>,
 }
@@ -17,8 +17,8 @@ impl Broker {
     pub fn scram_credential(
         &self,
         user: &str,
-        mechanism: crate::auth::scram::Mechanism,
-    ) -> Option<crate::auth::scram::Credential> {
+        mechanism: crate::security::scram::Mechanism,
+    ) -> Option<crate::security::scram::Credential> {
         self.scram
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -28,7 +28,7 @@ impl Broker {
     }
 
     /// (user, [(mechanism, iterations)]) for DescribeUserScramCredentials.
-    pub fn scram_users(&self) -> Vec<(String, Vec<(crate::auth::scram::Mechanism, i32)>)> {
+    pub fn scram_users(&self) -> Vec<(String, Vec<(crate::security::scram::Mechanism, i32)>)> {
         self.scram
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -38,7 +38,8 @@ impl Broker {
                     u.clone(),
                     m.iter()
                         .filter_map(|(name, c)| {
-                            crate::auth::scram::Mechanism::parse(name).map(|m| (m, c.iterations))
+                            crate::security::scram::Mechanism::parse(name)
+                                .map(|m| (m, c.iterations))
                         })
                         .collect(),
                 )
@@ -51,8 +52,8 @@ impl Broker {
         &self,
         changes: Vec<(
             String,
-            crate::auth::scram::Mechanism,
-            Option<crate::auth::scram::Credential>,
+            crate::security::scram::Mechanism,
+            Option<crate::security::scram::Credential>,
         )>,
     ) -> io::Result<()> {
         if let Some(q) = self.quorum() {
@@ -121,7 +122,7 @@ impl Broker {
     }
 
     /// Adds ACLs and persists them; on failure nothing changes. Blocking.
-    pub fn create_acls(&self, new: &[crate::acl::AclBinding]) -> io::Result<()> {
+    pub fn create_acls(&self, new: &[crate::security::acl::AclBinding]) -> io::Result<()> {
         if let Some(q) = self.quorum() {
             return q.create_acls(new);
         }
@@ -139,15 +140,16 @@ impl Broker {
     /// deleted. On failure nothing changes. Blocking.
     pub fn delete_acls(
         &self,
-        filters: &[crate::acl::AclFilter],
-    ) -> io::Result<Vec<Vec<crate::acl::AclBinding>>> {
+        filters: &[crate::security::acl::AclFilter],
+    ) -> io::Result<Vec<Vec<crate::security::acl::AclBinding>>> {
         if let Some(q) = self.quorum() {
             let all = self.authorizer.acls();
-            let removed: Vec<Vec<crate::acl::AclBinding>> = filters
+            let removed: Vec<Vec<crate::security::acl::AclBinding>> = filters
                 .iter()
                 .map(|f| all.iter().filter(|a| f.matches(a)).cloned().collect())
                 .collect();
-            let gone: BTreeSet<&crate::acl::AclBinding> = removed.iter().flatten().collect();
+            let gone: BTreeSet<&crate::security::acl::AclBinding> =
+                removed.iter().flatten().collect();
             q.delete_acls(&gone.into_iter().collect::<Vec<_>>())?;
             return Ok(removed);
         }

@@ -54,7 +54,7 @@ fn scram_add(
             return ExitCode::from(2);
         }
     };
-    let Some(m) = strata::auth::scram::Mechanism::parse(mechanism) else {
+    let Some(m) = strata::security::scram::Mechanism::parse(mechanism) else {
         eprintln!("unknown mechanism {mechanism}: use SCRAM-SHA-256 or SCRAM-SHA-512");
         return ExitCode::from(2);
     };
@@ -62,7 +62,7 @@ fn scram_add(
         eprintln!("the user must not be empty and iterations must be in 4096..=16384");
         return ExitCode::from(2);
     }
-    let credential = strata::auth::scram::credential_for_password(m, password, iterations);
+    let credential = strata::security::scram::credential_for_password(m, password, iterations);
     match strata::broker::add_scram_credential_offline(&config, user, m, credential) {
         Ok(()) => {
             println!(

@@ -475,7 +475,7 @@ impl SecurityConfig {
                 ),
             ));
         }
-        let super_users = crate::acl::parse_super_users(&get("super.users"));
+        let super_users = crate::security::acl::parse_super_users(&get("super.users"));
         if let Some(bad) = super_users.iter().find(|u| !u.contains(':')) {
             return Err(invalid(
                 "super.users",

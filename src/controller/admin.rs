@@ -19,11 +19,11 @@ use strata_metadata::{Command, MetadataState};
 use uuid::Uuid;
 
 use super::{records, ClusterControl, ClusterError};
-use crate::acl::AclBinding;
-use crate::auth::scram::{Credential, Mechanism};
 use crate::broker::{Broker, MetadataQuorum, Topic, TopicError};
 use crate::coordinator::internal_topics::InternalTopicSpec;
 use crate::quota::QuotaRecord;
+use crate::security::acl::AclBinding;
+use crate::security::scram::{Credential, Mechanism};
 
 /// How long an admin request waits for a committed change to reach this broker.
 const SYNC_WAIT: Duration = Duration::from_secs(15);

@@ -23,9 +23,9 @@ use strata_metadata::command::RecordKind;
 use strata_metadata::{Command, MetadataState};
 
 use super::{ClusterControl, ClusterError};
-use crate::acl::AclBinding;
-use crate::auth::scram::Credential;
 use crate::quota::{EntityRecord, QuotaRecord};
+use crate::security::acl::AclBinding;
+use crate::security::scram::Credential;
 
 /// How long a write waits for its commit to reach this broker.
 const SYNC_WAIT: Duration = Duration::from_secs(15);

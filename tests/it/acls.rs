@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use kafka_protocol::messages::*;
-use strata::acl::{AclBinding, Operation, PatternType, Permission, ResourceType, CLUSTER_NAME};
+use strata::security::acl::{
+    AclBinding, Operation, PatternType, Permission, ResourceType, CLUSTER_NAME,
+};
 
 use crate::harness::*;
 

@@ -5,8 +5,8 @@
 
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::*;
-use strata::acl::{AclBinding, Operation, PatternType, Permission, ResourceType};
-use strata::auth::scram::Mechanism;
+use strata::security::acl::{AclBinding, Operation, PatternType, Permission, ResourceType};
+use strata::security::scram::Mechanism;
 
 use crate::cluster::{eventually, QuorumCluster};
 use crate::harness::*;
@@ -139,7 +139,7 @@ async fn acls_credentials_and_quotas_reach_every_broker_through_the_quorum() {
         &strata::config::BrokerConfig::build(&[pairs]).unwrap(),
         "offline",
         Mechanism::Sha512,
-        strata::auth::scram::credential_for_password(Mechanism::Sha512, "offline-pw", 4096),
+        strata::security::scram::credential_for_password(Mechanism::Sha512, "offline-pw", 4096),
     )
     .unwrap();
     c.broker_mut(3).resume().await;

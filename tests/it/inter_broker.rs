@@ -10,9 +10,9 @@ use kafka_protocol::messages::create_topics_request::{
     CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
 };
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, MetadataRequest};
-use strata::auth::scram::Mechanism;
 use strata::config::{InterBrokerSecurity, InterBrokerTls, SaslCredentials, SecurityProtocol};
 use strata::peer::{PeerConnection, PeerError, PeerSecurity};
+use strata::security::scram::Mechanism;
 
 use crate::cluster::{eventually, QuorumCluster};
 use crate::harness::*;

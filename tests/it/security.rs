@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use kafka_protocol::messages::*;
-use strata::auth::scram::{self, ClientExchange, Mechanism};
+use strata::security::scram::{self, ClientExchange, Mechanism};
 
 use crate::client::Client;
 use crate::harness::*;

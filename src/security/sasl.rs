@@ -1,4 +1,4 @@
-//! Authentication: TLS listeners ([`tls`]) and SASL (PLAIN, SCRAM-SHA-256/512) with Kafka's
+//! SASL authentication (PLAIN, SCRAM-SHA-256/512) with Kafka's
 //! SaslHandshake / SaslAuthenticate exchange, including re-authentication (KIP-368).
 //!
 //! A SASL listener accepts only ApiVersions, SaslHandshake and SaslAuthenticate until the
@@ -8,8 +8,7 @@
 //! lifetime and a connection that has not re-authenticated in time is closed at its next
 //! request.
 
-pub mod scram;
-pub mod tls;
+use super::scram;
 
 use std::time::{Duration, Instant};
 
