@@ -475,7 +475,7 @@ impl SecurityConfig {
                 ),
             ));
         }
-        let super_users = crate::security::acl::parse_super_users(&get("super.users"));
+        let super_users = parse_super_users(&get("super.users"));
         if let Some(bad) = super_users.iter().find(|u| !u.contains(':')) {
             return Err(invalid(
                 "super.users",
@@ -604,6 +604,16 @@ impl SecurityConfig {
         }
         Ok(out)
     }
+}
+
+/// Parses `super.users` (`User:alice;User:bob`).
+pub fn parse_super_users(value: &str) -> Vec<String> {
+    value
+        .split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 #[cfg(test)]

@@ -589,16 +589,6 @@ impl Authorizer {
     }
 }
 
-/// Parses `super.users` (`User:alice;User:bob`).
-pub fn parse_super_users(value: &str) -> Vec<String> {
-    value
-        .split(';')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
