@@ -372,6 +372,47 @@ mod tests {
         );
     }
 
+    #[test]
+    fn index_files_hold_big_endian_entries_relative_to_the_base() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("00000000000000000100.index");
+        let mut idx = OffsetIndex::open(&p, 100, 1024).unwrap();
+        idx.append(101, 0x0102_0304).unwrap();
+        idx.append(356, 70_000).unwrap();
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            [0, 0, 0, 1, 1, 2, 3, 4, 0, 0, 1, 0, 0, 1, 0x11, 0x70]
+        );
+        let t = dir.path().join("00000000000000000100.timeindex");
+        let mut tidx = TimeIndex::open(&t, 100, 1024).unwrap();
+        tidx.maybe_append(0x0102_0304_0506_0708, 101).unwrap();
+        assert_eq!(
+            std::fs::read(&t).unwrap(),
+            [1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 1]
+        );
+    }
+
+    #[test]
+    fn a_corrupt_time_index_is_reported_not_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.timeindex");
+        let entry = |ts: i64, rel: u32| {
+            let mut e = ts.to_be_bytes().to_vec();
+            e.extend_from_slice(&rel.to_be_bytes());
+            e
+        };
+        // Equal timestamps and offsets load (they do not go backwards) ...
+        std::fs::write(&p, [entry(5, 1), entry(5, 1), entry(7, 2)].concat()).unwrap();
+        assert_eq!(TimeIndex::open(&p, 0, 1024).unwrap().len(), 3);
+        // ... a timestamp or an offset that goes backwards does not, nor a torn entry.
+        std::fs::write(&p, [entry(5, 1), entry(4, 2)].concat()).unwrap();
+        assert!(TimeIndex::open(&p, 0, 1024).is_err());
+        std::fs::write(&p, [entry(5, 2), entry(6, 1)].concat()).unwrap();
+        assert!(TimeIndex::open(&p, 0, 1024).is_err());
+        std::fs::write(&p, [entry(5, 1), vec![0]].concat()).unwrap();
+        assert!(TimeIndex::open(&p, 0, 1024).is_err());
+    }
+
     proptest! {
         #[test]
         fn lookup_returns_the_greatest_entry_not_above_the_target(
