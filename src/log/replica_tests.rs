@@ -3,9 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::Compression;
 
 use super::batch::tests::encode_batch;
+use super::batch::BatchIter;
 use super::*;
 
 fn open(dir: &Path, overrides: &[(&str, &str)]) -> Log {

@@ -3,6 +3,7 @@
 //! offset, and a rollback that fails itself takes the log offline until a repair.
 
 use std::collections::BTreeMap;
+use std::fs;
 
 use kafka_protocol::records::Compression;
 

@@ -2,7 +2,9 @@
 //! transaction index, and their recovery after a restart or a crash.
 
 use std::collections::BTreeMap;
+use std::fs;
 
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
