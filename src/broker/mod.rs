@@ -445,7 +445,8 @@ impl Broker {
                 let log = Log::open(&dir, config.clone(), opts)
                     .map_err(|e| anyhow::anyhow!("cannot open log {}: {e}", dir.display()))?;
                 write_partition_metadata(&dir, id)?;
-                let partition = Partition::new(&rec.name, id, p, log, &self.config);
+                let partition =
+                    Partition::new(&rec.name, id, p, log, &self.config, self.listeners.clone());
                 if let Some(&hw) = checkpoints.high_watermarks.get(&key) {
                     partition
                         .checkpointed_high_watermark
@@ -765,7 +766,14 @@ impl Broker {
             },
         )?;
         write_partition_metadata(&dir, id)?;
-        Ok(Partition::new(topic, id, p, log, &self.config))
+        Ok(Partition::new(
+            topic,
+            id,
+            p,
+            log,
+            &self.config,
+            self.listeners.clone(),
+        ))
     }
 
     /// Deletes a topic and its data (in cluster mode: on every broker, through the quorum).

@@ -37,6 +37,10 @@ pub struct Partition {
     log_end_offset: AtomicI64,
     log_start_offset: AtomicI64,
     last_stable_offset: AtomicI64,
+    /// The end of the newest sealed segment announced to the listeners as committed (below
+    /// the last stable offset), for remote-storage topics.
+    announced_sealed_end: AtomicI64,
+    listeners: Arc<super::listener::Listeners>,
 }
 
 const ROLE_LEADER: u8 = 0;
@@ -75,6 +79,7 @@ impl Partition {
         index: i32,
         log: Log,
         config: &BrokerConfig,
+        listeners: Arc<super::listener::Listeners>,
     ) -> Partition {
         let epoch = log.latest_epoch().unwrap_or(0).max(0);
         let local_id = config.node_id;
@@ -101,8 +106,10 @@ impl Partition {
             log_end_offset: AtomicI64::new(log.log_end_offset()),
             log_start_offset: AtomicI64::new(log.log_start_offset()),
             last_stable_offset: AtomicI64::new(log.last_stable_offset()),
+            announced_sealed_end: AtomicI64::new(-1),
             log: Mutex::new(log),
             waiters: Mutex::new(Vec::new()),
+            listeners,
         }
     }
 
@@ -138,6 +145,28 @@ impl Partition {
             .store(log.high_watermark(), Ordering::Release);
         self.last_stable_offset
             .store(log.last_stable_offset(), Ordering::Release);
+        self.announce_committed_segment(log);
+    }
+
+    /// Tiered storage uploads a sealed segment once all of it is below the last stable
+    /// offset: tell the listeners when that first holds for a segment (after a roll, or when
+    /// the high watermark or last stable offset passes the active segment's base).
+    fn announce_committed_segment(&self, log: &Log) {
+        if !log.config().remote_storage_enable {
+            return;
+        }
+        let sealed_end = log.active_segment_base_offset();
+        if sealed_end <= log.log_start_offset() || sealed_end > log.last_stable_offset() {
+            return;
+        }
+        if self
+            .announced_sealed_end
+            .fetch_max(sealed_end, Ordering::AcqRel)
+            < sealed_end
+        {
+            self.listeners
+                .each(|l| l.segment_committed(&self.topic, self.index));
+        }
     }
 
     pub fn leader_epoch(&self) -> i32 {

@@ -29,7 +29,7 @@ fn open(dir: &Path, overrides: &[(&str, &str)]) -> Log {
 }
 
 fn now() -> i64 {
-    crate::broker::now_ms()
+    crate::clock::now_ms()
 }
 
 /// Every stored byte from `from` to the log end.

@@ -21,6 +21,11 @@ impl Log {
         *self.segments.keys().next_back().unwrap_or(&0)
     }
 
+    /// The base offset of the active segment: every offset below it is in a sealed one.
+    pub fn active_segment_base_offset(&self) -> i64 {
+        self.active_base()
+    }
+
     /// The first offset held locally (the log start offset without remote storage).
     pub fn local_start_offset(&self) -> i64 {
         self.segments

@@ -21,7 +21,7 @@ fn config(overrides: &[(&str, &str)]) -> TopicConfig {
 }
 
 fn now() -> i64 {
-    crate::broker::now_ms()
+    crate::clock::now_ms()
 }
 
 fn open(dir: &Path, cfg: TopicConfig, clean: bool) -> Log {

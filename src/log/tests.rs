@@ -33,7 +33,7 @@ fn open(dir: &Path, cfg: TopicConfig, clean: bool) -> Log {
 }
 
 fn now() -> i64 {
-    crate::broker::now_ms()
+    crate::clock::now_ms()
 }
 
 fn append(log: &mut Log, values: &[&[u8]]) -> AppendInfo {

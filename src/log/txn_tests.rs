@@ -23,7 +23,7 @@ fn open(dir: &Path, clean: bool) -> Log {
             clean_shutdown: clean,
             recovery_point: None,
             log_start_offset: None,
-            now_ms: crate::broker::now_ms(),
+            now_ms: crate::clock::now_ms(),
         },
     )
     .unwrap()
@@ -31,7 +31,7 @@ fn open(dir: &Path, clean: bool) -> Log {
 
 /// A transactional batch of `n` records for producer `pid` starting at sequence `seq`.
 fn txn_batch(pid: i64, seq: i32, n: usize) -> Vec<u8> {
-    let now = crate::broker::now_ms();
+    let now = crate::clock::now_ms();
     let records: Vec<Record> = (0..n)
         .map(|i| Record {
             transactional: true,
@@ -64,7 +64,7 @@ fn txn_batch(pid: i64, seq: i32, n: usize) -> Vec<u8> {
 
 fn append(log: &mut Log, bytes: &[u8]) -> i64 {
     let info = log
-        .append_as_leader(bytes, 0, crate::broker::now_ms())
+        .append_as_leader(bytes, 0, crate::clock::now_ms())
         .unwrap();
     let leo = log.log_end_offset();
     log.update_high_watermark(leo);
@@ -73,7 +73,7 @@ fn append(log: &mut Log, bytes: &[u8]) -> i64 {
 
 fn marker(log: &mut Log, pid: i64, commit: bool) -> i64 {
     let o = log
-        .append_txn_marker(pid, 0, 0, commit, 0, crate::broker::now_ms())
+        .append_txn_marker(pid, 0, 0, commit, 0, crate::clock::now_ms())
         .unwrap();
     let leo = log.log_end_offset();
     log.update_high_watermark(leo);
@@ -141,7 +141,7 @@ fn aborted_transactions_survive_restarts_and_crashes() {
     append(&mut log, &txn_batch(8, 0, 2));
     marker(&mut log, 7, false);
     append(&mut log, &txn_batch(9, 0, 1)); // stays open
-    log.close(crate::broker::now_ms()).unwrap();
+    log.close(crate::clock::now_ms()).unwrap();
     drop(log);
     let log = open(dir.path(), true);
     assert_eq!(log.aborted_transactions(0, 100).len(), 1);

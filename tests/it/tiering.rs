@@ -635,3 +635,22 @@ async fn a_compacted_tiered_topic_keeps_its_compacted_state_in_the_bucket() {
     assert!(latest.values().all(|v| v == "round-39"), "{latest:?}");
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_sealed_segment_is_uploaded_without_waiting_for_the_timer() {
+    // The timer's first pass runs at start-up, before the topic exists; the next one is an
+    // hour away. Only the partition's events can bring the upload.
+    let mut settings = tiered_broker_settings();
+    settings[0] = ("remote.log.manager.task.interval.ms", "3600000");
+    let b = TestBroker::start_with(&settings).await;
+    let mut c = b.client().await;
+    create_tiered_topic(&mut c).await;
+    let end = produce_batches(&mut c, 40).await;
+    wait_until("a segment uploaded on its commit event", || {
+        !remote_objects(b.dir.path()).is_empty()
+    })
+    .await;
+    // Every acknowledged record is still readable, exactly once and in order.
+    let offsets = read_all(&mut c, end).await;
+    assert_eq!(offsets, (0..end).collect::<Vec<_>>());
+}
