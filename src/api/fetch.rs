@@ -415,7 +415,6 @@ fn read_pass(
     record_follower_position: bool,
     tiered: bool,
 ) -> Pass {
-    let read_committed = params.read_committed;
     let mut pass = Pass {
         topics: Vec::with_capacity(wanted.len()),
         bytes: 0,
@@ -439,186 +438,22 @@ fn read_pass(
         };
         let mut partitions = Vec::with_capacity(w.partitions.len());
         for &(index, pos) in &w.partitions {
-            let fetch_offset = pos.fetch_offset;
-            let partition_max_bytes = pos.partition_max_bytes;
-            let current_leader_epoch = pos.current_leader_epoch;
-            let Some(p) = topic
-                .as_ref()
-                .and_then(|t| t.partitions.get(usize::try_from(index).ok()?))
-                .cloned()
-            else {
-                pass.answer_now = true;
-                partitions.push(partition_response(index, missing));
-                continue;
-            };
-            if current_leader_epoch >= 0 && current_leader_epoch != p.leader_epoch() {
-                pass.answer_now = true;
-                let e = if current_leader_epoch > p.leader_epoch() {
-                    ResponseError::UnknownLeaderEpoch
-                } else {
-                    ResponseError::FencedLeaderEpoch
-                };
-                partitions.push(partition_response(index, e));
-                continue;
-            }
-            let role = p.role();
-            if role == Role::None || (params.only_from_leader() && role != Role::Leader) {
-                pass.answer_now = true;
-                let (data, leader) = not_leader(&p, index);
-                pass.leaders.extend(leader);
-                partitions.push(data);
-                continue;
-            }
-            let offsets = p.offsets();
-            // The common case needs no epoch lookup: the fetcher is in the leader's epoch.
-            let in_current_epoch = role == Role::Leader
-                && pos.last_fetched_epoch == p.leader_epoch()
-                && fetch_offset <= offsets.log_end_offset;
-            if pos.last_fetched_epoch >= 0 && !in_current_epoch {
-                match diverging_epoch(&p, pos.last_fetched_epoch, fetch_offset, offsets) {
-                    Ok(None) => {}
-                    Ok(Some(diverging)) => {
-                        pass.answer_now = true;
-                        partitions.push(
-                            PartitionData::default()
-                                .with_partition_index(index)
-                                .with_high_watermark(offsets.high_watermark)
-                                .with_last_stable_offset(offsets.last_stable_offset)
-                                .with_log_start_offset(offsets.log_start_offset)
-                                .with_diverging_epoch(diverging)
-                                .with_aborted_transactions(read_committed.then(Vec::new))
-                                .with_records(Some(Bytes::new())),
-                        );
-                        continue;
-                    }
-                    Err(code) => {
-                        pass.answer_now = true;
-                        broker.metrics.record_error(1, code.code());
-                        partitions.push(
-                            partition_response(index, code)
-                                .with_high_watermark(offsets.high_watermark)
-                                .with_last_stable_offset(offsets.last_stable_offset)
-                                .with_log_start_offset(offsets.log_start_offset),
-                        );
-                        continue;
-                    }
-                }
-            }
-            let limit = (partition_max_bytes.max(0) as usize).min(remaining);
-            let min_one = pass.bytes == 0;
-            // Followers read up to the log end; read_committed consumers stop at the last
-            // stable offset, others at the high watermark.
-            let max_offset = if params.is_follower() {
-                offsets.log_end_offset
-            } else if read_committed {
-                offsets.last_stable_offset
-            } else {
-                offsets.high_watermark
-            };
-            let records = match p
-                .read(fetch_offset, limit, max_offset, min_one)
-                .and_then(|s| match s {
-                    Some(slice) => slice.read().map_err(Into::into),
-                    None => Ok(Bytes::new()),
-                }) {
-                Ok(r) => r,
-                // A follower below the leader's local log start does not copy the remote
-                // log through the leader: it rebuilds its state from remote storage and
-                // starts at the local log start (KIP-405, OFFSET_MOVED_TO_TIERED_STORAGE).
-                Err(crate::log::ReadError::Remote { .. }) if params.is_follower() => {
-                    pass.answer_now = true;
-                    let code = ResponseError::OffsetMovedToTieredStorage;
-                    broker.metrics.record_error(1, code.code());
-                    partitions.push(
-                        partition_response(index, code)
-                            .with_high_watermark(offsets.high_watermark)
-                            .with_last_stable_offset(offsets.last_stable_offset)
-                            .with_log_start_offset(offsets.log_start_offset),
-                    );
-                    continue;
-                }
-                Err(crate::log::ReadError::Remote { .. }) if tiered => {
-                    if pass.remote.is_none() {
-                        if let Some(t) = &topic {
-                            pass.remote = Some(RemoteRead {
-                                topic_slot: pass.topics.len(),
-                                partition_slot: partitions.len(),
-                                topic: t.clone(),
-                                partition: index,
-                                offset: fetch_offset,
-                                max_bytes: limit,
-                                min_one,
-                                read_committed,
-                            });
-                        }
-                    }
-                    Bytes::new()
-                }
-                Err(e) => {
-                    pass.answer_now = true;
-                    let code = errors::read_error(&e);
-                    if code == ResponseError::KafkaStorageError {
-                        tracing::error!(topic = %p.topic, partition = index, error = %e, "fetch read failed");
-                    }
-                    broker.metrics.record_error(1, code.code());
-                    partitions.push(
-                        partition_response(index, code)
-                            .with_high_watermark(offsets.high_watermark)
-                            .with_last_stable_offset(offsets.last_stable_offset)
-                            .with_log_start_offset(offsets.log_start_offset),
-                    );
-                    continue;
-                }
-            };
-            if params.is_follower() && record_follower_position {
-                match p.update_follower_fetch_state(
-                    params.replica_id,
-                    fetch_offset,
-                    pos.log_start_offset,
-                    offsets.log_end_offset,
-                    crate::clock::now_ms(),
-                ) {
-                    Ok(Some(expansion)) => broker.replication().propose(p.clone(), expansion),
-                    Ok(None) => {}
-                    Err(FollowerFetchError::NotLeaderOrFollower) => {
-                        pass.answer_now = true;
-                        let (data, leader) = not_leader(&p, index);
-                        pass.leaders.extend(leader);
-                        partitions.push(data);
-                        continue;
-                    }
-                }
-            }
-            remaining = remaining.saturating_sub(records.len());
-            pass.bytes += records.len();
-            pass.watched
-                .push((p.clone(), offsets.high_watermark, offsets.log_end_offset));
-            let aborted = if !read_committed {
-                None
-            } else if records.is_empty() {
-                Some(Vec::new())
-            } else {
-                Some(
-                    p.aborted_transactions(fetch_offset, max_offset)
-                        .into_iter()
-                        .map(|t| {
-                            AbortedTransaction::default()
-                                .with_producer_id(t.producer_id.into())
-                                .with_first_offset(t.first_offset)
-                        })
-                        .collect(),
-                )
-            };
-            partitions.push(
-                PartitionData::default()
-                    .with_partition_index(index)
-                    .with_high_watermark(offsets.high_watermark)
-                    .with_last_stable_offset(offsets.last_stable_offset)
-                    .with_log_start_offset(offsets.log_start_offset)
-                    .with_aborted_transactions(aborted)
-                    .with_preferred_read_replica((-1).into())
-                    .with_records(Some(records)),
+            let slot = (pass.topics.len(), partitions.len());
+            let data = read_partition(
+                broker,
+                topic.as_ref(),
+                missing,
+                (index, pos),
+                slot,
+                &mut remaining,
+                &mut pass,
+                PassParams {
+                    params,
+                    record_follower_position,
+                    tiered,
+                },
             );
+            partitions.push(data);
         }
         pass.topics.push(
             FetchableTopicResponse::default()
@@ -628,6 +463,199 @@ fn read_pass(
         );
     }
     pass
+}
+
+/// How one read pass runs: the request's parameters, whether this pass records a follower's
+/// fetch position, and whether remote reads are possible.
+#[derive(Clone, Copy)]
+struct PassParams {
+    params: FetchParams,
+    record_follower_position: bool,
+    tiered: bool,
+}
+
+/// Reads one partition of a pass within `remaining` bytes: its answer (records, an error, a
+/// diverging epoch or NOT_LEADER_OR_FOLLOWER), recording in `pass` what the request as a
+/// whole needs (bytes read, partitions to watch, leaders to name, a remote read). `slot` is
+/// where the answer goes: its (topic, partition) index in the response.
+#[allow(clippy::too_many_arguments)]
+fn read_partition(
+    broker: &Broker,
+    topic: Option<&Arc<Topic>>,
+    missing: ResponseError,
+    (index, pos): (i32, FetchPosition),
+    (topic_slot, partition_slot): (usize, usize),
+    remaining: &mut usize,
+    pass: &mut Pass,
+    PassParams {
+        params,
+        record_follower_position,
+        tiered,
+    }: PassParams,
+) -> PartitionData {
+    let read_committed = params.read_committed;
+    let fetch_offset = pos.fetch_offset;
+    let partition_max_bytes = pos.partition_max_bytes;
+    let current_leader_epoch = pos.current_leader_epoch;
+    let Some(p) = topic
+        .and_then(|t| t.partitions.get(usize::try_from(index).ok()?))
+        .cloned()
+    else {
+        pass.answer_now = true;
+        return partition_response(index, missing);
+    };
+    if current_leader_epoch >= 0 && current_leader_epoch != p.leader_epoch() {
+        pass.answer_now = true;
+        let e = if current_leader_epoch > p.leader_epoch() {
+            ResponseError::UnknownLeaderEpoch
+        } else {
+            ResponseError::FencedLeaderEpoch
+        };
+        return partition_response(index, e);
+    }
+    let role = p.role();
+    if role == Role::None || (params.only_from_leader() && role != Role::Leader) {
+        pass.answer_now = true;
+        let (data, leader) = not_leader(&p, index);
+        pass.leaders.extend(leader);
+        return data;
+    }
+    let offsets = p.offsets();
+    // The common case needs no epoch lookup: the fetcher is in the leader's epoch.
+    let in_current_epoch = role == Role::Leader
+        && pos.last_fetched_epoch == p.leader_epoch()
+        && fetch_offset <= offsets.log_end_offset;
+    if pos.last_fetched_epoch >= 0 && !in_current_epoch {
+        match diverging_epoch(&p, pos.last_fetched_epoch, fetch_offset, offsets) {
+            Ok(None) => {}
+            Ok(Some(diverging)) => {
+                pass.answer_now = true;
+                return PartitionData::default()
+                    .with_partition_index(index)
+                    .with_high_watermark(offsets.high_watermark)
+                    .with_last_stable_offset(offsets.last_stable_offset)
+                    .with_log_start_offset(offsets.log_start_offset)
+                    .with_diverging_epoch(diverging)
+                    .with_aborted_transactions(read_committed.then(Vec::new))
+                    .with_records(Some(Bytes::new()));
+            }
+            Err(code) => {
+                pass.answer_now = true;
+                broker.metrics.record_error(1, code.code());
+                return partition_response(index, code)
+                    .with_high_watermark(offsets.high_watermark)
+                    .with_last_stable_offset(offsets.last_stable_offset)
+                    .with_log_start_offset(offsets.log_start_offset);
+            }
+        }
+    }
+    let limit = (partition_max_bytes.max(0) as usize).min(*remaining);
+    let min_one = pass.bytes == 0;
+    // Followers read up to the log end; read_committed consumers stop at the last
+    // stable offset, others at the high watermark.
+    let max_offset = if params.is_follower() {
+        offsets.log_end_offset
+    } else if read_committed {
+        offsets.last_stable_offset
+    } else {
+        offsets.high_watermark
+    };
+    let records = match p
+        .read(fetch_offset, limit, max_offset, min_one)
+        .and_then(|s| match s {
+            Some(slice) => slice.read().map_err(Into::into),
+            None => Ok(Bytes::new()),
+        }) {
+        Ok(r) => r,
+        // A follower below the leader's local log start does not copy the remote
+        // log through the leader: it rebuilds its state from remote storage and
+        // starts at the local log start (KIP-405, OFFSET_MOVED_TO_TIERED_STORAGE).
+        Err(crate::log::ReadError::Remote { .. }) if params.is_follower() => {
+            pass.answer_now = true;
+            let code = ResponseError::OffsetMovedToTieredStorage;
+            broker.metrics.record_error(1, code.code());
+            return partition_response(index, code)
+                .with_high_watermark(offsets.high_watermark)
+                .with_last_stable_offset(offsets.last_stable_offset)
+                .with_log_start_offset(offsets.log_start_offset);
+        }
+        Err(crate::log::ReadError::Remote { .. }) if tiered => {
+            if pass.remote.is_none() {
+                if let Some(t) = topic {
+                    pass.remote = Some(RemoteRead {
+                        topic_slot,
+                        partition_slot,
+                        topic: t.clone(),
+                        partition: index,
+                        offset: fetch_offset,
+                        max_bytes: limit,
+                        min_one,
+                        read_committed,
+                    });
+                }
+            }
+            Bytes::new()
+        }
+        Err(e) => {
+            pass.answer_now = true;
+            let code = errors::read_error(&e);
+            if code == ResponseError::KafkaStorageError {
+                tracing::error!(topic = %p.topic, partition = index, error = %e, "fetch read failed");
+            }
+            broker.metrics.record_error(1, code.code());
+            return partition_response(index, code)
+                .with_high_watermark(offsets.high_watermark)
+                .with_last_stable_offset(offsets.last_stable_offset)
+                .with_log_start_offset(offsets.log_start_offset);
+        }
+    };
+    if params.is_follower() && record_follower_position {
+        match p.update_follower_fetch_state(
+            params.replica_id,
+            fetch_offset,
+            pos.log_start_offset,
+            offsets.log_end_offset,
+            crate::clock::now_ms(),
+        ) {
+            Ok(Some(expansion)) => broker.replication().propose(p.clone(), expansion),
+            Ok(None) => {}
+            Err(FollowerFetchError::NotLeaderOrFollower) => {
+                pass.answer_now = true;
+                let (data, leader) = not_leader(&p, index);
+                pass.leaders.extend(leader);
+                return data;
+            }
+        }
+    }
+    *remaining = remaining.saturating_sub(records.len());
+    pass.bytes += records.len();
+    pass.watched
+        .push((p.clone(), offsets.high_watermark, offsets.log_end_offset));
+    let aborted = if !read_committed {
+        None
+    } else if records.is_empty() {
+        Some(Vec::new())
+    } else {
+        Some(
+            p.aborted_transactions(fetch_offset, max_offset)
+                .into_iter()
+                .map(|t| {
+                    AbortedTransaction::default()
+                        .with_producer_id(t.producer_id.into())
+                        .with_first_offset(t.first_offset)
+                })
+                .collect(),
+        )
+    };
+
+    PartitionData::default()
+        .with_partition_index(index)
+        .with_high_watermark(offsets.high_watermark)
+        .with_last_stable_offset(offsets.last_stable_offset)
+        .with_log_start_offset(offsets.log_start_offset)
+        .with_aborted_transactions(aborted)
+        .with_preferred_read_replica((-1).into())
+        .with_records(Some(records))
 }
 
 /// Fetch: READ on each topic; followers also need CLUSTER_ACTION.
