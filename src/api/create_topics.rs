@@ -80,69 +80,12 @@ fn create(
             ));
             continue;
         }
-        // Cluster mode: the client's explicit replicas, checked against the registered brokers.
-        let mut assigned: Option<Vec<Vec<i32>>> = None;
-        let (partitions, rf) = if !t.assignments.is_empty() {
-            if t.num_partitions != -1 || t.replication_factor != -1 {
-                out.push(fail(ResponseError::InvalidRequest, "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into()));
+        let (partitions, rf, assigned) = match layout(broker, cluster, &t) {
+            Ok(l) => l,
+            Err((code, message)) => {
+                out.push(fail(code, message));
                 continue;
             }
-            if let Some(c) = cluster {
-                let in_order = t
-                    .assignments
-                    .iter()
-                    .enumerate()
-                    .all(|(i, a)| a.partition_index == i as i32);
-                let replicas: Vec<Vec<i32>> = t
-                    .assignments
-                    .iter()
-                    .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
-                    .collect();
-                let checked = if in_order {
-                    crate::controller::admin::check_assignments(c, &replicas)
-                } else {
-                    Err("Partitions must be assigned in order, from 0.".into())
-                };
-                if let Err(reason) = checked {
-                    out.push(fail(ResponseError::InvalidReplicaAssignment, reason));
-                    continue;
-                }
-                assigned = Some(replicas);
-            }
-            let me = broker.config.node_id;
-            let bad = t.assignments.iter().enumerate().find(|(i, a)| {
-                assigned.is_none()
-                    && (a.partition_index != *i as i32
-                        || a.broker_ids.iter().any(|b| b.0 != me)
-                        || a.broker_ids.is_empty())
-            });
-            if let Some((_, a)) = bad {
-                out.push(fail(
-                    ResponseError::InvalidReplicaAssignment,
-                    format!(
-                        "Invalid replica assignment for partition {}: only broker {me} exists.",
-                        a.partition_index
-                    ),
-                ));
-                continue;
-            }
-            (
-                t.assignments.len() as i32,
-                t.assignments[0].broker_ids.len() as i16,
-            )
-        } else {
-            (
-                if t.num_partitions == -1 {
-                    broker.config.num_partitions
-                } else {
-                    t.num_partitions
-                },
-                if t.replication_factor == -1 {
-                    broker.config.default_replication_factor
-                } else {
-                    t.replication_factor
-                },
-            )
         };
         let result = if req.validate_only {
             broker
@@ -247,4 +190,75 @@ impl Api for CreateTopics {
     async fn handle(s: &Services, _ctx: &Context, r: CreateTopicsRequest, version: i16) -> Outcome {
         Outcome::respond(handle(s.broker.clone(), s.cluster.as_ref(), r, version).await)
     }
+}
+
+/// A topic's partition count and replication factor, from its explicit replica assignments
+/// or its counts (-1: the broker's defaults). In cluster mode explicit replicas are checked
+/// against the registered brokers and returned; a single node accepts only itself.
+fn layout(
+    broker: &Broker,
+    cluster: Option<&Arc<ClusterControl>>,
+    t: &kafka_protocol::messages::create_topics_request::CreatableTopic,
+) -> Result<(i32, i16, Option<Vec<Vec<i32>>>), (ResponseError, String)> {
+    let mut assigned: Option<Vec<Vec<i32>>> = None;
+    if !t.assignments.is_empty() {
+        if t.num_partitions != -1 || t.replication_factor != -1 {
+            return Err((ResponseError::InvalidRequest, "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into()));
+        }
+        if let Some(c) = cluster {
+            let in_order = t
+                .assignments
+                .iter()
+                .enumerate()
+                .all(|(i, a)| a.partition_index == i as i32);
+            let replicas: Vec<Vec<i32>> = t
+                .assignments
+                .iter()
+                .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
+                .collect();
+            let checked = if in_order {
+                crate::controller::admin::check_assignments(c, &replicas)
+            } else {
+                Err("Partitions must be assigned in order, from 0.".into())
+            };
+            if let Err(reason) = checked {
+                return Err((ResponseError::InvalidReplicaAssignment, reason));
+            }
+            assigned = Some(replicas);
+        }
+        let me = broker.config.node_id;
+        let bad = t.assignments.iter().enumerate().find(|(i, a)| {
+            assigned.is_none()
+                && (a.partition_index != *i as i32
+                    || a.broker_ids.iter().any(|b| b.0 != me)
+                    || a.broker_ids.is_empty())
+        });
+        if let Some((_, a)) = bad {
+            return Err((
+                ResponseError::InvalidReplicaAssignment,
+                format!(
+                    "Invalid replica assignment for partition {}: only broker {me} exists.",
+                    a.partition_index
+                ),
+            ));
+        }
+        return Ok((
+            t.assignments.len() as i32,
+            t.assignments[0].broker_ids.len() as i16,
+            assigned,
+        ));
+    }
+    Ok((
+        if t.num_partitions == -1 {
+            broker.config.num_partitions
+        } else {
+            t.num_partitions
+        },
+        if t.replication_factor == -1 {
+            broker.config.default_replication_factor
+        } else {
+            t.replication_factor
+        },
+        None,
+    ))
 }
