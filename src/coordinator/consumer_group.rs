@@ -189,78 +189,7 @@ impl ConsumerState {
         };
         let mut changed = false;
         if req.member_epoch == 0 {
-            // A (re)joining member; a static member takes over its previous incarnation.
-            let mut taken_over = false;
-            if let Some(instance) = &req.instance_id {
-                let old = self
-                    .members
-                    .values()
-                    .find(|m| {
-                        m.instance_id.as_deref() == Some(instance.as_str())
-                            && m.member_id != member_id
-                    })
-                    .map(|m| m.member_id.clone());
-                if let Some(old) = old {
-                    let released = self
-                        .members
-                        .get(&old)
-                        .is_some_and(|m| m.member_epoch == STATIC_LEAVE_EPOCH);
-                    if !released {
-                        // The previous incarnation is still a live member.
-                        return Err(ResponseError::UnreleasedInstanceId);
-                    }
-                    // Take over its place: same assignment and target, no new group epoch.
-                    if let Some(mut prev) = self.members.shift_remove(&old) {
-                        let target = self.target.remove(&old).unwrap_or_default();
-                        prev.member_id = member_id.clone();
-                        prev.member_epoch = self.assignment_epoch;
-                        prev.previous_member_epoch = -1;
-                        prev.client_id = req.client_id.clone();
-                        prev.client_host = req.client_host.clone();
-                        prev.session_deadline = now + session_timeout;
-                        prev.last_sent = None;
-                        prev.pending_revocation.clear();
-                        prev.revocation_deadline = None;
-                        self.members.insert(member_id.clone(), prev);
-                        self.target.insert(member_id.clone(), target);
-                        taken_over = true;
-                    }
-                }
-            }
-            let subscribed = req.subscribed_topics.clone().unwrap_or_default();
-            match self.members.get_mut(&member_id) {
-                Some(_) if taken_over => {}
-                Some(m) => {
-                    // Rejoin after a fence: start over.
-                    m.assigned.clear();
-                    m.pending_revocation.clear();
-                    m.member_epoch = 0;
-                    m.last_sent = None;
-                }
-                None => {
-                    self.members.insert(
-                        member_id.clone(),
-                        ConsumerMember {
-                            member_id: member_id.clone(),
-                            instance_id: req.instance_id.clone(),
-                            rack_id: req.rack_id.clone(),
-                            client_id: req.client_id.clone(),
-                            client_host: req.client_host.clone(),
-                            member_epoch: 0,
-                            previous_member_epoch: -1,
-                            rebalance_timeout: req.rebalance_timeout,
-                            subscribed_topics: subscribed,
-                            server_assignor: req.server_assignor.clone(),
-                            assigned: Assignment::new(),
-                            pending_revocation: Assignment::new(),
-                            revocation_deadline: None,
-                            session_deadline: now + session_timeout,
-                            last_sent: None,
-                        },
-                    );
-                    changed = true;
-                }
-            }
+            changed |= self.join(&req, &member_id, session_timeout, now)?;
         } else {
             let m = self
                 .members
@@ -322,6 +251,92 @@ impl ConsumerState {
             member_epoch: m.member_epoch,
             assignment,
         })
+    }
+
+    /// A member (re)joining with epoch 0; a static member takes over its previous
+    /// incarnation's place (same assignment and target, no new group epoch) once that one has
+    /// left temporarily. Returns whether the group's membership changed.
+    fn join(
+        &mut self,
+        req: &HeartbeatIn,
+        member_id: &str,
+        session_timeout: Duration,
+        now: Instant,
+    ) -> Result<bool, ResponseError> {
+        let member_id = member_id.to_string();
+        // A (re)joining member; a static member takes over its previous incarnation.
+        let mut taken_over = false;
+        if let Some(instance) = &req.instance_id {
+            let old = self
+                .members
+                .values()
+                .find(|m| {
+                    m.instance_id.as_deref() == Some(instance.as_str()) && m.member_id != member_id
+                })
+                .map(|m| m.member_id.clone());
+            if let Some(old) = old {
+                let released = self
+                    .members
+                    .get(&old)
+                    .is_some_and(|m| m.member_epoch == STATIC_LEAVE_EPOCH);
+                if !released {
+                    // The previous incarnation is still a live member.
+                    return Err(ResponseError::UnreleasedInstanceId);
+                }
+                // Take over its place: same assignment and target, no new group epoch.
+                if let Some(mut prev) = self.members.shift_remove(&old) {
+                    let target = self.target.remove(&old).unwrap_or_default();
+                    prev.member_id = member_id.clone();
+                    prev.member_epoch = self.assignment_epoch;
+                    prev.previous_member_epoch = -1;
+                    prev.client_id = req.client_id.clone();
+                    prev.client_host = req.client_host.clone();
+                    prev.session_deadline = now + session_timeout;
+                    prev.last_sent = None;
+                    prev.pending_revocation.clear();
+                    prev.revocation_deadline = None;
+                    self.members.insert(member_id.clone(), prev);
+                    self.target.insert(member_id.clone(), target);
+                    taken_over = true;
+                }
+            }
+        }
+        let subscribed = req.subscribed_topics.clone().unwrap_or_default();
+        let changed = match self.members.get_mut(&member_id) {
+            Some(_) if taken_over => false,
+            Some(m) => {
+                // Rejoin after a fence: start over.
+                m.assigned.clear();
+                m.pending_revocation.clear();
+                m.member_epoch = 0;
+                m.last_sent = None;
+                false
+            }
+            None => {
+                self.members.insert(
+                    member_id.clone(),
+                    ConsumerMember {
+                        member_id: member_id.clone(),
+                        instance_id: req.instance_id.clone(),
+                        rack_id: req.rack_id.clone(),
+                        client_id: req.client_id.clone(),
+                        client_host: req.client_host.clone(),
+                        member_epoch: 0,
+                        previous_member_epoch: -1,
+                        rebalance_timeout: req.rebalance_timeout,
+                        subscribed_topics: subscribed,
+                        server_assignor: req.server_assignor.clone(),
+                        assigned: Assignment::new(),
+                        pending_revocation: Assignment::new(),
+                        revocation_deadline: None,
+                        session_deadline: now + session_timeout,
+                        last_sent: None,
+                    },
+                );
+                true
+            }
+        };
+        Ok(changed)
     }
 
     fn subscription_metadata(&self, topics: TopicResolver<'_>) -> Vec<(String, Uuid, i32)> {
