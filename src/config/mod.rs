@@ -751,23 +751,7 @@ impl BrokerConfig {
                 explicit.insert(k.clone(), v.clone());
             }
         }
-        // Validate every explicit key.
-        for (k, v) in &explicit {
-            if let Some(d) = BROKER_CONFIGS.iter().find(|d| d.name == k) {
-                value::check(k, d.kind, v).map_err(|e| invalid(k, v, e))?;
-            } else if let Some(d) = topic::TOPIC_CONFIGS.iter().find(|d| d.broker_synonym == k) {
-                topic::validate(d.name, v).map_err(|e| match e {
-                    topic::TopicConfigError::Invalid { reason, .. } => invalid(k, v, reason),
-                    other => invalid(k, v, other),
-                })?;
-            } else if k.starts_with("listener.name.") {
-                // Per-listener settings (ssl.*, sasl.*): read by SecurityConfig::build.
-            } else if k.starts_with("strata.") {
-                return Err(ConfigError::UnknownStrataKey(k.clone()));
-            } else if !IGNORED_KAFKA_KEYS.contains(&k.as_str()) {
-                tracing::warn!(key = %k, "unknown setting ignored");
-            }
-        }
+        validate_explicit(&explicit)?;
         let get = |k: &str| -> String {
             explicit
                 .get(k)
@@ -782,38 +766,7 @@ impl BrokerConfig {
         };
         let long = |k: &str| value::parse_long(k, &get(k)).map_err(|e| invalid(k, &get(k), e));
 
-        // Topic defaults from log.* synonyms, with Kafka's hours/minutes fallbacks.
-        let mut topic_defaults = BrokerDefaults::new();
-        for d in topic::TOPIC_CONFIGS {
-            if let Some(v) = explicit.get(d.broker_synonym) {
-                topic_defaults.insert(
-                    d.broker_synonym.to_string(),
-                    (v.clone(), ConfigSource::StaticBroker),
-                );
-            }
-        }
-        if !explicit.contains_key("log.retention.ms") {
-            let ms = if explicit.contains_key("log.retention.minutes") {
-                Some(long("log.retention.minutes")? * 60_000)
-            } else if explicit.contains_key("log.retention.hours") {
-                Some(long("log.retention.hours")? * 3_600_000)
-            } else {
-                None
-            };
-            if let Some(ms) = ms {
-                topic_defaults.insert(
-                    "log.retention.ms".into(),
-                    (ms.to_string(), ConfigSource::StaticBroker),
-                );
-            }
-        }
-        if !explicit.contains_key("log.roll.ms") && explicit.contains_key("log.roll.hours") {
-            let ms = long("log.roll.hours")? * 3_600_000;
-            topic_defaults.insert(
-                "log.roll.ms".into(),
-                (ms.to_string(), ConfigSource::StaticBroker),
-            );
-        }
+        let topic_defaults = static_topic_defaults(&explicit, &long)?;
 
         let node_id = {
             let broker_id = long("broker.id")?;
@@ -832,72 +785,7 @@ impl BrokerConfig {
             ));
         }
 
-        let protocol_map = parse_protocol_map(&get("listener.security.protocol.map"))?;
-        let listener_specs = get("listeners");
-        let mut advertised: BTreeMap<String, (String, u16)> = BTreeMap::new();
-        for spec in get("advertised.listeners")
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-        {
-            let (n, h, p) = parse_listener("advertised.listeners", spec)?;
-            advertised.insert(n, (h, p));
-        }
-        let mut listeners: Vec<Listener> = Vec::new();
-        let mut controller_listener: Option<(String, u16)> = None;
-        for spec in listener_specs
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-        {
-            let (name, host, port) = parse_listener("listeners", spec)?;
-            if controller_listener_names(&get("controller.listener.names")).contains(&name) {
-                // KRaft controller listeners: not Kafka protocol. In cluster mode the first
-                // one is where the metadata quorum's RPC binds.
-                if controller_listener.is_none() {
-                    controller_listener = Some((host, port));
-                }
-                continue;
-            }
-            if listeners.iter().any(|l| l.name == name) {
-                return Err(invalid("listeners", spec, "listener names must be unique"));
-            }
-            let security = match protocol_map.get(&name) {
-                Some(p) => *p,
-                None => SecurityProtocol::parse(&name).ok_or_else(|| {
-                    invalid(
-                        "listener.security.protocol.map",
-                        &get("listener.security.protocol.map"),
-                        format!("no security protocol for listener {name}"),
-                    )
-                })?,
-            };
-            let bind_host = if host.is_empty() {
-                "0.0.0.0".to_string()
-            } else {
-                host.clone()
-            };
-            let bind = (bind_host.as_str(), port)
-                .to_socket_addrs()
-                .map_err(|e| invalid("listeners", spec, e))?
-                .next()
-                .ok_or_else(|| invalid("listeners", spec, "host does not resolve"))?;
-            let (advertised_host, advertised_port) = match advertised.get(&name) {
-                Some((h, p)) => (h.clone(), *p),
-                None if host.is_empty() || host == "0.0.0.0" => ("127.0.0.1".to_string(), port),
-                None => (host, port),
-            };
-            listeners.push(Listener {
-                name,
-                security,
-                bind,
-                advertised_host,
-                advertised_port,
-            });
-        }
-        if listeners.is_empty() {
-            return Err(invalid("listeners", &listener_specs, "no listener"));
-        }
+        let (listeners, controller_listener) = parse_listeners(&get)?;
         let security = SecurityConfig::build(&explicit, &get, &listeners)?;
 
         let admin = get("strata.admin.listener");
@@ -1088,6 +976,145 @@ impl BrokerConfig {
         }
         out
     }
+}
+
+/// Checks every explicitly set key: a broker setting or a topic default's `log.*` synonym must
+/// hold a valid value; an unknown `strata.*` key is an error (a typo would silently do
+/// nothing); Kafka settings Strata does not use are logged and ignored.
+fn validate_explicit(explicit: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+    for (k, v) in explicit {
+        if let Some(d) = BROKER_CONFIGS.iter().find(|d| d.name == k) {
+            value::check(k, d.kind, v).map_err(|e| invalid(k, v, e))?;
+        } else if let Some(d) = topic::TOPIC_CONFIGS.iter().find(|d| d.broker_synonym == k) {
+            topic::validate(d.name, v).map_err(|e| match e {
+                topic::TopicConfigError::Invalid { reason, .. } => invalid(k, v, reason),
+                other => invalid(k, v, other),
+            })?;
+        } else if k.starts_with("listener.name.") {
+            // Per-listener settings (ssl.*, sasl.*): read by SecurityConfig::build.
+        } else if k.starts_with("strata.") {
+            return Err(ConfigError::UnknownStrataKey(k.clone()));
+        } else if !IGNORED_KAFKA_KEYS.contains(&k.as_str()) {
+            tracing::warn!(key = %k, "unknown setting ignored");
+        }
+    }
+    Ok(())
+}
+
+/// Topic defaults from the `log.*` synonyms set in the file, with Kafka's hours and minutes
+/// fallbacks for `log.retention.ms` and `log.roll.ms`.
+fn static_topic_defaults(
+    explicit: &BTreeMap<String, String>,
+    long: &dyn Fn(&str) -> Result<i64, ConfigError>,
+) -> Result<BrokerDefaults, ConfigError> {
+    let mut topic_defaults = BrokerDefaults::new();
+    for d in topic::TOPIC_CONFIGS {
+        if let Some(v) = explicit.get(d.broker_synonym) {
+            topic_defaults.insert(
+                d.broker_synonym.to_string(),
+                (v.clone(), ConfigSource::StaticBroker),
+            );
+        }
+    }
+    if !explicit.contains_key("log.retention.ms") {
+        let ms = if explicit.contains_key("log.retention.minutes") {
+            Some(long("log.retention.minutes")? * 60_000)
+        } else if explicit.contains_key("log.retention.hours") {
+            Some(long("log.retention.hours")? * 3_600_000)
+        } else {
+            None
+        };
+        if let Some(ms) = ms {
+            topic_defaults.insert(
+                "log.retention.ms".into(),
+                (ms.to_string(), ConfigSource::StaticBroker),
+            );
+        }
+    }
+    if !explicit.contains_key("log.roll.ms") && explicit.contains_key("log.roll.hours") {
+        let ms = long("log.roll.hours")? * 3_600_000;
+        topic_defaults.insert(
+            "log.roll.ms".into(),
+            (ms.to_string(), ConfigSource::StaticBroker),
+        );
+    }
+    Ok(topic_defaults)
+}
+
+/// The Kafka listeners (`listeners`, `advertised.listeners`,
+/// `listener.security.protocol.map`) and the first KRaft controller listener, where the
+/// metadata quorum's RPC binds in cluster mode.
+#[allow(clippy::type_complexity)]
+fn parse_listeners(
+    get: &dyn Fn(&str) -> String,
+) -> Result<(Vec<Listener>, Option<(String, u16)>), ConfigError> {
+    let protocol_map = parse_protocol_map(&get("listener.security.protocol.map"))?;
+    let listener_specs = get("listeners");
+    let mut advertised: BTreeMap<String, (String, u16)> = BTreeMap::new();
+    for spec in get("advertised.listeners")
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        let (n, h, p) = parse_listener("advertised.listeners", spec)?;
+        advertised.insert(n, (h, p));
+    }
+    let mut listeners: Vec<Listener> = Vec::new();
+    let mut controller_listener: Option<(String, u16)> = None;
+    for spec in listener_specs
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        let (name, host, port) = parse_listener("listeners", spec)?;
+        if controller_listener_names(&get("controller.listener.names")).contains(&name) {
+            // KRaft controller listeners: not Kafka protocol. In cluster mode the first
+            // one is where the metadata quorum's RPC binds.
+            if controller_listener.is_none() {
+                controller_listener = Some((host, port));
+            }
+            continue;
+        }
+        if listeners.iter().any(|l| l.name == name) {
+            return Err(invalid("listeners", spec, "listener names must be unique"));
+        }
+        let security = match protocol_map.get(&name) {
+            Some(p) => *p,
+            None => SecurityProtocol::parse(&name).ok_or_else(|| {
+                invalid(
+                    "listener.security.protocol.map",
+                    &get("listener.security.protocol.map"),
+                    format!("no security protocol for listener {name}"),
+                )
+            })?,
+        };
+        let bind_host = if host.is_empty() {
+            "0.0.0.0".to_string()
+        } else {
+            host.clone()
+        };
+        let bind = (bind_host.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| invalid("listeners", spec, e))?
+            .next()
+            .ok_or_else(|| invalid("listeners", spec, "host does not resolve"))?;
+        let (advertised_host, advertised_port) = match advertised.get(&name) {
+            Some((h, p)) => (h.clone(), *p),
+            None if host.is_empty() || host == "0.0.0.0" => ("127.0.0.1".to_string(), port),
+            None => (host, port),
+        };
+        listeners.push(Listener {
+            name,
+            security,
+            bind,
+            advertised_host,
+            advertised_port,
+        });
+    }
+    if listeners.is_empty() {
+        return Err(invalid("listeners", &listener_specs, "no listener"));
+    }
+    Ok((listeners, controller_listener))
 }
 
 #[cfg(test)]
