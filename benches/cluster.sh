@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Replicated produce and leadership recovery (issue 8): a 3-broker Strata cluster against a
+# Replicated produce and leadership recovery: a 3-broker Strata cluster against a
 # 3-broker reference Apache Kafka cluster (KRaft, every node broker+controller, a static
 # 3-voter quorum), on 127.0.0.1, with the same settings and the same tools. Per target:
 #   1. start the three brokers, each with an empty data dir

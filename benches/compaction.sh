@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Log compaction benchmark (issue 6): cleaning MB/s and produce throughput while cleaning runs,
+# Log compaction benchmark: cleaning MB/s and produce throughput while cleaning runs,
 # on the same keyed data set for Strata (release build) and the reference Apache Kafka
 # (scripts/kafka-ref.sh), in one run. Each target runs on a freshly started broker with an
 # empty data dir and the same cleaner settings: log.cleaner.threads=1, the default

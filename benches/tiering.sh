@@ -23,7 +23,7 @@
 #      a new group (warm cache); the broker's VmRSS / RssAnon are sampled every 200 ms.
 #   6. print a table: upload MB/s, consume MB/s, requests per GiB uploaded / read (deltas of
 #      strata_remote_requests_total{topic="bench-tiered"}), peak RSS next to the cache sizes,
-#      with the targets of issue 5.
+#      with the targets set for tiered reads.
 # All three consumes use Kafka's ConsumerPerformance (from the Java classpath, as
 # benches/compare.sh) with the same settings; MB/s is its MB.sec (record bytes / wall time,
 # group join included) and fetch-only MB/s its fetch.MB.sec.

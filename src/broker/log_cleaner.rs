@@ -15,8 +15,9 @@
 //!
 //! State: the first dirty offset of each partition, persisted per log dir in Kafka's
 //! `cleaner-offset-checkpoint` (written after every completed pass, after the groups it
-//! committed, so it only moves over durable work). Remote-storage topics are not cleaned yet
-//! (compacted snapshots in object storage are a separate piece of work).
+//! committed, so it only moves over durable work). On a remote-storage topic only what the
+//! bucket already holds is cleaned (up to the remote end), and tiering then replaces whole
+//! remote segments with the compacted snapshot.
 //!
 //! Errors: a failed pass is logged once. I/O errors are retried after the backoff; a corrupt
 //! batch, a too small offset map or a half-done swap mark the partition uncleanable until the
