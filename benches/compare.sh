@@ -269,7 +269,7 @@ run_row_loadgen() {
   if [[ $status == ok ]]; then
     c0="$(cpu_seconds "$CUR_PID")"
     if run_tool "$dir/producer.out" "$LOADGEN" produce "${common[@]}" --record-size "$RECORD_SIZE" \
-        --acks "$acks" --compression "$COMPRESSION" --inflight "${BENCH_LOADGEN_INFLIGHT:-5}" \
+        --acks "${acks/all/-1}" --compression "$COMPRESSION" --inflight "${BENCH_LOADGEN_INFLIGHT:-5}" \
         --batch-bytes "${BENCH_LOADGEN_BATCH_BYTES:-16384}"; then
       prod="$(cat "$dir/producer.out")"; echo "$prod"
     else
