@@ -2,9 +2,7 @@
 //! `__consumer_offsets`, and a broker with an authorizer and ACLs.
 
 use std::collections::BTreeMap;
-use std::io;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -12,70 +10,14 @@ use crate::api::gate::Who;
 use crate::api::Context;
 use crate::broker::Broker;
 use crate::config::BrokerConfig;
-use crate::coordinator::{GroupConfig, GroupCoordinator, LogEntry, LogWriteError, OffsetsLog};
+use crate::coordinator::test_support::{test_config, MemoryLog};
+use crate::coordinator::GroupCoordinator;
 use crate::security::acl::{AclBinding, Operation, PatternType, Permission, ResourceType};
-
-/// An in-memory `__consumer_offsets`: the coordinator's real store, minus the broker.
-#[derive(Default)]
-pub struct MemoryLog(Mutex<Vec<LogEntry>>);
-
-impl OffsetsLog for MemoryLog {
-    fn append(
-        &self,
-        _group: &str,
-        records: Vec<(Bytes, Option<Bytes>)>,
-    ) -> Result<(), LogWriteError> {
-        let mut log = self.0.lock().expect("log lock");
-        log.extend(
-            records
-                .into_iter()
-                .map(|(key, value)| LogEntry::Record { key, value }),
-        );
-        Ok(())
-    }
-
-    fn append_transactional(
-        &self,
-        _group: &str,
-        producer_id: i64,
-        _producer_epoch: i16,
-        records: Vec<(Bytes, Option<Bytes>)>,
-    ) -> Result<i32, LogWriteError> {
-        let mut log = self.0.lock().expect("log lock");
-        log.extend(
-            records
-                .into_iter()
-                .map(|(key, value)| LogEntry::Transactional {
-                    partition: 0,
-                    producer_id,
-                    key,
-                    value,
-                }),
-        );
-        Ok(0)
-    }
-
-    fn replay(&self) -> io::Result<Vec<LogEntry>> {
-        Ok(self.0.lock().expect("log lock").clone())
-    }
-
-    fn resolve_topic(&self, _name: &str) -> Option<(uuid::Uuid, i32)> {
-        None
-    }
-}
 
 /// A group coordinator that owns every group, with no initial rebalance delay.
 pub fn groups() -> Arc<GroupCoordinator> {
     Arc::new(GroupCoordinator::new(
-        GroupConfig {
-            initial_rebalance_delay: Duration::ZERO,
-            min_session_timeout: Duration::from_millis(1),
-            max_session_timeout: Duration::from_secs(600),
-            offsets_retention: Duration::from_secs(3600),
-            offset_metadata_max_bytes: 4096,
-            consumer_session_timeout: Duration::from_secs(45),
-            consumer_heartbeat_interval: Duration::from_secs(5),
-        },
+        test_config(),
         Arc::new(MemoryLog::default()),
     ))
 }

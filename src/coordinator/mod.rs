@@ -12,6 +12,8 @@ pub mod internal_topics;
 pub mod offsets_log;
 pub mod offsets_topic;
 pub mod ownership;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod txn;
 
 pub use group_coordinator::{

@@ -1,65 +1,8 @@
 use super::*;
-
-/// An in-memory `__consumer_offsets`: the coordinator's real store, minus the broker.
-#[derive(Default)]
-struct MemoryLog(Mutex<Vec<LogEntry>>);
-
-impl OffsetsLog for MemoryLog {
-    fn append(
-        &self,
-        _group: &str,
-        records: Vec<(Bytes, Option<Bytes>)>,
-    ) -> Result<(), LogWriteError> {
-        self.0.lock().unwrap().extend(
-            records
-                .into_iter()
-                .map(|(key, value)| LogEntry::Record { key, value }),
-        );
-        Ok(())
-    }
-    fn append_transactional(
-        &self,
-        _group: &str,
-        producer_id: i64,
-        _producer_epoch: i16,
-        records: Vec<(Bytes, Option<Bytes>)>,
-    ) -> Result<i32, LogWriteError> {
-        self.0
-            .lock()
-            .unwrap()
-            .extend(
-                records
-                    .into_iter()
-                    .map(|(key, value)| LogEntry::Transactional {
-                        partition: 0,
-                        producer_id,
-                        key,
-                        value,
-                    }),
-            );
-        Ok(0)
-    }
-    fn replay(&self) -> io::Result<Vec<LogEntry>> {
-        Ok(self.0.lock().unwrap().clone())
-    }
-    fn resolve_topic(&self, _name: &str) -> Option<(uuid::Uuid, i32)> {
-        None
-    }
-}
+use crate::coordinator::test_support::{test_config, MemoryLog};
 
 fn coordinator(log: Arc<MemoryLog>) -> GroupCoordinator {
-    GroupCoordinator::new(
-        GroupConfig {
-            initial_rebalance_delay: Duration::ZERO,
-            min_session_timeout: Duration::from_millis(1),
-            max_session_timeout: Duration::from_secs(600),
-            offsets_retention: Duration::from_secs(3600),
-            offset_metadata_max_bytes: 4096,
-            consumer_session_timeout: Duration::from_secs(45),
-            consumer_heartbeat_interval: Duration::from_secs(5),
-        },
-        log,
-    )
+    GroupCoordinator::new(test_config(), log)
 }
 
 #[test]
