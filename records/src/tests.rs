@@ -342,6 +342,25 @@ fn batch_header_rules_are_kafkas() {
 }
 
 #[test]
+fn a_client_base_offset_at_the_top_of_the_range_does_not_overflow() {
+    // The broker assigns offsets: the client's base offset only appears in messages, where
+    // Kafka's `lastOffset` wraps as Java's long arithmetic does.
+    let mut b = simple(3, Compression::None);
+    b[..8].copy_from_slice(&i64::MAX.to_be_bytes());
+    check(&b).expect("valid whatever the client's base offset");
+    b[LAST_OFFSET_DELTA..LAST_OFFSET_DELTA + 4].copy_from_slice(&1i32.to_be_bytes());
+    rewrite_crc(&mut b);
+    assert_invalid_record(
+        &b,
+        &format!(
+            "Inconsistent batch offset range [{}, {}] and count of records 3",
+            i64::MAX,
+            i64::MIN
+        ),
+    );
+}
+
+#[test]
 fn offset_deltas_must_count_from_zero() {
     let base = simple(1, Compression::None);
     let mut records = raw_record(0, Some(b"a"), b"1", None);

@@ -105,7 +105,9 @@ fn invalid(message: String) -> ValidateError {
 
 /// Kafka's `validateBatch` for a client's v2 batch.
 fn validate_batch(h: &BatchHeader, tp: &str) -> Result<(), ValidateError> {
-    let last = i64::from(h.last_offset_delta) + h.base_offset;
+    // The client's base offset is only named in messages (the broker assigns offsets); Kafka's
+    // `lastOffset` wraps there, as Java's long arithmetic does.
+    let last = h.base_offset.wrapping_add(i64::from(h.last_offset_delta));
     let count_from_offsets = i64::from(h.last_offset_delta) + 1;
     if count_from_offsets <= 0 {
         return Err(invalid(format!(

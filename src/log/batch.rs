@@ -132,8 +132,11 @@ impl BatchHeader {
         LOG_OVERHEAD + self.batch_length as usize
     }
 
+    /// `base_offset + last_offset_delta`, wrapping as Kafka's `lastOffset` does: a header read
+    /// from the network or a damaged file must not overflow (the offset checks refuse it).
     pub fn last_offset(&self) -> i64 {
-        self.base_offset + self.last_offset_delta as i64
+        self.base_offset
+            .wrapping_add(i64::from(self.last_offset_delta))
     }
 
     pub fn codec(&self) -> Result<Codec, BatchError> {
