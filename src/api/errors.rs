@@ -1,50 +1,10 @@
-//! The one place where internal errors become Kafka error codes.
+//! Where the errors of the broker's catalog and services become Kafka error codes. The log's
+//! errors name their own codes (`AppendError::code`, `ReadError::code`), as Kafka's storage
+//! exceptions do, so the broker's read and append paths answer with them directly.
 
 use kafka_protocol::ResponseError;
 
 use crate::broker::TopicError;
-use crate::log::producer_state::ProducerError;
-use crate::log::{AppendError, ReadError};
-
-pub fn append_error(e: &AppendError) -> ResponseError {
-    match e {
-        AppendError::Corrupt(_) => ResponseError::CorruptMessage,
-        AppendError::Records(e) => match e.kafka_error() {
-            strata_records::KafkaError::CorruptMessage => ResponseError::CorruptMessage,
-            strata_records::KafkaError::InvalidRecord => ResponseError::InvalidRecord,
-            strata_records::KafkaError::InvalidTimestamp => ResponseError::InvalidTimestamp,
-        },
-        AppendError::RecordErrors {
-            invalid_timestamp: true,
-            ..
-        } => ResponseError::InvalidTimestamp,
-        AppendError::InvalidRecord(_) | AppendError::RecordErrors { .. } => {
-            ResponseError::InvalidRecord
-        }
-        AppendError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
-        AppendError::InvalidTimestamp { .. } => ResponseError::InvalidTimestamp,
-        AppendError::Producer(ProducerError::InvalidProducerEpoch { .. }) => {
-            ResponseError::InvalidProducerEpoch
-        }
-        AppendError::Producer(ProducerError::OutOfOrderSequence { .. }) => {
-            ResponseError::OutOfOrderSequenceNumber
-        }
-        AppendError::Producer(ProducerError::CoordinatorFenced { .. }) => {
-            ResponseError::TransactionCoordinatorFenced
-        }
-        AppendError::NotLeaderOrFollower => ResponseError::NotLeaderOrFollower,
-        AppendError::UnexpectedOffset { .. } => ResponseError::UnknownServerError,
-        AppendError::Io(_) => ResponseError::KafkaStorageError,
-    }
-}
-
-pub fn read_error(e: &ReadError) -> ResponseError {
-    match e {
-        ReadError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
-        ReadError::Io(_) => ResponseError::KafkaStorageError,
-        ReadError::Remote { .. } => ResponseError::OffsetOutOfRange,
-    }
-}
 
 pub fn topic_error(e: &TopicError) -> ResponseError {
     match e {

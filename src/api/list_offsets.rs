@@ -13,7 +13,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use crate::api::gate::{self, Gate, Who, CLUSTER_DENIED, TOPIC_DENIED};
-use crate::api::{blocking, errors, Api, Context, Outcome};
+use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::{Broker, Topic};
 use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
@@ -172,7 +172,7 @@ fn list(
                     Ok(None) => found(-1, -1, -1),
                     Err(e) => {
                         tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "max timestamp lookup failed");
-                        answer(p.partition_index, errors::read_error(&e.into()))
+                        answer(p.partition_index, crate::log::ReadError::from(e).code())
                     }
                 },
                 ts if ts >= 0 => match partition.with_log(|l| {
@@ -195,7 +195,7 @@ fn list(
                     Ok(None) => found(-1, -1, -1),
                     Err(e) => {
                         tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "timestamp lookup failed");
-                        answer(p.partition_index, errors::read_error(&e.into()))
+                        answer(p.partition_index, crate::log::ReadError::from(e).code())
                     }
                 },
                 _ => answer(p.partition_index, ResponseError::InvalidRequest),

@@ -5,7 +5,6 @@
 //! request's timeout (REQUEST_TIMED_OUT). A broker that does not lead the partition answers
 //! NOT_LEADER_OR_FOLLOWER with the current leader (KIP-951).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,12 +17,12 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use tokio::sync::Notify;
-use tokio::time::Instant;
 
 use crate::api::gate::{Gate, Who, TOPIC_DENIED, TXN_DENIED};
-use crate::api::{blocking, errors, Api, Context, Outcome};
-use crate::broker::{Broker, Partition};
+use crate::api::{blocking, Api, Context, Outcome};
+use crate::broker::{
+    AppendParams, AppendResult, AppendTopic, Broker, Partition, PartitionAppend, TopicRef,
+};
 use crate::coordinator::txn::TransactionCoordinator;
 use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
@@ -35,38 +34,78 @@ pub async fn handle(
     req: ProduceRequest,
     version: i16,
 ) -> super::Outcome {
-    let acks = req.acks;
+    let params = AppendParams {
+        acks: req.acks,
+        // Only the broker writes internal topics; Kafka lets its own admin client through.
+        internal_topics_allowed: ctx.client_id == "__admin_client",
+    };
     let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
+    let transactional_id = req.transactional_id.as_ref().map(|t| t.0.to_string());
+    // The request's topics, in its order: the response names them as the request did.
+    let names: Vec<_> = req
+        .topic_data
+        .iter()
+        .map(|t| (t.name.clone(), t.topic_id))
+        .collect();
+    let topics: Vec<AppendTopic> = req
+        .topic_data
+        .into_iter()
+        .map(|t| AppendTopic {
+            topic: TopicRef::new(&t.name.0, t.topic_id),
+            partitions: t
+                .partition_data
+                .into_iter()
+                .map(|p| (p.index, p.records.unwrap_or_default()))
+                .collect(),
+        })
+        .collect();
     let b = broker.clone();
     let t = txns.clone();
-    // Only the broker writes internal topics; Kafka lets its own admin client through.
-    let may_write_internal = ctx.client_id == "__admin_client";
-    let result = blocking(move || append_all(&b, &t, req, version, may_write_internal)).await;
-    let Appended {
-        mut responses,
-        awaiting,
-        leaders,
-    } = match result {
+    let appended = blocking(move || {
+        let verify = |p: &Partition, records: &[u8]| {
+            verify_transactional(&b, &t, transactional_id.as_deref(), records, p, version)
+        };
+        b.append_records(topics, params, verify)
+    })
+    .await;
+    let mut appended = match appended {
         Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, "produce task failed");
-            Appended::default()
+            AppendResult::default()
         }
     };
-    if acks == -1 && !awaiting.is_empty() {
-        await_replication(&mut responses, awaiting, timeout).await;
+    if params.acks == -1 {
+        appended.await_replication(timeout).await;
     }
-    if acks == 0 {
-        let failed = responses
+    if params.acks == 0 {
+        let failed = appended
+            .topics
             .iter()
-            .flat_map(|t| &t.partition_responses)
-            .any(|p| p.error_code != 0);
+            .flatten()
+            .any(|(_, a)| !matches!(a, PartitionAppend::Appended { error: None, .. }));
         return if failed {
             super::Outcome::Close("an acks=0 produce failed")
         } else {
             super::Outcome::NoResponse
         };
     }
+    let mut leaders = Vec::new();
+    let responses = names
+        .into_iter()
+        .zip(appended.topics)
+        .map(|((name, topic_id), partitions)| {
+            TopicProduceResponse::default()
+                .with_name(name)
+                .with_topic_id(topic_id)
+                .with_partition_responses(
+                    partitions
+                        .into_iter()
+                        .map(|(index, append)| partition_response(index, append, &mut leaders))
+                        .collect(),
+                )
+        })
+        .collect();
     let node_endpoints = node_endpoints(&broker, leaders, ctx.listener);
     super::Outcome::Respond(Box::new(kafka_protocol::messages::ResponseKind::Produce(
         ProduceResponse::default()
@@ -75,72 +114,46 @@ pub async fn handle(
     )))
 }
 
-/// An acks=all append waiting for the ISR: where its answer is, and the offset the high
-/// watermark must reach.
-struct Awaiting {
-    topic_slot: usize,
-    partition_slot: usize,
-    partition: Arc<Partition>,
-    required_offset: i64,
-    min_insync_replicas: i32,
-}
-
-#[derive(Default)]
-struct Appended {
-    responses: Vec<TopicProduceResponse>,
-    awaiting: Vec<Awaiting>,
-    /// Leaders named in NOT_LEADER_OR_FOLLOWER answers.
-    leaders: Vec<i32>,
-}
-
-/// Kafka's DelayedProduce: waits until every append is replicated to the ISR (woken by high
-/// watermark moves), fails one whose partition lost leadership or whose ISR shrank below
-/// min.insync.replicas, and times the rest out.
-async fn await_replication(
-    responses: &mut [TopicProduceResponse],
-    mut awaiting: Vec<Awaiting>,
-    timeout: Duration,
-) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let notify = Arc::new(Notify::new());
-        for a in &awaiting {
-            a.partition.add_waiter(notify.clone());
+/// One partition's answer; the leader a NOT_LEADER_OR_FOLLOWER names goes to `leaders`.
+fn partition_response(
+    index: i32,
+    append: PartitionAppend,
+    leaders: &mut Vec<i32>,
+) -> PartitionProduceResponse {
+    match append {
+        PartitionAppend::Appended {
+            base_offset,
+            log_append_time,
+            log_start_offset,
+            error,
+        } => PartitionProduceResponse::default()
+            .with_index(index)
+            .with_error_code(error.map_or(0, |e| e.code()))
+            .with_base_offset(base_offset)
+            .with_log_append_time_ms(log_append_time)
+            .with_log_start_offset(log_start_offset),
+        PartitionAppend::NotLeader { leader, epoch } => {
+            leaders.extend(leader);
+            partition_error(index, ResponseError::NotLeaderOrFollower, None).with_current_leader(
+                LeaderIdAndEpoch::default()
+                    .with_leader_id(leader.unwrap_or(-1).into())
+                    .with_leader_epoch(epoch),
+            )
         }
-        awaiting.retain(|a| {
-            let outcome = a
-                .partition
-                .check_enough_replicas_reach_offset(a.required_offset, a.min_insync_replicas);
-            match outcome {
-                Ok(false) => true,
-                Ok(true) => false,
-                Err(code) => {
-                    set_error(responses, a, code);
-                    false
-                }
-            }
-        });
-        if awaiting.is_empty() {
-            return;
-        }
-        if tokio::time::timeout_at(deadline, notify.notified())
-            .await
-            .is_err()
-        {
-            for a in &awaiting {
-                set_error(responses, a, ResponseError::RequestTimedOut);
-            }
-            return;
-        }
-    }
-}
-
-fn set_error(responses: &mut [TopicProduceResponse], a: &Awaiting, code: ResponseError) {
-    if let Some(r) = responses
-        .get_mut(a.topic_slot)
-        .and_then(|t| t.partition_responses.get_mut(a.partition_slot))
-    {
-        r.error_code = code.code();
+        PartitionAppend::Failed {
+            error,
+            message,
+            record_errors,
+        } => partition_error(index, error, message).with_record_errors(
+            record_errors
+                .into_iter()
+                .map(|(index, message)| {
+                    BatchIndexAndErrorMessage::default()
+                        .with_batch_index(index)
+                        .with_batch_index_error_message(Some(StrBytes::from_string(message)))
+                })
+                .collect(),
+        ),
     }
 }
 
@@ -175,22 +188,6 @@ fn partition_error(
         .with_error_message(message.map(StrBytes::from_string))
 }
 
-fn partition_config_min_isr(topic: Option<&crate::broker::Topic>) -> i32 {
-    topic.map(|t| t.config.min_insync_replicas).unwrap_or(1)
-}
-
-/// NOT_LEADER_OR_FOLLOWER with the leader this broker knows.
-fn not_leader(partition: &Partition, index: i32) -> (PartitionProduceResponse, Option<i32>) {
-    let (leader, epoch) = partition.leader_and_epoch();
-    let response = partition_error(index, ResponseError::NotLeaderOrFollower, None)
-        .with_current_leader(
-            LeaderIdAndEpoch::default()
-                .with_leader_id(leader.unwrap_or(-1).into())
-                .with_leader_epoch(epoch),
-        );
-    (response, leader)
-}
-
 /// KIP-890 part 1: a transactional batch is accepted only if the coordinator has the
 /// partition in the producer's ongoing transaction (checked in memory, no I/O).
 fn verify_transactional(
@@ -198,8 +195,7 @@ fn verify_transactional(
     txns: &Arc<TransactionCoordinator>,
     transactional_id: Option<&str>,
     records: &[u8],
-    topic: &str,
-    partition: i32,
+    partition: &Partition,
     version: i16,
 ) -> Result<(), ResponseError> {
     let Ok(h) = crate::log::batch::BatchHeader::parse(records) else {
@@ -216,15 +212,13 @@ fn verify_transactional(
         coordinator_location, verify_remotely, CoordinatorLocation,
     };
     let produce_error = |e| crate::coordinator::txn::produce_error(e, version);
+    let (topic, index) = (partition.topic.as_str(), partition.index);
     match coordinator_location(broker, id) {
         CoordinatorLocation::Local => {}
         CoordinatorLocation::Remote(coordinator) => {
             // As Kafka, only a producer's first batch of a transaction on this partition is
             // verified: later ones continue a transaction the coordinator already vouched for.
-            let ongoing = broker
-                .partition(topic, partition)
-                .is_some_and(|p| p.has_ongoing_transaction(h.producer_id, h.producer_epoch));
-            if ongoing {
+            if partition.has_ongoing_transaction(h.producer_id, h.producer_epoch) {
                 return Ok(());
             }
             return verify_remotely(
@@ -234,7 +228,7 @@ fn verify_transactional(
                 h.producer_id,
                 h.producer_epoch,
                 topic,
-                partition,
+                index,
             )
             .map_err(produce_error);
         }
@@ -242,171 +236,7 @@ fn verify_transactional(
             return Err(produce_error(ResponseError::CoordinatorNotAvailable))
         }
     }
-    txns.verify_partition_for_produce(
-        id,
-        h.producer_id,
-        h.producer_epoch,
-        topic,
-        partition,
-        version,
-    )
-}
-
-fn append_all(
-    broker: &Broker,
-    txns: &Arc<TransactionCoordinator>,
-    req: ProduceRequest,
-    version: i16,
-    may_write_internal: bool,
-) -> Appended {
-    let transactional_id = req.transactional_id.as_ref().map(|t| t.0.to_string());
-    let acks_valid = matches!(req.acks, -1..=1);
-    let mut out = Vec::with_capacity(req.topic_data.len());
-    let mut awaiting = Vec::new();
-    let mut leaders = Vec::new();
-    for topic_data in req.topic_data {
-        let topic = if topic_data.name.0.is_empty() {
-            broker.topic_by_id(&topic_data.topic_id)
-        } else {
-            broker.topic(topic_data.name.0.as_str())
-        };
-        let missing = if topic_data.name.0.is_empty() {
-            ResponseError::UnknownTopicId
-        } else {
-            ResponseError::UnknownTopicOrPartition
-        };
-        let mut partitions = Vec::with_capacity(topic_data.partition_data.len());
-        for pd in topic_data.partition_data {
-            if !acks_valid {
-                partitions.push(partition_error(
-                    pd.index,
-                    ResponseError::InvalidRequiredAcks,
-                    None,
-                ));
-                continue;
-            }
-            if !may_write_internal && topic.as_ref().is_some_and(|t| t.is_internal()) {
-                partitions.push(partition_error(
-                    pd.index,
-                    ResponseError::InvalidTopicException,
-                    Some("Cannot append to internal topic".into()),
-                ));
-                continue;
-            }
-            let Some(partition) = topic
-                .as_ref()
-                .and_then(|t| t.partitions.get(usize::try_from(pd.index).ok()?))
-            else {
-                partitions.push(partition_error(pd.index, missing, None));
-                continue;
-            };
-            if !partition.is_leader() {
-                let (response, leader) = not_leader(partition, pd.index);
-                leaders.extend(leader);
-                partitions.push(response);
-                continue;
-            }
-            // acks=all needs min.insync.replicas (capped by the replication factor) in sync.
-            let min_isr = partition_config_min_isr(topic.as_deref());
-            if req.acks == -1 && !partition.has_enough_in_sync_replicas(min_isr) {
-                partitions.push(partition_error(
-                    pd.index,
-                    ResponseError::NotEnoughReplicas,
-                    Some(format!(
-                        "The size of the current ISR is below min.insync.replicas {min_isr}"
-                    )),
-                ));
-                continue;
-            }
-            let records = pd.records.unwrap_or_default();
-            if let Err(code) = verify_transactional(
-                broker,
-                txns,
-                transactional_id.as_deref(),
-                &records,
-                &partition.topic,
-                pd.index,
-                version,
-            ) {
-                broker.metrics.record_error(0, code.code());
-                partitions.push(partition_error(pd.index, code, None));
-                continue;
-            }
-            match partition.append(&records) {
-                Ok(info) => {
-                    if !info.duplicate {
-                        broker
-                            .metrics
-                            .produce_bytes
-                            .fetch_add(info.bytes as u64, Ordering::Relaxed);
-                        broker
-                            .metrics
-                            .produce_records
-                            .fetch_add(info.records as u64, Ordering::Relaxed);
-                    }
-                    // Already replicated (a single replica): answer without waiting.
-                    let replicated = partition
-                        .check_enough_replicas_reach_offset(info.last_offset + 1, min_isr)
-                        .unwrap_or(false);
-                    if req.acks == -1 && !replicated {
-                        awaiting.push(Awaiting {
-                            topic_slot: out.len(),
-                            partition_slot: partitions.len(),
-                            partition: partition.clone(),
-                            required_offset: info.last_offset + 1,
-                            min_insync_replicas: min_isr,
-                        });
-                    }
-                    partitions.push(
-                        PartitionProduceResponse::default()
-                            .with_index(pd.index)
-                            .with_base_offset(info.base_offset)
-                            .with_log_append_time_ms(info.log_append_time)
-                            .with_log_start_offset(partition.offsets().log_start_offset),
-                    );
-                }
-                Err(crate::log::AppendError::NotLeaderOrFollower) => {
-                    let (response, leader) = not_leader(partition, pd.index);
-                    leaders.extend(leader);
-                    partitions.push(response);
-                }
-                Err(e) => {
-                    let code = errors::append_error(&e);
-                    broker.metrics.record_error(0, code.code());
-                    if matches!(e, crate::log::AppendError::Io(_)) {
-                        tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "append failed");
-                    } else {
-                        tracing::debug!(topic = %partition.topic, partition = partition.index, error = %e, "rejected batch");
-                    }
-                    let mut response = partition_error(pd.index, code, Some(e.to_string()));
-                    if let crate::log::AppendError::RecordErrors { record_errors, .. } = &e {
-                        response.record_errors = record_errors
-                            .iter()
-                            .map(|(index, message)| {
-                                BatchIndexAndErrorMessage::default()
-                                    .with_batch_index(*index)
-                                    .with_batch_index_error_message(Some(StrBytes::from_string(
-                                        message.clone(),
-                                    )))
-                            })
-                            .collect();
-                    }
-                    partitions.push(response);
-                }
-            }
-        }
-        out.push(
-            TopicProduceResponse::default()
-                .with_name(topic_data.name)
-                .with_topic_id(topic_data.topic_id)
-                .with_partition_responses(partitions),
-        );
-    }
-    Appended {
-        responses: out,
-        awaiting,
-        leaders,
-    }
+    txns.verify_partition_for_produce(id, h.producer_id, h.producer_epoch, topic, index, version)
 }
 
 /// Produce: WRITE on the transactional id (if any), then WRITE on each topic.

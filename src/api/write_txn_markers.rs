@@ -13,7 +13,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use crate::api::gate::{Gate, Who, CLUSTER_DENIED};
-use crate::api::{blocking, errors, Api, Context, Outcome};
+use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::coordinator::offsets_log::await_replicated;
 use crate::coordinator::{GroupCoordinator, LogWriteError, OFFSETS_TOPIC};
@@ -88,7 +88,7 @@ fn write_one(
         .ok_or(ResponseError::UnknownTopicOrPartition)?;
     let offset = p
         .write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
-        .map_err(|e| errors::append_error(&e))?;
+        .map_err(|e| e.code())?;
     // Kafka appends markers with acks=all: the coordinator completes the transaction only
     // once every marker is replicated.
     await_replicated(&p, offset + 1, MARKER_TIMEOUT).map_err(|e| match e {

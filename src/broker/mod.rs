@@ -45,7 +45,9 @@ use crate::log::{AppendError, AppendInfo, LoadOptions, Log, ReadError};
 use crate::metrics::{Metrics, PartitionGauges};
 use replica_set::ReplicaSet;
 
+mod append;
 mod cluster;
+mod fetch;
 pub mod leadership;
 mod listener;
 pub mod log_cleaner;
@@ -57,6 +59,8 @@ pub mod replica_manager;
 pub mod replica_set;
 mod security;
 
+pub use append::{AppendParams, AppendResult, AppendTopic, PartitionAppend};
+pub use fetch::{FetchLimits, FetchParams, FetchResult, FetchTopic, PartitionRead, RemoteRead};
 pub use listener::CatalogListener;
 pub use meta_properties::ClusterIdError;
 pub use metadata_file::{add_scram_credential_offline, is_fresh_data_dir, kafka_uuid_string};
@@ -199,6 +203,33 @@ pub struct Broker {
     replication: replica_manager::ReplicaManager,
     /// Cluster mode: where catalog changes are proposed (set once at start-up).
     quorum: std::sync::OnceLock<Arc<dyn MetadataQuorum>>,
+}
+
+/// How a request names a topic: by name, or by id (the versions of KIP-516).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicRef {
+    Name(String),
+    Id(Uuid),
+}
+
+impl TopicRef {
+    /// From a request's (name, id) pair: the name when it has one.
+    pub fn new(name: &str, id: Uuid) -> TopicRef {
+        if name.is_empty() {
+            TopicRef::Id(id)
+        } else {
+            TopicRef::Name(name.to_string())
+        }
+    }
+
+    /// What Kafka answers for a partition of a topic it does not know, or a partition the
+    /// topic does not have, named this way.
+    pub fn unknown(&self) -> kafka_protocol::ResponseError {
+        match self {
+            TopicRef::Name(_) => kafka_protocol::ResponseError::UnknownTopicOrPartition,
+            TopicRef::Id(_) => kafka_protocol::ResponseError::UnknownTopicId,
+        }
+    }
 }
 
 fn partition_dir_name(topic: &str, partition: i32) -> String {
@@ -648,6 +679,15 @@ impl Broker {
             .collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));
         v
+    }
+
+    /// The topic a request names, or the error Kafka answers for one it does not know.
+    pub fn resolve(&self, topic: &TopicRef) -> Result<Arc<Topic>, kafka_protocol::ResponseError> {
+        match topic {
+            TopicRef::Name(name) => self.topic(name),
+            TopicRef::Id(id) => self.topic_by_id(id),
+        }
+        .ok_or(topic.unknown())
     }
 
     pub fn partition(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {

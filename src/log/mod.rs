@@ -89,6 +89,8 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use kafka_protocol::ResponseError;
+
 use crate::config::TopicConfig;
 use batch::BatchError;
 use leader_epoch::LeaderEpochCache;
@@ -163,6 +165,52 @@ pub enum ReadError {
         offset: i64,
         local_start_offset: i64,
     },
+}
+
+impl AppendError {
+    /// The Kafka error a produce answers with.
+    pub fn code(&self) -> ResponseError {
+        match self {
+            AppendError::Corrupt(_) => ResponseError::CorruptMessage,
+            AppendError::Records(e) => match e.kafka_error() {
+                strata_records::KafkaError::CorruptMessage => ResponseError::CorruptMessage,
+                strata_records::KafkaError::InvalidRecord => ResponseError::InvalidRecord,
+                strata_records::KafkaError::InvalidTimestamp => ResponseError::InvalidTimestamp,
+            },
+            AppendError::RecordErrors {
+                invalid_timestamp: true,
+                ..
+            } => ResponseError::InvalidTimestamp,
+            AppendError::InvalidRecord(_) | AppendError::RecordErrors { .. } => {
+                ResponseError::InvalidRecord
+            }
+            AppendError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
+            AppendError::InvalidTimestamp { .. } => ResponseError::InvalidTimestamp,
+            AppendError::Producer(ProducerError::InvalidProducerEpoch { .. }) => {
+                ResponseError::InvalidProducerEpoch
+            }
+            AppendError::Producer(ProducerError::OutOfOrderSequence { .. }) => {
+                ResponseError::OutOfOrderSequenceNumber
+            }
+            AppendError::Producer(ProducerError::CoordinatorFenced { .. }) => {
+                ResponseError::TransactionCoordinatorFenced
+            }
+            AppendError::NotLeaderOrFollower => ResponseError::NotLeaderOrFollower,
+            AppendError::UnexpectedOffset { .. } => ResponseError::UnknownServerError,
+            AppendError::Io(_) => ResponseError::KafkaStorageError,
+        }
+    }
+}
+
+impl ReadError {
+    /// The Kafka error a fetch answers with.
+    pub fn code(&self) -> ResponseError {
+        match self {
+            ReadError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+            ReadError::Io(_) => ResponseError::KafkaStorageError,
+            ReadError::Remote { .. } => ResponseError::OffsetOutOfRange,
+        }
+    }
 }
 
 /// Result of a successful append.

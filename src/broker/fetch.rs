@@ -1,0 +1,455 @@
+//! Reading partitions for a fetch, as Kafka's `ReplicaManager.fetchMessages` and
+//! `readFromLog` do, and waiting for data as its `DelayedFetch` does.
+//!
+//! Per partition: which replica may serve the fetcher (the leader, or any replica for
+//! consumers since KIP-392), the fetcher's leader epoch, a diverging log (KIP-320), where
+//! the read stops (log end for followers, last stable offset for read_committed, high
+//! watermark otherwise), the follower's fetch state and the ISR expansion it may bring,
+//! and the aborted transactions a read_committed consumer must skip. Per fetch: the byte
+//! limits of KIP-74 (the first batch of the first partition with data is returned whole,
+//! so a consumer always makes progress) and the long-poll, woken by appends and
+//! high-watermark moves rather than by polling.
+//!
+//! Results are protocol-independent ([`PartitionRead`]): the fetch handler turns them into
+//! a response, keeps the fetch sessions (KIP-227) and reads remote storage for the one
+//! partition a fetch may leave to it ([`PartitionRead::Remote`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::{Broker, FollowerFetchError, Partition, PartitionOffsets, Role, Topic, TopicRef};
+use crate::fetch_session::FetchPosition;
+use crate::log::txn_index::AbortedTxn;
+
+/// Who fetches, and which records it may see.
+#[derive(Debug, Clone, Copy)]
+pub struct FetchParams {
+    /// A follower's broker id, or -1 for a consumer.
+    pub replica_id: i32,
+    /// Followers, and consumers before KIP-392, read only from the leader.
+    pub only_from_leader: bool,
+    /// Stop at the last stable offset and name the aborted transactions.
+    pub read_committed: bool,
+    /// Remote storage is configured: a read below the local log start is left to it
+    /// ([`PartitionRead::Remote`]) instead of failing.
+    pub tiered: bool,
+}
+
+impl FetchParams {
+    pub fn is_follower(&self) -> bool {
+        self.replica_id >= 0
+    }
+}
+
+/// When a fetch is answered: `max_bytes` over all partitions; waiting at most `max_wait`
+/// until `min_bytes` have arrived.
+#[derive(Debug, Clone, Copy)]
+pub struct FetchLimits {
+    pub max_bytes: usize,
+    pub min_bytes: usize,
+    pub max_wait: Duration,
+}
+
+/// The partitions of one topic a fetch reads, in the request's order.
+#[derive(Debug, Clone)]
+pub struct FetchTopic {
+    pub topic: TopicRef,
+    pub partitions: Vec<(i32, FetchPosition)>,
+}
+
+/// What reading one partition gave.
+#[derive(Clone)]
+pub enum PartitionRead {
+    /// The records from the fetch offset, possibly none. `aborted` is set for read_committed
+    /// fetches: the aborted transactions among the records (empty when there are none).
+    Records {
+        offsets: PartitionOffsets,
+        records: Bytes,
+        aborted: Option<Vec<AbortedTxn>>,
+    },
+    /// The fetcher's log diverges from the leader's (KIP-320): it truncates to `end_offset`,
+    /// the end of `epoch`, the largest epoch both logs have.
+    Diverging {
+        offsets: PartitionOffsets,
+        epoch: i32,
+        end_offset: i64,
+    },
+    /// The fetch offset is below the local log start and the records are in remote storage
+    /// only: the caller reads them (at most one partition per fetch, as in Kafka).
+    Remote {
+        offsets: PartitionOffsets,
+        read: RemoteRead,
+    },
+    /// This broker may not serve the fetcher: NOT_LEADER_OR_FOLLOWER, naming the leader and
+    /// epoch this broker knows (KIP-951).
+    NotLeader { leader: Option<i32>, epoch: i32 },
+    /// The partition could not be read; with its offsets when it exists and the fetcher is
+    /// in its epoch.
+    Failed {
+        error: ResponseError,
+        offsets: Option<PartitionOffsets>,
+    },
+}
+
+/// A read left to remote storage.
+#[derive(Clone)]
+pub struct RemoteRead {
+    pub topic: Arc<Topic>,
+    pub partition: i32,
+    pub offset: i64,
+    pub max_bytes: usize,
+    /// Return the first batch whole even beyond `max_bytes` (nothing was read before it).
+    pub min_one: bool,
+    pub read_committed: bool,
+}
+
+/// What a fetch read: per topic of the request, each partition's read, in request order.
+#[derive(Default)]
+pub struct FetchResult {
+    pub topics: Vec<Vec<(i32, PartitionRead)>>,
+    /// Record bytes read locally.
+    pub bytes: usize,
+}
+
+/// One pass over the fetch's partitions.
+struct Pass {
+    result: FetchResult,
+    /// An error, a diverging epoch or a remote read: answer without waiting for data.
+    answer_now: bool,
+    /// Partitions read, with the (high watermark, log end offset) seen, to detect appends
+    /// that race the wait.
+    watched: Vec<(Arc<Partition>, i64, i64)>,
+    remote: bool,
+}
+
+impl Broker {
+    /// Reads `topics`, waiting until `limits.min_bytes` are available or `limits.max_wait`
+    /// passes (Kafka's DelayedFetch). A follower's fetch position is recorded by the first
+    /// read only, as in Kafka. Errs only when a read task failed (a bug).
+    pub async fn fetch(
+        self: &Arc<Self>,
+        topics: Arc<Vec<FetchTopic>>,
+        params: FetchParams,
+        limits: FetchLimits,
+    ) -> Result<FetchResult, tokio::task::JoinError> {
+        let deadline = Instant::now() + limits.max_wait;
+        let mut first = true;
+        loop {
+            let record_position = std::mem::take(&mut first);
+            let pass = self.read_pass_blocking(&topics, params, limits, record_position);
+            let pass = pass.await?;
+            if pass.result.bytes >= limits.min_bytes
+                || pass.answer_now
+                || pass.remote
+                || Instant::now() >= deadline
+                || pass.watched.is_empty()
+            {
+                return Ok(pass.result);
+            }
+            let notify = Arc::new(Notify::new());
+            for (p, _, _) in &pass.watched {
+                p.add_waiter(notify.clone());
+            }
+            // An append between the read and the registration would not wake us: re-check.
+            if pass.watched.iter().any(|(p, hw, leo)| {
+                let now = p.offsets();
+                now.high_watermark != *hw || now.log_end_offset != *leo
+            }) {
+                continue;
+            }
+            if tokio::time::timeout_at(deadline, notify.notified())
+                .await
+                .is_err()
+            {
+                // Deadline: one last pass returns whatever has arrived.
+                let last = self.read_pass_blocking(&topics, params, limits, false);
+                return Ok(last.await?.result);
+            }
+        }
+    }
+
+    async fn read_pass_blocking(
+        self: &Arc<Self>,
+        topics: &Arc<Vec<FetchTopic>>,
+        params: FetchParams,
+        limits: FetchLimits,
+        record_position: bool,
+    ) -> Result<Pass, tokio::task::JoinError> {
+        let broker = self.clone();
+        let topics = topics.clone();
+        crate::blocking::run(move || {
+            broker.read_pass(&topics, params, limits.max_bytes, record_position)
+        })
+        .await
+    }
+
+    fn read_pass(
+        &self,
+        topics: &[FetchTopic],
+        params: FetchParams,
+        max_bytes: usize,
+        record_position: bool,
+    ) -> Pass {
+        let mut pass = Pass {
+            result: FetchResult {
+                topics: Vec::with_capacity(topics.len()),
+                bytes: 0,
+            },
+            answer_now: false,
+            watched: Vec::new(),
+            remote: false,
+        };
+        let mut remaining = max_bytes;
+        for t in topics {
+            let topic = self.resolve(&t.topic);
+            let unknown = t.topic.unknown();
+            let mut reads = Vec::with_capacity(t.partitions.len());
+            for &(index, position) in &t.partitions {
+                let partition = match &topic {
+                    Ok(topic) => usize::try_from(index)
+                        .ok()
+                        .and_then(|i| topic.partitions.get(i))
+                        .map(|p| (topic, p.clone()))
+                        .ok_or(unknown),
+                    Err(unknown) => Err(*unknown),
+                };
+                let read = match partition {
+                    Ok((topic, p)) => {
+                        let budget = Budget {
+                            remaining: &mut remaining,
+                            record_position,
+                        };
+                        self.read_partition(topic, &p, position, params, budget, &mut pass)
+                    }
+                    Err(error) => {
+                        pass.answer_now = true;
+                        PartitionRead::Failed {
+                            error,
+                            offsets: None,
+                        }
+                    }
+                };
+                reads.push((index, read));
+            }
+            pass.result.topics.push(reads);
+        }
+        pass
+    }
+
+    /// Reads one partition within the bytes the fetch has left, recording in `pass` what the
+    /// fetch as a whole needs (bytes read, partitions to watch, whether to answer at once).
+    fn read_partition(
+        &self,
+        topic: &Arc<Topic>,
+        p: &Arc<Partition>,
+        pos: FetchPosition,
+        params: FetchParams,
+        budget: Budget<'_>,
+        pass: &mut Pass,
+    ) -> PartitionRead {
+        match self.check_fetchable(p, pos, params) {
+            Ok(offsets) => {
+                let read = self.read_records(topic, p, pos, params, offsets, budget, pass);
+                if matches!(
+                    read,
+                    PartitionRead::Records { .. } | PartitionRead::Remote { .. }
+                ) {
+                    pass.watched
+                        .push((p.clone(), offsets.high_watermark, offsets.log_end_offset));
+                } else {
+                    pass.answer_now = true;
+                }
+                read
+            }
+            Err(refused) => {
+                pass.answer_now = true;
+                refused
+            }
+        }
+    }
+
+    /// Whether this replica may serve the fetch from `pos`: the fetcher's epoch, the role,
+    /// and a diverging log. The partition's offsets when it may.
+    fn check_fetchable(
+        &self,
+        p: &Partition,
+        pos: FetchPosition,
+        params: FetchParams,
+    ) -> Result<PartitionOffsets, PartitionRead> {
+        let epoch = p.leader_epoch();
+        if pos.current_leader_epoch >= 0 && pos.current_leader_epoch != epoch {
+            let error = if pos.current_leader_epoch > epoch {
+                ResponseError::UnknownLeaderEpoch
+            } else {
+                ResponseError::FencedLeaderEpoch
+            };
+            return Err(PartitionRead::Failed {
+                error,
+                offsets: None,
+            });
+        }
+        let role = p.role();
+        if role == Role::None || (params.only_from_leader && role != Role::Leader) {
+            return Err(not_leader(p));
+        }
+        let offsets = p.offsets();
+        // The common case needs no epoch lookup: the fetcher is in the leader's epoch.
+        let in_current_epoch = role == Role::Leader
+            && pos.last_fetched_epoch == epoch
+            && pos.fetch_offset <= offsets.log_end_offset;
+        if pos.last_fetched_epoch >= 0 && !in_current_epoch {
+            match diverging_epoch(p, pos.last_fetched_epoch, pos.fetch_offset, offsets) {
+                Ok(None) => {}
+                Ok(Some((epoch, end_offset))) => {
+                    return Err(PartitionRead::Diverging {
+                        offsets,
+                        epoch,
+                        end_offset,
+                    })
+                }
+                Err(error) => return Err(self.failed(error, offsets)),
+            }
+        }
+        Ok(offsets)
+    }
+
+    /// Reads the records of a partition the fetcher may read, and records a follower's
+    /// fetch state.
+    #[allow(clippy::too_many_arguments)]
+    fn read_records(
+        &self,
+        topic: &Arc<Topic>,
+        p: &Arc<Partition>,
+        pos: FetchPosition,
+        params: FetchParams,
+        offsets: PartitionOffsets,
+        budget: Budget<'_>,
+        pass: &mut Pass,
+    ) -> PartitionRead {
+        let limit = (pos.partition_max_bytes.max(0) as usize).min(*budget.remaining);
+        let min_one = pass.result.bytes == 0;
+        // Followers read up to the log end; read_committed consumers stop at the last
+        // stable offset, others at the high watermark.
+        let max_offset = if params.is_follower() {
+            offsets.log_end_offset
+        } else if params.read_committed {
+            offsets.last_stable_offset
+        } else {
+            offsets.high_watermark
+        };
+        let read = p
+            .read(pos.fetch_offset, limit, max_offset, min_one)
+            .and_then(|s| match s {
+                Some(slice) => slice.read().map_err(Into::into),
+                None => Ok(Bytes::new()),
+            });
+        let mut remote = None;
+        let records = match read {
+            Ok(r) => r,
+            // A follower below the leader's local log start does not copy the remote log
+            // through the leader: it rebuilds its state from remote storage and starts at the
+            // local log start (KIP-405, OFFSET_MOVED_TO_TIERED_STORAGE).
+            Err(crate::log::ReadError::Remote { .. }) if params.is_follower() => {
+                return self.failed(ResponseError::OffsetMovedToTieredStorage, offsets);
+            }
+            Err(crate::log::ReadError::Remote { .. }) if params.tiered => {
+                if !pass.remote {
+                    pass.remote = true;
+                    remote = Some(RemoteRead {
+                        topic: topic.clone(),
+                        partition: p.index,
+                        offset: pos.fetch_offset,
+                        max_bytes: limit,
+                        min_one,
+                        read_committed: params.read_committed,
+                    });
+                }
+                Bytes::new()
+            }
+            Err(e) => {
+                let error = e.code();
+                if error == ResponseError::KafkaStorageError {
+                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "fetch read failed");
+                }
+                return self.failed(error, offsets);
+            }
+        };
+        if params.is_follower() && budget.record_position {
+            match p.update_follower_fetch_state(
+                params.replica_id,
+                pos.fetch_offset,
+                pos.log_start_offset,
+                offsets.log_end_offset,
+                crate::clock::now_ms(),
+            ) {
+                Ok(Some(expansion)) => self.replication.propose(p.clone(), expansion),
+                Ok(None) => {}
+                Err(FollowerFetchError::NotLeaderOrFollower) => return not_leader(p),
+            }
+        }
+        *budget.remaining = budget.remaining.saturating_sub(records.len());
+        pass.result.bytes += records.len();
+        if let Some(read) = remote {
+            return PartitionRead::Remote { offsets, read };
+        }
+        let aborted = if !params.read_committed {
+            None
+        } else if records.is_empty() {
+            Some(Vec::new())
+        } else {
+            Some(p.aborted_transactions(pos.fetch_offset, max_offset))
+        };
+        PartitionRead::Records {
+            offsets,
+            records,
+            aborted,
+        }
+    }
+
+    /// A failed read of an existing partition, counted in the fetch error metrics.
+    fn failed(&self, error: ResponseError, offsets: PartitionOffsets) -> PartitionRead {
+        self.metrics.record_error(1, error.code());
+        PartitionRead::Failed {
+            error,
+            offsets: Some(offsets),
+        }
+    }
+}
+
+/// What a pass has left to give: bytes, and whether it records a follower's position.
+struct Budget<'a> {
+    remaining: &'a mut usize,
+    record_position: bool,
+}
+
+fn not_leader(p: &Partition) -> PartitionRead {
+    let (leader, epoch) = p.leader_and_epoch();
+    PartitionRead::NotLeader { leader, epoch }
+}
+
+/// KIP-320 on the leader (Kafka's `Partition.readRecords`): when the fetcher's last fetched
+/// epoch ends before its fetch offset here, or is unknown here, the (epoch, end offset) of
+/// the largest epoch both have, so it truncates. Blocking (takes the log lock).
+fn diverging_epoch(
+    p: &Partition,
+    last_fetched_epoch: i32,
+    fetch_offset: i64,
+    offsets: PartitionOffsets,
+) -> Result<Option<(i32, i64)>, ResponseError> {
+    let (epoch, end_offset) = p.end_offset_for_epoch(last_fetched_epoch);
+    if epoch < 0 || end_offset < 0 {
+        return Err(ResponseError::OffsetOutOfRange);
+    }
+    if fetch_offset < offsets.log_start_offset {
+        return Err(ResponseError::OffsetOutOfRange);
+    }
+    if epoch < last_fetched_epoch || end_offset < fetch_offset {
+        return Ok(Some((epoch, end_offset)));
+    }
+    Ok(None)
+}
