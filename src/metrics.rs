@@ -57,6 +57,8 @@ pub struct Metrics {
     pub produce_records: AtomicU64,
     pub fetch_bytes: AtomicU64,
     pub segments_deleted: AtomicU64,
+    /// Retention checks completed (one pass over every partition).
+    pub retention_checks: AtomicU64,
     /// Log cleaner passes (completed or cancelled), their I/O, and failed passes.
     pub cleaner_passes: AtomicU64,
     pub cleaner_bytes_read: AtomicU64,
@@ -83,6 +85,7 @@ impl Default for Metrics {
             produce_records: AtomicU64::new(0),
             fetch_bytes: AtomicU64::new(0),
             segments_deleted: AtomicU64::new(0),
+            retention_checks: AtomicU64::new(0),
             cleaner_passes: AtomicU64::new(0),
             cleaner_bytes_read: AtomicU64::new(0),
             cleaner_bytes_written: AtomicU64::new(0),
@@ -236,7 +239,7 @@ impl Metrics {
     /// Broker-wide gauges and counters.
     fn render_broker_gauges(&self, out: &mut String, partitions: &[PartitionGauges]) {
         let count = |f: fn(&PartitionGauges) -> bool| partitions.iter().filter(|p| f(p)).count();
-        let gauges: [(&str, &str, i64); 13] = [
+        let gauges: [(&str, &str, i64); 14] = [
             (
                 "strata_partitions_leader",
                 "Partitions this broker leads.",
@@ -296,6 +299,11 @@ impl Metrics {
                 "strata_log_segments_deleted_total",
                 "Segments deleted by retention or DeleteRecords.",
                 self.segments_deleted.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "strata_log_retention_checks_total",
+                "Retention checks completed (every log.retention.check.interval.ms).",
+                self.retention_checks.load(Ordering::Relaxed) as i64,
             ),
             (
                 "strata_partitions",

@@ -1070,6 +1070,9 @@ impl Broker {
                 }
             }
         }
+        self.metrics
+            .retention_checks
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// Flushes partitions whose flush.ms has elapsed. Blocking.

@@ -745,91 +745,10 @@ fn queued_max_request_bytes(
 impl BrokerConfig {
     /// Merges the sources (file < env < overrides) and validates the result.
     pub fn build(layers: &[BTreeMap<String, String>]) -> Result<BrokerConfig, ConfigError> {
-        let mut explicit = BTreeMap::new();
-        for layer in layers {
-            for (k, v) in layer {
-                explicit.insert(k.clone(), v.clone());
-            }
-        }
+        let explicit = merge_layers(layers);
         validate_explicit(&explicit)?;
-        let get = |k: &str| -> String {
-            explicit
-                .get(k)
-                .cloned()
-                .or_else(|| {
-                    BROKER_CONFIGS
-                        .iter()
-                        .find(|d| d.name == k)
-                        .map(|d| d.default.to_string())
-                })
-                .unwrap_or_default()
-        };
+        let get = |k: &str| effective_value(&explicit, k);
         let long = |k: &str| value::parse_long(k, &get(k)).map_err(|e| invalid(k, &get(k), e));
-
-        let topic_defaults = static_topic_defaults(&explicit, &long)?;
-
-        let node_id = {
-            let broker_id = long("broker.id")?;
-            let node = long("node.id")?;
-            if explicit.contains_key("node.id") || broker_id < 0 {
-                node
-            } else {
-                broker_id
-            }
-        };
-        if node_id < 0 || node_id > i32::MAX as i64 {
-            return Err(invalid(
-                "node.id",
-                &get("node.id"),
-                "must be a non-negative integer",
-            ));
-        }
-
-        let (listeners, controller_listener) = parse_listeners(&get)?;
-        let security = SecurityConfig::build(&explicit, &get, &listeners)?;
-
-        let admin = get("strata.admin.listener");
-        let admin_listener = admin
-            .to_socket_addrs()
-            .map_err(|e| invalid("strata.admin.listener", &admin, e))?
-            .next()
-            .ok_or_else(|| invalid("strata.admin.listener", &admin, "does not resolve"))?;
-
-        let dirs = if explicit.contains_key("log.dirs") {
-            get("log.dirs")
-        } else {
-            get("log.dir")
-        };
-        let log_dirs: Vec<PathBuf> = dirs
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(PathBuf::from)
-            .collect();
-        if log_dirs.is_empty() {
-            return Err(invalid(
-                "log.dirs",
-                &dirs,
-                "at least one directory is required",
-            ));
-        }
-
-        let num_partitions = long("num.partitions")?;
-        if num_partitions < 1 {
-            return Err(invalid(
-                "num.partitions",
-                &get("num.partitions"),
-                "must be at least 1",
-            ));
-        }
-        let rf = long("default.replication.factor")?;
-        if rf < 1 || rf > i16::MAX as i64 {
-            return Err(invalid(
-                "default.replication.factor",
-                &get("default.replication.factor"),
-                "must be at least 1",
-            ));
-        }
         let positive = |k: &str| -> Result<u64, ConfigError> {
             let v = long(k)?;
             if v < 1 {
@@ -838,7 +757,13 @@ impl BrokerConfig {
             Ok(v as u64)
         };
         let bool_of = |k: &str| value::parse_bool(&get(k)).map_err(|e| invalid(k, &get(k), e));
-
+        let topic_defaults = static_topic_defaults(&explicit, &long)?;
+        let node_id = node_id(&explicit, &get, &long)?;
+        let (listeners, controller_listener) = parse_listeners(&get)?;
+        let security = SecurityConfig::build(&explicit, &get, &listeners)?;
+        let admin_listener = admin_listener(&get)?;
+        let log_dirs = log_dirs(&explicit, &get)?;
+        let (num_partitions, default_replication_factor) = new_topic_defaults(&get, &long)?;
         let tiering = TieringConfig::build(&get, &long, &bool_of, &log_dirs)?;
         let log_cleaner = LogCleanerConfig::build(&get, &long, &bool_of)?;
         let quota_sample = crate::quota::SampleConfig {
@@ -846,35 +771,14 @@ impl BrokerConfig {
             window_ms: positive("quota.window.size.seconds")?.min(i32::MAX as u64) as i64 * 1000,
         };
         let connection_limits = connection_limits(&get, &long, quota_sample)?;
-        let ms = |k: &str| positive(k).map(std::time::Duration::from_millis);
-        let int =
-            |k: &str| -> Result<i32, ConfigError> { Ok(positive(k)?.min(i32::MAX as u64) as i32) };
-        let inter_broker = InterBrokerSecurity::build(&explicit, &listeners, &security)?;
-        let named = [
-            "inter.broker.listener.name",
-            "security.inter.broker.protocol",
-        ]
-        .iter()
-        .any(|k| explicit.get(*k).is_some_and(|v| !v.trim().is_empty()));
-        let replication = ReplicationConfig {
-            inter_broker_listener_name: Some(inter_broker.listener.clone())
-                .filter(|n| named && !n.is_empty()),
-            inter_broker,
-            replica_lag_time_max: ms("replica.lag.time.max.ms")?,
-            fetch_wait_max: ms("replica.fetch.wait.max.ms")?,
-            fetch_min_bytes: int("replica.fetch.min.bytes")?,
-            fetch_max_bytes: int("replica.fetch.max.bytes")?,
-            fetch_response_max_bytes: int("replica.fetch.response.max.bytes")?,
-            fetch_backoff: ms("replica.fetch.backoff.ms")?,
-            socket_timeout: ms("replica.socket.timeout.ms")?,
-        };
+        let replication = ReplicationConfig::build(&explicit, &listeners, &security, &positive)?;
         let cluster =
             ClusterConfig::build(&get, &long, node_id as u64, controller_listener, &log_dirs)?;
         let socket_request_max_bytes = positive("socket.request.max.bytes")? as usize;
         let queued_max_request_bytes =
             queued_max_request_bytes(&get, &long, socket_request_max_bytes)?;
         Ok(BrokerConfig {
-            node_id: node_id as i32,
+            node_id,
             rack: Some(get("broker.rack")).filter(|r| !r.is_empty()),
             cluster_id: cluster_id_setting(&get("cluster.id"))?,
             listener: listeners[0].clone(),
@@ -882,8 +786,8 @@ impl BrokerConfig {
             security,
             admin_listener,
             log_dirs,
-            num_partitions: num_partitions as i32,
-            default_replication_factor: rf as i16,
+            num_partitions,
+            default_replication_factor,
             auto_create_topics_enable: bool_of("auto.create.topics.enable")?,
             delete_topic_enable: bool_of("delete.topic.enable")?,
             socket_request_max_bytes,
@@ -978,6 +882,17 @@ impl BrokerConfig {
     }
 }
 
+/// The explicitly set keys of all layers; a later layer's value wins.
+fn merge_layers(layers: &[BTreeMap<String, String>]) -> BTreeMap<String, String> {
+    let mut explicit = BTreeMap::new();
+    for layer in layers {
+        for (k, v) in layer {
+            explicit.insert(k.clone(), v.clone());
+        }
+    }
+    explicit
+}
+
 /// Checks every explicitly set key: a broker setting or a topic default's `log.*` synonym must
 /// hold a valid value; an unknown `strata.*` key is an error (a typo would silently do
 /// nothing); Kafka settings Strata does not use are logged and ignored.
@@ -999,6 +914,20 @@ fn validate_explicit(explicit: &BTreeMap<String, String>) -> Result<(), ConfigEr
         }
     }
     Ok(())
+}
+
+/// A setting's value: the one set, or else its default (empty for a key without one).
+fn effective_value(explicit: &BTreeMap<String, String>, k: &str) -> String {
+    explicit
+        .get(k)
+        .cloned()
+        .or_else(|| {
+            BROKER_CONFIGS
+                .iter()
+                .find(|d| d.name == k)
+                .map(|d| d.default.to_string())
+        })
+        .unwrap_or_default()
 }
 
 /// Topic defaults from the `log.*` synonyms set in the file, with Kafka's hours and minutes
@@ -1039,6 +968,30 @@ fn static_topic_defaults(
         );
     }
     Ok(topic_defaults)
+}
+
+/// `node.id`, or Kafka's older `broker.id` when that is set (non-negative) and `node.id` is
+/// not: a non-negative 32-bit integer.
+fn node_id(
+    explicit: &BTreeMap<String, String>,
+    get: &dyn Fn(&str) -> String,
+    long: &dyn Fn(&str) -> Result<i64, ConfigError>,
+) -> Result<i32, ConfigError> {
+    let broker_id = long("broker.id")?;
+    let node = long("node.id")?;
+    let node_id = if explicit.contains_key("node.id") || broker_id < 0 {
+        node
+    } else {
+        broker_id
+    };
+    if node_id < 0 || node_id > i32::MAX as i64 {
+        return Err(invalid(
+            "node.id",
+            &get("node.id"),
+            "must be a non-negative integer",
+        ));
+    }
+    Ok(node_id as i32)
 }
 
 /// The Kafka listeners (`listeners`, `advertised.listeners`,
@@ -1115,6 +1068,101 @@ fn parse_listeners(
         return Err(invalid("listeners", &listener_specs, "no listener"));
     }
     Ok((listeners, controller_listener))
+}
+
+/// `strata.admin.listener`, the address of the HTTP `/health` and `/metrics` endpoint.
+fn admin_listener(get: &dyn Fn(&str) -> String) -> Result<SocketAddr, ConfigError> {
+    let admin = get("strata.admin.listener");
+    admin
+        .to_socket_addrs()
+        .map_err(|e| invalid("strata.admin.listener", &admin, e))?
+        .next()
+        .ok_or_else(|| invalid("strata.admin.listener", &admin, "does not resolve"))
+}
+
+/// `log.dirs`, or `log.dir` when `log.dirs` is not set: at least one directory.
+fn log_dirs(
+    explicit: &BTreeMap<String, String>,
+    get: &dyn Fn(&str) -> String,
+) -> Result<Vec<PathBuf>, ConfigError> {
+    let dirs = if explicit.contains_key("log.dirs") {
+        get("log.dirs")
+    } else {
+        get("log.dir")
+    };
+    let log_dirs: Vec<PathBuf> = dirs
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    if log_dirs.is_empty() {
+        return Err(invalid(
+            "log.dirs",
+            &dirs,
+            "at least one directory is required",
+        ));
+    }
+    Ok(log_dirs)
+}
+
+/// What a topic created without them gets: `num.partitions` and
+/// `default.replication.factor`.
+fn new_topic_defaults(
+    get: &dyn Fn(&str) -> String,
+    long: &dyn Fn(&str) -> Result<i64, ConfigError>,
+) -> Result<(i32, i16), ConfigError> {
+    let num_partitions = long("num.partitions")?;
+    if num_partitions < 1 {
+        return Err(invalid(
+            "num.partitions",
+            &get("num.partitions"),
+            "must be at least 1",
+        ));
+    }
+    let rf = long("default.replication.factor")?;
+    if rf < 1 || rf > i16::MAX as i64 {
+        return Err(invalid(
+            "default.replication.factor",
+            &get("default.replication.factor"),
+            "must be at least 1",
+        ));
+    }
+    Ok((num_partitions as i32, rf as i16))
+}
+
+impl ReplicationConfig {
+    /// The inter-broker listener and this broker's security on it, and the `replica.*`
+    /// settings (positive numbers).
+    fn build(
+        explicit: &BTreeMap<String, String>,
+        listeners: &[Listener],
+        security: &SecurityConfig,
+        positive: &dyn Fn(&str) -> Result<u64, ConfigError>,
+    ) -> Result<ReplicationConfig, ConfigError> {
+        let ms = |k: &str| positive(k).map(std::time::Duration::from_millis);
+        let int =
+            |k: &str| -> Result<i32, ConfigError> { Ok(positive(k)?.min(i32::MAX as u64) as i32) };
+        let inter_broker = InterBrokerSecurity::build(explicit, listeners, security)?;
+        let named = [
+            "inter.broker.listener.name",
+            "security.inter.broker.protocol",
+        ]
+        .iter()
+        .any(|k| explicit.get(*k).is_some_and(|v| !v.trim().is_empty()));
+        Ok(ReplicationConfig {
+            inter_broker_listener_name: Some(inter_broker.listener.clone())
+                .filter(|n| named && !n.is_empty()),
+            inter_broker,
+            replica_lag_time_max: ms("replica.lag.time.max.ms")?,
+            fetch_wait_max: ms("replica.fetch.wait.max.ms")?,
+            fetch_min_bytes: int("replica.fetch.min.bytes")?,
+            fetch_max_bytes: int("replica.fetch.max.bytes")?,
+            fetch_response_max_bytes: int("replica.fetch.response.max.bytes")?,
+            fetch_backoff: ms("replica.fetch.backoff.ms")?,
+            socket_timeout: ms("replica.socket.timeout.ms")?,
+        })
+    }
 }
 
 #[cfg(test)]

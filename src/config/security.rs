@@ -294,50 +294,7 @@ impl InterBrokerSecurity {
         listeners: &[Listener],
         security: &SecurityConfig,
     ) -> Result<InterBrokerSecurity, ConfigError> {
-        let by_name = explicit
-            .get("inter.broker.listener.name")
-            .filter(|n| !n.trim().is_empty());
-        let by_protocol = explicit
-            .get("security.inter.broker.protocol")
-            .filter(|p| !p.trim().is_empty());
-        let listener = match (by_name, by_protocol) {
-            (Some(_), Some(_)) => {
-                return Err(invalid(
-                    "security.inter.broker.protocol",
-                    by_protocol.map_or("", |s| s.as_str()),
-                    "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set",
-                ))
-            }
-            (Some(name), None) => listeners
-                .iter()
-                .find(|l| l.name == name.trim())
-                .ok_or_else(|| {
-                    invalid(
-                        "inter.broker.listener.name",
-                        name,
-                        "must be the name of one of the listeners",
-                    )
-                })?,
-            (None, Some(protocol)) => {
-                let p = protocol.trim();
-                if SecurityProtocol::parse(p).is_none() {
-                    return Err(invalid(
-                        "security.inter.broker.protocol",
-                        p,
-                        "expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
-                    ));
-                }
-                // Kafka's ListenerName.forSecurityProtocol: the listener named like it.
-                listeners.iter().find(|l| l.name == p).ok_or_else(|| {
-                    invalid(
-                        "security.inter.broker.protocol",
-                        p,
-                        format!("no listener is named {p}; name one in listeners or set inter.broker.listener.name instead"),
-                    )
-                })?
-            }
-            (None, None) => &listeners[0],
-        };
+        let listener = inter_broker_listener(explicit, listeners)?;
         let l = listener.name.as_str();
         let mut out = InterBrokerSecurity {
             listener: l.to_string(),
@@ -346,99 +303,177 @@ impl InterBrokerSecurity {
             sasl: None,
         };
         if listener.security.uses_tls() {
-            let keystore = security.tls.get(l);
-            let truststore_pem = keystore.and_then(|t| t.truststore_pem.clone()).ok_or_else(|| {
-                invalid(
-                    &format!("listener.name.{}.ssl.truststore.location", l.to_lowercase()),
-                    "",
-                    format!("the inter-broker listener {l} uses TLS: brokers verify each other's certificates against its truststore; set listener.name.{}.ssl.truststore.location (or ssl.truststore.location / ssl.truststore.certificates)", l.to_lowercase()),
-                )
-            })?;
-            let algorithm = listener_setting(explicit, l, "ssl.endpoint.identification.algorithm")
-                .unwrap_or_else(|| {
-                    (
-                        "ssl.endpoint.identification.algorithm".into(),
-                        "https".into(),
-                    )
-                });
-            let verify_hostname = match algorithm.1.trim().to_lowercase().as_str() {
-                "https" => true,
-                "" => false,
-                other => {
-                    return Err(invalid(
-                        &algorithm.0,
-                        other,
-                        "expected https (verify the peer's host name) or empty (do not)",
-                    ))
-                }
-            };
-            out.tls = Some(InterBrokerTls {
-                cert_chain_pem: keystore.map(|t| t.cert_chain_pem.clone()),
-                key_pem: keystore.map(|t| t.key_pem.clone()),
-                truststore_pem,
-                verify_hostname,
-            });
+            out.tls = Some(InterBrokerTls::build(explicit, l, security)?);
         }
         if listener.security.uses_sasl() {
-            let enabled = security
-                .sasl
-                .get(l)
-                .map(|s| s.mechanisms.clone())
-                .unwrap_or_default();
-            let key = "sasl.mechanism.inter.broker.protocol";
-            let mechanism = match explicit.get(key).map(|m| m.trim().to_uppercase()) {
-                Some(m) if !m.is_empty() => {
-                    if !matches!(m.as_str(), "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512") {
-                        return Err(invalid(
-                            key,
-                            &m,
-                            "Strata brokers authenticate to each other with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
-                        ));
-                    }
-                    if !enabled.contains(&m) {
-                        return Err(invalid(
-                            key,
-                            &m,
-                            format!("{key} must be included in sasl.enabled.mechanisms of listener {l} when SASL is used for inter-broker communication"),
-                        ));
-                    }
-                    m
-                }
-                // Kafka's default (GSSAPI) is not supported: the listener's first mechanism.
-                _ => enabled.first().cloned().ok_or_else(|| {
-                    invalid(
-                        "sasl.enabled.mechanisms",
-                        "",
-                        format!("the inter-broker listener {l} enables no SASL mechanism"),
-                    )
-                })?,
-            };
-            let jaas_key = format!(
-                "listener.name.{}.{}.sasl.jaas.config",
-                l.to_lowercase(),
-                mechanism.to_lowercase()
-            );
-            let options = explicit
-                .get(&jaas_key)
-                .or_else(|| explicit.get("sasl.jaas.config"))
-                .map(|v| parse_jaas_options(v))
-                .unwrap_or_default();
-            let (Some(username), Some(password)) =
-                (options.get("username"), options.get("password"))
-            else {
-                return Err(invalid(
-                    &jaas_key,
-                    "",
-                    format!("the inter-broker listener {l} uses SASL/{mechanism}: set this broker's own username=\"...\" password=\"...\" in {jaas_key} (or sasl.jaas.config)"),
-                ));
-            };
-            out.sasl = Some(SaslCredentials {
-                mechanism,
-                username: username.clone(),
-                password: password.clone(),
-            });
+            out.sasl = Some(SaslCredentials::build(explicit, l, security)?);
         }
         Ok(out)
+    }
+}
+
+/// The listener brokers talk to each other on: `inter.broker.listener.name`, the listener
+/// named like `security.inter.broker.protocol` (setting both is an error), or else the
+/// first listener.
+fn inter_broker_listener<'a>(
+    explicit: &BTreeMap<String, String>,
+    listeners: &'a [Listener],
+) -> Result<&'a Listener, ConfigError> {
+    let by_name = explicit
+        .get("inter.broker.listener.name")
+        .filter(|n| !n.trim().is_empty());
+    let by_protocol = explicit
+        .get("security.inter.broker.protocol")
+        .filter(|p| !p.trim().is_empty());
+    Ok(match (by_name, by_protocol) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "security.inter.broker.protocol",
+                by_protocol.map_or("", |s| s.as_str()),
+                "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set",
+            ))
+        }
+        (Some(name), None) => listeners
+            .iter()
+            .find(|l| l.name == name.trim())
+            .ok_or_else(|| {
+                invalid(
+                    "inter.broker.listener.name",
+                    name,
+                    "must be the name of one of the listeners",
+                )
+            })?,
+        (None, Some(protocol)) => {
+            let p = protocol.trim();
+            if SecurityProtocol::parse(p).is_none() {
+                return Err(invalid(
+                    "security.inter.broker.protocol",
+                    p,
+                    "expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+                ));
+            }
+            // Kafka's ListenerName.forSecurityProtocol: the listener named like it.
+            listeners.iter().find(|l| l.name == p).ok_or_else(|| {
+                invalid(
+                    "security.inter.broker.protocol",
+                    p,
+                    format!("no listener is named {p}; name one in listeners or set inter.broker.listener.name instead"),
+                )
+            })?
+        }
+        (None, None) => &listeners[0],
+    })
+}
+
+impl InterBrokerTls {
+    /// The client side of the TLS listener `l`: its truststore (required: brokers verify
+    /// each other's certificates), its keystore as the client certificate, and whether the
+    /// peer's host name is verified (`ssl.endpoint.identification.algorithm`).
+    fn build(
+        explicit: &BTreeMap<String, String>,
+        l: &str,
+        security: &SecurityConfig,
+    ) -> Result<InterBrokerTls, ConfigError> {
+        let keystore = security.tls.get(l);
+        let truststore_pem = keystore.and_then(|t| t.truststore_pem.clone()).ok_or_else(|| {
+            invalid(
+                &format!("listener.name.{}.ssl.truststore.location", l.to_lowercase()),
+                "",
+                format!("the inter-broker listener {l} uses TLS: brokers verify each other's certificates against its truststore; set listener.name.{}.ssl.truststore.location (or ssl.truststore.location / ssl.truststore.certificates)", l.to_lowercase()),
+            )
+        })?;
+        let algorithm = listener_setting(explicit, l, "ssl.endpoint.identification.algorithm")
+            .unwrap_or_else(|| {
+                (
+                    "ssl.endpoint.identification.algorithm".into(),
+                    "https".into(),
+                )
+            });
+        let verify_hostname = match algorithm.1.trim().to_lowercase().as_str() {
+            "https" => true,
+            "" => false,
+            other => {
+                return Err(invalid(
+                    &algorithm.0,
+                    other,
+                    "expected https (verify the peer's host name) or empty (do not)",
+                ))
+            }
+        };
+        Ok(InterBrokerTls {
+            cert_chain_pem: keystore.map(|t| t.cert_chain_pem.clone()),
+            key_pem: keystore.map(|t| t.key_pem.clone()),
+            truststore_pem,
+            verify_hostname,
+        })
+    }
+}
+
+impl SaslCredentials {
+    /// This broker's credentials on the SASL listener `l`: the mechanism
+    /// (`sasl.mechanism.inter.broker.protocol`, or the listener's first enabled one) and the
+    /// username and password of its JAAS config.
+    fn build(
+        explicit: &BTreeMap<String, String>,
+        l: &str,
+        security: &SecurityConfig,
+    ) -> Result<SaslCredentials, ConfigError> {
+        let enabled = security
+            .sasl
+            .get(l)
+            .map(|s| s.mechanisms.clone())
+            .unwrap_or_default();
+        let key = "sasl.mechanism.inter.broker.protocol";
+        let mechanism = match explicit.get(key).map(|m| m.trim().to_uppercase()) {
+            Some(m) if !m.is_empty() => {
+                if !matches!(m.as_str(), "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512") {
+                    return Err(invalid(
+                        key,
+                        &m,
+                        "Strata brokers authenticate to each other with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+                    ));
+                }
+                if !enabled.contains(&m) {
+                    return Err(invalid(
+                        key,
+                        &m,
+                        format!("{key} must be included in sasl.enabled.mechanisms of listener {l} when SASL is used for inter-broker communication"),
+                    ));
+                }
+                m
+            }
+            // Kafka's default (GSSAPI) is not supported: the listener's first mechanism.
+            _ => enabled.first().cloned().ok_or_else(|| {
+                invalid(
+                    "sasl.enabled.mechanisms",
+                    "",
+                    format!("the inter-broker listener {l} enables no SASL mechanism"),
+                )
+            })?,
+        };
+        let jaas_key = format!(
+            "listener.name.{}.{}.sasl.jaas.config",
+            l.to_lowercase(),
+            mechanism.to_lowercase()
+        );
+        let options = explicit
+            .get(&jaas_key)
+            .or_else(|| explicit.get("sasl.jaas.config"))
+            .map(|v| parse_jaas_options(v))
+            .unwrap_or_default();
+        let (Some(username), Some(password)) = (options.get("username"), options.get("password"))
+        else {
+            return Err(invalid(
+                &jaas_key,
+                "",
+                format!("the inter-broker listener {l} uses SASL/{mechanism}: set this broker's own username=\"...\" password=\"...\" in {jaas_key} (or sasl.jaas.config)"),
+            ));
+        };
+        Ok(SaslCredentials {
+            mechanism,
+            username: username.clone(),
+            password: password.clone(),
+        })
     }
 }
 
@@ -448,17 +483,6 @@ impl SecurityConfig {
         get: &dyn Fn(&str) -> String,
         listeners: &[Listener],
     ) -> Result<SecurityConfig, ConfigError> {
-        // A listener-prefixed setting wins over the plain one, as in Kafka.
-        let lookup = |listener: &str, key: &str| -> Option<(String, String)> {
-            let prefixed = format!("listener.name.{}.{key}", listener.to_lowercase());
-            explicit
-                .get(&prefixed)
-                .map(|v| (prefixed.clone(), v.clone()))
-                .or_else(|| explicit.get(key).map(|v| (key.to_string(), v.clone())))
-        };
-        let read = |key: &str, path: &str| -> Result<String, ConfigError> {
-            std::fs::read_to_string(path).map_err(|e| invalid(key, path, e))
-        };
         let delay_key = "connection.failed.authentication.delay.ms";
         let failed_authentication_delay_ms = value::parse_long(delay_key, &get(delay_key))
             .map_err(|e| invalid(delay_key, &get(delay_key), e))?
@@ -506,103 +530,129 @@ impl SecurityConfig {
         };
         for l in listeners {
             if l.security.uses_tls() {
-                if let Some((k, t)) = lookup(&l.name, "ssl.keystore.type") {
-                    if !t.eq_ignore_ascii_case("PEM") {
-                        return Err(invalid(
-                            &k,
-                            &t,
-                            "only PEM keystores are supported (ssl.keystore.type=PEM)",
-                        ));
-                    }
-                }
-                let (cert_chain_pem, key_pem) = match (
-                    lookup(&l.name, "ssl.keystore.certificate.chain"),
-                    lookup(&l.name, "ssl.keystore.key"),
-                    lookup(&l.name, "ssl.keystore.location"),
-                ) {
-                    (Some((_, chain)), Some((_, key)), _) => (chain, key),
-                    (_, _, Some((k, path))) => {
-                        let pem = read(&k, &path)?;
-                        (pem.clone(), pem)
-                    }
-                    _ => {
-                        return Err(invalid(
-                            "listeners",
-                            &l.name,
-                            format!("listener {} uses TLS but has no ssl.keystore.location (PEM with certificate chain and key) or ssl.keystore.certificate.chain + ssl.keystore.key", l.name),
-                        ))
-                    }
-                };
-                let truststore_pem = match (
-                    lookup(&l.name, "ssl.truststore.certificates"),
-                    lookup(&l.name, "ssl.truststore.location"),
-                ) {
-                    (Some((_, pem)), _) => Some(pem),
-                    (None, Some((k, path))) => Some(read(&k, &path)?),
-                    _ => None,
-                };
-                let client_auth =
-                    match lookup(&l.name, "ssl.client.auth").map(|(_, v)| v.to_lowercase()) {
-                        None => ClientAuth::None,
-                        Some(v) if v == "none" => ClientAuth::None,
-                        Some(v) if v == "requested" => ClientAuth::Requested,
-                        Some(v) if v == "required" => ClientAuth::Required,
-                        Some(v) => {
-                            return Err(invalid(
-                                "ssl.client.auth",
-                                &v,
-                                "expected none, requested or required",
-                            ))
-                        }
-                    };
-                if client_auth != ClientAuth::None && truststore_pem.is_none() {
-                    return Err(invalid(
-                        "ssl.client.auth",
-                        "required",
-                        "client authentication needs ssl.truststore.location",
-                    ));
-                }
-                out.tls.insert(
-                    l.name.clone(),
-                    TlsConfig {
-                        cert_chain_pem,
-                        key_pem,
-                        truststore_pem,
-                        client_auth,
-                    },
-                );
+                out.tls
+                    .insert(l.name.clone(), TlsConfig::build(explicit, &l.name)?);
             }
             if l.security.uses_sasl() {
-                let mechanisms: Vec<String> = lookup(&l.name, "sasl.enabled.mechanisms")
-                    .map(|(_, v)| v)
-                    .unwrap_or_else(|| "GSSAPI".to_string())
-                    .split(',')
-                    .map(|m| m.trim().to_uppercase())
-                    .filter(|m| !m.is_empty())
-                    .collect();
-                for m in &mechanisms {
-                    if !matches!(m.as_str(), "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512") {
-                        return Err(invalid(
-                            "sasl.enabled.mechanisms",
-                            m,
-                            "supported mechanisms: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
-                        ));
-                    }
-                }
-                let plain_users = lookup(&l.name, "plain.sasl.jaas.config")
-                    .or_else(|| lookup(&l.name, "sasl.jaas.config"))
-                    .map(|(_, v)| parse_plain_jaas(&v))
-                    .unwrap_or_default();
-                out.sasl.insert(
-                    l.name.clone(),
-                    SaslConfig {
-                        mechanisms,
-                        plain_users,
-                    },
-                );
+                out.sasl
+                    .insert(l.name.clone(), SaslConfig::build(explicit, &l.name)?);
             }
         }
         Ok(out)
+    }
+}
+
+impl TlsConfig {
+    /// The TLS settings of `listener` (a listener-prefixed setting wins over the plain one,
+    /// as in Kafka): its PEM keystore, inline or read from `ssl.keystore.location`, its
+    /// truststore and `ssl.client.auth`.
+    fn build(
+        explicit: &BTreeMap<String, String>,
+        listener: &str,
+    ) -> Result<TlsConfig, ConfigError> {
+        if let Some((k, t)) = listener_setting(explicit, listener, "ssl.keystore.type") {
+            if !t.eq_ignore_ascii_case("PEM") {
+                return Err(invalid(
+                    &k,
+                    &t,
+                    "only PEM keystores are supported (ssl.keystore.type=PEM)",
+                ));
+            }
+        }
+        let (cert_chain_pem, key_pem) = match (
+            listener_setting(explicit, listener, "ssl.keystore.certificate.chain"),
+            listener_setting(explicit, listener, "ssl.keystore.key"),
+            listener_setting(explicit, listener, "ssl.keystore.location"),
+        ) {
+            (Some((_, chain)), Some((_, key)), _) => (chain, key),
+            (_, _, Some((k, path))) => {
+                let pem = read_pem(&k, &path)?;
+                (pem.clone(), pem)
+            }
+            _ => {
+                return Err(invalid(
+                    "listeners",
+                    listener,
+                    format!("listener {listener} uses TLS but has no ssl.keystore.location (PEM with certificate chain and key) or ssl.keystore.certificate.chain + ssl.keystore.key"),
+                ))
+            }
+        };
+        let truststore_pem = match (
+            listener_setting(explicit, listener, "ssl.truststore.certificates"),
+            listener_setting(explicit, listener, "ssl.truststore.location"),
+        ) {
+            (Some((_, pem)), _) => Some(pem),
+            (None, Some((k, path))) => Some(read_pem(&k, &path)?),
+            _ => None,
+        };
+        let client_auth = match listener_setting(explicit, listener, "ssl.client.auth")
+            .map(|(_, v)| v.to_lowercase())
+        {
+            None => ClientAuth::None,
+            Some(v) if v == "none" => ClientAuth::None,
+            Some(v) if v == "requested" => ClientAuth::Requested,
+            Some(v) if v == "required" => ClientAuth::Required,
+            Some(v) => {
+                return Err(invalid(
+                    "ssl.client.auth",
+                    &v,
+                    "expected none, requested or required",
+                ))
+            }
+        };
+        if client_auth != ClientAuth::None && truststore_pem.is_none() {
+            return Err(invalid(
+                "ssl.client.auth",
+                "required",
+                "client authentication needs ssl.truststore.location",
+            ));
+        }
+        Ok(TlsConfig {
+            cert_chain_pem,
+            key_pem,
+            truststore_pem,
+            client_auth,
+        })
+    }
+}
+
+/// A PEM file named by the setting `key`.
+fn read_pem(key: &str, path: &str) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| invalid(key, path, e))
+}
+
+impl SaslConfig {
+    /// The SASL settings of `listener` (a listener-prefixed setting wins over the plain one,
+    /// as in Kafka): its enabled mechanisms and the PLAIN users of its JAAS config.
+    fn build(
+        explicit: &BTreeMap<String, String>,
+        listener: &str,
+    ) -> Result<SaslConfig, ConfigError> {
+        let mechanisms: Vec<String> =
+            listener_setting(explicit, listener, "sasl.enabled.mechanisms")
+                .map(|(_, v)| v)
+                .unwrap_or_else(|| "GSSAPI".to_string())
+                .split(',')
+                .map(|m| m.trim().to_uppercase())
+                .filter(|m| !m.is_empty())
+                .collect();
+        for m in &mechanisms {
+            if !matches!(m.as_str(), "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512") {
+                return Err(invalid(
+                    "sasl.enabled.mechanisms",
+                    m,
+                    "supported mechanisms: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+                ));
+            }
+        }
+        let plain_users = listener_setting(explicit, listener, "plain.sasl.jaas.config")
+            .or_else(|| listener_setting(explicit, listener, "sasl.jaas.config"))
+            .map(|(_, v)| parse_plain_jaas(&v))
+            .unwrap_or_default();
+        Ok(SaslConfig {
+            mechanisms,
+            plain_users,
+        })
     }
 }
 

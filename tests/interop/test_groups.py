@@ -456,8 +456,18 @@ def test_static_member_restarted_within_session_timeout_keeps_assignment_without
                  instance_id="static-a", **opts)
     a2.wait(lambda: a2.partitions, 30, "assignment of the restarted static member")
     assert a2.partitions == a_parts
-    time.sleep(3.0)  # a rebalance would reach the other member within a heartbeat or two
+    # A rebalance would reach the other member in the answer to a heartbeat, and it rejoins
+    # (callbacks included) before it heartbeats again: wait for two more of its heartbeats.
     b_after = other.status()
+    assert "heartbeats" in b_after, \
+        "the built InteropClient reports no heartbeats: run scripts/build-java-tests.sh"
+    beats = b_after["heartbeats"] + 2
+    deadline = time.monotonic() + 30
+    while b_after["heartbeats"] < beats:
+        assert time.monotonic() < deadline, \
+            f"the other member did not heartbeat twice within 30s: {b_after}\n{other.describe()}"
+        time.sleep(0.2)
+        b_after = other.status()
     callbacks = [e for e in other.events[n_b_events:] if e["ev"] in ("assigned", "revoked", "lost")]
     assert not callbacks, \
         f"restarting the static {lib} member rebalanced the group: the other member saw " \

@@ -24,9 +24,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 
-from helpers import QUIET, create_topic
+from helpers import QUIET, _consumer, create_topic
 from test_tiering import (REMOTE_TOPIC_CONFIG, seal_records, tiered_broker_props,
                           wait_until_remote_only)
 
@@ -47,6 +47,7 @@ CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 PER_CODEC = 1500
 T0 = 1_700_000_000_000
 EXPORT_TIMEOUT_S = 120
+CHECKPOINT_TIMEOUT_S = 30
 
 
 def _binary() -> Path:
@@ -126,6 +127,47 @@ def produce_all(bootstrap: str, topic: str, produced: Produced) -> None:
             p.abort_transaction(30)
 
 
+def checkpointed_high_watermarks(broker, topic: str) -> dict[int, int]:
+    """The high watermarks of `topic` in the log dir's `replication-offset-checkpoint`
+    (`topic partition offset` lines after a version and a count line): what `strata export`
+    caps the sealed local segments at."""
+    try:
+        lines = (broker.data_dir / "replication-offset-checkpoint").read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    out = {}
+    for line in lines[2:]:
+        f = line.split()
+        if len(f) == 3 and f[0] == topic:
+            out[int(f[1])] = int(f[2])
+    return out
+
+
+def wait_for_high_watermark_checkpoint(broker, topic: str, partitions,
+                                       timeout: float = CHECKPOINT_TIMEOUT_S) -> None:
+    """Wait until the high-watermark checkpoint holds each partition's current high watermark
+    (every acknowledged record, fillers included), so that an export reads every sealed
+    segment rather than stopping at an older checkpoint."""
+    c = _consumer(broker.bootstrap, {"isolation.level": "read_uncommitted"})
+    try:
+        want = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in partitions}
+    finally:
+        c.close()
+    deadline = time.monotonic() + timeout
+    while True:
+        got = checkpointed_high_watermarks(broker, topic)
+        if all(got.get(p, -1) >= hw for p, hw in want.items()):
+            return
+        how = broker.died()
+        if how is not None or time.monotonic() > deadline:
+            raise AssertionError(
+                f"{topic}: wanted the high watermarks {want} checkpointed within {timeout}s, "
+                f"but {broker.data_dir / 'replication-offset-checkpoint'} holds {got} "
+                f"({how or 'broker running'})\n--- broker log tail ---\n{broker.log_tail(40)}")
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="module")
 def exported_topic(s3_server, module_broker_factory):
     """A tiered 2-partition topic with every kind of record, sealed and mostly uploaded.
@@ -144,7 +186,7 @@ def exported_topic(s3_server, module_broker_factory):
     # sealed segment, then wait until the early segments are remote-only.
     seal_records(b, topic, {p: o + 1 for p, o in last.items()})
     wait_until_remote_only(b, topic, {p: 0 for p in range(PARTS)})
-    time.sleep(1.0)  # a high-watermark checkpoint after the fillers
+    wait_for_high_watermark_checkpoint(b, topic, range(PARTS))
     return b, topic, produced, last
 
 
@@ -587,7 +629,7 @@ def test_value_schema_decodes_json_values_into_typed_columns_next_to_the_raw_val
     assert [d.value for d in in_order] == [v for v, _ in records]
     by_offset = {d.offset: records[i] for i, d in enumerate(in_order)}
     seal_records(b, topic, {0: max(by_offset)})
-    time.sleep(1.0)  # a high-watermark checkpoint after the fillers
+    wait_for_high_watermark_checkpoint(b, topic, [0])
     schema_file = tmp_path / "schema.json"
     schema_file.write_text(json.dumps(VALUE_SCHEMA))
     out = tmp_path / "typed"

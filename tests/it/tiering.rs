@@ -132,7 +132,16 @@ async fn outage_keeps_local_segments_and_uploads_resume() {
         .clone();
     store.faults.set_outage(true);
     let end = produce_batches(&mut c, 60).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Rather than a fixed time: wait until the store refused a request and local retention
+    // ran a few times after the produce.
+    let relaxed = std::sync::atomic::Ordering::Relaxed;
+    let failed_requests = store.metrics.errors.load(relaxed);
+    let retention_checks = b.broker().metrics.retention_checks.load(relaxed);
+    wait_until("failed store requests and retention checks", || {
+        store.metrics.errors.load(relaxed) > failed_requests
+            && b.broker().metrics.retention_checks.load(relaxed) >= retention_checks + 3
+    })
+    .await;
     let segs = local_segments(b.dir.path());
     assert!(segs.len() > 3, "segments rolled: {segs:?}");
     assert_eq!(

@@ -41,18 +41,19 @@ pub struct CacheConfig {
     pub max_bytes_per_second: Option<u64>,
 }
 
-/// Spaces GETs so that, on average, reads stay under a byte rate.
+/// Spaces GETs so that, on average, reads stay under a byte rate. On tokio's clock, like the
+/// sleep it takes, so tests can run it in paused time.
 #[derive(Debug)]
 struct RateLimit {
     bytes_per_second: u64,
-    next_free: std::sync::Mutex<Instant>,
+    next_free: std::sync::Mutex<tokio::time::Instant>,
 }
 
 impl RateLimit {
     async fn take(&self, bytes: u64) {
         let wait = {
             let mut next = self.next_free.lock().unwrap_or_else(|e| e.into_inner());
-            let now = Instant::now();
+            let now = tokio::time::Instant::now();
             let start = (*next).max(now);
             *next = start
                 + std::time::Duration::from_secs_f64(bytes as f64 / self.bytes_per_second as f64);
@@ -135,7 +136,7 @@ impl RemoteReader {
                 .map(|bytes_per_second| {
                     Arc::new(RateLimit {
                         bytes_per_second,
-                        next_free: std::sync::Mutex::new(Instant::now()),
+                        next_free: std::sync::Mutex::new(tokio::time::Instant::now()),
                     })
                 }),
             metrics: Arc::new(ReadMetrics::default()),
@@ -654,19 +655,30 @@ mod tests {
         reader.close().await;
     }
 
-    #[tokio::test]
+    /// In paused time: the clock moves only when every task waits, so the elapsed times are
+    /// the limiter's own waits, whatever the machine's load.
+    #[tokio::test(start_paused = true)]
     async fn the_rate_limit_spaces_reads() {
+        use std::time::Duration;
         let r = RateLimit {
             bytes_per_second: 1_000_000,
-            next_free: std::sync::Mutex::new(Instant::now()),
+            next_free: std::sync::Mutex::new(tokio::time::Instant::now()),
         };
-        let started = Instant::now();
+        let started = tokio::time::Instant::now();
         r.take(200_000).await;
-        assert!(started.elapsed() < std::time::Duration::from_millis(100));
+        // The first read does not wait.
+        assert_eq!(started.elapsed(), Duration::ZERO);
         r.take(200_000).await;
+        let elapsed = started.elapsed();
+        assert!(elapsed >= Duration::from_millis(200), "{elapsed:?}");
         r.take(200_000).await;
-        // The second and third reads wait for the first two to "drain" at 1 MB/s.
-        assert!(started.elapsed() >= std::time::Duration::from_millis(390));
+        // The second and third reads wait for the first two to "drain" at 1 MB/s: 400 ms
+        // (tokio's timer rounds a sleep up to the next millisecond).
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed >= Duration::from_millis(400) && elapsed <= Duration::from_millis(402),
+            "{elapsed:?}"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -132,6 +132,18 @@ pub struct Progress {
     pub values_mismatched: AtomicU64,
 }
 
+impl Progress {
+    /// Counts the records of a batch written to a file.
+    fn add(&self, pushed: &convert::Pushed) {
+        self.records.fetch_add(pushed.rows, Ordering::Relaxed);
+        self.skipped.fetch_add(pushed.skipped, Ordering::Relaxed);
+        self.values_not_json
+            .fetch_add(pushed.values_not_json, Ordering::Relaxed);
+        self.values_mismatched
+            .fetch_add(pushed.values_mismatched, Ordering::Relaxed);
+    }
+}
+
 /// What the export of one partition did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PartitionSummary {
@@ -288,131 +300,92 @@ impl Run {
                 cursor = source.next_offset();
                 continue;
             }
-            let mut chunks = self.read_segment(source);
-            // `buf` starts at a batch boundary; `next` is the unread rest of the last chunk.
-            // A batch that straddles two chunks is the only one copied.
-            let mut buf = Bytes::new();
-            let mut next = Bytes::new();
-            let mut file: Option<OpenFile> = None;
-            let mut exhausted = false;
-            loop {
-                if self.cancel.is_cancelled() {
-                    if let Some(f) = file.take() {
-                        let _ = std::fs::remove_file(&f.spool);
-                    }
-                    return Err(ExportError::Cancelled);
-                }
-                let header = match BatchHeader::parse(&buf)? {
-                    Some(h) => h,
-                    None if !next.is_empty() => {
-                        buf = if buf.is_empty() {
-                            std::mem::take(&mut next)
-                        } else {
-                            // Complete the batch header, then the batch, from `next`.
-                            let want = match buf.get(8..LOG_OVERHEAD) {
-                                Some(len) => {
-                                    let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
-                                    (LOG_OVERHEAD + len.max(0) as usize).saturating_sub(buf.len())
-                                }
-                                None => LOG_OVERHEAD - buf.len(),
-                            };
-                            let tail = next.split_to(want.min(next.len()));
-                            let mut m = BytesMut::with_capacity(buf.len() + tail.len());
-                            m.extend_from_slice(&buf);
-                            m.extend_from_slice(&tail);
-                            m.freeze()
-                        };
-                        continue;
-                    }
-                    None => match chunks.blocking_recv() {
-                        Some(Ok(chunk)) => {
-                            next = chunk;
-                            continue;
-                        }
-                        Some(Err(e)) => return Err(e),
-                        None if buf.is_empty() => {
-                            exhausted = true;
-                            break;
-                        }
-                        None => {
-                            return Err(ConvertError::Corrupt {
-                                offset: cursor,
-                                reason: format!(
-                                    "{} ends inside a batch ({} bytes left)",
-                                    source.describe(),
-                                    buf.len()
-                                ),
-                            }
-                            .into())
-                        }
-                    },
-                };
-                let batch = buf.split_to(header.size);
-                self.progress
-                    .bytes_in
-                    .fetch_add(header.size as u64, Ordering::Relaxed);
-                if header.next_offset() <= cursor {
-                    continue;
-                }
-                if header.base_offset >= filter.to {
-                    break;
-                }
-                let open = match &mut file {
-                    Some(f) => f,
-                    None => file.insert(self.open_file()?),
-                };
-                let pushed = open
-                    .writer
-                    .push_batch(&header, &batch, &mut filter, &plan.aborted)?;
-                self.progress
-                    .records
-                    .fetch_add(pushed.rows, Ordering::Relaxed);
-                self.progress
-                    .skipped
-                    .fetch_add(pushed.skipped, Ordering::Relaxed);
-                self.progress
-                    .values_not_json
-                    .fetch_add(pushed.values_not_json, Ordering::Relaxed);
-                self.progress
-                    .values_mismatched
-                    .fetch_add(pushed.values_mismatched, Ordering::Relaxed);
-                let batch_end = header.next_offset().min(filter.to);
-                if open.writer.approximate_size() >= self.options.file_bytes
-                    && batch_end < source.next_offset().min(filter.to)
-                {
-                    let f = file.take().expect("file is open");
-                    self.close_file(f, batch_end, &mut e_tag, &filter, &mut summary)?;
-                    cursor = batch_end;
-                    continue;
-                }
-                cursor = batch_end;
-                if cursor >= filter.to {
-                    break;
-                }
-            }
-            drop(chunks);
-            // The segment ends at its next offset, or where the export ends inside it.
-            let seg_end = if exhausted {
-                source.next_offset().min(filter.to)
-            } else {
-                cursor.min(filter.to)
-            };
-            let seg_end = seg_end.max(cursor);
-            match file.take() {
-                Some(f) => self.close_file(f, seg_end, &mut e_tag, &filter, &mut summary)?,
-                None if filter.from_time.is_none() && seg_end > summary.end_offset => {
-                    e_tag = self.commit(seg_end, None, e_tag.as_deref())?;
-                    summary.end_offset = seg_end;
-                }
-                None => {}
-            }
-            cursor = seg_end;
+            cursor = self.export_segment(source, cursor, &mut filter, &mut e_tag, &mut summary)?;
             if cursor >= filter.to {
                 break;
             }
         }
         summary.end_offset = summary.end_offset.max(cursor.min(filter.to));
         Ok(summary)
+    }
+
+    /// Exports the batches of one segment from `cursor` into files (a new file once one
+    /// passes [`ExportOptions::file_bytes`]), lands them and moves the checkpoint. Returns
+    /// where this segment's export ended: the next offset to export.
+    fn export_segment(
+        &self,
+        source: &Source,
+        mut cursor: i64,
+        filter: &mut RecordFilter,
+        e_tag: &mut Option<String>,
+        summary: &mut PartitionSummary,
+    ) -> Result<i64, ExportError> {
+        let mut batches = SegmentBatches::new(self.read_segment(source));
+        let mut file: Option<OpenFile> = None;
+        let mut exhausted = false;
+        loop {
+            if self.cancel.is_cancelled() {
+                if let Some(f) = file.take() {
+                    let _ = std::fs::remove_file(&f.spool);
+                }
+                return Err(ExportError::Cancelled);
+            }
+            let (header, batch) = match batches.read(source, cursor)? {
+                NextBatch::Batch(header, batch) => (header, batch),
+                NextBatch::NotYet => continue,
+                NextBatch::End => {
+                    exhausted = true;
+                    break;
+                }
+            };
+            self.progress
+                .bytes_in
+                .fetch_add(header.size as u64, Ordering::Relaxed);
+            if header.next_offset() <= cursor {
+                continue;
+            }
+            if header.base_offset >= filter.to {
+                break;
+            }
+            let open = match &mut file {
+                Some(f) => f,
+                None => file.insert(self.open_file()?),
+            };
+            let pushed = open
+                .writer
+                .push_batch(&header, &batch, filter, &self.plan.aborted)?;
+            self.progress.add(&pushed);
+            let batch_end = header.next_offset().min(filter.to);
+            if open.writer.approximate_size() >= self.options.file_bytes
+                && batch_end < source.next_offset().min(filter.to)
+            {
+                let f = file.take().expect("file is open");
+                self.close_file(f, batch_end, e_tag, filter, summary)?;
+                cursor = batch_end;
+                continue;
+            }
+            cursor = batch_end;
+            if cursor >= filter.to {
+                break;
+            }
+        }
+        drop(batches);
+        // The segment ends at its next offset, or where the export ends inside it.
+        let seg_end = if exhausted {
+            source.next_offset().min(filter.to)
+        } else {
+            cursor.min(filter.to)
+        };
+        let seg_end = seg_end.max(cursor);
+        match file.take() {
+            Some(f) => self.close_file(f, seg_end, e_tag, filter, summary)?,
+            None if filter.from_time.is_none() && seg_end > summary.end_offset => {
+                *e_tag = self.commit(seg_end, None, e_tag.as_deref())?;
+                summary.end_offset = seg_end;
+            }
+            None => {}
+        }
+        Ok(seg_end)
     }
 
     fn open_file(&self) -> Result<OpenFile, ExportError> {
@@ -523,6 +496,81 @@ impl SegmentChunks {
 impl Drop for SegmentChunks {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// A segment's chunks cut into batches. `buf` starts at a batch boundary; `next` is the
+/// unread rest of the last chunk. A batch that straddles two chunks is the only one copied.
+struct SegmentBatches {
+    chunks: SegmentChunks,
+    buf: Bytes,
+    next: Bytes,
+}
+
+/// What one step of [`SegmentBatches::read`] found.
+enum NextBatch {
+    Batch(BatchHeader, Bytes),
+    /// More bytes were taken in; no whole batch yet.
+    NotYet,
+    /// The segment ended at a batch boundary.
+    End,
+}
+
+impl SegmentBatches {
+    fn new(chunks: SegmentChunks) -> SegmentBatches {
+        SegmentBatches {
+            chunks,
+            buf: Bytes::new(),
+            next: Bytes::new(),
+        }
+    }
+
+    /// The next whole batch, or else takes in more bytes (completing a straddling batch from
+    /// the last chunk, or waiting for the next chunk). `cursor` and `source` only name where
+    /// a segment that ends inside a batch is corrupt.
+    fn read(&mut self, source: &Source, cursor: i64) -> Result<NextBatch, ExportError> {
+        if let Some(header) = BatchHeader::parse(&self.buf)? {
+            let batch = self.buf.split_to(header.size);
+            return Ok(NextBatch::Batch(header, batch));
+        }
+        if !self.next.is_empty() {
+            self.buf = if self.buf.is_empty() {
+                std::mem::take(&mut self.next)
+            } else {
+                // Complete the batch header, then the batch, from `next`.
+                let buf = &self.buf;
+                let want = match buf.get(8..LOG_OVERHEAD) {
+                    Some(len) => {
+                        let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+                        (LOG_OVERHEAD + len.max(0) as usize).saturating_sub(buf.len())
+                    }
+                    None => LOG_OVERHEAD - buf.len(),
+                };
+                let tail = self.next.split_to(want.min(self.next.len()));
+                let mut m = BytesMut::with_capacity(buf.len() + tail.len());
+                m.extend_from_slice(buf);
+                m.extend_from_slice(&tail);
+                m.freeze()
+            };
+            return Ok(NextBatch::NotYet);
+        }
+        match self.chunks.blocking_recv() {
+            Some(Ok(chunk)) => {
+                self.next = chunk;
+                Ok(NextBatch::NotYet)
+            }
+            Some(Err(e)) => Err(e),
+            None if self.buf.is_empty() => Ok(NextBatch::End),
+            None => Err(ConvertError::Corrupt {
+                offset: cursor,
+                reason: format!(
+                    "{} ends inside a batch ({} bytes left)",
+                    source.describe(),
+                    self.buf.len()
+                ),
+            }
+            .into()),
+        }
     }
 }
 

@@ -363,6 +363,17 @@ public final class InteropClient {
         return new ArrayList<>(ps);
     }
 
+    /** Heartbeat responses the consumer has received (its heartbeat-total metric). */
+    static long heartbeats(KafkaConsumer<?, ?> consumer) {
+        for (Map.Entry<org.apache.kafka.common.MetricName, ? extends org.apache.kafka.common.Metric> m
+                 : consumer.metrics().entrySet()) {
+            if (m.getKey().name().equals("heartbeat-total") && m.getValue().metricValue() instanceof Number) {
+                return ((Number) m.getValue().metricValue()).longValue();
+            }
+        }
+        return -1;
+    }
+
     static String assignorClass(String name) {
         switch (name) {
             case "range": return "org.apache.kafka.clients.consumer.RangeAssignor";
@@ -448,7 +459,8 @@ public final class InteropClient {
                 if (statusRequested.getAndSet(false)) {
                     GroupEvents.emit("status", "partitions", partitionsJson(consumer.assignment()),
                                      "generation", consumer.groupMetadata().generationId(),
-                                     "member_id", consumer.groupMetadata().memberId());
+                                     "member_id", consumer.groupMetadata().memberId(),
+                                     "heartbeats", heartbeats(consumer));
                 }
                 ConsumerRecords<byte[], byte[]> recs = consumer.poll(Duration.ofMillis(200));
                 if (recs.isEmpty()) continue;
