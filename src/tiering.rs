@@ -239,10 +239,7 @@ impl Tiering {
                 let (start, end) = (m.log_start_offset, m.end_offset());
                 let part = p.clone();
                 let applied = tokio::task::spawn_blocking(move || {
-                    part.with_log(|l| {
-                        let before = l.log_start_offset();
-                        l.apply_manifest(start, end).map(|()| (before, l.log_start_offset()))
-                    })
+                    part.apply_manifest(start, end)
                 })
                 .await
                 .map_err(io::Error::other)
@@ -451,7 +448,7 @@ impl Tiering {
                     continue;
                 }
                 for p in &t.partitions {
-                    if let Err(e) = p.with_log(|l| l.roll(now)) {
+                    if let Err(e) = p.roll(now) {
                         tracing::warn!(topic = %t.name, partition = p.index, error = %e, "cannot roll before the final upload");
                     }
                 }
@@ -1077,42 +1074,23 @@ impl LocalLog for BrokerLog {
         log_start_offset: i64,
         remote_end: Option<i64>,
     ) -> io::Result<(i64, i64)> {
-        self.partition.with_log(|l| {
-            let before = l.log_start_offset();
-            l.apply_manifest(log_start_offset, remote_end)?;
-            Ok((before, l.log_start_offset()))
-        })
+        self.partition.apply_manifest(log_start_offset, remote_end)
     }
 
     fn next_uploadable(&self, from: i64) -> io::Result<Option<PreparedSegment>> {
-        // Listed and mapped under the log lock, so the cleaner cannot swap the files in
-        // between (the map keeps the old inode readable afterwards).
-        self.partition.with_log(|l| {
-            let Some(files) = l.uploadable_segments(from).into_iter().next() else {
-                return Ok(None);
-            };
-            let parts = strata_tiering::upload::prepare(&files).map_err(io::Error::other)?;
-            Ok(Some(PreparedSegment { files, parts }))
-        })
+        self.partition.next_uploadable(from)
     }
 
     fn allow_local_retention(&self, remote_end: i64, now_ms: i64) -> io::Result<usize> {
-        self.partition.with_log(|l| {
-            l.set_remote_end_offset(remote_end);
-            l.apply_retention(now_ms)
-        })
+        self.partition.allow_local_retention(remote_end, now_ms)
     }
 
     fn retention_input(&self) -> LocalRetentionInput {
-        self.partition.with_log(|l| LocalRetentionInput {
-            delete_records_offset: l.delete_records_offset(),
-            local_only_bytes: l.local_only_bytes(),
-        })
+        self.partition.retention_input()
     }
 
     fn advance_log_start_offset(&self, log_start_offset: i64) -> io::Result<()> {
-        self.partition
-            .with_log(|l| l.advance_log_start_offset(log_start_offset))
+        self.partition.advance_log_start_offset(log_start_offset)
     }
 
     fn cleaned_upto(&self) -> Option<i64> {
@@ -1122,29 +1100,11 @@ impl LocalLog for BrokerLog {
     }
 
     fn compacted_segments(&self, limit: i64) -> io::Result<Option<CompactedSegments>> {
-        self.partition.with_log(|l| {
-            let Some(upto) = l.sealed_end_at_or_below(limit) else {
-                return Ok(None);
-            };
-            let segments = l
-                .segment_files(-1, upto)
-                .into_iter()
-                .map(|files| {
-                    let parts =
-                        strata_tiering::upload::prepare(&files).map_err(io::Error::other)?;
-                    Ok(PreparedSegment { files, parts })
-                })
-                .collect::<io::Result<Vec<_>>>()?;
-            Ok(Some(CompactedSegments {
-                from: l.local_start_offset(),
-                upto,
-                segments,
-            }))
-        })
+        self.partition.compacted_segments(limit)
     }
 
     fn roll(&self, now_ms: i64) -> io::Result<()> {
-        self.partition.with_log(|l| l.roll(now_ms))
+        self.partition.roll(now_ms)
     }
 
     fn reached(&self, step: DurableStep) {

@@ -175,22 +175,23 @@ fn list(
                         answer(p.partition_index, crate::log::ReadError::from(e).code())
                     }
                 },
-                ts if ts >= 0 => match partition.with_log(|l| {
+                ts if ts >= 0 => match {
+                    let ((log_start, local_start), found) = partition.offset_for_timestamp(ts);
                     if let Some(t) = topic.as_ref().filter(|t| t.config.remote_storage_enable) {
-                        if l.log_start_offset() < l.local_start_offset() {
+                        if log_start < local_start {
                             remote.push(RemoteLookup {
                                 topic_slot: out.len(),
                                 partition_slot: partitions.len(),
                                 topic: t.clone(),
                                 partition: p.partition_index,
                                 timestamp: ts,
-                                log_start: l.log_start_offset(),
-                                local_start: l.local_start_offset(),
+                                log_start,
+                                local_start,
                             });
                         }
                     }
-                    l.offset_for_timestamp(ts)
-                }) {
+                    found
+                } {
                     Ok(Some(t)) => found(t.offset, t.timestamp, t.leader_epoch),
                     Ok(None) => found(-1, -1, -1),
                     Err(e) => {

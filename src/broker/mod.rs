@@ -17,6 +17,12 @@
 //! mode its changes go through a [`MetadataQuorum`] the controller implements. Both are set
 //! once by the runtime, before any client is served.
 //!
+//! Reads and appends: [`fetch`] and [`append`] are Kafka's ReplicaManager (`fetchMessages`
+//! with DelayedFetch, `appendRecords` with DelayedProduce) over the partitions the catalog
+//! holds, with protocol-independent results that the API handlers turn into responses;
+//! [`tiered`] is what the tiering upload queue does to a partition's log. Only the broker's
+//! modules take a partition's log lock directly (`Partition::with_log`).
+//!
 //! Modules: [`partition`] (one partition: log, replica set, published offsets), [`cluster`]
 //! (the partition states the control plane applies), [`leadership`] and [`replica_set`]
 //! (partition leadership and ISR state), [`replica_manager`] (the cluster view and the ISR
@@ -58,6 +64,7 @@ mod quorum;
 pub mod replica_manager;
 pub mod replica_set;
 mod security;
+mod tiered;
 
 pub use append::{AppendParams, AppendResult, AppendTopic, PartitionAppend};
 pub use fetch::{FetchLimits, FetchParams, FetchResult, FetchTopic, PartitionRead, RemoteRead};

@@ -726,6 +726,9 @@ impl Partition {
         self.lock().config().clone()
     }
 
+    /// Runs `f` on the log under its lock and publishes the offsets after. The broker's own
+    /// modules (and tests) reach the log this way; the services above it use the named
+    /// methods (here, in [`super::fetch`], [`super::append`] and [`super::tiered`]).
     pub fn with_log<R>(&self, f: impl FnOnce(&mut Log) -> R) -> R {
         let mut log = self.lock();
         let r = f(&mut log);
@@ -768,6 +771,53 @@ impl Partition {
             leader,
             under_replicated,
         }
+    }
+}
+
+/// Reads for the services above the broker (coordinators, fetchers, handlers), each under
+/// one short hold of the log lock.
+impl Partition {
+    /// The topic's min.insync.replicas, as the log applies it.
+    pub fn min_insync_replicas(&self) -> i32 {
+        self.lock().config().min_insync_replicas
+    }
+
+    /// The most a batch may decompress to, as the log applies it (replays of internal topics
+    /// decode under this bound).
+    pub fn max_decompressed_batch_bytes(&self) -> u64 {
+        self.lock().config().max_decompressed_batch_bytes
+    }
+
+    /// The epoch of the last batch in the log, if any (a follower's `last_fetched_epoch`).
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.lock().latest_epoch()
+    }
+
+    /// What a follower needs to truncate to a diverging epoch (KIP-320), read at one instant:
+    /// its log end offset, its high watermark, and [`Partition::end_offset_for_epoch`] of
+    /// `epoch`.
+    pub fn divergence_view(&self, epoch: i32) -> (i64, i64, (i32, i64)) {
+        let log = self.lock();
+        (
+            log.log_end_offset(),
+            log.high_watermark(),
+            log.end_offset_for_epoch(epoch),
+        )
+    }
+
+    /// The first offset with a timestamp at or after `timestamp` in the local log, with the
+    /// (log start, local log start) read at the same instant: below the local start the answer
+    /// may be in remote storage.
+    pub fn offset_for_timestamp(
+        &self,
+        timestamp: i64,
+    ) -> (
+        (i64, i64),
+        io::Result<Option<crate::log::TimestampAndOffset>>,
+    ) {
+        let log = self.lock();
+        let range = (log.log_start_offset(), log.local_start_offset());
+        (range, log.offset_for_timestamp(timestamp))
     }
 }
 

@@ -121,7 +121,7 @@ pub(crate) fn append_replicated(
     records: &[u8],
     timeout: Duration,
 ) -> Result<(), LogWriteError> {
-    let min_isr = partition.with_log(|l| l.config().min_insync_replicas);
+    let min_isr = partition.min_insync_replicas();
     if !partition.is_leader() {
         return Err(LogWriteError::NotLeader);
     }
@@ -147,7 +147,7 @@ pub(crate) fn await_replicated(
     timeout: Duration,
 ) -> Result<(), LogWriteError> {
     use kafka_protocol::ResponseError;
-    let min_isr = partition.with_log(|l| l.config().min_insync_replicas);
+    let min_isr = partition.min_insync_replicas();
     let deadline = Instant::now() + timeout;
     loop {
         let notify = Arc::new(tokio::sync::Notify::new());
@@ -298,7 +298,7 @@ pub(crate) fn decode_bounded(
 fn replay_partitions(partitions: &[Arc<Partition>]) -> io::Result<Vec<LogEntry>> {
     let mut out = Vec::new();
     for p in partitions {
-        let limit = p.with_log(|l| l.config().max_decompressed_batch_bytes);
+        let limit = p.max_decompressed_batch_bytes();
         scan_batches(p, |h, mut batch| {
             let set = decode_bounded(&mut batch, limit)?;
             if h.is_control() {

@@ -350,7 +350,7 @@ impl Fetcher {
         let mut topics: Vec<FetchTopic> = Vec::new();
         for t in targets {
             let p = &t.partition;
-            let last_fetched_epoch = p.with_log(|l| l.latest_epoch()).unwrap_or(-1);
+            let last_fetched_epoch = p.latest_epoch().unwrap_or(-1);
             let fp = FetchPartition::default()
                 .with_partition(p.index)
                 .with_current_leader_epoch(t.leader_epoch)
@@ -696,13 +696,7 @@ fn apply_partition_data(
         }
     }
     if data.diverging_epoch.epoch >= 0 || data.diverging_epoch.end_offset >= 0 {
-        let (end, hw, own) = p.with_log(|l| {
-            (
-                l.log_end_offset(),
-                l.high_watermark(),
-                l.end_offset_for_epoch(data.diverging_epoch.epoch),
-            )
-        });
+        let (end, hw, own) = p.divergence_view(data.diverging_epoch.epoch);
         let offset = truncation_offset(
             data.diverging_epoch.epoch,
             data.diverging_epoch.end_offset,

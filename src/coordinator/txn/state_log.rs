@@ -200,7 +200,7 @@ fn replay_partitions(partitions: &[Arc<Partition>]) -> io::Result<Vec<(Bytes, Op
     let mut out = Vec::new();
     for p in partitions {
         let start = p.offsets().log_start_offset;
-        let limit = p.with_log(|l| l.config().max_decompressed_batch_bytes);
+        let limit = p.max_decompressed_batch_bytes();
         scan_batches(p, |h, mut batch| {
             if h.is_control() {
                 return Ok(());
