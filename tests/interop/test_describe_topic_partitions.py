@@ -172,3 +172,30 @@ def test_java_admin_describe_topics_pages_through_every_partition(broker, topic_
     # Without pagination the description is the same.
     whole = _java(broker.bootstrap, "--topic", a, "--topic", b, "--topic", missing)
     assert whole == paged
+
+
+def test_kafka_topics_describe_pages_with_partition_size_limit_per_response(broker, topic_name):
+    cp, why = java_apps.classpath("tools")
+    if cp is None:
+        pytest.skip(f"Kafka tools jars: {why}")
+    create_topic(broker.bootstrap, topic_name, partitions=5)
+    wait_for_topic(broker.bootstrap, topic_name, 5)
+    java_bin = os.path.join(os.environ["JAVA_HOME"], "bin", "java") \
+        if os.environ.get("JAVA_HOME") else "java"
+
+    def kafka_topics_describe(*extra):
+        cmd = [java_bin, *java_apps.JVM_OPTS, "-cp", cp, "org.apache.kafka.tools.TopicCommand",
+               "--bootstrap-server", broker.bootstrap, "--describe", "--topic", topic_name,
+               *extra]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                             stdin=subprocess.DEVNULL)
+        assert out.returncode == 0, f"stdout: {out.stdout[-3000:]}\nstderr: {out.stderr[-3000:]}"
+        return out.stdout
+
+    paged = kafka_topics_describe("--partition-size-limit-per-response", "2")
+    rows = [line.split() for line in paged.splitlines() if line.strip().startswith("Topic:")]
+    # A summary line, then one line per partition: "Topic: T Partition: N Leader: L ...".
+    partitions = [int(r[r.index("Partition:") + 1]) for r in rows if "Partition:" in r]
+    assert partitions == [0, 1, 2, 3, 4], paged
+    assert "Elr:" in paged and "LastKnownElr:" in paged
+    assert paged == kafka_topics_describe()
