@@ -186,6 +186,22 @@ pub fn describe(
         .with_next_cursor(next_cursor)
 }
 
+/// Answers `req` for `principal` connecting from `host`, with the broker's authorizer (which
+/// allows everything when none is configured).
+pub fn describe_as(
+    broker: &Broker,
+    req: &DescribeTopicPartitionsRequest,
+    principal: &str,
+    host: &str,
+) -> DescribeTopicPartitionsResponse {
+    let authorizer = &broker.authorizer;
+    let may_describe =
+        |name: &str| authorizer.authorize(principal, host, Op::Describe, Res::Topic, name);
+    let operations =
+        |name: &str| authorizer.authorized_operations(principal, host, Res::Topic, name);
+    describe(broker, req, &may_describe, &operations)
+}
+
 /// DescribeTopicPartitions: DESCRIBE on each topic. The check runs inside the handler, as in
 /// Kafka, because the partition limit counts only the partitions of topics the principal may
 /// describe: a named topic it may not describe is refused with TOPIC_AUTHORIZATION_FAILED,
@@ -205,15 +221,8 @@ impl Api for DescribeTopicPartitions {
         r: DescribeTopicPartitionsRequest,
         _version: i16,
     ) -> Outcome {
-        let broker = &s.broker;
         let host = ctx.peer.ip().to_string();
-        let may_describe = |name: &str| ctx.allowed(broker, Op::Describe, Res::Topic, name);
-        let operations = |name: &str| {
-            broker
-                .authorizer
-                .authorized_operations(&ctx.principal, &host, Res::Topic, name)
-        };
-        Outcome::respond(describe(broker, &r, &may_describe, &operations))
+        Outcome::respond(describe_as(&s.broker, &r, &ctx.principal, &host))
     }
 }
 
@@ -495,6 +504,45 @@ mod tests {
                 None
             )
         );
+    }
+
+    #[test]
+    fn the_authorizer_decides_which_topics_are_described() {
+        use crate::api::test_support::allow;
+        let dir = tempfile::tempdir().expect("dir");
+        let broker = broker(dir.path());
+        broker
+            .authorizer
+            .add(&[allow("User:alice", Op::Describe, Res::Topic, "a")]);
+        let as_alice = |r| describe_as(&broker, &r, "User:alice", "127.0.0.1");
+        let resp = as_alice(request(&["a", "b"], 2000, None));
+        assert_eq!(
+            page(&resp),
+            (
+                vec![
+                    ok("a", &[0, 1, 2, 3, 4]),
+                    ("b".into(), TOPIC_DENIED.code(), vec![])
+                ],
+                None
+            )
+        );
+        assert_eq!(resp.topics[0].topic_authorized_operations, 1 << 8);
+        assert_eq!(
+            page(&as_alice(request(&[], 2000, None))),
+            (vec![ok("a", &[0, 1, 2, 3, 4])], None)
+        );
+        // A super user sees everything, with every operation.
+        let resp = describe_as(
+            &broker,
+            &request(&[], 2000, None),
+            "User:admin",
+            "127.0.0.1",
+        );
+        assert_eq!(resp.topics.len(), 3);
+        assert!(resp
+            .topics
+            .iter()
+            .all(|t| t.topic_authorized_operations == ALL_OPS));
     }
 
     #[test]
