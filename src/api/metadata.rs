@@ -8,7 +8,7 @@ use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{
-    MetadataRequest, MetadataResponse, RequestKind, ResponseKind, TopicName,
+    BrokerId, MetadataRequest, MetadataResponse, RequestKind, ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -16,7 +16,8 @@ use uuid::Uuid;
 
 use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
 use crate::api::{blocking, errors, Api, Context, Outcome};
-use crate::broker::{validate_topic_name, Broker, Topic};
+use crate::broker::leadership::ClusterBroker;
+use crate::broker::{validate_topic_name, Broker, Partition, Topic};
 use crate::security::acl::{Operation as Op, ResourceType as Res, CLUSTER_NAME};
 use crate::services::Services;
 
@@ -36,48 +37,93 @@ pub const CLUSTER_AUTHORIZED_OPERATIONS: i32 = (1 << 5)
     | (1 << 13)
     | (1 << 14);
 
-pub fn topic_metadata(broker: &Broker, topic: &Topic, include_ops: bool) -> MetadataResponseTopic {
-    let node = broker.config.node_id;
-    let replication = broker.replication();
-    let cluster = replication.cluster();
-    let partitions = topic
-        .partitions
-        .iter()
-        .map(|p| match replication.leadership(&topic.name, p.index) {
+/// A partition's leader, leader epoch, replicas, ISR and offline replicas as clients are told
+/// them (Metadata and DescribeTopicPartitions answer from the same view).
+pub struct PartitionView {
+    pub index: i32,
+    /// `None` while no registered broker leads the partition.
+    pub leader: Option<i32>,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub offline_replicas: Vec<i32>,
+}
+
+/// The control plane's view of partition leadership, read once per response.
+pub struct LeadershipView<'a> {
+    broker: &'a Broker,
+    cluster: Option<Arc<Vec<ClusterBroker>>>,
+}
+
+impl<'a> LeadershipView<'a> {
+    pub fn new(broker: &'a Broker) -> Self {
+        LeadershipView {
+            broker,
+            cluster: broker.replication().cluster(),
+        }
+    }
+
+    pub fn partition(&self, topic: &str, p: &Partition) -> PartitionView {
+        let node = self.broker.config.node_id;
+        match self.broker.replication().leadership(topic, p.index) {
             // The control plane's view: leader, epoch, replicas, ISR; replicas on brokers
             // that are not registered are offline.
             Some(state) => {
                 let registered = |id: &i32| {
-                    cluster
+                    self.cluster
                         .as_ref()
                         .is_none_or(|c| c.iter().any(|b| b.id == *id))
                 };
-                let offline: Vec<_> = state
-                    .replicas
-                    .iter()
-                    .filter(|id| !registered(id))
-                    .map(|&id| id.into())
-                    .collect();
-                let leader = state.leader.filter(registered);
-                MetadataResponsePartition::default()
-                    .with_error_code(if leader.is_some() {
-                        0
-                    } else {
-                        ResponseError::LeaderNotAvailable.code()
-                    })
-                    .with_partition_index(p.index)
-                    .with_leader_id(leader.unwrap_or(-1).into())
-                    .with_leader_epoch(state.leader_epoch)
-                    .with_replica_nodes(state.replicas.iter().map(|&id| id.into()).collect())
-                    .with_isr_nodes(state.isr.iter().map(|&id| id.into()).collect())
-                    .with_offline_replicas(offline)
+                PartitionView {
+                    index: p.index,
+                    leader: state.leader.filter(registered),
+                    leader_epoch: state.leader_epoch,
+                    offline_replicas: state
+                        .replicas
+                        .iter()
+                        .copied()
+                        .filter(|id| !registered(id))
+                        .collect(),
+                    replicas: state.replicas,
+                    isr: state.isr,
+                }
             }
-            None => MetadataResponsePartition::default()
-                .with_partition_index(p.index)
-                .with_leader_id(node.into())
-                .with_leader_epoch(p.leader_epoch())
-                .with_replica_nodes(vec![node.into()])
-                .with_isr_nodes(vec![node.into()]),
+            None => PartitionView {
+                index: p.index,
+                leader: Some(node),
+                leader_epoch: p.leader_epoch(),
+                replicas: vec![node],
+                isr: vec![node],
+                offline_replicas: Vec::new(),
+            },
+        }
+    }
+}
+
+/// Broker ids as the protocol carries them.
+pub fn broker_ids(ids: &[i32]) -> Vec<BrokerId> {
+    ids.iter().map(|&id| id.into()).collect()
+}
+
+pub fn topic_metadata(broker: &Broker, topic: &Topic, include_ops: bool) -> MetadataResponseTopic {
+    let view = LeadershipView::new(broker);
+    let partitions = topic
+        .partitions
+        .iter()
+        .map(|p| {
+            let v = view.partition(&topic.name, p);
+            MetadataResponsePartition::default()
+                .with_error_code(if v.leader.is_some() {
+                    0
+                } else {
+                    ResponseError::LeaderNotAvailable.code()
+                })
+                .with_partition_index(v.index)
+                .with_leader_id(v.leader.unwrap_or(-1).into())
+                .with_leader_epoch(v.leader_epoch)
+                .with_replica_nodes(broker_ids(&v.replicas))
+                .with_isr_nodes(broker_ids(&v.isr))
+                .with_offline_replicas(broker_ids(&v.offline_replicas))
         })
         .collect();
     MetadataResponseTopic::default()

@@ -24,6 +24,7 @@ pub mod describe_groups;
 pub mod describe_log_dirs;
 pub mod describe_producers;
 pub mod describe_quorum;
+pub mod describe_topic_partitions;
 pub mod describe_transactions;
 pub mod elect_leaders;
 pub mod end_txn;
@@ -160,6 +161,7 @@ apis! {
     elect_leaders::ElectLeaders,
     describe_cluster::DescribeCluster,
     describe_quorum::DescribeQuorum,
+    describe_topic_partitions::DescribeTopicPartitions,
     find_coordinator::FindCoordinator,
     join_group::JoinGroup,
     sync_group::SyncGroup,

@@ -1,6 +1,11 @@
 //! TxnOffsetCommit: offsets committed as part of a transaction. The group's offsets partition
 //! must be in the transaction (KIP-890 verification, as Kafka's group coordinator does); the
 //! offsets are written as a transactional batch and count once the COMMIT marker lands.
+//!
+//! In a cluster the transaction coordinator of the transactional id may be another broker
+//! than this group coordinator: the verification is then an AddPartitionsToTxn (verify only)
+//! to that broker, as Kafka's `AddPartitionsToTxnManager` sends it, and only for a producer
+//! whose transaction has not yet written to the offsets partition.
 
 use std::sync::Arc;
 
@@ -17,6 +22,9 @@ use crate::api::add_offsets_to_txn::offsets_partition;
 use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
+use crate::coordinator::txn::state_log::{
+    coordinator_location, verify_remotely, CoordinatorLocation,
+};
 use crate::coordinator::txn::TransactionCoordinator;
 use crate::coordinator::{GroupCoordinator, OFFSETS_TOPIC};
 use crate::security::acl::{Operation as Op, ResourceType as Res};
@@ -68,26 +76,22 @@ pub async fn handle(
     let group = req.group_id.0.to_string();
     let txn_id = req.transactional_id.0.to_string();
     let (pid, epoch) = (req.producer_id.0, req.producer_epoch);
+    // Only the group's coordinator takes the offsets (Kafka answers NOT_COORDINATOR before it
+    // verifies anything: it is not the leader of the offsets partition).
+    if let Err(e) = groups.check_coordinator(&group) {
+        return respond(vec![Some(e); total]);
+    }
     // Verification: the group's offsets partition must have been added (AddOffsetsToTxn).
     let partition = offsets_partition(&broker, &group);
-    let verified = txns
-        .verify_partitions(
-            &txn_id,
-            pid,
-            epoch,
-            &[(OFFSETS_TOPIC.to_string(), partition)],
-        )
-        .and_then(|v| match v.into_iter().next().flatten() {
-            None => Ok(()),
-            Some(e) => Err(e),
-        });
+    let verified = {
+        let (broker, txns, txn_id) = (broker.clone(), txns.clone(), txn_id.clone());
+        blocking(move || verify_offsets_partition(&broker, &txns, &txn_id, pid, epoch, partition))
+            .await
+            .unwrap_or(Err(ResponseError::UnknownServerError))
+    };
     if let Err(e) = verified {
-        let e = match e {
-            ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
-            ResponseError::TransactionAbortable if version < 4 => ResponseError::InvalidTxnState,
-            e => e,
-        };
-        return respond(vec![Some(e); total]);
+        tracing::debug!(group = %group, transactional_id = %txn_id, error = ?e, "transactional offset commit not verified");
+        return respond(vec![Some(verification_error(e, version)); total]);
     }
     let mut slots: Vec<Option<ResponseError>> = Vec::with_capacity(total);
     let mut offsets = Vec::new();
@@ -140,6 +144,70 @@ pub async fn handle(
         }
         Ok(Err(e)) => respond(vec![Some(e); total]),
         Err(_) => respond(vec![Some(ResponseError::UnknownServerError); total]),
+    }
+}
+
+/// Whether the transaction coordinator of `transactional_id` has the group's offsets
+/// `partition` in the producer's transaction: asked in memory when this broker coordinates
+/// the id, else of the broker that does (not again once the transaction has written to the
+/// partition, as Kafka's `maybeStartTransactionVerification`). Blocking.
+fn verify_offsets_partition(
+    broker: &Broker,
+    txns: &TransactionCoordinator,
+    transactional_id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    partition: i32,
+) -> Result<(), ResponseError> {
+    match coordinator_location(broker, transactional_id) {
+        CoordinatorLocation::Local => txns
+            .verify_partitions(
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                &[(OFFSETS_TOPIC.to_string(), partition)],
+            )
+            .and_then(|v| match v.into_iter().next().flatten() {
+                None => Ok(()),
+                Some(e) => Err(e),
+            }),
+        CoordinatorLocation::Remote(coordinator) => {
+            let ongoing = broker
+                .partition(OFFSETS_TOPIC, partition)
+                .is_some_and(|p| p.has_ongoing_transaction(producer_id, producer_epoch));
+            if ongoing {
+                return Ok(());
+            }
+            verify_remotely(
+                broker,
+                coordinator,
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                OFFSETS_TOPIC,
+                partition,
+            )
+        }
+        CoordinatorLocation::Unavailable => Err(ResponseError::CoordinatorNotAvailable),
+    }
+}
+
+/// The answer to a failed verification, as Kafka's group coordinator gives it
+/// (`AddPartitionsToTxnManager` and `CoordinatorOperationExceptionHelper`): a network failure
+/// is retried without a coordinator lookup, and clients before v4 do not know
+/// TRANSACTION_ABORTABLE.
+fn verification_error(e: ResponseError, version: i16) -> ResponseError {
+    match e {
+        ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+        ResponseError::TransactionAbortable if version < 4 => ResponseError::InvalidTxnState,
+        ResponseError::NetworkException => ResponseError::CoordinatorLoadInProgress,
+        ResponseError::UnknownTopicOrPartition
+        | ResponseError::NotEnoughReplicas
+        | ResponseError::RequestTimedOut => ResponseError::CoordinatorNotAvailable,
+        ResponseError::NotLeaderOrFollower | ResponseError::KafkaStorageError => {
+            ResponseError::NotCoordinator
+        }
+        e => e,
     }
 }
 

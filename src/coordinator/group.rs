@@ -146,6 +146,12 @@ pub struct Group {
     join_not_before: Instant,
     rebalance_deadline: Instant,
     initial_delay: Duration,
+    /// The rebalance started from Empty (Kafka's InitialDelayedJoin): its join phase ends on
+    /// the timer only, never inline in a JoinGroup.
+    initial_join: bool,
+    /// A member was added since the last timer run; the initial join phase waits for a timer
+    /// run with none (Kafka's `newMemberAdded`).
+    new_member_added: bool,
 }
 
 fn new_member_id(prefix: &str) -> String {
@@ -171,6 +177,8 @@ impl Group {
             join_not_before: now,
             rebalance_deadline: now,
             initial_delay,
+            initial_join: false,
+            new_member_added: false,
         }
     }
 
@@ -222,6 +230,8 @@ impl Group {
         } else {
             now
         };
+        self.initial_join = from_empty;
+        self.new_member_added = false;
     }
 
     /// Handles a JoinGroup. Returns `Some(result)` to answer now, or parks `tx` in the member
@@ -440,6 +450,7 @@ impl Group {
         self.rebalance_deadline = self
             .rebalance_deadline
             .max(now + self.max_rebalance_timeout());
+        self.new_member_added = true;
         self.maybe_complete_join(now, now_ms);
     }
 
@@ -471,9 +482,13 @@ impl Group {
         }
     }
 
-    /// Completes the join phase if every member has rejoined (and the initial delay passed).
+    /// Completes the join phase if every member has rejoined, unless it is the initial join
+    /// of an empty group: that one ends on the timer (Kafka's `maybeCompleteJoinPhase` leaves
+    /// a rebalance from Empty to its InitialDelayedJoin), so the other consumers started at
+    /// the same moment get their JoinGroup in, even with no initial delay.
     pub fn maybe_complete_join(&mut self, now: Instant, now_ms: i64) {
         if self.state == GroupState::PreparingRebalance
+            && !self.initial_join
             && self.all_joined()
             && now >= self.join_not_before
         {
@@ -503,8 +518,13 @@ impl Group {
             self.after_members_left(now, now_ms);
             changed = true;
         }
+        // Kafka's InitialDelayedJoin: a timer run that finds a member added since the last
+        // one waits for the next run, so a new group's join phase ends only after a whole
+        // timer period without a new member (and with no pending member: `all_joined`).
+        let settled = !(self.initial_join && std::mem::take(&mut self.new_member_added));
         if self.state == GroupState::PreparingRebalance
-            && (self.all_joined() && now >= self.join_not_before || now >= self.rebalance_deadline)
+            && (settled && self.all_joined() && now >= self.join_not_before
+                || now >= self.rebalance_deadline)
         {
             self.complete_join(now, now_ms);
             changed = true;
@@ -514,6 +534,8 @@ impl Group {
 
     fn complete_join(&mut self, now: Instant, now_ms: i64) {
         self.rebalances += 1;
+        self.initial_join = false;
+        self.new_member_added = false;
         // Members that did not rejoin in time are removed.
         let missing: Vec<String> = self
             .members

@@ -380,6 +380,8 @@ class KafkaBroker(Broker):
         super().__init__(workdir, props, name)
         self.dir = self.workdir / "kafka"
         self.script_log = self.workdir / "kafka-ref.out"
+        # Extra kafka-ref.sh environment, e.g. KAFKA_REF_VOTERS for one node of a cluster.
+        self.env: dict[str, str] = {}
 
     @property
     def log_path(self) -> Path:
@@ -405,6 +407,7 @@ class KafkaBroker(Broker):
         env.setdefault("KAFKA_REF_HEAP_OPTS", "-Xmx512m -Xms512m")
         env.setdefault("KAFKA_REF_JVM_OPTS", "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1")
         env.setdefault("KAFKA_REF_TIMEOUT", str(int(START_TIMEOUT_S)))
+        env.update(self.env)
         with open(self.script_log, "ab") as out:
             out.write(f"\n===== kafka-ref.sh {' '.join(args)} =====\n".encode())
             out.flush()

@@ -1,7 +1,9 @@
 //! Coordinators in cluster mode: the quorum creates `__consumer_offsets` and
 //! `__transaction_state` on the first FindCoordinator for them, replicated on every broker;
 //! a group's committed offsets and a transactional id's producer epoch live in the leader of
-//! their partition and move with its leadership when that broker stops.
+//! their partition and move with its leadership when that broker stops. A group's
+//! coordinator asks the transactional id's coordinator, on another broker, whether its offsets
+//! partition is in the transaction.
 
 use std::time::Duration;
 
@@ -12,7 +14,10 @@ use crate::client::Client;
 use crate::cluster::{eventually, QuorumCluster};
 use crate::groups::{commit, offset_fetch_request};
 use crate::harness::*;
-use crate::transactions::try_init;
+use crate::transactions::{
+    add_offsets_request, end_txn, try_init, txn_offset_commit_request, ADD_OFFSETS_V,
+    INVALID_TXN_STATE, TXN_COMMIT_V,
+};
 
 const OFFSETS: &str = "__consumer_offsets";
 const TXN_STATE: &str = "__transaction_state";
@@ -230,5 +235,74 @@ async fn transactional_ids_live_in_the_quorum_and_follow_their_partition_leader(
     assert_eq!(pid2, pid, "the same producer id");
     assert!(epoch2 > epoch, "epoch bumped: {epoch} then {epoch2}");
     c.broker_mut(first).resume().await;
+    c.shutdown().await;
+}
+
+/// TxnOffsetCommit v3 of `events`-0 at `offset` to `c`: the partition's error code.
+async fn txn_offset_commit(c: &mut Client, id: &str, producer: (i64, i16), offset: i64) -> i16 {
+    let r = txn_offset_commit_request(id, producer, "g-eos", "events", &[(0, offset)]);
+    let resp = c.call(TXN_COMMIT_V, &r).await;
+    resp.topics[0].partitions[0].error_code
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn txn_offset_commit_is_verified_by_the_transaction_coordinator_on_another_broker() {
+    let c = QuorumCluster::start_with(&SETTINGS).await;
+    let mut t = CreatableTopic::default();
+    t.name = name("events");
+    t.num_partitions = 1;
+    t.replication_factor = 3;
+    let mut admin = c.broker(1).client().await;
+    let r = create_topics(&mut admin, vec![t]).await.remove(0);
+    assert_eq!(r.error_code, 0, "create: {:?}", r.error_message);
+
+    // A transactional id whose coordinator is not the group's.
+    let (_, group_node) = coordinator(c.broker(1), 0, "g-eos").await;
+    let mut found = None;
+    for i in 0..100 {
+        let id = format!("tx-eos-{i}");
+        let (_, node) = coordinator(c.broker(1), 1, &id).await;
+        if node != group_node {
+            found = Some((id, node));
+            break;
+        }
+    }
+    let (id, txn_node) = found.expect("a transactional id coordinated by another broker");
+    let (e, pid, epoch) = init(c.broker(txn_node), &id).await;
+    assert_eq!(e, 0, "InitProducerId");
+    let producer = (pid, epoch);
+    let mut tc = c.broker(txn_node).client().await;
+    let mut gc = c.broker(group_node).client().await;
+
+    // Until the group's offsets partition is in the transaction, the commit is refused.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let before = loop {
+        let e = txn_offset_commit(&mut gc, &id, producer, 5).await;
+        if e != COORDINATOR_LOAD_IN_PROGRESS || tokio::time::Instant::now() >= deadline {
+            break e;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        before, INVALID_TXN_STATE,
+        "TxnOffsetCommit before AddOffsetsToTxn"
+    );
+
+    let r = tc
+        .call(ADD_OFFSETS_V, &add_offsets_request(&id, producer, "g-eos"))
+        .await;
+    assert_eq!(r.error_code, 0, "AddOffsetsToTxn");
+    assert_eq!(
+        txn_offset_commit(&mut gc, &id, producer, 5).await,
+        0,
+        "TxnOffsetCommit verified by broker {txn_node}"
+    );
+    // A second commit in the same transaction (the transaction already wrote there).
+    assert_eq!(txn_offset_commit(&mut gc, &id, producer, 7).await, 0);
+    assert_eq!(end_txn(&mut tc, &id, producer, true).await, 0, "EndTxn");
+    assert_eq!(
+        committed_when_loaded(c.broker(group_node), "g-eos").await,
+        7
+    );
     c.shutdown().await;
 }

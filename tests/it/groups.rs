@@ -708,6 +708,83 @@ async fn join_group_v4_hands_out_a_member_id_then_makes_the_member_leader_of_gen
     b.shutdown().await;
 }
 
+/// Two consumers started together (the second up to 8 ms behind, as threads and processes
+/// started at once are) both belong to the first generation of a fresh group, with no initial
+/// rebalance delay: the first member's rejoin must not close the join phase before the second
+/// member's JoinGroup arrives. 20 rounds, a fresh group each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_members_joining_at_the_same_moment_both_get_the_first_generation() {
+    const ROUNDS: usize = 20;
+    let b = start().await;
+    let mut failed = Vec::new();
+    for round in 0..ROUNDS {
+        let group = format!("simultaneous-{round}");
+        let skew = Duration::from_millis(2 * (round % 5) as u64);
+        let mut tasks = Vec::new();
+        for k in 0..2 {
+            let mut c = b.client().await;
+            let g = group.clone();
+            tasks.push(tokio::spawn(async move {
+                if k == 1 {
+                    tokio::time::sleep(skew).await;
+                }
+                let r = join_new(&mut c, &g, None, SESSION_MS).await;
+                (c, r)
+            }));
+        }
+        // A member left out of generation 1 stays parked in the next rebalance: collect what
+        // answered within 2 s.
+        let mut answered = Vec::new();
+        for t in tasks.iter_mut() {
+            if let Ok(r) = tokio::time::timeout(Duration::from_secs(2), t).await {
+                answered.push(r.expect("join task"));
+            }
+        }
+        let generations: Vec<i32> = answered.iter().map(|(_, r)| r.generation_id).collect();
+        let shared = answered.len() == 2
+            && answered.iter().all(|(_, r)| r.error_code == NONE)
+            && generations == [1, 1]
+            && answered
+                .iter()
+                .any(|(_, r)| r.leader == r.member_id && r.members.len() == 2);
+        if !shared {
+            failed.push((round, skew, generations));
+            // Let the parked member in (the early one rejoins, as on REBALANCE_IN_PROGRESS).
+            for (mut c, r) in answered {
+                let id = r.member_id.to_string();
+                let _ = join(&mut c, &group, &id, None).await;
+            }
+            continue;
+        }
+        let members: Vec<Member> = answered
+            .into_iter()
+            .map(|(c, r)| {
+                let mut m = Member {
+                    c,
+                    id: String::new(),
+                    instance: None,
+                    generation: -1,
+                    leader: String::new(),
+                    assignment: Bytes::new(),
+                };
+                m.update(&r);
+                m
+            })
+            .collect();
+        // Balanced: each member gets its own partition from the leader; nothing to revoke.
+        let members = sync_all(members, &group).await;
+        for mut m in members {
+            assert_eq!(m.heartbeat(&group).await, NONE, "round {round}: stable");
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {ROUNDS} rounds without a shared first generation (round, skew, generations): {failed:?}",
+        failed.len()
+    );
+    b.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_group_parks_followers_until_the_leader_distributes_assignments() {
     let b = start().await;

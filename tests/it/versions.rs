@@ -547,6 +547,13 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
             r.into()
         }
         ApiKey::ListPartitionReassignments => ListPartitionReassignmentsRequest::default().into(),
+        ApiKey::DescribeTopicPartitions => DescribeTopicPartitionsRequest::default()
+            .with_topics(vec![
+                describe_topic_partitions_request::TopicRequest::default()
+                    .with_name(TopicName(str_bytes("sweep"))),
+            ])
+            .with_response_partition_limit(2000)
+            .into(),
         other => panic!("ApiVersions lists {other:?}, which this test does not know"),
     }
 }
@@ -700,6 +707,13 @@ fn error_codes(resp: &ResponseKind) -> Vec<i16> {
             )
             .collect(),
         ResponseKind::ListPartitionReassignments(r) => vec![r.error_code],
+        ResponseKind::DescribeTopicPartitions(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| {
+                std::iter::once(t.error_code).chain(t.partitions.iter().map(|p| p.error_code))
+            })
+            .collect(),
         ResponseKind::ElectLeaders(r) => std::iter::once(r.error_code)
             .chain(
                 r.replica_election_results

@@ -44,6 +44,17 @@ fn join_new(g: &mut Group, now: Instant) -> (String, oneshot::Receiver<JoinResul
     (first.member_id, rx)
 }
 
+/// The broker's timer period (`GroupCoordinator::tick` runs every 50 ms).
+const TICK: Duration = Duration::from_millis(50);
+
+/// Runs the timer until a new group's join phase can end with no initial delay: the run that
+/// sees the new member, then one a period later with nobody added. Returns the time after.
+fn settle(g: &mut Group, now: Instant) -> Instant {
+    g.tick(now + TICK, 0);
+    g.tick(now + 2 * TICK, 0);
+    now + 2 * TICK
+}
+
 fn sync(
     g: &mut Group,
     member: &str,
@@ -66,7 +77,12 @@ fn two_members_form_a_generation_and_sync_the_leaders_assignment() {
     let t0 = Instant::now();
     let mut g = Group::new("g", t0, 0, Duration::ZERO);
     let (a, mut rx_a) = join_new(&mut g, t0);
-    // With no initial delay the single member completes the join immediately.
+    // With no initial delay the single member's join completes on the timer.
+    assert!(
+        rx_a.try_recv().is_err(),
+        "a new group's join ends on the timer"
+    );
+    settle(&mut g, t0);
     let ja = rx_a.try_recv().expect("a's join completes");
     assert_eq!((ja.generation, ja.leader.as_str()), (1, a.as_str()));
     // b arrives: rebalance; a must rejoin.
@@ -115,6 +131,7 @@ fn a_silent_member_is_evicted_after_its_session_timeout() {
     let t0 = Instant::now();
     let mut g = Group::new("g", t0, 0, Duration::ZERO);
     let (a, mut rx) = join_new(&mut g, t0);
+    settle(&mut g, t0);
     rx.try_recv().unwrap();
     sync(&mut g, &a, 1, vec![(a.clone(), Bytes::new())], t0)
         .err()
@@ -130,6 +147,7 @@ fn a_crashed_member_is_dropped_at_its_session_timeout_during_a_rebalance() {
     let t0 = Instant::now();
     let mut g = Group::new("g", t0, 0, Duration::ZERO);
     let (a, mut rx) = join_new(&mut g, t0);
+    settle(&mut g, t0);
     rx.try_recv().unwrap();
     sync(&mut g, &a, 1, vec![], t0).err().unwrap();
     // a crashes (no more heartbeats); b joins and starts a rebalance.
@@ -148,6 +166,7 @@ fn a_member_that_does_not_rejoin_is_dropped_at_the_rebalance_timeout() {
     let t0 = Instant::now();
     let mut g = Group::new("g", t0, 0, Duration::ZERO);
     let (a, mut rx) = join_new(&mut g, t0);
+    settle(&mut g, t0);
     rx.try_recv().unwrap();
     sync(&mut g, &a, 1, vec![], t0).err().unwrap();
     let (_b, mut rx_b) = join_new(&mut g, t0 + Duration::from_secs(1));
@@ -170,6 +189,7 @@ fn a_static_member_rejoining_a_stable_group_gets_its_assignment_without_a_rebala
     let mut rx = join(&mut g, req("", Some("i1"), &["range"]), t0)
         .err()
         .unwrap();
+    settle(&mut g, t0);
     let j = rx.try_recv().unwrap();
     let old = j.member_id.clone();
     sync(
@@ -217,6 +237,51 @@ fn the_initial_delay_holds_the_first_join_and_grows_with_new_members() {
 }
 
 #[test]
+fn with_no_initial_delay_a_member_that_joins_just_after_the_first_shares_generation_1() {
+    let t0 = Instant::now();
+    let mut g = Group::new("g", t0, 0, Duration::ZERO);
+    let (_a, mut rx_a) = join_new(&mut g, t0);
+    assert!(rx_a.try_recv().is_err(), "not ended inside a's JoinGroup");
+    // The timer run that sees a's arrival waits one more period.
+    assert!(!g.tick(t0 + TICK, 0));
+    assert!(rx_a.try_recv().is_err());
+    // b started a moment later: its JoinGroup is in before the join phase ends.
+    let (_b, mut rx_b) = join_new(&mut g, t0 + TICK + Duration::from_millis(10));
+    g.tick(t0 + 2 * TICK, 0);
+    assert!(
+        rx_a.try_recv().is_err(),
+        "b's arrival extends the join phase"
+    );
+    g.tick(t0 + 3 * TICK, 0);
+    let (ja, jb) = (rx_a.try_recv().unwrap(), rx_b.try_recv().unwrap());
+    assert_eq!((ja.generation, jb.generation), (1, 1));
+    assert_eq!(
+        ja.members.len() + jb.members.len(),
+        2,
+        "the leader sees both"
+    );
+}
+
+#[test]
+fn a_new_groups_join_phase_waits_for_a_member_given_an_id_until_its_session_timeout() {
+    let t0 = Instant::now();
+    let mut g = Group::new("g", t0, 0, Duration::ZERO);
+    let (_a, mut rx_a) = join_new(&mut g, t0);
+    // b got its member id (MEMBER_ID_REQUIRED) but has not joined with it yet.
+    let first = join(&mut g, req("", None, &["range"]), t0)
+        .ok()
+        .expect("MEMBER_ID_REQUIRED");
+    assert_eq!(first.error, Some(ResponseError::MemberIdRequired));
+    let t = settle(&mut g, t0);
+    g.tick(t + Duration::from_secs(5), 0);
+    assert!(rx_a.try_recv().is_err(), "b is awaited");
+    // b never comes back: its pending id expires with the session timeout (10 s).
+    g.tick(t0 + Duration::from_millis(10_050), 0);
+    let ja = rx_a.try_recv().unwrap();
+    assert_eq!((ja.generation, ja.members.len()), (1, 1));
+}
+
+#[test]
 fn commits_are_fenced_by_generation_and_membership() {
     let t0 = Instant::now();
     let mut g = Group::new("g", t0, 0, Duration::ZERO);
@@ -226,6 +291,7 @@ fn commits_are_fenced_by_generation_and_membership() {
         "simple commit to an empty group"
     );
     let (a, mut rx) = join_new(&mut g, t0);
+    settle(&mut g, t0);
     rx.try_recv().unwrap();
     assert_eq!(
         g.check_commit(&a, None, 1),
@@ -252,6 +318,7 @@ fn leaving_empties_the_group() {
     let t0 = Instant::now();
     let mut g = Group::new("g", t0, 0, Duration::ZERO);
     let (a, mut rx) = join_new(&mut g, t0);
+    settle(&mut g, t0);
     rx.try_recv().unwrap();
     assert_eq!(g.leave(&a, None, t0, 0), None);
     assert_eq!(g.state, GroupState::Empty);
@@ -268,6 +335,7 @@ fn persisted_metadata_restores_a_stable_group() {
     let mut rx = join(&mut g, req("", Some("i1"), &["range"]), t0)
         .err()
         .unwrap();
+    settle(&mut g, t0);
     let a = rx.try_recv().unwrap().member_id;
     sync(
         &mut g,
@@ -296,6 +364,7 @@ fn a_static_member_rejoining_with_new_metadata_for_the_same_protocol_does_not_re
     let mut rx = join(&mut g, req("", Some("i1"), &["range", "roundrobin"]), t0)
         .err()
         .unwrap();
+    settle(&mut g, t0);
     let old = rx.try_recv().unwrap().member_id;
     sync(
         &mut g,

@@ -20,6 +20,7 @@ import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.DescribeTopicsOptions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -87,6 +88,10 @@ public final class InteropClient {
         "  admin-create   --topic T [--partitions P (default 1)] [--replication-factor R (default 1)]",
         "                 [--topic-config k=v ...] [--if-not-exists]",
         "  admin-describe [--topic T]   (without --topic: describes the cluster)",
+        "  admin-describe-topics --topic T [--topic U ...] [--partition-size-limit N]",
+        "      Admin.describeTopics (DescribeTopicPartitions when the broker serves it, N partitions",
+        "      a response); prints per topic {\"topic\",\"topic_id\",\"internal\",\"partitions\":",
+        "      [{partition,leader,replicas,isr,elr,last_known_elr}]} or {\"topic\",\"error\"}.",
         "  admin-list",
         "  admin-delete   --topic T [--if-exists]",
         "",
@@ -137,6 +142,7 @@ public final class InteropClient {
             case "eos-transform": return eosTransform(a);
             case "admin-create": return adminCreate(a);
             case "admin-describe": return adminDescribe(a);
+            case "admin-describe-topics": return adminDescribeTopics(a);
             case "admin-list": return adminList(a);
             case "admin-delete": return adminDelete(a);
             default: throw new UsageException("unknown command '" + cmd + "'");
@@ -701,6 +707,39 @@ public final class InteropClient {
             }
             emit(obj("topic", d.name(), "topic_id", d.topicId().toString(), "internal", d.isInternal(),
                      "partitions", parts, "configs", configs));
+        }
+        return 0;
+    }
+
+    static int adminDescribeTopics(Args a) throws Exception {
+        List<String> topics = a.all("topic");
+        if (topics.isEmpty()) throw new UsageException("--topic is required");
+        int limit = a.intOpt("partition-size-limit", 2000);
+        try (Admin admin = admin(a)) {
+            a.checkAllUsed();
+            Map<String, org.apache.kafka.common.KafkaFuture<TopicDescription>> futures = admin
+                .describeTopics(org.apache.kafka.common.TopicCollection.ofTopicNames(topics),
+                                new DescribeTopicsOptions().partitionSizeLimitPerResponse(limit))
+                .topicNameValues();
+            for (String topic : topics) {
+                TopicDescription d;
+                try {
+                    d = futures.get(topic).get();
+                } catch (ExecutionException e) {
+                    emit(obj("topic", topic, "error", describe(unwrap(e))));
+                    continue;
+                }
+                List<Object> parts = new ArrayList<>();
+                for (TopicPartitionInfo pi : d.partitions()) {
+                    parts.add(obj("partition", pi.partition(),
+                                  "leader", pi.leader() == null ? null : pi.leader().id(),
+                                  "replicas", nodeIds(pi.replicas()), "isr", nodeIds(pi.isr()),
+                                  "elr", pi.elr() == null ? null : nodeIds(pi.elr()),
+                                  "last_known_elr", pi.lastKnownElr() == null ? null : nodeIds(pi.lastKnownElr())));
+                }
+                emit(obj("topic", d.name(), "topic_id", d.topicId().toString(),
+                         "internal", d.isInternal(), "partitions", parts));
+            }
         }
         return 0;
     }
