@@ -390,6 +390,7 @@ mod tests {
             (ApiKey::ElectLeaders, 0, 2),
             (ApiKey::DescribeCluster, 0, 2),
             (ApiKey::DescribeQuorum, 0, 2),
+            (ApiKey::DescribeTopicPartitions, 0, 0),
             (ApiKey::FindCoordinator, 0, 6),
             (ApiKey::JoinGroup, 0, 9),
             (ApiKey::SyncGroup, 0, 5),

@@ -92,5 +92,15 @@ pub async fn join(
         .with_protocols(vec![JoinGroupRequestProtocol::default()
             .with_name(StrBytes::from_static_str("range"))
             .with_metadata(Bytes::from_static(b"subscription"))]);
-    crate::api::join_group::handle(groups, &context(), req, 3).await
+    // A new group's first join phase ends on the coordinator's timer, which the runtime
+    // ticks; tick it here until the join is answered.
+    let ctx = context();
+    let joined = crate::api::join_group::handle(groups, &ctx, req, 3);
+    tokio::pin!(joined);
+    loop {
+        tokio::select! {
+            response = &mut joined => return response,
+            _ = tokio::time::sleep(std::time::Duration::from_millis(10)) => groups.tick(),
+        }
+    }
 }
