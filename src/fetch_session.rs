@@ -12,18 +12,21 @@ use kafka_protocol::messages::TopicName;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
+use crate::broker::{LeaderEpoch, Offset};
+
 /// `(topic name, or empty when addressed by id; topic id; partition)`.
 pub type PartitionKey = (TopicName, Uuid, i32);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FetchPosition {
-    pub fetch_offset: i64,
+    pub fetch_offset: Offset,
     pub partition_max_bytes: i32,
-    pub current_leader_epoch: i32,
+    /// The fetcher's leader epoch (-1: not checked).
+    pub current_leader_epoch: LeaderEpoch,
     /// The epoch of the last record the fetcher has (KIP-320; -1 when unknown).
-    pub last_fetched_epoch: i32,
+    pub last_fetched_epoch: LeaderEpoch,
     /// A follower's log start offset (-1 for consumers).
-    pub log_start_offset: i64,
+    pub log_start_offset: Offset,
 }
 
 /// What was last sent for a partition; an incremental response includes the partition only
@@ -210,11 +213,11 @@ mod tests {
     }
     fn pos(o: i64) -> FetchPosition {
         FetchPosition {
-            fetch_offset: o,
+            fetch_offset: Offset(o),
             partition_max_bytes: 1000,
-            current_leader_epoch: -1,
-            last_fetched_epoch: -1,
-            log_start_offset: -1,
+            current_leader_epoch: LeaderEpoch(-1),
+            last_fetched_epoch: LeaderEpoch(-1),
+            log_start_offset: Offset(-1),
         }
     }
     fn state(hw: i64) -> SentState {

@@ -75,7 +75,7 @@ pub fn topic_metadata(broker: &Broker, topic: &Topic, include_ops: bool) -> Meta
             None => MetadataResponsePartition::default()
                 .with_partition_index(p.index)
                 .with_leader_id(node.into())
-                .with_leader_epoch(p.leader_epoch())
+                .with_leader_epoch(p.leader_epoch().0)
                 .with_replica_nodes(vec![node.into()])
                 .with_isr_nodes(vec![node.into()]),
         })

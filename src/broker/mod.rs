@@ -17,6 +17,11 @@
 //! mode its changes go through a [`MetadataQuorum`] the controller implements. Both are set
 //! once by the runtime, before any client is served.
 //!
+//! Types: the broker's API names offsets, leader epochs and producer ids by newtypes
+//! ([`Offset`], [`LeaderEpoch`], [`ProducerId`]) so a swapped argument does not compile. The
+//! log below stays on Kafka's raw `i64`/`i32` (its on-disk formats use them): [`Partition`]
+//! converts at its boundary with the log, the `api` handlers at the wire.
+//!
 //! Modules: [`partition`] (one partition: log, replica set, published offsets), [`cluster`]
 //! (the partition states the control plane applies), [`leadership`] and [`replica_set`]
 //! (partition leadership and ISR state), [`replica_manager`] (the cluster view and the ISR
@@ -48,6 +53,7 @@ use replica_set::ReplicaSet;
 mod append;
 mod cluster;
 mod fetch;
+mod ids;
 pub mod leadership;
 mod listener;
 pub mod log_cleaner;
@@ -61,6 +67,7 @@ mod security;
 
 pub use append::{AppendParams, AppendResult, AppendTopic, PartitionAppend};
 pub use fetch::{FetchLimits, FetchParams, FetchResult, FetchTopic, PartitionRead, RemoteRead};
+pub use ids::Offset;
 pub use listener::CatalogListener;
 pub use meta_properties::ClusterIdError;
 pub use metadata_file::{add_scram_credential_offline, is_fresh_data_dir, kafka_uuid_string};
@@ -69,6 +76,7 @@ pub use metadata_file::{write_restored_metadata, ScramStore};
 pub use partition::{FollowerFetchError, Partition, PartitionOffsets, Role};
 pub use quorum::MetadataQuorum;
 pub use security::SecurityRecords;
+pub use strata_metadata::ids::{LeaderEpoch, ProducerId};
 
 const METADATA_FILE: &str = "strata-metadata.toml";
 const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
@@ -244,7 +252,7 @@ fn adoptable_internal_topic(t: &Topic) -> bool {
     is_internal_topic(&t.name)
         && t.partitions.iter().all(|p| {
             let o = p.offsets();
-            !p.is_replicated() && o.log_end_offset == 0 && o.log_start_offset == 0
+            !p.is_replicated() && o.log_end_offset == Offset(0) && o.log_start_offset == Offset(0)
         })
 }
 

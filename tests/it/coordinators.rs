@@ -202,7 +202,7 @@ async fn await_decided(c: &Cluster, leader: i32, topic: &str, partition: i32) ->
         .expect("partition");
     let since = tokio::time::Instant::now();
     loop {
-        let end = p.offsets().log_end_offset;
+        let end = p.offsets().log_end_offset.0;
         let d = fetch_committed_records(&mut client, topic, partition).await;
         if d.error_code == NONE && end > 0 && d.last_stable_offset == end {
             return d;
