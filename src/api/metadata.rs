@@ -67,7 +67,7 @@ pub fn topic_metadata(broker: &Broker, topic: &Topic, include_ops: bool) -> Meta
                     })
                     .with_partition_index(p.index)
                     .with_leader_id(leader.unwrap_or(-1).into())
-                    .with_leader_epoch(state.leader_epoch)
+                    .with_leader_epoch(state.leader_epoch.0)
                     .with_replica_nodes(state.replicas.iter().map(|&id| id.into()).collect())
                     .with_isr_nodes(state.isr.iter().map(|&id| id.into()).collect())
                     .with_offline_replicas(offline)

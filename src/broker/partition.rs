@@ -96,7 +96,7 @@ impl Partition {
             replicated: AtomicBool::new(false),
             replica_set: Mutex::new(ReplicaSet::sole_leader(
                 local_id,
-                epoch,
+                LeaderEpoch(epoch),
                 replica_lag_time_max_ms,
             )),
             isr_len: AtomicUsize::new(1),
@@ -501,23 +501,24 @@ impl Partition {
         if role == ROLE_LEADER {
             if new_epoch {
                 let leo = log.log_end_offset();
-                log.assign_epoch_start_offset(state.leader_epoch, leo)?;
+                log.assign_epoch_start_offset(state.leader_epoch.0, leo)?;
                 set.leader_epoch = state.leader_epoch;
                 set.start_leader_epoch(was_leader, leo, now);
-                tracing::info!(topic = %self.topic, partition = self.index, leader_epoch = state.leader_epoch, start_offset = leo, high_watermark = log.high_watermark(), isr = ?state.isr, "became leader");
+                tracing::info!(topic = %self.topic, partition = self.index, leader_epoch = %state.leader_epoch, start_offset = leo, high_watermark = log.high_watermark(), isr = ?state.isr, "became leader");
             } else {
                 set.sync_followers();
             }
         } else {
             if new_epoch {
-                tracing::info!(topic = %self.topic, partition = self.index, leader = ?state.leader, leader_epoch = state.leader_epoch, "became follower");
+                tracing::info!(topic = %self.topic, partition = self.index, leader = ?state.leader, leader_epoch = %state.leader_epoch, "became follower");
             }
             set.leader_epoch = state.leader_epoch.max(set.leader_epoch);
             set.leader_epoch_start_offset = None;
             set.followers.clear();
         }
         self.publish_isr(&set);
-        self.leader_epoch.store(set.leader_epoch, Ordering::Release);
+        self.leader_epoch
+            .store(set.leader_epoch.0, Ordering::Release);
         self.leader_id
             .store(state.leader.unwrap_or(-1), Ordering::Release);
         self.role.store(role, Ordering::Release);

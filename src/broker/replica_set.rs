@@ -7,6 +7,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::LeaderEpoch;
+
 /// Kafka's `UnifiedLog.UNKNOWN_OFFSET`.
 pub const UNKNOWN_OFFSET: i64 = -1;
 
@@ -68,7 +70,7 @@ impl FollowerState {
 pub struct ReplicaSet {
     pub local_id: i32,
     pub leader: Option<i32>,
-    pub leader_epoch: i32,
+    pub leader_epoch: LeaderEpoch,
     pub partition_epoch: i32,
     pub replicas: Vec<i32>,
     /// The committed ISR.
@@ -87,7 +89,11 @@ pub struct ReplicaSet {
 
 impl ReplicaSet {
     /// A single broker leading its partition alone (no state applied yet).
-    pub fn sole_leader(local_id: i32, leader_epoch: i32, replica_lag_time_max_ms: i64) -> Self {
+    pub fn sole_leader(
+        local_id: i32,
+        leader_epoch: LeaderEpoch,
+        replica_lag_time_max_ms: i64,
+    ) -> Self {
         ReplicaSet {
             local_id,
             leader: Some(local_id),
@@ -254,10 +260,10 @@ mod tests {
     use super::*;
 
     fn leader_of_three() -> ReplicaSet {
-        let mut s = ReplicaSet::sole_leader(1, 0, 1000);
+        let mut s = ReplicaSet::sole_leader(1, LeaderEpoch(0), 1000);
         s.replicas = vec![1, 2, 3];
         s.isr = vec![1, 2, 3];
-        s.leader_epoch = 1;
+        s.leader_epoch = LeaderEpoch(1);
         s.start_leader_epoch(false, 10, 5_000);
         s
     }
@@ -402,7 +408,7 @@ mod tests {
 
     #[test]
     fn effective_min_isr_is_capped_by_the_replication_factor() {
-        let s = ReplicaSet::sole_leader(1, 0, 1000);
+        let s = ReplicaSet::sole_leader(1, LeaderEpoch(0), 1000);
         assert_eq!(s.effective_min_isr(2), 1);
         assert!(!s.is_under_min_isr(2));
         assert_eq!(leader_of_three().effective_min_isr(2), 2);

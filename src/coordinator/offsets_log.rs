@@ -57,7 +57,7 @@ impl CatalogListener for GroupCoordinator {
             return;
         }
         if leader {
-            self.on_election(state.partition, state.leader_epoch);
+            self.on_election(state.partition, state.leader_epoch.0);
         } else {
             self.on_resignation(state.partition);
         }

@@ -85,7 +85,7 @@ impl Cluster {
             topic_id: self.topic_id,
             partition: 0,
             leader: Some(leader),
-            leader_epoch,
+            leader_epoch: LeaderEpoch(leader_epoch),
             replicas: vec![1, 2, 3],
             isr: isr.to_vec(),
             partition_epoch: epoch,

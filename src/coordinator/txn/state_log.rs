@@ -85,7 +85,7 @@ impl CatalogListener for TransactionCoordinator {
             return;
         }
         if leader {
-            self.on_election(state.partition, state.leader_epoch);
+            self.on_election(state.partition, state.leader_epoch.0);
         } else {
             self.on_resignation(state.partition);
         }
