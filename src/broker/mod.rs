@@ -20,7 +20,8 @@
 //! Types: the broker's API names offsets, leader epochs and producer ids by newtypes
 //! ([`Offset`], [`LeaderEpoch`], [`ProducerId`]) so a swapped argument does not compile. The
 //! log below stays on Kafka's raw `i64`/`i32` (its on-disk formats use them): [`Partition`]
-//! converts at its boundary with the log, the `api` handlers at the wire.
+//! converts at its boundary with the log, and the protocol handlers and the replica fetcher
+//! convert at the wire.
 //!
 //! Modules: [`partition`] (one partition: log, replica set, published offsets), [`cluster`]
 //! (the partition states the control plane applies), [`leadership`] and [`replica_set`]
@@ -29,7 +30,8 @@
 //! LogManager owns its LogCleaner), [`security`] (ACLs, SCRAM credentials, client quotas),
 //! [`metadata_file`] (the catalog file and `partition.metadata`), [`meta_properties`]
 //! (Kafka's `meta.properties` and where the cluster id comes from), [`listener`] and
-//! [`quorum`] (how it reaches the services above without naming them).
+//! [`quorum`] (how it reaches the services above without naming them), [`ids`] (the offset
+//! newtype).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
