@@ -340,12 +340,15 @@ impl Partition {
             return false;
         }
         let mut log = self.lock();
-        let candidate =
-            set.high_watermark(log.log_end_offset(), now, log.config().min_insync_replicas);
+        let candidate = set.high_watermark(
+            Offset(log.log_end_offset()),
+            now,
+            log.config().min_insync_replicas,
+        );
         drop(set);
-        let moved = candidate.is_some_and(|hw| hw > log.high_watermark());
+        let moved = candidate.is_some_and(|hw| hw > Offset(log.high_watermark()));
         if let Some(hw) = candidate.filter(|_| moved) {
-            log.update_high_watermark(hw);
+            log.update_high_watermark(hw.0);
             self.publish(&log);
         }
         drop(log);
@@ -375,12 +378,12 @@ impl Partition {
             };
             let before = f.log_end_offset;
             f.record_fetch(
-                fetch_offset.0,
-                follower_log_start_offset.0,
+                fetch_offset,
+                follower_log_start_offset,
                 now,
-                leader_log_end_offset.0,
+                leader_log_end_offset,
             );
-            let hw = self.offsets().high_watermark.0;
+            let hw = self.offsets().high_watermark;
             let expansion = set.expansion(replica_id, hw).map(|new_isr| {
                 set.pending_isr = Some(new_isr.clone());
                 self.publish_isr(&set);
@@ -392,7 +395,7 @@ impl Partition {
                     partition_epoch: set.partition_epoch,
                 }
             });
-            (before != fetch_offset.0, expansion)
+            (before != fetch_offset, expansion)
         };
         if moved_end {
             self.maybe_increment_high_watermark(now);
@@ -406,7 +409,7 @@ impl Partition {
             return None;
         }
         let mut set = self.lock_replicas();
-        let new_isr = set.shrink(self.offsets().log_end_offset.0, now)?;
+        let new_isr = set.shrink(self.offsets().log_end_offset, now)?;
         tracing::info!(topic = %self.topic, partition = self.index, isr = ?set.isr, new_isr = ?new_isr, "shrinking ISR: followers out of sync");
         set.pending_isr = Some(new_isr.clone());
         self.publish_isr(&set);
@@ -503,7 +506,7 @@ impl Partition {
                 let leo = log.log_end_offset();
                 log.assign_epoch_start_offset(state.leader_epoch.0, leo)?;
                 set.leader_epoch = state.leader_epoch;
-                set.start_leader_epoch(was_leader, leo, now);
+                set.start_leader_epoch(was_leader, Offset(leo), now);
                 tracing::info!(topic = %self.topic, partition = self.index, leader_epoch = %state.leader_epoch, start_offset = leo, high_watermark = log.high_watermark(), isr = ?state.isr, "became leader");
             } else {
                 set.sync_followers();
