@@ -12,19 +12,10 @@ use kafka_protocol::messages::TopicName;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
+pub use crate::broker::FetchPosition;
+
 /// `(topic name, or empty when addressed by id; topic id; partition)`.
 pub type PartitionKey = (TopicName, Uuid, i32);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FetchPosition {
-    pub fetch_offset: i64,
-    pub partition_max_bytes: i32,
-    pub current_leader_epoch: i32,
-    /// The epoch of the last record the fetcher has (KIP-320; -1 when unknown).
-    pub last_fetched_epoch: i32,
-    /// A follower's log start offset (-1 for consumers).
-    pub log_start_offset: i64,
-}
 
 /// What was last sent for a partition; an incremental response includes the partition only
 /// when one of these changed, it has records, or it has an error.
@@ -203,6 +194,7 @@ impl FetchSessionCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::broker::{LeaderEpoch, Offset};
     use kafka_protocol::protocol::StrBytes;
 
     fn key(p: i32) -> PartitionKey {
@@ -210,11 +202,11 @@ mod tests {
     }
     fn pos(o: i64) -> FetchPosition {
         FetchPosition {
-            fetch_offset: o,
+            fetch_offset: Offset(o),
             partition_max_bytes: 1000,
-            current_leader_epoch: -1,
-            last_fetched_epoch: -1,
-            log_start_offset: -1,
+            current_leader_epoch: LeaderEpoch(-1),
+            last_fetched_epoch: LeaderEpoch(-1),
+            log_start_offset: Offset(-1),
         }
     }
     fn state(hw: i64) -> SentState {

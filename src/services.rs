@@ -7,7 +7,7 @@
 //! proposes its changes through [`crate::broker::MetadataQuorum`]. Request handlers
 //! ([`crate::api`]) each take only the parts they use.
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use anyhow::Context;
 
@@ -19,6 +19,7 @@ use crate::config::BrokerConfig;
 use crate::controller::ClusterControl;
 use crate::coordinator::txn::TransactionCoordinator;
 use crate::coordinator::GroupCoordinator;
+use crate::fetch_session::FetchSessionCache;
 use crate::tiering::Tiering;
 
 pub struct Services {
@@ -31,6 +32,27 @@ pub struct Services {
     /// Cluster mode: this broker's membership in the metadata quorum (set by the runtime
     /// once it has joined, before any client is served).
     pub cluster: Option<Arc<ClusterControl>>,
+    /// Incremental fetch sessions (KIP-227): protocol state, kept with the handlers as Kafka's
+    /// FetchManager is, not with the partitions.
+    pub fetch_sessions: FetchSessions,
+}
+
+/// Kafka's `max.incremental.fetch.session.cache.slots` default.
+const FETCH_SESSION_SLOTS: usize = 1000;
+
+/// The fetch session cache, locked briefly by each fetch (never across `.await`).
+pub struct FetchSessions(Mutex<FetchSessionCache>);
+
+impl FetchSessions {
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, FetchSessionCache> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Default for FetchSessions {
+    fn default() -> Self {
+        FetchSessions(Mutex::new(FetchSessionCache::new(FETCH_SESSION_SLOTS)))
+    }
 }
 
 impl Services {
@@ -54,6 +76,7 @@ impl Services {
             txns,
             tiering,
             cluster: None,
+            fetch_sessions: FetchSessions::default(),
         })
     }
 }

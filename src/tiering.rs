@@ -1043,7 +1043,7 @@ impl LocalLog for BrokerLog {
         let p = &self.partition;
         if p.is_leader() {
             ReplicaRole::Leader {
-                leader_epoch: p.leader_epoch(),
+                leader_epoch: p.leader_epoch().0,
             }
         } else if p.is_replicated() && p.role() == crate::broker::Role::Follower {
             ReplicaRole::Follower

@@ -12,7 +12,7 @@ use kafka_protocol::ResponseError;
 
 use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
-use crate::broker::Broker;
+use crate::broker::{Broker, Offset};
 use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
@@ -34,13 +34,13 @@ pub async fn handle(broker: Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRec
                         if !part.is_leader() {
                             return r.with_error_code(ResponseError::NotLeaderOrFollower.code());
                         }
-                        let hw = part.offsets().high_watermark;
+                        let hw = part.offsets().high_watermark.0;
                         let target = if p.offset == -1 { hw } else { p.offset };
                         if target < 0 || target > hw {
                             return r.with_error_code(ResponseError::OffsetOutOfRange.code());
                         }
-                        match part.delete_records_before(target) {
-                            Ok(low) => r.with_low_watermark(low),
+                        match part.delete_records_before(Offset(target)) {
+                            Ok(low) => r.with_low_watermark(low.0),
                             Err(e) => {
                                 tracing::error!(topic = %part.topic, partition = part.index, error = %e, "delete records failed");
                                 r.with_error_code(ResponseError::KafkaStorageError.code())

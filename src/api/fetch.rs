@@ -23,13 +23,13 @@ use kafka_protocol::ResponseError;
 use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
 use crate::api::{errors, Api, Context, Outcome};
 use crate::broker::{
-    Broker, FetchLimits, FetchParams, FetchTopic, PartitionOffsets, PartitionRead, RemoteRead,
-    TopicRef,
+    Broker, FetchLimits, FetchParams, FetchTopic, LeaderEpoch, Offset, PartitionOffsets,
+    PartitionRead, RemoteRead, TopicRef,
 };
 use crate::fetch_session::{FetchPosition, PartitionKey, SentState, SessionMode};
 use crate::log::txn_index::AbortedTxn;
 use crate::security::acl::Operation as Op;
-use crate::services::Services;
+use crate::services::{FetchSessions, Services};
 use crate::tiering::Tiering;
 
 /// `listener`: the listener the request came in on (KIP-951 leader endpoints).
@@ -38,21 +38,22 @@ use crate::tiering::Tiering;
 pub async fn handle(
     broker: Arc<Broker>,
     tiering: Option<&Arc<Tiering>>,
+    sessions: &FetchSessions,
     req: FetchRequest,
     version: i16,
     listener: usize,
     quota_cap: Option<f64>,
 ) -> FetchResponse {
     let position = |p: &kafka_protocol::messages::fetch_request::FetchPartition| FetchPosition {
-        fetch_offset: p.fetch_offset,
+        fetch_offset: Offset(p.fetch_offset),
         partition_max_bytes: p.partition_max_bytes,
-        current_leader_epoch: p.current_leader_epoch,
-        last_fetched_epoch: if version >= 12 {
+        current_leader_epoch: LeaderEpoch(p.current_leader_epoch),
+        last_fetched_epoch: LeaderEpoch(if version >= 12 {
             p.last_fetched_epoch
         } else {
             -1
-        },
-        log_start_offset: p.log_start_offset,
+        }),
+        log_start_offset: Offset(p.log_start_offset),
     };
     let replica_id = if version >= 15 {
         req.replica_state.replica_id.0
@@ -84,10 +85,9 @@ pub async fn handle(
                 .map(move |&p| (t.topic.clone(), t.topic_id, p))
         })
         .collect();
-    let begun =
-        broker
-            .fetch_sessions()
-            .begin(req.session_id, req.session_epoch, requested, &forgotten);
+    let begun = sessions
+        .lock()
+        .begin(req.session_id, req.session_epoch, requested, &forgotten);
     let (mode, parts) = match begun {
         Ok(x) => x,
         Err(code) => return FetchResponse::default().with_error_code(code.code()),
@@ -155,7 +155,7 @@ pub async fn handle(
         .metrics
         .fetch_bytes
         .fetch_add(bytes as u64, Ordering::Relaxed);
-    let mut response = respond(&broker, mode, topics);
+    let mut response = respond(sessions, mode, topics);
     if version >= 16 {
         response.node_endpoints = node_endpoints(&broker, &leaders, listener);
     }
@@ -173,9 +173,9 @@ fn partition_data(
     remote: &mut Option<((usize, usize), RemoteRead)>,
 ) -> PartitionData {
     let with_offsets = |data: PartitionData, o: PartitionOffsets| {
-        data.with_high_watermark(o.high_watermark)
-            .with_last_stable_offset(o.last_stable_offset)
-            .with_log_start_offset(o.log_start_offset)
+        data.with_high_watermark(o.high_watermark.0)
+            .with_last_stable_offset(o.last_stable_offset.0)
+            .with_log_start_offset(o.log_start_offset.0)
     };
     let records = |offsets, records, aborted: Option<Vec<AbortedTxn>>| {
         let aborted = aborted.map(|a| {
@@ -216,8 +216,8 @@ fn partition_data(
         )
         .with_diverging_epoch(
             EpochEndOffset::default()
-                .with_epoch(epoch)
-                .with_end_offset(end_offset),
+                .with_epoch(epoch.0)
+                .with_end_offset(end_offset.0),
         )
         .with_aborted_transactions(params.read_committed.then(Vec::new))
         .with_records(Some(Bytes::new())),
@@ -226,7 +226,7 @@ fn partition_data(
             partition_response(index, ResponseError::NotLeaderOrFollower).with_current_leader(
                 LeaderIdAndEpoch::default()
                     .with_leader_id(leader.unwrap_or(-1).into())
-                    .with_leader_epoch(epoch),
+                    .with_leader_epoch(epoch.0),
             )
         }
         PartitionRead::Failed {
@@ -274,16 +274,16 @@ async fn read_remote(
     else {
         return 0;
     };
-    let read = tiering.read(&r.topic, r.partition, r.offset, r.max_bytes, r.min_one);
+    let read = tiering.read(&r.topic, r.partition, r.offset.0, r.max_bytes, r.min_one);
     match tokio::time::timeout(tiering.fetch_max_wait(), read).await {
         Ok(Ok(records)) => {
             let n = records.len();
             if r.read_committed && n > 0 {
                 // Aborted transactions from the remote indexes, then the local ones (a marker
                 // may already be local).
-                let upper = slot.last_stable_offset;
+                let upper = Offset(slot.last_stable_offset);
                 let mut aborted: Vec<(i64, i64)> = match tiering
-                    .aborted_transactions(&r.topic, r.partition, r.offset, upper)
+                    .aborted_transactions(&r.topic, r.partition, r.offset.0, upper.0)
                     .await
                 {
                     Ok(a) => a,
@@ -322,7 +322,7 @@ async fn read_remote(
             0
         }
         Ok(Err(e)) => {
-            tracing::warn!(topic = %r.topic.name, partition = r.partition, offset = r.offset, error = %e, "remote fetch failed");
+            tracing::warn!(topic = %r.topic.name, partition = r.partition, offset = %r.offset, error = %e, "remote fetch failed");
             slot.error_code = ResponseError::KafkaStorageError.code();
             metrics.record_error(1, slot.error_code);
             0
@@ -334,7 +334,7 @@ async fn read_remote(
 /// Records what is sent in the session and, for incremental sessions, drops partitions with
 /// nothing new.
 fn respond(
-    broker: &Broker,
+    sessions: &FetchSessions,
     mode: SessionMode,
     mut topics: Vec<FetchableTopicResponse>,
 ) -> FetchResponse {
@@ -357,7 +357,7 @@ fn respond(
             })
         })
         .collect();
-    let include = broker.fetch_sessions().finish(&mode, &sent);
+    let include = sessions.lock().finish(&mode, &sent);
     let mut flags = include.into_iter();
     for t in &mut topics {
         t.partitions.retain(|_| flags.next().unwrap_or(true));
@@ -441,6 +441,7 @@ impl Api for Fetch {
             handle(
                 s.broker.clone(),
                 tiering,
+                &s.fetch_sessions,
                 r,
                 version,
                 ctx.listener,

@@ -129,7 +129,7 @@ fn list(
                 ));
                 continue;
             };
-            let epoch = partition.leader_epoch();
+            let epoch = partition.leader_epoch().0;
             if p.current_leader_epoch >= 0 && p.current_leader_epoch != epoch {
                 let e = if p.current_leader_epoch > epoch {
                     ResponseError::UnknownLeaderEpoch
@@ -158,12 +158,14 @@ fn list(
             let resp = match p.timestamp {
                 // read_committed (isolation level 1) sees up to the last stable offset.
                 // Replicas (followers, and the debugging id) see the log end offset.
-                LATEST if req.replica_id.0 != -1 => found(offsets.log_end_offset, -1, epoch),
-                LATEST if req.isolation_level == 1 => found(offsets.last_stable_offset, -1, epoch),
-                LATEST => found(offsets.high_watermark, -1, epoch),
-                EARLIEST => found(offsets.log_start_offset, -1, epoch),
-                EARLIEST_LOCAL => found(partition.local_start_offset(), -1, epoch),
-                LATEST_TIERED => match partition.remote_end_offset() {
+                LATEST if req.replica_id.0 != -1 => found(offsets.log_end_offset.0, -1, epoch),
+                LATEST if req.isolation_level == 1 => {
+                    found(offsets.last_stable_offset.0, -1, epoch)
+                }
+                LATEST => found(offsets.high_watermark.0, -1, epoch),
+                EARLIEST => found(offsets.log_start_offset.0, -1, epoch),
+                EARLIEST_LOCAL => found(partition.local_start_offset().0, -1, epoch),
+                LATEST_TIERED => match partition.remote_end_offset().0 {
                     end if end > 0 => found(end - 1, -1, epoch),
                     _ => found(-1, -1, -1),
                 },

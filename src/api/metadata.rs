@@ -77,7 +77,7 @@ impl<'a> LeadershipView<'a> {
                 PartitionView {
                     index: p.index,
                     leader: state.leader.filter(registered),
-                    leader_epoch: state.leader_epoch,
+                    leader_epoch: state.leader_epoch.0,
                     offline_replicas: state
                         .replicas
                         .iter()
@@ -91,7 +91,7 @@ impl<'a> LeadershipView<'a> {
             None => PartitionView {
                 index: p.index,
                 leader: Some(node),
-                leader_epoch: p.leader_epoch(),
+                leader_epoch: p.leader_epoch().0,
                 replicas: vec![node],
                 isr: vec![node],
                 offline_replicas: Vec::new(),

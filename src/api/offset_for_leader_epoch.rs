@@ -15,7 +15,7 @@ use kafka_protocol::ResponseError;
 
 use crate::api::gate::{self, Gate, Who, CLUSTER_DENIED, TOPIC_DENIED};
 use crate::api::{Api, Context, Outcome};
-use crate::broker::{Broker, Role};
+use crate::broker::{Broker, LeaderEpoch, Role};
 use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
@@ -52,7 +52,7 @@ fn lookup(broker: &Broker, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderE
                     else {
                         return r.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                     };
-                    let current = part.leader_epoch();
+                    let current = part.leader_epoch().0;
                     if p.current_leader_epoch >= 0 && p.current_leader_epoch != current {
                         let e = if p.current_leader_epoch > current {
                             ResponseError::UnknownLeaderEpoch
@@ -69,8 +69,8 @@ fn lookup(broker: &Broker, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderE
                     if !serves {
                         return r.with_error_code(ResponseError::NotLeaderOrFollower.code());
                     }
-                    let (epoch, end) = part.end_offset_for_epoch(p.leader_epoch);
-                    r.with_leader_epoch(epoch).with_end_offset(end)
+                    let (epoch, end) = part.end_offset_for_epoch(LeaderEpoch(p.leader_epoch));
+                    r.with_leader_epoch(epoch.0).with_end_offset(end.0)
                 })
                 .collect();
             OffsetForLeaderTopicResult::default()

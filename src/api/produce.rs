@@ -21,7 +21,8 @@ use kafka_protocol::ResponseError;
 use crate::api::gate::{Gate, Who, TOPIC_DENIED, TXN_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::{
-    AppendParams, AppendResult, AppendTopic, Broker, Partition, PartitionAppend, TopicRef,
+    AppendParams, AppendResult, AppendTopic, Broker, Partition, PartitionAppend, ProducerId,
+    TopicRef,
 };
 use crate::coordinator::txn::TransactionCoordinator;
 use crate::security::acl::{Operation as Op, ResourceType as Res};
@@ -129,15 +130,15 @@ fn partition_response(
         } => PartitionProduceResponse::default()
             .with_index(index)
             .with_error_code(error.map_or(0, |e| e.code()))
-            .with_base_offset(base_offset)
+            .with_base_offset(base_offset.0)
             .with_log_append_time_ms(log_append_time)
-            .with_log_start_offset(log_start_offset),
+            .with_log_start_offset(log_start_offset.0),
         PartitionAppend::NotLeader { leader, epoch } => {
             leaders.extend(leader);
             partition_error(index, ResponseError::NotLeaderOrFollower, None).with_current_leader(
                 LeaderIdAndEpoch::default()
                     .with_leader_id(leader.unwrap_or(-1).into())
-                    .with_leader_epoch(epoch),
+                    .with_leader_epoch(epoch.0),
             )
         }
         PartitionAppend::Failed {
@@ -218,7 +219,7 @@ fn verify_transactional(
         CoordinatorLocation::Remote(coordinator) => {
             // As Kafka, only a producer's first batch of a transaction on this partition is
             // verified: later ones continue a transaction the coordinator already vouched for.
-            if partition.has_ongoing_transaction(h.producer_id, h.producer_epoch) {
+            if partition.has_ongoing_transaction(ProducerId(h.producer_id), h.producer_epoch) {
                 return Ok(());
             }
             return verify_remotely(

@@ -14,7 +14,7 @@ use kafka_protocol::ResponseError;
 
 use crate::api::gate::{Gate, Who, CLUSTER_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
-use crate::broker::Broker;
+use crate::broker::{Broker, ProducerId};
 use crate::coordinator::offsets_log::await_replicated;
 use crate::coordinator::{GroupCoordinator, LogWriteError, OFFSETS_TOPIC};
 use crate::security::acl::Operation as Op;
@@ -87,11 +87,16 @@ fn write_one(
         .partition(topic, partition)
         .ok_or(ResponseError::UnknownTopicOrPartition)?;
     let offset = p
-        .write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        .write_txn_marker(
+            ProducerId(producer_id),
+            producer_epoch,
+            coordinator_epoch,
+            commit,
+        )
         .map_err(|e| e.code())?;
     // Kafka appends markers with acks=all: the coordinator completes the transaction only
     // once every marker is replicated.
-    await_replicated(&p, offset + 1, MARKER_TIMEOUT).map_err(|e| match e {
+    await_replicated(&p, offset.next(), MARKER_TIMEOUT).map_err(|e| match e {
         LogWriteError::NotLeader => ResponseError::NotLeaderOrFollower,
         LogWriteError::NotEnoughReplicas => ResponseError::NotEnoughReplicasAfterAppend,
         LogWriteError::Timeout => ResponseError::RequestTimedOut,

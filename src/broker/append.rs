@@ -20,7 +20,7 @@ use kafka_protocol::ResponseError;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{Broker, Partition, TopicRef};
+use super::{Broker, LeaderEpoch, Offset, Partition, TopicRef};
 use crate::log::AppendError;
 
 /// How a produce request is appended.
@@ -45,15 +45,18 @@ pub enum PartitionAppend {
     /// Appended (or a retry of a batch already in the log). `error` is set when an acks=all
     /// append then failed to replicate in time or lost its partition's leadership.
     Appended {
-        base_offset: i64,
+        base_offset: Offset,
         /// The broker's time stamped on the batch for LogAppendTime topics, else -1.
         log_append_time: i64,
-        log_start_offset: i64,
+        log_start_offset: Offset,
         error: Option<ResponseError>,
     },
     /// This broker does not lead the partition: NOT_LEADER_OR_FOLLOWER, naming the leader
     /// and epoch it knows (KIP-951).
-    NotLeader { leader: Option<i32>, epoch: i32 },
+    NotLeader {
+        leader: Option<i32>,
+        epoch: LeaderEpoch,
+    },
     /// Refused, with Kafka's message and, for records refused one by one, their (index in
     /// the batch, message).
     Failed {
@@ -87,7 +90,7 @@ struct Awaiting {
     topic_slot: usize,
     partition_slot: usize,
     partition: Arc<Partition>,
-    required_offset: i64,
+    required_offset: Offset,
     min_insync_replicas: i32,
 }
 
@@ -179,7 +182,7 @@ impl Broker {
                         .fetch_add(info.records as u64, Ordering::Relaxed);
                 }
                 // Already replicated (a single replica): answer without waiting.
-                let required_offset = info.last_offset + 1;
+                let required_offset = Offset(info.last_offset).next();
                 let replicated = partition
                     .check_enough_replicas_reach_offset(required_offset, min_isr)
                     .unwrap_or(false);
@@ -193,7 +196,7 @@ impl Broker {
                     });
                 }
                 PartitionAppend::Appended {
-                    base_offset: info.base_offset,
+                    base_offset: Offset(info.base_offset),
                     log_append_time: info.log_append_time,
                     log_start_offset: partition.offsets().log_start_offset,
                     error: None,

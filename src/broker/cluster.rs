@@ -134,7 +134,7 @@ impl Broker {
                 }
                 let invalid = if !(0..100_000).contains(&state.partition) {
                     Some("partition out of range")
-                } else if state.leader_epoch < 0 || state.partition_epoch < 0 {
+                } else if state.leader_epoch.0 < 0 || state.partition_epoch < 0 {
                     Some("negative epoch")
                 } else if state.replicas.is_empty() {
                     Some("no replicas")

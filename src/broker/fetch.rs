@@ -22,9 +22,24 @@ use kafka_protocol::ResponseError;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{Broker, FollowerFetchError, Partition, PartitionOffsets, Role, Topic, TopicRef};
-use crate::fetch_session::FetchPosition;
+use super::{
+    Broker, FollowerFetchError, LeaderEpoch, Offset, Partition, PartitionOffsets, Role, Topic,
+    TopicRef,
+};
 use crate::log::txn_index::AbortedTxn;
+
+/// Where a fetcher reads one partition from, as its request says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchPosition {
+    pub fetch_offset: Offset,
+    pub partition_max_bytes: i32,
+    /// The fetcher's leader epoch (-1: not checked).
+    pub current_leader_epoch: LeaderEpoch,
+    /// The epoch of the last record the fetcher has (KIP-320; -1 when unknown).
+    pub last_fetched_epoch: LeaderEpoch,
+    /// A follower's log start offset (-1 for consumers).
+    pub log_start_offset: Offset,
+}
 
 /// Who fetches, and which records it may see.
 #[derive(Debug, Clone, Copy)]
@@ -76,8 +91,8 @@ pub enum PartitionRead {
     /// the end of `epoch`, the largest epoch both logs have.
     Diverging {
         offsets: PartitionOffsets,
-        epoch: i32,
-        end_offset: i64,
+        epoch: LeaderEpoch,
+        end_offset: Offset,
     },
     /// The fetch offset is below the local log start and the records are in remote storage
     /// only: the caller reads them (at most one partition per fetch, as in Kafka).
@@ -87,7 +102,10 @@ pub enum PartitionRead {
     },
     /// This broker may not serve the fetcher: NOT_LEADER_OR_FOLLOWER, naming the leader and
     /// epoch this broker knows (KIP-951).
-    NotLeader { leader: Option<i32>, epoch: i32 },
+    NotLeader {
+        leader: Option<i32>,
+        epoch: LeaderEpoch,
+    },
     /// The partition could not be read; with its offsets when it exists and the fetcher is
     /// in its epoch.
     Failed {
@@ -101,7 +119,7 @@ pub enum PartitionRead {
 pub struct RemoteRead {
     pub topic: Arc<Topic>,
     pub partition: i32,
-    pub offset: i64,
+    pub offset: Offset,
     pub max_bytes: usize,
     /// Return the first batch whole even beyond `max_bytes` (nothing was read before it).
     pub min_one: bool,
@@ -123,7 +141,7 @@ struct Pass {
     answer_now: bool,
     /// Partitions read, with the (high watermark, log end offset) seen, to detect appends
     /// that race the wait.
-    watched: Vec<(Arc<Partition>, i64, i64)>,
+    watched: Vec<(Arc<Partition>, Offset, Offset)>,
     remote: bool,
 }
 
@@ -282,7 +300,7 @@ impl Broker {
         params: FetchParams,
     ) -> Result<PartitionOffsets, PartitionRead> {
         let epoch = p.leader_epoch();
-        if pos.current_leader_epoch >= 0 && pos.current_leader_epoch != epoch {
+        if pos.current_leader_epoch.0 >= 0 && pos.current_leader_epoch != epoch {
             let error = if pos.current_leader_epoch > epoch {
                 ResponseError::UnknownLeaderEpoch
             } else {
@@ -302,7 +320,7 @@ impl Broker {
         let in_current_epoch = role == Role::Leader
             && pos.last_fetched_epoch == epoch
             && pos.fetch_offset <= offsets.log_end_offset;
-        if pos.last_fetched_epoch >= 0 && !in_current_epoch {
+        if pos.last_fetched_epoch.0 >= 0 && !in_current_epoch {
             match diverging_epoch(p, pos.last_fetched_epoch, pos.fetch_offset, offsets) {
                 Ok(None) => {}
                 Ok(Some((epoch, end_offset))) => {
@@ -437,12 +455,12 @@ fn not_leader(p: &Partition) -> PartitionRead {
 /// the largest epoch both have, so it truncates. Blocking (takes the log lock).
 fn diverging_epoch(
     p: &Partition,
-    last_fetched_epoch: i32,
-    fetch_offset: i64,
+    last_fetched_epoch: LeaderEpoch,
+    fetch_offset: Offset,
     offsets: PartitionOffsets,
-) -> Result<Option<(i32, i64)>, ResponseError> {
+) -> Result<Option<(LeaderEpoch, Offset)>, ResponseError> {
     let (epoch, end_offset) = p.end_offset_for_epoch(last_fetched_epoch);
-    if epoch < 0 || end_offset < 0 {
+    if epoch.0 < 0 || end_offset.0 < 0 {
         return Err(ResponseError::OffsetOutOfRange);
     }
     if fetch_offset < offsets.log_start_offset {

@@ -5,7 +5,7 @@
 use futures::future::BoxFuture;
 use uuid::Uuid;
 
-use super::TopicError;
+use super::{LeaderEpoch, TopicError};
 
 /// One partition's leadership as decided by the control plane (Kafka's PartitionRecord /
 /// PartitionChangeRecord applied to a `PartitionRegistration`).
@@ -16,7 +16,7 @@ pub struct PartitionLeadership {
     pub partition: i32,
     /// `None` while no replica can lead (offline partition).
     pub leader: Option<i32>,
-    pub leader_epoch: i32,
+    pub leader_epoch: LeaderEpoch,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
     /// Bumped on every change of the partition (leader or ISR); fences stale ISR updates.
@@ -51,7 +51,7 @@ pub struct AlterPartitionRequest {
     pub topic_id: Uuid,
     pub partition: i32,
     /// The proposer's leader epoch.
-    pub leader_epoch: i32,
+    pub leader_epoch: LeaderEpoch,
     pub new_isr: Vec<i32>,
     /// The partition epoch the proposal is based on.
     pub partition_epoch: i32,
@@ -61,7 +61,7 @@ pub struct AlterPartitionRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderAndIsr {
     pub leader: Option<i32>,
-    pub leader_epoch: i32,
+    pub leader_epoch: LeaderEpoch,
     pub isr: Vec<i32>,
     pub partition_epoch: i32,
 }

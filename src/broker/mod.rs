@@ -23,6 +23,12 @@
 //! [`tiered`] is what the tiering upload queue does to a partition's log. Only the broker's
 //! modules take a partition's log lock directly (`Partition::with_log`).
 //!
+//! Types: the broker's API names offsets, leader epochs and producer ids by newtypes
+//! ([`Offset`], [`LeaderEpoch`], [`ProducerId`]) so a swapped argument does not compile. The
+//! log below stays on Kafka's raw `i64`/`i32` (its on-disk formats use them): [`Partition`]
+//! converts at its boundary with the log, and the protocol handlers and the replica fetcher
+//! convert at the wire.
+//!
 //! Modules: [`partition`] (one partition: log, replica set, published offsets), [`cluster`]
 //! (the partition states the control plane applies), [`leadership`] and [`replica_set`]
 //! (partition leadership and ISR state), [`replica_manager`] (the cluster view and the ISR
@@ -30,7 +36,8 @@
 //! LogManager owns its LogCleaner), [`security`] (ACLs, SCRAM credentials, client quotas),
 //! [`metadata_file`] (the catalog file and `partition.metadata`), [`meta_properties`]
 //! (Kafka's `meta.properties` and where the cluster id comes from), [`listener`] and
-//! [`quorum`] (how it reaches the services above without naming them).
+//! [`quorum`] (how it reaches the services above without naming them), [`ids`] (the offset
+//! newtype).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
@@ -44,7 +51,6 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::config::{BrokerConfig, BrokerDefaults, ConfigSource, TopicConfig};
-use crate::fetch_session::FetchSessionCache;
 use crate::log::checkpoint;
 use crate::log::segment::FileSlice;
 use crate::log::{AppendError, AppendInfo, LoadOptions, Log, ReadError};
@@ -54,6 +60,7 @@ use replica_set::ReplicaSet;
 mod append;
 mod cluster;
 mod fetch;
+mod ids;
 pub mod leadership;
 mod listener;
 pub mod log_cleaner;
@@ -67,7 +74,10 @@ mod security;
 mod tiered;
 
 pub use append::{AppendParams, AppendResult, AppendTopic, PartitionAppend};
-pub use fetch::{FetchLimits, FetchParams, FetchResult, FetchTopic, PartitionRead, RemoteRead};
+pub use fetch::{
+    FetchLimits, FetchParams, FetchPosition, FetchResult, FetchTopic, PartitionRead, RemoteRead,
+};
+pub use ids::Offset;
 pub use listener::CatalogListener;
 pub use meta_properties::ClusterIdError;
 pub use metadata_file::{add_scram_credential_offline, is_fresh_data_dir, kafka_uuid_string};
@@ -76,6 +86,7 @@ pub use metadata_file::{write_restored_metadata, ScramStore};
 pub use partition::{FollowerFetchError, Partition, PartitionOffsets, Role};
 pub use quorum::MetadataQuorum;
 pub use security::SecurityRecords;
+pub use strata_metadata::ids::{LeaderEpoch, ProducerId};
 
 const METADATA_FILE: &str = "strata-metadata.toml";
 const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
@@ -83,8 +94,6 @@ const RECOVERY_POINT_FILE: &str = "recovery-point-offset-checkpoint";
 const LOG_START_FILE: &str = "log-start-offset-checkpoint";
 const HIGH_WATERMARK_FILE: &str = "replication-offset-checkpoint";
 const PRODUCER_ID_BLOCK: i64 = 1000;
-/// Kafka's `max.incremental.fetch.session.cache.slots` default.
-const FETCH_SESSION_SLOTS: usize = 1000;
 
 pub use crate::clock::now_ms;
 
@@ -189,7 +198,6 @@ pub struct Broker {
     /// Serializes catalog changes and writes of the metadata file.
     catalog_writes: Mutex<()>,
     producer_ids: Mutex<ProducerIds>,
-    fetch_sessions: Mutex<FetchSessionCache>,
     /// See [`MetadataFile::broker_configs`].
     dynamic_configs: RwLock<BTreeMap<String, BTreeMap<String, String>>>,
     scram: RwLock<ScramStore>,
@@ -251,7 +259,7 @@ fn adoptable_internal_topic(t: &Topic) -> bool {
     is_internal_topic(&t.name)
         && t.partitions.iter().all(|p| {
             let o = p.offsets();
-            !p.is_replicated() && o.log_end_offset == 0 && o.log_start_offset == 0
+            !p.is_replicated() && o.log_end_offset == Offset(0) && o.log_start_offset == Offset(0)
         })
 }
 
@@ -415,7 +423,6 @@ impl Broker {
                 next: next_pid,
                 block_end: next_pid + PRODUCER_ID_BLOCK,
             }),
-            fetch_sessions: Mutex::new(FetchSessionCache::new(FETCH_SESSION_SLOTS)),
             dynamic_configs: RwLock::new(meta.broker_configs.clone()),
             scram: RwLock::new(meta.scram_credentials.clone()),
             // On a single node they are in `scram_credentials` already.
@@ -649,12 +656,6 @@ impl Broker {
                 )
             })
             .collect()
-    }
-
-    pub fn fetch_sessions(&self) -> std::sync::MutexGuard<'_, FetchSessionCache> {
-        self.fetch_sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {

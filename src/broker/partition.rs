@@ -59,11 +59,11 @@ pub enum Role {
 /// Offsets of a partition without taking its log lock.
 #[derive(Debug, Clone, Copy)]
 pub struct PartitionOffsets {
-    pub log_start_offset: i64,
-    pub high_watermark: i64,
-    pub log_end_offset: i64,
+    pub log_start_offset: Offset,
+    pub high_watermark: Offset,
+    pub log_end_offset: Offset,
     /// No record at or above it belongs to an undecided transaction (<= high watermark).
-    pub last_stable_offset: i64,
+    pub last_stable_offset: Offset,
 }
 
 /// Why a follower's fetch state could not be recorded.
@@ -96,7 +96,7 @@ impl Partition {
             replicated: AtomicBool::new(false),
             replica_set: Mutex::new(ReplicaSet::sole_leader(
                 local_id,
-                epoch,
+                LeaderEpoch(epoch),
                 replica_lag_time_max_ms,
             )),
             isr_len: AtomicUsize::new(1),
@@ -169,16 +169,16 @@ impl Partition {
         }
     }
 
-    pub fn leader_epoch(&self) -> i32 {
-        self.leader_epoch.load(Ordering::Acquire)
+    pub fn leader_epoch(&self) -> LeaderEpoch {
+        LeaderEpoch(self.leader_epoch.load(Ordering::Acquire))
     }
 
     pub fn offsets(&self) -> PartitionOffsets {
         PartitionOffsets {
-            log_start_offset: self.log_start_offset.load(Ordering::Acquire),
-            high_watermark: self.high_watermark.load(Ordering::Acquire),
-            log_end_offset: self.log_end_offset.load(Ordering::Acquire),
-            last_stable_offset: self.last_stable_offset.load(Ordering::Acquire),
+            log_start_offset: Offset(self.log_start_offset.load(Ordering::Acquire)),
+            high_watermark: Offset(self.high_watermark.load(Ordering::Acquire)),
+            log_end_offset: Offset(self.log_end_offset.load(Ordering::Acquire)),
+            last_stable_offset: Offset(self.last_stable_offset.load(Ordering::Acquire)),
         }
     }
 
@@ -200,7 +200,7 @@ impl Partition {
     }
 
     /// The current leader and its epoch as this broker knows them.
-    pub fn leader_and_epoch(&self) -> (Option<i32>, i32) {
+    pub fn leader_and_epoch(&self) -> (Option<i32>, LeaderEpoch) {
         let leader = self.leader_id.load(Ordering::Acquire);
         ((leader >= 0).then_some(leader), self.leader_epoch())
     }
@@ -225,7 +225,7 @@ impl Partition {
     /// the high watermark reached `required_offset` with the maximal ISR at least min ISR.
     pub fn check_enough_replicas_reach_offset(
         &self,
-        required_offset: i64,
+        required_offset: Offset,
         min_insync_replicas: i32,
     ) -> Result<bool, kafka_protocol::ResponseError> {
         use kafka_protocol::ResponseError;
@@ -248,25 +248,25 @@ impl Partition {
     /// (WriteTxnMarkers). Blocking. Returns the marker's offset.
     pub fn write_txn_marker(
         &self,
-        producer_id: i64,
+        producer_id: ProducerId,
         producer_epoch: i16,
         coordinator_epoch: i32,
         commit: bool,
-    ) -> Result<i64, AppendError> {
+    ) -> Result<Offset, AppendError> {
         let offset = {
             let mut log = self.lock();
             if !self.is_leader() {
                 return Err(AppendError::NotLeaderOrFollower);
             }
             let offset = match log.append_txn_marker(
-                producer_id,
+                producer_id.0,
                 producer_epoch,
                 coordinator_epoch,
                 commit,
-                self.leader_epoch(),
+                self.leader_epoch().0,
                 now_ms(),
             ) {
-                Ok(offset) => offset,
+                Ok(offset) => Offset(offset),
                 Err(e) => {
                     // The marker may be in (its `.txnindex` entry failed) or a repair may have
                     // reopened the log.
@@ -299,7 +299,7 @@ impl Partition {
                 return Err(AppendError::NotLeaderOrFollower);
             }
             let info =
-                match log.append_as_leader_from(origin, records, self.leader_epoch(), now_ms()) {
+                match log.append_as_leader_from(origin, records, self.leader_epoch().0, now_ms()) {
                     Ok(info) => info,
                     Err(e) => {
                         // A storage error may have repaired (reopened) the log first.
@@ -340,12 +340,15 @@ impl Partition {
             return false;
         }
         let mut log = self.lock();
-        let candidate =
-            set.high_watermark(log.log_end_offset(), now, log.config().min_insync_replicas);
+        let candidate = set.high_watermark(
+            Offset(log.log_end_offset()),
+            now,
+            log.config().min_insync_replicas,
+        );
         drop(set);
-        let moved = candidate.is_some_and(|hw| hw > log.high_watermark());
+        let moved = candidate.is_some_and(|hw| hw > Offset(log.high_watermark()));
         if let Some(hw) = candidate.filter(|_| moved) {
-            log.update_high_watermark(hw);
+            log.update_high_watermark(hw.0);
             self.publish(&log);
         }
         drop(log);
@@ -360,9 +363,9 @@ impl Partition {
     pub fn update_follower_fetch_state(
         &self,
         replica_id: i32,
-        fetch_offset: i64,
-        follower_log_start_offset: i64,
-        leader_log_end_offset: i64,
+        fetch_offset: Offset,
+        follower_log_start_offset: Offset,
+        leader_log_end_offset: Offset,
         now: i64,
     ) -> Result<Option<super::leadership::AlterPartitionRequest>, FollowerFetchError> {
         let (moved_end, expansion) = {
@@ -501,23 +504,24 @@ impl Partition {
         if role == ROLE_LEADER {
             if new_epoch {
                 let leo = log.log_end_offset();
-                log.assign_epoch_start_offset(state.leader_epoch, leo)?;
+                log.assign_epoch_start_offset(state.leader_epoch.0, leo)?;
                 set.leader_epoch = state.leader_epoch;
-                set.start_leader_epoch(was_leader, leo, now);
-                tracing::info!(topic = %self.topic, partition = self.index, leader_epoch = state.leader_epoch, start_offset = leo, high_watermark = log.high_watermark(), isr = ?state.isr, "became leader");
+                set.start_leader_epoch(was_leader, Offset(leo), now);
+                tracing::info!(topic = %self.topic, partition = self.index, leader_epoch = %state.leader_epoch, start_offset = leo, high_watermark = log.high_watermark(), isr = ?state.isr, "became leader");
             } else {
                 set.sync_followers();
             }
         } else {
             if new_epoch {
-                tracing::info!(topic = %self.topic, partition = self.index, leader = ?state.leader, leader_epoch = state.leader_epoch, "became follower");
+                tracing::info!(topic = %self.topic, partition = self.index, leader = ?state.leader, leader_epoch = %state.leader_epoch, "became follower");
             }
             set.leader_epoch = state.leader_epoch.max(set.leader_epoch);
             set.leader_epoch_start_offset = None;
             set.followers.clear();
         }
         self.publish_isr(&set);
-        self.leader_epoch.store(set.leader_epoch, Ordering::Release);
+        self.leader_epoch
+            .store(set.leader_epoch.0, Ordering::Release);
         self.leader_id
             .store(state.leader.unwrap_or(-1), Ordering::Release);
         self.role.store(role, Ordering::Release);
@@ -555,11 +559,13 @@ impl Partition {
     /// fetch. Refused unless this broker follows at `leader_epoch`. Blocking.
     pub fn append_as_follower(
         &self,
-        leader_epoch: i32,
+        leader_epoch: LeaderEpoch,
         records: &[u8],
-        leader_high_watermark: i64,
-        leader_log_start_offset: i64,
+        leader_high_watermark: Offset,
+        leader_log_start_offset: Offset,
     ) -> Result<usize, AppendError> {
+        let (leader_high_watermark, leader_log_start_offset) =
+            (leader_high_watermark.0, leader_log_start_offset.0);
         let appended = {
             let mut log = self.lock();
             if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
@@ -595,14 +601,18 @@ impl Partition {
     }
 
     /// Truncates a follower's log to `offset` (divergence after a leader change). Blocking.
-    pub fn truncate_to(&self, leader_epoch: i32, offset: i64) -> Result<bool, AppendError> {
+    pub fn truncate_to(
+        &self,
+        leader_epoch: LeaderEpoch,
+        offset: Offset,
+    ) -> Result<bool, AppendError> {
         let mut log = self.lock();
         if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
             return Err(AppendError::NotLeaderOrFollower);
         }
-        let removed = log.truncate_to(offset, now_ms())?;
+        let removed = log.truncate_to(offset.0, now_ms())?;
         if removed {
-            tracing::info!(topic = %self.topic, partition = self.index, offset, log_end_offset = log.log_end_offset(), "truncated divergent log suffix");
+            tracing::info!(topic = %self.topic, partition = self.index, %offset, log_end_offset = log.log_end_offset(), "truncated divergent log suffix");
         }
         self.publish(&log);
         Ok(removed)
@@ -612,15 +622,15 @@ impl Partition {
     /// this follower's end). Blocking.
     pub fn truncate_fully_and_start_at(
         &self,
-        leader_epoch: i32,
-        offset: i64,
+        leader_epoch: LeaderEpoch,
+        offset: Offset,
     ) -> Result<(), AppendError> {
         let mut log = self.lock();
         if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
             return Err(AppendError::NotLeaderOrFollower);
         }
-        log.truncate_fully_and_start_at(offset, now_ms())?;
-        tracing::info!(topic = %self.topic, partition = self.index, offset, "restarted follower log at the leader's log start");
+        log.truncate_fully_and_start_at(offset.0, now_ms())?;
+        tracing::info!(topic = %self.topic, partition = self.index, %offset, "restarted follower log at the leader's log start");
         self.publish(&log);
         Ok(())
     }
@@ -630,9 +640,9 @@ impl Partition {
     /// Refused unless this broker follows at `leader_epoch`. Blocking.
     pub fn start_at_tiered(
         &self,
-        leader_epoch: i32,
-        log_start_offset: i64,
-        local_start_offset: i64,
+        leader_epoch: LeaderEpoch,
+        log_start_offset: Offset,
+        local_start_offset: Offset,
         epochs: &[(i32, i64)],
         producer_snapshot: Option<&[u8]>,
     ) -> Result<(), AppendError> {
@@ -641,13 +651,13 @@ impl Partition {
             return Err(AppendError::NotLeaderOrFollower);
         }
         log.start_at_tiered(
-            log_start_offset,
-            local_start_offset,
+            log_start_offset.0,
+            local_start_offset.0,
             epochs,
             producer_snapshot,
             now_ms(),
         )?;
-        tracing::info!(topic = %self.topic, partition = self.index, log_start_offset, local_start_offset, "restarted follower log at the leader's local log start (the rest is in remote storage)");
+        tracing::info!(topic = %self.topic, partition = self.index, %log_start_offset, %local_start_offset, "restarted follower log at the leader's local log start (the rest is in remote storage)");
         self.publish(&log);
         Ok(())
     }
@@ -655,47 +665,48 @@ impl Partition {
     /// Finds the file range to serve for a fetch. Blocking (may read segment headers).
     pub fn read(
         &self,
-        offset: i64,
+        offset: Offset,
         max_bytes: usize,
-        max_offset: i64,
+        max_offset: Offset,
         min_one: bool,
     ) -> Result<Option<FileSlice>, ReadError> {
         let mut log = self.lock();
         if log.is_offline() && log.ensure_online(now_ms()).is_ok() {
             self.publish(&log);
         }
-        log.read(offset, max_bytes, max_offset, min_one)
+        log.read(offset.0, max_bytes, max_offset.0, min_one)
     }
 
     /// Aborted transactions overlapping `[from, upper)` (for read_committed fetches).
     pub fn aborted_transactions(
         &self,
-        from: i64,
-        upper: i64,
+        from: Offset,
+        upper: Offset,
     ) -> Vec<crate::log::txn_index::AbortedTxn> {
-        self.lock().aborted_transactions(from, upper)
+        self.lock().aborted_transactions(from.0, upper.0)
     }
 
     /// Whether the producer has a transaction open on this partition (KIP-890 verification).
-    pub fn has_ongoing_transaction(&self, producer_id: i64, producer_epoch: i16) -> bool {
+    pub fn has_ongoing_transaction(&self, producer_id: ProducerId, producer_epoch: i16) -> bool {
         self.lock()
-            .has_ongoing_transaction(producer_id, producer_epoch)
+            .has_ongoing_transaction(producer_id.0, producer_epoch)
     }
 
     /// The largest epoch at or below `epoch` and the end offset of that epoch (Kafka's
     /// `endOffsetForEpoch`).
-    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
-        self.lock().end_offset_for_epoch(epoch)
+    pub fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> (LeaderEpoch, Offset) {
+        let (epoch, end_offset) = self.lock().end_offset_for_epoch(epoch.0);
+        (LeaderEpoch(epoch), Offset(end_offset))
     }
 
     /// The base offset of the first local segment.
-    pub fn local_start_offset(&self) -> i64 {
-        self.lock().local_start_offset()
+    pub fn local_start_offset(&self) -> Offset {
+        Offset(self.lock().local_start_offset())
     }
 
     /// The end of what remote storage holds (-1 until a manifest is read).
-    pub fn remote_end_offset(&self) -> i64 {
-        self.lock().remote_end_offset()
+    pub fn remote_end_offset(&self) -> Offset {
+        Offset(self.lock().remote_end_offset())
     }
 
     /// The record with the largest timestamp among the local segments.
@@ -705,8 +716,9 @@ impl Partition {
 
     /// Moves the log start offset up to `offset` (DeleteRecords); returns the new low
     /// watermark. Blocking.
-    pub fn delete_records_before(&self, offset: i64) -> io::Result<i64> {
-        self.with_log(|l| l.delete_records_before(offset))
+    pub fn delete_records_before(&self, offset: Offset) -> io::Result<Offset> {
+        self.with_log(|l| l.delete_records_before(offset.0))
+            .map(Offset)
     }
 
     /// The log dir holding this partition and the bytes of its local segments.

@@ -7,16 +7,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::{LeaderEpoch, Offset};
+
 /// Kafka's `UnifiedLog.UNKNOWN_OFFSET`.
-pub const UNKNOWN_OFFSET: i64 = -1;
+pub const UNKNOWN_OFFSET: Offset = Offset(-1);
 
 /// What the leader knows of one follower (Kafka's `ReplicaState`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FollowerState {
-    pub log_start_offset: i64,
-    pub log_end_offset: i64,
+    pub log_start_offset: Offset,
+    pub log_end_offset: Offset,
     /// The leader's log end offset when this follower last fetched.
-    pub last_fetch_leader_log_end_offset: i64,
+    pub last_fetch_leader_log_end_offset: Offset,
     pub last_fetch_time_ms: i64,
     /// The last time the follower had everything the leader had at one of its fetches.
     pub last_caught_up_time_ms: i64,
@@ -38,10 +40,10 @@ impl FollowerState {
     /// end as of the read, or at its previous fetch if it now has what the leader had then.
     pub fn record_fetch(
         &mut self,
-        fetch_offset: i64,
-        log_start_offset: i64,
+        fetch_offset: Offset,
+        log_start_offset: Offset,
         now_ms: i64,
-        leader_log_end_offset: i64,
+        leader_log_end_offset: Offset,
     ) {
         if fetch_offset >= leader_log_end_offset {
             self.last_caught_up_time_ms = self.last_caught_up_time_ms.max(now_ms);
@@ -56,7 +58,12 @@ impl FollowerState {
     }
 
     /// Kafka's `ReplicaState.isCaughtUp`.
-    pub fn is_caught_up(&self, leader_log_end_offset: i64, now_ms: i64, max_lag_ms: i64) -> bool {
+    pub fn is_caught_up(
+        &self,
+        leader_log_end_offset: Offset,
+        now_ms: i64,
+        max_lag_ms: i64,
+    ) -> bool {
         leader_log_end_offset == self.log_end_offset
             || now_ms - self.last_caught_up_time_ms <= max_lag_ms
     }
@@ -68,7 +75,7 @@ impl FollowerState {
 pub struct ReplicaSet {
     pub local_id: i32,
     pub leader: Option<i32>,
-    pub leader_epoch: i32,
+    pub leader_epoch: LeaderEpoch,
     pub partition_epoch: i32,
     pub replicas: Vec<i32>,
     /// The committed ISR.
@@ -76,7 +83,7 @@ pub struct ReplicaSet {
     /// An AlterPartition in flight: the ISR proposed to the controller.
     pub pending_isr: Option<Vec<i32>>,
     /// Where this broker's leadership epoch starts (the log end offset when it became leader).
-    pub leader_epoch_start_offset: Option<i64>,
+    pub leader_epoch_start_offset: Option<Offset>,
     pub followers: BTreeMap<i32, FollowerState>,
     pub replica_lag_time_max_ms: i64,
     /// Replicas whose broker is fenced or not registered (Kafka's `isReplicaIsrEligible` is
@@ -87,7 +94,11 @@ pub struct ReplicaSet {
 
 impl ReplicaSet {
     /// A single broker leading its partition alone (no state applied yet).
-    pub fn sole_leader(local_id: i32, leader_epoch: i32, replica_lag_time_max_ms: i64) -> Self {
+    pub fn sole_leader(
+        local_id: i32,
+        leader_epoch: LeaderEpoch,
+        replica_lag_time_max_ms: i64,
+    ) -> Self {
         ReplicaSet {
             local_id,
             leader: Some(local_id),
@@ -96,7 +107,7 @@ impl ReplicaSet {
             replicas: vec![local_id],
             isr: vec![local_id],
             pending_isr: None,
-            leader_epoch_start_offset: Some(0),
+            leader_epoch_start_offset: Some(Offset(0)),
             followers: BTreeMap::new(),
             replica_lag_time_max_ms,
             ineligible: BTreeSet::new(),
@@ -135,10 +146,10 @@ impl ReplicaSet {
     /// and the followers caught up enough to join it. `None` when under min ISR.
     pub fn high_watermark(
         &self,
-        leader_log_end_offset: i64,
+        leader_log_end_offset: Offset,
         now_ms: i64,
         min_insync_replicas: i32,
-    ) -> Option<i64> {
+    ) -> Option<Offset> {
         if self.is_under_min_isr(min_insync_replicas) {
             return None;
         }
@@ -156,7 +167,7 @@ impl ReplicaSet {
 
     /// Kafka's `maybeExpandIsr`: the ISR to propose when `follower` may join it (it reached the
     /// high watermark and the current leader epoch), unless a change is in flight.
-    pub fn expansion(&self, follower: i32, high_watermark: i64) -> Option<Vec<i32>> {
+    pub fn expansion(&self, follower: i32, high_watermark: Offset) -> Option<Vec<i32>> {
         if !self.is_leader()
             || self.pending_isr.is_some()
             || self.isr.contains(&follower)
@@ -179,7 +190,7 @@ impl ReplicaSet {
 
     /// Kafka's `maybeShrinkIsr`: the ISR without the followers that have not caught up for
     /// `replica.lag.time.max.ms`, unless a change is in flight or none lags.
-    pub fn shrink(&self, leader_log_end_offset: i64, now_ms: i64) -> Option<Vec<i32>> {
+    pub fn shrink(&self, leader_log_end_offset: Offset, now_ms: i64) -> Option<Vec<i32>> {
         if !self.is_leader() || self.pending_isr.is_some() {
             return None;
         }
@@ -208,7 +219,7 @@ impl ReplicaSet {
 
     /// Resets follower states when this broker starts a leader epoch (Kafka's
     /// `resetReplicaState`): ISR members count as caught up now, others not at all.
-    pub fn start_leader_epoch(&mut self, was_leader: bool, log_end_offset: i64, now_ms: i64) {
+    pub fn start_leader_epoch(&mut self, was_leader: bool, log_end_offset: Offset, now_ms: i64) {
         let followers: Vec<i32> = self
             .replicas
             .iter()
@@ -254,11 +265,11 @@ mod tests {
     use super::*;
 
     fn leader_of_three() -> ReplicaSet {
-        let mut s = ReplicaSet::sole_leader(1, 0, 1000);
+        let mut s = ReplicaSet::sole_leader(1, LeaderEpoch(0), 1000);
         s.replicas = vec![1, 2, 3];
         s.isr = vec![1, 2, 3];
-        s.leader_epoch = 1;
-        s.start_leader_epoch(false, 10, 5_000);
+        s.leader_epoch = LeaderEpoch(1);
+        s.start_leader_epoch(false, Offset(10), 5_000);
         s
     }
 
@@ -266,21 +277,21 @@ mod tests {
     fn high_watermark_is_the_smallest_isr_log_end_offset() {
         let mut s = leader_of_three();
         // Followers have not fetched: their log end offsets are unknown.
-        assert_eq!(s.high_watermark(20, 5_000, 1), Some(UNKNOWN_OFFSET));
+        assert_eq!(s.high_watermark(Offset(20), 5_000, 1), Some(UNKNOWN_OFFSET));
         s.followers
             .get_mut(&2)
             .unwrap()
-            .record_fetch(15, 0, 5_100, 20);
+            .record_fetch(Offset(15), Offset(0), 5_100, Offset(20));
         s.followers
             .get_mut(&3)
             .unwrap()
-            .record_fetch(18, 0, 5_100, 20);
-        assert_eq!(s.high_watermark(20, 5_100, 1), Some(15));
+            .record_fetch(Offset(18), Offset(0), 5_100, Offset(20));
+        assert_eq!(s.high_watermark(Offset(20), 5_100, 1), Some(Offset(15)));
         s.followers
             .get_mut(&2)
             .unwrap()
-            .record_fetch(20, 0, 5_200, 20);
-        assert_eq!(s.high_watermark(20, 5_200, 1), Some(18));
+            .record_fetch(Offset(20), Offset(0), 5_200, Offset(20));
+        assert_eq!(s.high_watermark(Offset(20), 5_200, 1), Some(Offset(18)));
     }
 
     #[test]
@@ -289,22 +300,26 @@ mod tests {
         s.followers
             .get_mut(&2)
             .unwrap()
-            .record_fetch(20, 0, 5_100, 20);
+            .record_fetch(Offset(20), Offset(0), 5_100, Offset(20));
         s.followers
             .get_mut(&3)
             .unwrap()
-            .record_fetch(20, 0, 5_100, 20);
+            .record_fetch(Offset(20), Offset(0), 5_100, Offset(20));
         // Broker 3 stops and the controller removes it from the ISR: while it still counts as
         // caught up (within the lag time) it would hold the high watermark at 20.
         s.isr = vec![1, 2];
         s.followers
             .get_mut(&2)
             .unwrap()
-            .record_fetch(30, 0, 5_200, 30);
-        assert_eq!(s.high_watermark(30, 5_300, 1), Some(20));
+            .record_fetch(Offset(30), Offset(0), 5_200, Offset(30));
+        assert_eq!(s.high_watermark(Offset(30), 5_300, 1), Some(Offset(20)));
         s.ineligible = [3].into();
-        assert_eq!(s.high_watermark(30, 5_300, 1), Some(30));
-        assert_eq!(s.expansion(3, 30), None, "a fenced broker may not rejoin");
+        assert_eq!(s.high_watermark(Offset(30), 5_300, 1), Some(Offset(30)));
+        assert_eq!(
+            s.expansion(3, Offset(30)),
+            None,
+            "a fenced broker may not rejoin"
+        );
     }
 
     #[test]
@@ -313,53 +328,61 @@ mod tests {
         s.followers
             .get_mut(&2)
             .unwrap()
-            .record_fetch(10, 0, 5_100, 10);
+            .record_fetch(Offset(10), Offset(0), 5_100, Offset(10));
         s.followers
             .get_mut(&3)
             .unwrap()
-            .record_fetch(10, 0, 5_100, 10);
-        assert_eq!(s.shrink(10, 5_500), None);
+            .record_fetch(Offset(10), Offset(0), 5_100, Offset(10));
+        assert_eq!(s.shrink(Offset(10), 5_500), None);
         // Follower 3 stops fetching while the leader appends.
         s.followers
             .get_mut(&2)
             .unwrap()
-            .record_fetch(30, 0, 6_000, 30);
-        assert_eq!(s.shrink(30, 6_200), Some(vec![1, 2]));
+            .record_fetch(Offset(30), Offset(0), 6_000, Offset(30));
+        assert_eq!(s.shrink(Offset(30), 6_200), Some(vec![1, 2]));
         s.isr = vec![1, 2];
         // Out of the ISR and not caught up: no longer holds the high watermark back.
-        assert_eq!(s.high_watermark(30, 6_200, 1), Some(30));
+        assert_eq!(s.high_watermark(Offset(30), 6_200, 1), Some(Offset(30)));
         // Under min ISR the high watermark stays.
-        assert_eq!(s.high_watermark(30, 6_200, 3), None);
+        assert_eq!(s.high_watermark(Offset(30), 6_200, 3), None);
         s.followers
             .get_mut(&3)
             .unwrap()
-            .record_fetch(25, 0, 6_300, 30);
-        assert_eq!(s.expansion(3, 30), None);
+            .record_fetch(Offset(25), Offset(0), 6_300, Offset(30));
+        assert_eq!(s.expansion(3, Offset(30)), None);
         s.followers
             .get_mut(&3)
             .unwrap()
-            .record_fetch(30, 0, 6_400, 30);
-        assert_eq!(s.expansion(3, 30), Some(vec![1, 2, 3]));
+            .record_fetch(Offset(30), Offset(0), 6_400, Offset(30));
+        assert_eq!(s.expansion(3, Offset(30)), Some(vec![1, 2, 3]));
         s.pending_isr = Some(vec![1, 2, 3]);
         assert_eq!(s.maximal_isr(), vec![1, 2, 3]);
-        assert_eq!(s.expansion(3, 30), None, "one change in flight at a time");
+        assert_eq!(
+            s.expansion(3, Offset(30)),
+            None,
+            "one change in flight at a time"
+        );
     }
 
     #[test]
     fn a_follower_must_reach_the_current_leader_epoch_to_join() {
         let mut s = leader_of_three();
         s.isr = vec![1];
-        s.start_leader_epoch(true, 50, 1_000);
+        s.start_leader_epoch(true, Offset(50), 1_000);
         s.followers
             .get_mut(&2)
             .unwrap()
-            .record_fetch(40, 0, 1_100, 50);
-        assert_eq!(s.expansion(2, 40), None, "below the epoch start offset 50");
+            .record_fetch(Offset(40), Offset(0), 1_100, Offset(50));
+        assert_eq!(
+            s.expansion(2, Offset(40)),
+            None,
+            "below the epoch start offset 50"
+        );
         s.followers
             .get_mut(&2)
             .unwrap()
-            .record_fetch(50, 0, 1_200, 50);
-        assert_eq!(s.expansion(2, 50), Some(vec![1, 2]));
+            .record_fetch(Offset(50), Offset(0), 1_200, Offset(50));
+        assert_eq!(s.expansion(2, Offset(50)), Some(vec![1, 2]));
     }
 
     proptest::proptest! {
@@ -378,18 +401,18 @@ mod tests {
                 match action {
                     0 => {
                         let f = s.followers.get_mut(&follower).unwrap();
-                        let offset = (f.log_end_offset.max(0) + advance).min(leader_end);
-                        f.record_fetch(offset, 0, now, leader_end);
+                        let offset = (f.log_end_offset.0.max(0) + advance).min(leader_end);
+                        f.record_fetch(Offset(offset), Offset(0), now, Offset(leader_end));
                     }
-                    1 => if let Some(isr) = s.shrink(leader_end, now) { s.isr = isr },
-                    2 => if let Some(isr) = s.expansion(follower, leader_end) {
+                    1 => if let Some(isr) = s.shrink(Offset(leader_end), now) { s.isr = isr },
+                    2 => if let Some(isr) = s.expansion(follower, Offset(leader_end)) {
                         s.pending_isr = Some(isr);
                     },
                     _ => if let Some(p) = s.pending_isr.take() { s.isr = p },
                 }
                 proptest::prop_assert!(s.isr.contains(&1), "the leader stays in its ISR");
-                if let Some(hw) = s.high_watermark(leader_end, now, 1) {
-                    proptest::prop_assert!(hw <= leader_end);
+                if let Some(hw) = s.high_watermark(Offset(leader_end), now, 1) {
+                    proptest::prop_assert!(hw <= Offset(leader_end));
                     for id in s.maximal_isr() {
                         if let Some(f) = s.followers.get(&id) {
                             proptest::prop_assert!(hw <= f.log_end_offset, "hw {} > replica {} at {}", hw, id, f.log_end_offset);
@@ -402,7 +425,7 @@ mod tests {
 
     #[test]
     fn effective_min_isr_is_capped_by_the_replication_factor() {
-        let s = ReplicaSet::sole_leader(1, 0, 1000);
+        let s = ReplicaSet::sole_leader(1, LeaderEpoch(0), 1000);
         assert_eq!(s.effective_min_isr(2), 1);
         assert!(!s.is_under_min_isr(2));
         assert_eq!(leader_of_three().effective_min_isr(2), 2);

@@ -59,7 +59,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use strata_metadata::command::{ElectionType, Endpoint};
-use strata_metadata::ids::{BrokerEpoch, BrokerId, LeaderEpoch, PartitionEpoch, Uuid128};
+use strata_metadata::ids::{BrokerEpoch, BrokerId, PartitionEpoch, Uuid128};
 use strata_metadata::{
     placement, ApplyError, Command, MetadataConfig, MetadataNode, ProposeError, Response,
 };
@@ -767,7 +767,7 @@ impl IsrChangeSink for QuorumIsrSink {
                 topic_id: Uuid128::from_bytes(*request.topic_id.as_bytes()),
                 partition,
                 leader: Some(control.broker_id),
-                leader_epoch: LeaderEpoch(request.leader_epoch),
+                leader_epoch: request.leader_epoch,
                 isr: request.new_isr.iter().map(|id| BrokerId(*id)).collect(),
                 partition_epoch: PartitionEpoch(request.partition_epoch),
             };
@@ -781,7 +781,7 @@ impl IsrChangeSink for QuorumIsrSink {
                     _,
                 )) => Ok(LeaderAndIsr {
                     leader: leader.map(|b| b.0),
-                    leader_epoch: leader_epoch.0,
+                    leader_epoch,
                     isr: request.new_isr.clone(),
                     partition_epoch: partition_epoch.0,
                 }),

@@ -144,7 +144,7 @@ fn sync_once(
                 topic_id,
                 partition: index as i32,
                 leader: p.leader.map(|b| b.0),
-                leader_epoch: p.leader_epoch.0,
+                leader_epoch: p.leader_epoch,
                 replicas: p.replicas.iter().map(|b| b.0).collect(),
                 isr: p.isr.iter().map(|b| b.0).collect(),
                 partition_epoch: p.partition_epoch.0,

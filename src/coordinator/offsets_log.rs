@@ -15,7 +15,7 @@ use super::offsets_topic::partition_for;
 use super::ownership::Ownership;
 use super::{GroupConfig, GroupCoordinator, LogEntry, LogWriteError, OffsetsLog, OFFSETS_TOPIC};
 use crate::broker::CatalogListener;
-use crate::broker::{Broker, Partition, Topic, TopicError};
+use crate::broker::{Broker, Offset, Partition, Topic, TopicError};
 use crate::clock::now_ms;
 use crate::log::batch::{build_batch, BatchHeader, BatchIter};
 use crate::log::AppendError;
@@ -57,7 +57,7 @@ impl CatalogListener for GroupCoordinator {
             return;
         }
         if leader {
-            self.on_election(state.partition, state.leader_epoch);
+            self.on_election(state.partition, state.leader_epoch.0);
         } else {
             self.on_resignation(state.partition);
         }
@@ -135,7 +135,7 @@ pub(crate) fn append_replicated(
             AppendError::MessageTooLarge { .. } => LogWriteError::TooLarge(e.to_string()),
             other => LogWriteError::Storage(other.to_string()),
         })?;
-    await_replicated(partition, info.last_offset + 1, timeout)
+    await_replicated(partition, Offset(info.last_offset).next(), timeout)
 }
 
 /// Kafka's DelayedProduce for one append of this broker (a coordinator write, a transaction
@@ -143,7 +143,7 @@ pub(crate) fn append_replicated(
 /// in the ISR, woken by high watermark moves. Blocking.
 pub(crate) fn await_replicated(
     partition: &Partition,
-    required_offset: i64,
+    required_offset: Offset,
     timeout: Duration,
 ) -> Result<(), LogWriteError> {
     use kafka_protocol::ResponseError;
@@ -345,10 +345,10 @@ pub(crate) fn scan_batches(
     p: &Partition,
     mut f: impl FnMut(&BatchHeader, Bytes) -> io::Result<()>,
 ) -> io::Result<()> {
-    let mut offset = p.offsets().log_start_offset;
+    let mut offset = p.offsets().log_start_offset.0;
     loop {
         let end = p.offsets().log_end_offset;
-        let slice = match p.read(offset, 1 << 20, end, true) {
+        let slice = match p.read(Offset(offset), 1 << 20, end, true) {
             Ok(Some(s)) => s,
             Ok(None) => return Ok(()),
             Err(e) => return Err(io::Error::other(e.to_string())),

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use crate::broker::{Broker, Partition, Role};
+use crate::broker::{Broker, LeaderEpoch, Offset, Partition, Role};
 use crate::log::AppendError;
 use crate::peer::{PeerConnection, PeerError};
 use crate::tiering::Tiering;
@@ -151,15 +151,15 @@ fn reconcile(
 #[derive(Debug, Clone, Copy)]
 enum Pause {
     /// Until this time (transient errors), at this leader epoch.
-    Until(Instant, i32),
+    Until(Instant, LeaderEpoch),
     /// Until the control plane applies another leader epoch (fenced).
-    EpochChange(i32),
+    EpochChange(LeaderEpoch),
 }
 
 struct Target {
     partition: Arc<Partition>,
-    leader_epoch: i32,
-    fetch_offset: i64,
+    leader_epoch: LeaderEpoch,
+    fetch_offset: Offset,
 }
 
 /// What to do after processing one partition of a fetch response.
@@ -353,10 +353,10 @@ impl Fetcher {
             let last_fetched_epoch = p.latest_epoch().unwrap_or(-1);
             let fp = FetchPartition::default()
                 .with_partition(p.index)
-                .with_current_leader_epoch(t.leader_epoch)
-                .with_fetch_offset(t.fetch_offset)
+                .with_current_leader_epoch(t.leader_epoch.0)
+                .with_fetch_offset(t.fetch_offset.0)
                 .with_last_fetched_epoch(last_fetched_epoch)
-                .with_log_start_offset(p.offsets().log_start_offset)
+                .with_log_start_offset(p.offsets().log_start_offset.0)
                 .with_partition_max_bytes(c.fetch_max_bytes);
             match topics.iter_mut().find(|x| x.topic_id == p.topic_id) {
                 Some(x) => x.partitions.push(fp),
@@ -472,7 +472,7 @@ impl Fetcher {
         let result = crate::blocking::run(move || -> Result<(), AppendError> {
             let end = p.offsets().log_end_offset;
             if leader_end < end {
-                tracing::warn!(topic = %p.topic, partition = p.index, leader_end, end, "leader's log ends before ours: truncating");
+                tracing::warn!(topic = %p.topic, partition = p.index, %leader_end, %end, "leader's log ends before ours: truncating");
                 p.truncate_to(epoch, leader_end)?;
             } else if end < leader_start {
                 p.truncate_fully_and_start_at(epoch, leader_start)?;
@@ -518,10 +518,10 @@ impl Fetcher {
             self.paused.insert(key, backoff);
             return Ok(());
         };
-        let state = match self.remote_state_at(&p, local_start).await {
+        let state = match self.remote_state_at(&p, local_start.0).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::info!(topic = %p.topic, partition = p.index, local_start, error = %e, "cannot rebuild the follower state from remote storage yet; will retry");
+                tracing::info!(topic = %p.topic, partition = p.index, %local_start, error = %e, "cannot rebuild the follower state from remote storage yet; will retry");
                 self.paused.insert(key, backoff);
                 return Ok(());
             }
@@ -598,16 +598,16 @@ impl Fetcher {
         &self,
         conn: &mut PeerConnection,
         p: &Partition,
-        leader_epoch: i32,
+        leader_epoch: LeaderEpoch,
         timestamp: i64,
-    ) -> Result<Option<i64>, PeerError> {
+    ) -> Result<Option<Offset>, PeerError> {
         let request = ListOffsetsRequest::default()
             .with_replica_id(self.broker.config.node_id.into())
             .with_topics(vec![ListOffsetsTopic::default()
                 .with_name(TopicName(StrBytes::from_string(p.topic.clone())))
                 .with_partitions(vec![ListOffsetsPartition::default()
                     .with_partition_index(p.index)
-                    .with_current_leader_epoch(leader_epoch)
+                    .with_current_leader_epoch(leader_epoch.0)
                     .with_timestamp(timestamp)])]);
         let response = conn
             .call(
@@ -621,7 +621,9 @@ impl Fetcher {
             .into_iter()
             .flat_map(|t| t.partitions)
             .find(|x| x.partition_index == p.index);
-        Ok(answer.filter(|a| a.error_code == 0).map(|a| a.offset))
+        Ok(answer
+            .filter(|a| a.error_code == 0)
+            .map(|a| Offset(a.offset)))
     }
 }
 
@@ -687,7 +689,7 @@ fn apply_partition_data(
             return Next::Denied(Pause::Until(Instant::now() + backoff, t.leader_epoch));
         }
         Some(ResponseError::FencedLeaderEpoch) => {
-            tracing::info!(topic = %p.topic, partition = p.index, leader, leader_epoch = t.leader_epoch, "fenced by the leader: waiting for a newer partition state");
+            tracing::info!(topic = %p.topic, partition = p.index, leader, leader_epoch = %t.leader_epoch, "fenced by the leader: waiting for a newer partition state");
             return Next::Pause(Pause::EpochChange(t.leader_epoch));
         }
         Some(e) => {
@@ -704,7 +706,7 @@ fn apply_partition_data(
             hw,
             own,
         );
-        return match p.truncate_to(t.leader_epoch, offset) {
+        return match p.truncate_to(t.leader_epoch, Offset(offset)) {
             Ok(_) => Next::Continue,
             Err(e) => {
                 report_append_error(p, &e);
@@ -720,8 +722,8 @@ fn apply_partition_data(
     match p.append_as_follower(
         t.leader_epoch,
         &records,
-        data.high_watermark,
-        data.log_start_offset,
+        Offset(data.high_watermark),
+        Offset(data.log_start_offset),
     ) {
         Ok(_) => Next::Continue,
         Err(e) => {

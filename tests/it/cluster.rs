@@ -16,6 +16,7 @@ use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse};
 use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
 use kafka_protocol::ResponseError;
 
+use strata::broker::Offset;
 use strata_metadata::ids::BrokerId as MetadataBrokerId;
 
 use crate::harness::*;
@@ -417,7 +418,7 @@ async fn quorum_replicates_a_topic_and_moves_leadership_off_a_stopped_broker() {
         .broker()
         .partition(TOPIC, 0)
         .expect("the restarted broker has the partition");
-    assert_eq!(rejoined.offsets().log_end_offset, 100);
+    assert_eq!(rejoined.offsets().log_end_offset, Offset(100));
     assert_eq!(view(c.broker(old)).await, (vec![1, 2, 3], new_leader));
 
     c.shutdown().await;

@@ -485,7 +485,7 @@ async fn consumer_offsets_is_compacted_and_keeps_every_latest_commit() {
         .broker()
         .partition("__consumer_offsets", 0)
         .expect("offsets topic");
-    let size_before = offsets.offsets().log_end_offset;
+    let size_before = offsets.offsets().log_end_offset.0;
     assert!(size_before > 100);
     let seal_at = offsets.with_log(|l| l.cleaner_segments().unwrap().last().unwrap().base_offset);
     wait_cleaned(&b, "__consumer_offsets", seal_at).await;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{FindCoordinatorRequest, ProduceResponse};
+use strata::broker::LeaderEpoch;
 use strata::replication::in_process::InProcessController;
 use strata::replication::{BrokerEndpoint, ClusterBroker, PartitionLeadership};
 use uuid::Uuid;
@@ -98,7 +99,7 @@ impl Cluster {
             topic_id,
             partition,
             leader: Some(leader),
-            leader_epoch,
+            leader_epoch: LeaderEpoch(leader_epoch),
             replicas: vec![1, 2, 3],
             isr: vec![1, 2, 3],
             partition_epoch: leader_epoch,
@@ -116,7 +117,7 @@ impl Cluster {
             topic_id: self.topic_ids[topic],
             partition,
             leader: None,
-            leader_epoch,
+            leader_epoch: LeaderEpoch(leader_epoch),
             replicas: vec![1, 2, 3],
             isr: vec![],
             partition_epoch: leader_epoch,
@@ -202,7 +203,7 @@ async fn await_decided(c: &Cluster, leader: i32, topic: &str, partition: i32) ->
         .expect("partition");
     let since = tokio::time::Instant::now();
     loop {
-        let end = p.offsets().log_end_offset;
+        let end = p.offsets().log_end_offset.0;
         let d = fetch_committed_records(&mut client, topic, partition).await;
         if d.error_code == NONE && end > 0 && d.last_stable_offset == end {
             return d;
@@ -461,7 +462,7 @@ async fn an_internal_topic_holding_state_keeps_its_id_and_refuses_another() {
         topic_id: Uuid::new_v4(),
         partition: 0,
         leader: Some(1),
-        leader_epoch: 0,
+        leader_epoch: LeaderEpoch(0),
         replicas: vec![1],
         isr: vec![1],
         partition_epoch: 0,

@@ -254,7 +254,7 @@ fn local(b: &TestBroker, topic: &str, p: usize) -> Option<(i64, i64, Vec<i32>)> 
     let o = part.offsets();
     let mut isr = part.replica_set().isr;
     isr.sort_unstable();
-    Some((o.log_end_offset, o.last_stable_offset, isr))
+    Some((o.log_end_offset.0, o.last_stable_offset.0, isr))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

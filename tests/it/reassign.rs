@@ -21,6 +21,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::records::RecordBatchDecoder;
 use kafka_protocol::ResponseError;
+use strata::broker::Offset;
 
 use crate::client::Client;
 use crate::cluster::{eventually, QuorumCluster};
@@ -305,7 +306,7 @@ async fn reassignment_copies_the_data_then_switches_to_the_new_replicas() {
             let b = b.clone();
             async move {
                 b.partition(TOPIC, 0)
-                    .is_some_and(|p| p.offsets().log_end_offset == 0)
+                    .is_some_and(|p| p.offsets().log_end_offset == Offset(0))
             }
         })
         .await;
@@ -321,7 +322,7 @@ async fn reassignment_copies_the_data_then_switches_to_the_new_replicas() {
             let b = b.clone();
             async move {
                 b.partition(TOPIC, 0)
-                    .is_some_and(|p| p.offsets().log_end_offset == 105)
+                    .is_some_and(|p| p.offsets().log_end_offset == Offset(105))
             }
         })
         .await;

@@ -15,6 +15,7 @@ use kafka_protocol::messages::{
     DescribeClusterRequest, MetadataRequest, OffsetForLeaderEpochRequest, ProduceResponse,
 };
 use kafka_protocol::ResponseError;
+use strata::broker::{LeaderEpoch, Offset};
 use strata::replication::in_process::InProcessController;
 use strata::replication::{BrokerEndpoint, ClusterBroker, PartitionLeadership};
 use uuid::Uuid;
@@ -84,7 +85,7 @@ impl Cluster {
             topic_id: self.topic_id,
             partition: 0,
             leader: Some(leader),
-            leader_epoch,
+            leader_epoch: LeaderEpoch(leader_epoch),
             replicas: vec![1, 2, 3],
             isr: isr.to_vec(),
             partition_epoch: epoch,
@@ -138,7 +139,7 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 fn log_bytes(c: &Cluster, id: i32) -> Bytes {
     let p = c.partition(id);
     let end = p.offsets().log_end_offset;
-    p.read(0, 64 << 20, end, true)
+    p.read(Offset(0), 64 << 20, end, true)
         .expect("read log")
         .map(|s| s.read().expect("read slice"))
         .unwrap_or_default()
@@ -179,8 +180,8 @@ async fn acks_all_waits_for_the_isr_and_followers_store_identical_bytes() {
     let r = only_partition(produce_with(c.broker(1), 1, 5_000, PRODUCE_V, batch(2)).await);
     assert_eq!((r.error_code, r.base_offset), (0, 3));
     let leader = c.partition(1);
-    assert_eq!(leader.offsets().log_end_offset, 5);
-    assert_eq!(leader.offsets().high_watermark, 0);
+    assert_eq!(leader.offsets().log_end_offset, Offset(5));
+    assert_eq!(leader.offsets().high_watermark, Offset(0));
     let mut consumer = c.broker(1).client().await;
     let data = fetch(&mut consumer, TOPIC, 0, FetchArgs::default()).await;
     assert_eq!((data.high_watermark, count_records(&data.records)), (0, 0));
@@ -204,7 +205,7 @@ async fn acks_all_waits_for_the_isr_and_followers_store_identical_bytes() {
 
     // Once the followers fetch, the high watermark reaches the log end and acks=all works.
     eventually("the high watermark to reach the log end", || {
-        leader.offsets().high_watermark == 5
+        leader.offsets().high_watermark == Offset(5)
     })
     .await;
     for i in 0..5 {
@@ -212,13 +213,13 @@ async fn acks_all_waits_for_the_isr_and_followers_store_identical_bytes() {
             only_partition(produce_with(c.broker(1), -1, 10_000, PRODUCE_V, batch(i + 1)).await);
         assert_eq!(r.error_code, 0, "acks=all produce {i}");
         // Acknowledged means replicated to the whole ISR.
-        assert!(leader.offsets().high_watermark > r.base_offset + i as i64);
+        assert!(leader.offsets().high_watermark > Offset(r.base_offset + i as i64));
         for id in [2, 3] {
             assert!(c.partition(id).offsets().log_end_offset >= leader.offsets().high_watermark);
         }
     }
     let end = leader.offsets().log_end_offset;
-    assert_eq!(end, 20);
+    assert_eq!(end, Offset(20));
     for id in [2, 3] {
         let p = c.partition(id);
         eventually("a follower's high watermark to follow the leader's", || {
@@ -291,7 +292,7 @@ async fn acks_all_waits_for_the_isr_and_followers_store_identical_bytes() {
         "{refused:?}"
     );
     assert!(leader.is_leader());
-    assert_eq!(leader.leader_and_epoch(), (Some(1), 0));
+    assert_eq!(leader.leader_and_epoch(), (Some(1), LeaderEpoch(0)));
 
     // Every broker describes the same cluster and partition.
     for id in 1..=3 {
@@ -358,11 +359,15 @@ async fn a_stopped_follower_leaves_the_isr_and_rejoins_after_catching_up() {
     let r = only_partition(produce_with(c.broker(1), -1, 10_000, PRODUCE_V, batch(1)).await);
     assert_eq!(r.error_code, ResponseError::NotEnoughReplicas.code());
     let leader = c.partition(1);
-    assert_eq!(leader.offsets().log_end_offset, 9, "nothing appended");
+    assert_eq!(
+        leader.offsets().log_end_offset,
+        Offset(9),
+        "nothing appended"
+    );
     // acks=1 still appends, but under min ISR the high watermark stays (Kafka 4).
     let r = only_partition(produce_with(c.broker(1), 1, 10_000, PRODUCE_V, batch(2)).await);
     assert_eq!((r.error_code, r.base_offset), (0, 9));
-    assert_eq!(leader.offsets().high_watermark, 8);
+    assert_eq!(leader.offsets().high_watermark, Offset(8));
 
     // Both come back, catch up and rejoin the ISR; the high watermark moves on.
     for i in [1, 2] {
@@ -374,13 +379,13 @@ async fn a_stopped_follower_leaves_the_isr_and_rejoins_after_catching_up() {
     })
     .await;
     eventually("the high watermark to reach the log end", || {
-        leader.offsets().high_watermark == 11
+        leader.offsets().high_watermark == Offset(11)
     })
     .await;
     for id in [2, 3] {
         let p = c.partition(id);
         eventually("the follower to catch up", || {
-            p.offsets().log_end_offset == 11
+            p.offsets().log_end_offset == Offset(11)
         })
         .await;
         assert_eq!(log_bytes(&c, id), log_bytes(&c, 1), "broker {id}'s log");
@@ -412,7 +417,7 @@ async fn a_new_leader_makes_the_old_leader_truncate_its_unreplicated_suffix() {
         acknowledged.push(r.base_offset);
     }
     let replicated = c.partition(1).offsets().high_watermark;
-    assert_eq!(replicated, 6);
+    assert_eq!(replicated, Offset(6));
     let acked_bytes = log_bytes(&c, 1);
 
     // The followers lose the leader (its address no longer answers)...
@@ -435,8 +440,8 @@ async fn a_new_leader_makes_the_old_leader_truncate_its_unreplicated_suffix() {
         let r = only_partition(produce_with(c.broker(1), 1, 10_000, PRODUCE_V, batch(3)).await);
         assert_eq!(r.error_code, 0);
     }
-    assert_eq!(c.partition(1).offsets().log_end_offset, 12);
-    assert_eq!(c.partition(2).offsets().log_end_offset, 6);
+    assert_eq!(c.partition(1).offsets().log_end_offset, Offset(12));
+    assert_eq!(c.partition(2).offsets().log_end_offset, Offset(6));
 
     // The controller elects broker 2 with a new epoch; everyone learns it.
     c.set_partition(c.state(2, 1, &[1, 2, 3], 1)).await;
@@ -459,7 +464,7 @@ async fn a_new_leader_makes_the_old_leader_truncate_its_unreplicated_suffix() {
     // It truncates its divergent suffix (offsets 6..12 of epoch 0) and follows broker 2.
     let old = c.partition(1);
     eventually("the old leader to truncate to the new leader's log", || {
-        old.offsets().log_end_offset == 6
+        old.offsets().log_end_offset == Offset(6)
     })
     .await;
     let r = only_partition(produce_with(c.broker(2), -1, 10_000, PRODUCE_V, batch(4)).await);
@@ -467,7 +472,7 @@ async fn a_new_leader_makes_the_old_leader_truncate_its_unreplicated_suffix() {
     for id in [1, 3] {
         let p = c.partition(id);
         eventually("the followers to replicate the new epoch", || {
-            p.offsets().log_end_offset == 10
+            p.offsets().log_end_offset == Offset(10)
         })
         .await;
         assert_eq!(log_bytes(&c, id), log_bytes(&c, 2), "broker {id}'s log");
@@ -566,7 +571,7 @@ async fn a_follower_behind_the_leaders_log_start_restarts_its_log_there() {
     eventually("the ISR to shrink to [1, 2]", || c.isr() == vec![1, 2]).await;
     let leader = c.partition(1);
     eventually("the high watermark to reach the log end", || {
-        leader.offsets().high_watermark == 11
+        leader.offsets().high_watermark == Offset(11)
     })
     .await;
     // DeleteRecords moves the log start past everything broker 3 has.
@@ -585,7 +590,7 @@ async fn a_follower_behind_the_leaders_log_start_restarts_its_log_there() {
     // The in-sync follower follows the leader's log start.
     let follower = c.partition(2);
     eventually("broker 2's log start to follow the leader's", || {
-        follower.offsets().log_start_offset == 9
+        follower.offsets().log_start_offset == Offset(9)
     })
     .await;
 
@@ -597,14 +602,14 @@ async fn a_follower_behind_the_leaders_log_start_restarts_its_log_there() {
         "broker 3 to restart at the leader's log start and catch up",
         || {
             let o = lagging.offsets();
-            o.log_start_offset == 9 && o.log_end_offset == 11
+            o.log_start_offset == Offset(9) && o.log_end_offset == Offset(11)
         },
     )
     .await;
     eventually("broker 3 to rejoin the ISR", || c.isr() == vec![1, 2, 3]).await;
     let from_nine = |id: i32| {
         let p = c.partition(id);
-        p.read(9, 1 << 20, 11, true)
+        p.read(Offset(9), 1 << 20, Offset(11), true)
             .expect("read")
             .map(|s| s.read().expect("slice"))
             .unwrap_or_default()
@@ -631,7 +636,7 @@ async fn a_leader_demoted_before_appending_drops_its_empty_epoch_and_replicates_
     for id in [2, 3] {
         let p = c.partition(id);
         eventually("the follower to replicate epoch 2", || {
-            p.offsets().log_end_offset == 5
+            p.offsets().log_end_offset == Offset(5)
         })
         .await;
         assert_eq!(log_bytes(&c, id), log_bytes(&c, 1), "broker {id}'s log");
@@ -711,11 +716,11 @@ async fn a_librdkafka_producer_and_consumer_follow_a_leader_change() {
         .expect("client status");
     assert!(status.success());
     reader.join().expect("reader thread");
-    assert_eq!(c.partition(2).offsets().high_watermark, 200);
+    assert_eq!(c.partition(2).offsets().high_watermark, Offset(200));
     for id in [1, 3] {
         let p = c.partition(id);
         eventually("followers to hold every record", || {
-            p.offsets().log_end_offset == 200
+            p.offsets().log_end_offset == Offset(200)
         })
         .await;
         assert_eq!(log_bytes(&c, id), log_bytes(&c, 2));

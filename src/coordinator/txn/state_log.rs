@@ -85,7 +85,7 @@ impl CatalogListener for TransactionCoordinator {
             return;
         }
         if leader {
-            self.on_election(state.partition, state.leader_epoch);
+            self.on_election(state.partition, state.leader_epoch.0);
         } else {
             self.on_resignation(state.partition);
         }
@@ -190,7 +190,7 @@ impl TransactionLog for BrokerTransactionLog {
         topic
             .partitions
             .get(index)
-            .map(|p| p.leader_epoch().max(0))
+            .map(|p| p.leader_epoch().0.max(0))
             .unwrap_or(0)
     }
 }
@@ -199,7 +199,7 @@ impl TransactionLog for BrokerTransactionLog {
 fn replay_partitions(partitions: &[Arc<Partition>]) -> io::Result<Vec<(Bytes, Option<Bytes>)>> {
     let mut out = Vec::new();
     for p in partitions {
-        let start = p.offsets().log_start_offset;
+        let start = p.offsets().log_start_offset.0;
         let limit = p.max_decompressed_batch_bytes();
         scan_batches(p, |h, mut batch| {
             if h.is_control() {
@@ -468,9 +468,14 @@ pub fn write_txn_marker(
         .partition(topic, partition)
         .ok_or(MarkerError::UnknownPartition)?;
     let offset = p
-        .write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        .write_txn_marker(
+            crate::broker::ProducerId(producer_id),
+            producer_epoch,
+            coordinator_epoch,
+            commit,
+        )
         .map_err(|e| MarkerError::Failed(e.to_string()))?;
-    await_replicated(&p, offset + 1, REPLICATION_TIMEOUT)
+    await_replicated(&p, offset.next(), REPLICATION_TIMEOUT)
         .map_err(|e| MarkerError::Failed(format!("marker not replicated: {e}")))?;
     if topic == OFFSETS_TOPIC {
         groups.complete_txn_offsets(producer_id, partition, commit);
