@@ -96,7 +96,7 @@ pub async fn handle(
     let mut names: Vec<(TopicName, uuid::Uuid)> = Vec::new();
     let mut wanted: Vec<FetchTopic> = Vec::new();
     for ((name, id, partition), pos) in parts {
-        if names.last() != Some(&(name.clone(), id)) {
+        if names.last().is_none_or(|(n, i)| *n != name || *i != id) {
             wanted.push(FetchTopic {
                 topic: TopicRef::new(&name.0, id),
                 partitions: Vec::new(),

@@ -21,8 +21,7 @@ use kafka_protocol::ResponseError;
 use crate::api::gate::{Gate, Who, TOPIC_DENIED, TXN_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::{
-    AppendParams, AppendResult, AppendTopic, Broker, Partition, PartitionAppend, ProducerId,
-    TopicRef,
+    AppendParams, AppendResult, AppendTopic, Broker, Partition, PartitionAppend, TopicRef,
 };
 use crate::coordinator::txn::TransactionCoordinator;
 use crate::security::acl::{Operation as Op, ResourceType as Res};
@@ -217,19 +216,13 @@ fn verify_transactional(
     match coordinator_location(broker, id) {
         CoordinatorLocation::Local => {}
         CoordinatorLocation::Remote(coordinator) => {
-            // As Kafka, only a producer's first batch of a transaction on this partition is
-            // verified: later ones continue a transaction the coordinator already vouched for.
-            if partition.has_ongoing_transaction(ProducerId(h.producer_id), h.producer_epoch) {
-                return Ok(());
-            }
             return verify_remotely(
                 broker,
                 coordinator,
                 id,
                 h.producer_id,
                 h.producer_epoch,
-                topic,
-                index,
+                partition,
             )
             .map_err(produce_error);
         }

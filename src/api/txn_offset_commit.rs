@@ -21,7 +21,7 @@ use kafka_protocol::ResponseError;
 use crate::api::add_offsets_to_txn::offsets_partition;
 use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
-use crate::broker::{Broker, ProducerId};
+use crate::broker::Broker;
 use crate::coordinator::txn::state_log::{
     coordinator_location, verify_remotely, CoordinatorLocation,
 };
@@ -172,20 +172,16 @@ fn verify_offsets_partition(
                 Some(e) => Err(e),
             }),
         CoordinatorLocation::Remote(coordinator) => {
-            let ongoing = broker.partition(OFFSETS_TOPIC, partition).is_some_and(|p| {
-                p.has_ongoing_transaction(ProducerId(producer_id), producer_epoch)
-            });
-            if ongoing {
-                return Ok(());
-            }
+            let partition = broker
+                .partition(OFFSETS_TOPIC, partition)
+                .ok_or(ResponseError::NotCoordinator)?;
             verify_remotely(
                 broker,
                 coordinator,
                 transactional_id,
                 producer_id,
                 producer_epoch,
-                OFFSETS_TOPIC,
-                partition,
+                &partition,
             )
         }
         CoordinatorLocation::Unavailable => Err(ResponseError::CoordinatorNotAvailable),

@@ -345,16 +345,20 @@ pub fn coordinator_location(broker: &Broker, transactional_id: &str) -> Coordina
 /// KIP-890 verification of a transactional produce by the transaction coordinator on broker
 /// `coordinator` (Kafka's `AddPartitionsToTxnManager`: AddPartitionsToTxn v4, verify only).
 /// `Ok(())` when the partition is in the transaction, else the coordinator's error for it.
-/// Blocking.
+/// As in Kafka, only a producer's first write of a transaction to the partition is verified:
+/// later ones continue a transaction the coordinator already vouched for. Blocking.
 pub fn verify_remotely(
     broker: &Broker,
     coordinator: i32,
     transactional_id: &str,
     producer_id: i64,
     producer_epoch: i16,
-    topic: &str,
-    partition: i32,
+    partition: &Partition,
 ) -> Result<(), ResponseError> {
+    if partition.has_ongoing_transaction(crate::broker::ProducerId(producer_id), producer_epoch) {
+        return Ok(());
+    }
+    let (topic, partition) = (partition.topic.as_str(), partition.index);
     use kafka_protocol::messages::add_partitions_to_txn_request::{
         AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
     };
