@@ -117,8 +117,7 @@ impl Log {
             if abort {
                 let lso = self
                     .producers
-                    .first_unstable_offset_excluding(header.producer_id)
-                    .unwrap_or(header.base_offset + 1);
+                    .last_stable_offset_after_abort(header.producer_id, header.base_offset);
                 self.index_aborted_txn_after_commit(txn_index::AbortedTxn {
                     producer_id: header.producer_id,
                     first_offset: first,
@@ -164,8 +163,7 @@ impl Log {
         if !commit {
             let lso = self
                 .producers
-                .first_unstable_offset_excluding(producer_id)
-                .unwrap_or(offset + 1);
+                .last_stable_offset_after_abort(producer_id, offset);
             self.index_aborted_txn_after_commit(txn_index::AbortedTxn {
                 producer_id,
                 first_offset: first,

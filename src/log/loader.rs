@@ -133,8 +133,7 @@ impl Log {
                     if marker_type(&raw) == Some(MARKER_ABORT) {
                         let lso = self
                             .producers
-                            .first_unstable_offset_excluding(h.producer_id)
-                            .unwrap_or(h.base_offset + 1);
+                            .last_stable_offset_after_abort(h.producer_id, h.base_offset);
                         aborted.push(txn_index::AbortedTxn {
                             producer_id: completed.producer_id,
                             first_offset: completed.first_offset,

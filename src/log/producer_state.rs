@@ -180,13 +180,15 @@ impl ProducerStateManager {
             .and_then(|e| e.current_txn_first_offset)
     }
 
-    /// The first offset of the oldest ongoing transaction of a producer other than
-    /// `producer_id` (Kafka's last stable offset recorded with an aborted transaction).
-    pub fn first_unstable_offset_excluding(&self, producer_id: i64) -> Option<i64> {
+    /// The last stable offset recorded with `producer_id`'s aborted transaction whose ABORT
+    /// marker is at `marker_offset`: the first offset of the oldest ongoing transaction of
+    /// another producer, else the offset after the marker (Kafka's `lastStableOffset` of a
+    /// `CompletedTxn`).
+    pub fn last_stable_offset_after_abort(&self, producer_id: i64, marker_offset: i64) -> i64 {
         self.ongoing
             .iter()
             .find(|(_, &pid)| pid != producer_id)
-            .map(|(&o, _)| o)
+            .map_or(marker_offset + 1, |(&o, _)| o)
     }
 
     /// Checks a COMMIT/ABORT marker against the producer's epoch and coordinator epoch
