@@ -541,7 +541,12 @@ impl GroupCoordinator {
                 Some((_, result)) if static_rejoin && result.error.is_none() => {
                     Some((result, g.to_value()))
                 }
-                Some((_, result)) => return result,
+                Some((_, result)) => {
+                    tracing::debug!(group = group_id, member = %result.member_id,
+                        generation = result.generation, error = ?result.error,
+                        "JoinGroup answered at once");
+                    return result;
+                }
                 None => None,
             }
         };
@@ -551,10 +556,13 @@ impl GroupCoordinator {
                 Err(e) => JoinResult::error(e, &result.member_id),
             };
         }
-        match tokio::time::timeout(wait, rx).await {
+        let result = match tokio::time::timeout(wait, rx).await {
             Ok(Ok(result)) => result,
             _ => JoinResult::error(ResponseError::RebalanceInProgress, &member_id),
-        }
+        };
+        tracing::debug!(group = group_id, member = %result.member_id, generation = result.generation,
+            leader = %result.leader, error = ?result.error, "JoinGroup answered");
+        result
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -599,6 +607,8 @@ impl GroupCoordinator {
             (immediate, changed.then(|| g.to_value()), wait)
         };
         if let Some((_, result)) = immediate {
+            tracing::debug!(group = group_id, member = member_id, generation,
+                error = ?result.error, "SyncGroup answered at once");
             return result;
         }
         if let Some(value) = persist {
@@ -606,10 +616,13 @@ impl GroupCoordinator {
                 return SyncResult::error(e);
             }
         }
-        match tokio::time::timeout(wait, rx).await {
+        let result = match tokio::time::timeout(wait, rx).await {
             Ok(Ok(result)) => result,
             _ => SyncResult::error(ResponseError::RebalanceInProgress),
-        }
+        };
+        tracing::debug!(group = group_id, member = member_id, generation, error = ?result.error,
+            "SyncGroup answered");
+        result
     }
 
     /// ConsumerGroupHeartbeat (KIP-848).
@@ -698,10 +711,18 @@ impl GroupCoordinator {
         if let Err(e) = self.check_coordinator(group_id) {
             return Some(e);
         }
-        match self.groups().get_mut(group_id) {
+        let error = match self.groups().get_mut(group_id) {
             Some(g) => g.heartbeat(member_id, group_instance_id, generation, Instant::now()),
             None => Some(ResponseError::UnknownMemberId),
-        }
+        };
+        tracing::debug!(
+            group = group_id,
+            member = member_id,
+            generation,
+            ?error,
+            "Heartbeat"
+        );
+        error
     }
 
     /// LeaveGroup for several identities; returns each one's error. Blocking (may persist).

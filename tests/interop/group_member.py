@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import logging
 import signal
 import sys
 import threading
@@ -137,6 +138,11 @@ def run_kafka_python(args, ctl: Control) -> None:
     from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
     from kafka.structs import OffsetAndMetadata
 
+    # The client's group log goes to stderr, which a failing test prints.
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("kafka.coordinator").setLevel(logging.INFO)
+
     assignor = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
     conf = dict(bootstrap_servers=args.bootstrap, group_id=args.group,
                 client_id=f"strata-interop-{args.lib}", enable_auto_commit=False,
@@ -157,6 +163,15 @@ def run_kafka_python(args, ctl: Control) -> None:
         def on_partitions_assigned(self, assigned):
             emit("assigned", partitions=sorted(tp.partition for tp in c.assignment()))
 
+    # Topic metadata before the first join. kafka-python 3.0.12 loses a rejoin's result
+    # when the rejoin was triggered by a metadata change (the leader assigned before it
+    # knew the topic's partitions) and poll()'s timeout expires during JoinGroup/SyncGroup:
+    # the next poll finds need_rejoin() false, never reads the finished join, and the member
+    # stays without assignment or heartbeats until the coordinator expires it (seen under
+    # CPU load against any broker). Knowing the partitions before joining avoids that rejoin.
+    deadline = time.monotonic() + 30
+    while not c.partitions_for_topic(args.topic) and time.monotonic() < deadline:
+        time.sleep(0.05)
     c.subscribe([args.topic], listener=Listener())
     emit("subscribed")
     try:
