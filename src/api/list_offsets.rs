@@ -1,5 +1,5 @@
-//! ListOffsets: earliest (-2), latest (-1), max timestamp (-3), earliest local (-4) and by
-//! timestamp through the time index.
+//! ListOffsets: earliest (-2), latest (-1), max timestamp (-3), earliest local (-4), latest
+//! tiered (-5), earliest pending upload (-6) and by timestamp through the time index.
 
 use std::sync::Arc;
 
@@ -24,6 +24,22 @@ const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
+const EARLIEST_PENDING_UPLOAD: i64 = -6;
+
+/// Kafka's `isListOffsetsTimestampUnsupported`: each special timestamp needs the version
+/// that introduced it, and an unknown negative one is refused with UNSUPPORTED_VERSION.
+fn timestamp_unsupported(timestamp: i64, version: i16) -> bool {
+    let min_version = match timestamp {
+        ts if ts >= 0 => return false,
+        LATEST | EARLIEST => 1,
+        MAX_TIMESTAMP => 7,
+        EARLIEST_LOCAL => 8,
+        LATEST_TIERED => 9,
+        EARLIEST_PENDING_UPLOAD => 11,
+        _ => return true,
+    };
+    version < min_version
+}
 
 pub async fn handle(
     broker: Arc<Broker>,
@@ -118,6 +134,10 @@ fn list(
         let topic = broker.topic(t.name.0.as_str());
         let mut partitions = Vec::new();
         for p in t.partitions {
+            if timestamp_unsupported(p.timestamp, version) {
+                partitions.push(answer(p.partition_index, ResponseError::UnsupportedVersion));
+                continue;
+            }
             let Some(partition) = topic
                 .as_ref()
                 .and_then(|tp| tp.partitions.get(usize::try_from(p.partition_index).ok()?))
@@ -163,12 +183,22 @@ fn list(
                     found(offsets.last_stable_offset.0, -1, epoch)
                 }
                 LATEST => found(offsets.high_watermark.0, -1, epoch),
-                EARLIEST => found(offsets.log_start_offset.0, -1, epoch),
-                EARLIEST_LOCAL => found(partition.local_start_offset().0, -1, epoch),
-                LATEST_TIERED => match partition.remote_end_offset().0 {
-                    end if end > 0 => found(end - 1, -1, epoch),
-                    _ => found(-1, -1, -1),
-                },
+                EARLIEST => {
+                    let (offset, epoch) = partition.earliest_offset();
+                    found(offset.0, -1, epoch.map_or(-1, |e| e.0))
+                }
+                EARLIEST_LOCAL => {
+                    let (offset, epoch) = partition.earliest_local_offset();
+                    found(offset.0, -1, epoch.map_or(-1, |e| e.0))
+                }
+                LATEST_TIERED => {
+                    let (offset, epoch) = partition.latest_tiered_offset();
+                    found(offset.0, -1, epoch.map_or(-1, |e| e.0))
+                }
+                EARLIEST_PENDING_UPLOAD => {
+                    let (offset, epoch) = partition.earliest_pending_upload_offset();
+                    found(offset.0, -1, epoch.map_or(-1, |e| e.0))
+                }
                 MAX_TIMESTAMP => match partition.max_timestamp_offset() {
                     Ok(Some(t)) => found(t.offset, t.timestamp, t.leader_epoch),
                     Ok(None) => found(-1, -1, -1),

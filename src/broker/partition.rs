@@ -709,6 +709,56 @@ impl Partition {
         Offset(self.lock().remote_end_offset())
     }
 
+    /// ListOffsets' EARLIEST (-2): the log start offset, with the epoch of the earliest
+    /// leader epoch entry when that starts at or before it (Kafka's rule; none otherwise).
+    pub fn earliest_offset(&self) -> (Offset, Option<LeaderEpoch>) {
+        earliest_in(&self.lock())
+    }
+
+    /// ListOffsets' EARLIEST_LOCAL (-4, KIP-405): the first local offset and its epoch.
+    pub fn earliest_local_offset(&self) -> (Offset, Option<LeaderEpoch>) {
+        let log = self.lock();
+        let start = log.local_start_offset();
+        (Offset(start), log.epoch_for_offset(start).map(LeaderEpoch))
+    }
+
+    /// ListOffsets' LATEST_TIERED (-5, KIP-1005): the highest offset remote storage holds
+    /// and its epoch; -1 when it holds nothing or the topic is not tiered.
+    pub fn latest_tiered_offset(&self) -> (Offset, Option<LeaderEpoch>) {
+        let log = self.lock();
+        match log.remote_end_offset() {
+            end if end > 0 && log.config().remote_storage_enable => (
+                Offset(end - 1),
+                log.epoch_for_offset(end - 1).map(LeaderEpoch),
+            ),
+            _ => (Offset(-1), None),
+        }
+    }
+
+    /// ListOffsets' EARLIEST_PENDING_UPLOAD (-6, KIP-1023): the first offset not yet in
+    /// remote storage. As in Kafka: -1 for a topic that is not tiered, and when nothing is
+    /// known to be uploaded while the local log no longer starts at the log start (the
+    /// remote part is not known yet); the earliest offset when nothing was uploaded.
+    pub fn earliest_pending_upload_offset(&self) -> (Offset, Option<LeaderEpoch>) {
+        let log = self.lock();
+        if !log.config().remote_storage_enable {
+            return (Offset(-1), None);
+        }
+        let remote_end = log.remote_end_offset();
+        if remote_end <= 0 {
+            return if log.local_start_offset() == log.log_start_offset() {
+                earliest_in(&log)
+            } else {
+                (Offset(-1), None)
+            };
+        }
+        let offset = remote_end.max(log.log_start_offset());
+        (
+            Offset(offset),
+            log.epoch_for_offset(offset).map(LeaderEpoch),
+        )
+    }
+
     /// The record with the largest timestamp among the local segments.
     pub fn max_timestamp_offset(&self) -> io::Result<Option<crate::log::TimestampAndOffset>> {
         self.lock().max_timestamp_offset()
@@ -837,4 +887,13 @@ impl crate::log::cleaner::LogHandle for Partition {
     fn with_log<R>(&self, f: impl FnOnce(&mut Log) -> R) -> R {
         Partition::with_log(self, f)
     }
+}
+
+fn earliest_in(log: &Log) -> (Offset, Option<LeaderEpoch>) {
+    let start = log.log_start_offset();
+    let epoch = log
+        .earliest_epoch()
+        .filter(|&(_, epoch_start)| epoch_start <= start)
+        .map(|(epoch, _)| LeaderEpoch(epoch));
+    (Offset(start), epoch)
 }

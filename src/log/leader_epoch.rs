@@ -49,6 +49,20 @@ impl LeaderEpochCache {
         self.entries.last().map(|e| e.epoch)
     }
 
+    /// The earliest entry: (epoch, start offset).
+    pub fn earliest(&self) -> Option<(i32, i64)> {
+        self.entries.first().map(|e| (e.epoch, e.start_offset))
+    }
+
+    /// Kafka's `epochForOffset`: the epoch of the last entry starting at or before `offset`.
+    pub fn epoch_for_offset(&self, offset: i64) -> Option<i32> {
+        self.entries
+            .iter()
+            .take_while(|e| e.start_offset <= offset)
+            .last()
+            .map(|e| e.epoch)
+    }
+
     /// Records that `epoch` starts at `start_offset` if it is newer than the latest epoch.
     pub fn assign(&mut self, epoch: i32, start_offset: i64) -> io::Result<()> {
         if epoch < 0 || self.latest_epoch().is_some_and(|l| l >= epoch) {
@@ -174,5 +188,21 @@ mod tests {
                 start_offset: 15
             }
         );
+    }
+
+    #[test]
+    fn epoch_for_offset_is_the_last_epoch_starting_at_or_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = LeaderEpochCache::load(dir.path()).unwrap();
+        assert_eq!(c.epoch_for_offset(0), None);
+        assert_eq!(c.earliest(), None);
+        c.assign(1, 5).unwrap();
+        c.assign(3, 20).unwrap();
+        assert_eq!(c.epoch_for_offset(4), None, "before the first entry");
+        assert_eq!(c.epoch_for_offset(5), Some(1));
+        assert_eq!(c.epoch_for_offset(19), Some(1));
+        assert_eq!(c.epoch_for_offset(20), Some(3));
+        assert_eq!(c.epoch_for_offset(i64::MAX), Some(3));
+        assert_eq!(c.earliest(), Some((1, 5)));
     }
 }

@@ -372,6 +372,16 @@ impl Log {
         self.epochs.latest_epoch()
     }
 
+    /// The epoch of the record at `offset` (Kafka's `epochForOffset`).
+    pub fn epoch_for_offset(&self, offset: i64) -> Option<i32> {
+        self.epochs.epoch_for_offset(offset)
+    }
+
+    /// The earliest leader epoch entry: (epoch, start offset).
+    pub fn earliest_epoch(&self) -> Option<(i32, i64)> {
+        self.epochs.earliest()
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -1,10 +1,13 @@
 """ListOffsets: earliest/latest watermarks and offsets by timestamp."""
 
+import struct
+
 import pytest
 from confluent_kafka import OFFSET_END, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from helpers import _consumer, admin, create_topic, kp_consumer, produce, watermarks
+from rawkafka import Conn, Reader
 
 T0 = 1_650_000_000_000
 TIMEOUT = 30
@@ -124,3 +127,57 @@ def test_offsets_for_times_on_empty_partition_finds_nothing(broker, topic_name):
         assert r.offset == OFFSET_END
     finally:
         c.close()
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _list_offsets_raw(bootstrap: str, topic: str, version: int, timestamp: int):
+    """One partition of a raw flexible ListOffsets (v6+) -> (error, timestamp, offset, epoch)."""
+    name = topic.encode()
+    body = struct.pack(">ib", -1, 0)  # replica_id (consumer), isolation_level
+    body += _uvarint(2) + _uvarint(len(name) + 1) + name  # one topic
+    body += _uvarint(2) + struct.pack(">iiq", 0, -1, timestamp) + b"\x00"  # one partition
+    body += b"\x00"  # topic tagged fields
+    if version >= 10:
+        body += struct.pack(">i", 30_000)  # timeout_ms
+    body += b"\x00"
+    with Conn(bootstrap, timeout=30) as conn:
+        r = Reader(conn.request_flexible(2, version, body))
+    r.int32()  # throttle
+    assert r.uvarint() - 1 == 1
+    assert r.compact_string() == topic
+    assert r.uvarint() - 1 == 1
+    assert r.int32() == 0
+    return r.int16(), r.int64(), r.int64(), r.int32()
+
+
+def test_special_timestamps_need_their_version_and_tiered_ones_answer_minus_one_untiered(
+        broker, topic_name):
+    """Each special timestamp needs the ListOffsets version that introduced it (max timestamp
+    v7, earliest local v8, latest tiered v9, earliest pending upload v11); an unknown negative
+    one is refused with UNSUPPORTED_VERSION (35); on a topic that is not tiered the tiered
+    ones answer offset -1 with no epoch. Same answers from Strata and Kafka 4.4."""
+    create_topic(broker.bootstrap, topic_name, partitions=1)
+    produce(broker.bootstrap, topic_name, [{"value": b"v%d" % i} for i in range(5)])
+    unsupported = 35
+    for ts, first in ((-3, 7), (-4, 8), (-5, 9), (-6, 11)):
+        assert _list_offsets_raw(broker.bootstrap, topic_name, first - 1, ts)[0] == unsupported, ts
+        err, _, offset, epoch = _list_offsets_raw(broker.bootstrap, topic_name, first, ts)
+        assert err == 0, ts
+        if ts == -4:
+            assert offset == 0
+        if ts in (-5, -6):
+            assert (offset, epoch) == (-1, -1), ts
+    assert _list_offsets_raw(broker.bootstrap, topic_name, 11, -7)[0] == unsupported
+    err, _, offset, epoch = _list_offsets_raw(broker.bootstrap, topic_name, 11, -2)
+    assert (err, offset, epoch) == (0, 0, 0)

@@ -452,6 +452,17 @@ pub async fn list_offset(
     partition: i32,
     timestamp: i64,
 ) -> ListOffsetsPartitionResponse {
+    list_offset_at(c, LIST_OFFSETS_V, topic, partition, timestamp).await
+}
+
+/// [`list_offset`] at a given ListOffsets version.
+pub async fn list_offset_at(
+    c: &mut Client,
+    version: i16,
+    topic: &str,
+    partition: i32,
+    timestamp: i64,
+) -> ListOffsetsPartitionResponse {
     let mut p = ListOffsetsPartition::default();
     p.partition_index = partition;
     p.timestamp = timestamp;
@@ -461,7 +472,7 @@ pub async fn list_offset(
     let mut req = ListOffsetsRequest::default();
     req.replica_id = (-1).into();
     req.topics = vec![t];
-    let resp = c.call(LIST_OFFSETS_V, &req).await;
+    let resp = c.call(version, &req).await;
     let mut t = resp.topics.into_iter().next().expect("one topic");
     t.partitions.remove(0)
 }

@@ -663,3 +663,50 @@ async fn a_committed_sealed_segment_is_uploaded_without_waiting_for_the_timer() 
     let offsets = read_all(&mut c, end).await;
     assert_eq!(offsets, (0..end).collect::<Vec<_>>());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_offsets_reports_what_the_bucket_holds_and_what_is_pending_upload() {
+    const LATEST_TIERED: i64 = -5;
+    const EARLIEST_PENDING_UPLOAD: i64 = -6;
+    const EARLIEST_LOCAL: i64 = -4;
+    let b = TestBroker::start_with(&tiered_broker_settings()).await;
+    let mut c = b.client().await;
+    create_tiered_topic(&mut c).await;
+    // Nothing uploaded, the local log starts at the log start: pending upload is the
+    // earliest offset, and the bucket holds nothing.
+    let pending = list_offset_at(&mut c, 11, TOPIC, 0, EARLIEST_PENDING_UPLOAD).await;
+    assert_eq!((pending.error_code, pending.offset), (0, 0));
+    let tiered = list_offset_at(&mut c, 11, TOPIC, 0, LATEST_TIERED).await;
+    assert_eq!(
+        (tiered.error_code, tiered.offset, tiered.leader_epoch),
+        (0, -1, -1)
+    );
+    // Version 10 does not know the pending-upload timestamp.
+    let old = list_offset_at(&mut c, 10, TOPIC, 0, EARLIEST_PENDING_UPLOAD).await;
+    assert_eq!(old.error_code, 35, "UNSUPPORTED_VERSION");
+
+    let end = produce_batches(&mut c, 40).await;
+    let dir = b.dir.path().to_path_buf();
+    wait_until("local segments deleted after upload", || {
+        local_segments(&dir).first().is_some_and(|&base| base > 0)
+    })
+    .await;
+    let tiered = list_offset_at(&mut c, 11, TOPIC, 0, LATEST_TIERED).await;
+    let pending = list_offset_at(&mut c, 11, TOPIC, 0, EARLIEST_PENDING_UPLOAD).await;
+    let local = list_offset_at(&mut c, 11, TOPIC, 0, EARLIEST_LOCAL).await;
+    assert_eq!(
+        (tiered.error_code, pending.error_code, local.error_code),
+        (0, 0, 0)
+    );
+    // The bucket holds everything below the pending offset; local retention deleted only
+    // what it holds; the active segment is never uploaded.
+    assert_eq!(pending.offset, tiered.offset + 1);
+    assert!(
+        local.offset > 0 && local.offset <= pending.offset,
+        "{local:?} {pending:?}"
+    );
+    assert!(pending.offset < end, "{pending:?} end {end}");
+    assert_eq!((tiered.leader_epoch, pending.leader_epoch), (0, 0));
+    // And every record is still there, in order.
+    assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
+}
