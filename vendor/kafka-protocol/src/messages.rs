@@ -1562,7 +1562,8 @@ impl ApiKey {
             ApiKey::RenewDelegationToken => VersionRange { min: 1, max: 2 },
             ApiKey::ExpireDelegationToken => VersionRange { min: 1, max: 2 },
             ApiKey::DescribeDelegationToken => VersionRange { min: 1, max: 3 },
-            ApiKey::DeleteGroups => VersionRange { min: 0, max: 2 },
+            // Strata patch: DeleteGroups v3.
+            ApiKey::DeleteGroups => VersionRange { min: 0, max: 3 },
             ApiKey::ElectLeaders => VersionRange { min: 0, max: 2 },
             ApiKey::IncrementalAlterConfigs => VersionRange { min: 0, max: 1 },
             ApiKey::AlterPartitionReassignments => VersionRange { min: 0, max: 1 },

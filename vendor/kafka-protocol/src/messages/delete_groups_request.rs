@@ -55,7 +55,7 @@ impl DeleteGroupsRequest {
 #[cfg(feature = "client")]
 impl Encodable for DeleteGroupsRequest {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 0 || version > 2 {
+        if version < 0 || version > 3 {
             bail!("specified version not supported by this message type");
         }
         if version >= 2 {
@@ -104,7 +104,7 @@ impl Encodable for DeleteGroupsRequest {
 #[cfg(feature = "broker")]
 impl Decodable for DeleteGroupsRequest {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 0 || version > 2 {
+        if version < 0 || version > 3 {
             bail!("specified version not supported by this message type");
         }
         let groups_names = if version >= 2 {
@@ -139,7 +139,8 @@ impl Default for DeleteGroupsRequest {
 }
 
 impl Message for DeleteGroupsRequest {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 2 };
+    // Strata patch: v3 (schema as v2; the response gains error messages).
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 3 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
