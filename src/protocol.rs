@@ -328,7 +328,7 @@ mod tests {
         assert!(decoded
             .api_keys
             .iter()
-            .any(|k| k.api_key == 18 && k.max_version == 4));
+            .any(|k| k.api_key == 18 && k.max_version == 5));
     }
 
     #[test]
@@ -374,9 +374,9 @@ mod tests {
         let expected: &[(ApiKey, i16, i16)] = &[
             (ApiKey::Produce, 3, 13),
             (ApiKey::Fetch, 4, 18),
-            (ApiKey::ListOffsets, 1, 10),
+            (ApiKey::ListOffsets, 1, 11),
             (ApiKey::Metadata, 0, 13),
-            (ApiKey::ApiVersions, 0, 4),
+            (ApiKey::ApiVersions, 0, 5),
             (ApiKey::CreateTopics, 2, 7),
             (ApiKey::DeleteTopics, 1, 6),
             (ApiKey::DeleteRecords, 0, 2),
@@ -400,7 +400,7 @@ mod tests {
             (ApiKey::OffsetFetch, 1, 9),
             (ApiKey::DescribeGroups, 0, 6),
             (ApiKey::ListGroups, 0, 5),
-            (ApiKey::DeleteGroups, 0, 2),
+            (ApiKey::DeleteGroups, 0, 3),
             (ApiKey::OffsetDelete, 0, 0),
             (ApiKey::ConsumerGroupHeartbeat, 0, 1),
             (ApiKey::ConsumerGroupDescribe, 0, 1),

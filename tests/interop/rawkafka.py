@@ -128,6 +128,34 @@ class Conn:
             out[k] = (lo, hi)
         return out
 
+    def api_versions_v5(self, cluster_id: str | None, node_id: int):
+        """ApiVersions v5 naming the cluster and node the client means to reach ->
+        (error_code, {api_key: (min, max)}). Its response header is v0, as for every
+        ApiVersions version."""
+        self.corr += 1
+        client_id = b"strata-interop-raw"
+        header = struct.pack(">hhih", API_VERSIONS, 5, self.corr, len(client_id)) + client_id
+        header += b"\x00"  # request header v2: no tagged fields
+
+        def cstr(v: bytes | None) -> bytes:
+            return b"\x00" if v is None else bytes([len(v) + 1]) + v
+
+        body = cstr(b"strata-interop") + cstr(b"1")
+        body += cstr(None if cluster_id is None else cluster_id.encode())
+        body += struct.pack(">i", node_id) + b"\x00"
+        msg = header + body
+        self.sock.sendall(struct.pack(">i", len(msg)) + msg)
+        (size,) = struct.unpack(">i", self._recv_exact(4))
+        r = Reader(self._recv_exact(size))
+        assert r.int32() == self.corr
+        err = r.int16()
+        out = {}
+        for _ in range(r.uvarint() - 1):
+            k, lo, hi = r.int16(), r.int16(), r.int16()
+            r.skip_tagged_fields()
+            out[k] = (lo, hi)
+        return err, out
+
     def fetch_v4(self, topic: str, partition: int, offset: int, max_wait_ms: int = 0,
                  min_bytes: int = 1, max_bytes: int = 1 << 20):
         """Fetch v4 for one partition -> (error_code, high_watermark, records_bytes)."""

@@ -8,7 +8,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from helpers import (QUIET, create_topic, kp_consumer, produce, topic_exists,
                      topic_metadata, wait_for_topic)
-from rawkafka import API_FETCH, Conn
+from rawkafka import API_FETCH, API_VERSIONS, Conn
 
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -264,3 +264,22 @@ def test_explicit_create_still_works_without_auto_create(noauto_broker, topic_na
     create_topic(noauto_broker.bootstrap, topic_name, partitions=3)
     delivered, _ = produce(noauto_broker.bootstrap, topic_name, [{"value": b"ok", "partition": 2}])
     assert [(d.partition, d.offset) for d in delivered] == [(2, 0)]
+
+
+def test_api_versions_v5_tells_a_client_that_reached_another_cluster_or_node_to_rebootstrap(
+        broker):
+    """ApiVersions v5 names the cluster and node the client expects: the right ones (or
+    none) get the API list; another cluster id or node id gets REBOOTSTRAP_REQUIRED (129)
+    and no list; a cluster without a node (or the reverse) is INVALID_REQUEST (42); the
+    connection stays usable."""
+    with Conn(broker.bootstrap) as conn:
+        cluster = conn.describe_cluster_id()
+        node = conn.describe_cluster_controller()
+        err, apis = conn.api_versions_v5(cluster, node)
+        assert err == 0 and apis[API_VERSIONS][1] >= 5
+        assert conn.api_versions_v5(None, -1)[0] == 0
+        for other_cluster, other_node in ((cluster + "x", node), (cluster, node + 1)):
+            assert conn.api_versions_v5(other_cluster, other_node) == (129, {})
+        assert conn.api_versions_v5(cluster, -1) == (42, {})
+        assert conn.api_versions_v5(None, node) == (42, {})
+        assert API_FETCH in conn.api_versions()

@@ -27,7 +27,7 @@ fn assert_core_apis_listed(resp: &ApiVersionsResponse) {
     assert!(produce.0 <= 3 && produce.1 >= 9, "Produce {produce:?}");
     assert!(fetch.0 <= 4 && fetch.1 >= 13, "Fetch {fetch:?}");
     assert!(metadata.0 <= 1 && metadata.1 >= 12, "Metadata {metadata:?}");
-    assert_eq!(api_versions, (0, 4));
+    assert_eq!(api_versions, (0, 5));
 }
 
 /// Ping: a Metadata request that must succeed on a connection.
@@ -37,10 +37,10 @@ async fn assert_usable(c: &mut Client) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn api_versions_v0_v3_v4_list_produce_fetch_metadata_ranges() {
+async fn api_versions_v0_v3_v4_v5_list_produce_fetch_metadata_ranges() {
     let b = TestBroker::start().await;
     let mut c = b.client().await;
-    for v in [0i16, 1, 2, 3, 4] {
+    for v in [0i16, 1, 2, 3, 4, 5] {
         let resp = c.call(v, &ApiVersionsRequest::default()).await;
         assert_core_apis_listed(&resp);
     }
@@ -62,7 +62,7 @@ async fn api_versions_at_unsupported_version_gets_v0_error_reply_and_connection_
     assert_eq!(body.error_code, 35, "UNSUPPORTED_VERSION");
     assert!(api_range(&body, ApiKey::Produce).is_some());
     assert!(api_range(&body, ApiKey::Fetch).is_some());
-    assert_eq!(api_range(&body, ApiKey::ApiVersions), Some((0, 4)));
+    assert_eq!(api_range(&body, ApiKey::ApiVersions), Some((0, 5)));
     // The client retries at a version the broker listed, on the same connection.
     let resp = c.call(3, &ApiVersionsRequest::default()).await;
     assert_core_apis_listed(&resp);
