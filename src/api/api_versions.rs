@@ -3,7 +3,7 @@
 use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::ResponseError;
 
-use crate::api::{Api, Context, Outcome};
+use crate::api::{update_features, Api, Context, Outcome};
 use crate::services::Services;
 
 /// The ApiVersions answer of the broker `node_id` of the cluster `cluster_id`.
@@ -21,6 +21,10 @@ pub fn handle(
             .with_error_code(e.code())
             .with_finalized_features_epoch(-1)
     };
+    let software = [&req.client_software_name, &req.client_software_version];
+    if version >= 3 && !software.iter().all(|s| valid_software_name(s)) {
+        return refuse(ResponseError::InvalidRequest);
+    }
     if version >= 5 {
         if req.cluster_id.is_none() != (req.node_id == -1) {
             return refuse(ResponseError::InvalidRequest);
@@ -30,9 +34,30 @@ pub fn handle(
             return refuse(ResponseError::RebootstrapRequired);
         }
     }
-    ApiVersionsResponse::default()
-        .with_api_keys(super::API_TABLE.api_versions_list())
-        .with_finalized_features_epoch(-1)
+    let mut r = ApiVersionsResponse::default().with_api_keys(super::API_TABLE.api_versions_list());
+    if version >= 3 {
+        r = r
+            .with_supported_features(update_features::supported_features(version))
+            .with_finalized_features_epoch(update_features::FINALIZED_FEATURES_EPOCH)
+            .with_finalized_features(update_features::finalized_features());
+    } else {
+        r = r.with_finalized_features_epoch(-1);
+    }
+    r
+}
+
+/// Kafka's rule for the client software name and version (v3+), its
+/// `[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?`: letters and digits at both ends, and
+/// also `-` and `.` between.
+fn valid_software_name(s: &str) -> bool {
+    let inner = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+    let b = s.as_bytes();
+    match (b.first(), b.last()) {
+        (Some(first), Some(last)) => {
+            first.is_ascii_alphanumeric() && last.is_ascii_alphanumeric() && s.chars().all(inner)
+        }
+        _ => false,
+    }
 }
 
 /// ApiVersions: open to all, before authentication too.
@@ -56,6 +81,8 @@ mod tests {
 
     fn ask(version: i16, cluster: Option<&str>, node: i32) -> ApiVersionsResponse {
         let req = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("strata-test"))
+            .with_client_software_version(StrBytes::from_static_str("1.0"))
             .with_cluster_id(cluster.map(|c| StrBytes::from_string(c.to_string())))
             .with_node_id(node);
         handle(req, version, Some("abc"), 3)
@@ -84,5 +111,35 @@ mod tests {
                 .iter()
                 .any(|k| k.api_key == ApiKey::ApiVersions as i16 && k.max_version == 5));
         }
+    }
+
+    #[test]
+    fn client_software_names_follow_kafkas_pattern() {
+        for ok in [
+            "librdkafka",
+            "v2.3.0",
+            "apache-kafka-java",
+            "a",
+            "kafka-python",
+            "1.0.0-rc1",
+        ] {
+            assert!(valid_software_name(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", ".", "a b", "a_b", "é", "a."] {
+            assert!(!valid_software_name(bad), "{bad}");
+        }
+        let named = |name: &'static str| {
+            let req = ApiVersionsRequest::default()
+                .with_client_software_name(StrBytes::from_static_str(name))
+                .with_client_software_version(StrBytes::from_static_str("1.0"));
+            handle(req, 3, Some("abc"), 3).error_code
+        };
+        assert_eq!(named("bad name"), ResponseError::InvalidRequest.code());
+        assert_eq!(named("good-name"), 0);
+        // Before v3 there are no names to check.
+        assert_eq!(
+            handle(ApiVersionsRequest::default(), 2, None, 3).error_code,
+            0
+        );
     }
 }

@@ -53,6 +53,7 @@ pub mod sync_group;
 #[cfg(test)]
 mod test_support;
 pub mod txn_offset_commit;
+pub mod update_features;
 pub mod write_txn_markers;
 
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
@@ -161,6 +162,7 @@ apis! {
     elect_leaders::ElectLeaders,
     describe_cluster::DescribeCluster,
     describe_quorum::DescribeQuorum,
+    update_features::UpdateFeatures,
     describe_topic_partitions::DescribeTopicPartitions,
     find_coordinator::FindCoordinator,
     join_group::JoinGroup,

@@ -156,6 +156,44 @@ class Conn:
             out[k] = (lo, hi)
         return err, out
 
+    def features(self, version: int = 4):
+        """ApiVersions v3 or v4 -> (supported {feature: (min, max)}, finalized epoch,
+        finalized {feature: (min level, max level)}), from the response's tagged fields."""
+        self.corr += 1
+        client_id = b"strata-interop-raw"
+        header = struct.pack(">hhih", API_VERSIONS, version, self.corr, len(client_id))
+        header += client_id
+        body = b"\x00" + b"\x0fstrata-interop" + b"\x021" + b"\x00"
+        msg = header + body
+        self.sock.sendall(struct.pack(">i", len(msg)) + msg)
+        (size,) = struct.unpack(">i", self._recv_exact(4))
+        r = Reader(self._recv_exact(size))
+        assert r.int32() == self.corr
+        assert r.int16() == 0, "ApiVersions error"
+        for _ in range(r.uvarint() - 1):
+            r.int16(), r.int16(), r.int16()
+            r.skip_tagged_fields()
+        r.int32()  # throttle
+        supported, epoch, finalized = {}, -1, {}
+        for _ in range(r.uvarint()):
+            tag, size = r.uvarint(), r.uvarint()
+            end = r.i + size
+            if tag == 0:
+                for _ in range(r.uvarint() - 1):
+                    name = r.compact_string()
+                    supported[name] = (r.int16(), r.int16())
+                    r.skip_tagged_fields()
+            elif tag == 1:
+                epoch = r.int64()
+            elif tag == 2:
+                for _ in range(r.uvarint() - 1):
+                    name = r.compact_string()
+                    hi, lo = r.int16(), r.int16()
+                    finalized[name] = (lo, hi)
+                    r.skip_tagged_fields()
+            r.i = end
+        return supported, epoch, finalized
+
     def fetch_v4(self, topic: str, partition: int, offset: int, max_wait_ms: int = 0,
                  min_bytes: int = 1, max_bytes: int = 1 << 20):
         """Fetch v4 for one partition -> (error_code, high_watermark, records_bytes)."""

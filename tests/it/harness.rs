@@ -219,6 +219,15 @@ pub fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
+/// An ApiVersions request naming its client as Kafka requires from v3 on.
+pub fn api_versions_request() -> kafka_protocol::messages::ApiVersionsRequest {
+    kafka_protocol::messages::ApiVersionsRequest::default()
+        .with_client_software_name(kafka_protocol::protocol::StrBytes::from_static_str(
+            "strata-it",
+        ))
+        .with_client_software_version(kafka_protocol::protocol::StrBytes::from_static_str("1.0"))
+}
+
 pub fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
 }

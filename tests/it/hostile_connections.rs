@@ -5,8 +5,7 @@
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{
-    ApiVersionsRequest, MetadataRequest, ProduceRequest, SaslAuthenticateRequest,
-    SaslHandshakeRequest,
+    MetadataRequest, ProduceRequest, SaslAuthenticateRequest, SaslHandshakeRequest,
 };
 use kafka_protocol::records::Compression;
 use tokio::io::AsyncWriteExt;
@@ -30,10 +29,7 @@ fn rss_bytes() -> u64 {
 
 async fn assert_serves_api_versions_and_metadata(b: &TestBroker) {
     let mut c = b.client().await;
-    assert_eq!(
-        c.call(3, &ApiVersionsRequest::default()).await.error_code,
-        0
-    );
+    assert_eq!(c.call(3, &api_versions_request()).await.error_code, 0);
     assert_eq!(
         c.call(12, &MetadataRequest::default()).await.brokers.len(),
         1
@@ -305,10 +301,7 @@ async fn an_unauthenticated_frame_over_sasl_server_max_receive_size_closes_the_c
 
     // After authentication, frames up to socket.request.max.bytes are accepted again.
     let mut c = sasl_client(&b).await;
-    assert_eq!(
-        c.call(3, &ApiVersionsRequest::default()).await.error_code,
-        0
-    );
+    assert_eq!(c.call(3, &api_versions_request()).await.error_code, 0);
     let mut h = SaslHandshakeRequest::default();
     h.mechanism = str_bytes("PLAIN");
     assert_eq!(c.call(1, &h).await.error_code, 0);

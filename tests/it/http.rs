@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use kafka_protocol::messages::ApiVersionsRequest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -48,7 +47,7 @@ async fn health_and_metrics_answer_200_and_metrics_count_requests() {
     assert_eq!(status, 200, "{body}");
 
     let mut c = b.client().await;
-    c.call(3, &ApiVersionsRequest::default()).await;
+    c.call(3, &api_versions_request()).await;
     create_topic(&mut c, "metered", 1).await;
     produce(&mut c, "metered", 0, batch(2)).await;
 

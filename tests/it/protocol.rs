@@ -3,8 +3,7 @@
 use std::time::Duration;
 
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, DescribeClusterRequest, MetadataRequest,
-    ResponseHeader,
+    ApiKey, ApiVersionsResponse, DescribeClusterRequest, MetadataRequest, ResponseHeader,
 };
 use kafka_protocol::protocol::Decodable;
 
@@ -41,7 +40,7 @@ async fn api_versions_v0_v3_v4_v5_list_produce_fetch_metadata_ranges() {
     let b = TestBroker::start().await;
     let mut c = b.client().await;
     for v in [0i16, 1, 2, 3, 4, 5] {
-        let resp = c.call(v, &ApiVersionsRequest::default()).await;
+        let resp = c.call(v, &api_versions_request()).await;
         assert_core_apis_listed(&resp);
     }
     b.shutdown().await;
@@ -52,7 +51,7 @@ async fn api_versions_at_unsupported_version_gets_v0_error_reply_and_connection_
     let b = TestBroker::start().await;
     let mut c = b.client().await;
     // What a newer client sends first: its newest ApiVersions (flexible header and body).
-    let mut frame = encode_frame(3, 77, &ApiVersionsRequest::default());
+    let mut frame = encode_frame(3, 77, &api_versions_request());
     patch_version(&mut frame, 127);
     c.write_raw(&frame).await.unwrap();
     let mut reply = c.read_frame().await.expect("a reply, not a close");
@@ -64,7 +63,7 @@ async fn api_versions_at_unsupported_version_gets_v0_error_reply_and_connection_
     assert!(api_range(&body, ApiKey::Fetch).is_some());
     assert_eq!(api_range(&body, ApiKey::ApiVersions), Some((0, 5)));
     // The client retries at a version the broker listed, on the same connection.
-    let resp = c.call(3, &ApiVersionsRequest::default()).await;
+    let resp = c.call(3, &api_versions_request()).await;
     assert_core_apis_listed(&resp);
     assert_usable(&mut c).await;
     b.shutdown().await;
@@ -86,7 +85,7 @@ async fn pipelined_requests_of_mixed_apis_are_answered_in_order() {
             0 => (
                 ApiKey::ApiVersions,
                 3,
-                encode_frame(3, id, &ApiVersionsRequest::default()),
+                encode_frame(3, id, &api_versions_request()),
             ),
             1 => (
                 ApiKey::Metadata,

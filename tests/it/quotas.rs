@@ -130,7 +130,7 @@ fn described(items: &[Expected<'_>]) -> Described {
 async fn client_quotas_round_trip_and_survive_a_restart() {
     let b = TestBroker::start().await;
     let mut c = b.client().await;
-    let versions = c.call(3, &ApiVersionsRequest::default()).await;
+    let versions = c.call(3, &api_versions_request()).await;
     for key in [48, 49] {
         assert!(
             versions
@@ -443,20 +443,8 @@ async fn the_connection_beyond_max_connections_per_ip_is_closed() {
     let b = TestBroker::start_with(&[("max.connections.per.ip", "2")]).await;
     let mut first = b.client().await;
     let mut second = b.client().await;
-    assert_eq!(
-        first
-            .call(3, &ApiVersionsRequest::default())
-            .await
-            .error_code,
-        0
-    );
-    assert_eq!(
-        second
-            .call(3, &ApiVersionsRequest::default())
-            .await
-            .error_code,
-        0
-    );
+    assert_eq!(first.call(3, &api_versions_request()).await.error_code, 0);
+    assert_eq!(second.call(3, &api_versions_request()).await.error_code, 0);
     let mut third = b.client().await;
     assert!(
         third.is_closed_by_peer(Duration::from_secs(5)).await,
@@ -478,20 +466,8 @@ async fn the_connection_beyond_max_connections_per_ip_is_closed() {
         }
     }
     let mut fourth = admitted.expect("the slot is freed");
-    assert_eq!(
-        fourth
-            .call(3, &ApiVersionsRequest::default())
-            .await
-            .error_code,
-        0
-    );
-    assert_eq!(
-        second
-            .call(3, &ApiVersionsRequest::default())
-            .await
-            .error_code,
-        0
-    );
+    assert_eq!(fourth.call(3, &api_versions_request()).await.error_code, 0);
+    assert_eq!(second.call(3, &api_versions_request()).await.error_code, 0);
     b.shutdown().await;
 }
 
@@ -513,10 +489,7 @@ async fn an_ip_over_its_connection_creation_rate_is_closed_after_the_throttle_ti
     let mut open = Vec::new();
     for _ in 0..10 {
         let mut c = b.client().await;
-        assert_eq!(
-            c.call(3, &ApiVersionsRequest::default()).await.error_code,
-            0
-        );
+        assert_eq!(c.call(3, &api_versions_request()).await.error_code, 0);
         open.push(c);
     }
     let mut over = b.client().await;

@@ -86,7 +86,7 @@ async fn a_sasl_listener_serves_nothing_before_authentication() {
     let b = TestBroker::start_with(&SASL_SETTINGS).await;
     // ApiVersions is allowed (clients need it to pick SaslHandshake's version).
     let mut c = sasl_client(&b).await;
-    let v = c.call(3, &ApiVersionsRequest::default()).await;
+    let v = c.call(3, &api_versions_request()).await;
     assert_eq!(v.error_code, 0);
     // Anything else closes the connection.
     let _ = c.send(12, &MetadataRequest::default()).await;

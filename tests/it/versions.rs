@@ -99,7 +99,7 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
             r.topics = if v == 0 { Some(vec![]) } else { None };
             r.into()
         }
-        ApiKey::ApiVersions => ApiVersionsRequest::default().into(),
+        ApiKey::ApiVersions => api_versions_request().into(),
         ApiKey::CreateTopics => {
             let mut t = CreatableTopic::default();
             t.name = name(&format!("sweep-created-v{v}"));
@@ -554,6 +554,13 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
             ])
             .with_response_partition_limit(2000)
             .into(),
+        ApiKey::UpdateFeatures => UpdateFeaturesRequest::default()
+            .with_timeout_ms(30_000)
+            .with_feature_updates(vec![update_features_request::FeatureUpdateKey::default()
+                .with_feature(str_bytes("group.version"))
+                .with_max_version_level(1)
+                .with_upgrade_type(1)])
+            .into(),
         other => panic!("ApiVersions lists {other:?}, which this test does not know"),
     }
 }
@@ -707,6 +714,9 @@ fn error_codes(resp: &ResponseKind) -> Vec<i16> {
             )
             .collect(),
         ResponseKind::ListPartitionReassignments(r) => vec![r.error_code],
+        ResponseKind::UpdateFeatures(r) => std::iter::once(r.error_code)
+            .chain(r.results.iter().map(|x| x.error_code))
+            .collect(),
         ResponseKind::DescribeTopicPartitions(r) => r
             .topics
             .iter()
@@ -731,7 +741,7 @@ async fn every_advertised_api_version_answers_with_a_decodable_response() {
     let mut c = b.client().await;
     let topic_id = create_topic(&mut c, "sweep", 1).await;
     produce(&mut c, "sweep", 0, batch(3)).await;
-    let apis = c.call(3, &ApiVersionsRequest::default()).await.api_keys;
+    let apis = c.call(3, &api_versions_request()).await.api_keys;
     assert!(apis.len() >= 16);
     let mut ctx = Ctx {
         topic_id,
@@ -867,7 +877,7 @@ async fn every_advertised_api_version_answers_with_a_decodable_response() {
 async fn init_producer_id_at_the_advertised_max_version_gets_an_answer() {
     let b = TestBroker::start().await;
     let mut c = b.client().await;
-    let apis = c.call(3, &ApiVersionsRequest::default()).await.api_keys;
+    let apis = c.call(3, &api_versions_request()).await.api_keys;
     let max = apis
         .iter()
         .find(|a| a.api_key == ApiKey::InitProducerId as i16)

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestKind};
+use kafka_protocol::protocol::StrBytes;
 use strata_fuzz::mutate::Mutator;
 use strata_fuzz::seeds;
 
@@ -210,7 +211,11 @@ fn control_request(addr: SocketAddr) -> Result<(), String> {
         ApiKey::ApiVersions,
         3,
         4242,
-        &RequestKind::ApiVersions(ApiVersionsRequest::default()),
+        &RequestKind::ApiVersions(
+            ApiVersionsRequest::default()
+                .with_client_software_name(StrBytes::from_static_str("strata-netfuzz"))
+                .with_client_software_version(StrBytes::from_static_str("1")),
+        ),
     )
     .ok_or("encode ApiVersions")?;
     let mut frame = (body.len() as i32).to_be_bytes().to_vec();
