@@ -75,6 +75,7 @@ pub fn handle(
                                     .map(|t| TopicName(s(t)))
                                     .collect(),
                             )
+                            .with_subscribed_topic_regex(m.subscribed_regex.as_deref().map(s))
                             .with_assignment(assignment(broker, &m.assigned))
                             .with_target_assignment(assignment(
                                 broker,

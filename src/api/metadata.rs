@@ -180,7 +180,13 @@ pub async fn handle(
         }
     } else {
         for requested in req.topics.unwrap_or_default() {
-            let name = requested.name.as_ref().map(|n| n.0.as_str().to_string());
+            // A topic id names the topic (v10+), as in Kafka: the Java client sends an id
+            // with an empty (not null) name, e.g. for the topics of a regex assignment.
+            let name = requested
+                .name
+                .as_ref()
+                .map(|n| n.0.as_str().to_string())
+                .filter(|_| requested.topic_id.is_nil());
             match name {
                 None => match broker.topic_by_id(&requested.topic_id) {
                     Some(t) => topics.push(topic_metadata(&broker, &t, include_ops)),

@@ -30,6 +30,11 @@ pub struct ConsumerMember {
     pub previous_member_epoch: i32,
     pub rebalance_timeout: Duration,
     pub subscribed_topics: Vec<String>,
+    /// The member's topic regular expression (RE2 syntax, matched against whole names).
+    pub subscribed_regex: Option<String>,
+    /// The topics its regex matched, among those it may describe, when last resolved.
+    pub regex_topics: BTreeSet<String>,
+    regex_resolved_at: Option<Instant>,
     pub server_assignor: Option<String>,
     /// What the member holds, as far as the coordinator has told it.
     pub assigned: Assignment,
@@ -64,6 +69,8 @@ pub struct HeartbeatIn {
     pub client_host: String,
     pub rebalance_timeout: Duration,
     pub subscribed_topics: Option<Vec<String>>,
+    /// `None`: unchanged; `Some("")`: no regex any more.
+    pub subscribed_regex: Option<String>,
     pub server_assignor: Option<String>,
     pub owned: Option<Assignment>,
 }
@@ -77,6 +84,48 @@ pub struct HeartbeatOut {
 
 /// Resolves a topic name to (id, partition count).
 pub type TopicResolver<'a> = &'a dyn Fn(&str) -> Option<(Uuid, i32)>;
+
+/// The topics a regular expression matches that the heartbeating member may describe.
+pub type RegexResolver<'a> = &'a dyn Fn(&str) -> BTreeSet<String>;
+
+/// How often a member's regex is resolved again (new or deleted topics), as Kafka's
+/// `REGEX_BATCH_REFRESH_INTERVAL_MS`; a changed regex is resolved at once.
+pub const REGEX_REFRESH_INTERVAL: Duration = Duration::from_secs(10);
+
+impl ConsumerMember {
+    /// Whether the member subscribes to `topic`, by name or through its regex.
+    pub fn subscribes_to(&self, topic: &str) -> bool {
+        self.regex_topics.contains(topic) || self.subscribed_topics.iter().any(|t| t == topic)
+    }
+
+    fn topic_names(&self) -> impl Iterator<Item = &String> {
+        self.subscribed_topics
+            .iter()
+            .chain(self.regex_topics.iter())
+    }
+
+    /// Resolves the regex again when it changed or its last resolution is older than
+    /// [`REGEX_REFRESH_INTERVAL`]; returns whether the topics it matches changed.
+    fn refresh_regex(&mut self, resolve: RegexResolver<'_>, now: Instant) -> bool {
+        let Some(regex) = &self.subscribed_regex else {
+            self.regex_resolved_at = None;
+            return !std::mem::take(&mut self.regex_topics).is_empty();
+        };
+        if self
+            .regex_resolved_at
+            .is_some_and(|at| now < at + REGEX_REFRESH_INTERVAL)
+        {
+            return false;
+        }
+        self.regex_resolved_at = Some(now);
+        let topics = resolve(regex);
+        if topics == self.regex_topics {
+            return false;
+        }
+        self.regex_topics = topics;
+        true
+    }
+}
 
 const LEAVE_EPOCH: i32 = -1;
 const STATIC_LEAVE_EPOCH: i32 = -2;
@@ -144,6 +193,7 @@ impl ConsumerState {
         &mut self,
         req: HeartbeatIn,
         topics: TopicResolver<'_>,
+        regex_topics: RegexResolver<'_>,
         session_timeout: Duration,
         now: Instant,
     ) -> Result<HeartbeatOut, ResponseError> {
@@ -219,6 +269,14 @@ impl ConsumerState {
                 changed = true;
             }
         }
+        if let Some(regex) = &req.subscribed_regex {
+            let regex = (!regex.is_empty()).then(|| regex.clone());
+            if regex != m.subscribed_regex {
+                m.subscribed_regex = regex;
+                m.regex_resolved_at = None;
+            }
+        }
+        changed |= m.refresh_regex(regex_topics, now);
         if let Some(a) = &req.server_assignor {
             if m.server_assignor.as_ref() != Some(a) {
                 m.server_assignor = Some(a.clone());
@@ -325,6 +383,9 @@ impl ConsumerState {
                         previous_member_epoch: -1,
                         rebalance_timeout: req.rebalance_timeout,
                         subscribed_topics: subscribed,
+                        subscribed_regex: None,
+                        regex_topics: BTreeSet::new(),
+                        regex_resolved_at: None,
                         server_assignor: req.server_assignor.clone(),
                         assigned: Assignment::new(),
                         pending_revocation: Assignment::new(),
@@ -343,7 +404,7 @@ impl ConsumerState {
         let names: BTreeSet<&String> = self
             .members
             .values()
-            .flat_map(|m| m.subscribed_topics.iter())
+            .flat_map(|m| m.topic_names())
             .collect();
         names
             .into_iter()
@@ -382,7 +443,7 @@ impl ConsumerState {
             let mut subscribers: Vec<&String> = self
                 .members
                 .values()
-                .filter(|m| m.subscribed_topics.contains(name))
+                .filter(|m| m.subscribes_to(name))
                 .map(|m| &m.member_id)
                 .collect();
             subscribers.sort();
@@ -553,9 +614,14 @@ mod tests {
             } else {
                 None
             },
+            subscribed_regex: None,
             server_assignor: None,
             owned,
         }
+    }
+
+    fn no_regex(_: &str) -> BTreeSet<String> {
+        BTreeSet::new()
     }
 
     fn count(a: &Option<Assignment>) -> usize {
@@ -569,34 +635,56 @@ mod tests {
         let now = Instant::now();
         let s = Duration::from_secs(45);
         let mut g = ConsumerState::new();
-        let a = g.heartbeat(hb("a", 0, None), &topics, s, now).unwrap();
+        let a = g
+            .heartbeat(hb("a", 0, None), &topics, &no_regex, s, now)
+            .unwrap();
         assert_eq!((a.member_epoch, count(&a.assignment)), (1, 6));
         let a_owned = a.assignment.clone();
         // b joins: a must give up three partitions before b gets them.
-        let b = g.heartbeat(hb("b", 0, None), &topics, s, now).unwrap();
+        let b = g
+            .heartbeat(hb("b", 0, None), &topics, &no_regex, s, now)
+            .unwrap();
         assert_eq!(b.member_epoch, 2);
         assert_eq!(count(&b.assignment), 0, "b waits for a's partitions");
-        let a2 = g.heartbeat(hb("a", 1, a_owned), &topics, s, now).unwrap();
+        let a2 = g
+            .heartbeat(hb("a", 1, a_owned), &topics, &no_regex, s, now)
+            .unwrap();
         assert_eq!(a2.member_epoch, 1, "a keeps its epoch until it releases");
         assert_eq!(count(&a2.assignment), 3);
         assert_eq!(g.state_name(), "Reconciling");
         let a3 = g
-            .heartbeat(hb("a", 1, a2.assignment.clone()), &topics, s, now)
+            .heartbeat(
+                hb("a", 1, a2.assignment.clone()),
+                &topics,
+                &no_regex,
+                s,
+                now,
+            )
             .unwrap();
         assert_eq!(a3.member_epoch, 2);
         let b2 = g
-            .heartbeat(hb("b", 2, Some(Assignment::new())), &topics, s, now)
+            .heartbeat(
+                hb("b", 2, Some(Assignment::new())),
+                &topics,
+                &no_regex,
+                s,
+                now,
+            )
             .unwrap();
         assert_eq!(count(&b2.assignment), 3);
         assert_eq!(g.state_name(), "Stable");
         // A stale epoch is fenced.
         assert_eq!(
-            g.heartbeat(hb("b", 7, None), &topics, s, now).err(),
+            g.heartbeat(hb("b", 7, None), &topics, &no_regex, s, now)
+                .err(),
             Some(ResponseError::FencedMemberEpoch)
         );
         // b leaves: a gets everything.
-        g.heartbeat(hb("b", -1, None), &topics, s, now).unwrap();
-        let a4 = g.heartbeat(hb("a", 2, None), &topics, s, now).unwrap();
+        g.heartbeat(hb("b", -1, None), &topics, &no_regex, s, now)
+            .unwrap();
+        let a4 = g
+            .heartbeat(hb("a", 2, None), &topics, &no_regex, s, now)
+            .unwrap();
         assert_eq!((a4.member_epoch, count(&a4.assignment)), (3, 6));
     }
 
@@ -605,14 +693,18 @@ mod tests {
         let now = Instant::now();
         let s = Duration::from_secs(1);
         let mut g = ConsumerState::new();
-        let a = g.heartbeat(hb("a", 0, None), &topics, s, now).unwrap();
-        g.heartbeat(hb("b", 0, None), &topics, s, now).unwrap();
+        let a = g
+            .heartbeat(hb("a", 0, None), &topics, &no_regex, s, now)
+            .unwrap();
+        g.heartbeat(hb("b", 0, None), &topics, &no_regex, s, now)
+            .unwrap();
         // a keeps heartbeating (and releases what it must); b goes silent.
         let later = now + Duration::from_millis(900);
         let a2 = g
             .heartbeat(
                 hb("a", a.member_epoch, a.assignment.clone()),
                 &topics,
+                &no_regex,
                 s,
                 later,
             )
@@ -620,6 +712,7 @@ mod tests {
         g.heartbeat(
             hb("a", a2.member_epoch, a2.assignment.clone()),
             &topics,
+            &no_regex,
             s,
             later,
         )
@@ -631,6 +724,7 @@ mod tests {
             .heartbeat(
                 hb("a", epoch, None),
                 &topics,
+                &no_regex,
                 s,
                 now + Duration::from_millis(1600),
             )
@@ -645,17 +739,17 @@ mod tests {
         let mut g = ConsumerState::new();
         let mut r = hb("a", 0, None);
         r.server_assignor = Some("range".into());
-        g.heartbeat(r, &topics, s, now).unwrap();
+        g.heartbeat(r, &topics, &no_regex, s, now).unwrap();
         let mut r = hb("b", 0, None);
         r.server_assignor = Some("range".into());
-        g.heartbeat(r, &topics, s, now).unwrap();
+        g.heartbeat(r, &topics, &no_regex, s, now).unwrap();
         let t = Uuid::from_u128(1);
         assert_eq!(g.target["a"][&t], (0..3).collect());
         assert_eq!(g.target["b"][&t], (3..6).collect());
         let mut bad = hb("c", 0, None);
         bad.server_assignor = Some("nope".into());
         assert_eq!(
-            g.heartbeat(bad, &topics, s, now).err(),
+            g.heartbeat(bad, &topics, &no_regex, s, now).err(),
             Some(ResponseError::UnsupportedAssignor)
         );
     }
@@ -667,15 +761,16 @@ mod tests {
         let mut g = ConsumerState::new();
         let mut a = hb("a1", 0, None);
         a.instance_id = Some("ia".into());
-        let a1 = g.heartbeat(a, &topics, s, now).unwrap();
+        let a1 = g.heartbeat(a, &topics, &no_regex, s, now).unwrap();
         let mut b = hb("b1", 0, None);
         b.instance_id = Some("ib".into());
-        g.heartbeat(b, &topics, s, now).unwrap();
+        g.heartbeat(b, &topics, &no_regex, s, now).unwrap();
         // Settle: a releases, b receives.
         let a2 = g
             .heartbeat(
                 hb("a1", a1.member_epoch, a1.assignment.clone()),
                 &topics,
+                &no_regex,
                 s,
                 now,
             )
@@ -683,33 +778,100 @@ mod tests {
         g.heartbeat(
             hb("a1", a2.member_epoch, a2.assignment.clone()),
             &topics,
+            &no_regex,
             s,
             now,
         )
         .unwrap();
         let b2 = g
-            .heartbeat(hb("b1", 2, Some(Assignment::new())), &topics, s, now)
+            .heartbeat(
+                hb("b1", 2, Some(Assignment::new())),
+                &topics,
+                &no_regex,
+                s,
+                now,
+            )
             .unwrap();
         assert_eq!(count(&b2.assignment), 3);
         let epoch = g.group_epoch;
         // b leaves as a static member and restarts with a new member id.
         assert_eq!(
-            g.heartbeat(hb("b1", -2, None), &topics, s, now)
+            g.heartbeat(hb("b1", -2, None), &topics, &no_regex, s, now)
                 .unwrap()
                 .member_epoch,
             -2
         );
         let mut again = hb("b2", 0, None);
         again.instance_id = Some("ib".into());
-        let back = g.heartbeat(again, &topics, s, now).unwrap();
+        let back = g.heartbeat(again, &topics, &no_regex, s, now).unwrap();
         assert_eq!(g.group_epoch, epoch, "no rebalance");
         assert_eq!(back.assignment, b2.assignment, "same partitions");
         // A second live instance with the same id is refused.
         let mut dup = hb("b3", 0, None);
         dup.instance_id = Some("ib".into());
         assert_eq!(
-            g.heartbeat(dup, &topics, s, now).err(),
+            g.heartbeat(dup, &topics, &no_regex, s, now).err(),
             Some(ResponseError::UnreleasedInstanceId)
         );
+    }
+
+    #[test]
+    fn a_regex_member_is_assigned_what_its_regex_matches_and_follows_new_topics() {
+        let mut g = ConsumerState::new();
+        let s = Duration::from_secs(45);
+        let now = Instant::now();
+        let catalog = std::cell::RefCell::new(vec!["t".to_string(), "other".to_string()]);
+        let matching = |regex: &str| -> BTreeSet<String> {
+            let re = regex::Regex::new(&format!("^(?:{regex})$")).unwrap();
+            catalog
+                .borrow()
+                .iter()
+                .filter(|t| re.is_match(t))
+                .cloned()
+                .collect()
+        };
+        let both = |name: &str| match name {
+            "t" => Some((Uuid::from_u128(1), 6)),
+            "t2" => Some((Uuid::from_u128(2), 2)),
+            _ => None,
+        };
+        let mut join = hb("a", 0, None);
+        join.subscribed_topics = None;
+        join.subscribed_regex = Some("t.*".into());
+        let a = g.heartbeat(join, &both, &matching, s, now).unwrap();
+        assert_eq!(count(&a.assignment), 6);
+        assert_eq!(
+            g.members["a"].regex_topics,
+            BTreeSet::from(["t".to_string()])
+        );
+        let epoch = g.group_epoch;
+        // A new matching topic is picked up at the next resolution, not before.
+        catalog.borrow_mut().push("t2".into());
+        let owned = a.assignment.clone();
+        g.heartbeat(
+            hb("a", a.member_epoch, owned.clone()),
+            &both,
+            &matching,
+            s,
+            now,
+        )
+        .unwrap();
+        assert_eq!(
+            g.group_epoch, epoch,
+            "resolved less than the refresh interval ago"
+        );
+        let later = now + REGEX_REFRESH_INTERVAL;
+        let a = g
+            .heartbeat(hb("a", a.member_epoch, owned), &both, &matching, s, later)
+            .unwrap();
+        assert_eq!(g.group_epoch, epoch + 1);
+        assert_eq!(count(&a.assignment), 8);
+        // Dropping the regex drops its topics.
+        let mut clear = hb("a", a.member_epoch, a.assignment.clone());
+        clear.subscribed_regex = Some(String::new());
+        g.heartbeat(clear, &both, &matching, s, later).unwrap();
+        assert!(g.members["a"].regex_topics.is_empty());
+        assert_eq!(g.group_epoch, epoch + 2);
+        assert!(g.target["a"].is_empty());
     }
 }

@@ -630,6 +630,7 @@ impl GroupCoordinator {
         &self,
         group_id: &str,
         req: consumer_group::HeartbeatIn,
+        regex_topics: consumer_group::RegexResolver<'_>,
     ) -> Result<consumer_group::HeartbeatOut, ResponseError> {
         if group_id.is_empty() {
             return Err(ResponseError::InvalidGroupId);
@@ -666,6 +667,7 @@ impl GroupCoordinator {
         let out = c.heartbeat(
             req,
             &resolve,
+            regex_topics,
             self.config.consumer_session_timeout,
             Instant::now(),
         );

@@ -110,12 +110,14 @@ class Member:
                  name: str, instance_id: str | None = None,
                  session_timeout_ms: int | None = None,
                  heartbeat_interval_ms: int | None = None,
-                 group_protocol: str | None = None):
+                 group_protocol: str | None = None, topic_regex: str | None = None):
         self.lib, self.name = lib, name
         opts = {"instance-id": instance_id, "session-timeout-ms": session_timeout_ms,
                 "heartbeat-interval-ms": heartbeat_interval_ms, "group-protocol": group_protocol}
         extra = [a for k, v in opts.items() if v is not None for a in (f"--{k}", str(v))]
-        common = ["--bootstrap", bootstrap, "--topic", topic, "--group", group, *extra]
+        # A regex subscription (Java, KIP-848) replaces the topic.
+        subscription = ["--topic-regex", topic_regex] if topic_regex else ["--topic", topic]
+        common = ["--bootstrap", bootstrap, *subscription, "--group", group, *extra]
         if lib == "java":
             _needs_java(lib)
             cmd = [_java_bin(), *JVM_OPTS, "-cp", INTEROP_CP, "io.strata.interop.InteropClient",
@@ -748,3 +750,50 @@ def test_kip848_java_consumers_get_server_assignments_and_take_over_after_leave(
     for m in (m0, m2):
         m.close()
     assert_consumed_once_and_committed(b.bootstrap, group, topic_name, (m0, m1, m2), v1 | v2 | v3)
+
+
+def test_kip848_regex_subscription_is_resolved_by_the_broker_and_follows_new_topics(
+        kip848_broker, topic_name, members):
+    """A Java consumer subscribed with a SubscriptionPattern (group.protocol=consumer): the
+    broker matches the RE2 regex against whole topic names, assigns the matching topics'
+    partitions, leaves a topic that only contains a match alone, and picks up a matching topic
+    created later (the broker resolves regexes again at least every 10 s)."""
+    _needs_java("java")
+    b = kip848_broker
+    base = topic_name[:40]
+    a, c, near, late = f"{base}-a", f"{base}-c", f"x{base}-a", f"{base}-late"
+    for t, n in ((a, 2), (c, 3), (near, 2)):
+        create_topic(b.bootstrap, t, partitions=n)
+    group = f"{base}-regex-g"
+    m = members("java", b.bootstrap, a, group, name="kip848-regex", group_protocol="consumer",
+                topic_regex=f"{re.escape(base)}-.*")
+
+    def wait_assigned(expected: set[str], timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            last = m.of("assigned")[-1:]
+            if last and set(last[0].get("topic_partitions", [])) == expected:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"not assigned {sorted(expected)}\n{m.describe()}")
+
+    wait_assigned({f"{a}-0", f"{a}-1", f"{c}-0", f"{c}-1", f"{c}-2"})
+
+    def phase(topic: str, n: int, tag: str) -> set[str]:
+        recs = [{"value": f"{tag}-{p}-{i}".encode(), "partition": p}
+                for i in range(5) for p in range(n)]
+        produce(b.bootstrap, topic, recs)
+        return {r["value"].decode() for r in recs}
+
+    expected = phase(a, 2, "a") | phase(c, 3, "c")
+    ignored = phase(near, 2, "near")
+    wait_consumed([m], expected)
+    create_topic(b.bootstrap, late, partitions=1)
+    wait_assigned({f"{a}-0", f"{a}-1", f"{c}-0", f"{c}-1", f"{c}-2", f"{late}-0"})
+    expected |= phase(late, 1, "late")
+    wait_consumed([m], expected)
+    m.close()
+    seen = [r[2] for r in m.records()]
+    assert sorted(seen) == sorted(expected), "each matching record exactly once"
+    assert not ignored & set(seen)
+

@@ -310,3 +310,28 @@ async fn retention_bytes_deletes_old_segments_and_moves_the_log_start() {
     assert_eq!(record_offsets(&p.records).first(), Some(&start));
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_by_topic_id_with_an_empty_name_resolves_the_id() {
+    // What the Java consumer sends for the topics of a regex assignment (v12+): an id and an
+    // empty, not null, name.
+    let b = TestBroker::start().await;
+    let mut c = b.client().await;
+    create_topic(&mut c, "by-id", 2).await;
+    let id = metadata_for(&mut c, "by-id", false).await.topics[0].topic_id;
+    let ask = |topic_id: uuid::Uuid| {
+        let mut t = MetadataRequestTopic::default();
+        t.name = Some(name(""));
+        t.topic_id = topic_id;
+        let mut req = MetadataRequest::default();
+        req.topics = Some(vec![t]);
+        req
+    };
+    let resp: MetadataResponse = c.call(12, &ask(id)).await;
+    let t = &resp.topics[0];
+    assert_eq!(t.error_code, 0);
+    assert_eq!(t.name.as_ref().map(|n| n.0.as_str()), Some("by-id"));
+    assert_eq!(t.partitions.len(), 2);
+    let resp: MetadataResponse = c.call(12, &ask(uuid::Uuid::from_u128(7))).await;
+    assert_eq!(resp.topics[0].error_code, 100, "UNKNOWN_TOPIC_ID");
+}

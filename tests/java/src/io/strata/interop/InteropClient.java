@@ -68,7 +68,8 @@ public final class InteropClient {
         "      [--min-duration-ms MS] keeps polling until MS have passed even after N records;",
         "      [--metrics NAME,...] prints {\"metrics\": {NAME: value summed over the client's metrics",
         "      of that name}} at the end (e.g. successful-reauthentication-total).",
-        "  group-member   --topic T --group G [--instance-id I] [--session-timeout-ms MS]",
+        "  group-member   --topic T | --topic-regex R (with --group-protocol consumer: the broker",
+        "                 resolves the RE2 regex) --group G [--instance-id I] [--session-timeout-ms MS]",
         "                 [--heartbeat-interval-ms MS] [--assignor range|roundrobin|sticky|cooperative-sticky]",
         "      a long-running subscribed consumer driven through stdin/stdout (one JSON object a line,",
         "      each with \"ev\" and \"t\" = epoch ms): subscribed, assigned {partitions, generation,",
@@ -369,6 +370,14 @@ public final class InteropClient {
         return new ArrayList<>(ps);
     }
 
+    /** "topic-partition" names, sorted (for assignments spanning several topics). */
+    static List<Object> topicPartitionsJson(Collection<TopicPartition> tps) {
+        List<String> names = new ArrayList<>();
+        for (TopicPartition tp : tps) names.add(tp.topic() + "-" + tp.partition());
+        Collections.sort(names);
+        return new ArrayList<>(names);
+    }
+
     /** Heartbeat responses the consumer has received (its heartbeat-total metric). */
     static long heartbeats(KafkaConsumer<?, ?> consumer) {
         for (Map.Entry<org.apache.kafka.common.MetricName, ? extends org.apache.kafka.common.Metric> m
@@ -396,7 +405,8 @@ public final class InteropClient {
      * so the Python tests can drive several members of one group and kill -9 some of them.
      */
     static int groupMember(Args a) throws Exception {
-        String topic = a.required("topic");
+        String topicRegex = a.opt("topic-regex", null);
+        String topic = topicRegex == null ? a.required("topic") : null;
         String group = a.required("group");
         String instanceId = a.opt("instance-id", null);
         Properties p = a.clientProps();
@@ -455,11 +465,16 @@ public final class InteropClient {
                     @Override
                     public void onPartitionsAssigned(Collection<TopicPartition> parts) {
                         GroupEvents.emit("assigned", "partitions", partitionsJson(consumer.assignment()),
+                                         "topic_partitions", topicPartitionsJson(consumer.assignment()),
                                          "generation", consumer.groupMetadata().generationId(),
                                          "member_id", consumer.groupMetadata().memberId());
                     }
                 };
-            consumer.subscribe(Collections.singletonList(topic), listener);
+            if (topicRegex != null) {
+                consumer.subscribe(new org.apache.kafka.clients.consumer.SubscriptionPattern(topicRegex), listener);
+            } else {
+                consumer.subscribe(Collections.singletonList(topic), listener);
+            }
             GroupEvents.emit("subscribed");
             while (!closeRequested.get()) {
                 if (statusRequested.getAndSet(false)) {
