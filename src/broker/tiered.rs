@@ -29,7 +29,8 @@ impl Partition {
         // Listed and mapped under the log lock, so the cleaner cannot swap the files in
         // between (the map keeps the old inode readable afterwards).
         self.with_log(|l| {
-            let Some(files) = l.uploadable_segments(from).into_iter().next() else {
+            let now = crate::clock::now_ms();
+            let Some(files) = l.uploadable_segments(from, now).into_iter().next() else {
                 return Ok(None);
             };
             let parts = strata_tiering::upload::prepare(&files).map_err(io::Error::other)?;

@@ -178,6 +178,15 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
         default: "86400000",
         validate: at_least!(0),
     },
+    // Share groups may write undeliverable records to a topic with this set (KIP-932); Strata
+    // has no share groups, so no group writes to one either way.
+    TopicConfigDef {
+        name: "errors.deadletterqueue.group.enable",
+        broker_synonym: "",
+        kind: Kind::Boolean,
+        default: "false",
+        validate: boolean,
+    },
     TopicConfigDef {
         name: "file.delete.delay.ms",
         broker_synonym: "log.segment.delete.delay.ms",
@@ -301,6 +310,34 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
     TopicConfigDef {
         name: "preallocate",
         broker_synonym: "log.preallocate",
+        kind: Kind::Boolean,
+        default: "false",
+        validate: boolean,
+    },
+    TopicConfigDef {
+        name: "remote.copy.lag.bytes",
+        broker_synonym: "log.remote.copy.lag.bytes",
+        kind: Kind::Long,
+        default: "-1",
+        validate: at_least!(-1),
+    },
+    TopicConfigDef {
+        name: "remote.copy.lag.ms",
+        broker_synonym: "log.remote.copy.lag.ms",
+        kind: Kind::Long,
+        default: "0",
+        validate: at_least!(-1),
+    },
+    TopicConfigDef {
+        name: "remote.log.copy.disable",
+        broker_synonym: "",
+        kind: Kind::Boolean,
+        default: "false",
+        validate: boolean,
+    },
+    TopicConfigDef {
+        name: "remote.log.delete.on.disable",
+        broker_synonym: "",
         kind: Kind::Boolean,
         default: "false",
         validate: boolean,
@@ -495,6 +532,14 @@ pub struct TopicConfig {
     pub segment_jitter_ms: i64,
     pub file_delete_delay_ms: i64,
     pub remote_storage_enable: bool,
+    /// KIP-950: tiered data becomes read-only; no more uploads, and retention.* (not
+    /// local.*) governs the local log.
+    pub remote_log_copy_disable: bool,
+    /// Asked for with remote.storage.enable=false: delete the tiered data.
+    pub remote_log_delete_on_disable: bool,
+    /// Upload eligibility of a sealed segment (-1: derived from local retention).
+    pub remote_copy_lag_ms: i64,
+    pub remote_copy_lag_bytes: i64,
     /// Effective local retention (local.retention.* with -2 resolved to retention.*).
     pub local_retention_ms: i64,
     pub local_retention_bytes: i64,
@@ -565,6 +610,12 @@ impl TopicConfig {
             file_delete_delay_ms: long("file.delete.delay.ms"),
             remote_storage_enable: value::parse_bool(&raw("remote.storage.enable"))
                 .unwrap_or(false),
+            remote_log_copy_disable: value::parse_bool(&raw("remote.log.copy.disable"))
+                .unwrap_or(false),
+            remote_log_delete_on_disable: value::parse_bool(&raw("remote.log.delete.on.disable"))
+                .unwrap_or(false),
+            remote_copy_lag_ms: long("remote.copy.lag.ms"),
+            remote_copy_lag_bytes: long("remote.copy.lag.bytes"),
             local_retention_ms: match long("local.retention.ms") {
                 -2 => long("retention.ms"),
                 v => v,
@@ -593,9 +644,42 @@ pub fn check_combination(
         return Err("Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.".into());
     }
     if was_remote == Some(true) && !config.remote_storage_enable {
-        return Err("It is invalid to disable remote storage without deleting remote data. If you want to keep the remote data and turn to read only, please set `remote.storage.copy.disable=true`. If you want to disable remote storage and delete all remote data, please set `remote.storage.enable=false,remote.log.delete.on.disable=true`.".into());
+        if !config.remote_log_delete_on_disable {
+            return Err("It is invalid to disable remote storage without deleting remote data. If you want to keep the remote data and turn to read only, please set `remote.storage.enable=true,remote.log.copy.disable=true`. If you want to disable remote storage and delete all remote data, please set `remote.storage.enable=false,remote.log.delete.on.disable=true`.".into());
+        }
+        // Kafka accepts this and deletes the tiered data; Strata does not turn tiered storage
+        // off on a topic (its bucket catalog would keep the topic for a restore).
+        return Err("Strata cannot turn remote storage off on a topic. To keep its tiered data and stop uploading, set `remote.storage.enable=true,remote.log.copy.disable=true`; to drop the tiered data, delete the topic.".into());
+    }
+    if config.remote_storage_enable && config.remote_log_copy_disable {
+        if config.local_retention_bytes != config.retention_bytes {
+            return Err("When `remote.log.copy.disable` is set to true, the `local.retention.bytes` and `retention.bytes` must be set to the identical value because there will be no more logs copied to the remote storage.".into());
+        }
+        if config.local_retention_ms != config.retention_ms {
+            return Err("When `remote.log.copy.disable` is set to true, the `local.retention.ms` and `retention.ms` must be set to the identical value because there will be no more logs copied to the remote storage.".into());
+        }
     }
     if config.remote_storage_enable {
+        // A positive copy lag may not exceed the effective local retention (Kafka's check).
+        for (name, lag, local) in [
+            (
+                "remote.copy.lag.ms",
+                config.remote_copy_lag_ms,
+                config.local_retention_ms,
+            ),
+            (
+                "remote.copy.lag.bytes",
+                config.remote_copy_lag_bytes,
+                config.local_retention_bytes,
+            ),
+        ] {
+            if lag > 0 && local >= 0 && lag > local {
+                let retention = name.replace("remote.copy.lag", "local.retention");
+                return Err(format!(
+                    "Invalid value {lag} for configuration {name}: Value must not exceed {retention} (effective value: {local})"
+                ));
+            }
+        }
         if config.retention_ms >= 0
             && (config.local_retention_ms < 0 || config.local_retention_ms > config.retention_ms)
         {

@@ -21,7 +21,9 @@ impl Log {
         }
         // With remote storage, local retention applies (local.retention.*), and only to
         // segments the remote manifest already covers; total retention is applied remotely.
-        let remote = self.config.remote_storage_enable;
+        // With uploads off (remote.log.copy.disable, KIP-950) the local log is retained as an
+        // untiered one: nothing more will be uploaded to wait for.
+        let remote = self.config.remote_storage_enable && !self.config.remote_log_copy_disable;
         let (retention_ms, retention_bytes) = if remote {
             (
                 self.config.local_retention_ms,

@@ -178,8 +178,53 @@ impl Log {
 
     /// Sealed segments wholly below the last stable offset that end after `from`, with what
     /// the tiering service uploads for each.
-    pub fn uploadable_segments(&self, from: i64) -> Vec<strata_tiering::SegmentFiles> {
-        self.segment_files(from, i64::MAX)
+    pub fn uploadable_segments(&self, from: i64, now_ms: i64) -> Vec<strata_tiering::SegmentFiles> {
+        if self.config.remote_log_copy_disable {
+            return Vec::new();
+        }
+        let mut files = self.segment_files(from, i64::MAX);
+        let eligible = files
+            .iter()
+            .take_while(|f| self.copy_lag_passed(f.next_offset, f.max_timestamp, now_ms))
+            .count();
+        files.truncate(eligible);
+        files
+    }
+
+    /// Kafka's upload eligibility of a sealed segment (`remote.copy.lag.ms` / `.bytes`): a lag
+    /// of 0 uploads at once; otherwise the segment waits until its newest record is that old
+    /// or that many bytes were written after it, whichever comes first. -1 takes the local
+    /// retention's value, and an unlimited one does not count; with neither check in force
+    /// nothing delays the upload.
+    fn copy_lag_passed(&self, next_offset: i64, max_timestamp: i64, now_ms: i64) -> bool {
+        let (lag_ms, lag_bytes) = (
+            self.config.remote_copy_lag_ms,
+            self.config.remote_copy_lag_bytes,
+        );
+        if lag_ms == 0 || lag_bytes == 0 {
+            return true;
+        }
+        let lag_ms = if lag_ms == -1 {
+            self.config.local_retention_ms
+        } else {
+            lag_ms
+        };
+        let lag_bytes = if lag_bytes == -1 {
+            self.config.local_retention_bytes
+        } else {
+            lag_bytes
+        };
+        if lag_ms < 0 && lag_bytes < 0 {
+            return true;
+        }
+        let by_time = lag_ms >= 0 && now_ms.saturating_sub(max_timestamp) >= lag_ms;
+        let newer_bytes: u64 = self
+            .segments
+            .range(next_offset..)
+            .map(|(_, s)| s.size())
+            .sum();
+        let by_size = lag_bytes >= 0 && newer_bytes >= lag_bytes as u64;
+        by_time || by_size
     }
 
     /// The end of the last sealed segment below the last stable offset that ends at or below

@@ -37,7 +37,9 @@ use crate::tiering::Tiering;
 
 /// The Fetch version followers send (replica_state, topic ids, KIP-951 fields).
 const FETCH_VERSION: i16 = 16;
-const LIST_OFFSETS_VERSION: i16 = 7;
+/// The ListOffsets version followers send: EARLIEST_LOCAL (-4) needs v8 (KIP-405), and a
+/// leader refuses a special timestamp below the version that introduced it, as Kafka does.
+const LIST_OFFSETS_VERSION: i16 = 9;
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const EARLIEST_LOCAL: i64 = -4;

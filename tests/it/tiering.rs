@@ -162,7 +162,7 @@ async fn outage_keeps_local_segments_and_uploads_resume() {
     assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
     let earliest = list_offset(&mut c, TOPIC, 0, -2).await;
     assert_eq!(earliest.offset, 0);
-    let local = list_offset(&mut c, TOPIC, 0, -4).await;
+    let local = list_offset_at(&mut c, 8, TOPIC, 0, -4).await;
     assert!(local.offset > 0, "earliest local offset {}", local.offset);
     b.shutdown().await;
 }
@@ -321,6 +321,33 @@ async fn invalid_tiering_configs_get_invalid_config() {
     )
     .await;
     assert_eq!(r.error_code, 40, "{:?}", r.error_message);
+    // Kafka's KIP-950 and copy-lag rules: read-only tiered data keeps one retention for both
+    // tiers, a positive copy lag may not exceed the local retention, and -2 is no lag.
+    for (name, settings, needle) in [
+        (
+            "t4",
+            &[("retention.ms", "100000"), ("local.retention.ms", "1000"), ("remote.log.copy.disable", "true")][..],
+            "`local.retention.ms` and `retention.ms` must be set to the identical value",
+        ),
+        (
+            "t5",
+            &[("local.retention.ms", "1000"), ("retention.ms", "100000"), ("remote.copy.lag.ms", "1001")][..],
+            "Invalid value 1001 for configuration remote.copy.lag.ms: Value must not exceed local.retention.ms (effective value: 1000)",
+        ),
+        (
+            "t6",
+            &[("local.retention.bytes", "100"), ("remote.copy.lag.bytes", "101")][..],
+            "remote.copy.lag.bytes",
+        ),
+        ("t7", &[("remote.copy.lag.bytes", "-2")][..], "remote.copy.lag.bytes"),
+    ] {
+        let mut configs = vec![("remote.storage.enable", "true")];
+        configs.extend_from_slice(settings);
+        let r = create_topic_with(&mut c, name, 1, &configs).await;
+        assert_eq!(r.error_code, 40, "{name}: {:?}", r.error_message);
+        let message = r.error_message.as_deref().unwrap_or_default().to_string();
+        assert!(message.contains(needle), "{name}: {message}");
+    }
     b.shutdown().await;
 }
 
@@ -709,4 +736,118 @@ async fn list_offsets_reports_what_the_bucket_holds_and_what_is_pending_upload()
     assert_eq!((tiered.leader_epoch, pending.leader_epoch), (0, 0));
     // And every record is still there, in order.
     assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
+}
+
+/// Sets one topic config with IncrementalAlterConfigs; returns (error code, message).
+async fn set_topic_config(c: &mut Client, topic: &str, name: &str, value: &str) -> (i16, String) {
+    use kafka_protocol::messages::incremental_alter_configs_request as iac;
+    let mut cfg = iac::AlterableConfig::default();
+    cfg.name = str_bytes(name);
+    cfg.config_operation = 0;
+    cfg.value = Some(str_bytes(value));
+    let mut r = iac::AlterConfigsResource::default();
+    r.resource_type = 2;
+    r.resource_name = str_bytes(topic);
+    r.configs = vec![cfg];
+    let mut req = kafka_protocol::messages::IncrementalAlterConfigsRequest::default();
+    req.resources = vec![r];
+    let resp = c.call(1, &req).await;
+    let r = &resp.responses[0];
+    (
+        r.error_code,
+        r.error_message.as_deref().unwrap_or_default().to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_lag_holds_uploads_back_and_copy_disable_stops_them() {
+    const EARLIEST_PENDING_UPLOAD: i64 = -6;
+    let b = TestBroker::start_with(&tiered_broker_settings()).await;
+    let mut c = b.client().await;
+    // Local retention unlimited: a copy lag of -1 (derived from it) would not apply, so the
+    // byte lag alone decides. 64 MiB is far more than this test writes.
+    let r = create_topic_with(
+        &mut c,
+        TOPIC,
+        1,
+        &[
+            ("remote.storage.enable", "true"),
+            ("internal.segment.bytes", "4096"),
+            ("retention.ms", "-1"),
+            ("remote.copy.lag.ms", "-1"),
+            ("remote.copy.lag.bytes", "67108864"),
+        ],
+    )
+    .await;
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    let end = produce_batches(&mut c, 40).await;
+    assert!(
+        local_segments(b.dir.path()).len() > 3,
+        "several sealed segments"
+    );
+    // Tiering passes run every 50 ms: a second is twenty chances to upload.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        remote_objects(b.dir.path()).is_empty(),
+        "held back by the copy lag"
+    );
+    let pending = list_offset_at(&mut c, 11, TOPIC, 0, EARLIEST_PENDING_UPLOAD).await;
+    assert_eq!(pending.offset, 0);
+
+    // A lag of 0 uploads at once.
+    assert_eq!(
+        set_topic_config(&mut c, TOPIC, "remote.copy.lag.bytes", "0")
+            .await
+            .0,
+        0
+    );
+    let dir = b.dir.path().to_path_buf();
+    wait_until("uploads once the lag is 0", || {
+        !remote_objects(&dir).is_empty()
+    })
+    .await;
+    let mut uploaded = 0;
+    for _ in 0..200 {
+        uploaded = list_offset_at(&mut c, 11, TOPIC, 0, EARLIEST_PENDING_UPLOAD)
+            .await
+            .offset;
+        if uploaded > 0 && remote_objects(&dir).len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(uploaded > 0);
+
+    // Read-only tiered data: nothing more is uploaded.
+    let (code, message) = set_topic_config(&mut c, TOPIC, "remote.log.copy.disable", "true").await;
+    assert_eq!(code, 0, "{message}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let frozen = list_offset_at(&mut c, 11, TOPIC, 0, EARLIEST_PENDING_UPLOAD)
+        .await
+        .offset;
+    let objects = remote_objects(&dir).len();
+    let end = produce_batches(&mut c, 40).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        remote_objects(&dir).len(),
+        objects,
+        "no upload with copy disabled"
+    );
+    assert_eq!(
+        list_offset_at(&mut c, 11, TOPIC, 0, EARLIEST_PENDING_UPLOAD)
+            .await
+            .offset,
+        frozen
+    );
+    // Every record is still there, once, in order (remote and local).
+    assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
+
+    // Turning tiered storage off is refused: Kafka's message without the delete flag, and
+    // Strata's reason with it.
+    let (code, message) = set_topic_config(&mut c, TOPIC, "remote.storage.enable", "false").await;
+    assert_eq!(code, 40, "INVALID_CONFIG");
+    assert!(
+        message.contains("remote.log.delete.on.disable=true"),
+        "{message}"
+    );
 }
