@@ -1,7 +1,8 @@
-"""OffsetCommit v10 and OffsetFetch v10 (Kafka 4.4): topics named by id on the raw protocol,
-with the same answers from Strata and the reference Kafka. An id the broker does not know is
-UNKNOWN_TOPIC_ID for each of its partitions; offsets committed by id are the offsets of the
-topic's name at v9; a deleted topic's id stays unknown after its name is reused."""
+"""OffsetCommit v10, OffsetFetch v10 and TxnOffsetCommit v6 (Kafka 4.4): topics named by id on
+the raw protocol, with the same answers from Strata and the reference Kafka. An id the broker
+does not know is UNKNOWN_TOPIC_ID for each of its partitions; offsets committed by id are the
+offsets of the topic's name at v9; a deleted topic's id stays unknown after its name is
+reused."""
 
 import struct
 import time
@@ -15,6 +16,10 @@ from rawkafka import Conn, Reader
 API_OFFSET_COMMIT = 8
 API_OFFSET_FETCH = 9
 API_FIND_COORDINATOR = 10
+API_INIT_PRODUCER_ID = 22
+API_ADD_OFFSETS_TO_TXN = 25
+API_END_TXN = 26
+API_TXN_OFFSET_COMMIT = 28
 API_DESCRIBE_TOPIC_PARTITIONS = 75
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -71,11 +76,11 @@ def topic_id(bootstrap: str, topic: str) -> uuid.UUID:
     return _uuid(r)
 
 
-def wait_for_coordinator(bootstrap: str, group: str) -> None:
-    """FindCoordinator v2 until the group's coordinator is ready (Kafka creates
-    __consumer_offsets on the first lookup)."""
+def wait_for_coordinator(bootstrap: str, group: str, key_type: int = 0) -> None:
+    """FindCoordinator v2 until the coordinator of a group (`key_type` 0) or a transactional
+    id (1) is ready (Kafka creates its topic on the first lookup)."""
     key = group.encode()
-    body = struct.pack(">h", len(key)) + key + struct.pack(">b", 0)
+    body = struct.pack(">h", len(key)) + key + struct.pack(">b", key_type)
     deadline = time.monotonic() + TIMEOUT
     while True:
         with Conn(bootstrap) as c:
@@ -213,3 +218,82 @@ def test_the_id_of_a_deleted_topic_stays_unknown_when_its_name_is_reused(broker,
     assert offset_commit_v10(bootstrap, group, [(old, [(0, 4, None)])]) == {
         (old, 0): UNKNOWN_TOPIC_ID,
     }
+
+
+def _txn_call(bootstrap: str, api: int, version: int, body: bytes) -> int:
+    """A flexible request whose answer is (throttle, error, ...) -> error."""
+    with Conn(bootstrap) as c:
+        r = Reader(c.request_flexible(api, version, body + b"\x00"))
+    r.int32()  # throttle
+    return r.int16()
+
+
+def begin_offsets_transaction(bootstrap: str, txn: str, group: str) -> tuple[int, int]:
+    """InitProducerId v4, then AddOffsetsToTxn v4 for `group` -> (producer id, epoch)."""
+    wait_for_coordinator(bootstrap, txn, key_type=1)
+    body = _compact_string(txn) + struct.pack(">iqh", 60_000, -1, -1) + b"\x00"
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        with Conn(bootstrap) as c:
+            r = Reader(c.request_flexible(API_INIT_PRODUCER_ID, 4, body))
+        r.int32()  # throttle
+        error, pid, epoch = r.int16(), r.int64(), r.int16()
+        if error == 0:
+            break
+        assert time.monotonic() < deadline, f"InitProducerId: error {error}"
+        time.sleep(0.2)
+    added = _txn_call(bootstrap, API_ADD_OFFSETS_TO_TXN, 4,
+                      _compact_string(txn) + struct.pack(">qh", pid, epoch)
+                      + _compact_string(group))
+    assert added == 0, f"AddOffsetsToTxn: error {added}"
+    return pid, epoch
+
+
+def txn_offset_commit_v6(bootstrap: str, txn: str, group: str, producer, topics) -> dict:
+    """`topics`: [(id, [(partition, offset)])] -> {(id, partition): error}."""
+    pid, epoch = producer
+    entries = []
+    for tid, parts in topics:
+        ps = [struct.pack(">iqi", p, off, -1) + _compact_string("") + b"\x00"
+              for p, off in parts]
+        entries.append(tid.bytes + _compact_array(ps) + b"\x00")
+    body = (_compact_string(txn) + _compact_string(group) + struct.pack(">qhi", pid, epoch, -1)
+            + _compact_string("") + _compact_string(None) + _compact_array(entries) + b"\x00")
+    with Conn(bootstrap) as c:
+        r = Reader(c.request_flexible(API_TXN_OFFSET_COMMIT, 6, body))
+    r.int32()  # throttle
+    out = {}
+    for _ in range(r.uvarint() - 1):
+        tid = _uuid(r)
+        for _ in range(r.uvarint() - 1):
+            p, error = r.int32(), r.int16()
+            r.skip_tagged_fields()
+            out[(tid, p)] = error
+        r.skip_tagged_fields()
+    return out
+
+
+def test_transactional_offsets_committed_by_topic_id(broker, topic_name):
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, topic_name, partitions=2)
+    tid = topic_id(bootstrap, topic_name)
+    stranger = uuid.uuid4()
+    group, txn = f"{topic_name}-g", f"{topic_name}-txn"
+    wait_for_coordinator(bootstrap, group)
+    producer = begin_offsets_transaction(bootstrap, txn, group)
+
+    committed = txn_offset_commit_v6(bootstrap, txn, group, producer, [
+        (tid, [(0, 11), (1, 12)]),
+        (stranger, [(0, 1)]),
+    ])
+    assert committed == {(tid, 0): 0, (tid, 1): 0, (stranger, 0): UNKNOWN_TOPIC_ID}
+
+    ended = _txn_call(bootstrap, API_END_TXN, 4,
+                      _compact_string(txn) + struct.pack(">qhb", *producer, 1))
+    assert ended == 0, f"EndTxn: error {ended}"
+    # The offsets count once the COMMIT marker is in __consumer_offsets.
+    want = {(tid, 0): (11, -1, "", 0), (tid, 1): (12, -1, "", 0)}
+    deadline = time.monotonic() + TIMEOUT
+    while (got := offset_fetch(bootstrap, 10, group, [(tid, [0, 1])])) != want:
+        assert time.monotonic() < deadline, f"committed offsets {got}"
+        time.sleep(0.2)
