@@ -5,8 +5,8 @@
 //! `KafkaApis` does: an id the catalog does not know (never created, or its topic deleted)
 //! answers UNKNOWN_TOPIC_ID for each partition asked, after the known topics; an all-topics
 //! answer names each committed topic by its current id and leaves out topics that no longer
-//! exist. Offsets are stored by name, so an id only ever reaches the offsets of the topic that
-//! has it now.
+//! exist. Offsets stay stored by name: an id reads what is stored under its topic's current
+//! name, and a deleted topic's id is unknown.
 
 use std::collections::HashMap;
 use std::sync::Arc;
