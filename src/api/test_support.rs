@@ -104,3 +104,12 @@ pub async fn join(
         }
     }
 }
+
+/// A single-node broker in `dir` with its group and transaction coordinators, as the runtime
+/// builds them (no authorizer).
+pub fn services(dir: &std::path::Path) -> crate::services::Services {
+    let settings: BTreeMap<String, String> =
+        [("log.dirs".to_string(), dir.display().to_string())].into();
+    let config = BrokerConfig::build(&[settings]).expect("config");
+    crate::services::Services::open(config, None).expect("services")
+}

@@ -281,7 +281,7 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
         }
         ApiKey::OffsetCommit => {
             // A simple commit (no generation, no member) to a group without members.
-            commit_request(
+            let mut r = commit_request(
                 v,
                 &format!("sweep-commit-v{v}"),
                 -1,
@@ -289,8 +289,11 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
                 None,
                 "sweep",
                 &[(0, 2, 0, "sweep")],
-            )
-            .into()
+            );
+            if v >= 10 {
+                r.topics[0].topic_id = ctx.topic_id;
+            }
+            r.into()
         }
         ApiKey::OffsetFetch => {
             if !ctx.committed {
@@ -307,6 +310,15 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
                 &[("sweep-fetch", Some(("sweep", &[0])))]
             };
             let mut r = offset_fetch_request(v, groups);
+            if v >= 10 {
+                for t in r
+                    .groups
+                    .iter_mut()
+                    .flat_map(|g| g.topics.iter_mut().flatten())
+                {
+                    t.topic_id = ctx.topic_id;
+                }
+            }
             r.require_stable = v >= 7;
             r.into()
         }
@@ -416,8 +428,17 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
                 )
                 .await;
             assert_eq!(r.error_code, 0);
-            txn::txn_offset_commit_request(&id, producer, "sweep-txn-group", "sweep", &[(0, 1)])
-                .into()
+            let mut r = txn::txn_offset_commit_request(
+                &id,
+                producer,
+                "sweep-txn-group",
+                "sweep",
+                &[(0, 1)],
+            );
+            if v >= 6 {
+                r.topics[0].topic_id = ctx.topic_id;
+            }
+            r.into()
         }
         ApiKey::EndTxn => {
             let id = format!("sweep-txn-end-v{v}");
@@ -836,6 +857,17 @@ async fn every_advertised_api_version_answers_with_a_decodable_response() {
                         r.topics[0].partitions[0].committed_offset
                     };
                     assert_eq!(offset, 1, "{api:?} v{v}: committed offset");
+                    if v >= 10 {
+                        // Named by id: the one asked for, and in the all-topics answer.
+                        assert_eq!(r.groups[0].topics[0].topic_id, ctx.topic_id, "v{v}");
+                        assert_eq!(r.groups[1].topics[0].topic_id, ctx.topic_id, "v{v}");
+                    }
+                }
+                ResponseKind::OffsetCommit(r) if v >= 10 => {
+                    assert_eq!(r.topics[0].topic_id, ctx.topic_id, "{api:?} v{v}");
+                }
+                ResponseKind::TxnOffsetCommit(r) if v >= 6 => {
+                    assert_eq!(r.topics[0].topic_id, ctx.topic_id, "{api:?} v{v}");
                 }
                 ResponseKind::DescribeGroups(r) => {
                     assert_eq!(r.groups[0].group_state.as_str(), "Stable", "{api:?} v{v}");
