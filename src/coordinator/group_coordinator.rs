@@ -182,6 +182,9 @@ pub struct GroupCoordinator {
     pending_txn: Mutex<PendingTxnOffsets>,
     /// The `__consumer_offsets` partitions this broker serves.
     ownership: Arc<ownership::Ownership>,
+    /// Topics deleted from the catalog and when (wall-clock ms): the timer deletes the
+    /// offsets committed to them before then.
+    deleted_topics: Mutex<Vec<(String, i64)>>,
 }
 
 /// Kafka's `offsets.retention.check.interval.ms` default: how often empty groups without
@@ -223,6 +226,7 @@ impl GroupCoordinator {
             removed_rebalances: std::sync::atomic::AtomicU64::new(0),
             pending_txn: Mutex::new(HashMap::new()),
             ownership,
+            deleted_topics: Mutex::new(Vec::new()),
         }
     }
 
@@ -1182,10 +1186,101 @@ impl GroupCoordinator {
         Ok(results)
     }
 
+    /// A topic left the catalog: its committed offsets go at the next timer pass.
+    pub fn topic_deleted(&self, topic: &str) {
+        self.deleted_topics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((topic.to_string(), now_ms()));
+    }
+
+    /// Deletes the offsets committed to deleted topics, as Kafka's group coordinator does when
+    /// partitions are deleted, so a topic re-created under the same name starts with no
+    /// committed offsets instead of its predecessor's. Only offsets committed before the
+    /// deletion go; a commit to the re-created topic stays. A deletion that cannot be written
+    /// (this broker lost the group's partition, a write failed) is retried at the next pass
+    /// while the group is still here. Blocking.
+    fn forget_deleted_topics(&self) {
+        let deleted = std::mem::take(
+            &mut *self
+                .deleted_topics
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        if deleted.is_empty() {
+            return;
+        }
+        let stale = |topic: &str, committed_at: i64| {
+            deleted
+                .iter()
+                .any(|(name, at)| name == topic && committed_at <= *at)
+        };
+        let doomed: Vec<(String, Vec<(String, i32)>)> = self
+            .groups()
+            .values()
+            .filter_map(|g| {
+                let keys: Vec<(String, i32)> = g
+                    .offsets
+                    .iter()
+                    .filter(|((topic, _), v)| stale(topic, v.commit_timestamp))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                (!keys.is_empty()).then(|| (g.id.clone(), keys))
+            })
+            .collect();
+        let mut failed = false;
+        for (group, keys) in doomed {
+            match self.remove_offsets(&group, &keys) {
+                Ok(()) => {
+                    tracing::info!(group = %group, offsets = keys.len(), "deleted the offsets of deleted topics")
+                }
+                Err(ResponseError::NotCoordinator) => {}
+                Err(e) => {
+                    tracing::warn!(group = %group, error = ?e, "cannot delete the offsets of deleted topics; will retry");
+                    failed = true;
+                }
+            }
+        }
+        if failed {
+            self.deleted_topics
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(deleted);
+        }
+    }
+
+    /// Writes tombstones for `keys` of a group this broker coordinates and forgets them.
+    fn remove_offsets(&self, group_id: &str, keys: &[(String, i32)]) -> Result<(), ResponseError> {
+        self.check_coordinator(group_id)?;
+        let records = keys
+            .iter()
+            .map(|(topic, partition)| {
+                let key = offsets_topic::encode_key(&RecordKey::Offset {
+                    group: group_id.to_string(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                });
+                (key, None)
+            })
+            .collect();
+        self.fenced_write(group_id, || {
+            self.log
+                .append(group_id, records)
+                .map_err(|e| e.offset_commit_error())
+        })?;
+        if let Some(g) = self.groups().get_mut(group_id) {
+            for k in keys {
+                g.offsets.remove(k);
+            }
+        }
+        Ok(())
+    }
+
     /// Timer work: completes joins, expires members, persists changed groups, expires
     /// offsets of groups empty for longer than the retention. Blocking.
     pub fn tick(&self) {
         self.load_elected();
+        self.forget_deleted_topics();
         let now = Instant::now();
         let now_wall = now_ms();
         let mut persist = Vec::new();

@@ -50,8 +50,13 @@ impl GroupCoordinator {
     }
 }
 
-/// The coordinator follows the leadership of the `__consumer_offsets` partitions.
+/// The coordinator follows the leadership of the `__consumer_offsets` partitions, and forgets
+/// the offsets of deleted topics.
 impl CatalogListener for GroupCoordinator {
+    fn topic_deleted(&self, topic: &Topic) {
+        GroupCoordinator::topic_deleted(self, &topic.name);
+    }
+
     fn leadership_applied(&self, state: &PartitionLeadership, leader: bool) {
         if state.topic != OFFSETS_TOPIC {
             return;

@@ -218,6 +218,12 @@ def test_the_id_of_a_deleted_topic_stays_unknown_when_its_name_is_reused(broker,
     assert offset_commit_v10(bootstrap, group, [(old, [(0, 4, None)])]) == {
         (old, 0): UNKNOWN_TOPIC_ID,
     }
+    # Deleting the topic deleted its committed offsets: the re-created topic has none, by id
+    # or by name (Strata forgets them at its coordinator's next timer pass).
+    deadline = time.monotonic() + TIMEOUT
+    while offset_fetch(bootstrap, 10, group, [(new, [0])]) != {(new, 0): (-1, -1, "", 0)}:
+        assert time.monotonic() < deadline, "the deleted topic's offsets are still there"
+        time.sleep(0.2)
 
 
 def _txn_call(bootstrap: str, api: int, version: int, body: bytes) -> int:

@@ -625,3 +625,41 @@ async fn initial_rebalance_delay_holds_back_the_first_join_of_an_empty_group() {
     );
     b.shutdown().await;
 }
+
+/// Deleting a topic deletes the offsets committed to it, as Kafka does: a topic re-created
+/// under the same name starts with none, and a commit to the new topic is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_topic_takes_its_committed_offsets_along() {
+    use kafka_protocol::messages::DeleteTopicsRequest;
+    let b = start().await;
+    let mut c = b.client().await;
+    create_topic(&mut c, "gone", 2).await;
+    create_topic(&mut c, "kept", 1).await;
+    simple_commit(&mut c, "g", "gone", &[(0, 42), (1, 7)]).await;
+    simple_commit(&mut c, "g", "kept", &[(0, 5)]).await;
+    let mut req = DeleteTopicsRequest::default();
+    req.topic_names = vec![name("gone")];
+    req.timeout_ms = 10_000;
+    let resp = c.call(5, &req).await;
+    assert_eq!(resp.responses[0].error_code, NONE);
+    create_topic(&mut c, "gone", 2).await;
+    let mut forgotten = false;
+    for _ in 0..200 {
+        if committed(&mut c, "g", "gone", &[0, 1]).await == [-1, -1] {
+            forgotten = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(forgotten, "the deleted topic's offsets are still there");
+    assert_eq!(committed(&mut c, "g", "kept", &[0]).await, [5]);
+    // The re-created topic's own commits stay, across a restart too.
+    simple_commit(&mut c, "g", "gone", &[(1, 3)]).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(committed(&mut c, "g", "gone", &[0, 1]).await, [-1, 3]);
+    let b = b.restart().await;
+    let mut c = b.client().await;
+    assert_eq!(committed(&mut c, "g", "gone", &[0, 1]).await, [-1, 3]);
+    assert_eq!(committed(&mut c, "g", "kept", &[0]).await, [5]);
+    b.shutdown().await;
+}
