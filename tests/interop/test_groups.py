@@ -797,3 +797,35 @@ def test_kip848_regex_subscription_is_resolved_by_the_broker_and_follows_new_top
     assert sorted(seen) == sorted(expected), "each matching record exactly once"
     assert not ignored & set(seen)
 
+
+
+def test_kip848_librdkafka_regex_subscription_is_resolved_by_the_broker(kip848_broker, topic_name):
+    """librdkafka with group.protocol=consumer sends a `^` subscription as SubscribedTopicRegex:
+    the broker assigns every partition of the matching topics and none of a topic that only
+    contains a match; every record of the matching topics is read once."""
+    b = kip848_broker
+    base = topic_name[:40]
+    expected = set()
+    for t, n in ((f"{base}-a", 2), (f"{base}-c", 3), (f"x{base}-a", 1)):
+        create_topic(b.bootstrap, t, partitions=n)
+        recs = [{"value": f"{t}-{i}".encode(), "partition": i % n} for i in range(6)]
+        produce(b.bootstrap, t, recs)
+        if not t.startswith("x"):
+            expected |= {r["value"].decode() for r in recs}
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"{base}-rdk-g",
+                  "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, **QUIET})
+    try:
+        c.subscribe([f"^{re.escape(base)}-.*"])
+        seen: list[str] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(seen) < len(expected):
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                seen.append(m.value().decode())
+        assignment = sorted((tp.topic, tp.partition) for tp in c.assignment())
+    finally:
+        c.close()
+    assert sorted(seen) == sorted(expected), "each matching record exactly once"
+    assert assignment == [(f"{base}-a", 0), (f"{base}-a", 1),
+                          (f"{base}-c", 0), (f"{base}-c", 1), (f"{base}-c", 2)]
