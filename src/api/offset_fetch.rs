@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
@@ -75,125 +76,153 @@ fn unknown_topic(
         )
 }
 
+/// A group's committed offsets for `topics` (all when `None`), grouped by topic, and the
+/// partitions whose transactional offsets are still pending when the request requires stable
+/// offsets (v7+: those answer UNSTABLE_OFFSET_COMMIT, so the consumer retries until the
+/// transaction completes).
+fn committed(
+    coordinator: &GroupCoordinator,
+    group: &str,
+    topics: Option<Vec<(String, Vec<i32>)>>,
+    require_stable: bool,
+) -> (Vec<TopicAnswer>, Vec<(String, i32)>) {
+    let wanted: Option<Vec<(String, i32)>> = topics.map(|ts| {
+        ts.into_iter()
+            .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p)))
+            .collect()
+    });
+    let answer = coordinator.fetch_offsets(group, wanted.as_deref());
+    let pending = if require_stable {
+        coordinator.unstable_offsets(group)
+    } else {
+        Vec::new()
+    };
+    (by_topic(answer), pending)
+}
+
+/// (offset, leader epoch, metadata, error) of one partition's answer.
+fn partition_answer(
+    topic: &str,
+    partition: i32,
+    c: &Option<Committed>,
+    pending: &[(String, i32)],
+) -> (i64, i32, String, i16) {
+    if pending.iter().any(|(t, p)| t == topic && *p == partition) {
+        return (
+            -1,
+            -1,
+            String::new(),
+            ResponseError::UnstableOffsetCommit.code(),
+        );
+    }
+    let (offset, epoch, metadata) = fields(c);
+    (offset, epoch, metadata, 0)
+}
+
+/// v9+: a consumer-protocol member fetching its offsets is fenced by its epoch.
+fn member_error(
+    coordinator: &GroupCoordinator,
+    g: &OffsetFetchRequestGroup,
+) -> Option<ResponseError> {
+    let member = g.member_id.as_ref().filter(|_| g.member_epoch >= 0)?;
+    coordinator
+        .with_consumer_group(g.group_id.0.as_str(), |c| {
+            match c.member_epoch(member.as_str()) {
+                None => Some(ResponseError::UnknownMemberId),
+                Some(e) if e != g.member_epoch => Some(ResponseError::StaleMemberEpoch),
+                Some(_) => None,
+            }
+        })
+        .flatten()
+}
+
+/// One group of a v8+ request.
+fn fetch_group(
+    broker: &Broker,
+    coordinator: &GroupCoordinator,
+    g: OffsetFetchRequestGroup,
+    by_id: bool,
+    require_stable: bool,
+) -> OffsetFetchResponseGroup {
+    let error = coordinator
+        .check_coordinator(g.group_id.0.as_str())
+        .err()
+        .or_else(|| member_error(coordinator, &g));
+    if let Some(e) = error {
+        return OffsetFetchResponseGroup::default()
+            .with_group_id(g.group_id)
+            .with_error_code(e.code());
+    }
+    // v10: ids resolved to names; the ids of the names, to answer with.
+    let mut ids: HashMap<String, uuid::Uuid> = HashMap::new();
+    let mut unknown = Vec::new();
+    let topics = g.topics.map(|ts| {
+        let mut named = Vec::with_capacity(ts.len());
+        for t in ts {
+            if !by_id {
+                named.push((t.name.0.to_string(), t.partition_indexes));
+                continue;
+            }
+            match broker.resolve(&TopicRef::Id(t.topic_id)) {
+                Ok(topic) => {
+                    ids.insert(topic.name.clone(), t.topic_id);
+                    named.push((topic.name.clone(), t.partition_indexes));
+                }
+                Err(e) => unknown.push(unknown_topic(t, e)),
+            }
+        }
+        named
+    });
+    let all = topics.is_none();
+    let (answer, pending) = committed(coordinator, g.group_id.0.as_str(), topics, require_stable);
+    let mut topics: Vec<OffsetFetchResponseTopics> = answer
+        .into_iter()
+        .filter_map(|(t, parts)| {
+            // v10, all topics: each by its current id; a topic deleted since its commit has
+            // none and is left out, as Kafka does.
+            let id = match ids.get(&t) {
+                Some(id) => *id,
+                None if by_id && all => broker.topic(&t)?.id,
+                None => uuid::Uuid::nil(),
+            };
+            let partitions = parts
+                .into_iter()
+                .map(|(p, c)| {
+                    let (offset, epoch, metadata, error) = partition_answer(&t, p, &c, &pending);
+                    OffsetFetchResponsePartitions::default()
+                        .with_partition_index(p)
+                        .with_committed_offset(offset)
+                        .with_committed_leader_epoch(epoch)
+                        .with_metadata(Some(StrBytes::from_string(metadata)))
+                        .with_error_code(error)
+                })
+                .collect();
+            Some(
+                OffsetFetchResponseTopics::default()
+                    .with_name(TopicName(StrBytes::from_string(t)))
+                    .with_topic_id(id)
+                    .with_partitions(partitions),
+            )
+        })
+        .collect();
+    topics.append(&mut unknown);
+    OffsetFetchResponseGroup::default()
+        .with_group_id(g.group_id)
+        .with_topics(topics)
+}
+
 pub fn handle(
     broker: &Broker,
     groups: &Arc<GroupCoordinator>,
     req: OffsetFetchRequest,
     version: i16,
 ) -> OffsetFetchResponse {
-    let by_id = version >= 10;
-    let coordinator = groups;
-    // require_stable (v7+): a partition with transactional offsets still pending answers
-    // UNSTABLE_OFFSET_COMMIT, so the consumer retries until the transaction completes.
-    let require_stable = req.require_stable;
-    let unstable = |group: &str| -> Vec<(String, i32)> {
-        if require_stable {
-            coordinator.unstable_offsets(group)
-        } else {
-            Vec::new()
-        }
-    };
-    let unstable_code = ResponseError::UnstableOffsetCommit.code();
-    let lookup = |group: &str, topics: Option<Vec<(String, Vec<i32>)>>| -> Answer {
-        let wanted: Option<Vec<(String, i32)>> = topics.map(|ts| {
-            ts.into_iter()
-                .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p)))
-                .collect()
-        });
-        coordinator.fetch_offsets(group, wanted.as_deref())
-    };
+    let coordinator: &GroupCoordinator = groups;
     if version >= 8 {
         let groups = req
             .groups
             .into_iter()
-            .map(|g| {
-                if let Err(e) = coordinator.check_coordinator(g.group_id.0.as_str()) {
-                    return OffsetFetchResponseGroup::default()
-                        .with_group_id(g.group_id)
-                        .with_error_code(e.code());
-                }
-                // v9+: a consumer-protocol member fetching its offsets is fenced by epoch.
-                if let Some(member) = g.member_id.as_ref().filter(|_| g.member_epoch >= 0) {
-                    let check = coordinator.with_consumer_group(g.group_id.0.as_str(), |c| match c
-                        .member_epoch(member.as_str())
-                    {
-                        None => Some(ResponseError::UnknownMemberId),
-                        Some(e) if e != g.member_epoch => Some(ResponseError::StaleMemberEpoch),
-                        Some(_) => None,
-                    });
-                    if let Some(Some(e)) = check {
-                        return OffsetFetchResponseGroup::default()
-                            .with_group_id(g.group_id)
-                            .with_error_code(e.code());
-                    }
-                }
-                // v10: ids resolved to names; the ids of the names, to answer with.
-                let mut ids: HashMap<String, uuid::Uuid> = HashMap::new();
-                let mut unknown = Vec::new();
-                let topics = g.topics.map(|ts| {
-                    let mut named = Vec::with_capacity(ts.len());
-                    for t in ts {
-                        if !by_id {
-                            named.push((t.name.0.to_string(), t.partition_indexes));
-                            continue;
-                        }
-                        match broker.resolve(&TopicRef::Id(t.topic_id)) {
-                            Ok(topic) => {
-                                ids.insert(topic.name.clone(), t.topic_id);
-                                named.push((topic.name.clone(), t.partition_indexes));
-                            }
-                            Err(e) => unknown.push(unknown_topic(t, e)),
-                        }
-                    }
-                    named
-                });
-                let all = topics.is_none();
-                let answer = lookup(g.group_id.0.as_str(), topics);
-                let pending = unstable(g.group_id.0.as_str());
-                let mut topics: Vec<OffsetFetchResponseTopics> = by_topic(answer)
-                    .into_iter()
-                    .filter_map(|(t, parts)| {
-                        // v10, all topics: each by its current id; a topic deleted since its
-                        // commit has none and is left out, as Kafka does.
-                        let id = match ids.get(&t) {
-                            Some(id) => *id,
-                            None if by_id && all => broker.topic(&t)?.id,
-                            None => uuid::Uuid::nil(),
-                        };
-                        Some((t, id, parts))
-                    })
-                    .map(|(t, id, parts)| {
-                        OffsetFetchResponseTopics::default()
-                            .with_name(TopicName(StrBytes::from_string(t.clone())))
-                            .with_topic_id(id)
-                            .with_partitions(
-                                parts
-                                    .into_iter()
-                                    .map(|(p, c)| {
-                                        if pending.iter().any(|(pt, pp)| *pt == t && *pp == p) {
-                                            return OffsetFetchResponsePartitions::default()
-                                                .with_partition_index(p)
-                                                .with_committed_offset(-1)
-                                                .with_committed_leader_epoch(-1)
-                                                .with_metadata(Some(StrBytes::from_static_str("")))
-                                                .with_error_code(unstable_code);
-                                        }
-                                        let (offset, epoch, metadata) = fields(&c);
-                                        OffsetFetchResponsePartitions::default()
-                                            .with_partition_index(p)
-                                            .with_committed_offset(offset)
-                                            .with_committed_leader_epoch(epoch)
-                                            .with_metadata(Some(StrBytes::from_string(metadata)))
-                                    })
-                                    .collect(),
-                            )
-                    })
-                    .collect();
-                topics.append(&mut unknown);
-                OffsetFetchResponseGroup::default()
-                    .with_group_id(g.group_id)
-                    .with_topics(topics)
-            })
+            .map(|g| fetch_group(broker, coordinator, g, version >= 10, req.require_stable))
             .collect();
         return OffsetFetchResponse::default().with_groups(groups);
     }
@@ -205,34 +234,30 @@ pub fn handle(
             .map(|t| (t.name.0.to_string(), t.partition_indexes))
             .collect()
     });
-    let answer = lookup(req.group_id.0.as_str(), topics);
-    let pending = unstable(req.group_id.0.as_str());
-    let topics = by_topic(answer)
+    let (answer, pending) = committed(
+        coordinator,
+        req.group_id.0.as_str(),
+        topics,
+        req.require_stable,
+    );
+    let topics = answer
         .into_iter()
         .map(|(t, parts)| {
+            let partitions = parts
+                .into_iter()
+                .map(|(p, c)| {
+                    let (offset, epoch, metadata, error) = partition_answer(&t, p, &c, &pending);
+                    OffsetFetchResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_committed_offset(offset)
+                        .with_committed_leader_epoch(if version >= 5 { epoch } else { -1 })
+                        .with_metadata(Some(StrBytes::from_string(metadata)))
+                        .with_error_code(error)
+                })
+                .collect();
             OffsetFetchResponseTopic::default()
-                .with_name(TopicName(StrBytes::from_string(t.clone())))
-                .with_partitions(
-                    parts
-                        .into_iter()
-                        .map(|(p, c)| {
-                            if pending.iter().any(|(pt, pp)| *pt == t && *pp == p) {
-                                return OffsetFetchResponsePartition::default()
-                                    .with_partition_index(p)
-                                    .with_committed_offset(-1)
-                                    .with_committed_leader_epoch(-1)
-                                    .with_metadata(Some(StrBytes::from_static_str("")))
-                                    .with_error_code(unstable_code);
-                            }
-                            let (offset, epoch, metadata) = fields(&c);
-                            OffsetFetchResponsePartition::default()
-                                .with_partition_index(p)
-                                .with_committed_offset(offset)
-                                .with_committed_leader_epoch(if version >= 5 { epoch } else { -1 })
-                                .with_metadata(Some(StrBytes::from_string(metadata)))
-                        })
-                        .collect(),
-                )
+                .with_name(TopicName(StrBytes::from_string(t)))
+                .with_partitions(partitions)
         })
         .collect();
     OffsetFetchResponse::default().with_topics(topics)

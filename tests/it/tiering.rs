@@ -780,7 +780,7 @@ async fn copy_lag_holds_uploads_back_and_copy_disable_stops_them() {
     )
     .await;
     assert_eq!(r.error_code, 0, "{:?}", r.error_message);
-    let end = produce_batches(&mut c, 40).await;
+    produce_batches(&mut c, 40).await;
     assert!(
         local_segments(b.dir.path()).len() > 3,
         "several sealed segments"
