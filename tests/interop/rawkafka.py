@@ -14,6 +14,26 @@ API_VERSIONS = 18
 API_DESCRIBE_CLUSTER = 60
 
 
+def encode_uvarint(n: int) -> bytes:
+    """Kafka's unsigned varint (lengths and counts of flexible versions)."""
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if not n:
+            out.append(b)
+            return bytes(out)
+        out.append(b | 0x80)
+
+
+def encode_compact_string(s: str | None) -> bytes:
+    """A compact (nullable) string of flexible versions."""
+    if s is None:
+        return b"\x00"
+    b = s.encode()
+    return encode_uvarint(len(b) + 1) + b
+
+
 class Conn:
     def __init__(self, bootstrap: str, timeout: float = 30.0):
         host, port = bootstrap.rsplit(":", 1)
@@ -136,12 +156,8 @@ class Conn:
         client_id = b"strata-interop-raw"
         header = struct.pack(">hhih", API_VERSIONS, 5, self.corr, len(client_id)) + client_id
         header += b"\x00"  # request header v2: no tagged fields
-
-        def cstr(v: bytes | None) -> bytes:
-            return b"\x00" if v is None else bytes([len(v) + 1]) + v
-
-        body = cstr(b"strata-interop") + cstr(b"1")
-        body += cstr(None if cluster_id is None else cluster_id.encode())
+        body = encode_compact_string("strata-interop") + encode_compact_string("1")
+        body += encode_compact_string(cluster_id)
         body += struct.pack(">i", node_id) + b"\x00"
         msg = header + body
         self.sock.sendall(struct.pack(">i", len(msg)) + msg)

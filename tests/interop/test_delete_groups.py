@@ -9,19 +9,7 @@ import time
 from confluent_kafka import TopicPartition
 
 from helpers import _consumer, admin, create_topic, produce
-from rawkafka import Conn, Reader
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+from rawkafka import Conn, Reader, encode_uvarint as _uvarint
 
 
 def _find_coordinator(conn: Conn, group: str) -> None:

@@ -14,28 +14,13 @@ import pytest
 import java_apps
 from helpers import create_topic, wait_for_topic
 from rawkafka import Conn, Reader
+from rawkafka import encode_compact_string as _compact_string
+from rawkafka import encode_uvarint as _uvarint
 
 API_DESCRIBE_TOPIC_PARTITIONS = 75
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_REQUEST = 42
 MAIN = "io.strata.interop.InteropClient"
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _compact_string(s: str) -> bytes:
-    b = s.encode()
-    return _uvarint(len(b) + 1) + b
 
 
 def _request(topics, limit, cursor=None) -> bytes:

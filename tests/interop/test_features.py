@@ -13,23 +13,18 @@ import subprocess
 import pytest
 
 import java_apps
-from rawkafka import Conn, Reader
+from rawkafka import Conn, Reader, encode_compact_string
 
 UPGRADE, SAFE_DOWNGRADE = 1, 2
 INVALID_UPDATE_VERSION = 95
 PREFIX = "The update failed for all features since the following feature had an error: "
 
 
-def _cs(s: str) -> bytes:
-    b = s.encode()
-    return bytes([len(b) + 1]) + b
-
-
 def update_features(bootstrap: str, version: int, updates, validate_only: bool):
     """Raw UpdateFeatures v1/v2 -> (error_code, error_message, [(feature, code, message)])."""
     body = struct.pack(">i", 30_000) + bytes([len(updates) + 1])
     for feature, level, upgrade_type in updates:
-        body += _cs(feature) + struct.pack(">hb", level, upgrade_type) + b"\x00"
+        body += encode_compact_string(feature) + struct.pack(">hb", level, upgrade_type) + b"\x00"
     body += bytes([1 if validate_only else 0]) + b"\x00"
     with Conn(bootstrap) as conn:
         r = Reader(conn.request_flexible(57, version, body))

@@ -7,7 +7,7 @@ from confluent_kafka import OFFSET_END, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from helpers import _consumer, admin, create_topic, kp_consumer, produce, watermarks
-from rawkafka import Conn, Reader
+from rawkafka import Conn, Reader, encode_uvarint as _uvarint
 
 T0 = 1_650_000_000_000
 TIMEOUT = 30
@@ -127,18 +127,6 @@ def test_offsets_for_times_on_empty_partition_finds_nothing(broker, topic_name):
         assert r.offset == OFFSET_END
     finally:
         c.close()
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 def _list_offsets_raw(bootstrap: str, topic: str, version: int, timestamp: int):

@@ -12,6 +12,8 @@ import pytest
 
 from helpers import admin, create_topic
 from rawkafka import Conn, Reader
+from rawkafka import encode_compact_string as _compact_string
+from rawkafka import encode_uvarint as _uvarint
 
 API_OFFSET_COMMIT = 8
 API_OFFSET_FETCH = 9
@@ -27,24 +29,6 @@ UNKNOWN_TOPIC_ID = 100
 TIMEOUT = 30
 
 pytestmark = pytest.mark.groups
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if not n:
-            out.append(b)
-            return bytes(out)
-        out.append(b | 0x80)
-
-
-def _compact_string(s: str | None) -> bytes:
-    if s is None:
-        return b"\x00"
-    b = s.encode()
-    return _uvarint(len(b) + 1) + b
 
 
 def _compact_array(items) -> bytes:
