@@ -69,6 +69,7 @@ pub mod config;
 pub mod controller;
 pub mod coordinator;
 pub mod failpoint;
+pub mod features;
 pub mod fetch_session;
 pub mod log;
 pub mod memory_pool;

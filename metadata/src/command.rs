@@ -189,6 +189,8 @@ pub enum RecordKind {
     Acl,
     ScramCredential,
     ClientQuota,
+    /// The finalized feature levels (one record).
+    Features,
 }
 
 /// A block of producer ids owned by one broker: `[first, first + count)`.

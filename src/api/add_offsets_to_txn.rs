@@ -50,6 +50,7 @@ pub async fn handle(
             pid,
             epoch,
             vec![(OFFSETS_TOPIC.to_string(), partition)],
+            0, // as Kafka: a TV2 client commits offsets without AddOffsetsToTxn
         )
     })
     .await

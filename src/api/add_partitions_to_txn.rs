@@ -99,10 +99,20 @@ async fn one(
         };
     }
     let ps = partitions.clone();
-    let result =
-        blocking(move || c.add_partitions(&transactional_id, producer_id, producer_epoch, ps))
-            .await
-            .unwrap_or(Err(ResponseError::UnknownServerError));
+    // v4+ comes from a partition leader adding a TV2 client's write (Kafka's
+    // `transactionVersionForAddPartitionsToTxn`).
+    let client_tv = if version > 3 { 2 } else { 0 };
+    let result = blocking(move || {
+        c.add_partitions(
+            &transactional_id,
+            producer_id,
+            producer_epoch,
+            ps,
+            client_tv,
+        )
+    })
+    .await
+    .unwrap_or(Err(ResponseError::UnknownServerError));
     match result {
         Ok(()) => all_ok(&partitions),
         // Clients before v2 do not know PRODUCER_FENCED.

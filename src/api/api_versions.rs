@@ -4,14 +4,17 @@ use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::ResponseError;
 
 use crate::api::{update_features, Api, Context, Outcome};
+use crate::features::FinalizedLevels;
 use crate::services::Services;
 
-/// The ApiVersions answer of the broker `node_id` of the cluster `cluster_id`.
+/// The ApiVersions answer of the broker `node_id` of the cluster `cluster_id`, whose
+/// finalized feature levels are `features`.
 pub fn handle(
     req: ApiVersionsRequest,
     version: i16,
     cluster_id: Option<&str>,
     node_id: i32,
+    features: &FinalizedLevels,
 ) -> ApiVersionsResponse {
     // From v5 a client may name the cluster and node it means to reach (both or neither);
     // reaching another one (an address reused after the cluster moved) tells it to
@@ -38,8 +41,8 @@ pub fn handle(
     if version >= 3 {
         r = r
             .with_supported_features(update_features::supported_features(version))
-            .with_finalized_features_epoch(update_features::FINALIZED_FEATURES_EPOCH)
-            .with_finalized_features(update_features::finalized_features());
+            .with_finalized_features_epoch(features.epoch)
+            .with_finalized_features(update_features::finalized_features(features));
     } else {
         r = r.with_finalized_features_epoch(-1);
     }
@@ -68,7 +71,14 @@ impl Api for ApiVersions {
 
     async fn handle(s: &Services, _ctx: &Context, r: ApiVersionsRequest, version: i16) -> Outcome {
         let node_id = s.broker.config.node_id;
-        Outcome::respond(handle(r, version, s.broker.cluster_id(), node_id))
+        let features = s.broker.features.get();
+        Outcome::respond(handle(
+            r,
+            version,
+            s.broker.cluster_id(),
+            node_id,
+            &features,
+        ))
     }
 }
 
@@ -85,7 +95,7 @@ mod tests {
             .with_client_software_version(StrBytes::from_static_str("1.0"))
             .with_cluster_id(cluster.map(|c| StrBytes::from_string(c.to_string())))
             .with_node_id(node);
-        handle(req, version, Some("abc"), 3)
+        handle(req, version, Some("abc"), 3, &FinalizedLevels::default())
     }
 
     #[test]
@@ -132,13 +142,20 @@ mod tests {
             let req = ApiVersionsRequest::default()
                 .with_client_software_name(StrBytes::from_static_str(name))
                 .with_client_software_version(StrBytes::from_static_str("1.0"));
-            handle(req, 3, Some("abc"), 3).error_code
+            handle(req, 3, Some("abc"), 3, &FinalizedLevels::default()).error_code
         };
         assert_eq!(named("bad name"), ResponseError::InvalidRequest.code());
         assert_eq!(named("good-name"), 0);
         // Before v3 there are no names to check.
         assert_eq!(
-            handle(ApiVersionsRequest::default(), 2, None, 3).error_code,
+            handle(
+                ApiVersionsRequest::default(),
+                2,
+                None,
+                3,
+                &FinalizedLevels::default()
+            )
+            .error_code,
             0
         );
     }

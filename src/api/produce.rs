@@ -188,8 +188,9 @@ fn partition_error(
         .with_error_message(message.map(StrBytes::from_string))
 }
 
-/// KIP-890 part 1: a transactional batch is accepted only if the coordinator has the
-/// partition in the producer's ongoing transaction (checked in memory, no I/O).
+/// KIP-890: a transactional batch is accepted only if its partition is in the producer's
+/// transaction: verified (v11 and below, whose clients added it) or added by this write
+/// (v12+, transaction version 2).
 fn verify_transactional(
     broker: &Broker,
     txns: &Arc<TransactionCoordinator>,
@@ -208,29 +209,17 @@ fn verify_transactional(
     let Some(id) = transactional_id else {
         return Err(ResponseError::TransactionalIdAuthorizationFailed);
     };
-    use crate::coordinator::txn::state_log::{
-        coordinator_location, verify_remotely, CoordinatorLocation,
-    };
-    let produce_error = |e| crate::coordinator::txn::produce_error(e, version);
-    let (topic, index) = (partition.topic.as_str(), partition.index);
-    match coordinator_location(broker, id) {
-        CoordinatorLocation::Local => {}
-        CoordinatorLocation::Remote(coordinator) => {
-            return verify_remotely(
-                broker,
-                coordinator,
-                id,
-                h.producer_id,
-                h.producer_epoch,
-                partition,
-            )
-            .map_err(produce_error);
-        }
-        CoordinatorLocation::Unavailable => {
-            return Err(produce_error(ResponseError::CoordinatorNotAvailable))
-        }
-    }
-    txns.verify_partition_for_produce(id, h.producer_id, h.producer_epoch, topic, index, version)
+    use crate::coordinator::txn::state_log::{ensure_in_transaction, TxnCheck};
+    ensure_in_transaction(
+        broker,
+        txns,
+        id,
+        h.producer_id,
+        h.producer_epoch,
+        (partition.topic.as_str(), partition.index),
+        TxnCheck::for_produce(version),
+    )
+    .map_err(|e| crate::coordinator::txn::produce_error(e, version))
 }
 
 /// Produce: WRITE on the transactional id (if any), then WRITE on each topic.

@@ -27,9 +27,7 @@ use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
 use crate::api::offset_commit::topic_name;
 use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::Broker;
-use crate::coordinator::txn::state_log::{
-    coordinator_location, verify_remotely, CoordinatorLocation,
-};
+use crate::coordinator::txn::state_log::{ensure_in_transaction, TxnCheck};
 use crate::coordinator::txn::TransactionCoordinator;
 use crate::coordinator::{GroupCoordinator, OFFSETS_TOPIC};
 use crate::security::acl::Operation as Op;
@@ -88,13 +86,18 @@ pub async fn handle(
     if let Err(e) = groups.check_coordinator(&group) {
         return respond(vec![Some(e); total]);
     }
-    // Verification: the group's offsets partition must have been added (AddOffsetsToTxn).
+    // The group's offsets partition must be in the transaction: added by AddOffsetsToTxn
+    // (v4 and below), or by this commit (v5+, TV2 clients).
     let partition = offsets_partition(&broker, &group);
+    let check = TxnCheck::for_txn_offset_commit(version);
     let verified = {
         let (broker, txns, txn_id) = (broker.clone(), txns.clone(), txn_id.clone());
-        blocking(move || verify_offsets_partition(&broker, &txns, &txn_id, pid, epoch, partition))
-            .await
-            .unwrap_or(Err(ResponseError::UnknownServerError))
+        blocking(move || {
+            let tp = (OFFSETS_TOPIC, partition);
+            ensure_in_transaction(&broker, &txns, &txn_id, pid, epoch, tp, check)
+        })
+        .await
+        .unwrap_or(Err(ResponseError::UnknownServerError))
     };
     if let Err(e) = verified {
         tracing::debug!(group = %group, transactional_id = %txn_id, error = ?e, "transactional offset commit not verified");
@@ -151,47 +154,6 @@ pub async fn handle(
         }
         Ok(Err(e)) => respond(vec![Some(e); total]),
         Err(_) => respond(vec![Some(ResponseError::UnknownServerError); total]),
-    }
-}
-
-/// Whether the transaction coordinator of `transactional_id` has the group's offsets
-/// `partition` in the producer's transaction: asked in memory when this broker coordinates
-/// the id, else of the broker that does (not again once the transaction has written to the
-/// partition, as Kafka's `maybeStartTransactionVerification`). Blocking.
-fn verify_offsets_partition(
-    broker: &Broker,
-    txns: &TransactionCoordinator,
-    transactional_id: &str,
-    producer_id: i64,
-    producer_epoch: i16,
-    partition: i32,
-) -> Result<(), ResponseError> {
-    match coordinator_location(broker, transactional_id) {
-        CoordinatorLocation::Local => txns
-            .verify_partitions(
-                transactional_id,
-                producer_id,
-                producer_epoch,
-                &[(OFFSETS_TOPIC.to_string(), partition)],
-            )
-            .and_then(|v| match v.into_iter().next().flatten() {
-                None => Ok(()),
-                Some(e) => Err(e),
-            }),
-        CoordinatorLocation::Remote(coordinator) => {
-            let partition = broker
-                .partition(OFFSETS_TOPIC, partition)
-                .ok_or(ResponseError::NotCoordinator)?;
-            verify_remotely(
-                broker,
-                coordinator,
-                transactional_id,
-                producer_id,
-                producer_epoch,
-                &partition,
-            )
-        }
-        CoordinatorLocation::Unavailable => Err(ResponseError::CoordinatorNotAvailable),
     }
 }
 

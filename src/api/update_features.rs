@@ -1,15 +1,8 @@
-//! Feature versions (KIP-584): what Strata supports and what it has finalized, reported by
-//! ApiVersions (`kafka-features describe`, the clients' feature checks) and confirmed or
-//! refused by UpdateFeatures (`kafka-features upgrade / downgrade`).
-//!
-//! Strata's levels are fixed by its code: it serves the KIP-848 consumer group protocol
-//! (`group.version` 1) and transactions without KIP-890's per-transaction epoch bump
-//! (`transaction.version` 0, so Kafka 4 clients keep to the protocol Strata implements), and
-//! has no share or streams groups, no eligible leader replicas and a static metadata quorum.
-//! Each feature supports exactly the levels the code implements, so an update can only
-//! confirm a level in that range; anything else is refused as Kafka's controller refuses a
-//! level it lacks, with the same error and message. Kafka's `metadata.version` describes
-//! Kafka's own metadata log records, which Strata does not have; it is not listed.
+//! UpdateFeatures (`kafka-features upgrade / downgrade`) and ApiVersions' feature lists, over
+//! the levels in [`crate::features`]. An update is checked as Kafka's controller checks it,
+//! with the same errors and messages; one refused update fails the whole request.
+
+use std::collections::BTreeMap;
 
 use kafka_protocol::messages::api_versions_response::{FinalizedFeatureKey, SupportedFeatureKey};
 use kafka_protocol::messages::update_features_response::UpdatableFeatureResult;
@@ -20,60 +13,10 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::api::gate::{Gate, Who, CLUSTER_DENIED};
-use crate::api::{Api, Context, Outcome};
+use crate::api::{blocking, Api, Context, Outcome};
+use crate::features::{FinalizedLevels, FEATURES};
 use crate::security::acl::Operation as Op;
 use crate::services::Services;
-
-/// One feature: the levels this code supports and the level in force.
-struct Feature {
-    name: &'static str,
-    min: i16,
-    max: i16,
-    finalized: i16,
-}
-
-const FEATURES: &[Feature] = &[
-    Feature {
-        name: "eligible.leader.replicas.version",
-        min: 0,
-        max: 0,
-        finalized: 0,
-    },
-    Feature {
-        name: "group.version",
-        min: 1,
-        max: 1,
-        finalized: 1,
-    },
-    Feature {
-        name: "kraft.version",
-        min: 0,
-        max: 0,
-        finalized: 0,
-    },
-    Feature {
-        name: "share.version",
-        min: 0,
-        max: 0,
-        finalized: 0,
-    },
-    Feature {
-        name: "streams.version",
-        min: 0,
-        max: 0,
-        finalized: 0,
-    },
-    Feature {
-        name: "transaction.version",
-        min: 0,
-        max: 0,
-        finalized: 0,
-    },
-];
-
-/// The finalized levels never change while Strata runs, so their epoch is constant (a
-/// client keeps the features of the highest epoch it has seen; -1 would mean none).
-pub const FINALIZED_FEATURES_EPOCH: i64 = 0;
 
 /// ApiVersions' supported features. Below v4 a feature whose minimum is 0 is left out, as
 /// Kafka does for clients that cannot read a zero minimum (KIP-1022).
@@ -91,15 +34,16 @@ pub fn supported_features(api_versions_version: i16) -> Vec<SupportedFeatureKey>
 }
 
 /// ApiVersions' finalized features: those at a level above 0.
-pub fn finalized_features() -> Vec<FinalizedFeatureKey> {
+pub fn finalized_features(levels: &FinalizedLevels) -> Vec<FinalizedFeatureKey> {
     FEATURES
         .iter()
-        .filter(|f| f.finalized > 0)
-        .map(|f| {
+        .map(|f| (f.name, levels.level(f.name)))
+        .filter(|&(_, level)| level > 0)
+        .map(|(name, level)| {
             FinalizedFeatureKey::default()
-                .with_name(StrBytes::from_static_str(f.name))
-                .with_min_version_level(f.finalized)
-                .with_max_version_level(f.finalized)
+                .with_name(StrBytes::from_static_str(name))
+                .with_min_version_level(level)
+                .with_max_version_level(level)
         })
         .collect()
 }
@@ -110,11 +54,17 @@ const SAFE_DOWNGRADE: i8 = 2;
 const UNSAFE_DOWNGRADE: i8 = 3;
 
 /// Why one update cannot be applied, in the words of Kafka's `FeatureControlManager`.
-fn refusal(name: &str, level: i16, upgrade_type: i8, node_id: i32) -> Option<String> {
+fn refusal(
+    name: &str,
+    level: i16,
+    upgrade_type: i8,
+    current: &FinalizedLevels,
+    node_id: i32,
+) -> Option<String> {
     if !(UPGRADE..=UNSAFE_DOWNGRADE).contains(&upgrade_type) {
         return Some("The controller does not support the given upgrade type.".into());
     }
-    let Some(f) = FEATURES.iter().find(|f| f.name == name) else {
+    let Some(f) = crate::features::find(name) else {
         return Some(format!(
             "Local controller {node_id} does not support this feature."
         ));
@@ -125,20 +75,28 @@ fn refusal(name: &str, level: i16, upgrade_type: i8, node_id: i32) -> Option<Str
             f.min, f.max
         ));
     }
-    if level < f.finalized && upgrade_type == UPGRADE {
+    let finalized = current.level(name);
+    if level < finalized && upgrade_type == UPGRADE {
         return Some(
             "Can't downgrade the version of this feature without setting the upgrade type to \
              either safe or unsafe downgrade."
                 .into(),
         );
     }
-    if level > f.finalized && upgrade_type != UPGRADE {
+    if level > finalized && upgrade_type != UPGRADE {
         return Some("Can't upgrade to a newer version with a downgrade upgrade type.".into());
     }
     None
 }
 
-pub fn handle(req: UpdateFeaturesRequest, version: i16, node_id: i32) -> UpdateFeaturesResponse {
+/// The levels a request sets, or the answer refusing it.
+fn plan(
+    req: &UpdateFeaturesRequest,
+    version: i16,
+    current: &FinalizedLevels,
+    node_id: i32,
+) -> Result<BTreeMap<String, i16>, UpdateFeaturesResponse> {
+    let mut changes = BTreeMap::new();
     for u in &req.feature_updates {
         let upgrade_type = match version {
             0 if u.allow_downgrade => SAFE_DOWNGRADE,
@@ -146,19 +104,30 @@ pub fn handle(req: UpdateFeaturesRequest, version: i16, node_id: i32) -> UpdateF
             _ => u.upgrade_type,
         };
         let level = u.max_version_level;
-        if let Some(reason) = refusal(&u.feature, level, upgrade_type, node_id) {
+        if let Some(reason) = refusal(&u.feature, level, upgrade_type, current, node_id) {
             // One refused update fails them all, as in Kafka.
             let message = format!(
                 "The update failed for all features since the following feature had an error: \
                  Invalid update version {level} for feature {}. {reason}",
                 u.feature.as_str()
             );
-            return UpdateFeaturesResponse::default()
-                .with_error_code(ResponseError::InvalidUpdateVersion.code())
-                .with_error_message(Some(StrBytes::from_string(message)));
+            return Err(failure(ResponseError::InvalidUpdateVersion, message));
+        }
+        if level != current.level(&u.feature) {
+            changes.insert(u.feature.to_string(), level);
         }
     }
-    // Every level asked for is the one in force (validate-only or not): nothing changes.
+    Ok(changes)
+}
+
+fn failure(error: ResponseError, message: String) -> UpdateFeaturesResponse {
+    UpdateFeaturesResponse::default()
+        .with_error_code(error.code())
+        .with_error_message(Some(StrBytes::from_string(message)))
+}
+
+/// Success, with one NONE result per feature before v2 (v2 dropped them).
+fn success(req: &UpdateFeaturesRequest, version: i16) -> UpdateFeaturesResponse {
     let results = if version < 2 {
         req.feature_updates
             .iter()
@@ -200,7 +169,30 @@ impl Api for UpdateFeatures {
         r: UpdateFeaturesRequest,
         version: i16,
     ) -> Outcome {
-        Outcome::respond(handle(r, version, s.broker.config.node_id))
+        let broker = s.broker.clone();
+        let current = broker.features.get();
+        let changes = match plan(&r, version, &current, broker.config.node_id) {
+            Ok(changes) => changes,
+            Err(refused) => return Outcome::respond(refused),
+        };
+        if r.validate_only || changes.is_empty() {
+            return Outcome::respond(success(&r, version));
+        }
+        let applied = blocking(move || broker.set_feature_levels(&changes)).await;
+        match applied {
+            Ok(Ok(())) => Outcome::respond(success(&r, version)),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot store finalized feature levels");
+                Outcome::respond(failure(
+                    ResponseError::UnknownServerError,
+                    format!("cannot store the finalized feature levels: {e}"),
+                ))
+            }
+            Err(_) => Outcome::respond(failure(
+                ResponseError::UnknownServerError,
+                "the feature update did not complete".into(),
+            )),
+        }
     }
 }
 
@@ -210,8 +202,8 @@ mod tests {
 
     use super::*;
 
-    fn update(version: i16, updates: &[(&'static str, i16, i8)]) -> UpdateFeaturesResponse {
-        let req = UpdateFeaturesRequest::default().with_feature_updates(
+    fn request(updates: &[(&'static str, i16, i8)]) -> UpdateFeaturesRequest {
+        UpdateFeaturesRequest::default().with_feature_updates(
             updates
                 .iter()
                 .map(|&(name, level, upgrade_type)| {
@@ -222,8 +214,19 @@ mod tests {
                         .with_allow_downgrade(upgrade_type != UPGRADE)
                 })
                 .collect(),
-        );
-        handle(req, version, 1)
+        )
+    }
+
+    /// The answer to `updates` at the default levels, and the levels it would set.
+    fn update(
+        version: i16,
+        updates: &[(&'static str, i16, i8)],
+    ) -> (UpdateFeaturesResponse, BTreeMap<String, i16>) {
+        let req = request(updates);
+        match plan(&req, version, &FinalizedLevels::default(), 1) {
+            Ok(changes) => (success(&req, version), changes),
+            Err(refused) => (refused, BTreeMap::new()),
+        }
     }
 
     fn message(r: &UpdateFeaturesResponse) -> &str {
@@ -231,23 +234,51 @@ mod tests {
     }
 
     #[test]
-    fn confirming_the_levels_in_force_succeeds_at_every_version() {
+    fn confirming_the_levels_in_force_changes_nothing_at_every_version() {
         for version in 0..=2 {
-            let r = update(
+            let (r, changes) = update(
                 version,
-                &[("group.version", 1, UPGRADE), ("transaction.version", 0, 1)],
+                &[
+                    ("group.version", 1, UPGRADE),
+                    ("transaction.version", 2, UPGRADE),
+                ],
             );
             assert_eq!((r.error_code, r.error_message.as_deref()), (0, None));
             assert_eq!(r.results.len(), if version < 2 { 2 } else { 0 });
             assert!(r.results.iter().all(|x| x.error_code == 0));
+            assert!(changes.is_empty());
         }
+    }
+
+    #[test]
+    fn a_downgrade_needs_a_downgrade_type_and_is_planned() {
+        let (r, changes) = update(2, &[("transaction.version", 1, SAFE_DOWNGRADE)]);
+        assert_eq!(r.error_code, 0);
+        assert_eq!(changes, BTreeMap::from([("transaction.version".into(), 1)]));
+        // v0's allow_downgrade is a safe downgrade.
+        let (_, changes) = update(0, &[("transaction.version", 0, SAFE_DOWNGRADE)]);
+        assert_eq!(changes, BTreeMap::from([("transaction.version".into(), 0)]));
+        let (r, _) = update(2, &[("transaction.version", 1, UPGRADE)]);
+        assert!(message(&r).ends_with("Can't downgrade the version of this feature without setting the upgrade type to either safe or unsafe downgrade."), "{}", message(&r));
+        // From a downgraded level an upgrade is planned, a "downgrade" up is refused.
+        let current =
+            FinalizedLevels::default().with(&BTreeMap::from([("transaction.version".into(), 0)]));
+        let up = request(&[("transaction.version", 2, UPGRADE)]);
+        assert_eq!(
+            plan(&up, 2, &current, 1).ok(),
+            Some(BTreeMap::from([("transaction.version".into(), 2)]))
+        );
+        let wrong = request(&[("transaction.version", 2, SAFE_DOWNGRADE)]);
+        let r = plan(&wrong, 2, &current, 1).unwrap_err();
+        assert!(message(&r)
+            .ends_with("Can't upgrade to a newer version with a downgrade upgrade type."));
     }
 
     #[test]
     fn levels_strata_lacks_are_refused_with_kafkas_errors() {
         let refused = ResponseError::InvalidUpdateVersion.code();
         let cases: &[(&[(&str, i16, i8)], &str)] = &[
-            (&[("transaction.version", 2, UPGRADE)], "Invalid update version 2 for feature transaction.version. Local controller 1 only supports versions 0-0"),
+            (&[("transaction.version", 3, UPGRADE)], "Invalid update version 3 for feature transaction.version. Local controller 1 only supports versions 0-2"),
             (&[("group.version", 0, SAFE_DOWNGRADE)], "only supports versions 1-1"),
             (&[("foo.version", 1, UPGRADE)], "Local controller 1 does not support this feature."),
             (&[("group.version", 1, 0)], "does not support the given upgrade type"),
@@ -255,32 +286,39 @@ mod tests {
         ];
         for &(updates, expected) in cases {
             for version in 1..=2 {
-                let r = update(version, updates);
+                let (r, changes) = update(version, updates);
                 assert_eq!(r.error_code, refused, "{updates:?}");
                 assert!(message(&r).starts_with("The update failed for all features"));
                 assert!(message(&r).contains(expected), "{}", message(&r));
-                assert!(r.results.is_empty());
+                assert!(r.results.is_empty() && changes.is_empty());
             }
         }
     }
 
     #[test]
-    fn api_versions_lists_zero_minimum_features_from_v4_and_finalizes_the_consumer_protocol() {
+    fn api_versions_lists_zero_minimum_features_from_v4_and_finalizes_what_strata_implements() {
         let v3: Vec<_> = supported_features(3)
             .iter()
             .map(|f| f.name.to_string())
             .collect();
         assert_eq!(v3, ["group.version"]);
         assert_eq!(supported_features(4).len(), FEATURES.len());
-        let finalized = finalized_features();
-        assert_eq!(finalized.len(), 1);
-        assert_eq!(finalized[0].name.as_str(), "group.version");
+        let levels = |l: &FinalizedLevels| -> Vec<(String, i16, i16)> {
+            finalized_features(l)
+                .iter()
+                .map(|f| (f.name.to_string(), f.min_version_level, f.max_version_level))
+                .collect()
+        };
+        let defaults = FinalizedLevels::default();
         assert_eq!(
-            (
-                finalized[0].min_version_level,
-                finalized[0].max_version_level
-            ),
-            (1, 1)
+            levels(&defaults),
+            [
+                ("group.version".to_string(), 1, 1),
+                ("transaction.version".to_string(), 2, 2)
+            ]
         );
+        // A feature at level 0 is not finalized.
+        let off = defaults.with(&BTreeMap::from([("transaction.version".into(), 0)]));
+        assert_eq!(levels(&off), [("group.version".to_string(), 1, 1)]);
     }
 }

@@ -28,6 +28,9 @@ pub(super) struct MetadataFile {
     /// has not proposed to the quorum yet (see [`crate::controller::records`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(super) scram_pending: ScramStore,
+    /// The feature levels UpdateFeatures set (see [`crate::features`]).
+    #[serde(default)]
+    pub(super) features: crate::features::FinalizedLevels,
 }
 
 /// user -> mechanism name -> credential, as the broker keeps them.
@@ -124,6 +127,7 @@ pub fn write_restored_metadata(
         acls: existing.acls,
         client_quotas: existing.client_quotas,
         scram_pending: existing.scram_pending,
+        features: existing.features,
     };
     let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
     let path = dir.join(METADATA_FILE);
@@ -197,6 +201,7 @@ impl Broker {
             acls: self.authorizer.acls(),
             client_quotas: self.quotas.records(),
             scram_pending: self.pending_scram(),
+            features: self.features.get(),
         };
         let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
         let path = self.config.log_dirs[0].join(METADATA_FILE);

@@ -218,6 +218,8 @@ pub struct Broker {
     replication: replica_manager::ReplicaManager,
     /// Cluster mode: where catalog changes are proposed (set once at start-up).
     quorum: std::sync::OnceLock<Arc<dyn MetadataQuorum>>,
+    /// The finalized feature levels (in cluster mode a copy of the quorum's).
+    pub features: Arc<crate::features::Features>,
 }
 
 /// How a request names a topic: by name, or by id (the versions of KIP-516).
@@ -449,6 +451,7 @@ impl Broker {
             ),
             replication: replica_manager::ReplicaManager::new(peer_security),
             quorum: std::sync::OnceLock::new(),
+            features: Arc::new(crate::features::Features::new(meta.features.clone())),
             config,
         };
         let catalog = broker.load_topics(&meta, clean, &checkpoints)?;
@@ -619,6 +622,34 @@ impl Broker {
                 partitions: t.partitions.clone(),
             });
         }
+        self.save_metadata()
+    }
+
+    /// Sets finalized feature levels (UpdateFeatures): proposed to the quorum in cluster
+    /// mode (every broker applies them with [`Self::apply_feature_levels`]), else persisted
+    /// in the catalog file before they take effect. Blocking.
+    pub fn set_feature_levels(&self, changes: &BTreeMap<String, i16>) -> io::Result<()> {
+        if let Some(q) = self.quorum() {
+            return q.set_features(&self.features.get().with(changes));
+        }
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let before = self.features.get();
+        self.features.replace(before.with(changes));
+        self.save_metadata()
+            .inspect_err(|_| self.features.replace(before))
+    }
+
+    /// Applies the quorum's finalized feature levels and keeps a copy in the catalog file.
+    /// Blocking.
+    pub fn apply_feature_levels(&self, levels: crate::features::FinalizedLevels) -> io::Result<()> {
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        self.features.replace(levels);
         self.save_metadata()
     }
 

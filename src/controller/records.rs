@@ -93,6 +93,30 @@ pub fn quota(entity: &[EntityRecord], values: &BTreeMap<String, f64>) -> Command
     }
 }
 
+/// The key of the one record holding the finalized feature levels.
+pub const FEATURES_KEY: &str = "finalized";
+
+/// Replaces the finalized feature levels (all of them, with their epoch).
+pub fn features(levels: &crate::features::FinalizedLevels) -> Command {
+    Command::PutRecord {
+        kind: RecordKind::Features,
+        key: FEATURES_KEY.to_string(),
+        value: json(levels).into_bytes(),
+    }
+}
+
+/// The quorum's finalized feature levels: the defaults until UpdateFeatures set some, or
+/// when the record does not decode (written by a newer version; logged).
+pub fn decode_features(state: &MetadataState) -> crate::features::FinalizedLevels {
+    let Some(value) = state.record(RecordKind::Features, FEATURES_KEY) else {
+        return Default::default();
+    };
+    serde_json::from_slice(value).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "the finalized feature levels in the metadata do not decode; using the defaults");
+        Default::default()
+    })
+}
+
 /// Proposes `commands` in order and waits until this broker has synced the last. Blocking:
 /// call from the blocking pool.
 pub fn write(control: &Arc<ClusterControl>, commands: Vec<Command>) -> Result<(), ClusterError> {
@@ -179,6 +203,8 @@ impl SecurityRecords {
                                 out.quotas.push(QuotaRecord { entity, values });
                                 Ok(())
                             }),
+                        // Not among KINDS: applied on its own (see `decode_features`).
+                        RecordKind::Features => Ok(()),
                     };
                 if let Err(e) = decoded {
                     tracing::error!(?kind, %key, error = %e, "skipping a metadata record that does not decode");

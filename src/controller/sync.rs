@@ -36,6 +36,8 @@ struct Applied {
     security: Option<RawRecords>,
     /// Dynamic broker configs by resource name (`None` before the first sync).
     dynamic_configs: Option<BTreeMap<String, BTreeMap<String, String>>>,
+    /// The finalized feature levels (`None` before the first sync).
+    features: Option<crate::features::FinalizedLevels>,
 }
 
 /// Follows the metadata images until `cancel`.
@@ -166,6 +168,15 @@ fn sync_once(
         match broker.apply_security_records(SecurityRecords::decode(&security)) {
             Ok(()) => applied.security = Some(security),
             Err(e) => tracing::error!(error = %e, "applying ACLs, credentials and quotas failed"),
+        }
+    }
+
+    // 4b. Finalized feature levels.
+    let features = super::records::decode_features(state);
+    if applied.features.as_ref() != Some(&features) {
+        match broker.apply_feature_levels(features.clone()) {
+            Ok(()) => applied.features = Some(features),
+            Err(e) => tracing::error!(error = %e, "applying finalized feature levels failed"),
         }
     }
 

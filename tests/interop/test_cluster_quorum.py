@@ -8,6 +8,7 @@ import subprocess
 import time
 
 import java_apps
+import rawkafka
 import pytest
 
 from conftest import TARGET
@@ -65,3 +66,30 @@ def test_kafka_metadata_quorum_tool_describes_the_quorum_and_its_new_leader(clus
           f"{time.monotonic() - started:.1f}s after killing {leader}")
     assert int(found["LeaderEpoch"]) > epoch
     cluster[leader - 1].start()
+
+
+@pytest.mark.timeout(240)
+def test_a_feature_level_set_on_one_broker_reaches_every_broker_and_survives_a_restart(cluster):
+    from test_features import SAFE_DOWNGRADE, UPGRADE, update_features
+
+    def levels(b):
+        with rawkafka.Conn(b.bootstrap, timeout=10) as conn:
+            _, epoch, finalized = conn.features(4)
+        return finalized.get("transaction.version"), epoch
+
+    code, message, _ = update_features(cluster[1].bootstrap, 2,
+                                       [("transaction.version", 1, SAFE_DOWNGRADE)], False)
+    assert code == 0, message
+    wait_until("every broker applies transaction.version 1",
+               lambda: all(levels(b)[0] == (1, 1) for b in cluster))
+    epochs = {levels(b)[1] for b in cluster}
+    assert len(epochs) == 1 and epochs.pop() > 0
+    cluster[2].kill9()
+    cluster[2].start()
+    wait_until("the restarted broker keeps transaction.version 1",
+               lambda: levels(cluster[2])[0] == (1, 1))
+    code, message, _ = update_features(cluster[2].bootstrap, 2,
+                                       [("transaction.version", 2, UPGRADE)], False)
+    assert code == 0, message
+    wait_until("every broker applies transaction.version 2",
+               lambda: all(levels(b)[0] == (2, 2) for b in cluster))

@@ -1,8 +1,8 @@
 """Feature versions (KIP-584): ApiVersions' supported and finalized features, UpdateFeatures
 raw at v1 and v2, and Kafka's `kafka-features` tool. Every check holds on Strata and on
-Kafka 4.4: both finalize the consumer group protocol (group.version 1); the levels of other
-features differ (Strata finalizes no transaction version 2), so those are checked only for
-their shape."""
+Kafka 4.4: both finalize the consumer group protocol (group.version 1) and transaction
+version 2; the levels of other features differ, so those are checked only for their shape.
+Changing a level is tested in test_transaction_version.py."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def test_api_versions_reports_supported_and_finalized_features(broker):
         assert lo == hi and supported4[name][0] <= hi <= supported4[name][1], name
     assert finalized3 == finalized4 and epoch3 == epoch4 >= 0
     assert finalized4["group.version"] == (1, 1)
-    assert supported4["transaction.version"][0] == 0
+    assert finalized4["transaction.version"] == (2, 2)
+    assert supported4["transaction.version"] == (0, 2)
 
 
 @pytest.mark.parametrize("version", [1, 2])

@@ -63,7 +63,15 @@ impl TxnState {
             Empty => &[Empty, CompleteCommit, CompleteAbort],
             Ongoing => &[Ongoing, Empty, CompleteCommit, CompleteAbort],
             PrepareCommit => &[Ongoing],
-            PrepareAbort => &[Ongoing, PrepareEpochFence],
+            // TV2 aborts a transaction nothing was added to (its client may have sent a
+            // write that never reached the partition) to fence that write.
+            PrepareAbort => &[
+                Ongoing,
+                PrepareEpochFence,
+                Empty,
+                CompleteCommit,
+                CompleteAbort,
+            ],
             CompleteCommit => &[PrepareCommit],
             CompleteAbort => &[PrepareAbort],
             Dead => &[Empty, CompleteAbort, CompleteCommit],
@@ -281,11 +289,13 @@ impl TxnMetadata {
         )
     }
 
-    /// AddPartitionsToTxn / AddOffsetsToTxn: Ongoing with the partitions added; a new
-    /// transaction starts its clock.
+    /// AddPartitionsToTxn / AddOffsetsToTxn, or a TV2 write adding its partition implicitly:
+    /// Ongoing with the partitions added; a new transaction starts its clock. The transaction
+    /// takes the adding client's transaction version, as in Kafka.
     pub fn prepare_add_partitions(
         &self,
         added: impl IntoIterator<Item = (String, i32)>,
+        client_transaction_version: i16,
         now_ms: i64,
     ) -> Result<TxnMetadata, IllegalTransition> {
         let start = match self.state {
@@ -304,24 +314,32 @@ impl TxnMetadata {
             partitions,
             start,
             now_ms,
-            self.client_transaction_version,
+            client_transaction_version,
         )?;
         t.previous_producer_id = self.previous_producer_id;
         Ok(t)
     }
 
-    /// EndTxn: PrepareCommit or PrepareAbort. TV2 clients bump the epoch here.
+    /// EndTxn: PrepareCommit or PrepareAbort. TV2 clients bump the epoch here (never past
+    /// `i16::MAX`: an exhausted epoch moves to `next_producer_id` on completion). A TV2 abort
+    /// of a transaction no partition was added to starts its clock now.
     pub fn prepare_abort_or_commit(
         &self,
         state: TxnState,
         client_transaction_version: i16,
         next_producer_id: i64,
         now_ms: i64,
+        no_partition_added: bool,
     ) -> Result<TxnMetadata, IllegalTransition> {
         let (epoch, last) = if client_transaction_version >= 2 {
-            (self.producer_epoch + 1, self.producer_epoch)
+            (self.producer_epoch.saturating_add(1), self.producer_epoch)
         } else {
             (self.producer_epoch, self.last_producer_epoch)
+        };
+        let start_ms = if no_partition_added {
+            now_ms
+        } else {
+            self.start_ms
         };
         let mut t = self.transit(
             state,
@@ -331,7 +349,7 @@ impl TxnMetadata {
             last,
             self.timeout_ms,
             self.partitions.clone(),
-            self.start_ms,
+            start_ms,
             now_ms,
             client_transaction_version,
         )?;
@@ -400,23 +418,27 @@ mod tests {
     fn a_transaction_goes_through_kafkas_states() {
         let m = initialized();
         assert_eq!((m.state, m.producer_epoch), (TxnState::Empty, 0));
-        let m = m.prepare_add_partitions([("t".to_string(), 0)], 5).unwrap();
+        let m = m
+            .prepare_add_partitions([("t".to_string(), 0)], 0, 5)
+            .unwrap();
         assert_eq!((m.state, m.start_ms), (TxnState::Ongoing, 5));
-        let m = m.prepare_add_partitions([("t".to_string(), 1)], 9).unwrap();
+        let m = m
+            .prepare_add_partitions([("t".to_string(), 1)], 0, 9)
+            .unwrap();
         assert_eq!((m.partitions.len(), m.start_ms), (2, 5));
         let p = m
-            .prepare_abort_or_commit(TxnState::PrepareCommit, 0, NO_PRODUCER_ID, 10)
+            .prepare_abort_or_commit(TxnState::PrepareCommit, 0, NO_PRODUCER_ID, 10, false)
             .unwrap();
         assert_eq!((p.state, p.producer_epoch), (TxnState::PrepareCommit, 0));
         let c = p.prepare_complete(11).unwrap();
         assert_eq!(c.state, TxnState::CompleteCommit);
         assert!(c.partitions.is_empty());
-        // A committed transaction cannot be aborted; a new one can start.
+        // A committed transaction cannot be committed again; a new one can start.
         assert!(c
-            .prepare_abort_or_commit(TxnState::PrepareAbort, 0, NO_PRODUCER_ID, 12)
+            .prepare_abort_or_commit(TxnState::PrepareCommit, 0, NO_PRODUCER_ID, 12, false)
             .is_err());
         let n = c
-            .prepare_add_partitions([("t".to_string(), 0)], 20)
+            .prepare_add_partitions([("t".to_string(), 0)], 0, 20)
             .unwrap();
         assert_eq!(n.start_ms, 20);
     }
@@ -424,14 +446,29 @@ mod tests {
     #[test]
     fn tv2_bumps_the_epoch_at_every_end() {
         let m = initialized()
-            .prepare_add_partitions([("t".to_string(), 0)], 5)
+            .prepare_add_partitions([("t".to_string(), 0)], 0, 5)
             .unwrap();
         let p = m
-            .prepare_abort_or_commit(TxnState::PrepareAbort, 2, NO_PRODUCER_ID, 6)
+            .prepare_abort_or_commit(TxnState::PrepareAbort, 2, NO_PRODUCER_ID, 6, false)
             .unwrap();
         assert_eq!((p.producer_epoch, p.last_producer_epoch), (1, 0));
         let c = p.prepare_complete(7).unwrap();
         assert_eq!((c.state, c.producer_epoch), (TxnState::CompleteAbort, 1));
+        // An abort with nothing added bumps again and starts its clock at the abort.
+        let a = c
+            .prepare_abort_or_commit(TxnState::PrepareAbort, 2, NO_PRODUCER_ID, 8, true)
+            .unwrap();
+        assert_eq!((a.producer_epoch, a.start_ms), (2, 8));
+        // An exhausted epoch completes on the next producer id, at epoch 0.
+        let mut x = m.clone();
+        x.producer_epoch = i16::MAX - 1;
+        let p = x
+            .prepare_abort_or_commit(TxnState::PrepareCommit, 2, 77, 9, false)
+            .unwrap();
+        assert_eq!(p.producer_epoch, i16::MAX);
+        let c = p.prepare_complete(10).unwrap();
+        assert_eq!((c.producer_id, c.producer_epoch), (77, 0));
+        assert_eq!(c.previous_producer_id, 10);
     }
 
     #[test]
@@ -458,7 +495,7 @@ mod tests {
     #[test]
     fn fencing_an_ongoing_transaction_bumps_once_even_after_a_failed_fence() {
         let m = initialized()
-            .prepare_add_partitions([("t".to_string(), 0)], 5)
+            .prepare_add_partitions([("t".to_string(), 0)], 0, 5)
             .unwrap();
         let f = m.prepare_fence_epoch(false).unwrap();
         assert_eq!(

@@ -43,6 +43,7 @@ use metadata::{TxnMetadata, TxnState, NO_PRODUCER_ID};
 use super::ownership::{Ownership, Transition};
 use super::LogWriteError;
 use crate::clock::Clock;
+use crate::features::{Features, TRANSACTION_VERSION};
 
 pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
 
@@ -160,6 +161,10 @@ pub struct TransactionCoordinator {
     ownership: Arc<Ownership>,
     /// Transaction timeouts and transactional-id expiry are measured on it.
     clock: Clock,
+    /// The finalized feature levels: the coordinator's own ends (timeouts, fencing) follow
+    /// `transaction.version` (Kafka's `transactionVersionLevel`), bumping the epoch from 2
+    /// as a TV2 client's end does.
+    features: Arc<Features>,
 }
 
 fn illegal(e: metadata::IllegalTransition) -> ResponseError {
@@ -184,6 +189,55 @@ pub fn produce_error(e: ResponseError, produce_version: i16) -> ResponseError {
     }
 }
 
+/// How an EndTxn's producer id and epoch relate to the transaction (Kafka's checks in
+/// `endTransaction`). With TV2 the epoch is bumped at every end, so the same epoch in a
+/// completed state is a new transaction's end, and the epoch just below it is a retry.
+struct EndCheck {
+    valid_epoch: bool,
+    retry_on_overflow: bool,
+    is_retry: bool,
+}
+
+impl EndCheck {
+    fn of(
+        m: &TxnMetadata,
+        producer_id: i64,
+        producer_epoch: i16,
+        fence: bool,
+        from_client: bool,
+        v2: bool,
+    ) -> EndCheck {
+        let bump = v2 && !fence;
+        // The client retried an end that rotated an exhausted epoch to a new producer id.
+        let retry_on_overflow = bump
+            && m.previous_producer_id == producer_id
+            && producer_epoch == i16::MAX - 1
+            && m.producer_epoch == 0;
+        // The client retried an end whose bumped epoch is now the transaction's.
+        let retry_on_bump = bump && m.producer_epoch as i32 == producer_epoch as i32 + 1;
+        let same = producer_epoch == m.producer_epoch;
+        let valid_epoch = if bump {
+            match m.state {
+                TxnState::Ongoing
+                | TxnState::Empty
+                | TxnState::Dead
+                | TxnState::PrepareEpochFence => same,
+                TxnState::PrepareCommit | TxnState::PrepareAbort => retry_on_bump,
+                TxnState::CompleteCommit | TxnState::CompleteAbort => {
+                    retry_on_bump || retry_on_overflow || same
+                }
+            }
+        } else {
+            (!from_client || same) && producer_epoch >= m.producer_epoch
+        };
+        EndCheck {
+            valid_epoch,
+            retry_on_overflow,
+            is_retry: retry_on_bump || retry_on_overflow,
+        }
+    }
+}
+
 impl TransactionCoordinator {
     pub fn new(
         config: TxnConfig,
@@ -202,14 +256,21 @@ impl TransactionCoordinator {
     ) -> Self {
         TransactionCoordinator {
             txns: Mutex::new(HashMap::new()),
-            config,
             log,
             participants,
             last_abort_scan: Mutex::new(Instant::now()),
             last_expire_scan: Mutex::new(Instant::now()),
+            features: Arc::default(),
+            config,
             ownership,
             clock: Clock::System,
         }
+    }
+
+    /// The same coordinator following the broker's finalized feature levels.
+    pub fn with_features(mut self, features: Arc<Features>) -> Self {
+        self.features = features;
+        self
     }
 
     /// The same coordinator reading time from `clock` (tests move a manual one).
@@ -438,9 +499,11 @@ impl TransactionCoordinator {
         }
     }
 
-    /// Aborts a transaction whose epoch was just fenced (pending PrepareEpochFence).
+    /// Aborts a transaction whose epoch was just fenced (pending PrepareEpochFence), at the
+    /// finalized transaction version since no client asked (as Kafka does).
     fn fenced_abort(&self, id: &str, pid: i64, epoch: i16) -> Result<(i64, i16), ResponseError> {
-        let r = self.end_transaction(id, pid, epoch, false, false, 0);
+        let tv = self.features.level(TRANSACTION_VERSION);
+        let r = self.end_transaction(id, pid, epoch, false, false, tv);
         if r.is_err() {
             let mut txns = self.txns();
             if let Some(e) = txns.get_mut(id) {
@@ -459,13 +522,16 @@ impl TransactionCoordinator {
         })
     }
 
-    /// AddPartitionsToTxn (and AddOffsetsToTxn with the group's offsets partition). Blocking.
+    /// AddPartitionsToTxn (and AddOffsetsToTxn with the group's offsets partition), or a
+    /// TV2 client's write adding its partition implicitly (`client_tv` 2: AddPartitionsToTxn
+    /// v4+ from the partition's leader). Blocking.
     pub fn add_partitions(
         &self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         partitions: Vec<(String, i32)>,
+        client_tv: i16,
     ) -> Result<(), ResponseError> {
         if transactional_id.is_empty() {
             return Err(ResponseError::InvalidRequest);
@@ -490,7 +556,7 @@ impl TransactionCoordinator {
                 return Ok(());
             }
             let t = m
-                .prepare_add_partitions(partitions, self.clock.now_ms())
+                .prepare_add_partitions(partitions, client_tv, self.clock.now_ms())
                 .map_err(illegal)?;
             e.pending = Some(TxnState::Ongoing);
             t
@@ -531,55 +597,6 @@ impl TransactionCoordinator {
             .collect())
     }
 
-    /// The produce path's check that a transactional write was added to its transaction,
-    /// answered as Kafka answers a Produce v9/v10 request: INVALID_PRODUCER_EPOCH for a stale
-    /// epoch, INVALID_TXN_STATE when the partition was not added, INVALID_PRODUCER_ID_MAPPING
-    /// for an unknown id, NOT_ENOUGH_REPLICAS while the transaction is completing.
-    /// Use [`Self::verify_partition_for_produce`] to answer v11+ as Kafka does.
-    pub fn verify_partition(
-        &self,
-        transactional_id: &str,
-        producer_id: i64,
-        producer_epoch: i16,
-        topic: &str,
-        partition: i32,
-    ) -> Result<(), ResponseError> {
-        self.verify_partition_for_produce(
-            transactional_id,
-            producer_id,
-            producer_epoch,
-            topic,
-            partition,
-            10,
-        )
-    }
-
-    /// [`Self::verify_partition`] for a given Produce version (v11+ gets TRANSACTION_ABORTABLE
-    /// instead of INVALID_TXN_STATE).
-    pub fn verify_partition_for_produce(
-        &self,
-        transactional_id: &str,
-        producer_id: i64,
-        producer_epoch: i16,
-        topic: &str,
-        partition: i32,
-        produce_version: i16,
-    ) -> Result<(), ResponseError> {
-        let r = self.verify_partitions(
-            transactional_id,
-            producer_id,
-            producer_epoch,
-            &[(topic.to_string(), partition)],
-        );
-        match r {
-            Ok(v) => match v.into_iter().next().flatten() {
-                None => Ok(()),
-                Some(e) => Err(produce_error(e, produce_version)),
-            },
-            Err(e) => Err(produce_error(e, produce_version)),
-        }
-    }
-
     /// EndTxn from a client. `client_transaction_version` is 2 for EndTxn v5+ (KIP-890 part 2:
     /// the epoch is bumped at every end). Returns the producer id and epoch to answer with.
     /// Blocking: persists, writes the markers and completes the transaction before returning.
@@ -615,81 +632,61 @@ impl TransactionCoordinator {
         }
         self.check_coordinator(id)?;
         let now = self.clock.now_ms();
+        let v2 = client_tv >= 2;
         let (transit, is_fence) = {
             let mut txns = self.txns();
             let e = txns
                 .get_mut(id)
                 .ok_or(ResponseError::InvalidProducerIdMapping)?;
-            let fence_pending = e.pending == Some(TxnState::PrepareEpochFence);
+            let fence = e.pending == Some(TxnState::PrepareEpochFence);
             let m = &e.meta;
-            let v2 = !fence_pending && m.supports_epoch_bump();
-            let retry_on_overflow = v2
-                && m.previous_producer_id == producer_id
-                && producer_epoch == i16::MAX - 1
-                && m.producer_epoch == 0;
-            let retry_on_bump = v2 && m.producer_epoch as i32 == producer_epoch as i32 + 1;
-            let valid_epoch = if v2 {
-                match m.state {
-                    TxnState::Ongoing
-                    | TxnState::Empty
-                    | TxnState::Dead
-                    | TxnState::PrepareEpochFence => producer_epoch == m.producer_epoch,
-                    TxnState::PrepareCommit | TxnState::PrepareAbort => retry_on_bump,
-                    TxnState::CompleteCommit | TxnState::CompleteAbort => {
-                        retry_on_bump || retry_on_overflow
-                    }
-                }
-            } else {
-                (!from_client || producer_epoch == m.producer_epoch)
-                    && producer_epoch >= m.producer_epoch
-            };
-            if m.producer_id != producer_id && !retry_on_overflow {
+            let check = EndCheck::of(m, producer_id, producer_epoch, fence, from_client, v2);
+            if m.producer_id != producer_id && !check.retry_on_overflow {
                 return Err(ResponseError::InvalidProducerIdMapping);
             }
-            if !valid_epoch {
+            if !check.valid_epoch {
                 return Err(ResponseError::ProducerFenced);
             }
-            if e.pending.is_some() && !fence_pending {
+            if e.pending.is_some() && !fence {
                 return Err(ResponseError::ConcurrentTransactions);
             }
             let current = (m.producer_id, m.producer_epoch);
-            match (m.state, commit) {
-                (TxnState::Ongoing, _) => {
-                    let next = if commit {
-                        TxnState::PrepareCommit
-                    } else {
-                        TxnState::PrepareAbort
-                    };
-                    let next_pid = if client_tv >= 2 && !fence_pending && m.is_epoch_exhausted() {
-                        self.allocate()?
-                    } else {
-                        NO_PRODUCER_ID
-                    };
-                    let mut is_fence = false;
-                    if next == TxnState::PrepareAbort && fence_pending {
-                        is_fence = true;
-                        e.pending = None;
-                        e.meta.producer_epoch = producer_epoch;
-                        e.meta.last_producer_epoch = metadata::NO_PRODUCER_EPOCH;
-                    }
-                    let t = e
-                        .meta
-                        .prepare_abort_or_commit(next, client_tv, next_pid, now)
-                        .map_err(illegal)?;
-                    e.pending = Some(next);
-                    (t, is_fence)
-                }
-                (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => {
+            use TxnState::*;
+            // Kafka's table for TV2 (TV1 differs where noted): a retry of a completed end is
+            // answered with the epoch it got; a new abort bumps the epoch even when nothing
+            // was added, to fence a write that may still be on its way.
+            let no_partition_added = match (m.state, commit) {
+                (Ongoing, _) => false,
+                (CompleteCommit, true) | (CompleteAbort, false) if check.is_retry || !v2 => {
                     return Ok(current)
                 }
-                (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+                (CompleteAbort | CompleteCommit | Empty, false) if v2 && !check.is_retry => true,
+                (PrepareCommit, true) | (PrepareAbort, false) => {
                     return Err(ResponseError::ConcurrentTransactions)
                 }
-                (TxnState::Dead | TxnState::PrepareEpochFence, _) => {
-                    return Err(ResponseError::UnknownServerError)
-                }
+                (Dead | PrepareEpochFence, _) => return Err(ResponseError::UnknownServerError),
                 _ => return Err(ResponseError::InvalidTxnState),
+            };
+            let next = if commit { PrepareCommit } else { PrepareAbort };
+            let is_fence = next == PrepareAbort && fence;
+            if is_fence {
+                // The fence's bumped epoch becomes the transaction's; TV2 bumps once more
+                // for the abort itself.
+                e.pending = None;
+                e.meta.producer_epoch = producer_epoch;
+                e.meta.last_producer_epoch = metadata::NO_PRODUCER_EPOCH;
             }
+            let next_pid = if v2 && e.meta.is_epoch_exhausted() {
+                self.allocate()?
+            } else {
+                NO_PRODUCER_ID
+            };
+            let t = e
+                .meta
+                .prepare_abort_or_commit(next, client_tv, next_pid, now, no_partition_added)
+                .map_err(illegal)?;
+            e.pending = Some(next);
+            (t, is_fence)
         };
         let state = transit.state;
         if let Err(err) = self.persist(&transit) {
@@ -709,7 +706,13 @@ impl TransactionCoordinator {
                     e.pending = None;
                     e.failed_fence = false;
                     e.meta = transit;
-                    (e.meta.producer_id, e.meta.producer_epoch)
+                    // What the transaction completes with (Kafka answers with the completed
+                    // state): the bumped epoch, or the next producer id at epoch 0.
+                    if e.meta.next_producer_id != NO_PRODUCER_ID {
+                        (e.meta.next_producer_id, 0)
+                    } else {
+                        (e.meta.producer_id, e.meta.producer_epoch)
+                    }
                 }
                 None => return Err(ResponseError::NotCoordinator),
             }

@@ -68,7 +68,8 @@ impl TransactionCoordinator {
             Arc::new(log),
             Arc::new(BrokerParticipants::new(broker.clone(), groups)),
             Arc::new(Ownership::new(c.cluster.is_some())),
-        );
+        )
+        .with_features(broker.features.clone());
         let records = coordinator.load()?;
         tracing::info!(
             records,
@@ -342,23 +343,100 @@ pub fn coordinator_location(broker: &Broker, transactional_id: &str) -> Coordina
     }
 }
 
-/// KIP-890 verification of a transactional produce by the transaction coordinator on broker
-/// `coordinator` (Kafka's `AddPartitionsToTxnManager`: AddPartitionsToTxn v4, verify only).
-/// `Ok(())` when the partition is in the transaction, else the coordinator's error for it.
-/// As in Kafka, only a producer's first write of a transaction to the partition is verified:
-/// later ones continue a transaction the coordinator already vouched for. Blocking.
-pub fn verify_remotely(
+/// What a transactional write needs of its transaction coordinator before it is appended
+/// (Kafka's `TransactionSupportedOperation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnCheck {
+    /// The partition must already be in the transaction (KIP-890 part 1: TV1 clients add
+    /// their partitions with AddPartitionsToTxn before writing).
+    Verify,
+    /// The write adds its partition to the transaction (KIP-890 part 2: TV2 clients do not
+    /// send AddPartitionsToTxn or AddOffsetsToTxn).
+    Add,
+}
+
+impl TxnCheck {
+    /// For a Produce request of `version`: v12+ is sent only by TV2 clients.
+    pub fn for_produce(version: i16) -> TxnCheck {
+        if version > 11 {
+            TxnCheck::Add
+        } else {
+            TxnCheck::Verify
+        }
+    }
+
+    /// For a TxnOffsetCommit request of `version`: v5+ is sent only by TV2 clients.
+    pub fn for_txn_offset_commit(version: i16) -> TxnCheck {
+        if version > 4 {
+            TxnCheck::Add
+        } else {
+            TxnCheck::Verify
+        }
+    }
+}
+
+/// Makes sure the producer's transaction covers `partition` before a transactional write to
+/// it, as Kafka's `AddPartitionsToTxnManager` does: this broker's coordinator is asked
+/// directly (in memory to verify; an add is persisted), the coordinator on another broker
+/// with AddPartitionsToTxn (v4 verify-only, or v5 adding). As in Kafka, only a producer's
+/// first write of a transaction to the partition asks: later ones continue a transaction
+/// the coordinator already vouched for. Returns the coordinator's error. Blocking.
+pub fn ensure_in_transaction(
+    broker: &Broker,
+    txns: &TransactionCoordinator,
+    transactional_id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    (topic, index): (&str, i32),
+    check: TxnCheck,
+) -> Result<(), ResponseError> {
+    let ongoing = broker.partition(topic, index).is_some_and(|p| {
+        p.has_ongoing_transaction(crate::broker::ProducerId(producer_id), producer_epoch)
+    });
+    if ongoing {
+        return Ok(());
+    }
+    let tp = (topic.to_string(), index);
+    match (coordinator_location(broker, transactional_id), check) {
+        (CoordinatorLocation::Local, TxnCheck::Verify) => {
+            let found = txns.verify_partitions(
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                std::slice::from_ref(&tp),
+            )?;
+            match found.into_iter().next().flatten() {
+                None => Ok(()),
+                Some(e) => Err(e),
+            }
+        }
+        (CoordinatorLocation::Local, TxnCheck::Add) => {
+            txns.add_partitions(transactional_id, producer_id, producer_epoch, vec![tp], 2)
+        }
+        (CoordinatorLocation::Remote(coordinator), check) => ask_remote_coordinator(
+            broker,
+            coordinator,
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            tp,
+            check,
+        ),
+        (CoordinatorLocation::Unavailable, _) => Err(ResponseError::CoordinatorNotAvailable),
+    }
+}
+
+/// AddPartitionsToTxn for one partition to the transaction coordinator on broker
+/// `coordinator`, as Kafka's brokers send it. Blocking.
+fn ask_remote_coordinator(
     broker: &Broker,
     coordinator: i32,
     transactional_id: &str,
     producer_id: i64,
     producer_epoch: i16,
-    partition: &Partition,
+    (topic, partition): (String, i32),
+    check: TxnCheck,
 ) -> Result<(), ResponseError> {
-    if partition.has_ongoing_transaction(crate::broker::ProducerId(producer_id), producer_epoch) {
-        return Ok(());
-    }
-    let (topic, partition) = (partition.topic.as_str(), partition.index);
     use kafka_protocol::messages::add_partitions_to_txn_request::{
         AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
     };
@@ -372,19 +450,24 @@ pub fn verify_remotely(
             )))
             .with_producer_id(ProducerId(producer_id))
             .with_producer_epoch(producer_epoch)
-            .with_verify_only(true)
+            .with_verify_only(check == TxnCheck::Verify)
             .with_topics(vec![AddPartitionsToTxnTopic::default()
-                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_name(TopicName(StrBytes::from_string(topic)))
                 .with_partitions(vec![partition])]),
     ]);
-    let response = call_broker(broker, (&host, port), "txn-verifier", 4, &request).map_err(|e| {
-        if e.is_authentication() {
-            tracing::error!(coordinator, transactional_id, error = %e, "cannot authenticate to the transaction coordinator to verify a produce: check the inter-broker listener's TLS and SASL settings");
-        } else {
-            tracing::debug!(coordinator, transactional_id, error = %e, "cannot verify a transactional produce");
-        }
-        ResponseError::NetworkException
-    })?;
+    let version = match check {
+        TxnCheck::Verify => 4,
+        TxnCheck::Add => 5,
+    };
+    let response = call_broker(broker, (&host, port), "txn-verifier", version, &request)
+        .map_err(|e| {
+            if e.is_authentication() {
+                tracing::error!(coordinator, transactional_id, error = %e, "cannot authenticate to the transaction coordinator to check a transactional write: check the inter-broker listener's TLS and SASL settings");
+            } else {
+                tracing::debug!(coordinator, transactional_id, error = %e, "cannot check a transactional write with its coordinator");
+            }
+            ResponseError::NetworkException
+        })?;
     if let Some(e) = ResponseError::try_from_code(response.error_code) {
         return Err(e);
     }

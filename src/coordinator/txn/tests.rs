@@ -3,8 +3,11 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
+use std::collections::BTreeMap;
+
 use super::*;
 use crate::clock::Clock;
+use crate::features::FinalizedLevels;
 
 #[derive(Default)]
 struct MemoryLog {
@@ -81,8 +84,34 @@ fn config() -> TxnConfig {
     }
 }
 
+/// The produce path's verification of a write to `(topic, partition)`, answered as Kafka
+/// answers a Produce request of `version`.
+fn produce_check(
+    c: &TransactionCoordinator,
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    (topic, partition): (&str, i32),
+    version: i16,
+) -> Result<(), ResponseError> {
+    let found = c.verify_partitions(id, pid, epoch, &[tp(topic, partition)]);
+    match found.map(|v| v.into_iter().next().flatten()) {
+        Ok(None) => Ok(()),
+        Ok(Some(e)) | Err(e) => Err(super::produce_error(e, version)),
+    }
+}
+
+/// Features with `transaction.version` finalized at `level`.
+fn transaction_version(level: i16) -> Arc<Features> {
+    let changes = BTreeMap::from([(TRANSACTION_VERSION.to_string(), level)]);
+    Arc::new(Features::new(FinalizedLevels::default().with(&changes)))
+}
+
+/// A coordinator whose own ends (timeouts, fencing) keep the epoch as TV1 does; the TV2
+/// tests say so where they differ.
 fn coordinator(log: &Arc<MemoryLog>, parts: &Arc<FakeParticipants>) -> TransactionCoordinator {
-    let c = TransactionCoordinator::new(config(), log.clone(), parts.clone());
+    let c = TransactionCoordinator::new(config(), log.clone(), parts.clone())
+        .with_features(transaction_version(0));
     c.load().unwrap();
     c
 }
@@ -101,7 +130,7 @@ fn init_add_commit_writes_markers_and_completes() {
     let c = coordinator(&log, &parts);
     let (pid, epoch) = c.init_producer_id("tx", 60_000, None).unwrap();
     assert_eq!((pid, epoch), (100, 0));
-    c.add_partitions("tx", pid, epoch, vec![tp("a", 0), tp("b", 1)])
+    c.add_partitions("tx", pid, epoch, vec![tp("a", 0), tp("b", 1)], 0)
         .unwrap();
     assert_eq!(state(&c, "tx"), "Ongoing");
     assert_eq!(
@@ -141,7 +170,7 @@ fn a_new_producer_fences_the_old_one_with_kafkas_errors() {
     let (pid2, e1) = c.init_producer_id("tx", 60_000, None).unwrap();
     assert_eq!((pid2, e1), (pid, e0 + 1));
     assert_eq!(
-        c.add_partitions("tx", pid, e0, vec![tp("a", 0)]),
+        c.add_partitions("tx", pid, e0, vec![tp("a", 0)], 0),
         Err(ResponseError::ProducerFenced)
     );
     assert_eq!(
@@ -149,30 +178,31 @@ fn a_new_producer_fences_the_old_one_with_kafkas_errors() {
         Err(ResponseError::ProducerFenced)
     );
     assert_eq!(
-        c.add_partitions("tx", pid + 1, e1, vec![tp("a", 0)]),
+        c.add_partitions("tx", pid + 1, e1, vec![tp("a", 0)], 0),
         Err(ResponseError::InvalidProducerIdMapping)
     );
     assert_eq!(
-        c.add_partitions("nope", pid, e1, vec![tp("a", 0)]),
+        c.add_partitions("nope", pid, e1, vec![tp("a", 0)], 0),
         Err(ResponseError::InvalidProducerIdMapping)
     );
     // The produce path's verification, as Kafka answers Produce v9/v10 and v11+.
-    c.add_partitions("tx", pid, e1, vec![tp("a", 0)]).unwrap();
-    assert_eq!(c.verify_partition("tx", pid, e1, "a", 0), Ok(()));
+    c.add_partitions("tx", pid, e1, vec![tp("a", 0)], 0)
+        .unwrap();
+    assert_eq!(produce_check(&c, "tx", pid, e1, ("a", 0), 10), Ok(()));
     assert_eq!(
-        c.verify_partition("tx", pid, e0, "a", 0),
+        produce_check(&c, "tx", pid, e0, ("a", 0), 10),
         Err(ResponseError::InvalidProducerEpoch)
     );
     assert_eq!(
-        c.verify_partition("tx", pid, e1, "a", 1),
+        produce_check(&c, "tx", pid, e1, ("a", 1), 10),
         Err(ResponseError::InvalidTxnState)
     );
     assert_eq!(
-        c.verify_partition_for_produce("tx", pid, e1, "a", 1, 11),
+        produce_check(&c, "tx", pid, e1, ("a", 1), 11),
         Err(ResponseError::TransactionAbortable)
     );
     assert_eq!(
-        c.verify_partition("other", pid, e1, "a", 0),
+        produce_check(&c, "other", pid, e1, ("a", 0), 10),
         Err(ResponseError::InvalidProducerIdMapping)
     );
 }
@@ -182,7 +212,8 @@ fn reinit_during_a_transaction_aborts_it_first() {
     let (log, parts) = (Arc::default(), Arc::default());
     let c = coordinator(&log, &parts);
     let (pid, e0) = c.init_producer_id("tx", 60_000, None).unwrap();
-    c.add_partitions("tx", pid, e0, vec![tp("a", 0)]).unwrap();
+    c.add_partitions("tx", pid, e0, vec![tp("a", 0)], 0)
+        .unwrap();
     assert_eq!(
         c.init_producer_id("tx", 60_000, None),
         Err(ResponseError::ConcurrentTransactions)
@@ -230,8 +261,9 @@ fn kip360_and_epoch_exhaustion() {
 fn timeouts_are_validated_and_enforced() {
     let (log, parts): (Arc<MemoryLog>, Arc<FakeParticipants>) = (Arc::default(), Arc::default());
     let clock = Clock::manual(1_700_000_000_000);
-    let c =
-        TransactionCoordinator::new(config(), log.clone(), parts.clone()).with_clock(clock.clone());
+    let c = TransactionCoordinator::new(config(), log.clone(), parts.clone())
+        .with_clock(clock.clone())
+        .with_features(transaction_version(0));
     c.load().unwrap();
     assert_eq!(
         c.init_producer_id("tx", 900_001, None),
@@ -242,7 +274,8 @@ fn timeouts_are_validated_and_enforced() {
         Err(ResponseError::InvalidTransactionTimeout)
     );
     let (pid, e0) = c.init_producer_id("tx", 1, None).unwrap();
-    c.add_partitions("tx", pid, e0, vec![tp("a", 0)]).unwrap();
+    c.add_partitions("tx", pid, e0, vec![tp("a", 0)], 0)
+        .unwrap();
     // Past the transaction's 1 ms timeout.
     clock.advance_ms(5);
     c.tick();
@@ -250,7 +283,7 @@ fn timeouts_are_validated_and_enforced() {
     assert_eq!((d.state, d.producer_epoch), ("CompleteAbort", e0 + 1));
     // The timed-out producer is fenced.
     assert_eq!(
-        c.add_partitions("tx", pid, e0, vec![tp("a", 0)]),
+        c.add_partitions("tx", pid, e0, vec![tp("a", 0)], 0),
         Err(ResponseError::ProducerFenced)
     );
 }
@@ -261,16 +294,17 @@ fn a_restart_finishes_prepared_transactions_and_keeps_open_ones() {
     let parts: Arc<FakeParticipants> = Arc::default();
     let c = coordinator(&log, &parts);
     let (pid, e) = c.init_producer_id("done", 60_000, None).unwrap();
-    c.add_partitions("done", pid, e, vec![tp("a", 0)]).unwrap();
+    c.add_partitions("done", pid, e, vec![tp("a", 0)], 0)
+        .unwrap();
     let (pid2, e2) = c.init_producer_id("open", 60_000, None).unwrap();
-    c.add_partitions("open", pid2, e2, vec![tp("a", 1)])
+    c.add_partitions("open", pid2, e2, vec![tp("a", 1)], 0)
         .unwrap();
     // Markers fail: the commit is durable (PrepareCommit) but not complete.
     parts.fail_markers.store(true, Ordering::SeqCst);
     assert_eq!(c.end_txn("done", pid, e, true, 0).unwrap(), (pid, e));
     assert_eq!(state(&c, "done"), "PrepareCommit");
     assert_eq!(
-        c.add_partitions("done", pid, e, vec![tp("a", 0)]),
+        c.add_partitions("done", pid, e, vec![tp("a", 0)], 0),
         Err(ResponseError::ConcurrentTransactions)
     );
     parts.fail_markers.store(false, Ordering::SeqCst);
@@ -298,12 +332,12 @@ fn a_failed_append_leaves_the_state_unchanged_and_retryable() {
     let (pid, e) = c.init_producer_id("tx", 60_000, None).unwrap();
     log.fail.store(true, Ordering::SeqCst);
     assert_eq!(
-        c.add_partitions("tx", pid, e, vec![tp("a", 0)]),
+        c.add_partitions("tx", pid, e, vec![tp("a", 0)], 0),
         Err(ResponseError::CoordinatorNotAvailable)
     );
     assert_eq!(state(&c, "tx"), "Empty");
     log.fail.store(false, Ordering::SeqCst);
-    c.add_partitions("tx", pid, e, vec![tp("a", 0), tp("gone", 0)])
+    c.add_partitions("tx", pid, e, vec![tp("a", 0), tp("gone", 0)], 0)
         .unwrap();
     c.end_txn("tx", pid, e, false, 0).unwrap();
     assert_eq!(state(&c, "tx"), "CompleteAbort");
@@ -314,12 +348,12 @@ fn tv2_clients_get_a_new_epoch_from_every_end_txn() {
     let (log, parts) = (Arc::default(), Arc::default());
     let c = coordinator(&log, &parts);
     let (pid, e) = c.init_producer_id("tx", 60_000, None).unwrap();
-    c.add_partitions("tx", pid, e, vec![tp("a", 0)]).unwrap();
+    c.add_partitions("tx", pid, e, vec![tp("a", 0)], 0).unwrap();
     assert_eq!(c.end_txn("tx", pid, e, true, 2).unwrap(), (pid, e + 1));
     // The marker is written with the bumped epoch; a retry with the old epoch succeeds.
     assert_eq!(parts.markers.lock().unwrap()[0].3, e + 1);
     assert_eq!(c.end_txn("tx", pid, e, true, 2).unwrap(), (pid, e + 1));
-    c.add_partitions("tx", pid, e + 1, vec![tp("a", 0)])
+    c.add_partitions("tx", pid, e + 1, vec![tp("a", 0)], 0)
         .unwrap();
     assert_eq!(c.end_txn("tx", pid, e + 1, false, 2).unwrap(), (pid, e + 2));
 }
@@ -330,7 +364,7 @@ fn list_and_describe_filter_like_kafka() {
     let c = coordinator(&log, &parts);
     let (pa, ea) = c.init_producer_id("a", 60_000, None).unwrap();
     c.init_producer_id("b", 60_000, None).unwrap();
-    c.add_partitions("a", pa, ea, vec![tp("t", 0)]).unwrap();
+    c.add_partitions("a", pa, ea, vec![tp("t", 0)], 0).unwrap();
     let (all, unknown) = c.list(&[], &[], -1, None);
     assert_eq!(all.len(), 2);
     assert!(unknown.is_empty());
@@ -382,7 +416,7 @@ fn a_moved_partition_is_refused_then_reloaded_with_its_prepared_transaction_fini
     let parts: Arc<FakeParticipants> = Arc::default();
     let c = coordinator(&log, &parts);
     let (pid, e) = c.init_producer_id("tx", 60_000, None).unwrap();
-    c.add_partitions("tx", pid, e, vec![tp("a", 0)]).unwrap();
+    c.add_partitions("tx", pid, e, vec![tp("a", 0)], 0).unwrap();
     // The markers cannot be written: the transaction stays PrepareCommit.
     parts.fail_markers.store(true, Ordering::SeqCst);
     assert_eq!(c.end_txn("tx", pid, e, true, 0), Ok((pid, e)));
@@ -414,4 +448,100 @@ fn a_moved_partition_is_refused_then_reloaded_with_its_prepared_transaction_fini
     c.tick();
     assert_eq!(state(&c, "tx"), "CompleteCommit");
     assert_eq!(parts.markers.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn tv2_writes_add_their_partitions_and_every_end_bumps_the_epoch() {
+    let log: Arc<MemoryLog> = Arc::default();
+    let parts: Arc<FakeParticipants> = Arc::default();
+    let c = coordinator(&log, &parts);
+    let (pid, e) = c.init_producer_id("tx", 60_000, None).unwrap();
+    // A TV2 write adds its partition; the commit bumps the epoch and its markers carry it.
+    c.add_partitions("tx", pid, e, vec![tp("a", 0)], 2).unwrap();
+    assert_eq!(c.end_txn("tx", pid, e, true, 2), Ok((pid, e + 1)));
+    assert_eq!(
+        parts.markers.lock().unwrap().last().unwrap(),
+        &("a".to_string(), 0, pid, e + 1, 3, true)
+    );
+    // A retry with the old epoch gets the same answer; committing again at the new epoch
+    // (nothing added) is refused; the old epoch cannot start anything.
+    assert_eq!(c.end_txn("tx", pid, e, true, 2), Ok((pid, e + 1)));
+    assert_eq!(
+        c.end_txn("tx", pid, e + 1, true, 2),
+        Err(ResponseError::InvalidTxnState)
+    );
+    assert_eq!(
+        c.add_partitions("tx", pid, e, vec![tp("a", 0)], 2),
+        Err(ResponseError::ProducerFenced)
+    );
+    // An abort with nothing added still bumps the epoch (it fences a write on its way) and
+    // writes no marker; its retry is answered, a commit retry of it is refused.
+    let markers = parts.markers.lock().unwrap().len();
+    assert_eq!(c.end_txn("tx", pid, e + 1, false, 2), Ok((pid, e + 2)));
+    assert_eq!(parts.markers.lock().unwrap().len(), markers);
+    assert_eq!(state(&c, "tx"), "CompleteAbort");
+    assert_eq!(c.end_txn("tx", pid, e + 1, false, 2), Ok((pid, e + 2)));
+    assert_eq!(
+        c.end_txn("tx", pid, e + 1, true, 2),
+        Err(ResponseError::InvalidTxnState)
+    );
+    // A TV1 end on the same id keeps the epoch.
+    c.add_partitions("tx", pid, e + 2, vec![tp("a", 0)], 0)
+        .unwrap();
+    assert_eq!(c.end_txn("tx", pid, e + 2, true, 0), Ok((pid, e + 2)));
+}
+
+#[test]
+fn tv2_end_with_an_exhausted_epoch_moves_to_a_new_producer_id() {
+    let log: Arc<MemoryLog> = Arc::default();
+    let parts: Arc<FakeParticipants> = Arc::default();
+    let c = coordinator(&log, &parts);
+    let (pid, _) = c.init_producer_id("tx", 60_000, None).unwrap();
+    let e = i16::MAX - 1;
+    c.txns().get_mut("tx").unwrap().meta.producer_epoch = e;
+    c.add_partitions("tx", pid, e, vec![tp("a", 0)], 2).unwrap();
+    let (next, epoch) = c.end_txn("tx", pid, e, true, 2).unwrap();
+    assert_ne!(next, pid);
+    assert_eq!(epoch, 0);
+    // The markers close the transaction under the old id, at the highest epoch.
+    assert_eq!(
+        parts.markers.lock().unwrap().last().unwrap(),
+        &("a".to_string(), 0, pid, i16::MAX, 3, true)
+    );
+    // A retry of that end, by the old id and epoch, gets the new id.
+    assert_eq!(c.end_txn("tx", pid, e, true, 2), Ok((next, 0)));
+    c.add_partitions("tx", next, 0, vec![tp("a", 0)], 2)
+        .unwrap();
+    // The rotation is durable.
+    let c2 = coordinator(&log, &parts);
+    assert_eq!(c2.describe("tx").unwrap().producer_id, next);
+}
+
+#[test]
+fn with_tv2_finalized_a_timed_out_transaction_fences_its_producer() {
+    let (log, parts): (Arc<MemoryLog>, Arc<FakeParticipants>) = (Arc::default(), Arc::default());
+    let clock = Clock::manual(1_700_000_000_000);
+    let c =
+        TransactionCoordinator::new(config(), log.clone(), parts.clone()).with_clock(clock.clone());
+    c.load().unwrap();
+    let (pid, e) = c.init_producer_id("tx", 1, None).unwrap();
+    c.add_partitions("tx", pid, e, vec![tp("a", 0)], 2).unwrap();
+    clock.advance_ms(5);
+    c.tick();
+    // Fenced, then bumped once more by the abort, as Kafka does with TV2: the producer's own
+    // abort is not mistaken for a retry of it.
+    let d = c.describe("tx").unwrap();
+    assert_eq!((d.state, d.producer_epoch), ("CompleteAbort", e + 2));
+    assert_eq!(
+        parts.markers.lock().unwrap().last().unwrap(),
+        &("a".to_string(), 0, pid, e + 2, 3, false)
+    );
+    assert_eq!(
+        c.end_txn("tx", pid, e, false, 2),
+        Err(ResponseError::ProducerFenced)
+    );
+    assert_eq!(
+        c.end_txn("tx", pid, e, true, 2),
+        Err(ResponseError::ProducerFenced)
+    );
 }
