@@ -1,6 +1,6 @@
 //! `strata export`: a topic's records as Parquet files for bulk loads. Plans every partition
-//! (remote manifest + sealed local segments), exports them `--parallelism` at a time, prints
-//! progress to stderr and a summary to stdout. The export itself (planning, conversion,
+//! (remote manifest + local segments, the active one included), exports them `--parallelism`
+//! at a time, prints progress to stderr and a summary to stdout. The export itself (planning, conversion,
 //! checkpoints) is `strata_tiering::export`; this file finds the partitions and runs them.
 
 use std::collections::{BTreeSet, HashMap};
@@ -36,7 +36,8 @@ pub(super) struct ExportArgs {
     /// like 2026-01-02T03:04:05Z, a date, or epoch ms).
     #[arg(long)]
     from_time: Option<String>,
-    /// Stop before this offset (exclusive; default: the end of the sealed segments).
+    /// Stop before this offset (exclusive; default: the last stable offset the log dir shows,
+    /// active segment included: below the high watermark checkpoint and any open transaction).
     #[arg(long, conflicts_with = "to_time")]
     to_offset: Option<i64>,
     /// Stop at each partition's first record with a timestamp after this.
@@ -116,6 +117,17 @@ async fn export(config: BrokerConfig, args: ExportArgs) -> anyhow::Result<()> {
         &shared.target,
         args.value_schema.is_some(),
     );
+    let held_back: Vec<&PartitionSummary> = summaries
+        .iter()
+        .filter(|s| s.stopped_by.is_some() && s.end_offset < s.log_end)
+        .collect();
+    if failures.is_empty() && summaries.iter().all(|s| s.records == 0) && !held_back.is_empty() {
+        anyhow::bail!(
+            "nothing exported: the records of {} partition(s) are not exportable yet (see \
+             above); re-run once they are",
+            held_back.len()
+        );
+    }
     if !failures.is_empty() {
         anyhow::bail!(
             "{} partition(s) failed (re-run to resume from their checkpoints):\n{}",
@@ -434,6 +446,21 @@ impl ProgressDisplay {
     }
 }
 
+/// What a partition's line says about the records after its export's end.
+fn left_out(s: &PartitionSummary) -> String {
+    if s.end_offset >= s.log_end {
+        return String::new();
+    }
+    let why = match s.stopped_by {
+        Some(bound) => bound.to_string(),
+        None => "past the requested end".to_string(),
+    };
+    format!(
+        "; offsets {}..{} not exported: {why}",
+        s.end_offset, s.log_end
+    )
+}
+
 /// One line per partition and the totals on stdout.
 fn print_summary(
     summaries: &[PartitionSummary],
@@ -457,14 +484,15 @@ fn print_summary(
             String::new()
         };
         println!(
-            "{}-{}: offsets {}..{} -> {} records in {} file(s), {} bytes{decoded}",
+            "{}-{}: offsets {}..{} -> {} records in {} file(s), {} bytes{decoded}{}",
             s.topic,
             s.partition,
             s.start_offset,
             s.end_offset,
             s.records,
             s.files.len(),
-            s.bytes_out
+            s.bytes_out,
+            left_out(s)
         );
     }
     println!(

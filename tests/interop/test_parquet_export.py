@@ -747,3 +747,54 @@ def test_continuous_export_backfills_remote_data_and_follows_new_uploads(
     late = {(d.partition, d.offset): d.value for d in more}
     got_late = {(r[0], r[1]): r[3] for r in rows if (r[0], r[1]) in late}
     assert got_late == late
+
+
+def test_records_only_in_the_active_segment_are_exported_and_an_open_transaction_holds_back_the_rest(
+        broker_factory, topic_name, tmp_path):
+    """Nothing sealed: every record is in the active segment, and all of it is exported.
+    A transaction left open stops the next run at its first record; with nothing exportable
+    the command says why and fails; once it commits, a re-run exports the rest."""
+    b = broker_factory(props={"log.flush.offset.checkpoint.interval.ms": "200"})
+    create_topic(b.bootstrap, topic_name, partitions=1)
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 20, **QUIET})
+    for i in range(20_000):
+        p.produce(topic_name, key=b"k%d" % i, value=b"v%d" % i, partition=0)
+        if i % 1000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+    wait_for_high_watermark_checkpoint(b, topic_name, [0])
+    out = tmp_path / "export"
+    r = run_export(b, topic_name, str(out))
+    assert "exported 20000 records" in r.stdout, r.stdout
+    con = duckdb.connect()
+    glob = str(out / "topic=*" / "partition=*" / "*.parquet")
+    n, lo, hi, distinct = con.sql(
+        f"SELECT count(*), min(\"offset\"), max(\"offset\"), count(DISTINCT \"offset\") "
+        f"FROM read_parquet('{glob}')").fetchall()[0]
+    assert (n, lo, hi, distinct) == (20_000, 0, 19_999, 20_000)
+    (v,) = con.sql(f"SELECT value FROM read_parquet('{glob}') WHERE \"offset\" = 12345").fetchall()[0]
+    assert v == b"v12345"
+
+    txn = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": topic_name + "-tx",
+                    **QUIET})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    for i in range(5):
+        txn.produce(topic_name, value=b"t%d" % i, partition=0)
+    assert txn.flush(30) == 0
+    for i in range(10):
+        p.produce(topic_name, value=b"after%d" % i, partition=0)
+    assert p.flush(30) == 0
+    wait_for_high_watermark_checkpoint(b, topic_name, [0])
+    r = run_export(b, topic_name, str(out), check=False)
+    assert r.returncode != 0, r.stdout
+    assert "offsets 20000..20015 not exported: in a transaction still open" in r.stdout, r.stdout
+    assert "nothing exported" in r.stderr, r.stderr
+
+    txn.commit_transaction(30)
+    wait_for_high_watermark_checkpoint(b, topic_name, [0])
+    r = run_export(b, topic_name, str(out))
+    assert "exported 15 records" in r.stdout, r.stdout
+    (n, distinct) = con.sql(
+        f"SELECT count(*), count(DISTINCT \"offset\") FROM read_parquet('{glob}')").fetchall()[0]
+    assert n == distinct == 20_015

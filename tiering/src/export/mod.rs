@@ -51,7 +51,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use continuous::{ContinuousExporter, ExportJob};
 pub use convert::{AbortedTxn, AbortedTxns, ConvertOptions, ParquetFileWriter, RecordFilter};
-pub use plan::{plan_partition, read_high_watermark, PartitionPlan, PlanInput, Source};
+pub use plan::{plan_partition, read_high_watermark, Bound, PartitionPlan, PlanInput, Source};
 pub use target::{Checkpoint, Target};
 pub use value_schema::{ValueSchema, ValueSchemaError};
 
@@ -161,6 +161,10 @@ pub struct PartitionSummary {
     /// With a value schema: exported records with a field of the wrong type or a required
     /// field missing (null in that column).
     pub values_mismatched: u64,
+    /// Where the partition's records end: from `end_offset` to here they were not exported.
+    pub log_end: i64,
+    /// What kept records below `log_end` out, when no `--to-*` bound did.
+    pub stopped_by: Option<Bound>,
 }
 
 /// Parses a time for `--from-time`/`--to-time`: RFC 3339 (`2026-01-02T03:04:05Z`, with an
@@ -199,12 +203,24 @@ pub fn planned_bytes(plan: &PartitionPlan, start: i64, end: i64) -> u64 {
         .sum()
 }
 
+/// Where a run starts and ends.
+pub struct RunStart {
+    pub start: i64,
+    pub end: i64,
+    /// The checkpoint's version to replace.
+    pub e_tag: Option<String>,
+    pub resumed: bool,
+    /// Where the first file must end: a file that ended there may have landed without the
+    /// checkpoint moving.
+    pub pending_end: Option<i64>,
+}
+
 /// Resolves where this run starts (checkpoint, `from`, log start) and where it ends.
 pub async fn resolve_start(
     plan: &PartitionPlan,
     target: &Target,
     range: &ExportRange,
-) -> Result<(i64, i64, Option<String>, bool), ExportError> {
+) -> Result<RunStart, ExportError> {
     let (checkpoint, e_tag) = target.read_checkpoint(&plan.topic, plan.partition).await?;
     let from = range.from_offset.unwrap_or(0).max(plan.log_start_offset);
     let start = checkpoint
@@ -213,7 +229,13 @@ pub async fn resolve_start(
     let end = range
         .to_offset
         .map_or(plan.safe_end, |t| t.min(plan.safe_end));
-    Ok((start, end, e_tag, checkpoint.is_some()))
+    Ok(RunStart {
+        start,
+        end,
+        e_tag,
+        resumed: checkpoint.is_some(),
+        pending_end: checkpoint.and_then(|c| c.pending_end),
+    })
 }
 
 /// Exports one partition per `plan` into `target`, resuming at its checkpoint. Runs the CPU
@@ -227,7 +249,13 @@ pub async fn export_partition(
     cancel: CancellationToken,
 ) -> Result<PartitionSummary, ExportError> {
     target.prepare(&plan.topic, plan.partition).await?;
-    let (start, end, e_tag, resumed) = resolve_start(&plan, &target, &range).await?;
+    let RunStart {
+        start,
+        end,
+        e_tag,
+        resumed,
+        pending_end,
+    } = resolve_start(&plan, &target, &range).await?;
     progress
         .bytes_planned
         .fetch_add(planned_bytes(&plan, start, end), Ordering::Relaxed);
@@ -248,7 +276,7 @@ pub async fn export_partition(
         from_time: if resumed { None } else { range.from_time },
         to_time: range.to_time,
     };
-    tokio::task::spawn_blocking(move || run.export(filter, e_tag))
+    tokio::task::spawn_blocking(move || run.export(filter, e_tag, pending_end))
         .await
         .map_err(|e| ExportError::Io(std::io::Error::other(e)))?
 }
@@ -273,6 +301,7 @@ impl Run {
         &self,
         mut filter: RecordFilter,
         mut e_tag: Option<String>,
+        pending_end: Option<i64>,
     ) -> Result<PartitionSummary, ExportError> {
         let plan = &*self.plan;
         let (topic, partition) = (plan.topic.as_str(), plan.partition);
@@ -281,10 +310,39 @@ impl Run {
             partition,
             start_offset: filter.from,
             end_offset: filter.from,
+            log_end: plan.log_end,
+            stopped_by: plan.stopped_by.filter(|_| filter.to >= plan.safe_end),
             ..Default::default()
         };
         let mut cursor = filter.from;
-        for source in &plan.segments {
+        // A file that may have landed before its checkpoint moved ends here: the first file
+        // ends there again, with the same records and so the same name and bytes.
+        if let Some(p) = pending_end.filter(|&p| p > cursor && p < filter.to) {
+            let end = std::mem::replace(&mut filter.to, p);
+            cursor = self.export_range(cursor, &mut filter, &mut e_tag, &mut summary)?;
+            if filter.to < p {
+                // `--to-time` ended the export inside that file.
+                summary.end_offset = summary.end_offset.max(cursor.min(filter.to));
+                return Ok(summary);
+            }
+            // The next file starts where that one ended, inside a batch perhaps.
+            (filter.from, filter.to) = (cursor, end);
+        }
+        cursor = self.export_range(cursor, &mut filter, &mut e_tag, &mut summary)?;
+        summary.end_offset = summary.end_offset.max(cursor.min(filter.to));
+        Ok(summary)
+    }
+
+    /// Exports the segments' records from `cursor` up to `filter.to`; returns where it
+    /// ended.
+    fn export_range(
+        &self,
+        mut cursor: i64,
+        filter: &mut RecordFilter,
+        e_tag: &mut Option<String>,
+        summary: &mut PartitionSummary,
+    ) -> Result<i64, ExportError> {
+        for source in &self.plan.segments {
             if source.next_offset() <= cursor {
                 continue;
             }
@@ -300,13 +358,12 @@ impl Run {
                 cursor = source.next_offset();
                 continue;
             }
-            cursor = self.export_segment(source, cursor, &mut filter, &mut e_tag, &mut summary)?;
+            cursor = self.export_segment(source, cursor, filter, e_tag, summary)?;
             if cursor >= filter.to {
                 break;
             }
         }
-        summary.end_offset = summary.end_offset.max(cursor.min(filter.to));
-        Ok(summary)
+        Ok(cursor)
     }
 
     /// Exports the batches of one segment from `cursor` into files (a new file once one
@@ -428,6 +485,9 @@ impl Run {
             return Ok(());
         };
         let name = target::file_name(first, last);
+        // Say where this file ends before it lands: a run that dies between landing it and
+        // moving the checkpoint leaves a file the next run must write again, not overlap.
+        *e_tag = self.write_checkpoint(summary.end_offset, None, Some(next_offset), e_tag)?;
         let size =
             self.handle.block_on(
                 self.target
@@ -454,13 +514,22 @@ impl Run {
         last_file: Option<String>,
         e_tag: Option<&str>,
     ) -> Result<Option<String>, ExportError> {
+        self.write_checkpoint(next_offset, last_file, None, &e_tag.map(str::to_string))
+    }
+
+    fn write_checkpoint(
+        &self,
+        next_offset: i64,
+        last_file: Option<String>,
+        pending_end: Option<i64>,
+        e_tag: &Option<String>,
+    ) -> Result<Option<String>, ExportError> {
         let plan = &*self.plan;
         self.handle.block_on(self.target.write_checkpoint(
             &plan.topic,
             plan.partition,
-            next_offset,
-            last_file,
-            e_tag,
+            Checkpoint::new(&plan.topic, plan.partition, next_offset, last_file, pending_end),
+            e_tag.as_deref(),
         ))
     }
 
@@ -635,7 +704,8 @@ async fn read_chunks(
     tx: &tokio::sync::mpsc::Sender<Result<Bytes, ExportError>>,
 ) -> Result<(), ExportError> {
     match source {
-        Source::Local { log, .. } => {
+        Source::Local { log, size, .. } => {
+            let mut left = *size;
             let f = match tokio::fs::File::open(log).await {
                 Ok(f) => Arc::new(f.into_std().await),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -643,23 +713,26 @@ async fn read_chunks(
                 }
                 Err(e) => return Err(e.into()),
             };
-            loop {
+            while left > 0 {
                 // Read straight into a pooled buffer on a blocking thread (tokio's File would
-                // read into its own buffer and copy).
+                // read into its own buffer and copy); never past the whole batches planned.
                 let (f, buf) = (f.clone(), pool.take(chunk));
+                let want = left.min(chunk as u64);
                 let buf = tokio::task::spawn_blocking(move || {
                     let mut buf = buf;
-                    (&*f).take(chunk as u64).read_to_end(&mut buf).map(|_| buf)
+                    (&*f).take(want).read_to_end(&mut buf).map(|_| buf)
                 })
                 .await
                 .map_err(std::io::Error::other)??;
                 if buf.is_empty() {
                     return Ok(());
                 }
+                left -= buf.len() as u64;
                 if tx.send(Ok(pool.bytes(buf))).await.is_err() {
                     return Ok(());
                 }
             }
+            Ok(())
         }
         Source::Remote { topic, segment } => {
             let store = store.ok_or_else(|| {

@@ -2,11 +2,13 @@
 //! local segments (from the partition directory), the aborted transactions of both, and the
 //! offset below which exporting is safe.
 //!
-//! Safety bound: only sealed segments are read (the active segment never), capped by the high
-//! watermark checkpoint when the log dir has one (records above it may still be truncated)
-//! and by the first offset of any transaction still open at the end of the local log (its
-//! outcome is unknown, so its records can be neither exported nor dropped yet). Remote
-//! segments are below the last stable offset by construction (design invariant 5).
+//! Safety bound: every segment is read, the active one up to its last whole batch (a broker
+//! may be appending to it), capped by the high watermark checkpoint when the log dir has one
+//! (records above it may still be truncated) and by the first offset of any transaction still
+//! open at the end of the local log (its outcome is unknown, so its records can be neither
+//! exported nor dropped yet): the last stable offset as the log dir shows it. Remote segments
+//! are below the last stable offset by construction (design invariant 5). The plan says which
+//! bound stopped it ([`PartitionPlan::stopped_by`]).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -26,8 +28,12 @@ pub enum Source {
     Local {
         log: PathBuf,
         base_offset: i64,
-        /// The base offset of the next segment (sealed segments always have one).
+        /// The base offset of the next segment; for the active segment, the offset after its
+        /// last whole batch.
         next_offset: i64,
+        /// The bytes to read: the whole file of a sealed segment (one that ends inside a
+        /// batch is reported corrupt), the whole batches of the active one (a broker may be
+        /// appending to it).
         size: u64,
     },
     Remote {
@@ -81,8 +87,30 @@ pub struct PartitionPlan {
     pub log_start_offset: i64,
     /// Exclusive bound below which records are safe to export.
     pub safe_end: i64,
+    /// Where the partition's records end (the offset after the last whole batch).
+    pub log_end: i64,
+    /// Why `safe_end` is below `log_end`, if it is.
+    pub stopped_by: Option<Bound>,
     /// The bucket the remote segments are read from.
     pub remote_store: Option<Arc<RemoteStore>>,
+}
+
+/// What keeps records below the end of the log out of an export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// The high watermark checkpoint: records above it are not yet known to be committed.
+    HighWatermark,
+    /// A transaction still open at this offset: its records are not yet committed or aborted.
+    OpenTransaction,
+}
+
+impl std::fmt::Display for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Bound::HighWatermark => "above the high watermark checkpoint (not yet committed)",
+            Bound::OpenTransaction => "in a transaction still open",
+        })
+    }
 }
 
 /// Where the partition lives.
@@ -139,14 +167,17 @@ pub async fn plan_partition(input: PlanInput<'_>) -> Result<PartitionPlan, Expor
     // Aborted transactions whose ABORT marker is in a remote segment below `from` cannot
     // cover records at or after `from`: the marker comes after every record it aborts.
     segments.extend(local);
-    let mut safe_end = segments
+    let log_end = segments
         .last()
         .map_or(log_start_offset, Source::next_offset);
-    if let Some(hw) = input.high_watermark {
-        safe_end = safe_end.min(hw);
-    }
-    if let Some(open) = open_txn_start {
-        safe_end = safe_end.min(open);
+    let (mut safe_end, mut stopped_by) = (log_end, None);
+    for (bound, why) in [
+        (input.high_watermark, Bound::HighWatermark),
+        (open_txn_start, Bound::OpenTransaction),
+    ] {
+        if let Some(b) = bound.filter(|&b| b < safe_end) {
+            (safe_end, stopped_by) = (b, Some(why));
+        }
     }
     Ok(PartitionPlan {
         topic: input.topic.to_string(),
@@ -155,11 +186,14 @@ pub async fn plan_partition(input: PlanInput<'_>) -> Result<PartitionPlan, Expor
         aborted: AbortedTxns::new(aborted),
         log_start_offset,
         safe_end,
+        log_end,
+        stopped_by,
         remote_store: input.remote.map(|(s, _)| s),
     })
 }
 
 struct LocalScan {
+    /// Every segment, the active one last (when it holds a whole batch).
     sealed: Vec<Source>,
     aborted: Vec<AbortedTxn>,
     open_txn_start: Option<i64>,
@@ -203,20 +237,24 @@ fn scan_local(dir: &Path) -> Result<LocalScan, ExportError> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e.into()),
         }
-        let size = match scan_transactions(&log, &mut open) {
-            Ok(size) => size,
+        let scan = match scan_transactions(&log, &mut open) {
+            Ok(scanned) => scanned,
             // Deleted by retention since the listing: nothing to export from it.
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e.into()),
         };
-        if let Some(&next) = bases.get(i + 1) {
-            sealed.push(Source::Local {
-                log,
-                base_offset: base,
-                next_offset: next,
-                size,
-            });
-        }
+        let (next_offset, size) = match bases.get(i + 1) {
+            Some(&next) => (next, scan.file_len),
+            // The active segment: up to its last whole batch.
+            None if scan.whole_bytes > 0 => (scan.end_offset, scan.whole_bytes),
+            None => continue,
+        };
+        sealed.push(Source::Local {
+            log,
+            base_offset: base,
+            next_offset,
+            size,
+        });
     }
     Ok(LocalScan {
         sealed,
@@ -225,20 +263,34 @@ fn scan_local(dir: &Path) -> Result<LocalScan, ExportError> {
     })
 }
 
+/// What [`scan_transactions`] found in a segment file.
+struct SegmentScan {
+    file_len: u64,
+    /// The bytes of the whole batches at its start.
+    whole_bytes: u64,
+    /// The offset after the last whole batch.
+    end_offset: i64,
+}
+
 /// Reads the batch headers of one segment file, tracking transactions: a transactional data
-/// batch opens its producer's transaction, a control batch closes it. Returns the bytes read.
-fn scan_transactions(log: &Path, open: &mut HashMap<i64, i64>) -> io::Result<u64> {
+/// batch opens its producer's transaction, a control batch closes it.
+fn scan_transactions(log: &Path, open: &mut HashMap<i64, i64>) -> io::Result<SegmentScan> {
     let f = File::open(log)?;
     let len = f.metadata()?.len();
     let mut pos = 0u64;
+    let mut end = 0i64;
     let mut h = [0u8; BATCH_HEADER_LEN];
     while pos + BATCH_HEADER_LEN as u64 <= len {
         f.read_exact_at(&mut h, pos)?;
         let base = i64::from_be_bytes(h[0..8].try_into().unwrap_or_default());
         let length = i32::from_be_bytes(h[8..12].try_into().unwrap_or_default());
-        if length < (BATCH_HEADER_LEN - LOG_OVERHEAD) as i32 {
-            break; // a torn or zero-filled tail
+        if length < (BATCH_HEADER_LEN - LOG_OVERHEAD) as i32
+            || pos + LOG_OVERHEAD as u64 + length as u64 > len
+        {
+            break; // a torn, zero-filled or still-growing tail
         }
+        let last_offset_delta = i32::from_be_bytes(h[23..27].try_into().unwrap_or_default());
+        end = base.saturating_add(last_offset_delta.max(0) as i64 + 1);
         let attributes = i16::from_be_bytes([h[21], h[22]]);
         let producer_id = i64::from_be_bytes(h[43..51].try_into().unwrap_or_default());
         if attributes & 0x10 != 0 {
@@ -250,7 +302,11 @@ fn scan_transactions(log: &Path, open: &mut HashMap<i64, i64>) -> io::Result<u64
         }
         pos += LOG_OVERHEAD as u64 + length as u64;
     }
-    Ok(pos.min(len))
+    Ok(SegmentScan {
+        file_len: len,
+        whole_bytes: pos,
+        end_offset: end,
+    })
 }
 
 /// The high watermark of `topic`-`partition` from Kafka's `replication-offset-checkpoint` in

@@ -30,6 +30,29 @@ pub struct Checkpoint {
     /// The file written last (for people; not needed to resume).
     #[serde(default)]
     pub last_file: Option<String>,
+    /// A file ending before this offset is about to land: if the checkpoint still says so
+    /// when the next run starts, that run's first file ends here too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_end: Option<i64>,
+}
+
+impl Checkpoint {
+    pub fn new(
+        topic: &str,
+        partition: i32,
+        next_offset: i64,
+        last_file: Option<String>,
+        pending_end: Option<i64>,
+    ) -> Checkpoint {
+        Checkpoint {
+            format: CHECKPOINT_FORMAT,
+            topic: topic.to_string(),
+            partition,
+            next_offset,
+            last_file,
+            pending_end,
+        }
+    }
 }
 
 pub enum Target {
@@ -169,17 +192,9 @@ impl Target {
         &self,
         topic: &str,
         partition: i32,
-        next_offset: i64,
-        last_file: Option<String>,
+        c: Checkpoint,
         expected: Option<&str>,
     ) -> Result<Option<String>, ExportError> {
-        let c = Checkpoint {
-            format: CHECKPOINT_FORMAT,
-            topic: topic.to_string(),
-            partition,
-            next_offset,
-            last_file,
-        };
         let bytes =
             serde_json::to_vec_pretty(&c).map_err(|e| ExportError::Checkpoint(e.to_string()))?;
         match self {

@@ -574,9 +574,11 @@ async fn local_segments_export_once_and_a_rerun_after_a_crash_rewrites_identical
     let log = tempfile::tempdir().unwrap();
     local_partition(log.path());
     let plan = local_plan(log.path()).await;
-    // Sealed segments end at 45; the open transaction at 45 is in the active segment.
+    // The active segment is planned too; the open transaction at 45 in it ends the export.
     assert_eq!(plan.safe_end, 45);
-    assert_eq!(plan.segments.len(), 3);
+    assert_eq!(plan.segments.len(), 4);
+    assert_eq!(plan.log_end, 47);
+    assert_eq!(plan.stopped_by, Some(Bound::OpenTransaction));
     let out = tempfile::tempdir().unwrap();
     let target = Arc::new(Target::open(out.path().to_str().unwrap(), &Default::default()).unwrap());
     let options = ExportOptions::default();
@@ -615,7 +617,7 @@ async fn local_segments_export_once_and_a_rerun_after_a_crash_rewrites_identical
     // Crash after the second file landed but before its checkpoint: the re-run writes the
     // same files with the same bytes, and no others.
     target
-        .write_checkpoint("t", 0, 12, None, None)
+        .write_checkpoint("t", 0, Checkpoint::new("t", 0, 12, None, Some(42)), None)
         .await
         .unwrap();
     std::fs::write(
@@ -1005,4 +1007,85 @@ fn a_value_schema_adds_typed_columns_keeps_raw_values_and_counts_mismatches() {
         }
     }
     assert_eq!(i, 250);
+}
+
+#[tokio::test]
+async fn the_active_segment_is_exported_up_to_its_last_whole_batch_and_the_high_watermark() {
+    let log = tempfile::tempdir().unwrap();
+    // Every record is in the active segment; a broker is writing its last batch.
+    let whole = [simple(spec(0, 1), 10), simple(spec(10, 2), 5)];
+    let mut bytes = whole.concat();
+    let growing = simple(spec(15, 3), 5);
+    bytes.extend_from_slice(&growing[..growing.len() - 7]);
+    std::fs::write(log.path().join(format!("{:020}.log", 0)), &bytes).unwrap();
+    let plan = local_plan(log.path()).await;
+    assert_eq!(
+        (plan.safe_end, plan.log_end, plan.stopped_by),
+        (15, 15, None)
+    );
+    let out = tempfile::tempdir().unwrap();
+    let target = Arc::new(Target::open(out.path().to_str().unwrap(), &Default::default()).unwrap());
+    let options = ExportOptions::default();
+    let s = run_export(&plan, &target, ExportRange::default(), &options)
+        .await
+        .unwrap();
+    assert_eq!((s.records, s.end_offset, s.log_end), (15, 15, 15));
+    let offsets: Vec<i64> = exported(out.path())
+        .values()
+        .flat_map(|f| read_rows(f))
+        .map(|r| r.offset)
+        .collect();
+    assert_eq!(offsets, (0..15).collect::<Vec<_>>());
+
+    // With a high watermark checkpoint below the end, the export stops there and says why;
+    // a later run continues from its checkpoint.
+    let plan = Arc::new(
+        plan_partition(PlanInput {
+            topic: "t",
+            partition: 0,
+            remote: None,
+            local_dir: Some(log.path().to_path_buf()),
+            high_watermark: Some(12),
+            from: 0,
+        })
+        .await
+        .unwrap(),
+    );
+    assert_eq!(
+        (plan.safe_end, plan.stopped_by),
+        (12, Some(Bound::HighWatermark))
+    );
+    let out = tempfile::tempdir().unwrap();
+    let target = Arc::new(Target::open(out.path().to_str().unwrap(), &Default::default()).unwrap());
+    let s = run_export(&plan, &target, ExportRange::default(), &options)
+        .await
+        .unwrap();
+    assert_eq!((s.records, s.end_offset), (12, 12));
+    assert_eq!(s.stopped_by, Some(Bound::HighWatermark));
+    let first = exported(out.path());
+    assert_eq!(first.len(), 1);
+    let rest = local_plan(log.path()).await;
+    let s = run_export(&rest, &target, ExportRange::default(), &options)
+        .await
+        .unwrap();
+    assert_eq!((s.start_offset, s.records, s.end_offset), (12, 3, 15));
+
+    // Killed after the file that ended at the high watermark landed, before the checkpoint
+    // moved: the next run, which may go further, ends its first file there again (same name
+    // and bytes) rather than write one that overlaps it.
+    target
+        .write_checkpoint("t", 0, Checkpoint::new("t", 0, 0, None, Some(12)), None)
+        .await
+        .unwrap();
+    let s = run_export(&rest, &target, ExportRange::default(), &options)
+        .await
+        .unwrap();
+    assert_eq!((s.records, s.end_offset, s.files.len()), (15, 15, 2));
+    let files = exported(out.path());
+    assert_eq!(files.len(), 2, "{:?}", files.keys());
+    let (name, bytes) = first.iter().next().unwrap();
+    assert_eq!(files.get(name), Some(bytes));
+    let (c, _) = target.read_checkpoint("t", 0).await.unwrap();
+    let c = c.unwrap();
+    assert_eq!((c.next_offset, c.pending_end), (15, None));
 }
