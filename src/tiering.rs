@@ -812,6 +812,60 @@ impl Tiering {
                 "strata_remote_upload_lag_bytes{{topic=\"{topic}\",partition=\"{partition}\"}} {bytes}"
             );
         }
+        self.render_export_metrics(out);
+    }
+
+    /// Prometheus lines for continuous Parquet export.
+    fn render_export_metrics(&self, out: &mut String) {
+        use std::fmt::Write;
+        let p = &self.exporter.progress;
+        let counters = [
+            (
+                "strata_export_records_total",
+                "Records written to Parquet files by continuous export.",
+                p.records.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_export_files_total",
+                "Parquet files landed by continuous export.",
+                p.files.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_export_bytes_total",
+                "Bytes of Parquet files landed by continuous export.",
+                p.bytes_out.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_export_errors_total",
+                "Continuous exports that failed (each is retried after the next upload).",
+                self.exporter.errors.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, help, v) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
+        }
+        let lag = self.exporter.lag();
+        let _ = writeln!(out, "# HELP strata_export_lag_records Uploaded records not exported yet, by partition.\n# TYPE strata_export_lag_records gauge");
+        for l in &lag {
+            let _ = writeln!(
+                out,
+                "strata_export_lag_records{{topic=\"{}\",partition=\"{}\"}} {}",
+                l.topic, l.partition, l.records
+            );
+        }
+        let _ = writeln!(out, "# HELP strata_export_lag_seconds How long the export of a partition has been behind its uploads (0: caught up).\n# TYPE strata_export_lag_seconds gauge");
+        for l in &lag {
+            let _ = writeln!(
+                out,
+                "strata_export_lag_seconds{{topic=\"{}\",partition=\"{}\"}} {:.3}",
+                l.topic,
+                l.partition,
+                l.behind.as_secs_f64()
+            );
+        }
     }
 }
 

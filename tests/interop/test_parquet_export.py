@@ -748,6 +748,36 @@ def test_continuous_export_backfills_remote_data_and_follows_new_uploads(
     got_late = {(r[0], r[1]): r[3] for r in rows if (r[0], r[1]) in late}
     assert got_late == late
 
+    # /metrics: files and records written, and no lag once caught up.
+    import re
+    import urllib.request
+
+    def metrics():
+        url = f"http://{b.host}:{b.admin_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.read().decode()
+
+    def value(text, name, labels=""):
+        m = re.search(rf"^{name}{re.escape(labels)} ([0-9.e+]+)$", text, re.MULTILINE)
+        assert m, f"no {name}{labels} in /metrics"
+        return float(m.group(1))
+
+    text = metrics()
+    assert value(text, "strata_export_files_total") >= 1
+    assert value(text, "strata_export_records_total") >= len(tracked) + len(late)
+    assert value(text, "strata_export_bytes_total") > 0
+    assert value(text, "strata_export_errors_total") == 0
+
+    def caught_up():
+        text = metrics()
+        return all(value(text, f"strata_export_lag_{unit}",
+                         f'{{topic="{topic}",partition="{p}"}}') == 0
+                   for p in range(PARTS) for unit in ("records", "seconds"))
+    deadline = time.monotonic() + 30
+    while not caught_up():
+        assert time.monotonic() < deadline, f"export lag not 0 within 30s:\n{metrics()}"
+        time.sleep(0.5)
+
 
 def test_records_only_in_the_active_segment_are_exported_and_an_open_transaction_holds_back_the_rest(
         broker_factory, topic_name, tmp_path):

@@ -8,9 +8,15 @@
 //! partition runs at a time, `concurrency` partitions at once; a failed export is logged and
 //! retried at the next poke. Shutdown cancels the running exports between batches; their
 //! checkpoints stay where they were.
+//!
+//! Lag ([`ContinuousExporter::lag`]): per partition, the remote records not exported yet and
+//! how long the export has been behind the uploads (since the first upload it had not
+//! caught up with).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -33,18 +39,45 @@ pub struct ExportJob {
     pub remote_end: i64,
 }
 
+/// (target url, topic, partition)
+type ExportKey = (String, String, i32);
+
+/// How far one partition's export is.
+#[derive(Debug, Clone, Copy, Default)]
+struct Position {
+    /// Where the export ended last (`None` before the first export ended).
+    exported_to: Option<i64>,
+    /// The manifest's end when last poked.
+    remote_end: i64,
+    /// Since when the export has been behind `remote_end`.
+    behind_since: Option<Instant>,
+}
+
+/// One partition's export lag.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExportLag {
+    pub topic: String,
+    pub partition: i32,
+    /// Offsets uploaded but not exported.
+    pub records: i64,
+    /// How long the export has been behind the uploads (zero when caught up).
+    pub behind: Duration,
+}
+
 pub struct ContinuousExporter {
     store: Arc<RemoteStore>,
     /// Endpoint, region and credentials for `s3://` targets.
     s3: StoreConfig,
     targets: Mutex<HashMap<String, Arc<Target>>>,
     running: Arc<Mutex<HashSet<(String, i32)>>>,
-    /// Where each partition's export ended last (so idle partitions cost no requests).
-    exported_to: Arc<Mutex<HashMap<(String, String, i32), i64>>>,
+    /// Where each partition's export is (so idle partitions cost no requests).
+    positions: Arc<Mutex<HashMap<ExportKey, Position>>>,
     tasks: Mutex<JoinSet<()>>,
     limit: Arc<Semaphore>,
     cancel: CancellationToken,
     pub progress: Arc<Progress>,
+    /// Exports that failed (each is retried at the next poke).
+    pub errors: Arc<AtomicU64>,
 }
 
 impl ContinuousExporter {
@@ -54,12 +87,30 @@ impl ContinuousExporter {
             s3,
             targets: Mutex::new(HashMap::new()),
             running: Arc::new(Mutex::new(HashSet::new())),
-            exported_to: Arc::new(Mutex::new(HashMap::new())),
+            positions: Arc::new(Mutex::new(HashMap::new())),
             tasks: Mutex::new(JoinSet::new()),
             limit: Arc::new(Semaphore::new(concurrency.max(1))),
             cancel: CancellationToken::new(),
             progress: Arc::new(Progress::default()),
+            errors: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Every partition's lag, by topic and partition.
+    pub fn lag(&self) -> Vec<ExportLag> {
+        let now = Instant::now();
+        let positions = self.positions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<ExportLag> = positions
+            .iter()
+            .map(|((_, topic, partition), p)| ExportLag {
+                topic: topic.clone(),
+                partition: *partition,
+                records: (p.remote_end - p.exported_to.unwrap_or(0)).max(0),
+                behind: p.behind_since.map_or(Duration::ZERO, |t| now - t),
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        out
     }
 
     /// `<store url>/export`, the default target.
@@ -83,12 +134,18 @@ impl ContinuousExporter {
             return;
         }
         let key = (job.id.topic.clone(), job.id.partition);
-        let done = self
-            .exported_to
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&(job.target_url.clone(), key.0.clone(), key.1))
-            .is_some_and(|&end| end >= job.remote_end);
+        let done = {
+            let mut positions = self.positions.lock().unwrap_or_else(|e| e.into_inner());
+            let p = positions
+                .entry((job.target_url.clone(), key.0.clone(), key.1))
+                .or_default();
+            p.remote_end = p.remote_end.max(job.remote_end);
+            let done = p.exported_to.is_some_and(|end| end >= p.remote_end);
+            if !done && p.behind_since.is_none() {
+                p.behind_since = Some(Instant::now());
+            }
+            done
+        };
         if done {
             return;
         }
@@ -109,13 +166,14 @@ impl ContinuousExporter {
                 return;
             }
         };
-        let (store, running, exported_to, limit, cancel, progress) = (
+        let (store, running, positions, limit, cancel, progress, errors) = (
             self.store.clone(),
             self.running.clone(),
-            self.exported_to.clone(),
+            self.positions.clone(),
             self.limit.clone(),
             self.cancel.clone(),
             self.progress.clone(),
+            self.errors.clone(),
         );
         let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
         // Reap finished exports so the set does not grow.
@@ -155,16 +213,18 @@ impl ContinuousExporter {
                     if !s.files.is_empty() {
                         tracing::debug!(topic = %job.id.topic, partition = job.id.partition, files = s.files.len(), records = s.records, next = s.end_offset, "exported to Parquet");
                     }
-                    exported_to
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(
-                            (job.target_url.clone(), job.id.topic.clone(), job.id.partition),
-                            s.end_offset,
-                        );
+                    let mut positions = positions.lock().unwrap_or_else(|e| e.into_inner());
+                    let p = positions
+                        .entry((job.target_url.clone(), job.id.topic.clone(), job.id.partition))
+                        .or_default();
+                    p.exported_to = Some(s.end_offset);
+                    if s.end_offset >= p.remote_end {
+                        p.behind_since = None;
+                    }
                 }
                 Err(super::ExportError::Cancelled) => {}
                 Err(e) => {
+                    errors.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(topic = %job.id.topic, partition = job.id.partition, error = %e, "Parquet export failed; will retry");
                 }
             }

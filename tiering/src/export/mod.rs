@@ -49,7 +49,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
-pub use continuous::{ContinuousExporter, ExportJob};
+pub use continuous::{ContinuousExporter, ExportJob, ExportLag};
 pub use convert::{AbortedTxn, AbortedTxns, ConvertOptions, ParquetFileWriter, RecordFilter};
 pub use plan::{plan_partition, read_high_watermark, Bound, PartitionPlan, PlanInput, Source};
 pub use target::{Checkpoint, Target};
@@ -528,7 +528,13 @@ impl Run {
         self.handle.block_on(self.target.write_checkpoint(
             &plan.topic,
             plan.partition,
-            Checkpoint::new(&plan.topic, plan.partition, next_offset, last_file, pending_end),
+            Checkpoint::new(
+                &plan.topic,
+                plan.partition,
+                next_offset,
+                last_file,
+                pending_end,
+            ),
             e_tag.as_deref(),
         ))
     }
