@@ -424,6 +424,8 @@ mod tests {
             (ApiKey::AlterClientQuotas, 0, 1),
             (ApiKey::AlterPartitionReassignments, 0, 1),
             (ApiKey::ListPartitionReassignments, 0, 0),
+            (ApiKey::UnregisterBroker, 0, 0),
+            (ApiKey::ListConfigResources, 0, 1),
         ];
         let advertised: Vec<(i16, i16, i16)> = API_TABLE
             .api_versions_list()

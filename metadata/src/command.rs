@@ -46,6 +46,10 @@ pub enum Command {
         id: BrokerId,
         broker_epoch: BrokerEpoch,
     },
+    /// Forgets a broker's registration (Kafka's UnregisterBroker, for a broker taken out of
+    /// the cluster). Propose it after fencing the broker and moving its partitions away; a
+    /// broker still running registers again at its next heartbeat.
+    UnregisterBroker { id: BrokerId },
     /// Creates a topic with explicit assignments (see [`crate::placement`] to compute them).
     /// Each partition's leader is its first unfenced replica and its ISR its unfenced replicas.
     CreateTopic {
@@ -128,6 +132,7 @@ impl Command {
             Command::BrokerHeartbeat { .. } => "broker_heartbeat",
             Command::FenceBroker { .. } => "fence_broker",
             Command::UnfenceBroker { .. } => "unfence_broker",
+            Command::UnregisterBroker { .. } => "unregister_broker",
             Command::CreateTopic { .. } => "create_topic",
             Command::DeleteTopic { .. } => "delete_topic",
             Command::CreatePartitions { .. } => "create_partitions",
@@ -218,6 +223,7 @@ pub enum Response {
         fenced: bool,
         changed: bool,
     },
+    BrokerUnregistered,
     TopicCreated {
         id: TopicId,
         partitions: u32,

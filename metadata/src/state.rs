@@ -297,6 +297,12 @@ impl MetadataState {
                     changed,
                 })
             }
+            Command::UnregisterBroker { id } => {
+                self.brokers
+                    .remove(id)
+                    .ok_or(ApplyError::BrokerNotRegistered(*id))?;
+                Ok(Response::BrokerUnregistered)
+            }
             Command::UnfenceBroker { id, broker_epoch } => {
                 let broker = self.broker_with_epoch(*id, *broker_epoch)?;
                 let changed = broker.fenced;

@@ -37,6 +37,7 @@ pub mod incremental_alter_configs;
 pub mod init_producer_id;
 pub mod join_group;
 pub mod leave_group;
+pub mod list_config_resources;
 pub mod list_groups;
 pub mod list_offsets;
 pub mod list_partition_reassignments;
@@ -53,6 +54,7 @@ pub mod sync_group;
 #[cfg(test)]
 mod test_support;
 pub mod txn_offset_commit;
+pub mod unregister_broker;
 pub mod update_features;
 pub mod write_txn_markers;
 
@@ -196,6 +198,8 @@ apis! {
     client_quotas::AlterClientQuotas,
     alter_partition_reassignments::AlterPartitionReassignments,
     list_partition_reassignments::ListPartitionReassignments,
+    unregister_broker::UnregisterBroker,
+    list_config_resources::ListConfigResources,
 }
 /// What the connection does after a request.
 pub enum Outcome {

@@ -72,13 +72,18 @@ impl Broker {
     /// (id, host, port, rack) of every broker reachable on the request's listener: the
     /// cluster view's brokers that have a listener of that name, or this broker alone.
     pub fn cluster_endpoints(&self, listener: usize) -> Vec<(i32, String, u16, Option<String>)> {
-        let ids: Vec<i32> = match self.replication.cluster() {
-            Some(brokers) => brokers.iter().map(|b| b.id).collect(),
-            None => vec![self.config.node_id],
-        };
-        ids.into_iter()
+        self.broker_ids()
+            .into_iter()
             .filter_map(|id| self.broker_endpoint(id, listener))
             .collect()
+    }
+
+    /// The cluster view's brokers (the registered ones), or this broker alone.
+    pub fn broker_ids(&self) -> Vec<i32> {
+        match self.replication.cluster() {
+            Some(brokers) => brokers.iter().map(|b| b.id).collect(),
+            None => vec![self.config.node_id],
+        }
     }
 
     /// Control plane: where this broker sends ISR changes as a partition leader.

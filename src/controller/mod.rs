@@ -693,6 +693,36 @@ impl ClusterControl {
         }
     }
 
+    /// Kafka's UnregisterBroker: fences broker `id`, moves leadership and ISR membership off
+    /// it (as its controlled shutdown would), then forgets its registration, so the cluster
+    /// stops listing a broker taken out of service. A broker still running registers again
+    /// at its next heartbeat, as in Kafka. `Ok(false)` when no broker `id` is registered.
+    pub async fn unregister_broker(&self, id: BrokerId) -> Result<bool, ClusterError> {
+        let node = self.node()?;
+        if node.state().broker(id).is_none() {
+            return Ok(false);
+        }
+        self.propose(Command::FenceBroker { id }).await?;
+        let moves = placement::reelect_for_fenced_broker(&node.state(), id, self.default_unclean);
+        for command in moves {
+            // One that raced another change is redone by the active controller's tick, which
+            // moves partitions off fenced and unregistered brokers.
+            if let Err(e) = node.propose(command).await {
+                tracing::debug!(broker = id.0, error = %e, "moving a partition off an unregistered broker failed");
+            }
+        }
+        match self.propose(Command::UnregisterBroker { id }).await {
+            Ok(_) => {
+                tracing::info!(broker = id.0, "unregistered a broker");
+                Ok(true)
+            }
+            Err(ClusterError::Propose(ProposeError::Rejected(
+                ApplyError::BrokerNotRegistered(_),
+            ))) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Stops the metadata node (the last step of a broker's shutdown).
     pub async fn shutdown(&self, limit: Duration) {
         let Some(mut node) = self.node.lock().unwrap_or_else(|e| e.into_inner()).take() else {

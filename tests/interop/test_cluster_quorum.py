@@ -93,3 +93,48 @@ def test_a_feature_level_set_on_one_broker_reaches_every_broker_and_survives_a_r
     assert code == 0, message
     wait_until("every broker applies transaction.version 2",
                lambda: all(levels(b)[0] == (2, 2) for b in cluster))
+
+
+@pytest.mark.timeout(300)
+def test_kafka_cluster_tool_unregisters_a_dead_broker_which_registers_again_when_restarted(
+        cluster, tmp_path):
+    """`kafka-cluster unregister --id 3` with broker 3 killed: the cluster stops listing it
+    and its partitions are led elsewhere; an unknown id is refused with Kafka's message.
+    Started again, broker 3 registers again and is listed."""
+    from helpers import admin
+
+    cp, why = java_apps.classpath("tools")
+    if cp is None:
+        pytest.skip(f"kafka-cluster needs the kafka-tools jars: {why}")
+
+    def cluster_tool(*args):
+        live = [b for b in cluster if b.running]
+        cmd = [java_apps._java_bin(), *java_apps.JVM_OPTS, "-cp", cp,
+               "org.apache.kafka.tools.ClusterTool", *args, "--bootstrap-server", bootstrap(live)]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL)
+
+    def listed():
+        live = [b for b in cluster if b.running]
+        md = admin(bootstrap(live)).list_topics(timeout=10)
+        return set(md.brokers), md
+
+    from confluent_kafka.admin import NewTopic
+    fs = admin(bootstrap(cluster)).create_topics(
+        [NewTopic("unregister-me", num_partitions=3, replication_factor=3)])
+    fs["unregister-me"].result(timeout=30)
+    wait_until("unregister-me has leaders", lambda: all(
+        p.leader >= 0 for p in listed()[1].topics["unregister-me"].partitions.values()))
+    cluster[2].kill9()
+    out = cluster_tool("unregister", "--id", "3")
+    assert out.returncode == 0, out.stdout + out.stderr
+    wait_until("broker 3 is no longer listed", lambda: listed()[0] == {1, 2})
+    _, md = listed()
+    for t in md.topics.values():
+        for p in t.partitions.values():
+            assert p.leader != 3, (t.topic, p.id, p.leader)
+    bad = cluster_tool("unregister", "--id", "9")
+    assert bad.returncode != 0
+    assert "Broker ID 9 is not currently registered" in bad.stdout + bad.stderr
+    cluster[2].start()
+    wait_until("broker 3 registers again", lambda: listed()[0] == {1, 2, 3}, timeout=60)

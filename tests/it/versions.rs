@@ -568,6 +568,13 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
             r.into()
         }
         ApiKey::ListPartitionReassignments => ListPartitionReassignmentsRequest::default().into(),
+        // Another broker's id: a single node answers BROKER_ID_NOT_REGISTERED.
+        ApiKey::UnregisterBroker => UnregisterBrokerRequest::default()
+            .with_broker_id(BrokerId(999))
+            .into(),
+        ApiKey::ListConfigResources => ListConfigResourcesRequest::default()
+            .with_resource_types(if v >= 1 { vec![2, 4] } else { vec![] })
+            .into(),
         ApiKey::DescribeTopicPartitions => DescribeTopicPartitionsRequest::default()
             .with_topics(vec![
                 describe_topic_partitions_request::TopicRequest::default()
@@ -735,6 +742,8 @@ fn error_codes(resp: &ResponseKind) -> Vec<i16> {
             )
             .collect(),
         ResponseKind::ListPartitionReassignments(r) => vec![r.error_code],
+        ResponseKind::UnregisterBroker(r) => vec![r.error_code],
+        ResponseKind::ListConfigResources(r) => vec![r.error_code],
         ResponseKind::UpdateFeatures(r) => std::iter::once(r.error_code)
             .chain(r.results.iter().map(|x| x.error_code))
             .collect(),
@@ -814,6 +823,8 @@ async fn every_advertised_api_version_answers_with_a_decodable_response() {
                     assert_eq!(r.responses.len(), 1, "{api:?} v{v}");
                     assert_eq!(r.responses[0].error_code, 3, "{api:?} v{v}");
                 }
+            } else if api == ApiKey::UnregisterBroker {
+                assert_eq!(codes, vec![102], "{api:?} v{v}: {resp:?}");
             } else if matches!(api, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
                 // On a PLAINTEXT listener Kafka answers ILLEGAL_SASL_STATE.
                 assert_eq!(codes, vec![34], "{api:?} v{v}: {resp:?}");
@@ -882,6 +893,19 @@ async fn every_advertised_api_version_answers_with_a_decodable_response() {
                     );
                 }
                 _ => {}
+            }
+            if let ResponseKind::ListConfigResources(r) = &resp {
+                let listed = |name: &str, t: i8| {
+                    r.config_resources
+                        .iter()
+                        .any(|c| c.resource_name.as_str() == name && c.resource_type == t)
+                };
+                // v0 lists client-metrics resources only, of which Strata has none.
+                assert_eq!(v == 0, r.config_resources.is_empty(), "v{v}: {r:?}");
+                assert!(
+                    v == 0 || (listed("sweep", 2) && listed("1", 4)),
+                    "v{v}: {r:?}"
+                );
             }
             if let ResponseKind::Metadata(r) = &resp {
                 assert!(

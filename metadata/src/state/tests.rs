@@ -151,6 +151,31 @@ fn heartbeats_check_the_broker_epoch_and_keep_the_newest_time() {
 }
 
 #[test]
+fn an_unregistered_broker_is_forgotten_until_it_registers_again() {
+    let mut state = three_brokers();
+    assert_eq!(
+        state.apply(300, &Command::UnregisterBroker { id: BrokerId(2) }),
+        Ok(Response::BrokerUnregistered)
+    );
+    assert!(state.broker(BrokerId(2)).is_none());
+    assert_eq!(
+        state.brokers().map(|b| b.id).collect::<Vec<_>>(),
+        vec![BrokerId(1), BrokerId(3)]
+    );
+    // Twice, or an id never registered: BROKER_ID_NOT_REGISTERED, nothing changes.
+    for id in [2, 9] {
+        assert_eq!(
+            state.apply(301, &Command::UnregisterBroker { id: BrokerId(id) }),
+            Err(ApplyError::BrokerNotRegistered(BrokerId(id)))
+        );
+    }
+    // Its old epoch is refused; a new registration starts fenced, as after a restart.
+    let epoch = register(&mut state, 302, 2, None);
+    assert!(state.broker(BrokerId(2)).is_some_and(|b| b.fenced));
+    assert_eq!(epoch, BrokerEpoch(302));
+}
+
+#[test]
 fn create_topic_leads_on_the_first_unfenced_replica() {
     let mut state = three_brokers();
     state
