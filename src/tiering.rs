@@ -784,18 +784,17 @@ impl Tiering {
         for (name, help, v) in counters {
             if name == "strata_remote_read_seconds_total" {
                 let secs = r.read_micros_total.load(Ordering::Relaxed) as f64 / 1e6;
-                let _ = writeln!(
-                    out,
-                    "# HELP {name} {help}\n# TYPE {name} counter\n{name} {secs}"
-                );
+                write_counter(out, name, help, secs);
                 let reads = r.reads.load(Ordering::Relaxed);
-                let _ = writeln!(out, "# HELP strata_remote_reads_total Remote reads (for the mean latency with strata_remote_read_seconds_total).\n# TYPE strata_remote_reads_total counter\nstrata_remote_reads_total {reads}");
+                write_counter(
+                    out,
+                    "strata_remote_reads_total",
+                    "Remote reads (for the mean latency with strata_remote_read_seconds_total).",
+                    reads,
+                );
                 continue;
             }
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
-            );
+            write_counter(out, name, help, v);
         }
         let _ = writeln!(out, "# HELP strata_remote_requests_total Object store requests, by topic (\"\" = cluster objects) and operation.\n# TYPE strata_remote_requests_total counter");
         for (topic, op, n) in s.requests() {
@@ -842,10 +841,7 @@ impl Tiering {
             ),
         ];
         for (name, help, v) in counters {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
-            );
+            write_counter(out, name, help, v);
         }
         let lag = self.exporter.lag();
         let _ = writeln!(out, "# HELP strata_export_lag_records Uploaded records not exported yet, by partition.\n# TYPE strata_export_lag_records gauge");
@@ -867,6 +863,15 @@ impl Tiering {
             );
         }
     }
+}
+
+/// One Prometheus counter with its HELP and TYPE lines.
+fn write_counter(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+    );
 }
 
 /// `strata tier status`: what the bucket holds, per partition, from the catalog and the

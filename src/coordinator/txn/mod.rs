@@ -43,7 +43,6 @@ use metadata::{TxnMetadata, TxnState, NO_PRODUCER_ID};
 use super::ownership::{Ownership, Transition};
 use super::LogWriteError;
 use crate::clock::Clock;
-use crate::features::{Features, TRANSACTION_VERSION};
 
 pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
 
@@ -161,10 +160,6 @@ pub struct TransactionCoordinator {
     ownership: Arc<Ownership>,
     /// Transaction timeouts and transactional-id expiry are measured on it.
     clock: Clock,
-    /// The finalized feature levels: the coordinator's own ends (timeouts, fencing) follow
-    /// `transaction.version` (Kafka's `transactionVersionLevel`), bumping the epoch from 2
-    /// as a TV2 client's end does.
-    features: Arc<Features>,
 }
 
 fn illegal(e: metadata::IllegalTransition) -> ResponseError {
@@ -260,17 +255,10 @@ impl TransactionCoordinator {
             participants,
             last_abort_scan: Mutex::new(Instant::now()),
             last_expire_scan: Mutex::new(Instant::now()),
-            features: Arc::default(),
             config,
             ownership,
             clock: Clock::System,
         }
-    }
-
-    /// The same coordinator following the broker's finalized feature levels.
-    pub fn with_features(mut self, features: Arc<Features>) -> Self {
-        self.features = features;
-        self
     }
 
     /// The same coordinator reading time from `clock` (tests move a manual one).
@@ -499,11 +487,12 @@ impl TransactionCoordinator {
         }
     }
 
-    /// Aborts a transaction whose epoch was just fenced (pending PrepareEpochFence), at the
-    /// finalized transaction version since no client asked (as Kafka does).
+    /// Aborts a transaction whose epoch was just fenced (pending PrepareEpochFence). The
+    /// fence is the only bump, whatever the transaction version: Kafka 4.4 answers a
+    /// timed-out or re-initialized transaction, TV1 or TV2, with the epoch one above (checked
+    /// against the reference broker).
     fn fenced_abort(&self, id: &str, pid: i64, epoch: i16) -> Result<(i64, i16), ResponseError> {
-        let tv = self.features.level(TRANSACTION_VERSION);
-        let r = self.end_transaction(id, pid, epoch, false, false, tv);
+        let r = self.end_transaction(id, pid, epoch, false, false, 0);
         if r.is_err() {
             let mut txns = self.txns();
             if let Some(e) = txns.get_mut(id) {

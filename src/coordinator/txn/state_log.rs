@@ -68,8 +68,7 @@ impl TransactionCoordinator {
             Arc::new(log),
             Arc::new(BrokerParticipants::new(broker.clone(), groups)),
             Arc::new(Ownership::new(c.cluster.is_some())),
-        )
-        .with_features(broker.features.clone());
+        );
         let records = coordinator.load()?;
         tracing::info!(
             records,

@@ -555,13 +555,18 @@ fn exported(root: &Path) -> BTreeMap<String, Vec<u8>> {
 }
 
 async fn local_plan(dir: &Path) -> Arc<PartitionPlan> {
+    local_plan_below(dir, None).await
+}
+
+/// The plan of a local partition whose high watermark checkpoint is `high_watermark`.
+async fn local_plan_below(dir: &Path, high_watermark: Option<i64>) -> Arc<PartitionPlan> {
     Arc::new(
         plan_partition(PlanInput {
             topic: "t",
             partition: 0,
             remote: None,
             local_dir: Some(dir.to_path_buf()),
-            high_watermark: None,
+            high_watermark,
             from: 0,
         })
         .await
@@ -1039,18 +1044,7 @@ async fn the_active_segment_is_exported_up_to_its_last_whole_batch_and_the_high_
 
     // With a high watermark checkpoint below the end, the export stops there and says why;
     // a later run continues from its checkpoint.
-    let plan = Arc::new(
-        plan_partition(PlanInput {
-            topic: "t",
-            partition: 0,
-            remote: None,
-            local_dir: Some(log.path().to_path_buf()),
-            high_watermark: Some(12),
-            from: 0,
-        })
-        .await
-        .unwrap(),
-    );
+    let plan = local_plan_below(log.path(), Some(12)).await;
     assert_eq!(
         (plan.safe_end, plan.stopped_by),
         (12, Some(Bound::HighWatermark))
