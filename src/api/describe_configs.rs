@@ -1,5 +1,5 @@
-//! DescribeConfigs for topics (2) and brokers (4): effective values, their source, synonyms
-//! and types, from the same tables that validate them.
+//! DescribeConfigs for topics (2), brokers (4) and groups (32): effective values, their
+//! source, synonyms and types, from the same tables that validate them.
 
 use std::collections::BTreeMap;
 
@@ -15,12 +15,14 @@ use kafka_protocol::ResponseError;
 use crate::api::gate::{self, Gate, Who};
 use crate::api::{Api, Context, Outcome};
 use crate::broker::Broker;
+use crate::config::group::{self as group_config, BrokerGroupSettings};
 use crate::config::topic::{ConfigSource, TOPIC_CONFIGS};
 use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
+pub const RESOURCE_GROUP: i8 = 32;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
@@ -140,6 +142,43 @@ pub fn handle(
                             }),
                     );
                 }
+                results.push(base.with_configs(configs));
+            }
+            RESOURCE_GROUP => {
+                let group = r.resource_name.as_str();
+                if group.is_empty() {
+                    results.push(
+                        base.with_error_code(ResponseError::InvalidRequest.code())
+                            .with_error_message(Some(s("Group name must not be empty"))),
+                    );
+                    continue;
+                }
+                let settings = BrokerGroupSettings::new(&broker.config.explicit);
+                let configs = group_config::describe(&broker.group_configs(group), &settings)
+                    .into_iter()
+                    .filter(|d| wanted(d.name))
+                    .map(|d| {
+                        DescribeConfigsResourceResult::default()
+                            .with_name(s(d.name))
+                            .with_value(Some(s(&d.value)))
+                            .with_config_source(d.source)
+                            .with_config_type(d.kind.describe_code())
+                            .with_documentation(req.include_documentation.then(|| s(d.doc)))
+                            .with_synonyms(if req.include_synonyms {
+                                d.synonyms
+                                    .iter()
+                                    .map(|(name, value, source)| {
+                                        DescribeConfigsSynonym::default()
+                                            .with_name(s(name))
+                                            .with_value(Some(s(value)))
+                                            .with_source(*source)
+                                    })
+                                    .collect()
+                            } else {
+                                Vec::new()
+                            })
+                    })
+                    .collect();
                 results.push(base.with_configs(configs));
             }
             other => results.push(
