@@ -35,6 +35,7 @@ async fn describe(c: &mut Client, group: &str) -> DescribeConfigsResult {
     let mut r = DescribeConfigsResource::default();
     r.resource_type = GROUP;
     r.resource_name = str_bytes(group);
+    r.configuration_keys = None;
     let mut req = DescribeConfigsRequest::default();
     req.resources = vec![r];
     req.include_synonyms = true;
