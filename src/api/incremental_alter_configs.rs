@@ -30,6 +30,23 @@ const OP_SUBTRACT: i8 = 3;
 
 type Outcome = Result<(), (ResponseError, String)>;
 
+/// The most bytes an error message may have: Kafka's messages travel as (non-flexible)
+/// strings on their way through the broker and controller.
+const MAX_ERROR_MESSAGE: usize = i16::MAX as usize;
+
+/// The error code and message of a refused resource. Kafka answers UNKNOWN_SERVER_ERROR
+/// without a message when its message would not fit a string (a huge value echoed back);
+/// so does Strata, rather than failing to encode the response. An empty message is null.
+fn error_fields((code, msg): (ResponseError, String)) -> (i16, Option<StrBytes>) {
+    if msg.len() > MAX_ERROR_MESSAGE {
+        return (ResponseError::UnknownServerError.code(), None);
+    }
+    (
+        code.code(),
+        (!msg.is_empty()).then(|| StrBytes::from_string(msg)),
+    )
+}
+
 /// Applies new overrides for a topic after validating each.
 fn apply(
     broker: &Broker,
@@ -328,9 +345,10 @@ pub async fn handle(
                     .with_resource_name(r.resource_name);
                 match outcome {
                     Ok(()) => resp.with_error_message(None),
-                    Err((code, msg)) => resp
-                        .with_error_code(code.code())
-                        .with_error_message((!msg.is_empty()).then(|| StrBytes::from_string(msg))),
+                    Err(refusal) => {
+                        let (code, message) = error_fields(refusal);
+                        resp.with_error_code(code).with_error_message(message)
+                    }
                 }
             })
             .collect()
@@ -395,9 +413,10 @@ pub async fn handle_legacy(broker: Arc<Broker>, req: AlterConfigsRequest) -> Alt
                     .with_resource_name(r.resource_name);
                 match outcome {
                     Ok(()) => resp.with_error_message(None),
-                    Err((code, msg)) => resp
-                        .with_error_code(code.code())
-                        .with_error_message((!msg.is_empty()).then(|| StrBytes::from_string(msg))),
+                    Err(refusal) => {
+                        let (code, message) = error_fields(refusal);
+                        resp.with_error_code(code).with_error_message(message)
+                    }
                 }
             })
             .collect()
@@ -492,5 +511,30 @@ impl Api for IncrementalAlterConfigs {
         _version: i16,
     ) -> super::Outcome {
         super::Outcome::respond(handle(s.broker.clone(), r).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_too_long_for_a_string_becomes_unknown_server_error() {
+        let fits = "m".repeat(MAX_ERROR_MESSAGE);
+        assert_eq!(
+            error_fields((ResponseError::InvalidConfig, fits.clone())),
+            (40, Some(StrBytes::from_string(fits)))
+        );
+        assert_eq!(
+            error_fields((
+                ResponseError::InvalidConfig,
+                "m".repeat(MAX_ERROR_MESSAGE + 1)
+            )),
+            (-1, None)
+        );
+        assert_eq!(
+            error_fields((ResponseError::UnknownServerError, String::new())),
+            (-1, None)
+        );
     }
 }

@@ -243,6 +243,8 @@ REFUSALS = [
      f"Invalid value {HUGE} for configuration consumer.session.timeout.ms: "
      "Not a number of type INT"),
     ([("x" * 5000, SET, "1")], INVALID_CONFIG, "Unknown group config name: " + "x" * 5000),
+    # A message too long for a string: Kafka answers UNKNOWN_SERVER_ERROR without one.
+    ([("consumer.session.timeout.ms", SET, "9" * 32767)], -1, None),
     ([("consumer.session.timeout.ms", SET, None)], INVALID_REQUEST,
      "Null value not supported for : consumer.session.timeout.ms"),
     ([("consumer.session.timeout.ms", APPEND, "1")], INVALID_CONFIG,
