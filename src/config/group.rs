@@ -462,6 +462,15 @@ impl BrokerGroupSettings {
         }
     }
 
+    /// Kafka's default of a broker setting.
+    fn default_of(name: &str) -> String {
+        BROKER_DEFAULTS
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.to_string())
+            .unwrap_or_default()
+    }
+
     /// A numeric broker setting; Kafka's default when it is unset or does not parse.
     fn int(&self, name: &str) -> i64 {
         let parsed = self
@@ -839,7 +848,8 @@ pub fn validate(
 }
 
 /// One described entry of a group config: its effective value and source, and the synonyms
-/// in Kafka's order (the group's own value, then the broker setting or default behind it).
+/// in Kafka's order (the group's own value, the broker setting from its config file, then
+/// Kafka's default).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Described {
     pub name: &'static str,
@@ -861,13 +871,23 @@ pub fn describe(
         .iter()
         .filter(|d| !d.internal || overrides.contains_key(d.name))
         .map(|d| {
-            let fallback = match d.broker_synonym {
+            // The broker's setting (when its config file sets it) and Kafka's default.
+            let mut fallbacks = Vec::new();
+            match d.broker_synonym {
                 Some(b) => {
                     let (v, src) = broker.value(b);
-                    (b.to_string(), v, src)
+                    if src == SOURCE_STATIC_BROKER {
+                        fallbacks.push((b.to_string(), v, src));
+                    }
+                    fallbacks.push((
+                        b.to_string(),
+                        BrokerGroupSettings::default_of(b),
+                        SOURCE_DEFAULT,
+                    ));
                 }
-                None => (d.name.to_string(), d.default.to_string(), SOURCE_DEFAULT),
-            };
+                None => fallbacks.push((d.name.to_string(), d.default.to_string(), SOURCE_DEFAULT)),
+            }
+            let fallback = fallbacks[0].clone();
             let mut synonyms = Vec::new();
             let (value, source) = match overrides.get(d.name) {
                 Some(v) => {
@@ -884,7 +904,7 @@ pub fn describe(
                 ),
                 None => (fallback.1.clone(), fallback.2),
             };
-            synonyms.push(fallback);
+            synonyms.extend(fallbacks);
             Described {
                 name: d.name,
                 value,

@@ -363,13 +363,24 @@ def test_kip848_heartbeat_interval_and_session_timeout_follow_the_group_config(g
 
 
 def test_group_configs_survive_a_restart_and_the_group_being_deleted(broker_factory):
-    b = broker_factory(props=BROKER_PROPS)
+    b = broker_factory(props={**BROKER_PROPS, "group.consumer.heartbeat.interval.ms": "4000"})
     group = "durable-group"
+    # A broker setting from the config file stands behind the group's value.
+    _, _, configs = describe(b.bootstrap, group)
+    assert configs["consumer.heartbeat.interval.ms"]["value"] == "4000"
+    assert configs["consumer.heartbeat.interval.ms"]["source"] == STATIC_BROKER_CONFIG
+    assert configs["consumer.heartbeat.interval.ms"]["synonyms"] == [
+        ("group.consumer.heartbeat.interval.ms", "4000", STATIC_BROKER_CONFIG),
+        ("group.consumer.heartbeat.interval.ms", "5000", DEFAULT_CONFIG)]
     assert inc_alter(b.bootstrap, group, [("consumer.heartbeat.interval.ms", SET, "3000")]) == (0, None)
     b.restart()
     _, _, configs = describe(b.bootstrap, group)
     assert (configs["consumer.heartbeat.interval.ms"]["value"],
             configs["consumer.heartbeat.interval.ms"]["source"]) == ("3000", DYNAMIC_GROUP_CONFIG)
+    assert configs["consumer.heartbeat.interval.ms"]["synonyms"] == [
+        ("consumer.heartbeat.interval.ms", "3000", DYNAMIC_GROUP_CONFIG),
+        ("group.consumer.heartbeat.interval.ms", "4000", STATIC_BROKER_CONFIG),
+        ("group.consumer.heartbeat.interval.ms", "5000", DEFAULT_CONFIG)]
     # Deleting the group (created here by committing an offset) keeps its configs.
     topic = "durable-group-topic"
     create_topic(b.bootstrap, topic)

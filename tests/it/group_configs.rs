@@ -208,6 +208,10 @@ async fn group_configs_validate_persist_and_drive_the_heartbeat_interval() {
             (
                 "group.consumer.heartbeat.interval.ms".to_string(),
                 STATIC_BROKER_CONFIG
+            ),
+            (
+                "group.consumer.heartbeat.interval.ms".to_string(),
+                DEFAULT_CONFIG
             )
         ]
     );
