@@ -675,6 +675,149 @@ fn parse_iso_duration_nanos(s: &str) -> Option<i128> {
     Some(total)
 }
 
+/// A bound the broker's settings put on a group config.
+#[derive(Debug, Clone, Copy)]
+enum Bound {
+    /// Between two broker settings, inclusive.
+    Range(&'static str, &'static str),
+    /// At most a broker setting.
+    Max(&'static str),
+    /// At least a broker setting.
+    Min(&'static str),
+}
+
+impl Bound {
+    fn check(
+        self,
+        name: &str,
+        v: i64,
+        broker: &BrokerGroupSettings,
+    ) -> Result<(), GroupConfigError> {
+        let name = name.to_string();
+        match self {
+            Bound::Range(min, max) => {
+                let (min, max) = (broker.int(min), broker.int(max));
+                if v < min || v > max {
+                    return Err(GroupConfigError::OutOfRange { name, min, max });
+                }
+            }
+            Bound::Max(max) => {
+                let max = broker.int(max);
+                if v > max {
+                    return Err(GroupConfigError::AboveMax { name, max });
+                }
+            }
+            Bound::Min(min) => {
+                let min = broker.int(min);
+                if v < min {
+                    return Err(GroupConfigError::BelowMin { name, min });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The broker bounds of group configs, in the order Kafka checks them.
+static BOUNDS: &[(&str, Bound)] = &[
+    (
+        CONSUMER_HEARTBEAT_INTERVAL_MS,
+        Bound::Range(
+            "group.consumer.min.heartbeat.interval.ms",
+            "group.consumer.max.heartbeat.interval.ms",
+        ),
+    ),
+    (
+        CONSUMER_SESSION_TIMEOUT_MS,
+        Bound::Range(
+            "group.consumer.min.session.timeout.ms",
+            "group.consumer.max.session.timeout.ms",
+        ),
+    ),
+    (
+        "consumer.assignment.interval.ms",
+        Bound::Range(
+            "group.consumer.min.assignment.interval.ms",
+            "group.consumer.max.assignment.interval.ms",
+        ),
+    ),
+    (
+        "share.heartbeat.interval.ms",
+        Bound::Range(
+            "group.share.min.heartbeat.interval.ms",
+            "group.share.max.heartbeat.interval.ms",
+        ),
+    ),
+    (
+        "share.session.timeout.ms",
+        Bound::Range(
+            "group.share.min.session.timeout.ms",
+            "group.share.max.session.timeout.ms",
+        ),
+    ),
+    (
+        "share.record.lock.duration.ms",
+        Bound::Range(
+            "group.share.min.record.lock.duration.ms",
+            "group.share.max.record.lock.duration.ms",
+        ),
+    ),
+    (
+        "share.delivery.count.limit",
+        Bound::Range(
+            "group.share.min.delivery.count.limit",
+            "group.share.max.delivery.count.limit",
+        ),
+    ),
+    (
+        "share.partition.max.record.locks",
+        Bound::Range(
+            "group.share.min.partition.max.record.locks",
+            "group.share.max.partition.max.record.locks",
+        ),
+    ),
+    (
+        "share.assignment.interval.ms",
+        Bound::Range(
+            "group.share.min.assignment.interval.ms",
+            "group.share.max.assignment.interval.ms",
+        ),
+    ),
+    (
+        "streams.heartbeat.interval.ms",
+        Bound::Range(
+            "group.streams.min.heartbeat.interval.ms",
+            "group.streams.max.heartbeat.interval.ms",
+        ),
+    ),
+    (
+        "streams.session.timeout.ms",
+        Bound::Range(
+            "group.streams.min.session.timeout.ms",
+            "group.streams.max.session.timeout.ms",
+        ),
+    ),
+    (
+        "streams.num.standby.replicas",
+        Bound::Max("group.streams.max.standby.replicas"),
+    ),
+    (
+        "streams.assignment.interval.ms",
+        Bound::Range(
+            "group.streams.min.assignment.interval.ms",
+            "group.streams.max.assignment.interval.ms",
+        ),
+    ),
+    (
+        "streams.task.offset.interval.ms",
+        Bound::Min("group.streams.min.task.offset.interval.ms"),
+    ),
+    (
+        "streams.num.warmup.replicas",
+        Bound::Max("group.streams.max.warmup.replicas"),
+    ),
+];
+
 /// Validates the complete set of a group's configs, as Kafka 4.4 does.
 pub fn validate(
     configs: &BTreeMap<String, String>,
@@ -698,105 +841,11 @@ pub fn validate(
             }
         }
     }
-    let range = |name: &str, min: &str, max: &str| -> Result<(), GroupConfigError> {
-        let (min, max) = (broker.int(min), broker.int(max));
-        match numbers.get(name) {
-            Some(v) if *v < min || *v > max => Err(GroupConfigError::OutOfRange {
-                name: name.to_string(),
-                min,
-                max,
-            }),
-            _ => Ok(()),
+    for (name, bound) in BOUNDS {
+        if let Some(v) = numbers.get(name) {
+            bound.check(name, *v, broker)?;
         }
-    };
-    range(
-        CONSUMER_HEARTBEAT_INTERVAL_MS,
-        "group.consumer.min.heartbeat.interval.ms",
-        "group.consumer.max.heartbeat.interval.ms",
-    )?;
-    range(
-        CONSUMER_SESSION_TIMEOUT_MS,
-        "group.consumer.min.session.timeout.ms",
-        "group.consumer.max.session.timeout.ms",
-    )?;
-    range(
-        "consumer.assignment.interval.ms",
-        "group.consumer.min.assignment.interval.ms",
-        "group.consumer.max.assignment.interval.ms",
-    )?;
-    range(
-        "share.heartbeat.interval.ms",
-        "group.share.min.heartbeat.interval.ms",
-        "group.share.max.heartbeat.interval.ms",
-    )?;
-    range(
-        "share.session.timeout.ms",
-        "group.share.min.session.timeout.ms",
-        "group.share.max.session.timeout.ms",
-    )?;
-    range(
-        "share.record.lock.duration.ms",
-        "group.share.min.record.lock.duration.ms",
-        "group.share.max.record.lock.duration.ms",
-    )?;
-    range(
-        "share.delivery.count.limit",
-        "group.share.min.delivery.count.limit",
-        "group.share.max.delivery.count.limit",
-    )?;
-    range(
-        "share.partition.max.record.locks",
-        "group.share.min.partition.max.record.locks",
-        "group.share.max.partition.max.record.locks",
-    )?;
-    range(
-        "share.assignment.interval.ms",
-        "group.share.min.assignment.interval.ms",
-        "group.share.max.assignment.interval.ms",
-    )?;
-    range(
-        "streams.heartbeat.interval.ms",
-        "group.streams.min.heartbeat.interval.ms",
-        "group.streams.max.heartbeat.interval.ms",
-    )?;
-    range(
-        "streams.session.timeout.ms",
-        "group.streams.min.session.timeout.ms",
-        "group.streams.max.session.timeout.ms",
-    )?;
-    let at_most = |name: &str, max: &str| -> Result<(), GroupConfigError> {
-        let max = broker.int(max);
-        match numbers.get(name) {
-            Some(v) if *v > max => Err(GroupConfigError::AboveMax {
-                name: name.to_string(),
-                max,
-            }),
-            _ => Ok(()),
-        }
-    };
-    at_most(
-        "streams.num.standby.replicas",
-        "group.streams.max.standby.replicas",
-    )?;
-    range(
-        "streams.assignment.interval.ms",
-        "group.streams.min.assignment.interval.ms",
-        "group.streams.max.assignment.interval.ms",
-    )?;
-    let min = broker.int("group.streams.min.task.offset.interval.ms");
-    if numbers
-        .get("streams.task.offset.interval.ms")
-        .is_some_and(|v| *v < min)
-    {
-        return Err(GroupConfigError::BelowMin {
-            name: "streams.task.offset.interval.ms".into(),
-            min,
-        });
     }
-    at_most(
-        "streams.num.warmup.replicas",
-        "group.streams.max.warmup.replicas",
-    )?;
     if let Some(name) = configs.get("streams.assignor.name") {
         let registered = broker.streams_assignors();
         if !registered.iter().any(|r| r == name.trim()) {
