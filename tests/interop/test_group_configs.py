@@ -251,6 +251,8 @@ REFUSALS = [
      "Can't APPEND to key consumer.session.timeout.ms because its type is not LIST."),
     ([("streams.rack.aware.assignment.tags", SUBTRACT, "a")], INVALID_CONFIG,
      "Can't SUBTRACT to key streams.rack.aware.assignment.tags because its type is not LIST."),
+    # An operation code that does not exist: Kafka fails the resource without a message.
+    ([("consumer.session.timeout.ms", 7, "50000")], -1, None),
     ([("consumer.session.timeout.ms", SET, "46000"), ("consumer.session.timeout.ms", SET, "47000")],
      INVALID_REQUEST, "Error due to duplicate config keys"),
     ([("consumer.assignor.offload.enable", SET, "maybe")], INVALID_CONFIG,
