@@ -493,6 +493,31 @@ impl BrokerGroupSettings {
     }
 }
 
+/// Checks a broker setting that group configs fall back to or are bounded by: `None` when
+/// `name` is not one, else whether `value` has its type (an int, except the assignor
+/// settings: booleans, and lists for the streams assignors and rack tags).
+pub fn check_broker_setting(name: &str, value: &str) -> Option<Result<(), String>> {
+    BROKER_DEFAULTS.iter().find(|(k, _)| *k == name)?;
+    let v = value.trim();
+    Some(if name.ends_with(".offload.enable") {
+        if v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("false") {
+            Ok(())
+        } else {
+            Err("Expected value to be either true or false".into())
+        }
+    } else if name.ends_with(".assignors") || name.ends_with(".tags") {
+        Ok(())
+    } else if name == "group.streams.acceptable.recovery.lag" {
+        v.parse::<i64>()
+            .map(|_| ())
+            .map_err(|_| "Not a number of type LONG".into())
+    } else {
+        v.parse::<i32>()
+            .map(|_| ())
+            .map_err(|_| "Not a number of type INT".into())
+    })
+}
+
 pub fn def_of(name: &str) -> Option<&'static GroupConfigDef> {
     GROUP_CONFIGS.iter().find(|d| d.name == name)
 }

@@ -364,3 +364,27 @@ fn huge_values_are_refused_without_panicking() {
     assert!(check("share.auto.offset.reset", &format!("by_duration:PT{huge}S")).is_err());
     assert!(check(&huge, "1").is_err());
 }
+
+#[test]
+fn the_broker_settings_behind_group_configs_are_recognised_and_checked() {
+    assert_eq!(
+        check_broker_setting("group.consumer.min.session.timeout.ms", "6000"),
+        Some(Ok(()))
+    );
+    assert_eq!(
+        check_broker_setting("group.consumer.max.heartbeat.interval.ms", "soon"),
+        Some(Err("Not a number of type INT".into()))
+    );
+    assert_eq!(
+        check_broker_setting("group.share.assignor.offload.enable", "yes"),
+        Some(Err("Expected value to be either true or false".into()))
+    );
+    assert_eq!(
+        check_broker_setting("group.streams.assignors", "sticky"),
+        Some(Ok(()))
+    );
+    assert_eq!(
+        check_broker_setting("group.initial.rebalance.delay.ms", "1"),
+        None
+    );
+}
