@@ -186,6 +186,9 @@ pub enum ConfigResource {
     Broker(BrokerId),
     /// The cluster-wide dynamic broker default (Kafka's broker resource with an empty name).
     ClusterDefault,
+    /// A consumer/share/streams group, by id (Kafka's GROUP config resource); it need not
+    /// exist, and deleting the group keeps its configs.
+    Group(String),
 }
 
 /// The kinds of opaque records the metadata log stores for the broker.

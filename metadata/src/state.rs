@@ -91,6 +91,9 @@ pub struct MetadataState {
     topic_ids: BTreeMap<String, TopicId>,
     broker_configs: BTreeMap<BrokerId, BTreeMap<String, String>>,
     cluster_configs: BTreeMap<String, String>,
+    /// Group configs by group id; absent in states (and snapshots) from before groups had them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    group_configs: BTreeMap<String, BTreeMap<String, String>>,
     records: BTreeMap<RecordKind, BTreeMap<String, Vec<u8>>>,
     next_producer_id: i64,
     /// Set once by [`Command::SetClusterId`]; absent in states (and snapshots) from before
@@ -232,7 +235,13 @@ impl MetadataState {
             ConfigResource::Topic(name) => self.topic_by_name(name).map(|t| &t.configs),
             ConfigResource::Broker(id) => self.broker_configs.get(id),
             ConfigResource::ClusterDefault => Some(&self.cluster_configs),
+            ConfigResource::Group(id) => self.group_configs.get(id),
         }
+    }
+
+    /// Every group's configs, by group id (groups without any are absent).
+    pub fn group_configs(&self) -> &BTreeMap<String, BTreeMap<String, String>> {
+        &self.group_configs
     }
 
     pub fn record(&self, kind: RecordKind, key: &str) -> Option<&[u8]> {
@@ -917,6 +926,12 @@ impl MetadataState {
                 self.broker_configs.entry(*id).or_default()
             }
             ConfigResource::ClusterDefault => &mut self.cluster_configs,
+            ConfigResource::Group(id) => {
+                if id.is_empty() {
+                    return Err(ApplyError::InvalidConfig("empty group id".into()));
+                }
+                self.group_configs.entry(id.clone()).or_default()
+            }
         };
         for (key, value) in changes {
             match value {
@@ -927,6 +942,11 @@ impl MetadataState {
         if let ConfigResource::Broker(id) = resource {
             if self.broker_configs.get(id).is_some_and(BTreeMap::is_empty) {
                 self.broker_configs.remove(id);
+            }
+        }
+        if let ConfigResource::Group(id) = resource {
+            if self.group_configs.get(id).is_some_and(BTreeMap::is_empty) {
+                self.group_configs.remove(id);
             }
         }
         Ok(Response::ConfigsSet)

@@ -96,25 +96,25 @@ pub fn handle(
         Err(e) => ConsumerGroupHeartbeatResponse::default()
             .with_error_code(e.code())
             .with_member_epoch(-1),
-        Ok(out) => {
-            ConsumerGroupHeartbeatResponse::default()
-                .with_member_id(Some(StrBytes::from_string(out.member_id)))
-                .with_member_epoch(out.member_epoch)
-                .with_heartbeat_interval_ms(
-                    coordinator.consumer_heartbeat_interval().as_millis() as i32
+        Ok(out) => ConsumerGroupHeartbeatResponse::default()
+            .with_member_id(Some(StrBytes::from_string(out.member_id)))
+            .with_member_epoch(out.member_epoch)
+            .with_heartbeat_interval_ms(
+                coordinator
+                    .consumer_heartbeat_interval(req.group_id.0.as_str())
+                    .as_millis() as i32,
+            )
+            .with_assignment(out.assignment.map(|a| {
+                Assignment::default().with_topic_partitions(
+                    a.into_iter()
+                        .map(|(id, ps)| {
+                            TopicPartitions::default()
+                                .with_topic_id(id)
+                                .with_partitions(ps.into_iter().collect())
+                        })
+                        .collect(),
                 )
-                .with_assignment(out.assignment.map(|a| {
-                    Assignment::default().with_topic_partitions(
-                        a.into_iter()
-                            .map(|(id, ps)| {
-                                TopicPartitions::default()
-                                    .with_topic_id(id)
-                                    .with_partitions(ps.into_iter().collect())
-                            })
-                            .collect(),
-                    )
-                }))
-        }
+            })),
     }
 }
 

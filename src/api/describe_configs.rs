@@ -1,5 +1,5 @@
-//! DescribeConfigs for topics (2) and brokers (4): effective values, their source, synonyms
-//! and types, from the same tables that validate them.
+//! DescribeConfigs for topics (2), brokers (4) and groups (32): effective values, their
+//! source, synonyms and types, from the same tables that validate them.
 
 use std::collections::BTreeMap;
 
@@ -15,12 +15,14 @@ use kafka_protocol::ResponseError;
 use crate::api::gate::{self, Gate, Who};
 use crate::api::{Api, Context, Outcome};
 use crate::broker::Broker;
+use crate::config::group::{self as group_config, BrokerGroupSettings};
 use crate::config::topic::{ConfigSource, TOPIC_CONFIGS};
 use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
+pub const RESOURCE_GROUP: i8 = 32;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
@@ -142,6 +144,13 @@ pub fn handle(
                 }
                 results.push(base.with_configs(configs));
             }
+            RESOURCE_GROUP => results.push(describe_group(
+                broker,
+                base,
+                r.configuration_keys.as_deref(),
+                req.include_synonyms,
+                req.include_documentation,
+            )),
             other => results.push(
                 base.with_error_code(ResponseError::InvalidRequest.code())
                     .with_error_message(Some(s(&format!("Unsupported resource type {other}")))),
@@ -149,6 +158,51 @@ pub fn handle(
         }
     }
     DescribeConfigsResponse::default().with_results(results)
+}
+
+/// A group's configs: every non-internal one (internal ones once set), valued from the
+/// group's own configs, the broker's settings or Kafka's defaults. The group need not exist.
+fn describe_group(
+    broker: &Broker,
+    base: DescribeConfigsResult,
+    keys: Option<&[StrBytes]>,
+    include_synonyms: bool,
+    include_documentation: bool,
+) -> DescribeConfigsResult {
+    let group = base.resource_name.to_string();
+    if group.is_empty() {
+        return base
+            .with_error_code(ResponseError::InvalidRequest.code())
+            .with_error_message(Some(s("Group name must not be empty")));
+    }
+    let settings = BrokerGroupSettings::new(&broker.config.explicit);
+    let configs = group_config::describe(&broker.group_configs(&group), &settings)
+        .into_iter()
+        .filter(|d| keys.is_none_or(|keys| keys.iter().any(|k| k.as_str() == d.name)))
+        .map(|d| {
+            let synonyms = if include_synonyms {
+                d.synonyms
+                    .iter()
+                    .map(|(name, value, source)| {
+                        DescribeConfigsSynonym::default()
+                            .with_name(s(name))
+                            .with_value(Some(s(value)))
+                            .with_source(*source)
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            DescribeConfigsResourceResult::default()
+                .with_name(s(d.name))
+                .with_value(Some(s(&d.value)))
+                .with_config_source(d.source)
+                .with_config_type(d.kind.describe_code())
+                .with_documentation(include_documentation.then(|| s(d.doc)))
+                .with_synonyms(synonyms)
+        })
+        .collect();
+    base.with_configs(configs)
 }
 
 /// DescribeConfigs: DESCRIBE_CONFIGS on each resource (topic, group or cluster).

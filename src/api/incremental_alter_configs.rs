@@ -1,5 +1,6 @@
 //! AlterConfigs (replace all overrides) and IncrementalAlterConfigs (SET, DELETE, APPEND,
-//! SUBTRACT) for topics. Every change is validated before anything is applied.
+//! SUBTRACT) for topics, brokers and groups. Every change is validated before anything is
+//! applied.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,10 +13,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::api::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use crate::api::describe_configs::{RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC};
 use crate::api::gate::{self, Gate, Who};
 use crate::api::{blocking, Api, Context};
 use crate::broker::Broker;
+use crate::config::group::{self as group_config, BrokerGroupSettings};
 use crate::config::topic;
 use crate::config::value::Kind;
 use crate::security::acl::Operation as Op;
@@ -27,6 +29,23 @@ const OP_APPEND: i8 = 2;
 const OP_SUBTRACT: i8 = 3;
 
 type Outcome = Result<(), (ResponseError, String)>;
+
+/// The most bytes an error message may have: Kafka's messages travel as (non-flexible)
+/// strings on their way through the broker and controller.
+const MAX_ERROR_MESSAGE: usize = i16::MAX as usize;
+
+/// The error code and message of a refused resource. Kafka answers UNKNOWN_SERVER_ERROR
+/// without a message when its message would not fit a string (a huge value echoed back);
+/// so does Strata, rather than failing to encode the response. An empty message is null.
+fn error_fields((code, msg): (ResponseError, String)) -> (i16, Option<StrBytes>) {
+    if msg.len() > MAX_ERROR_MESSAGE {
+        return (ResponseError::UnknownServerError.code(), None);
+    }
+    (
+        code.code(),
+        (!msg.is_empty()).then(|| StrBytes::from_string(msg)),
+    )
+}
 
 /// Applies new overrides for a topic after validating each.
 fn apply(
@@ -105,6 +124,76 @@ fn apply_broker(
     broker
         .set_dynamic_broker_configs(resource, configs)
         .map_err(|e| (ResponseError::KafkaStorageError, e.to_string()))
+}
+
+/// Validates and applies the complete new set of a group's configs. The group need not
+/// exist: Kafka keeps configs for groups yet to come (and after a group is deleted).
+fn apply_group(
+    broker: &Broker,
+    group: &str,
+    configs: BTreeMap<String, String>,
+    validate_only: bool,
+) -> Outcome {
+    if group.is_empty() {
+        return Err((
+            ResponseError::InvalidRequest,
+            "Default group resources are not allowed.".to_string(),
+        ));
+    }
+    group_config::validate(&configs, &BrokerGroupSettings::new(&broker.config.explicit))
+        .map_err(|e| (ResponseError::InvalidConfig, e.to_string()))?;
+    if validate_only {
+        return Ok(());
+    }
+    broker
+        .set_group_configs(group, configs)
+        .map_err(|e| (ResponseError::KafkaStorageError, e.to_string()))
+}
+
+/// IncrementalAlterConfigs on a group, as Kafka 4.4 answers it: SET and DELETE only (APPEND
+/// and SUBTRACT are refused for every group config, LIST ones included), each key once.
+fn incremental_group(
+    broker: &Broker,
+    group: &str,
+    ops: Vec<(String, i8, Option<String>)>,
+    validate_only: bool,
+) -> Outcome {
+    let mut seen = std::collections::BTreeSet::new();
+    if !ops.iter().all(|(k, ..)| seen.insert(k.as_str())) {
+        return Err((
+            ResponseError::InvalidRequest,
+            "Error due to duplicate config keys".to_string(),
+        ));
+    }
+    let mut configs = broker.group_configs(group);
+    for (key, op, value) in ops {
+        match op {
+            OP_SET => {
+                let v = value.ok_or((
+                    ResponseError::InvalidRequest,
+                    format!("Null value not supported for : {key}"),
+                ))?;
+                configs.insert(key, v);
+            }
+            OP_DELETE => {
+                configs.remove(&key);
+            }
+            OP_APPEND | OP_SUBTRACT => {
+                let name = if op == OP_APPEND {
+                    "APPEND"
+                } else {
+                    "SUBTRACT"
+                };
+                return Err((
+                    ResponseError::InvalidConfig,
+                    format!("Can't {name} to key {key} because its type is not LIST."),
+                ));
+            }
+            // Kafka fails such a request without a message.
+            _ => return Err((ResponseError::UnknownServerError, String::new())),
+        }
+    }
+    apply_group(broker, group, configs, validate_only)
 }
 
 /// Applies SET / DELETE / APPEND / SUBTRACT to a set of values.
@@ -215,6 +304,7 @@ fn incremental(
             )?;
             apply_broker(broker, name, configs, validate_only)
         }
+        RESOURCE_GROUP => incremental_group(broker, name, ops, validate_only),
         other => Err((
             ResponseError::InvalidRequest,
             format!("Unsupported resource type {other}"),
@@ -254,10 +344,11 @@ pub async fn handle(
                     .with_resource_type(r.resource_type)
                     .with_resource_name(r.resource_name);
                 match outcome {
-                    Ok(()) => resp,
-                    Err((code, msg)) => resp
-                        .with_error_code(code.code())
-                        .with_error_message(Some(StrBytes::from_string(msg))),
+                    Ok(()) => resp.with_error_message(None),
+                    Err(refusal) => {
+                        let (code, message) = error_fields(refusal);
+                        resp.with_error_code(code).with_error_message(message)
+                    }
                 }
             })
             .collect()
@@ -302,6 +393,16 @@ pub async fn handle_legacy(broker: Arc<Broker>, req: AlterConfigsRequest) -> Alt
                             .collect();
                         apply_broker(&b, r.resource_name.as_str(), configs, req.validate_only)
                     }
+                    RESOURCE_GROUP => {
+                        let configs = r
+                            .configs
+                            .iter()
+                            .filter_map(|c| {
+                                Some((c.name.to_string(), c.value.as_ref()?.to_string()))
+                            })
+                            .collect();
+                        apply_group(&b, r.resource_name.as_str(), configs, req.validate_only)
+                    }
                     other => Err((
                         ResponseError::InvalidRequest,
                         format!("Unsupported resource type {other}"),
@@ -311,10 +412,11 @@ pub async fn handle_legacy(broker: Arc<Broker>, req: AlterConfigsRequest) -> Alt
                     .with_resource_type(r.resource_type)
                     .with_resource_name(r.resource_name);
                 match outcome {
-                    Ok(()) => resp,
-                    Err((code, msg)) => resp
-                        .with_error_code(code.code())
-                        .with_error_message(Some(StrBytes::from_string(msg))),
+                    Ok(()) => resp.with_error_message(None),
+                    Err(refusal) => {
+                        let (code, message) = error_fields(refusal);
+                        resp.with_error_code(code).with_error_message(message)
+                    }
                 }
             })
             .collect()
@@ -409,5 +511,30 @@ impl Api for IncrementalAlterConfigs {
         _version: i16,
     ) -> super::Outcome {
         super::Outcome::respond(handle(s.broker.clone(), r).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_too_long_for_a_string_becomes_unknown_server_error() {
+        let fits = "m".repeat(MAX_ERROR_MESSAGE);
+        assert_eq!(
+            error_fields((ResponseError::InvalidConfig, fits.clone())),
+            (40, Some(StrBytes::from_string(fits)))
+        );
+        assert_eq!(
+            error_fields((
+                ResponseError::InvalidConfig,
+                "m".repeat(MAX_ERROR_MESSAGE + 1)
+            )),
+            (-1, None)
+        );
+        assert_eq!(
+            error_fields((ResponseError::UnknownServerError, String::new())),
+            (-1, None)
+        );
     }
 }

@@ -39,7 +39,8 @@ fn resources_of(broker: &Broker, resource_type: i8) -> Vec<String> {
             ids.sort_unstable();
             ids.iter().map(i32::to_string).collect()
         }
-        // No group configs, logger configs or client-metrics subscriptions are kept.
+        GROUP => broker.groups_with_configs(),
+        // No logger configs or client-metrics subscriptions are kept.
         _ => Vec::new(),
     }
 }

@@ -15,6 +15,10 @@ pub(super) struct MetadataFile {
     /// ("" = cluster-wide default, else a node id) and then by setting.
     #[serde(default)]
     pub(super) broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Group configs set with (Incremental)AlterConfigs on GROUP resources: group id ->
+    /// setting -> value. Kept when the group is deleted, as Kafka does.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(super) group_configs: BTreeMap<String, BTreeMap<String, String>>,
     /// SCRAM credentials: user -> mechanism name -> salted keys (never the password).
     #[serde(default)]
     pub(super) scram_credentials: ScramStore,
@@ -122,6 +126,7 @@ pub fn write_restored_metadata(
             })
             .collect(),
         broker_configs: BTreeMap::new(),
+        group_configs: existing.group_configs,
         // Keep credentials added with `strata scram add` before this first start.
         scram_credentials: existing.scram_credentials,
         acls: existing.acls,
@@ -185,6 +190,11 @@ impl Broker {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let group_configs = self
+            .group_configs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let scram_credentials = self.scram.read().unwrap_or_else(|e| e.into_inner()).clone();
         // In cluster mode a copy of the quorum's (empty until adopted).
         let cluster_id = self
@@ -197,6 +207,7 @@ impl Broker {
             next_producer_id_block,
             topics,
             broker_configs,
+            group_configs,
             scram_credentials,
             acls: self.authorizer.acls(),
             client_quotas: self.quotas.records(),

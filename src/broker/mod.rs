@@ -200,6 +200,8 @@ pub struct Broker {
     producer_ids: Mutex<ProducerIds>,
     /// See [`MetadataFile::broker_configs`].
     dynamic_configs: RwLock<BTreeMap<String, BTreeMap<String, String>>>,
+    /// See [`MetadataFile::group_configs`].
+    group_configs: RwLock<BTreeMap<String, BTreeMap<String, String>>>,
     scram: RwLock<ScramStore>,
     /// Cluster mode: credentials added offline, until proposed to the quorum.
     scram_pending: Mutex<ScramStore>,
@@ -426,6 +428,7 @@ impl Broker {
                 block_end: next_pid + PRODUCER_ID_BLOCK,
             }),
             dynamic_configs: RwLock::new(meta.broker_configs.clone()),
+            group_configs: RwLock::new(meta.group_configs.clone()),
             scram: RwLock::new(meta.scram_credentials.clone()),
             // On a single node they are in `scram_credentials` already.
             scram_pending: Mutex::new(if config.cluster.is_some() {
@@ -650,6 +653,66 @@ impl Broker {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         self.features.replace(levels);
+        self.save_metadata()
+    }
+
+    /// The configs set on a group (empty when none); the group need not exist.
+    pub fn group_configs(&self, group: &str) -> BTreeMap<String, String> {
+        self.group_configs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(group)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The groups that have configs set, in name order.
+    pub fn groups_with_configs(&self) -> Vec<String> {
+        self.group_configs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// Replaces a group's configs (validated by the caller; in cluster mode on every broker,
+    /// through the quorum) and persists them. Blocking.
+    pub fn set_group_configs(
+        &self,
+        group: &str,
+        configs: BTreeMap<String, String>,
+    ) -> io::Result<()> {
+        if let Some(q) = self.quorum() {
+            return q.set_group_configs(group, configs);
+        }
+        let mut all = self
+            .group_configs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if configs.is_empty() {
+            all.remove(group);
+        } else {
+            all.insert(group.to_string(), configs);
+        }
+        self.replace_group_configs(all)
+    }
+
+    /// Replaces every group's configs (cluster mode applies the quorum's) and persists them.
+    /// Blocking.
+    pub fn replace_group_configs(
+        &self,
+        all: BTreeMap<String, BTreeMap<String, String>>,
+    ) -> io::Result<()> {
+        let _w = self
+            .catalog_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *self
+            .group_configs
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = all;
         self.save_metadata()
     }
 

@@ -52,6 +52,8 @@ pub trait MetadataQuorum: Send + Sync {
         resource: &str,
         configs: BTreeMap<String, String>,
     ) -> io::Result<()>;
+    /// Replaces a group's configs (empty: removes them).
+    fn set_group_configs(&self, group: &str, configs: BTreeMap<String, String>) -> io::Result<()>;
     fn allocate_producer_id(&self) -> io::Result<i64>;
 
     /// Sets (Some) or deletes (None) SCRAM credentials.

@@ -7,6 +7,7 @@
 //! bad values are errors that name the key.
 
 mod broker_defs;
+pub mod group;
 pub mod security;
 pub mod topic;
 pub mod value;
@@ -905,6 +906,9 @@ fn validate_explicit(explicit: &BTreeMap<String, String>) -> Result<(), ConfigEr
                 topic::TopicConfigError::Invalid { reason, .. } => invalid(k, v, reason),
                 other => invalid(k, v, other),
             })?;
+        } else if let Some(checked) = group::check_broker_setting(k, v) {
+            // A bound or fallback of group configs (`group.consumer.min.session.timeout.ms`).
+            checked.map_err(|e| invalid(k, v, e))?;
         } else if k.starts_with("listener.name.") {
             // Per-listener settings (ssl.*, sasl.*): read by SecurityConfig::build.
         } else if k.starts_with("strata.") {

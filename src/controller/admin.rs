@@ -372,6 +372,37 @@ pub fn set_broker_configs(
     })
 }
 
+/// Replaces a group's configs through the quorum (validated by the caller). Every broker
+/// applies them. Blocking.
+pub fn set_group_configs(
+    control: &Arc<ClusterControl>,
+    group: &str,
+    configs: BTreeMap<String, String>,
+) -> Result<(), ClusterError> {
+    let resource = ConfigResource::Group(group.to_string());
+    let node = control.node()?;
+    let current = node.state().configs(&resource).cloned().unwrap_or_default();
+    let mut changes: BTreeMap<String, Option<String>> = current
+        .keys()
+        .filter(|k| !configs.contains_key(*k))
+        .map(|k| (k.clone(), None))
+        .collect();
+    for (k, v) in configs {
+        if current.get(&k) != Some(&v) {
+            changes.insert(k, Some(v));
+        }
+    }
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let command = Command::SetConfigs { resource, changes };
+    let c = control.clone();
+    wait_for(async move {
+        let (_, index) = c.propose(command).await?;
+        c.wait_synced(index, SYNC_WAIT).await
+    })
+}
+
 /// Replaces a topic's config overrides through the quorum (validated by the caller). Every
 /// broker applies them to its local topic. Blocking.
 pub fn set_topic_configs(
@@ -473,6 +504,14 @@ impl MetadataQuorum for Arc<ClusterControl> {
         configs: BTreeMap<String, String>,
     ) -> std::io::Result<()> {
         set_broker_configs(self, resource, configs).map_err(std::io::Error::other)
+    }
+
+    fn set_group_configs(
+        &self,
+        group: &str,
+        configs: BTreeMap<String, String>,
+    ) -> std::io::Result<()> {
+        set_group_configs(self, group, configs).map_err(std::io::Error::other)
     }
 
     fn allocate_producer_id(&self) -> std::io::Result<i64> {

@@ -38,6 +38,8 @@ struct Applied {
     dynamic_configs: Option<BTreeMap<String, BTreeMap<String, String>>>,
     /// The finalized feature levels (`None` before the first sync).
     features: Option<crate::features::FinalizedLevels>,
+    /// Group configs by group id (`None` before the first sync).
+    group_configs: Option<BTreeMap<String, BTreeMap<String, String>>>,
 }
 
 /// Follows the metadata images until `cancel`.
@@ -198,6 +200,15 @@ fn sync_once(
         match broker.replace_dynamic_broker_configs(dynamic.clone()) {
             Ok(()) => applied.dynamic_configs = Some(dynamic),
             Err(e) => tracing::error!(error = %e, "applying dynamic broker configs failed"),
+        }
+    }
+
+    // 5b. Group configs, replaced whenever they change.
+    let groups = state.group_configs();
+    if applied.group_configs.as_ref() != Some(groups) {
+        match broker.replace_group_configs(groups.clone()) {
+            Ok(()) => applied.group_configs = Some(groups.clone()),
+            Err(e) => tracing::error!(error = %e, "applying group configs failed"),
         }
     }
 

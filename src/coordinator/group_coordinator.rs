@@ -154,6 +154,14 @@ pub struct GroupConfig {
     pub consumer_heartbeat_interval: Duration,
 }
 
+/// A KIP-848 group's own session timeout and heartbeat interval: its GROUP configs
+/// (`consumer.session.timeout.ms`, `consumer.heartbeat.interval.ms`) within the broker's
+/// bounds, else the broker's settings.
+pub trait ConsumerGroupTimeouts: Send + Sync {
+    /// (session timeout, heartbeat interval) of the group.
+    fn consumer_timeouts(&self, group_id: &str) -> (Duration, Duration);
+}
+
 /// A committed offset for the OffsetFetch answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Committed {
@@ -185,6 +193,8 @@ pub struct GroupCoordinator {
     /// Topics deleted from the catalog and when (wall-clock ms): the timer deletes the
     /// offsets committed to them before then.
     deleted_topics: Mutex<Vec<(String, i64)>>,
+    /// Per-group KIP-848 timeouts; without it every group uses `config`'s.
+    timeouts: Option<Arc<dyn ConsumerGroupTimeouts>>,
 }
 
 /// Kafka's `offsets.retention.check.interval.ms` default: how often empty groups without
@@ -227,6 +237,24 @@ impl GroupCoordinator {
             pending_txn: Mutex::new(HashMap::new()),
             ownership,
             deleted_topics: Mutex::new(Vec::new()),
+            timeouts: None,
+        }
+    }
+
+    /// Takes each KIP-848 group's session timeout and heartbeat interval from `timeouts`.
+    pub fn with_group_timeouts(mut self, timeouts: Arc<dyn ConsumerGroupTimeouts>) -> Self {
+        self.timeouts = Some(timeouts);
+        self
+    }
+
+    /// The session timeout and heartbeat interval a KIP-848 group runs with now.
+    fn consumer_timeouts(&self, group_id: &str) -> (Duration, Duration) {
+        match &self.timeouts {
+            Some(t) => t.consumer_timeouts(group_id),
+            None => (
+                self.config.consumer_session_timeout,
+                self.config.consumer_heartbeat_interval,
+            ),
         }
     }
 
@@ -659,6 +687,7 @@ impl GroupCoordinator {
             g.protocol_type = Some("consumer".into());
         }
         let c = g.consumer.as_mut().ok_or(ResponseError::GroupIdNotFound)?;
+        let (session_timeout, _) = self.consumer_timeouts(group_id);
         // The request is consumed by the state machine: keep what the debug line needs, and
         // only format the owned partitions when debug logging is on.
         let debug = tracing::enabled!(tracing::Level::DEBUG);
@@ -668,13 +697,7 @@ impl GroupCoordinator {
         } else {
             String::new()
         };
-        let out = c.heartbeat(
-            req,
-            &resolve,
-            regex_topics,
-            self.config.consumer_session_timeout,
-            Instant::now(),
-        );
+        let out = c.heartbeat(req, &resolve, regex_topics, session_timeout, Instant::now());
         if debug {
             match &out {
                 Ok(o) => {
@@ -700,8 +723,9 @@ impl GroupCoordinator {
             .map(f)
     }
 
-    pub fn consumer_heartbeat_interval(&self) -> Duration {
-        self.config.consumer_heartbeat_interval
+    /// The heartbeat interval a KIP-848 group's members are told to keep.
+    pub fn consumer_heartbeat_interval(&self, group_id: &str) -> Duration {
+        self.consumer_timeouts(group_id).1
     }
 
     pub fn heartbeat(

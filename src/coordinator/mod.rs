@@ -17,6 +17,6 @@ pub(crate) mod test_support;
 pub mod txn;
 
 pub use group_coordinator::{
-    Committed, GroupConfig, GroupCoordinator, GroupDescription, LogEntry, LogWriteError,
-    OffsetsLog, OFFSETS_TOPIC,
+    Committed, ConsumerGroupTimeouts, GroupConfig, GroupCoordinator, GroupDescription, LogEntry,
+    LogWriteError, OffsetsLog, OFFSETS_TOPIC,
 };

@@ -43,10 +43,24 @@ impl GroupCoordinator {
             },
             Arc::new(log),
             Arc::new(Ownership::new(c.cluster.is_some())),
-        );
+        )
+        .with_group_timeouts(broker.clone());
         let records = coordinator.load()?;
         tracing::info!(records, "group coordinator loaded __consumer_offsets");
         Ok(Arc::new(coordinator))
+    }
+}
+
+/// A group's KIP-848 timeouts come from its GROUP configs, within the broker's bounds.
+impl super::ConsumerGroupTimeouts for Broker {
+    fn consumer_timeouts(&self, group_id: &str) -> (Duration, Duration) {
+        let broker = crate::config::group::BrokerGroupSettings::new(&self.config.explicit);
+        let (session, heartbeat) =
+            crate::config::group::consumer_timeouts(&self.group_configs(group_id), &broker);
+        (
+            Duration::from_millis(session.max(1) as u64),
+            Duration::from_millis(heartbeat.max(1) as u64),
+        )
     }
 }
 

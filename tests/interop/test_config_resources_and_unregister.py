@@ -94,3 +94,16 @@ def test_kafka_configs_describes_every_topic_without_a_name(broker, topic_name):
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"Dynamic configs for topic {topic_name} are:" in out.stdout, out.stdout[-3000:]
     assert "retention.ms=123456" in out.stdout
+
+
+def test_list_config_resources_lists_the_groups_with_configs(broker, topic_name):
+    from test_group_configs import inc_alter
+    group = topic_name + "-g"
+    assert inc_alter(broker.bootstrap, group,
+                     [("consumer.session.timeout.ms", 0, "50000")])[0] == 0
+    code, groups = list_config_resources(broker.bootstrap, 1, [GROUP])
+    assert code == 0 and (group, GROUP) in groups
+    assert {kind for _, kind in groups} == {GROUP}
+    # Deleting the config takes the group off the list.
+    assert inc_alter(broker.bootstrap, group, [("consumer.session.timeout.ms", 1, None)])[0] == 0
+    assert (group, GROUP) not in list_config_resources(broker.bootstrap, 1, [GROUP])[1]

@@ -17,6 +17,7 @@ mod coordinators;
 mod corrupt_records;
 mod crash;
 mod full_disk;
+mod group_configs;
 mod group_offsets;
 mod groups;
 mod hostile_connections;

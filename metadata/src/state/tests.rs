@@ -898,3 +898,36 @@ fn a_state_serialized_before_cluster_ids_reads_without_one() {
     assert_eq!(back, state);
     assert_eq!(back.cluster_id(), Some("c1"));
 }
+
+#[test]
+fn group_configs_need_no_group_and_vanish_when_emptied() {
+    let mut state = three_brokers();
+    let set = |group: &str, value: Option<&str>| Command::SetConfigs {
+        resource: ConfigResource::Group(group.to_owned()),
+        changes: BTreeMap::from([(
+            "consumer.session.timeout.ms".to_owned(),
+            value.map(str::to_owned),
+        )]),
+    };
+    state
+        .apply(1, &set("not-yet-a-group", Some("50000")))
+        .unwrap();
+    assert_eq!(
+        state.configs(&ConfigResource::Group("not-yet-a-group".into())),
+        Some(&BTreeMap::from([(
+            "consumer.session.timeout.ms".to_owned(),
+            "50000".to_owned()
+        )]))
+    );
+    assert_eq!(state.group_configs().len(), 1);
+    // A snapshot carries them.
+    let copy: MetadataState =
+        serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
+    assert_eq!(copy.group_configs(), state.group_configs());
+    state.apply(2, &set("not-yet-a-group", None)).unwrap();
+    assert!(state.group_configs().is_empty());
+    assert!(matches!(
+        state.apply(3, &set("", Some("1"))),
+        Err(ApplyError::InvalidConfig(_))
+    ));
+}
