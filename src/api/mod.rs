@@ -15,6 +15,7 @@ pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delegation_tokens;
 pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
@@ -189,6 +190,10 @@ apis! {
     sasl::SaslAuthenticate,
     scram_credentials::DescribeUserScramCredentials,
     scram_credentials::AlterUserScramCredentials,
+    delegation_tokens::CreateDelegationToken,
+    delegation_tokens::RenewDelegationToken,
+    delegation_tokens::ExpireDelegationToken,
+    delegation_tokens::DescribeDelegationToken,
     acls::DescribeAcls,
     acls::CreateAcls,
     acls::DeleteAcls,
@@ -220,6 +225,8 @@ pub struct Connection {
     pub listener: usize,
     /// `User:<name>` (SASL or TLS client certificate) or `User:ANONYMOUS`.
     pub principal: String,
+    /// Authenticated with a delegation token.
+    pub token_authenticated: bool,
 }
 
 /// Who sent a request.
@@ -228,6 +235,8 @@ pub struct Context {
     pub client_id: String,
     pub listener: usize,
     pub principal: String,
+    /// Authenticated with a delegation token (such a connection may not manage tokens).
+    pub token_authenticated: bool,
 }
 
 impl Context {
@@ -265,6 +274,7 @@ pub async fn handle(
         peer,
         listener: conn.listener,
         principal: conn.principal.clone(),
+        token_authenticated: conn.token_authenticated,
         client_id: request
             .header
             .client_id
