@@ -265,6 +265,17 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
         services.tiering.clone(),
         shutdown.clone(),
     ));
+    let tokens = &broker.config.security.delegation_token;
+    if tokens.secret_key.is_some() {
+        spawn_periodic(
+            &tasks,
+            &shutdown,
+            Duration::from_millis(tokens.expiry_check_interval_ms.max(1) as u64),
+            broker.clone(),
+            "delegation-token-expiry",
+            |b| b.remove_expired_delegation_tokens(),
+        );
+    }
     let flush_every =
         Duration::from_millis(broker.config.log_flush_scheduler_interval_ms.min(1000));
     spawn_periodic(

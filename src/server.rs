@@ -356,7 +356,7 @@ async fn handle_request(
                 SaslOutcome::Authenticate { .. } => unreachable_outcome(),
             },
             (Some(s), RequestKind::SaslAuthenticate(r)) => match s.authenticate(
-                |user, m| services.broker.scram_credential(user, m),
+                |user, token, m| services.broker.scram_lookup(user, token, m),
                 &services.broker.metrics,
                 r,
             ) {
@@ -364,6 +364,7 @@ async fn handle_request(
                     close_after = close;
                     if let Some(p) = &s.principal {
                         conn.principal = p.clone();
+                        conn.token_authenticated = s.token_authenticated;
                     }
                     api::Outcome::Respond(Box::new(ResponseKind::SaslAuthenticate(response)))
                 }
@@ -424,6 +425,7 @@ where
     let mut conn = api::Connection {
         listener,
         principal,
+        token_authenticated: false,
     };
     let max = broker.config.socket_request_max_bytes;
     let sasl_max = broker.config.sasl_server_max_receive_size;

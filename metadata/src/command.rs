@@ -199,6 +199,8 @@ pub enum RecordKind {
     ClientQuota,
     /// The finalized feature levels (one record).
     Features,
+    /// A delegation token's information, keyed by token id.
+    DelegationToken,
 }
 
 /// A block of producer ids owned by one broker: `[first, first + count)`.

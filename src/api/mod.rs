@@ -15,6 +15,7 @@ pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delegation_tokens;
 pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
@@ -191,6 +192,10 @@ apis! {
     sasl::SaslAuthenticate,
     scram_credentials::DescribeUserScramCredentials,
     scram_credentials::AlterUserScramCredentials,
+    delegation_tokens::CreateDelegationToken,
+    delegation_tokens::RenewDelegationToken,
+    delegation_tokens::ExpireDelegationToken,
+    delegation_tokens::DescribeDelegationToken,
     acls::DescribeAcls,
     acls::CreateAcls,
     acls::DeleteAcls,
@@ -224,6 +229,8 @@ pub struct Connection {
     pub listener: usize,
     /// `User:<name>` (SASL or TLS client certificate) or `User:ANONYMOUS`.
     pub principal: String,
+    /// Authenticated with a delegation token.
+    pub token_authenticated: bool,
 }
 
 /// Who sent a request.
@@ -232,6 +239,8 @@ pub struct Context {
     pub client_id: String,
     pub listener: usize,
     pub principal: String,
+    /// Authenticated with a delegation token (such a connection may not manage tokens).
+    pub token_authenticated: bool,
 }
 
 impl Context {
@@ -269,6 +278,7 @@ pub async fn handle(
         peer,
         listener: conn.listener,
         principal: conn.principal.clone(),
+        token_authenticated: conn.token_authenticated,
         client_id: request
             .header
             .client_id

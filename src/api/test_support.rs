@@ -29,6 +29,7 @@ pub fn context() -> Context {
         client_id: "test-client".into(),
         listener: 0,
         principal: "User:alice".into(),
+        token_authenticated: false,
     }
 }
 

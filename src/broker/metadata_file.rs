@@ -35,6 +35,10 @@ pub(super) struct MetadataFile {
     /// The feature levels UpdateFeatures set (see [`crate::features`]).
     #[serde(default)]
     pub(super) features: crate::features::FinalizedLevels,
+    /// Delegation tokens: their information only (never the HMAC or the secret key; the
+    /// HMAC is recomputed from `delegation.token.secret.key` at start).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) delegation_tokens: Vec<crate::security::delegation_token::TokenInfo>,
 }
 
 /// user -> mechanism name -> credential, as the broker keeps them.
@@ -133,6 +137,7 @@ pub fn write_restored_metadata(
         client_quotas: existing.client_quotas,
         scram_pending: existing.scram_pending,
         features: existing.features,
+        delegation_tokens: existing.delegation_tokens,
     };
     let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
     let path = dir.join(METADATA_FILE);
@@ -213,6 +218,7 @@ impl Broker {
             client_quotas: self.quotas.records(),
             scram_pending: self.pending_scram(),
             features: self.features.get(),
+            delegation_tokens: self.delegation_token_infos(),
         };
         let text = toml::to_string(&file).map_err(|e| io::Error::other(e.to_string()))?;
         let path = self.config.log_dirs[0].join(METADATA_FILE);

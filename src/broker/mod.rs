@@ -59,6 +59,7 @@ use replica_set::ReplicaSet;
 
 mod append;
 mod cluster;
+mod delegation_tokens;
 mod fetch;
 mod ids;
 pub mod leadership;
@@ -74,6 +75,7 @@ mod security;
 mod tiered;
 
 pub use append::{AppendParams, AppendResult, AppendTopic, PartitionAppend};
+pub use delegation_tokens::{TokenChange, TokenWriteError};
 pub use fetch::{
     FetchLimits, FetchParams, FetchPosition, FetchResult, FetchTopic, PartitionRead, RemoteRead,
 };
@@ -205,6 +207,8 @@ pub struct Broker {
     scram: RwLock<ScramStore>,
     /// Cluster mode: credentials added offline, until proposed to the quorum.
     scram_pending: Mutex<ScramStore>,
+    /// Delegation tokens (see [`delegation_tokens`]).
+    delegation_tokens: RwLock<crate::security::delegation_token::TokenCache>,
     /// ACLs and the settings that decide with them (see [`crate::security::acl`]).
     pub authorizer: crate::security::acl::Authorizer,
     /// Client quotas and connection limits.
@@ -436,6 +440,12 @@ impl Broker {
             } else {
                 ScramStore::new()
             }),
+            delegation_tokens: RwLock::new(
+                crate::security::delegation_token::TokenCache::default().rebuilt(
+                    config.security.delegation_token.secret_key.as_deref(),
+                    meta.delegation_tokens.clone(),
+                ),
+            ),
             authorizer: crate::security::acl::Authorizer::new(
                 config.security.authorizer_enabled,
                 config.security.super_users.iter().cloned(),

@@ -60,6 +60,8 @@ pub trait MetadataQuorum: Send + Sync {
     fn alter_scram(&self, changes: &[(String, Mechanism, Option<Credential>)]) -> io::Result<()>;
     fn create_acls(&self, acls: &[AclBinding]) -> io::Result<()>;
     fn delete_acls(&self, acls: &[&AclBinding]) -> io::Result<()>;
+    /// Puts or removes a delegation token.
+    fn delegation_token(&self, change: &super::TokenChange) -> io::Result<()>;
     /// Replaces the finalized feature levels.
     fn set_features(&self, levels: &crate::features::FinalizedLevels) -> io::Result<()>;
     /// Replaces client quota records: `set` with values, `removed` entities with none.

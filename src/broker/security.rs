@@ -10,6 +10,7 @@ pub struct SecurityRecords {
     pub acls: Vec<crate::security::acl::AclBinding>,
     pub scram: ScramStore,
     pub quotas: Vec<crate::quota::QuotaRecord>,
+    pub delegation_tokens: Vec<crate::security::delegation_token::TokenInfo>,
 }
 
 impl Broker {
@@ -97,6 +98,7 @@ impl Broker {
         self.authorizer.replace(records.acls);
         *self.scram.write().unwrap_or_else(|e| e.into_inner()) = records.scram;
         self.quotas.replace(&records.quotas);
+        self.replace_delegation_tokens(records.delegation_tokens);
         self.save_metadata()
     }
 

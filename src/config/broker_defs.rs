@@ -105,6 +105,22 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         kind: Kind::Boolean,
         default: "false",
     },
+    // Delegation tokens (KIP-48); the secret key is a `SECRET_KEYS` entry.
+    BrokerConfigDef {
+        name: "delegation.token.max.lifetime.ms",
+        kind: Kind::Long,
+        default: "604800000",
+    },
+    BrokerConfigDef {
+        name: "delegation.token.expiry.time.ms",
+        kind: Kind::Long,
+        default: "86400000",
+    },
+    BrokerConfigDef {
+        name: "delegation.token.expiry.check.interval.ms",
+        kind: Kind::Long,
+        default: "3600000",
+    },
     BrokerConfigDef {
         name: "sasl.enabled.mechanisms",
         kind: Kind::List,
@@ -598,6 +614,10 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "15000",
     },
 ];
+
+/// Secret settings: read at start-up like the others but never listed among the broker's
+/// configs, so DescribeConfigs cannot reveal them.
+pub(super) const SECRET_KEYS: &[&str] = &["delegation.token.secret.key"];
 
 /// Kafka settings Strata reads but does not need (KRaft roles, thread pools, buffer sizes).
 pub(super) const IGNORED_KAFKA_KEYS: &[&str] = &[

@@ -18,14 +18,14 @@ use std::path::{Path, PathBuf};
 
 use security::{controller_listener_names, parse_protocol_map};
 pub use security::{
-    parse_jaas_options, parse_plain_jaas, ClientAuth, InterBrokerSecurity, InterBrokerTls,
-    SaslConfig, SaslCredentials, SecurityConfig, SecurityProtocol, TlsConfig,
+    parse_jaas_options, parse_plain_jaas, ClientAuth, DelegationTokenConfig, InterBrokerSecurity,
+    InterBrokerTls, SaslConfig, SaslCredentials, SecurityConfig, SecurityProtocol, TlsConfig,
 };
 pub use topic::{BrokerDefaults, ConfigSource, TopicConfig};
 use value::Kind;
 
 pub use broker_defs::BROKER_CONFIGS;
-use broker_defs::IGNORED_KAFKA_KEYS;
+use broker_defs::{IGNORED_KAFKA_KEYS, SECRET_KEYS};
 
 /// Broker settings that are not topic-config synonyms.
 pub struct BrokerConfigDef {
@@ -913,7 +913,7 @@ fn validate_explicit(explicit: &BTreeMap<String, String>) -> Result<(), ConfigEr
             // Per-listener settings (ssl.*, sasl.*): read by SecurityConfig::build.
         } else if k.starts_with("strata.") {
             return Err(ConfigError::UnknownStrataKey(k.clone()));
-        } else if !IGNORED_KAFKA_KEYS.contains(&k.as_str()) {
+        } else if !IGNORED_KAFKA_KEYS.contains(&k.as_str()) && !SECRET_KEYS.contains(&k.as_str()) {
             tracing::warn!(key = %k, "unknown setting ignored");
         }
     }

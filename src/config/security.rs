@@ -113,6 +113,53 @@ pub struct SecurityConfig {
     pub super_users: Vec<String>,
     /// `allow.everyone.if.no.acl.found`.
     pub allow_everyone_if_no_acl_found: bool,
+    /// `delegation.token.*`.
+    pub delegation_token: DelegationTokenConfig,
+}
+
+/// The delegation token settings (KIP-48).
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct DelegationTokenConfig {
+    /// `delegation.token.secret.key`: tokens are served only when it is set (non-empty).
+    pub secret_key: Option<String>,
+    /// `delegation.token.max.lifetime.ms`: the longest a token lives, renewals included.
+    pub max_lifetime_ms: i64,
+    /// `delegation.token.expiry.time.ms`: how long a token lives until renewed.
+    pub expiry_time_ms: i64,
+    /// `delegation.token.expiry.check.interval.ms`: how often expired tokens are removed.
+    pub expiry_check_interval_ms: i64,
+}
+
+/// The secret key stays out of logs.
+impl std::fmt::Debug for DelegationTokenConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DelegationTokenConfig")
+            .field("secret_key", &self.secret_key.as_ref().map(|_| "[hidden]"))
+            .field("max_lifetime_ms", &self.max_lifetime_ms)
+            .field("expiry_time_ms", &self.expiry_time_ms)
+            .field("expiry_check_interval_ms", &self.expiry_check_interval_ms)
+            .finish()
+    }
+}
+
+impl DelegationTokenConfig {
+    fn build(get: &dyn Fn(&str) -> String) -> Result<DelegationTokenConfig, ConfigError> {
+        let positive = |key: &str| -> Result<i64, ConfigError> {
+            let raw = get(key);
+            let v = value::parse_long(key, &raw).map_err(|e| invalid(key, &raw, e))?;
+            if v < 1 {
+                return Err(invalid(key, &raw, "Value must be at least 1"));
+            }
+            Ok(v)
+        };
+        let secret = get("delegation.token.secret.key");
+        Ok(DelegationTokenConfig {
+            secret_key: (!secret.is_empty()).then_some(secret),
+            max_lifetime_ms: positive("delegation.token.max.lifetime.ms")?,
+            expiry_time_ms: positive("delegation.token.expiry.time.ms")?,
+            expiry_check_interval_ms: positive("delegation.token.expiry.check.interval.ms")?,
+        })
+    }
 }
 
 /// The `authorizer.class.name` values Strata's built-in authorizer stands in for.
@@ -511,6 +558,7 @@ impl SecurityConfig {
         let allow_everyone_if_no_acl_found = value::parse_bool(&allow_everyone)
             .map_err(|e| invalid("allow.everyone.if.no.acl.found", &allow_everyone, e))?;
         let mut out = SecurityConfig {
+            delegation_token: DelegationTokenConfig::build(get)?,
             authorizer_enabled: !authorizer_class.is_empty(),
             super_users,
             allow_everyone_if_no_acl_found,

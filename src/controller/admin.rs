@@ -539,6 +539,10 @@ impl MetadataQuorum for Arc<ClusterControl> {
         records::write(self, commands).map_err(std::io::Error::other)
     }
 
+    fn delegation_token(&self, change: &crate::broker::TokenChange) -> std::io::Result<()> {
+        records::write(self, vec![records::delegation_token(change)]).map_err(std::io::Error::other)
+    }
+
     fn set_features(&self, levels: &crate::features::FinalizedLevels) -> std::io::Result<()> {
         records::write(self, vec![records::features(levels)]).map_err(std::io::Error::other)
     }

@@ -1,10 +1,11 @@
-//! ACLs, SCRAM credentials and client quotas in cluster mode. The quorum keeps each as an
-//! opaque record (`RecordKind`): the key is the JSON of what identifies it (the whole ACL
-//! binding, the user and mechanism, the quota entity), the value the JSON of its content. A
-//! change made on any broker is proposed as puts and deletes and answered once the local
-//! broker has synced it; every broker replaces its ACLs, credentials and quotas with the
-//! quorum's whenever those records change ([`SecurityRecords`], applied by the sync task), so
-//! a broker that was down catches up like any other metadata.
+//! ACLs, SCRAM credentials, client quotas and delegation tokens in cluster mode. The quorum
+//! keeps each as an opaque record (`RecordKind`): the key is the JSON of what identifies it
+//! (the whole ACL binding, the user and mechanism, the quota entity) or the token id, the
+//! value the JSON of its content. A change made on any broker is proposed as puts and
+//! deletes and answered once the local broker has synced it; every broker replaces its ACLs,
+//! credentials, quotas and tokens with the quorum's whenever those records change
+//! ([`SecurityRecords`], applied by the sync task), so a broker that was down catches up like
+//! any other metadata.
 //!
 //! Credentials added with `strata scram add` while a broker is stopped (Kafka's
 //! `kafka-storage format --add-scram`) are proposed to the quorum when it next joins
@@ -93,6 +94,21 @@ pub fn quota(entity: &[EntityRecord], values: &BTreeMap<String, f64>) -> Command
     }
 }
 
+/// Puts a delegation token's information (keyed by its id) or removes it.
+pub fn delegation_token(change: &crate::broker::TokenChange) -> Command {
+    match change {
+        crate::broker::TokenChange::Put(info) => Command::PutRecord {
+            kind: RecordKind::DelegationToken,
+            key: info.token_id.clone(),
+            value: json(info).into_bytes(),
+        },
+        crate::broker::TokenChange::Remove(id) => Command::DeleteRecord {
+            kind: RecordKind::DelegationToken,
+            key: id.clone(),
+        },
+    }
+}
+
 /// The key of the one record holding the finalized feature levels.
 pub const FEATURES_KEY: &str = "finalized";
 
@@ -136,14 +152,15 @@ pub fn write(control: &Arc<ClusterControl>, commands: Vec<Command>) -> Result<()
 /// One kind's records: (key, value) in key order.
 type KindRecords = Vec<(String, Vec<u8>)>;
 
-/// The raw records of the three kinds, to notice when they change.
+/// The raw records of the security kinds, to notice when they change.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RawRecords(Vec<(RecordKind, KindRecords)>);
 
-const KINDS: [RecordKind; 3] = [
+const KINDS: [RecordKind; 4] = [
     RecordKind::Acl,
     RecordKind::ScramCredential,
     RecordKind::ClientQuota,
+    RecordKind::DelegationToken,
 ];
 
 impl RawRecords {
@@ -203,6 +220,10 @@ impl SecurityRecords {
                                 out.quotas.push(QuotaRecord { entity, values });
                                 Ok(())
                             }),
+                        RecordKind::DelegationToken => serde_json::from_slice::<
+                            crate::security::delegation_token::TokenInfo,
+                        >(value)
+                        .map(|t| out.delegation_tokens.push(t)),
                         // Not among KINDS: applied on its own (see `decode_features`).
                         RecordKind::Features => Ok(()),
                     };

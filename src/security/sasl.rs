@@ -33,6 +33,9 @@ pub struct Sasl {
     scram: Option<scram::ServerExchange>,
     /// `User:<name>` once authenticated.
     pub principal: Option<String>,
+    /// Authenticated with a delegation token (SCRAM with `tokenauth=true`): the principal is
+    /// the token's owner, and may not ask for tokens on this connection.
+    pub token_authenticated: bool,
     expires: Option<Instant>,
 }
 
@@ -54,6 +57,7 @@ impl Sasl {
             mechanism: None,
             scram: None,
             principal: None,
+            token_authenticated: false,
             expires: None,
         }
     }
@@ -72,7 +76,8 @@ impl Sasl {
             .map(|m| StrBytes::from_string(m.clone()))
             .collect();
         let base = SaslHandshakeResponse::default().with_mechanisms(mechanisms);
-        if self.principal.is_some() && self.max_reauth.is_none() {
+        // Re-authentication (KIP-368) is for sessions with a lifetime.
+        if self.principal.is_some() && self.expires.is_none() {
             return SaslOutcome::Handshake(
                 base.with_error_code(ResponseError::IllegalSaslState.code()),
             );
@@ -88,10 +93,11 @@ impl Sasl {
         SaslOutcome::Handshake(base)
     }
 
-    /// One SaslAuthenticate step; `credentials` looks up a user's SCRAM credential.
+    /// One SaslAuthenticate step; `credentials` looks up the SCRAM credential of a user, or
+    /// of a delegation token id when its second argument is set (see [`scram::Found`]).
     pub fn authenticate(
         &mut self,
-        credentials: impl Fn(&str, scram::Mechanism) -> Option<scram::Credential>,
+        credentials: impl Fn(&str, bool, scram::Mechanism) -> Option<scram::Found>,
         metrics: &Metrics,
         req: &SaslAuthenticateRequest,
     ) -> SaslOutcome {
@@ -111,21 +117,26 @@ impl Sasl {
         let result = if mechanism == "PLAIN" {
             self.mechanism = None;
             plain(&self.config, &req.auth_bytes)
-                .map(|user| (user, Vec::new()))
+                .map(|user| (user, false, None, Vec::new()))
                 .map_err(|m| (ResponseError::SaslAuthenticationFailed, m))
         } else if let Some(exchange) = self.scram.as_mut() {
             let m = scram::Mechanism::parse(&mechanism).unwrap_or(scram::Mechanism::Sha256);
-            match exchange.step(&req.auth_bytes, |user| credentials(user, m)) {
+            match exchange.step(&req.auth_bytes, |user, token| credentials(user, token, m)) {
                 Ok(scram::Step::Continue(reply)) => {
                     return SaslOutcome::Authenticate {
                         response: SaslAuthenticateResponse::default().with_auth_bytes(reply.into()),
                         close: false,
                     }
                 }
-                Ok(scram::Step::Success { user, reply }) => {
+                Ok(scram::Step::Success {
+                    user,
+                    token_authenticated,
+                    expiry_timestamp_ms,
+                    reply,
+                }) => {
                     self.scram = None;
                     self.mechanism = None;
-                    Ok((user, reply))
+                    Ok((user, token_authenticated, expiry_timestamp_ms, reply))
                 }
                 Err(message) => Err((ResponseError::SaslAuthenticationFailed, message)),
             }
@@ -136,7 +147,7 @@ impl Sasl {
             ))
         };
         match result {
-            Ok((user, reply)) => {
+            Ok((user, token_authenticated, credential_expiry_ms, reply)) => {
                 let principal = format!("User:{user}");
                 if previous.as_ref().is_some_and(|p| *p != principal) {
                     // KIP-368: re-authentication must not change the principal.
@@ -146,8 +157,14 @@ impl Sasl {
                     );
                 }
                 self.principal = Some(principal);
-                let lifetime = self.max_reauth.map_or(0, |d| d.as_millis() as i64);
-                self.expires = self.max_reauth.map(|d| Instant::now() + d);
+                self.token_authenticated = token_authenticated;
+                let lifetime = session_lifetime(
+                    self.max_reauth,
+                    credential_expiry_ms,
+                    crate::clock::now_ms(),
+                );
+                self.expires = lifetime.map(|d| Instant::now() + d);
+                let lifetime = lifetime.map_or(0, |d| d.as_millis() as i64);
                 SaslOutcome::Authenticate {
                     response: SaslAuthenticateResponse::default()
                         .with_auth_bytes(reply.into())
@@ -160,6 +177,21 @@ impl Sasl {
                 fail(code, message)
             }
         }
+    }
+}
+
+/// Kafka's session lifetime: `connections.max.reauth.ms` and the credential's expiry (a
+/// delegation token's), whichever ends first; none when neither is set.
+fn session_lifetime(
+    max_reauth: Option<Duration>,
+    credential_expiry_ms: Option<i64>,
+    now_ms: i64,
+) -> Option<Duration> {
+    let credential =
+        credential_expiry_ms.map(|e| Duration::from_millis(e.saturating_sub(now_ms).max(0) as u64));
+    match (max_reauth, credential) {
+        (Some(m), Some(c)) => Some(m.min(c)),
+        (m, c) => m.or(c),
     }
 }
 
@@ -187,5 +219,28 @@ fn plain(config: &SaslConfig, bytes: &[u8]) -> Result<String, String> {
             Ok(user.to_string())
         }
         _ => Err(invalid()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_session_ends_when_the_token_expires_or_earlier_with_max_reauth() {
+        let ms = Duration::from_millis;
+        assert_eq!(session_lifetime(None, None, 1_000), None);
+        assert_eq!(session_lifetime(Some(ms(500)), None, 1_000), Some(ms(500)));
+        assert_eq!(session_lifetime(None, Some(4_000), 1_000), Some(ms(3_000)));
+        assert_eq!(
+            session_lifetime(Some(ms(500)), Some(4_000), 1_000),
+            Some(ms(500))
+        );
+        assert_eq!(
+            session_lifetime(Some(ms(5_000)), Some(4_000), 1_000),
+            Some(ms(3_000))
+        );
+        // An expired token's session has no time left.
+        assert_eq!(session_lifetime(None, Some(500), 1_000), Some(ms(0)));
     }
 }

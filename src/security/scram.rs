@@ -122,6 +122,18 @@ pub fn credential_for_password(m: Mechanism, password: &str, iterations: i32) ->
     credential_from_salted(m, &salted, &salt, iterations)
 }
 
+/// What the server found for a client-first message: the credential to check the proof
+/// against and the authorization id the client becomes (the user itself, or a delegation
+/// token's owner).
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub credential: Credential,
+    pub authorization_id: String,
+    /// When the credential expires (a delegation token's expiry timestamp, epoch ms): the
+    /// session lasts at most until then (KIP-368).
+    pub expiry_timestamp_ms: Option<i64>,
+}
+
 /// The server side of one SCRAM exchange.
 pub struct ServerExchange {
     mechanism: Mechanism,
@@ -132,6 +144,8 @@ enum State {
     Initial,
     SentFirst {
         user: String,
+        token_authenticated: bool,
+        expiry_timestamp_ms: Option<i64>,
         credential: Credential,
         client_first_bare: String,
         server_first: String,
@@ -144,8 +158,15 @@ enum State {
 pub enum Step {
     /// Send this and wait for the next client message.
     Continue(Vec<u8>),
-    /// Authenticated as this user; send the final message.
-    Success { user: String, reply: Vec<u8> },
+    /// Authenticated as this user (a delegation token's owner when `token_authenticated`);
+    /// send the final message.
+    Success {
+        user: String,
+        token_authenticated: bool,
+        /// See [`Found::expiry_timestamp_ms`].
+        expiry_timestamp_ms: Option<i64>,
+        reply: Vec<u8>,
+    },
 }
 
 impl ServerExchange {
@@ -156,12 +177,13 @@ impl ServerExchange {
         }
     }
 
-    /// Processes one client message. `lookup` finds a user's credential. Errors are the
-    /// message for SASL_AUTHENTICATION_FAILED.
+    /// Processes one client message. `lookup` finds the credential of a user name, or of a
+    /// delegation token id when the second argument is set (the client sent the extension
+    /// `tokenauth=true`, KIP-48). Errors are the message for SASL_AUTHENTICATION_FAILED.
     pub fn step(
         &mut self,
         msg: &[u8],
-        lookup: impl Fn(&str) -> Option<Credential>,
+        lookup: impl Fn(&str, bool) -> Option<Found>,
     ) -> Result<Step, String> {
         let m = self.mechanism;
         let failed = || {
@@ -183,17 +205,24 @@ impl ServerExchange {
                 }
                 let mut user = None;
                 let mut nonce = None;
+                let mut token_authenticated = false;
                 for attr in bare.split(',') {
                     if let Some(u) = attr.strip_prefix("n=") {
                         user = Some(u.replace("=2C", ",").replace("=3D", "="));
                     } else if let Some(r) = attr.strip_prefix("r=") {
                         nonce = Some(r.to_string());
+                    } else if let Some(v) = attr.strip_prefix("tokenauth=") {
+                        token_authenticated = v.eq_ignore_ascii_case("true");
                     }
                 }
                 let (Some(user), Some(client_nonce)) = (user, nonce) else {
                     return Err("Invalid SCRAM client first message".into());
                 };
-                let credential = lookup(&user).ok_or_else(failed)?;
+                let Found {
+                    credential,
+                    authorization_id,
+                    expiry_timestamp_ms,
+                } = lookup(&user, token_authenticated).ok_or_else(failed)?;
                 let mut r = [0u8; 18];
                 let _ = aws_lc_rs::rand::fill(&mut r);
                 let nonce = format!("{client_nonce}{}", B64.encode(r));
@@ -203,7 +232,9 @@ impl ServerExchange {
                 );
                 let reply = server_first.clone().into_bytes();
                 self.state = State::SentFirst {
-                    user,
+                    user: authorization_id,
+                    token_authenticated,
+                    expiry_timestamp_ms,
                     credential,
                     client_first_bare: bare.to_string(),
                     server_first,
@@ -213,6 +244,8 @@ impl ServerExchange {
             }
             State::SentFirst {
                 user,
+                token_authenticated,
+                expiry_timestamp_ms,
                 credential,
                 client_first_bare,
                 server_first,
@@ -251,6 +284,8 @@ impl ServerExchange {
                 let server_signature = hmac(m, &server_key, auth_message.as_bytes());
                 Ok(Step::Success {
                     user,
+                    token_authenticated,
+                    expiry_timestamp_ms,
                     reply: format!("v={}", B64.encode(server_signature)).into_bytes(),
                 })
             }
@@ -265,6 +300,8 @@ pub struct ClientExchange {
     user: String,
     password: String,
     nonce: String,
+    /// Client-first extensions (`,tokenauth=true` for a delegation token).
+    extensions: String,
 }
 
 impl ClientExchange {
@@ -276,10 +313,20 @@ impl ClientExchange {
             user: user.to_string(),
             password: password.to_string(),
             nonce: B64.encode(r),
+            extensions: String::new(),
         }
     }
+
+    /// Authenticates with a delegation token: its id as user, its base64 HMAC as password.
+    pub fn for_token(mechanism: Mechanism, token_id: &str, hmac_base64: &str) -> Self {
+        ClientExchange {
+            extensions: ",tokenauth=true".into(),
+            ..ClientExchange::new(mechanism, token_id, hmac_base64)
+        }
+    }
+
     pub fn first(&self) -> Vec<u8> {
-        format!("n,,n={},r={}", self.user, self.nonce).into_bytes()
+        format!("n,,n={},r={}{}", self.user, self.nonce, self.extensions).into_bytes()
     }
     /// The client-final message for the server-first message.
     pub fn last(&self, server_first: &[u8]) -> Result<Vec<u8>, String> {
@@ -320,7 +367,10 @@ impl ClientExchange {
         let client_key = hmac(m, &salted, b"Client Key");
         let stored_key = digest::digest(m.digest_alg(), &client_key);
         let without_proof = format!("c=biws,r={nonce}");
-        let auth_message = format!("n={},r={},{sf},{without_proof}", self.user, self.nonce);
+        let auth_message = format!(
+            "n={},r={}{},{sf},{without_proof}",
+            self.user, self.nonce, self.extensions
+        );
         let signature = hmac(m, stored_key.as_ref(), auth_message.as_bytes());
         let proof: Vec<u8> = client_key
             .iter()
@@ -347,15 +397,27 @@ mod tests {
             for (password, ok) in [("secret", true), ("wrong", false)] {
                 let client = ClientExchange::new(m, "alice", password);
                 let mut server = ServerExchange::new(m);
-                let lookup = |u: &str| (u == "alice").then(|| cred.clone());
+                let lookup = |u: &str, token: bool| {
+                    (u == "alice" && !token).then(|| Found {
+                        credential: cred.clone(),
+                        authorization_id: u.to_string(),
+                        expiry_timestamp_ms: None,
+                    })
+                };
                 let Step::Continue(first) = server.step(&client.first(), lookup).unwrap() else {
                     panic!("first step continues");
                 };
                 let last = client.last(&first).unwrap();
                 match server.step(&last, lookup) {
-                    Ok(Step::Success { user, reply }) => {
+                    Ok(Step::Success {
+                        user,
+                        token_authenticated,
+                        reply,
+                        ..
+                    }) => {
                         assert!(ok);
                         assert_eq!(user, "alice");
+                        assert!(!token_authenticated);
                         // The server proves it knows the credential too.
                         assert_eq!(reply, client.finish(&first).unwrap().1);
                     }
@@ -369,8 +431,42 @@ mod tests {
             // Unknown users fail at the first step with the same message.
             let mut server = ServerExchange::new(m);
             let client = ClientExchange::new(m, "mallory", "x");
-            assert!(server.step(&client.first(), |_| None).is_err());
+            assert!(server.step(&client.first(), |_, _| None).is_err());
         }
+    }
+
+    #[test]
+    fn a_token_exchange_looks_up_the_token_and_authenticates_its_owner() {
+        let m = Mechanism::Sha512;
+        let cred = credential_for_password(m, "hmac-b64", 4096);
+        let lookup = |u: &str, token: bool| {
+            (u == "token-id" && token).then(|| Found {
+                credential: cred.clone(),
+                authorization_id: "alice".into(),
+                expiry_timestamp_ms: Some(1_000),
+            })
+        };
+        let client = ClientExchange::for_token(m, "token-id", "hmac-b64");
+        let mut server = ServerExchange::new(m);
+        let Step::Continue(first) = server.step(&client.first(), lookup).unwrap() else {
+            panic!("first step continues");
+        };
+        let (last, want) = client.finish(&first).unwrap();
+        let Ok(Step::Success {
+            user,
+            token_authenticated,
+            expiry_timestamp_ms,
+            reply,
+        }) = server.step(&last, lookup)
+        else {
+            panic!("token authenticates");
+        };
+        assert_eq!((user.as_str(), token_authenticated), ("alice", true));
+        assert_eq!(expiry_timestamp_ms, Some(1_000));
+        assert_eq!(reply, want);
+        // Without the extension the token id is an ordinary (unknown) user name.
+        let plain = ClientExchange::new(m, "token-id", "hmac-b64");
+        assert!(ServerExchange::new(m).step(&plain.first(), lookup).is_err());
     }
 
     #[test]

@@ -1,7 +1,7 @@
-//! Cluster mode: ACLs, SCRAM credentials and client quotas changed through any broker are
-//! committed to the quorum and enforced by every broker, including one that was stopped
-//! while they changed; credentials added offline to a stopped broker's data dir reach all
-//! brokers when it rejoins.
+//! Cluster mode: ACLs, SCRAM credentials, client quotas and delegation tokens changed through
+//! any broker are committed to the quorum and enforced by every broker, including one that
+//! was stopped while they changed; credentials added offline to a stopped broker's data dir
+//! reach all brokers when it rejoins.
 
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::*;
@@ -253,6 +253,85 @@ async fn dynamic_broker_configs_reach_every_broker_through_the_quorum() {
                     && b.topic("defaults")
                         .is_some_and(|t| t.config.retention_ms == expected)
             }
+        })
+        .await;
+    }
+    c.shutdown().await;
+}
+
+/// A delegation token created through one broker authenticates on every broker (each derives
+/// its SCRAM credentials from the HMAC with the shared secret), including one that was down
+/// when it was created; expired through another broker, it is gone everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delegation_tokens_reach_every_broker_through_the_quorum() {
+    use strata::broker::TokenChange;
+    use strata::security::delegation_token::{self as token, Principal};
+
+    let mut c =
+        QuorumCluster::start_with(&[("delegation.token.secret.key", "cluster-secret")]).await;
+    let config = c
+        .broker(1)
+        .broker()
+        .config
+        .security
+        .delegation_token
+        .clone();
+    let now = strata::broker::now_ms();
+    let alice = Principal::new("User", "alice");
+    let info = token::create(
+        &config,
+        now,
+        "token-1".into(),
+        alice.clone(),
+        alice.clone(),
+        vec![],
+        -1,
+    )
+    .unwrap();
+    c.broker_mut(3).stop().await;
+    let b1 = c.broker(1).broker().clone();
+    let put = info.clone();
+    tokio::task::spawn_blocking(move || {
+        b1.write_delegation_token(|_| Ok(((), TokenChange::Put(put))))
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    c.broker_mut(3).resume().await;
+    let hmac = token::token_hmac("cluster-secret", "token-1");
+    for id in 1..=3 {
+        let b = c.broker(id);
+        eventually("the token on every broker", || async move {
+            b.broker()
+                .scram_lookup("token-1", true, Mechanism::Sha512)
+                .is_some_and(|f| f.authorization_id == "alice")
+        })
+        .await;
+        assert_eq!(
+            b.broker().delegation_tokens(),
+            vec![(info.clone(), hmac.clone())],
+            "broker {id}"
+        );
+    }
+    // Expired at once through broker 2.
+    let b2 = c.broker(2).broker().clone();
+    tokio::task::spawn_blocking(move || {
+        b2.write_delegation_token(|tokens| {
+            let found = tokens.by_hmac(&hmac).map(|t| &t.info);
+            let expiry = token::expire(&config, found, now, &alice, -1)?;
+            assert!(matches!(expiry, token::Expiry::Removed { .. }));
+            Ok(((), TokenChange::Remove("token-1".into())))
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    for id in 1..=3 {
+        let b = c.broker(id);
+        eventually("the token gone from every broker", || async move {
+            b.broker()
+                .scram_lookup("token-1", true, Mechanism::Sha512)
+                .is_none()
         })
         .await;
     }

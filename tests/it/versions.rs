@@ -510,6 +510,18 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
             r.upsertions = vec![u];
             r.into()
         }
+        ApiKey::CreateDelegationToken => CreateDelegationTokenRequest::default()
+            .with_max_lifetime_ms(-1)
+            .into(),
+        ApiKey::RenewDelegationToken => RenewDelegationTokenRequest::default()
+            .with_hmac(bytes::Bytes::from(vec![1u8; 64]))
+            .with_renew_period_ms(60_000)
+            .into(),
+        ApiKey::ExpireDelegationToken => ExpireDelegationTokenRequest::default()
+            .with_hmac(bytes::Bytes::from(vec![1u8; 64]))
+            .with_expiry_time_period_ms(-1)
+            .into(),
+        ApiKey::DescribeDelegationToken => DescribeDelegationTokenRequest::default().into(),
         ApiKey::DescribeAcls => {
             let mut r = DescribeAclsRequest::default();
             r.resource_type_filter = 1;
@@ -733,6 +745,10 @@ fn error_codes(resp: &ResponseKind) -> Vec<i16> {
             r.results.iter().map(|x| x.error_code).collect()
         }
         ResponseKind::DescribeClientQuotas(r) => vec![r.error_code],
+        ResponseKind::CreateDelegationToken(r) => vec![r.error_code],
+        ResponseKind::RenewDelegationToken(r) => vec![r.error_code],
+        ResponseKind::ExpireDelegationToken(r) => vec![r.error_code],
+        ResponseKind::DescribeDelegationToken(r) => vec![r.error_code],
         ResponseKind::AlterClientQuotas(r) => r.entries.iter().map(|e| e.error_code).collect(),
         ResponseKind::AlterPartitionReassignments(r) => std::iter::once(r.error_code)
             .chain(
@@ -828,6 +844,15 @@ async fn every_advertised_api_version_answers_with_a_decodable_response() {
             } else if matches!(api, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
                 // On a PLAINTEXT listener Kafka answers ILLEGAL_SASL_STATE.
                 assert_eq!(codes, vec![34], "{api:?} v{v}: {resp:?}");
+            } else if matches!(
+                api,
+                ApiKey::CreateDelegationToken
+                    | ApiKey::RenewDelegationToken
+                    | ApiKey::ExpireDelegationToken
+                    | ApiKey::DescribeDelegationToken
+            ) {
+                // Over PLAINTEXT Kafka answers DELEGATION_TOKEN_REQUEST_NOT_ALLOWED.
+                assert_eq!(codes, vec![64], "{api:?} v{v}: {resp:?}");
             } else if matches!(
                 api,
                 ApiKey::DescribeAcls | ApiKey::CreateAcls | ApiKey::DeleteAcls
