@@ -17,6 +17,7 @@ use crate::api::{Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::config::group::{self as group_config, BrokerGroupSettings};
 use crate::config::topic::{ConfigSource, TOPIC_CONFIGS};
+use crate::config::value::Kind;
 use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
@@ -125,17 +126,22 @@ pub fn handle(
                     if !wanted(&key) || seen.insert(key.clone(), ()).is_some() {
                         continue;
                     }
+                    // Passwords, keys and JAAS configs are never sent back: Kafka answers
+                    // them with no value and marks them sensitive.
+                    let sensitive = kind == Kind::Password;
+                    let shown = (!sensitive).then(|| s(&value));
                     configs.push(
                         DescribeConfigsResourceResult::default()
                             .with_name(s(&key))
-                            .with_value(Some(s(&value)))
+                            .with_value(shown.clone())
                             .with_read_only(read_only)
+                            .with_is_sensitive(sensitive)
                             .with_config_source(source.code())
                             .with_config_type(kind.describe_code())
                             .with_synonyms(if req.include_synonyms {
                                 vec![DescribeConfigsSynonym::default()
                                     .with_name(s(&key))
-                                    .with_value(Some(s(&value)))
+                                    .with_value(shown)
                                     .with_source(source.code())]
                             } else {
                                 Vec::new()
@@ -308,5 +314,66 @@ mod authorize_tests {
                 (32, "group".into(), 30)
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod sensitive_tests {
+    use std::collections::BTreeMap;
+
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+
+    use super::*;
+    use crate::config::BrokerConfig;
+
+    #[test]
+    fn passwords_keys_and_jaas_configs_are_described_without_their_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let jaas = "org.apache.kafka.common.security.plain.PlainLoginModule required \
+                    user_admin=\"s3cret\";";
+        let settings: BTreeMap<String, String> = [
+            ("log.dirs", dir.path().display().to_string()),
+            ("sasl.jaas.config", jaas.to_string()),
+            (
+                "strata.remote.store.secret.access.key",
+                "AKIA-secret".to_string(),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let broker = Broker::open(BrokerConfig::build(&[settings]).unwrap()).unwrap();
+        let req = DescribeConfigsRequest::default()
+            .with_include_synonyms(true)
+            .with_resources(vec![DescribeConfigsResource::default()
+                .with_resource_type(RESOURCE_BROKER)
+                .with_resource_name(s("1"))
+                .with_configuration_keys(None)]);
+        let resp = handle(&broker, req, 4);
+        let configs = &resp.results[0].configs;
+        assert_eq!(
+            resp.results[0].error_code, 0,
+            "{:?}",
+            resp.results[0].error_message
+        );
+        for key in [
+            "sasl.jaas.config",
+            "strata.remote.store.secret.access.key",
+            "ssl.keystore.key",
+        ] {
+            let c = configs
+                .iter()
+                .find(|c| c.name.as_str() == key)
+                .unwrap_or_else(|| panic!("{key} not described"));
+            assert!(c.is_sensitive && c.value.is_none(), "{key}: {c:?}");
+            assert!(c.synonyms.iter().all(|y| y.value.is_none()), "{key}");
+        }
+        let port = configs
+            .iter()
+            .find(|c| c.name.as_str() == "log.dirs")
+            .unwrap();
+        assert!(!port.is_sensitive && port.value.is_some());
+        let text = format!("{resp:?}");
+        assert!(!text.contains("s3cret") && !text.contains("AKIA-secret"));
     }
 }
