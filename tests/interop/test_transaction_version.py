@@ -18,9 +18,10 @@ import pytest
 from helpers import consume, create_topic
 from rawkafka import Conn, Reader, encode_compact_string
 from test_features import SAFE_DOWNGRADE, UPGRADE, update_features
-from test_java_client import java
+from test_java_client import CLASSPATH, SKIP_REASON, java
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(CLASSPATH is None, reason=f"Java interop client: {SKIP_REASON}")]
 
 
 def producer_epochs(bootstrap: str, topic: str, partition: int = 0) -> dict[int, int]:
