@@ -283,6 +283,33 @@ fn read_metadata_file(config: &BrokerConfig) -> anyhow::Result<MetadataFile> {
     }
 }
 
+/// Configs kept by resource name (dynamic broker configs, group configs).
+type NamedConfigs = BTreeMap<String, BTreeMap<String, String>>;
+
+/// The configs set on resource `name` (empty when none).
+fn configs_of(all: &RwLock<NamedConfigs>, name: &str) -> BTreeMap<String, String> {
+    all.read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(name)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Every resource's configs, with `name`'s replaced by `configs` (removed when empty).
+fn with_configs(
+    all: &RwLock<NamedConfigs>,
+    name: &str,
+    configs: BTreeMap<String, String>,
+) -> NamedConfigs {
+    let mut all = all.read().unwrap_or_else(|e| e.into_inner()).clone();
+    if configs.is_empty() {
+        all.remove(name);
+    } else {
+        all.insert(name.to_string(), configs);
+    }
+    all
+}
+
 /// Every log dir must name one cluster. A single node keeps the id it has (or takes the
 /// configured one, or a new one); in cluster mode the quorum's id is adopted later
 /// ([`Broker::adopt_cluster_id`]) and only a configured id that contradicts the log dirs stops
@@ -577,12 +604,7 @@ impl Broker {
 
     /// The dynamic configs set on a broker resource ("" = cluster default).
     pub fn dynamic_broker_configs(&self, resource: &str) -> BTreeMap<String, String> {
-        self.dynamic_configs
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(resource)
-            .cloned()
-            .unwrap_or_default()
+        configs_of(&self.dynamic_configs, resource)
     }
 
     /// Replaces the dynamic configs of a broker resource (validated by the caller), persists
@@ -595,17 +617,7 @@ impl Broker {
         if let Some(q) = self.quorum() {
             return q.set_broker_configs(resource, configs);
         }
-        let mut all = self
-            .dynamic_configs
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if configs.is_empty() {
-            all.remove(resource);
-        } else {
-            all.insert(resource.to_string(), configs);
-        }
-        self.replace_dynamic_broker_configs(all)
+        self.replace_dynamic_broker_configs(with_configs(&self.dynamic_configs, resource, configs))
     }
 
     /// Replaces every dynamic broker config (resource name -> settings; cluster mode applies
@@ -668,12 +680,7 @@ impl Broker {
 
     /// The configs set on a group (empty when none); the group need not exist.
     pub fn group_configs(&self, group: &str) -> BTreeMap<String, String> {
-        self.group_configs
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(group)
-            .cloned()
-            .unwrap_or_default()
+        configs_of(&self.group_configs, group)
     }
 
     /// The groups that have configs set, in name order.
@@ -696,17 +703,7 @@ impl Broker {
         if let Some(q) = self.quorum() {
             return q.set_group_configs(group, configs);
         }
-        let mut all = self
-            .group_configs
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if configs.is_empty() {
-            all.remove(group);
-        } else {
-            all.insert(group.to_string(), configs);
-        }
-        self.replace_group_configs(all)
+        self.replace_group_configs(with_configs(&self.group_configs, group, configs))
     }
 
     /// Replaces every group's configs (cluster mode applies the quorum's) and persists them.

@@ -349,27 +349,8 @@ pub fn set_broker_configs(
         })?;
         ConfigResource::Broker(strata_metadata::ids::BrokerId(id))
     };
-    let node = control.node()?;
-    let current = node.state().configs(&resource).cloned().unwrap_or_default();
-    let mut changes: BTreeMap<String, Option<String>> = current
-        .keys()
-        .filter(|k| !configs.contains_key(*k))
-        .map(|k| (k.clone(), None))
-        .collect();
-    for (k, v) in configs {
-        if current.get(&k) != Some(&v) {
-            changes.insert(k, Some(v));
-        }
-    }
-    if changes.is_empty() {
-        return Ok(());
-    }
-    let command = Command::SetConfigs { resource, changes };
-    let c = control.clone();
-    wait_for(async move {
-        let (_, index) = c.propose(command).await?;
-        c.wait_synced(index, SYNC_WAIT).await
-    })
+    let current = control.node()?.state().configs(&resource).cloned();
+    replace_configs(control, resource, &current.unwrap_or_default(), configs)
 }
 
 /// Replaces a group's configs through the quorum (validated by the caller). Every broker
@@ -380,8 +361,19 @@ pub fn set_group_configs(
     configs: BTreeMap<String, String>,
 ) -> Result<(), ClusterError> {
     let resource = ConfigResource::Group(group.to_string());
-    let node = control.node()?;
-    let current = node.state().configs(&resource).cloned().unwrap_or_default();
+    let current = control.node()?.state().configs(&resource).cloned();
+    replace_configs(control, resource, &current.unwrap_or_default(), configs)
+}
+
+/// Makes `resource`'s configs `configs` where the quorum holds `current`: one SetConfigs
+/// with the keys that change or go (nothing when none do), then waits until this broker
+/// has synced it. Blocking.
+fn replace_configs(
+    control: &Arc<ClusterControl>,
+    resource: ConfigResource,
+    current: &BTreeMap<String, String>,
+    configs: BTreeMap<String, String>,
+) -> Result<(), ClusterError> {
     let mut changes: BTreeMap<String, Option<String>> = current
         .keys()
         .filter(|k| !configs.contains_key(*k))
@@ -412,29 +404,8 @@ pub fn set_topic_configs(
 ) -> Result<(), TopicError> {
     let state = state_with_topic(control, name)?;
     let topic = state.topic_by_name(name).ok_or(TopicError::Unknown)?;
-    let mut changes: BTreeMap<String, Option<String>> = topic
-        .configs
-        .keys()
-        .filter(|k| !overrides.contains_key(*k))
-        .map(|k| (k.clone(), None))
-        .collect();
-    for (k, v) in overrides {
-        if topic.configs.get(&k) != Some(&v) {
-            changes.insert(k, Some(v));
-        }
-    }
-    if changes.is_empty() {
-        return Ok(());
-    }
-    let command = Command::SetConfigs {
-        resource: ConfigResource::Topic(name.to_string()),
-        changes,
-    };
-    let c = control.clone();
-    wait_for(async move {
-        let (_, index) = c.propose(command).await?;
-        c.wait_synced(index, SYNC_WAIT).await
-    })?;
+    let resource = ConfigResource::Topic(name.to_string());
+    replace_configs(control, resource, &topic.configs, overrides)?;
     Ok(())
 }
 
