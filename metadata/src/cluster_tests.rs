@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
-use crate::command::{Command, Endpoint, PartitionAssignment, RecordKind, Response};
+use crate::command::{ApplyError, Command, Endpoint, PartitionAssignment, RecordKind, Response};
 use crate::ids::{BrokerEpoch, BrokerId, Uuid128};
 use crate::node::{MetadataConfig, MetadataNode, ProposeError, Role};
 
@@ -246,6 +246,90 @@ async fn three_voters_elect_forward_fail_over_and_restart_from_disk() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_reach_the_leader_s_memory_and_write_nothing_to_the_log() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster
+        .agreed_leader(None, Duration::from_secs(15))
+        .await
+        .expect("the voters elect a leader");
+    let follower = *cluster.nodes.keys().find(|id| **id != leader).unwrap();
+    let Response::BrokerRegistered { broker_epoch } =
+        cluster.nodes[&follower].propose(register(1)).await.unwrap()
+    else {
+        panic!("unexpected response")
+    };
+    let applied = |cluster: &Cluster| {
+        cluster
+            .nodes
+            .values()
+            .map(|n| n.image().applied_index)
+            .collect::<Vec<_>>()
+    };
+    // Let every node apply the registration, then heartbeat from every node, many times.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            cluster
+                .nodes
+                .values()
+                .all(|n| n.state().broker(BrokerId(1)).is_some())
+        })
+        .await
+    );
+    let before = applied(&cluster);
+    for _ in 0..20 {
+        for node in cluster.nodes.values() {
+            assert_eq!(
+                node.heartbeat(BrokerId(1), broker_epoch).await,
+                Ok(Response::HeartbeatAccepted { fenced: true })
+            );
+        }
+    }
+    assert_eq!(applied(&cluster), before, "a heartbeat appended a log entry");
+    assert!(cluster.nodes[&leader].last_contact_ms(BrokerId(1)).is_some());
+    assert_eq!(cluster.nodes[&follower].last_contact_ms(BrokerId(1)), None);
+    // The leader's checks answer through a forwarding follower with the typed errors.
+    assert!(matches!(
+        cluster.nodes[&follower]
+            .heartbeat(BrokerId(1), BrokerEpoch(broker_epoch.0 + 1))
+            .await,
+        Err(ProposeError::Rejected(ApplyError::StaleBrokerEpoch { .. }))
+    ));
+    assert_eq!(
+        cluster.nodes[&follower]
+            .heartbeat(BrokerId(7), broker_epoch)
+            .await,
+        Err(ProposeError::Rejected(ApplyError::BrokerNotRegistered(
+            BrokerId(7)
+        )))
+    );
+    assert_eq!(
+        cluster.nodes[&leader].last_contact_ms(BrokerId(7)),
+        None,
+        "a rejected heartbeat is no contact"
+    );
+
+    // A new leader starts with no contacts and takes the heartbeats, still over the kept
+    // connection of the follower that forwarded to the old leader.
+    let old_leader = cluster.nodes.remove(&leader).unwrap();
+    old_leader.shutdown().await.unwrap();
+    let new_leader = cluster
+        .agreed_leader(Some(leader), Duration::from_secs(15))
+        .await
+        .expect("the remaining voters elect a new leader");
+    assert_eq!(cluster.nodes[&new_leader].last_contact_ms(BrokerId(1)), None);
+    for node in cluster.nodes.values() {
+        assert_eq!(
+            node.heartbeat(BrokerId(1), broker_epoch).await,
+            Ok(Response::HeartbeatAccepted { fenced: true })
+        );
+    }
+    assert!(cluster.nodes[&new_leader]
+        .last_contact_ms(BrokerId(1))
+        .is_some());
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_learner_joins_receives_a_snapshot_and_forwards_proposals() {
     let voter_dir = tempfile::tempdir().unwrap();
     let voter_listener = loopback_listener().await;
@@ -379,15 +463,15 @@ async fn a_single_node_without_voters_bootstraps_and_restarts_from_its_directory
         block.first.0, 1_000,
         "producer ids continue after a restart"
     );
-    let stale = Command::BrokerHeartbeat {
-        id: BrokerId(1),
-        broker_epoch: BrokerEpoch(broker_epoch.0 - 1),
-        now_ms: 2_000,
-    };
     assert!(matches!(
-        node.propose(stale).await,
-        Err(ProposeError::Rejected(_))
+        node.heartbeat(BrokerId(1), BrokerEpoch(broker_epoch.0 - 1)).await,
+        Err(ProposeError::Rejected(ApplyError::StaleBrokerEpoch { .. }))
     ));
+    assert_eq!(
+        node.heartbeat(BrokerId(1), broker_epoch).await,
+        Ok(Response::HeartbeatAccepted { fenced: true })
+    );
+    assert!(node.last_contact_ms(BrokerId(1)).is_some());
     node.shutdown().await.unwrap();
 }
 

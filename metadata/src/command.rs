@@ -32,7 +32,9 @@ pub enum Command {
         endpoints: Vec<Endpoint>,
         now_ms: i64,
     },
-    /// A live broker's periodic heartbeat.
+    /// A broker heartbeat as a log entry, which older versions wrote every heartbeat
+    /// interval; still applied when a log holds one. Heartbeats now go to the active
+    /// controller's memory instead ([`crate::sessions`]) and nothing proposes this.
     BrokerHeartbeat {
         id: BrokerId,
         broker_epoch: BrokerEpoch,

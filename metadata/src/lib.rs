@@ -1,7 +1,7 @@
 //! `strata-metadata`: Strata's metadata quorum, the equivalent of Kafka's KRaft controller
 //! quorum, built on `openraft` 0.9 (`storage-v2`).
 //!
-//! A replicated log of [`Command`]s (broker registrations and heartbeats, fencing, topics and
+//! A replicated log of [`Command`]s (broker registrations, fencing, topics and
 //! their ids, partition assignments with leader, leader epoch, ISR and partition epoch,
 //! configs, producer-id blocks, opaque ACL/SCRAM/quota records) is applied in order by every
 //! node to an identical [`MetadataState`]. The Raft leader is the active controller.
@@ -17,8 +17,10 @@
 //!   single-node quorum that bootstraps itself (zero-config). A broker listed in the voters
 //!   is a voter; any other broker joins as a learner: it follows the log but never votes.
 //! - **Every broker** proposes its own `RegisterBroker` at start (getting its broker epoch),
-//!   then periodic `BrokerHeartbeat`s, through [`MetadataNode::propose`], which forwards to
-//!   the leader when needed. It follows [`MetadataNode::subscribe`] to keep its metadata
+//!   through [`MetadataNode::propose`], which forwards to the leader when needed, then
+//!   heartbeats with [`MetadataNode::heartbeat`], which the leader keeps in memory
+//!   ([`sessions`]): an idle cluster writes nothing to the log. It follows
+//!   [`MetadataNode::subscribe`] to keep its metadata
 //!   cache current and to become leader or follower of partitions when their leader or
 //!   leader epoch changes; a partition leader proposes `AlterPartition` to shrink or expand
 //!   its ISR.
@@ -26,7 +28,8 @@
 //!   requests that change metadata (CreateTopics with [`placement::place_replicas`],
 //!   DeleteTopics, CreatePartitions, IncrementalAlterConfigs, AllocateProducerIds, ACL and
 //!   SCRAM changes) by proposing commands, unfences brokers that caught up, and watches
-//!   sessions: [`MetadataState::brokers_with_expired_session`] gives the brokers to fence with
+//!   sessions: [`MetadataState::brokers_with_expired_session`], with the heartbeat times of
+//!   [`MetadataNode::last_contact_ms`], gives the brokers to fence with
 //!   `FenceBroker`, followed by [`placement::reelect_for_fenced_broker`]'s `AlterPartition`s;
 //!   after an `UnfenceBroker`, [`placement::elect_offline_partitions`] brings offline
 //!   partitions back. ElectLeaders requests become `ElectLeader` commands, decided at apply
@@ -48,6 +51,7 @@
 //! - [`command`]: the log's commands, responses and rejections.
 //! - [`state`]: the state machine proper, [`MetadataState::apply`].
 //! - [`placement`]: replica placement and leader election for the controller.
+//! - [`sessions`]: broker heartbeats, kept in the active controller's memory.
 //! - [`reassignment`]: partition reassignment (adding/removing replicas, completion).
 //! - [`store`]: the on-disk Raft log and the state machine store with snapshots.
 //! - [`network`]: the TCP transport (Raft RPCs and forwarding to the leader).
@@ -57,8 +61,6 @@
 //! - Changing voters at runtime (promoting a learner, removing a voter); voters come from the
 //!   config only.
 //! - TLS and authentication on the metadata RPC listener: bind it to a private network.
-//! - Heartbeats go through the log (one small entry per broker per interval) so liveness
-//!   survives a controller change; Kafka keeps them in controller memory instead.
 //! - Eligible leader replicas (KIP-966), controlled shutdown and broker unregistration are
 //!   not modelled yet.
 //! - Frames are JSON; snapshot chunks are sent as JSON arrays of numbers (about 4x their
@@ -72,6 +74,7 @@ pub mod network;
 pub mod node;
 pub mod placement;
 pub mod reassignment;
+pub mod sessions;
 pub mod state;
 pub mod store;
 

@@ -1,5 +1,6 @@
 //! The quorum's internal RPC over plain TCP: openraft's AppendEntries, Vote and
-//! InstallSnapshot, plus the forwarding of proposals and learner joins to the leader.
+//! InstallSnapshot, plus the forwarding of proposals, learner joins and broker heartbeats to
+//! the leader.
 //!
 //! Wire format: each message is one frame, a 4-byte big-endian length followed by that many
 //! bytes of JSON ([`RpcRequest`] one way, [`RpcResponse`] the other). A connection carries one
@@ -16,9 +17,11 @@
 //!
 //! Retries: client calls fail fast (a broken connection is dropped and reopened by the next
 //! call); openraft retries replication itself, and the node retries forwarding only when the
-//! request provably did not reach a leader (connect failure or a "not leader" answer).
+//! request provably did not reach a leader (connect failure or a "not leader" answer), or
+//! when it is idempotent (a heartbeat).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{
@@ -35,10 +38,14 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::command::{Command, CommandResult};
+use crate::ids::{BrokerEpoch, BrokerId};
+use crate::sessions::{heartbeat_on_leader, Sessions};
+use crate::store::MetadataImage;
 use crate::TypeConfig;
 
 /// The largest frame either side accepts.
@@ -57,6 +64,12 @@ pub enum RpcRequest {
         node_id: u64,
         addr: String,
     },
+    /// A broker's heartbeat; only the leader accepts it, and keeps it in memory
+    /// ([`crate::sessions`]).
+    Heartbeat {
+        id: BrokerId,
+        broker_epoch: BrokerEpoch,
+    },
 }
 
 /// The answer to an [`RpcRequest`].
@@ -65,7 +78,7 @@ pub enum RpcResponse {
     AppendEntries(Result<AppendEntriesResponse<u64>, RaftError<u64>>),
     Vote(Result<VoteResponse<u64>, RaftError<u64>>),
     InstallSnapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
-    /// For `Propose` and `AddLearner`.
+    /// For `Propose`, `AddLearner` and `Heartbeat`.
     Leader(Result<LeaderReply, LeaderError>),
     /// The request could not be decoded; the connection is closed after this.
     BadRequest(String),
@@ -81,6 +94,8 @@ pub enum LeaderReply {
     },
     /// The learner is in the membership (`log_index` is `None` if it already was).
     LearnerAdded { log_index: Option<u64> },
+    /// The heartbeat was checked against the leader's state (nothing was written).
+    Heartbeat { result: CommandResult },
 }
 
 /// Why a node did not execute a leader-only request.
@@ -185,6 +200,10 @@ impl RpcClient {
             addr: addr.into(),
             connection: None,
         }
+    }
+
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
     }
 
     /// Sends `request` and waits for its response, within `timeout` in all.
@@ -405,10 +424,18 @@ pub(crate) async fn add_learner_on_leader(
 
 // ----- server -----
 
+/// What the RPC server answers requests with.
+#[derive(Clone)]
+pub(crate) struct Server {
+    pub(crate) raft: Raft<TypeConfig>,
+    pub(crate) images: watch::Receiver<MetadataImage>,
+    pub(crate) sessions: Arc<Sessions>,
+}
+
 /// Accepts connections until `cancel` fires; each connection is served on its own task.
 pub(crate) async fn serve(
     listener: TcpListener,
-    raft: Raft<TypeConfig>,
+    server: Server,
     cancel: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -419,10 +446,10 @@ pub(crate) async fn serve(
         };
         match accepted {
             Ok((stream, peer)) => {
-                let raft = raft.clone();
+                let server = server.clone();
                 let cancel = cancel.clone();
                 tracker.spawn(async move {
-                    if let Err(error) = serve_connection(stream, &raft, &cancel).await {
+                    if let Err(error) = serve_connection(stream, &server, &cancel).await {
                         tracing::debug!(%peer, %error, "metadata RPC connection closed");
                     }
                 });
@@ -441,7 +468,7 @@ pub(crate) async fn serve(
 
 async fn serve_connection(
     stream: TcpStream,
-    raft: &Raft<TypeConfig>,
+    server: &Server,
     cancel: &CancellationToken,
 ) -> Result<(), RpcError> {
     stream.set_nodelay(true)?;
@@ -465,13 +492,14 @@ async fn serve_connection(
         };
         let response = tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
-            response = handle(raft, request) => response,
+            response = handle(server, request) => response,
         };
         write_message(&mut writer, &response).await?;
     }
 }
 
-async fn handle(raft: &Raft<TypeConfig>, request: RpcRequest) -> RpcResponse {
+async fn handle(server: &Server, request: RpcRequest) -> RpcResponse {
+    let raft = &server.raft;
     match request {
         RpcRequest::AppendEntries(rpc) => {
             RpcResponse::AppendEntries(raft.append_entries(rpc).await)
@@ -484,6 +512,13 @@ async fn handle(raft: &Raft<TypeConfig>, request: RpcRequest) -> RpcResponse {
         RpcRequest::AddLearner { node_id, addr } => {
             RpcResponse::Leader(add_learner_on_leader(raft, node_id, addr).await)
         }
+        RpcRequest::Heartbeat { id, broker_epoch } => RpcResponse::Leader(heartbeat_on_leader(
+            raft,
+            &server.images,
+            &server.sessions,
+            id,
+            broker_epoch,
+        )),
     }
 }
 

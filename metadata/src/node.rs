@@ -14,9 +14,10 @@
 //! bounded by `shutdown_timeout`. Dropping the node without `shutdown` cancels its tasks and
 //! Raft stops once its last handle is gone, but nothing waits for them.
 //!
-//! Retries: proposals and learner joins retry with a capped exponential backoff while no
-//! leader is known or the leader cannot be reached; a forwarded proposal that may have
-//! reached the leader is never resent (its outcome is reported as unknown).
+//! Retries: proposals, learner joins and heartbeats retry with a capped exponential backoff
+//! while no leader is known or the leader cannot be reached; a forwarded proposal that may
+//! have reached the leader is never resent (its outcome is reported as unknown). Heartbeats
+//! are idempotent: they go over one kept connection and are resent after any failure.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -33,10 +34,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::command::{kafka_codes, ApplyError, Command, Response};
+use crate::ids::{BrokerEpoch, BrokerId};
 use crate::network::{
     add_learner_on_leader, propose_on_leader, serve, LeaderError, LeaderReply, NetworkFactory,
-    RpcClient, RpcError, RpcRequest, RpcResponse,
+    RpcClient, RpcError, RpcRequest, RpcResponse, Server,
 };
+use crate::sessions::{heartbeat_on_leader, Sessions};
 use crate::state::MetadataState;
 use crate::store::{LogStore, LogStoreOptions, MetadataImage, StateMachineStore, StoreError};
 use crate::TypeConfig;
@@ -280,18 +283,10 @@ impl Backoff {
 enum LeaderOp {
     Propose(Command),
     AddLearner { node_id: u64, addr: String },
+    Heartbeat { id: BrokerId, broker_epoch: BrokerEpoch },
 }
 
 impl LeaderOp {
-    async fn run_locally(&self, raft: &Raft<TypeConfig>) -> Result<LeaderReply, LeaderError> {
-        match self {
-            LeaderOp::Propose(command) => propose_on_leader(raft, command.clone()).await,
-            LeaderOp::AddLearner { node_id, addr } => {
-                add_learner_on_leader(raft, *node_id, addr.clone()).await
-            }
-        }
-    }
-
     fn request(&self) -> RpcRequest {
         match self {
             LeaderOp::Propose(command) => RpcRequest::Propose(command.clone()),
@@ -299,7 +294,17 @@ impl LeaderOp {
                 node_id: *node_id,
                 addr: addr.clone(),
             },
+            LeaderOp::Heartbeat { id, broker_epoch } => RpcRequest::Heartbeat {
+                id: *id,
+                broker_epoch: *broker_epoch,
+            },
         }
+    }
+
+    /// Running it twice is the same as once, so it may be resent whatever became of an
+    /// earlier attempt, and over a kept connection.
+    fn is_idempotent(&self) -> bool {
+        matches!(self, LeaderOp::Heartbeat { .. })
     }
 }
 
@@ -317,9 +322,26 @@ struct Quorum {
     addr: String,
     rpc_timeout: Duration,
     cancel: CancellationToken,
+    images: watch::Receiver<MetadataImage>,
+    sessions: Arc<Sessions>,
+    /// The connection idempotent requests (heartbeats) are forwarded over, kept open: a
+    /// fresh one per heartbeat cost the leader an accept per broker per interval.
+    kept: Arc<tokio::sync::Mutex<Option<RpcClient>>>,
 }
 
 impl Quorum {
+    async fn run_locally(&self, op: &LeaderOp) -> Result<LeaderReply, LeaderError> {
+        match op {
+            LeaderOp::Propose(command) => propose_on_leader(&self.raft, command.clone()).await,
+            LeaderOp::AddLearner { node_id, addr } => {
+                add_learner_on_leader(&self.raft, *node_id, addr.clone()).await
+            }
+            LeaderOp::Heartbeat { id, broker_epoch } => {
+                heartbeat_on_leader(&self.raft, &self.images, &self.sessions, *id, *broker_epoch)
+            }
+        }
+    }
+
     /// Runs `op` here if this node leads, else forwards it to the leader, retrying while no
     /// leader is known or reachable until `deadline`.
     async fn execute(&self, op: &LeaderOp, deadline: Instant) -> Result<LeaderReply, ProposeError> {
@@ -328,7 +350,7 @@ impl Quorum {
         loop {
             // A leader that lost its quorum never answers: bound the wait. The entry may
             // still commit later, so the outcome is unknown rather than failed.
-            let local = tokio::time::timeout_at(deadline, op.run_locally(&self.raft))
+            let local = tokio::time::timeout_at(deadline, self.run_locally(op))
                 .await
                 .map_err(|_| {
                     ProposeError::OutcomeUnknown(format!(
@@ -373,6 +395,9 @@ impl Quorum {
             .rpc_timeout
             .min(remaining)
             .max(Duration::from_millis(1));
+        if op.is_idempotent() {
+            return self.forward_idempotent(op, leader_addr, timeout).await;
+        }
         // A fresh connection per forwarded request: a connect error then proves the request
         // was not sent, which is what makes retrying safe.
         let mut client = RpcClient::new(leader_addr);
@@ -402,6 +427,38 @@ impl Quorum {
             Err(error) => Err(ProposeError::OutcomeUnknown(format!(
                 "request to the leader at {leader_addr}: {error}"
             ))),
+        }
+    }
+
+    /// Forwards an idempotent `op` over the kept connection (reopened when the leader
+    /// moved or the connection failed); any failure is retried until the deadline.
+    async fn forward_idempotent(
+        &self,
+        op: &LeaderOp,
+        leader_addr: &str,
+        timeout: Duration,
+    ) -> Result<Forwarded, ProposeError> {
+        let mut kept = self.kept.lock().await;
+        let client = match &mut *kept {
+            Some(client) if client.addr() == leader_addr => client,
+            other => other.insert(RpcClient::new(leader_addr)),
+        };
+        match client.call(&op.request(), timeout).await {
+            Ok(RpcResponse::Leader(Ok(reply))) => Ok(Forwarded::Done(reply)),
+            Ok(RpcResponse::Leader(Err(LeaderError::ShuttingDown))) => Ok(Forwarded::Retry),
+            Ok(RpcResponse::Leader(Err(LeaderError::NotLeader { .. }))) => Ok(Forwarded::Retry),
+            Ok(RpcResponse::Leader(Err(LeaderError::Failed(reason)))) => {
+                Err(ProposeError::Refused(reason))
+            }
+            Ok(_) => Err(ProposeError::Refused(format!(
+                "unexpected response from the leader at {leader_addr}"
+            ))),
+            Err(error @ RpcError::BadRequest(_)) => Err(ProposeError::Refused(error.to_string())),
+            Err(error) => {
+                tracing::debug!(%leader_addr, %error, "forwarding to the metadata leader failed; retrying");
+                *kept = None;
+                Ok(Forwarded::Retry)
+            }
         }
     }
 
@@ -495,17 +552,21 @@ impl MetadataNode {
 
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
-        tracker.spawn(serve(
-            listener,
-            raft.clone(),
-            cancel.clone(),
-            tracker.clone(),
-        ));
+        let sessions = Arc::new(Sessions::default());
+        let server = Server {
+            raft: raft.clone(),
+            images: images.clone(),
+            sessions: sessions.clone(),
+        };
+        tracker.spawn(serve(listener, server, cancel.clone(), tracker.clone()));
         let quorum = Quorum {
             raft,
             addr: addr.clone(),
             rpc_timeout: config.rpc_timeout,
             cancel,
+            images: images.clone(),
+            sessions,
+            kept: Arc::default(),
         };
         let node = MetadataNode {
             node_id: config.node_id,
@@ -641,6 +702,32 @@ impl MetadataNode {
             Err(LeaderError::ShuttingDown) => Err(ProposeError::ShuttingDown),
             Err(LeaderError::Failed(reason)) => Err(ProposeError::Refused(reason)),
         }
+    }
+
+    /// A broker heartbeat: the leader (this node, or the one it is forwarded to) checks `id`
+    /// and `broker_epoch` against its state and records the time in memory; nothing is
+    /// written to the log ([`crate::sessions`]). Answers [`Response::HeartbeatAccepted`]
+    /// with whether the broker is fenced, or rejects a stale epoch or an unknown broker
+    /// ([`ProposeError::Rejected`]), as the logged heartbeat did.
+    pub async fn heartbeat(
+        &self,
+        id: BrokerId,
+        broker_epoch: BrokerEpoch,
+    ) -> Result<Response, ProposeError> {
+        let deadline = Instant::now() + self.propose_timeout;
+        let op = LeaderOp::Heartbeat { id, broker_epoch };
+        match self.quorum.execute(&op, deadline).await? {
+            LeaderReply::Heartbeat { result } => result.map_err(ProposeError::Rejected),
+            other => Err(ProposeError::Refused(format!(
+                "the leader answered a heartbeat with {other:?}"
+            ))),
+        }
+    }
+
+    /// When this node, as the active controller, last received a heartbeat of broker `id`
+    /// (wall-clock ms on its clock); `None` if it never did.
+    pub fn last_contact_ms(&self, id: BrokerId) -> Option<i64> {
+        self.quorum.sessions.last_contact_ms(id)
     }
 
     /// Adds `node_id` as a learner reachable at `addr` (learners started with voters

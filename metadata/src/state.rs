@@ -45,7 +45,8 @@ pub struct BrokerRegistration {
     pub endpoints: Vec<Endpoint>,
     /// A fenced broker leads no partition and may not join an ISR.
     pub fenced: bool,
-    /// The newest timestamp from its registration or heartbeats.
+    /// The time of its registration (or of a heartbeat in a log written before heartbeats
+    /// moved to the controller's memory, see [`crate::sessions`]).
     pub last_heartbeat_ms: i64,
 }
 
@@ -123,17 +124,23 @@ impl MetadataState {
         self.brokers.get(&id).is_some_and(|b| !b.fenced)
     }
 
-    /// Unfenced brokers whose newest heartbeat is more than `session_timeout_ms` before
-    /// `now_ms`: the controller fences them (and then re-elects their partitions).
+    /// Unfenced brokers last heard from more than `session_timeout_ms` before `now_ms`: the
+    /// controller fences them (and then re-elects their partitions). A broker was last heard
+    /// from at the newest of its registration and `last_contact_ms` (the active controller's
+    /// record of its heartbeats, see [`crate::sessions`]).
     pub fn brokers_with_expired_session(
         &self,
         now_ms: i64,
         session_timeout_ms: i64,
+        last_contact_ms: impl Fn(BrokerId) -> Option<i64>,
     ) -> Vec<BrokerId> {
         self.brokers
             .values()
             .filter(|b| {
-                !b.fenced && now_ms.saturating_sub(b.last_heartbeat_ms) > session_timeout_ms
+                let last = last_contact_ms(b.id).map_or(b.last_heartbeat_ms, |contact| {
+                    contact.max(b.last_heartbeat_ms)
+                });
+                !b.fenced && now_ms.saturating_sub(last) > session_timeout_ms
             })
             .map(|b| b.id)
             .collect()
@@ -468,9 +475,22 @@ impl MetadataState {
         id: BrokerId,
         epoch: BrokerEpoch,
     ) -> Result<&mut BrokerRegistration, ApplyError> {
+        self.broker_checked(id, epoch)?;
+        self.brokers
+            .get_mut(&id)
+            .ok_or(ApplyError::BrokerNotRegistered(id))
+    }
+
+    /// The registration of broker `id` if its epoch is `epoch`; else why not (what a
+    /// heartbeat or an unfence request with that epoch is answered).
+    pub fn broker_checked(
+        &self,
+        id: BrokerId,
+        epoch: BrokerEpoch,
+    ) -> Result<&BrokerRegistration, ApplyError> {
         let broker = self
             .brokers
-            .get_mut(&id)
+            .get(&id)
             .ok_or(ApplyError::BrokerNotRegistered(id))?;
         if broker.epoch != epoch {
             return Err(ApplyError::StaleBrokerEpoch {

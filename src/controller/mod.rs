@@ -8,7 +8,8 @@
 //!   set once by the first broker that proposes one, which every broker adopts (or refuses to
 //!   start with, see [`crate::broker::ClusterIdError`]) before it registers;
 //! - registers the broker (all its listeners, its rack, a fresh incarnation), then heartbeats
-//!   every `broker.heartbeat.interval.ms`; a heartbeat answered "fenced" (after a session
+//!   every `broker.heartbeat.interval.ms` to the active controller, which keeps them in
+//!   memory (`strata_metadata::sessions`); a heartbeat answered "fenced" (after a session
 //!   expiry or a restart) makes the broker ask to be unfenced, since it has caught up with the
 //!   log by then (it serves clients only after its first metadata sync);
 //! - on the node that is the Raft leader (the active controller), fences brokers whose session
@@ -334,21 +335,17 @@ impl ClusterControl {
 
     /// One heartbeat; re-registers when the quorum no longer knows this incarnation.
     async fn heartbeat(&self, cancel: &CancellationToken) -> Result<(), ClusterError> {
-        let command = Command::BrokerHeartbeat {
-            id: self.broker_id,
-            broker_epoch: self.broker_epoch(),
-            now_ms: now_ms(),
-        };
-        match self.propose(command).await {
-            Ok((Response::HeartbeatAccepted { fenced: true }, _)) => self.unfence_self().await,
+        let node = self.node()?;
+        match node.heartbeat(self.broker_id, self.broker_epoch()).await {
+            Ok(Response::HeartbeatAccepted { fenced: true }) => self.unfence_self().await,
             Ok(_) => Ok(()),
-            Err(ClusterError::Propose(ProposeError::Rejected(
+            Err(ProposeError::Rejected(
                 ApplyError::StaleBrokerEpoch { .. } | ApplyError::BrokerNotRegistered(_),
-            ))) => {
+            )) => {
                 self.register(cancel).await?;
                 self.unfence_self().await
             }
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -430,14 +427,12 @@ impl ClusterControl {
             }
         };
         let session_ms = i64::try_from(self.session_timeout.as_millis()).unwrap_or(i64::MAX);
-        // As Kafka's new active controller, give every broker a full session first: no
-        // heartbeat could commit while there was no leader.
-        let expired = if now - since > session_ms {
-            node.state().brokers_with_expired_session(now, session_ms)
-        } else {
-            Vec::new()
-        };
-        let mut dead = self.dead_brokers(&node.state(), now).await;
+        // Heartbeats are kept in the active controller's memory: as Kafka's new active
+        // controller, this one gives every broker a full session from when it took over.
+        let expired = node.state().brokers_with_expired_session(now, session_ms, |id| {
+            Some(node.last_contact_ms(id).unwrap_or(since).max(since))
+        });
+        let mut dead = self.dead_brokers(&node, now).await;
         dead.retain(|id| !expired.contains(id));
         let fences = expired
             .into_iter()
@@ -546,27 +541,26 @@ impl ClusterControl {
             .unwrap_or(Err(ClusterError::NotSynced(timeout)))
     }
 
-    /// Unfenced brokers whose heartbeat is late (over 1.5 heartbeat intervals) and whose Kafka
+    /// Unfenced brokers whose heartbeat is late (over 1.5 heartbeat intervals since this
+    /// controller last heard from them, or since their registration) and whose Kafka
     /// listener refuses connections. A process that died (crash, `kill -9`, OOM) has its ports
     /// closed by the kernel at once, so the controller fences it now rather than after
     /// `broker.session.timeout.ms` (Kafka always waits for the session). A paused, overloaded
     /// or partitioned broker still accepts connections or does not answer, and keeps its
     /// session as in Kafka. A new controller may fence this way at once: a refused connection
-    /// does not depend on heartbeats having been committed.
-    async fn dead_brokers(
-        &self,
-        state: &strata_metadata::MetadataState,
-        now: i64,
-    ) -> Vec<BrokerId> {
+    /// does not depend on having received heartbeats.
+    async fn dead_brokers(&self, node: &MetadataNode, now: i64) -> Vec<BrokerId> {
         const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
         let late_ms =
             i64::try_from(self.heartbeat_interval.as_millis() * 3 / 2).unwrap_or(i64::MAX);
+        let state = node.state();
         let probes = state
             .brokers()
             .filter(|b| {
-                !b.fenced
-                    && b.id != self.broker_id
-                    && now.saturating_sub(b.last_heartbeat_ms) > late_ms
+                let heard = node
+                    .last_contact_ms(b.id)
+                    .map_or(b.last_heartbeat_ms, |t| t.max(b.last_heartbeat_ms));
+                !b.fenced && b.id != self.broker_id && now.saturating_sub(heard) > late_ms
             })
             .filter_map(|b| {
                 let e = b.endpoints.first()?;

@@ -136,8 +136,14 @@ fn heartbeats_check_the_broker_epoch_and_keep_the_newest_time() {
     }
     assert_eq!(state.broker(BrokerId(2)).unwrap().last_heartbeat_ms, 9_000);
     assert_eq!(
-        state.brokers_with_expired_session(10_000, 5_000),
+        state.brokers_with_expired_session(10_000, 5_000, |_| None),
         vec![BrokerId(1), BrokerId(3)]
+    );
+    // The controller's in-memory contact times count like heartbeats in the log.
+    let contact = |id: BrokerId| (id == BrokerId(1)).then_some(9_500);
+    assert_eq!(
+        state.brokers_with_expired_session(10_000, 5_000, contact),
+        vec![BrokerId(3)]
     );
     let unknown = Command::BrokerHeartbeat {
         id: BrokerId(9),
