@@ -229,20 +229,24 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
             }
         },
     );
-    spawn_periodic(
+    // Every 50 ms, but only when a coordinator has work: an idle broker does not hand a
+    // job to the blocking pool forty times a second.
+    spawn_periodic_when(
         &tasks,
         &shutdown,
         Duration::from_millis(50),
         services.groups.clone(),
         "group-coordinator",
+        |c| c.needs_tick(),
         |c| c.tick(),
     );
-    spawn_periodic(
+    spawn_periodic_when(
         &tasks,
         &shutdown,
         Duration::from_millis(50),
         services.txns.clone(),
         "transaction-coordinator",
+        |c| c.needs_tick(),
         |c| c.tick(),
     );
     if let Some(t) = tiering {
@@ -307,6 +311,20 @@ fn spawn_periodic<S: Send + Sync + 'static>(
     name: &'static str,
     job: fn(&S),
 ) {
+    spawn_periodic_when(tracker, shutdown, every, service, name, |_| true, job);
+}
+
+/// Runs `job` on the blocking pool every `every`, at the ticks where `ready` (cheap and
+/// non-blocking, run on the runtime) says there is work.
+fn spawn_periodic_when<S: Send + Sync + 'static>(
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+    every: Duration,
+    service: Arc<S>,
+    name: &'static str,
+    ready: fn(&S) -> bool,
+    job: fn(&S),
+) {
     let shutdown = shutdown.clone();
     tracker.spawn(async move {
         let mut ticker = tokio::time::interval(every);
@@ -316,6 +334,9 @@ fn spawn_periodic<S: Send + Sync + 'static>(
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = ticker.tick() => {}
+            }
+            if !ready(&service) {
+                continue;
             }
             let s = service.clone();
             if tokio::task::spawn_blocking(move || job(&s)).await.is_err() {

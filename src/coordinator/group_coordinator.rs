@@ -3,7 +3,8 @@
 //! Concurrency: all groups live behind one std mutex, held only for in-memory state changes
 //! (never across `.await` or I/O). JoinGroup and SyncGroup calls that must wait are parked as
 //! oneshot channels inside their member and woken by the state machine, by another member's
-//! call, or by the timer ([`GroupCoordinator::tick`], run every 50 ms by the broker runtime).
+//! call, or by the timer ([`GroupCoordinator::tick`], run every 50 ms by the broker runtime
+//! when [`GroupCoordinator::needs_tick`] says a group or a partition has work).
 //!
 //! Durability: offset commits and group metadata are appended to the group's
 //! `__consumer_offsets` partition through the normal log and acknowledged like acks=all (the
@@ -1302,6 +1303,40 @@ impl GroupCoordinator {
 
     /// Timer work: completes joins, expires members, persists changed groups, expires
     /// offsets of groups empty for longer than the retention. Blocking.
+    /// Whether [`tick`](Self::tick) has work now: a partition to load, a deleted topic to
+    /// forget, a group whose timers run (with members, pending members or mid-rebalance), an
+    /// empty group whose offsets outlived `offsets.retention.minutes`, or the periodic
+    /// cleanup. Cheap and non-blocking: the runtime asks it every tick period and hands
+    /// `tick` to the blocking pool only when it holds, so an idle coordinator costs a timer
+    /// check instead of a thread handoff twenty times a second.
+    pub fn needs_tick(&self) -> bool {
+        if self.ownership.any_loading()
+            || !self
+                .deleted_topics
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty()
+        {
+            return true;
+        }
+        let now = Instant::now();
+        let last_cleanup = *self.last_cleanup.lock().unwrap_or_else(|e| e.into_inner());
+        if now.duration_since(last_cleanup) >= CLEANUP_INTERVAL {
+            return true;
+        }
+        let now_wall = now_ms();
+        let retention = self.config.offsets_retention.as_millis() as i64;
+        self.groups().values().any(|g| match &g.consumer {
+            Some(c) => !c.members.is_empty(),
+            None => {
+                !g.members.is_empty()
+                    || !g.pending_members.is_empty()
+                    || g.state != GroupState::Empty
+                    || (!g.offsets.is_empty() && now_wall - g.state_since_ms > retention)
+            }
+        })
+    }
+
     pub fn tick(&self) {
         self.load_elected();
         self.forget_deleted_topics();

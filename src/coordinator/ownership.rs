@@ -134,6 +134,13 @@ impl Ownership {
         true
     }
 
+    /// Whether a partition waits for its load.
+    pub fn any_loading(&self) -> bool {
+        self.lock()
+            .values()
+            .any(|s| matches!(s, PartitionStatus::Loading { .. }))
+    }
+
     /// Partitions waiting for their load, with the epoch each is loaded for.
     pub fn loading(&self) -> Vec<(i32, i32)> {
         let mut out: Vec<(i32, i32)> = self

@@ -138,6 +138,7 @@ async fn a_resigned_partition_answers_not_coordinator_and_an_elected_one_loads()
         )
     };
     assert_eq!(commit(&c, 7), Ok(vec![None]));
+    assert!(!c.needs_tick(), "a group with offsets only has no timers");
     // A member waits in JoinGroup until the timer completes the rebalance.
     let joining = {
         let c = c.clone();
@@ -159,19 +160,23 @@ async fn a_resigned_partition_answers_not_coordinator_and_an_elected_one_loads()
     while c.describe("g").is_none_or(|d| d.members.is_empty()) {
         tokio::task::yield_now().await;
     }
+    assert!(c.needs_tick(), "a rebalance runs on the timer");
     c.on_resignation(0);
     let joined = joining.await.unwrap();
     assert_eq!(joined.error, Some(ResponseError::NotCoordinator));
     assert_eq!(c.check_coordinator("g"), Err(ResponseError::NotCoordinator));
     assert_eq!(commit(&c, 8), Err(ResponseError::NotCoordinator));
     assert!(c.list().is_empty());
+    assert!(!c.needs_tick());
 
     c.on_election(0, 3);
     assert_eq!(
         c.check_coordinator("g"),
         Err(ResponseError::CoordinatorLoadInProgress)
     );
+    assert!(c.needs_tick(), "an elected partition loads on the timer");
     c.load_elected();
+    assert!(!c.needs_tick());
     assert_eq!(c.check_coordinator("g"), Ok(()));
     let got = c.fetch_offsets("g", Some(&[("t".to_string(), 0)]));
     assert_eq!(got[0].1.as_ref().map(|o| o.offset), Some(7));

@@ -860,6 +860,26 @@ impl TransactionCoordinator {
     /// Timer work: finishes prepared transactions (after a restart or a failed marker),
     /// aborts transactions open longer than their timeout (fencing their producer), and
     /// expires idle transactional ids. Blocking.
+    /// Whether [`tick`](Self::tick) has work now: a partition to load, a transaction whose
+    /// markers are to be written, or a due scan for timed-out transactions or expired ids.
+    /// Cheap and non-blocking: the runtime hands `tick` to the blocking pool only when it
+    /// holds, so an idle coordinator costs a timer check, not a thread handoff.
+    pub fn needs_tick(&self) -> bool {
+        let now = Instant::now();
+        self.ownership.any_loading()
+            || is_due(
+                &self.last_abort_scan,
+                self.config.abort_timed_out_interval,
+                now,
+            )
+            || is_due(
+                &self.last_expire_scan,
+                self.config.remove_expired_interval,
+                now,
+            )
+            || self.txns().values().any(|e| e.meta.state.is_prepare())
+    }
+
     pub fn tick(&self) {
         self.load_elected();
         let now = Instant::now();
@@ -998,6 +1018,12 @@ fn describe(m: &TxnMetadata) -> TxnDescription {
         start_ms: m.start_ms,
         partitions: m.partitions.iter().cloned().collect(),
     }
+}
+
+/// Whether `every` has passed since `last` (without claiming the run, unlike [`due`]).
+fn is_due(last: &Mutex<Instant>, every: Duration, now: Instant) -> bool {
+    let last = *last.lock().unwrap_or_else(|e| e.into_inner());
+    now.duration_since(last) >= every
 }
 
 fn due(last: &Mutex<Instant>, every: Duration, now: Instant) -> bool {

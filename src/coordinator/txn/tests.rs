@@ -527,3 +527,25 @@ fn a_timed_out_tv2_transaction_is_aborted_with_one_bump_as_in_kafka() {
         Err(ResponseError::ProducerFenced)
     );
 }
+
+#[test]
+fn an_idle_coordinator_needs_no_tick_and_a_prepared_transaction_does() {
+    let (log, parts): (Arc<MemoryLog>, Arc<FakeParticipants>) = (Arc::default(), Arc::default());
+    let mut config = config();
+    config.abort_timed_out_interval = Duration::from_secs(3600);
+    let c = TransactionCoordinator::new(config, log.clone(), parts.clone());
+    c.load().unwrap();
+    assert!(!c.needs_tick());
+    let (pid, e) = c.init_producer_id("tx", 60_000, None).unwrap();
+    c.add_partitions("tx", pid, e, vec![tp("a", 0)], 0)
+        .unwrap();
+    assert!(
+        !c.needs_tick(),
+        "an ongoing transaction waits for the timed-out scan, not for the timer"
+    );
+    // Markers fail: the prepared commit is the timer's to finish.
+    parts.fail_markers.store(true, Ordering::SeqCst);
+    assert_eq!(c.end_txn("tx", pid, e, true, 0).unwrap(), (pid, e));
+    assert_eq!(state(&c, "tx"), "PrepareCommit");
+    assert!(c.needs_tick());
+}
