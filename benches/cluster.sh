@@ -38,6 +38,13 @@
 #                           a rate both clusters sustain measures the brokers' latency)
 #   BENCH_PRODUCER_PROPS    extra producer properties, space-separated k=v (both targets)
 #   BENCH_WARMUP_RECORDS    records of the warm-up run (default 100000; 0: none)
+#   BENCH_IDLE_SECONDS      the cost of a quiet cluster, measured before the warm-up (default
+#                           60; 0: not measured): on a topic of BENCH_IDLE_PARTITIONS
+#                           partitions (default 30), RF=3, the three brokers' CPU seconds
+#                           over BENCH_IDLE_SECONDS with no client, after 10 s of quiet; then
+#                           over BENCH_IDLE_SECONDS of ProducerPerformance at BENCH_LOW_RATE
+#                           records/s (default 5000; 0: skipped), acks=all, to that topic.
+#                           Printed as CPU-s per minute, summed over the brokers (cost.tsv)
 #   BENCH_FAILOVER_CYCLES   kill -9 cycles per target and kind of victim (default 3; 0: none)
 #   BENCH_CLUSTER_EXTRA     extra server properties for every broker of both targets
 #                           (newline-separated k=v), e.g. broker.session.timeout.ms=3000
@@ -57,7 +64,7 @@ ROOT="$STRATA_REPO_ROOT"
 
 case "${1:-}" in
   "") ;;
-  -h|--help) sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,57p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: $0   (configured through environment variables; see $0 --help)" >&2; exit 2 ;;
 esac
 
@@ -69,13 +76,16 @@ THROUGHPUT="${BENCH_THROUGHPUT:--1}"
 TARGETS="${BENCH_TARGETS:-strata kafka}"
 CYCLES="${BENCH_FAILOVER_CYCLES:-3}"
 WARMUP="${BENCH_WARMUP_RECORDS:-100000}"
+IDLE_SECONDS="${BENCH_IDLE_SECONDS:-60}"
+IDLE_PARTITIONS="${BENCH_IDLE_PARTITIONS:-30}"
+LOW_RATE="${BENCH_LOW_RATE:-5000}"
 START_TIMEOUT="${BENCH_START_TIMEOUT:-120}"
 KAFKA_HEAP="${BENCH_KAFKA_HEAP:--Xmx1g -Xms1g}"
 STRATA_BIN="${STRATA_BIN:-$ROOT/target/release/strata}"
 [[ "$STRATA_BIN" == /* ]] || STRATA_BIN="$ROOT/$STRATA_BIN"
 PYTHON="$STRATA_VENV/bin/python"
 NODES=(1 2 3)
-for v in RECORDS RECORD_SIZE PARTITIONS CYCLES WARMUP START_TIMEOUT; do
+for v in RECORDS RECORD_SIZE PARTITIONS CYCLES WARMUP START_TIMEOUT IDLE_SECONDS IDLE_PARTITIONS LOW_RATE; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || strata_die "$v must be a non-negative integer, got '${!v}'"
 done
 [[ "$THROUGHPUT" =~ ^(-1|[0-9]+)$ ]] || strata_die "BENCH_THROUGHPUT must be -1 or a number, got '$THROUGHPUT'"
@@ -90,6 +100,7 @@ fi
 WORK="$(cd "$WORK" && pwd)"
 RESULTS="$WORK/results.tsv"
 FAILOVER="$WORK/failover.tsv"
+COST="$WORK/cost.tsv"
 
 # ------------------------------------------------------------------ the cluster
 # The cluster being run: its kind, dir, and per node id its pid, Kafka port and controller
@@ -284,6 +295,7 @@ echo "cluster bench: 3 brokers per target, RF=3, min.insync.replicas=2, acks=all
      "throughput=$THROUGHPUT" \
      "failover cycles=$CYCLES kafka=$KAFKA_VERSION targets=[$TARGETS] work=$WORK"
 printf 'target\tacks\tprod_rps\tprod_mbps\tp50\tp99\tp999\tavg\tmax\tcons_mbps\tcons_rps\trss_mib\tcpu_s\tstatus\n' >"$RESULTS"
+printf 'target\tidle_cpu_s_per_min\tlow_rate_cpu_s_per_min\tlow_rate_rps\tlow_rate_p99_ms\tstatus\n' >"$COST"
 printf 'target\tkind\tcycle\tpartition\tvictim\tquorum_leader\tnew_leader\tack_s\tmetadata_s\tdelivery_errors\tstatus\n' >"$FAILOVER"
 
 create_topic() {
@@ -377,6 +389,52 @@ run_failover() {
   done
 }
 
+# The summed CPU seconds of the three brokers so far ("-" if one is gone).
+cluster_cpu() {
+  local st
+  read -r -a st <<<"$(proc_stats "${PID[@]}")"
+  echo "${st[1]}"
+}
+
+# CPU-s per minute from two cluster_cpu readings over $3 seconds.
+per_minute() {
+  awk -v a="$1" -v b="$2" -v s="$3" 'BEGIN { if (a == "-" || b == "-") print "-"; else printf "%.2f", (b - a) * 60 / s }'
+}
+
+# The cost of a quiet cluster and of a low produce rate (cost.tsv).
+run_cost() {
+  local target="$1" topic="bench-idle" status=ok idle="-" low="-" rps="-" p99="-" c0 c1 p records
+  if ! create_topic "$topic" "$IDLE_PARTITIONS"; then
+    printf '%s\t-\t-\t-\t-\tcreate-topic-failed\n' "$target" >>"$COST"
+    return 1
+  fi
+  sleep 10
+  c0="$(cluster_cpu)"
+  sleep "$IDLE_SECONDS"
+  c1="$(cluster_cpu)"
+  idle="$(per_minute "$c0" "$c1" "$IDLE_SECONDS")"
+  echo "idle, $IDLE_PARTITIONS partitions RF=3: $idle broker CPU-s per minute (3 brokers summed)"
+  if ((LOW_RATE > 0)); then
+    records=$((LOW_RATE * IDLE_SECONDS))
+    c0="$(cluster_cpu)"
+    if run_tool "$CUR_DIR/low-rate.out" "${JAVA_TOOL[@]}" -cp "$TOOLS_CP" org.apache.kafka.tools.ProducerPerformance \
+        --bootstrap-server "$(bootstrap)" --topic "$topic" --num-records "$records" \
+        --record-size "$RECORD_SIZE" --throughput "$LOW_RATE" \
+        "$PROPS_OPT" acks=all compression.type="$COMPRESSION"; then
+      c1="$(cluster_cpu)"
+      read -r -a p <<<"$(python3 "$ROOT/benches/perf_report.py" producer "$CUR_DIR/low-rate.out")"
+      rps="${p[0]:--}" p99="${p[3]:--}"
+      # Per minute of the producer's own run time (records / rate).
+      low="$(awk -v a="$c0" -v b="$c1" -v n="$records" -v r="${p[0]:-0}" 'BEGIN { if (a == "-" || b == "-" || r <= 0) print "-"; else printf "%.2f", (b - a) * 60 / (n / r) }')"
+      echo "at $LOW_RATE records/s: $low broker CPU-s per minute (3 brokers summed), p99 ${p99} ms"
+    else
+      tail -n 20 "$CUR_DIR/low-rate.out" >&2
+      status="low-rate-producer-failed"
+    fi
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$target" "$idle" "$low" "$rps" "$p99" "$status" >>"$COST"
+}
+
 run_target() {
   local target="$1" topic="bench-rf3"
   local status=ok prod="- - - - - - - -" cons="- - -" stats="- -" p c s
@@ -384,6 +442,9 @@ run_target() {
   echo "=== $target: 3 brokers, acks=all ==="
   start_cluster "$target" || status="start-failed"
   if [[ $status == ok ]] && ! create_topic "$topic" "$PARTITIONS"; then status="create-topic-failed"; fi
+  if [[ $status == ok && $IDLE_SECONDS -gt 0 ]]; then
+    run_cost "$target" || strata_log "$target: the idle cost was not measured"
+  fi
 
   # Warm-up (JIT of the Kafka brokers, connections, first segments) on a topic of its own,
   # then the CPU time so far, so that the CPU column covers the measured runs only.
@@ -473,6 +534,12 @@ echo "Results: 3 brokers each, RF=3, min.insync.replicas=2, acks=all, $RECORDS x
      "perf tools; peak RSS and CPU (of the measured produce+consume) summed over the three" \
      "brokers (raw: $RESULTS)"
 python3 "$ROOT/benches/perf_report.py" table "$RESULTS"
+if ((IDLE_SECONDS > 0)); then
+  echo
+  echo "Cost of a quiet cluster: broker CPU-s per minute, 3 brokers summed, $IDLE_PARTITIONS" \
+       "partitions RF=3, idle and at $LOW_RATE records/s of ${RECORD_SIZE}B, acks=all (raw: $COST)"
+  python3 "$ROOT/benches/perf_report.py" cost "$COST"
+fi
 if ((CYCLES > 0)); then
   echo
   echo "Leadership recovery after kill -9 of a partition leader (seconds from the kill; raw: $FAILOVER)"

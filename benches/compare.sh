@@ -37,8 +37,11 @@
 #                         (loadgen/), which resends pre-encoded batches and pipelines
 #                         fetches, so it costs a few percent of a core and the broker is what
 #                         is measured; rows then also give broker CPU-s per GiB of produce and
-#                         of consume. BENCH_LOADGEN_CONNECTIONS (4), BENCH_LOADGEN_INFLIGHT (5)
-#                         and BENCH_LOADGEN_BATCH_BYTES (16384) tune it.
+#                         of consume, and the floor measured in the same run (`strata-loadgen
+#                         floor`: the same bytes over one loopback TCP connection appended to
+#                         a file) with each produce row's share of it.
+#                         BENCH_LOADGEN_CONNECTIONS (4), BENCH_LOADGEN_INFLIGHT (5) and
+#                         BENCH_LOADGEN_BATCH_BYTES (16384) tune it.
 set -euo pipefail
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/common.sh"
@@ -311,6 +314,11 @@ if [[ "${BENCH_CLIENT:-java}" == loadgen ]]; then
   LOADGEN="$CARGO_TARGET_DIR/release/strata-loadgen"
   (cd "$ROOT" && cargo build --locked --release -p strata-loadgen) || strata_die "building strata-loadgen failed"
   printf 'target\tacks\tprod_MB/s\tp50_ms\tp99_ms\tp99.9_ms\tprod_cpu_s/GiB\tcons_MB/s\tcons_cpu_s/GiB\trss_MiB\tloadgen_cpu_s\tstatus\n' >"$LOADGEN_RESULTS"
+  # The floor of this machine in this run: the same bytes over one loopback connection into
+  # a file (one stream is the fastest and cheapest way here; more contend for the file).
+  FLOOR="$("$LOADGEN" floor --bytes "$((RECORDS * RECORD_SIZE))" --file "$WORK/floor.bin" \
+    --connections 1)" || strata_die "the floor measurement failed"
+  echo "$FLOOR"
   for acks in $ACKS_LIST; do
     for target in $TARGETS; do
       case "$target" in
@@ -325,6 +333,22 @@ if [[ "${BENCH_CLIENT:-java}" == loadgen ]]; then
   echo "Results ($RECORDS x ${RECORD_SIZE}B records, $PARTITIONS partitions, compression=$COMPRESSION," \
        "strata-loadgen, Kafka $KAFKA_VERSION; broker CPU-s per GiB of record bytes; raw: $LOADGEN_RESULTS)"
   column -t -s $'\t' "$LOADGEN_RESULTS"
+  python3 - "$LOADGEN_RESULTS" "$FLOOR" <<'PY'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+head, rows = rows[0], rows[1:]
+floor = dict(f.split("=", 1) for f in sys.argv[2].split()[1:])
+fm, fc = float(floor["mb_per_s"]), float(floor["cpu_s_per_gib"])
+print(f"\nfloor (loopback TCP + page-cache append, no protocol): {fm:.1f} MB/s, {fc:.2f} CPU-s/GiB")
+for r in rows:
+    d = dict(zip(head, r))
+    try:
+        mbps, cpu = float(d["prod_MB/s"]), float(d["prod_cpu_s/GiB"])
+    except ValueError:
+        continue
+    print(f"{d['target']:>7} acks={d['acks']:<3}: produce {100 * mbps / fm:.0f}% of the floor's MB/s, "
+          f"broker CPU-s/GiB {cpu / fc:.2f}x the floor's")
+PY
   exit 0
 fi
 

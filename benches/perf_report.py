@@ -8,6 +8,8 @@
   perf_report.py table RESULTS   -> prints the comparison table for results.tsv
   perf_report.py failover FILE   -> prints the leadership recovery times of benches/cluster.sh
                                     (failover.tsv), per kill -9 cycle, with medians and ratios
+  perf_report.py cost FILE       -> prints the idle and low-rate cost of benches/cluster.sh
+                                    (cost.tsv), with the Strata/Kafka ratios
 """
 import re
 import statistics
@@ -180,8 +182,33 @@ def failover(path):
           " named another leader; lower is better.")
 
 
+def cost(path):
+    """Broker CPU-s per minute of a quiet cluster and at a low produce rate, per target, and
+    the Strata/Kafka ratios."""
+    with open(path) as f:
+        header = f.readline().rstrip("\n").split("\t")
+        rows = [dict(zip(header, line.rstrip("\n").split("\t"))) for line in f if line.strip()]
+    if not rows:
+        print("(no results)")
+        return
+    keys = ("idle_cpu_s_per_min", "low_rate_cpu_s_per_min", "low_rate_rps", "low_rate_p99_ms")
+    out = [[r["target"], *(r.get(k, "-") for k in keys), r.get("status", "")] for r in rows]
+    by = {r["target"]: r for r in rows if r.get("status") == "ok"}
+    s, k = by.get("strata"), by.get("kafka")
+    if s and k:
+        cells = []
+        for key in keys:
+            a, b = num(s.get(key)), num(k.get(key))
+            cells.append("{:.2f}x".format(a / b) if a is not None and b else "-")
+        out.append(["strata/kafka", *cells, ""])
+    print_table(["target", "idle CPU-s/min", "low-rate CPU-s/min", "low-rate records/s",
+                 "low-rate p99 ms", "status"], out, left=1)
+    print("lower is better for CPU and latency.")
+
+
 def main():
-    cmds = {"producer": producer, "consumer": consumer, "table": table, "failover": failover}
+    cmds = {"producer": producer, "consumer": consumer, "table": table, "failover": failover,
+            "cost": cost}
     if len(sys.argv) != 3 or sys.argv[1] not in cmds:
         sys.exit(__doc__)
     cmds[sys.argv[1]](sys.argv[2])

@@ -6,7 +6,12 @@
 //!                        [--acks 1|-1] [--connections 4] [--inflight 5]
 //! strata-loadgen consume --bootstrap HOST:PORT --topic T --partitions P --records N
 //!                        [--connections 4] [--fetch-max-bytes 52428800] [--partition-max-bytes 1048576]
+//! strata-loadgen floor   --bytes N --file PATH [--connections 4]
 //! ```
+//! `floor` measures what the machine itself allows a broker's produce path: N bytes sent over
+//! loopback TCP and appended to a file (page cache, no fsync), by `--connections` sender and
+//! receiver thread pairs in this process, with no protocol at all. Its MB/s and CPU-s per GiB
+//! (sender and receiver together) are the bound a broker's figures are compared with.
 //! Produce encodes one RecordBatch per partition once (random values, so compression does
 //! the work it would on real payloads) and sends it again and again in ProduceRequest v9
 //! frames, patching only the correlation id, with `--inflight` requests outstanding per
@@ -56,6 +61,9 @@ struct Args {
     inflight: usize,
     fetch_max_bytes: i32,
     partition_max_bytes: i32,
+    /// `floor`: bytes to send and the file they are appended to.
+    bytes: u64,
+    file: String,
 }
 
 fn parse_args() -> Result<Args> {
@@ -77,6 +85,8 @@ fn parse_args() -> Result<Args> {
         inflight: 5,
         fetch_max_bytes: 52_428_800,
         partition_max_bytes: 1_048_576,
+        bytes: 0,
+        file: String::new(),
     };
     while let Some(flag) = it.next() {
         let v = it.next().with_context(|| format!("{flag} needs a value"))?;
@@ -92,6 +102,8 @@ fn parse_args() -> Result<Args> {
             "--inflight" => a.inflight = v.parse()?,
             "--fetch-max-bytes" => a.fetch_max_bytes = v.parse()?,
             "--partition-max-bytes" => a.partition_max_bytes = v.parse()?,
+            "--bytes" => a.bytes = v.parse()?,
+            "--file" => a.file = v,
             "--compression" => {
                 a.compression = match v.as_str() {
                     "none" | "uncompressed" => Compression::None,
@@ -104,6 +116,12 @@ fn parse_args() -> Result<Args> {
             }
             other => bail!("unknown flag {other}"),
         }
+    }
+    if a.mode == "floor" {
+        if a.bytes == 0 || a.file.is_empty() || a.connections < 1 {
+            bail!("floor needs --bytes N (positive), --file PATH and --connections >= 1");
+        }
+        return Ok(a);
     }
     if a.bootstrap.is_empty() || a.topic.is_empty() {
         bail!("--bootstrap and --topic are required");
@@ -460,6 +478,83 @@ async fn consume(a: Arc<Args>) -> Result<()> {
     Ok(())
 }
 
+/// The floor: `--bytes` over loopback into a file, by `--connections` thread pairs.
+fn floor(a: &Args) -> Result<()> {
+    use std::io::{Read, Write};
+    const CHUNK: usize = 1 << 20;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&a.file)
+        .with_context(|| format!("opening {}", a.file))?;
+    file.set_len(0)?;
+    let file = Arc::new(std::sync::Mutex::new(file));
+    let per_connection = a.bytes.div_ceil(a.connections as u64);
+    // Pseudo-random bytes, so nothing along the way can shortcut zeros.
+    let mut payload = vec![0u8; CHUNK];
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for b in payload.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let payload = Arc::new(payload);
+    let cpu0 = own_cpu_seconds();
+    let started = Instant::now();
+    std::thread::scope(|scope| -> Result<()> {
+        let mut threads = Vec::new();
+        for _ in 0..a.connections {
+            let payload = payload.clone();
+            threads.push(scope.spawn(move || -> Result<()> {
+                let mut out = std::net::TcpStream::connect(addr)?;
+                let mut left = per_connection;
+                while left > 0 {
+                    let n = left.min(CHUNK as u64) as usize;
+                    out.write_all(&payload[..n])?;
+                    left -= n as u64;
+                }
+                Ok(())
+            }));
+            let (mut inbound, _) = listener.accept()?;
+            let file = file.clone();
+            threads.push(scope.spawn(move || -> Result<()> {
+                let mut buf = vec![0u8; CHUNK];
+                loop {
+                    let n = inbound.read(&mut buf)?;
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    file.lock()
+                        .map_err(|_| anyhow::anyhow!("a receiver panicked"))?
+                        .write_all(&buf[..n])?;
+                }
+            }));
+        }
+        for t in threads {
+            t.join()
+                .map_err(|_| anyhow::anyhow!("a floor thread panicked"))??;
+        }
+        Ok(())
+    })?;
+    let secs = started.elapsed().as_secs_f64();
+    let cpu = own_cpu_seconds() - cpu0;
+    let written = std::fs::metadata(&a.file)?.len();
+    std::fs::remove_file(&a.file)?;
+    if written != per_connection * a.connections as u64 {
+        bail!("the file holds {written} bytes, not the {} sent", per_connection * a.connections as u64);
+    }
+    let gib = written as f64 / f64::from(1u32 << 30);
+    println!(
+        "floor bytes={written} seconds={secs:.3} mb_per_s={:.1} cpu_s={cpu:.2} cpu_s_per_gib={:.2}",
+        written as f64 / secs / 1e6,
+        cpu / gib,
+    );
+    Ok(())
+}
+
 /// This process's user + system CPU seconds (from /proc/self/stat; 100 ticks per second).
 fn own_cpu_seconds() -> f64 {
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
@@ -487,6 +582,13 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if args.mode == "floor" {
+        if let Err(e) = floor(&args) {
+            eprintln!("strata-loadgen: {e:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -496,7 +598,7 @@ fn main() {
         match args.mode.as_str() {
             "produce" => produce(args.clone()).await,
             "consume" => consume(args.clone()).await,
-            other => Err(anyhow::anyhow!("unknown mode {other} (produce, consume)")),
+            other => Err(anyhow::anyhow!("unknown mode {other} (produce, consume, floor)")),
         }
     });
     if let Err(e) = result {
