@@ -14,7 +14,9 @@ TIMEOUT = 30
 
 
 def _timestamped(topic_name, broker, stamps, batch_each=False):
-    create_topic(broker.bootstrap, topic_name, partitions=1)
+    # The timestamps are years old: without retention.ms=-1 a retention check that happens to
+    # run between the produce and the lookups (on Kafka too) deletes the records.
+    create_topic(broker.bootstrap, topic_name, partitions=1, config={"retention.ms": -1})
     recs = [{"value": b"v%d" % i, "timestamp": ts} for i, ts in enumerate(stamps)]
     if batch_each:
         for r in recs:

@@ -9,6 +9,9 @@ from helpers import (CREATE_TIME, LOG_APPEND_TIME, consume, create_topic, kp_con
                      kp_produce, produce)
 
 T0 = 1_600_000_000_123  # 2020-09-13, an explicit producer timestamp in the past
+# Records stamped T0 are past the default 7-day retention: a retention check that happens to
+# run between the produce and the consume (on Kafka too) would delete them.
+KEEP_OLD = {"retention.ms": -1}
 
 HEADERS = [
     ("trace-id", b"abc123"),
@@ -41,7 +44,7 @@ def _check_fields(want, got):
 
 
 def test_keys_headers_and_create_timestamps_are_preserved_confluent(broker, topic_name):
-    create_topic(broker.bootstrap, topic_name, partitions=1)
+    create_topic(broker.bootstrap, topic_name, partitions=1, config=KEEP_OLD)
     recs = _records()
     delivered, _ = produce(broker.bootstrap, topic_name, recs)
     # CreateTime topic: the delivery report carries the producer's timestamp.
@@ -52,7 +55,7 @@ def test_keys_headers_and_create_timestamps_are_preserved_confluent(broker, topi
 
 
 def test_keys_headers_and_create_timestamps_are_preserved_kafka_python(broker, topic_name):
-    create_topic(broker.bootstrap, topic_name, partitions=1)
+    create_topic(broker.bootstrap, topic_name, partitions=1, config=KEEP_OLD)
     # kafka-python wants header values as bytes (no null header values).
     recs = [r for r in _records() if not any(v is None for _, v in r.get("headers") or [])]
     delivered = kp_produce(broker.bootstrap, topic_name, recs)
