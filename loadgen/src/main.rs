@@ -230,6 +230,8 @@ struct Totals {
     records: AtomicU64,
     bytes: AtomicU64,
     errors: AtomicU64,
+    /// The last error code a partition answered with (0: none), for the report.
+    last_error: std::sync::atomic::AtomicI32,
 }
 
 async fn produce_connection(
@@ -243,7 +245,9 @@ async fn produce_connection(
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Instant>(a.inflight);
     let acks = a.acks;
+    let last_error = totals.clone();
     let reader = tokio::spawn(async move {
+        let last_error = &last_error.last_error;
         let mut latencies = Vec::new();
         let mut errors = 0u64;
         while let Some(sent) = rx.recv().await {
@@ -258,6 +262,7 @@ async fn produce_connection(
                 for p in &t.partition_responses {
                     if p.error_code != 0 {
                         errors += 1;
+                        last_error.store(p.error_code.into(), Ordering::Relaxed);
                     }
                 }
             }
@@ -295,6 +300,45 @@ async fn produce_connection(
     Ok(latencies)
 }
 
+/// Sends one batch to each partition until every one is accepted (a topic just created is
+/// not writable on every broker at once), within 30 s; these batches are not measured.
+async fn wait_until_writable(a: &Args, per_batch: usize) -> Result<()> {
+    let stream = TcpStream::connect(&a.bootstrap).await?;
+    stream.set_nodelay(true)?;
+    let (mut rd, mut wr) = stream.into_split();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut correlation = 0i32;
+    for p in 0..a.partitions {
+        let mut frame = produce_frame(a, p, per_batch)?;
+        loop {
+            correlation += 1;
+            set_correlation_id(&mut frame, correlation);
+            wr.write_all(&frame).await?;
+            if a.acks == 0 {
+                break;
+            }
+            let mut response = read_frame(&mut rd).await?;
+            ResponseHeader::decode(&mut response, ProduceResponse::header_version(PRODUCE_V))?;
+            let resp = ProduceResponse::decode(&mut response, PRODUCE_V)?;
+            let code = resp
+                .responses
+                .iter()
+                .flat_map(|t| &t.partition_responses)
+                .map(|p| p.error_code)
+                .find(|c| *c != 0)
+                .unwrap_or(0);
+            if code == 0 {
+                break;
+            }
+            if Instant::now() >= deadline {
+                bail!("partition {p} still refuses produce requests (error code {code}) after 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
 async fn produce(a: Arc<Args>) -> Result<()> {
     let per_batch = (a.batch_bytes / a.record_size).max(1);
     let mut per_conn: Vec<Vec<(BytesMut, u64, u64)>> = vec![Vec::new(); a.connections];
@@ -311,7 +355,9 @@ async fn produce(a: Arc<Args>) -> Result<()> {
         records: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         errors: AtomicU64::new(0),
+        last_error: std::sync::atomic::AtomicI32::new(0),
     });
+    wait_until_writable(&a, per_batch).await?;
     let cpu0 = own_cpu_seconds();
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -350,7 +396,10 @@ async fn produce(a: Arc<Args>) -> Result<()> {
         own_cpu_seconds() - cpu0,
     );
     if totals.errors.load(Ordering::Relaxed) > 0 {
-        bail!("the broker refused some produce requests");
+        bail!(
+            "the broker refused some produce requests (last error code {})",
+            totals.last_error.load(Ordering::Relaxed)
+        );
     }
     Ok(())
 }
@@ -443,6 +492,7 @@ async fn consume(a: Arc<Args>) -> Result<()> {
         records: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         errors: AtomicU64::new(0),
+        last_error: std::sync::atomic::AtomicI32::new(0),
     });
     let mut per_conn: Vec<Vec<i32>> = vec![Vec::new(); a.connections];
     for p in 0..a.partitions {
