@@ -331,7 +331,9 @@ async fn wait_until_writable(a: &Args, per_batch: usize) -> Result<()> {
                 break;
             }
             if Instant::now() >= deadline {
-                bail!("partition {p} still refuses produce requests (error code {code}) after 30 s");
+                bail!(
+                    "partition {p} still refuses produce requests (error code {code}) after 30 s"
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -594,7 +596,10 @@ fn floor(a: &Args) -> Result<()> {
     let written = std::fs::metadata(&a.file)?.len();
     std::fs::remove_file(&a.file)?;
     if written != per_connection * a.connections as u64 {
-        bail!("the file holds {written} bytes, not the {} sent", per_connection * a.connections as u64);
+        bail!(
+            "the file holds {written} bytes, not the {} sent",
+            per_connection * a.connections as u64
+        );
     }
     let gib = written as f64 / f64::from(1u32 << 30);
     println!(
@@ -648,7 +653,9 @@ fn main() {
         match args.mode.as_str() {
             "produce" => produce(args.clone()).await,
             "consume" => consume(args.clone()).await,
-            other => Err(anyhow::anyhow!("unknown mode {other} (produce, consume, floor)")),
+            other => Err(anyhow::anyhow!(
+                "unknown mode {other} (produce, consume, floor)"
+            )),
         }
     });
     if let Err(e) = result {

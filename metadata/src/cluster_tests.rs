@@ -284,8 +284,14 @@ async fn heartbeats_reach_the_leader_s_memory_and_write_nothing_to_the_log() {
             );
         }
     }
-    assert_eq!(applied(&cluster), before, "a heartbeat appended a log entry");
-    assert!(cluster.nodes[&leader].last_contact_ms(BrokerId(1)).is_some());
+    assert_eq!(
+        applied(&cluster),
+        before,
+        "a heartbeat appended a log entry"
+    );
+    assert!(cluster.nodes[&leader]
+        .last_contact_ms(BrokerId(1))
+        .is_some());
     assert_eq!(cluster.nodes[&follower].last_contact_ms(BrokerId(1)), None);
     // The leader's checks answer through a forwarding follower with the typed errors.
     assert!(matches!(
@@ -316,7 +322,10 @@ async fn heartbeats_reach_the_leader_s_memory_and_write_nothing_to_the_log() {
         .agreed_leader(Some(leader), Duration::from_secs(15))
         .await
         .expect("the remaining voters elect a new leader");
-    assert_eq!(cluster.nodes[&new_leader].last_contact_ms(BrokerId(1)), None);
+    assert_eq!(
+        cluster.nodes[&new_leader].last_contact_ms(BrokerId(1)),
+        None
+    );
     for node in cluster.nodes.values() {
         assert_eq!(
             node.heartbeat(BrokerId(1), broker_epoch).await,
@@ -464,7 +473,8 @@ async fn a_single_node_without_voters_bootstraps_and_restarts_from_its_directory
         "producer ids continue after a restart"
     );
     assert!(matches!(
-        node.heartbeat(BrokerId(1), BrokerEpoch(broker_epoch.0 - 1)).await,
+        node.heartbeat(BrokerId(1), BrokerEpoch(broker_epoch.0 - 1))
+            .await,
         Err(ProposeError::Rejected(ApplyError::StaleBrokerEpoch { .. }))
     ));
     assert_eq!(

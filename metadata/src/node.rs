@@ -282,8 +282,14 @@ impl Backoff {
 #[derive(Clone, Debug)]
 enum LeaderOp {
     Propose(Command),
-    AddLearner { node_id: u64, addr: String },
-    Heartbeat { id: BrokerId, broker_epoch: BrokerEpoch },
+    AddLearner {
+        node_id: u64,
+        addr: String,
+    },
+    Heartbeat {
+        id: BrokerId,
+        broker_epoch: BrokerEpoch,
+    },
 }
 
 impl LeaderOp {

@@ -41,7 +41,10 @@ pub struct Sessions {
 impl Sessions {
     /// Records a heartbeat of `id` received at `now_ms`.
     pub fn record(&self, id: BrokerId, now_ms: i64) {
-        let mut last = self.last_contact_ms.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = self
+            .last_contact_ms
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let entry = last.entry(id).or_insert(now_ms);
         *entry = (*entry).max(now_ms);
     }
@@ -102,11 +105,12 @@ pub(crate) fn heartbeat_on_leader(
         }
     }
     let state = images.borrow().state.clone();
-    let result: CommandResult = state
-        .broker_checked(id, broker_epoch)
-        .map(|broker| Response::HeartbeatAccepted {
-            fenced: broker.fenced,
-        });
+    let result: CommandResult =
+        state
+            .broker_checked(id, broker_epoch)
+            .map(|broker| Response::HeartbeatAccepted {
+                fenced: broker.fenced,
+            });
     if result.is_ok() {
         sessions.record(id, wall_clock_ms());
     }

@@ -429,9 +429,11 @@ impl ClusterControl {
         let session_ms = i64::try_from(self.session_timeout.as_millis()).unwrap_or(i64::MAX);
         // Heartbeats are kept in the active controller's memory: as Kafka's new active
         // controller, this one gives every broker a full session from when it took over.
-        let expired = node.state().brokers_with_expired_session(now, session_ms, |id| {
-            Some(node.last_contact_ms(id).unwrap_or(since).max(since))
-        });
+        let expired = node
+            .state()
+            .brokers_with_expired_session(now, session_ms, |id| {
+                Some(node.last_contact_ms(id).unwrap_or(since).max(since))
+            });
         let mut dead = self.dead_brokers(&node, now).await;
         dead.retain(|id| !expired.contains(id));
         let fences = expired
