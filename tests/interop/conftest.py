@@ -78,11 +78,21 @@ START_TIMEOUT_S = float(os.environ.get("STRATA_TEST_START_TIMEOUT", "120"))
 STOP_TIMEOUT_S = 60.0
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (picked by binding port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free TCP port on 127.0.0.1 (picked by binding port 0), never one this session
+    handed out before: the kernel may offer a released port again, and two listeners of one
+    broker (its Kafka and admin ports, say) then collide when it starts."""
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no free port that this session has not handed out already")
 
 
 def port_open(port: int) -> bool:
