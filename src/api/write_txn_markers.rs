@@ -14,9 +14,10 @@ use kafka_protocol::ResponseError;
 
 use crate::api::gate::{Gate, Who, CLUSTER_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
-use crate::broker::{Broker, ProducerId};
+use crate::broker::Broker;
 use crate::coordinator::offsets_log::await_replicated;
 use crate::coordinator::{GroupCoordinator, LogWriteError, OFFSETS_TOPIC};
+use crate::log::TxnMarker;
 use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
@@ -41,17 +42,15 @@ pub async fn handle(
                             .partition_indexes
                             .iter()
                             .map(|&p| {
-                                let code = write_one(
-                                    &b,
-                                    &groups,
-                                    t.name.0.as_str(),
-                                    p,
-                                    m.producer_id.0,
-                                    m.producer_epoch,
-                                    m.coordinator_epoch,
-                                    m.transaction_result,
-                                )
-                                .map_or_else(|e| e.code(), |()| 0);
+                                let marker = TxnMarker {
+                                    producer_id: m.producer_id.0,
+                                    producer_epoch: m.producer_epoch,
+                                    coordinator_epoch: m.coordinator_epoch,
+                                    commit: m.transaction_result,
+                                    transaction_version: m.transaction_version.into(),
+                                };
+                                let code = write_one(&b, &groups, t.name.0.as_str(), p, &marker)
+                                    .map_or_else(|e| e.code(), |()| 0);
                                 WritableTxnMarkerPartitionResult::default()
                                     .with_partition_index(p)
                                     .with_error_code(code)
@@ -78,22 +77,12 @@ fn write_one(
     groups: &GroupCoordinator,
     topic: &str,
     partition: i32,
-    producer_id: i64,
-    producer_epoch: i16,
-    coordinator_epoch: i32,
-    commit: bool,
+    marker: &TxnMarker,
 ) -> Result<(), ResponseError> {
     let p = broker
         .partition(topic, partition)
         .ok_or(ResponseError::UnknownTopicOrPartition)?;
-    let offset = p
-        .write_txn_marker(
-            ProducerId(producer_id),
-            producer_epoch,
-            coordinator_epoch,
-            commit,
-        )
-        .map_err(|e| e.code())?;
+    let offset = p.write_txn_marker(marker).map_err(|e| e.code())?;
     // Kafka appends markers with acks=all: the coordinator completes the transaction only
     // once every marker is replicated.
     await_replicated(&p, offset.next(), MARKER_TIMEOUT).map_err(|e| match e {
@@ -103,7 +92,7 @@ fn write_one(
         _ => ResponseError::KafkaStorageError,
     })?;
     if topic == OFFSETS_TOPIC {
-        groups.complete_txn_offsets(producer_id, partition, commit);
+        groups.complete_txn_offsets(marker.producer_id, partition, marker.commit);
     }
     Ok(())
 }

@@ -246,26 +246,13 @@ impl Partition {
 
     /// Appends a COMMIT or ABORT marker ending the producer's transaction on this partition
     /// (WriteTxnMarkers). Blocking. Returns the marker's offset.
-    pub fn write_txn_marker(
-        &self,
-        producer_id: ProducerId,
-        producer_epoch: i16,
-        coordinator_epoch: i32,
-        commit: bool,
-    ) -> Result<Offset, AppendError> {
+    pub fn write_txn_marker(&self, marker: &crate::log::TxnMarker) -> Result<Offset, AppendError> {
         let offset = {
             let mut log = self.lock();
             if !self.is_leader() {
                 return Err(AppendError::NotLeaderOrFollower);
             }
-            let offset = match log.append_txn_marker(
-                producer_id.0,
-                producer_epoch,
-                coordinator_epoch,
-                commit,
-                self.leader_epoch().0,
-                now_ms(),
-            ) {
+            let offset = match log.append_txn_marker(marker, self.leader_epoch().0, now_ms()) {
                 Ok(offset) => Offset(offset),
                 Err(e) => {
                     // The marker may be in (its `.txnindex` entry failed) or a repair may have

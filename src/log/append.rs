@@ -11,7 +11,9 @@ use std::fs;
 use std::io;
 
 use super::batch::{self, BatchError, BatchHeader, BatchIter};
-use super::marker::{control_batch, marker_coordinator_epoch, marker_type, MARKER_ABORT};
+use super::marker::{
+    control_batch, marker_coordinator_epoch, marker_type, TxnMarker, MARKER_ABORT,
+};
 use super::producer_state::{ProducerStateManager, SequenceCheck};
 use super::segment::{self, Segment};
 use super::{limits, txn_index, AppendError, AppendInfo, AppendOrigin, Log};
@@ -134,16 +136,19 @@ impl Log {
     /// Returns the marker's offset.
     pub fn append_txn_marker(
         &mut self,
-        producer_id: i64,
-        producer_epoch: i16,
-        coordinator_epoch: i32,
-        commit: bool,
+        marker: &TxnMarker,
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<i64, AppendError> {
         self.ensure_online(now_ms)?;
-        self.producers
-            .check_marker(producer_id, producer_epoch, coordinator_epoch)?;
+        self.producers.check_marker(marker)?;
+        let TxnMarker {
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            commit,
+            ..
+        } = *marker;
         let offset = self.log_end_offset;
         let mut owned = control_batch(
             producer_id,

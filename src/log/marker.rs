@@ -5,6 +5,20 @@
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{Compression, RecordBatchEncoder, RecordEncodeOptions};
 
+/// A COMMIT or ABORT marker to append, as a transaction coordinator asks for it
+/// (WriteTxnMarkers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxnMarker {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub coordinator_epoch: i32,
+    pub commit: bool,
+    /// The transaction version of the transaction it ends (KIP-890): with 2 the coordinator
+    /// bumped the epoch to end it, so a marker that ends a transaction ongoing here must
+    /// carry an epoch above the one of its records.
+    pub transaction_version: i16,
+}
+
 pub(super) const MARKER_ABORT: i16 = 0;
 const MARKER_COMMIT: i16 = 1;
 

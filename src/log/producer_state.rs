@@ -193,14 +193,25 @@ impl ProducerStateManager {
 
     /// Checks a COMMIT/ABORT marker against the producer's epoch and coordinator epoch
     /// (Kafka's `ProducerAppendInfo.appendEndTxnMarker`).
-    pub fn check_marker(
-        &self,
-        producer_id: i64,
-        producer_epoch: i16,
-        coordinator_epoch: i32,
-    ) -> Result<(), ProducerError> {
+    pub fn check_marker(&self, marker: &super::TxnMarker) -> Result<(), ProducerError> {
+        let super::TxnMarker {
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            transaction_version,
+            ..
+        } = *marker;
         if let Some(e) = self.producers.get(&producer_id) {
-            if producer_epoch < e.epoch {
+            // Kafka 4.4's rule: a transaction-version-2 marker that ends an ongoing
+            // transaction carries the epoch its coordinator bumped, so one at the epoch of
+            // the transaction's records is late; other markers (older versions, or no
+            // transaction ongoing here, as for a resent one) only may not go below it.
+            let stale = if transaction_version >= 2 && e.current_txn_first_offset.is_some() {
+                producer_epoch <= e.epoch
+            } else {
+                producer_epoch < e.epoch
+            };
+            if stale {
                 return Err(ProducerError::InvalidProducerEpoch {
                     producer_id,
                     epoch: producer_epoch,

@@ -71,9 +71,19 @@ fn append(log: &mut Log, bytes: &[u8]) -> i64 {
     info.base_offset
 }
 
+fn txn_marker(producer_id: i64, producer_epoch: i16, commit: bool, tv: i16) -> TxnMarker {
+    TxnMarker {
+        producer_id,
+        producer_epoch,
+        coordinator_epoch: 0,
+        commit,
+        transaction_version: tv,
+    }
+}
+
 fn marker(log: &mut Log, pid: i64, commit: bool) -> i64 {
     let o = log
-        .append_txn_marker(pid, 0, 0, commit, 0, crate::clock::now_ms())
+        .append_txn_marker(&txn_marker(pid, 0, commit, 0), 0, crate::clock::now_ms())
         .unwrap();
     let leo = log.log_end_offset();
     log.update_high_watermark(leo);
@@ -125,12 +135,38 @@ fn markers_check_the_producer_epoch() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = open(dir.path(), true);
     append(&mut log, &txn_batch(5, 0, 1));
-    log.append_txn_marker(5, 1, 0, false, 0, 0).unwrap();
-    let e = log.append_txn_marker(5, 0, 0, true, 0, 0).unwrap_err();
+    log.append_txn_marker(&txn_marker(5, 1, false, 0), 0, 0)
+        .unwrap();
+    let e = log
+        .append_txn_marker(&txn_marker(5, 0, true, 0), 0, 0)
+        .unwrap_err();
     assert!(matches!(
         e,
         AppendError::Producer(producer_state::ProducerError::InvalidProducerEpoch { .. })
     ));
+    // Transaction version 2 (Kafka 4.4): the coordinator bumps the epoch to end a
+    // transaction, so a marker at the producer's own epoch is late or a duplicate.
+    append(&mut log, &txn_batch(6, 0, 1));
+    let e = log
+        .append_txn_marker(&txn_marker(6, 0, true, 2), 0, 0)
+        .unwrap_err();
+    assert!(matches!(
+        e,
+        AppendError::Producer(producer_state::ProducerError::InvalidProducerEpoch { .. })
+    ));
+    log.append_txn_marker(&txn_marker(6, 1, true, 2), 0, 0)
+        .unwrap();
+    // Sent again with no transaction ongoing, the same marker is written, as Kafka 4.4
+    // does; one below the producer's epoch is not.
+    log.append_txn_marker(&txn_marker(6, 1, true, 2), 0, 0)
+        .unwrap();
+    assert!(log
+        .append_txn_marker(&txn_marker(6, 0, true, 1), 0, 0)
+        .is_err());
+    // An older client's marker at the transaction's epoch stays valid.
+    append(&mut log, &txn_batch(7, 0, 1));
+    log.append_txn_marker(&txn_marker(7, 0, false, 1), 0, 0)
+        .unwrap();
 }
 
 #[test]

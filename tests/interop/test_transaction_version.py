@@ -101,3 +101,44 @@ def test_downgraded_transaction_version_is_kept_across_a_restart_and_clients_fol
     assert levels["transaction.version"] == (2, 2)
     create_topic(b.bootstrap, topic_name + "-tv2", partitions=1)
     assert commit_twice(b.bootstrap, topic_name + "-tv2") == [1, 3]
+
+
+def _write_txn_marker(conn: Conn, topic: str, producer: tuple[int, int], tv: int) -> int:
+    """WriteTxnMarkers v2: one COMMIT marker for partition 0 of `topic`, with transaction
+    version `tv`; returns the partition's error code."""
+    pid, epoch = producer
+    marker = (struct.pack(">qh?", pid, epoch, True)
+              + b"\x02" + encode_compact_string(topic) + b"\x02" + struct.pack(">i", 0)
+              + b"\x00"  # topic tagged fields
+              + struct.pack(">ib", 0, tv)  # coordinator epoch, transaction version
+              + b"\x00")  # marker tagged fields
+    r = Reader(conn.request_flexible(27, 2, b"\x02" + marker + b"\x00"))
+    assert r.uvarint() == 2 and r.int64() == pid
+    assert r.uvarint() == 2 and r.compact_string() == topic
+    assert r.uvarint() == 2 and r.int32() == 0
+    return r.int16()
+
+
+def test_a_transaction_version_2_marker_must_carry_a_bumped_epoch(broker, topic_name):
+    """WriteTxnMarkers v2 (what a Kafka 4.4 coordinator sends a partition leader): the
+    coordinator bumps the producer epoch to end a TV2 transaction, so a marker at the epoch
+    of the ongoing transaction's records is refused with INVALID_PRODUCER_EPOCH and one above
+    it is written. With no transaction ongoing, a marker at the producer's epoch is written
+    again (Kafka 4.4.0 does so) and a legacy one below it is refused."""
+    from kafka import KafkaProducer
+    create_topic(broker.bootstrap, topic_name, partitions=1)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap,
+                             transactional_id=f"tv2-marker-{uuid.uuid4()}")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic_name, b"open", partition=0).get(timeout=30)
+        ids = producer._transaction_manager.producer_id_and_epoch
+        pid, epoch = ids.producer_id, ids.epoch
+        with Conn(broker.bootstrap) as conn:
+            assert _write_txn_marker(conn, topic_name, (pid, epoch), 2) == 47
+            assert _write_txn_marker(conn, topic_name, (pid, epoch + 1), 2) == 0
+            assert _write_txn_marker(conn, topic_name, (pid, epoch + 1), 2) == 0
+            assert _write_txn_marker(conn, topic_name, (pid, epoch), 1) == 47
+    finally:
+        producer.close(timeout=5)

@@ -597,3 +597,85 @@ async fn transactional_writes_are_verified_against_the_transaction() {
     assert_eq!(r.error_code, 0, "{r:?}");
     b.shutdown().await;
 }
+
+fn marker_request(
+    (pid, epoch): (i64, i16),
+    topic: &str,
+    commit: bool,
+    transaction_version: i8,
+) -> WriteTxnMarkersRequest {
+    use kafka_protocol::messages::write_txn_markers_request::{
+        WritableTxnMarker, WritableTxnMarkerTopic,
+    };
+    let mut marker = WritableTxnMarker::default()
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_transaction_result(commit)
+        .with_topics(vec![WritableTxnMarkerTopic::default()
+            .with_name(TopicName(str_bytes(topic)))
+            .with_partition_indexes(vec![0])]);
+    marker.transaction_version = transaction_version;
+    WriteTxnMarkersRequest::default().with_markers(vec![marker])
+}
+
+fn marker_error(r: &WriteTxnMarkersResponse) -> i16 {
+    r.markers[0].topics[0].partitions[0].error_code
+}
+
+/// WriteTxnMarkers v2 (Kafka 4.4): a transaction-version-2 marker that ends an ongoing
+/// transaction carries the epoch its coordinator bumped, so one at the epoch of the
+/// transaction's records is late (INVALID_PRODUCER_EPOCH); other markers may not go below
+/// the producer's epoch. The same sequence against Kafka 4.4.0:
+/// test_transaction_version.py.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_txn_markers_v2_apply_the_epoch_rule_of_the_transaction_version() {
+    let b = TestBroker::start_with(&SETTINGS).await;
+    let mut c = b.client().await;
+    create_topic(&mut c, "tv2-markers", 1).await;
+    let (pid, epoch) = init_txn(&mut c, "tv2-app").await;
+    assert_eq!(
+        add_partitions(&mut c, "tv2-app", (pid, epoch), "tv2-markers", &[0]).await,
+        vec![0]
+    );
+    let r = produce_txn(
+        &mut c,
+        "tv2-app",
+        "tv2-markers",
+        0,
+        txn_batch(2, (pid, epoch), 0),
+    )
+    .await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+
+    let at_epoch = marker_request((pid, epoch), "tv2-markers", true, 2);
+    assert_eq!(
+        marker_error(&c.call(2, &at_epoch).await),
+        INVALID_PRODUCER_EPOCH
+    );
+    assert_eq!(list_offset(&mut c, "tv2-markers", 0, -1).await.offset, 2);
+    let bumped = marker_request((pid, epoch + 1), "tv2-markers", true, 2);
+    assert_eq!(marker_error(&c.call(2, &bumped).await), 0);
+    assert_eq!(list_offset(&mut c, "tv2-markers", 0, -1).await.offset, 3);
+    // With no transaction ongoing, markers at the producer's epoch are written (as Kafka
+    // 4.4 does), one below it is not.
+    assert_eq!(marker_error(&c.call(2, &bumped).await), 0);
+    let legacy = marker_request((pid, epoch + 1), "tv2-markers", false, 1);
+    assert_eq!(marker_error(&c.call(2, &legacy).await), 0);
+    assert_eq!(marker_error(&c.call(1, &legacy).await), 0);
+    let below = marker_request((pid, epoch), "tv2-markers", false, 1);
+    assert_eq!(
+        marker_error(&c.call(2, &below).await),
+        INVALID_PRODUCER_EPOCH
+    );
+    assert_eq!(list_offset(&mut c, "tv2-markers", 0, -1).await.offset, 6);
+
+    // DescribeLogDirs v5 says whether a directory is cordoned: none is.
+    let dirs = c.call(5, &DescribeLogDirsRequest::default()).await;
+    assert_eq!(dirs.error_code, 0);
+    assert!(!dirs.results.is_empty());
+    assert!(dirs
+        .results
+        .iter()
+        .all(|d| d.error_code == 0 && !d.is_cordoned));
+    b.shutdown().await;
+}

@@ -94,10 +94,7 @@ pub trait Participants: Send + Sync {
         &self,
         topic: &str,
         partition: i32,
-        producer_id: i64,
-        producer_epoch: i16,
-        coordinator_epoch: i32,
-        commit: bool,
+        marker: &crate::log::TxnMarker,
     ) -> Result<(), MarkerError>;
 }
 
@@ -714,7 +711,7 @@ impl TransactionCoordinator {
     /// Writes the markers of a prepared transaction, then completes it. Returns whether the
     /// transaction is complete. Blocking.
     fn write_markers(&self, id: &str) -> bool {
-        let (pid, epoch, commit, partitions) = {
+        let (pid, epoch, commit, partitions, transaction_version) = {
             let mut txns = self.txns();
             let Some(e) = txns.get_mut(id) else {
                 return false;
@@ -728,20 +725,21 @@ impl TransactionCoordinator {
                 e.meta.producer_epoch,
                 e.meta.state == TxnState::PrepareCommit,
                 e.meta.partitions.iter().cloned().collect::<Vec<_>>(),
+                e.meta.client_transaction_version,
             )
         };
         let coordinator_epoch = self.log.coordinator_epoch(id);
         let mut done = Vec::with_capacity(partitions.len());
         let mut failed = false;
         for (topic, partition) in partitions {
-            match self.participants.write_marker(
-                &topic,
-                partition,
-                pid,
-                epoch,
+            let marker = crate::log::TxnMarker {
+                producer_id: pid,
+                producer_epoch: epoch,
                 coordinator_epoch,
                 commit,
-            ) {
+                transaction_version,
+            };
+            match self.participants.write_marker(&topic, partition, &marker) {
                 Ok(()) => done.push((topic, partition)),
                 Err(MarkerError::UnknownPartition) => {
                     tracing::info!(transactional_id = id, %topic, partition, "skipping the marker of a partition that no longer exists");

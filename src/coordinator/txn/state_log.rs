@@ -32,6 +32,7 @@ use crate::coordinator::ownership::Ownership;
 use crate::coordinator::GroupCoordinator;
 use crate::coordinator::{LogWriteError, OFFSETS_TOPIC};
 use crate::log::batch::build_batch;
+use crate::log::TxnMarker;
 use crate::peer::PeerError;
 use crate::replication::PartitionLeadership;
 
@@ -40,7 +41,11 @@ use crate::replication::PartitionLeadership;
 const REPLICATION_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a WriteTxnMarkers or verification exchange with another broker may take.
 const PEER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// WriteTxnMarkers v1 (flexible), as Kafka's coordinator sends it.
+/// WriteTxnMarkers v1 (flexible), which every Strata broker serves: a rolling upgrade keeps
+/// brokers that do not know v2 yet, and this request is not version-negotiated. v1 carries
+/// no transaction version, so a remote leader checks the marker's epoch with the older rule
+/// (not below the producer's); markers this broker writes itself use the transaction's
+/// version (see [`crate::log::TxnMarker`]).
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
 
 impl TransactionCoordinator {
@@ -241,10 +246,7 @@ impl Participants for BrokerParticipants {
         &self,
         topic: &str,
         partition: i32,
-        producer_id: i64,
-        producer_epoch: i16,
-        coordinator_epoch: i32,
-        commit: bool,
+        marker: &TxnMarker,
     ) -> Result<(), MarkerError> {
         let broker = &self.broker;
         // A partition the control plane never assigned is led here, as on a single node.
@@ -260,26 +262,9 @@ impl Participants for BrokerParticipants {
                 }
             },
         };
-        let marker = Marker {
-            topic,
-            partition,
-            producer_id,
-            producer_epoch,
-            coordinator_epoch,
-            commit,
-        };
         match remote_leader {
-            None => write_txn_marker(
-                broker,
-                &self.groups,
-                topic,
-                partition,
-                producer_id,
-                producer_epoch,
-                coordinator_epoch,
-                commit,
-            ),
-            Some(leader) => send_marker(broker, leader, &marker),
+            None => write_txn_marker(broker, &self.groups, topic, partition, marker),
+            Some(leader) => send_marker(broker, leader, topic, partition, marker),
         }
     }
 }
@@ -483,20 +468,16 @@ fn ask_remote_coordinator(
     }
 }
 
-/// One COMMIT or ABORT marker for one partition.
-struct Marker<'a> {
-    topic: &'a str,
-    partition: i32,
-    producer_id: i64,
-    producer_epoch: i16,
-    coordinator_epoch: i32,
-    commit: bool,
-}
-
 /// Sends WriteTxnMarkers for one partition to its leader `leader` and waits for the answer
 /// (the leader answers once the marker is replicated). Blocking: call from a blocking thread
 /// of the runtime.
-fn send_marker(broker: &Broker, leader: i32, m: &Marker<'_>) -> Result<(), MarkerError> {
+fn send_marker(
+    broker: &Broker,
+    leader: i32,
+    topic: &str,
+    partition: i32,
+    m: &TxnMarker,
+) -> Result<(), MarkerError> {
     let (host, port) = crate::replication::fetcher::leader_address(broker, leader)
         .ok_or_else(|| MarkerError::Failed(format!("no endpoint known for broker {leader}")))?;
     let request =
@@ -506,8 +487,8 @@ fn send_marker(broker: &Broker, leader: i32, m: &Marker<'_>) -> Result<(), Marke
             .with_transaction_result(m.commit)
             .with_coordinator_epoch(m.coordinator_epoch)
             .with_topics(vec![WritableTxnMarkerTopic::default()
-                .with_name(TopicName(StrBytes::from_string(m.topic.to_string())))
-                .with_partition_indexes(vec![m.partition])])]);
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partition_indexes(vec![partition])])]);
     let response = call_broker(
         broker,
         (&host, port),
@@ -532,7 +513,7 @@ fn send_marker(broker: &Broker, leader: i32, m: &Marker<'_>) -> Result<(), Marke
         // Retried, as Kafka's marker channel does: the leader may not know the partition yet.
         Some(e) => Err(MarkerError::Failed(format!(
             "broker {leader} answered {e:?} for {}-{}",
-            m.topic, m.partition
+            topic, partition
         ))),
     }
 }
@@ -545,26 +526,18 @@ pub fn write_txn_marker(
     groups: &GroupCoordinator,
     topic: &str,
     partition: i32,
-    producer_id: i64,
-    producer_epoch: i16,
-    coordinator_epoch: i32,
-    commit: bool,
+    marker: &TxnMarker,
 ) -> Result<(), MarkerError> {
     let p = broker
         .partition(topic, partition)
         .ok_or(MarkerError::UnknownPartition)?;
     let offset = p
-        .write_txn_marker(
-            crate::broker::ProducerId(producer_id),
-            producer_epoch,
-            coordinator_epoch,
-            commit,
-        )
+        .write_txn_marker(marker)
         .map_err(|e| MarkerError::Failed(e.to_string()))?;
     await_replicated(&p, offset.next(), REPLICATION_TIMEOUT)
         .map_err(|e| MarkerError::Failed(format!("marker not replicated: {e}")))?;
     if topic == OFFSETS_TOPIC {
-        groups.complete_txn_offsets(producer_id, partition, commit);
+        groups.complete_txn_offsets(marker.producer_id, partition, marker.commit);
     }
     Ok(())
 }

@@ -49,10 +49,7 @@ impl Participants for FakeParticipants {
         &self,
         topic: &str,
         partition: i32,
-        producer_id: i64,
-        producer_epoch: i16,
-        coordinator_epoch: i32,
-        commit: bool,
+        marker: &crate::log::TxnMarker,
     ) -> Result<(), MarkerError> {
         if topic == "gone" {
             return Err(MarkerError::UnknownPartition);
@@ -63,10 +60,10 @@ impl Participants for FakeParticipants {
         self.markers.lock().unwrap().push((
             topic.to_string(),
             partition,
-            producer_id,
-            producer_epoch,
-            coordinator_epoch,
-            commit,
+            marker.producer_id,
+            marker.producer_epoch,
+            marker.coordinator_epoch,
+            marker.commit,
         ));
         Ok(())
     }
@@ -537,8 +534,7 @@ fn an_idle_coordinator_needs_no_tick_and_a_prepared_transaction_does() {
     c.load().unwrap();
     assert!(!c.needs_tick());
     let (pid, e) = c.init_producer_id("tx", 60_000, None).unwrap();
-    c.add_partitions("tx", pid, e, vec![tp("a", 0)], 0)
-        .unwrap();
+    c.add_partitions("tx", pid, e, vec![tp("a", 0)], 0).unwrap();
     assert!(
         !c.needs_tick(),
         "an ongoing transaction waits for the timed-out scan, not for the timer"
