@@ -126,6 +126,13 @@ def table(path):
           " latency, RSS and CPU.")
 
 
+def read_rows(path):
+    """The rows of a results TSV file with a header line, as dicts."""
+    with open(path) as f:
+        header = f.readline().rstrip("\n").split("\t")
+        return [dict(zip(header, line.rstrip("\n").split("\t"))) for line in f if line.strip()]
+
+
 def print_table(heads, rows, left=2):
     widths = [max(len(str(x)) for x in col) for col in zip(heads, *rows)]
 
@@ -143,9 +150,7 @@ def failover(path):
     """Per kill -9 cycle: the partition, the killed broker, the metadata quorum leader, the new
     partition leader, seconds until a produce was acknowledged and until Metadata named a new
     leader; medians per target and kind of victim, and the Strata/Kafka ratio of the medians."""
-    with open(path) as f:
-        header = f.readline().rstrip("\n").split("\t")
-        rows = [dict(zip(header, line.rstrip("\n").split("\t"))) for line in f if line.strip()]
+    rows = read_rows(path)
     if not rows:
         print("(no results)")
         return
@@ -185,14 +190,15 @@ def failover(path):
 def cost(path):
     """Broker CPU-s per minute of a quiet cluster and at a low produce rate, per target, and
     the Strata/Kafka ratios."""
-    with open(path) as f:
-        header = f.readline().rstrip("\n").split("\t")
-        rows = [dict(zip(header, line.rstrip("\n").split("\t"))) for line in f if line.strip()]
+    rows = read_rows(path)
     if not rows:
         print("(no results)")
         return
     keys = ("idle_cpu_s_per_min", "low_rate_cpu_s_per_min", "low_rate_rps", "low_rate_p99_ms")
-    out = [[r["target"], *(r.get(k, "-") for k in keys), r.get("status", "")] for r in rows]
+    def cell(r, k):
+        v = num(r.get(k))
+        return "-" if v is None else ("{:.0f}".format(v) if k == "low_rate_rps" else r[k])
+    out = [[r["target"], *(cell(r, k) for k in keys), r.get("status", "")] for r in rows]
     by = {r["target"]: r for r in rows if r.get("status") == "ok"}
     s, k = by.get("strata"), by.get("kafka")
     if s and k:
