@@ -397,6 +397,12 @@ impl Tiering {
         cancel: &CancellationToken,
     ) {
         let leader = p.is_leader();
+        if !self.in_catalog(broker, topic, p.index).await {
+            // Restore and export find a topic's data through the catalog: nothing of a topic
+            // the catalog does not list is uploaded (nor then deleted locally).
+            tracing::debug!(topic = %topic.name, partition = p.index, "the bucket's catalog does not list this partition yet; tiering waits for it");
+            return;
+        }
         let result = async {
             let tp = self.partition(topic, p.index).await?;
             let worker = self.worker(topic, p.index);
@@ -458,6 +464,21 @@ impl Tiering {
         if rolled.is_ok() {
             self.tick(broker).await;
         }
+    }
+
+    /// Whether the bucket's catalog lists `topic` (this incarnation of it) with partition
+    /// `index`; writes the catalog first when it does not yet.
+    async fn in_catalog(&self, broker: &Arc<Broker>, topic: &Topic, index: i32) -> bool {
+        let listed = |synced: &BTreeMap<String, CatalogTopic>| {
+            synced
+                .get(&topic.name)
+                .is_some_and(|e| e.topic_id == topic.id && e.partitions > index)
+        };
+        if listed(&self.synced.lock().await.0) {
+            return true;
+        }
+        self.sync_catalog(broker).await;
+        listed(&self.synced.lock().await.0)
     }
 
     /// Writes the catalog when remote topics changed, and deletes the remote data of topics

@@ -167,6 +167,59 @@ async fn outage_keeps_local_segments_and_uploads_resume() {
     b.shutdown().await;
 }
 
+/// Restore and `strata export` find a topic's data through the bucket's catalog: while the
+/// catalog cannot be written, nothing of a new topic is uploaded, so nothing is deleted
+/// locally that they could not find.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_uploaded_before_the_catalog_lists_the_topic() {
+    let b = TestBroker::start_with(&tiered_broker_settings()).await;
+    let store = b
+        .services()
+        .tiering
+        .as_ref()
+        .expect("tiering on")
+        .store
+        .clone();
+    store
+        .faults
+        .fail_op_on_keys_containing(Op::Put, "catalog.json");
+    let mut c = b.client().await;
+    create_tiered_topic(&mut c).await;
+    let end = produce_batches(&mut c, 60).await;
+    let relaxed = std::sync::atomic::Ordering::Relaxed;
+    let (failed, checks) = (
+        store.metrics.errors.load(relaxed),
+        b.broker().metrics.retention_checks.load(relaxed),
+    );
+    wait_until("failed catalog writes and retention checks", || {
+        store.metrics.errors.load(relaxed) > failed + 3
+            && b.broker().metrics.retention_checks.load(relaxed) >= checks + 3
+    })
+    .await;
+    let dir = b.dir.path().to_path_buf();
+    assert!(local_segments(&dir).len() > 3, "segments rolled");
+    assert_eq!(local_segments(&dir)[0], 0, "nothing deleted locally");
+    assert!(
+        remote_objects(&dir).is_empty(),
+        "{:?}",
+        remote_objects(&dir)
+    );
+    assert!(!has_manifest(&dir), "no manifest claimed");
+
+    store.faults.clear();
+    wait_until("local segments to be offloaded", || {
+        local_segments(&dir)[0] > 0
+    })
+    .await;
+    let (catalog, _) = strata_tiering::catalog::load(&store)
+        .await
+        .unwrap()
+        .expect("a catalog");
+    assert_eq!(catalog.topics[TOPIC].partitions, 1);
+    assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
+    b.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_manifest_commits_leave_orphans_that_the_scrubber_removes() {
     let b = TestBroker::start_with(&tiered_broker_settings()).await;

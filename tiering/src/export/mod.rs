@@ -68,6 +68,18 @@ pub enum ExportError {
     Io(#[from] std::io::Error),
     #[error("segment {0} disappeared while it was exported (moved to remote storage?)")]
     SourceGone(String),
+    /// The segments found leave records out: neither `log.dirs` nor the bucket holds
+    /// `[from, to)` (local retention ran between the listing and the reads, or the bucket
+    /// does not hold what was deleted locally).
+    #[error(
+        "offsets {from}..{to} of {topic}-{partition} are neither in log.dirs nor in the bucket"
+    )]
+    Hole {
+        topic: String,
+        partition: i32,
+        from: i64,
+        to: i64,
+    },
     #[error("{0}")]
     Checkpoint(String),
     #[error("export cancelled")]
@@ -77,7 +89,7 @@ pub enum ExportError {
 impl ExportError {
     /// A fresh plan (the manifest and the local segments read again) may succeed.
     pub fn needs_new_plan(&self) -> bool {
-        matches!(self, ExportError::SourceGone(_))
+        matches!(self, ExportError::SourceGone(_) | ExportError::Hole { .. })
     }
 }
 

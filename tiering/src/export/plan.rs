@@ -143,6 +143,8 @@ pub async fn plan_partition(input: PlanInput<'_>) -> Result<PartitionPlan, Expor
     let local_start = local.first().map(Source::base_offset);
     let mut segments = Vec::new();
     let mut log_start_offset = local_start.unwrap_or(0);
+    // Where the remote segments below the local ones end, skipped ones included.
+    let mut remote_end = None;
     if let Some((store, id)) = &input.remote {
         if let Some(v) = manifest::load(store, id).await? {
             log_start_offset = v.manifest.log_start_offset;
@@ -150,6 +152,7 @@ pub async fn plan_partition(input: PlanInput<'_>) -> Result<PartitionPlan, Expor
                 if local_start.is_some_and(|l| s.base_offset >= l) {
                     break;
                 }
+                remote_end = Some(s.next_offset);
                 if s.next_offset <= input.from.max(log_start_offset) {
                     continue;
                 }
@@ -166,7 +169,19 @@ pub async fn plan_partition(input: PlanInput<'_>) -> Result<PartitionPlan, Expor
     }
     // Aborted transactions whose ABORT marker is in a remote segment below `from` cannot
     // cover records at or after `from`: the marker comes after every record it aborts.
+    let start = input.from.max(log_start_offset);
+    if let (Some(end), Some(local)) = (remote_end, local_start) {
+        if local > end.max(start) {
+            return Err(hole(&input, end.max(start), local));
+        }
+    }
     segments.extend(local);
+    if let Some(w) = segments
+        .windows(2)
+        .find(|w| w[1].base_offset() > w[0].next_offset())
+    {
+        return Err(hole(&input, w[0].next_offset(), w[1].base_offset()));
+    }
     let log_end = segments
         .last()
         .map_or(log_start_offset, Source::next_offset);
@@ -190,6 +205,19 @@ pub async fn plan_partition(input: PlanInput<'_>) -> Result<PartitionPlan, Expor
         stopped_by,
         remote_store: input.remote.map(|(s, _)| s),
     })
+}
+
+/// Records from `from` to `to` are in no segment found: a local segment was deleted between
+/// the directory listing and its scan, or deleted locally without being in the manifest.
+/// Either would otherwise be skipped silently. (A local segment may start below the end of
+/// the last remote one: that overlap is no hole.)
+fn hole(input: &PlanInput<'_>, from: i64, to: i64) -> ExportError {
+    ExportError::Hole {
+        topic: input.topic.to_string(),
+        partition: input.partition,
+        from,
+        to,
+    }
 }
 
 struct LocalScan {

@@ -818,7 +818,7 @@ async fn remote_segments_and_an_object_store_target() {
         plan_partition(PlanInput {
             topic: "t",
             partition: 0,
-            remote: Some((store.clone(), id)),
+            remote: Some((store.clone(), id.clone())),
             local_dir: None,
             high_watermark: None,
             from: 0,
@@ -868,6 +868,38 @@ async fn remote_segments_and_an_object_store_target() {
     .await
     .unwrap();
     assert_eq!((s.start_offset, s.end_offset, s.records), (30, 37, 7));
+
+    // Local segments may start below the end of the remote ones; above it, the records
+    // between are nowhere, and the plan says so instead of skipping them.
+    let plan_with_local = |dir: std::path::PathBuf, id: m::PartitionId| {
+        let store = store.clone();
+        async move {
+            plan_partition(PlanInput {
+                topic: "t",
+                partition: 0,
+                remote: Some((store, id)),
+                local_dir: Some(dir),
+                high_watermark: None,
+                from: 0,
+            })
+            .await
+        }
+    };
+    let overlapping = tempfile::tempdir().unwrap();
+    write_segment(overlapping.path(), 32, &[simple(spec(32, 3), 5)]);
+    write_segment(overlapping.path(), 37, &[simple(spec(37, 3), 5)]);
+    let p = plan_with_local(overlapping.path().to_path_buf(), id.clone()).await;
+    assert_eq!(p.unwrap().log_end, 42);
+    let above = tempfile::tempdir().unwrap();
+    write_segment(above.path(), 50, &[simple(spec(50, 3), 5)]);
+    let err = plan_with_local(above.path().to_path_buf(), id.clone())
+        .await
+        .unwrap_err();
+    assert!(err.needs_new_plan(), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "offsets 37..50 of t-0 are neither in log.dirs nor in the bucket"
+    );
 }
 
 #[test]
