@@ -78,6 +78,7 @@ pub mod peer;
 pub mod protocol;
 pub mod quota;
 pub mod replication;
+pub mod response_writer;
 pub mod runtime;
 pub mod security;
 pub mod server;

@@ -13,6 +13,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable};
 use kafka_protocol::ResponseError;
 
+use crate::log::segment::FileSlice;
+
 /// The APIs a server serves and the versions it accepts, in the order ApiVersions lists
 /// them. The list lives with the handlers (`api::API_TABLE`, which also drives dispatch);
 /// framing only consults it.
@@ -114,18 +116,84 @@ pub fn decode_request(mut frame: Bytes, table: &ApiTable) -> Result<Request, Fra
     })
 }
 
+/// One piece of a response frame, written in order.
+#[derive(Clone)]
+pub enum Chunk {
+    Bytes(Bytes),
+    /// A record set still in its segment file: sent from the page cache (`sendfile` on a
+    /// plaintext socket), never copied into the frame.
+    File(FileSlice),
+}
+
+impl Chunk {
+    pub fn len(&self) -> usize {
+        match self {
+            Chunk::Bytes(b) => b.len(),
+            Chunk::File(f) => f.len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The record sets of a response that stay in their segment files until the response is
+/// written. The response holds a stand-in for each ([`FileRecords::stand_in`]): a `Bytes` of
+/// the same length at an address no other stand-in of the response has, which the encoder's
+/// [`SpliceBuf`] swaps for the file range. The encoder never reads a record set's bytes, only
+/// its length and address.
+#[derive(Default)]
+pub struct FileRecords {
+    entries: Vec<(Bytes, FileSlice)>,
+    /// Bytes of the stand-in region this response's stand-ins use.
+    used: usize,
+}
+
+/// The stand-ins' address range: zeroed memory reserved once and never touched (so it costs
+/// address space, not memory). A response whose stand-ins would pass its end gets the rest of
+/// its record sets read into memory instead.
+static STAND_INS: std::sync::LazyLock<&'static [u8]> =
+    std::sync::LazyLock::new(|| Box::leak(vec![0u8; 256 << 20].into_boxed_slice()));
+
+impl FileRecords {
+    /// A stand-in for `slice` in the response, or `None` (read the slice instead) when it is
+    /// smaller than [`SpliceBuf::MIN_SPLICE`] (the encoder would copy the stand-in's zeros)
+    /// or the response's stand-ins already span the region.
+    pub fn stand_in(&mut self, slice: FileSlice) -> Option<Bytes> {
+        if slice.len < SpliceBuf::MIN_SPLICE {
+            return None;
+        }
+        let end = self.used.checked_add(slice.len)?;
+        let region: &'static [u8] = &STAND_INS;
+        let stand_in = Bytes::from_static(region.get(self.used..end)?);
+        self.used = end;
+        self.entries.push((stand_in.clone(), slice));
+        Some(stand_in)
+    }
+
+    fn file_of(&self, records: &Bytes) -> Option<&FileSlice> {
+        self.entries
+            .iter()
+            .find(|(b, _)| b.as_ptr() == records.as_ptr() && b.len() == records.len())
+            .map(|(_, f)| f)
+    }
+}
+
 /// Encodes a response frame, size prefix included, as a list of chunks to write in order.
 ///
 /// Fetched record bytes are not copied into the frame: [`SpliceBuf`] recognises them when the
 /// encoder writes them and emits them as their own chunks, so a fetch response goes from the
-/// segment file to the socket with one copy (the file read).
+/// segment file to the socket without passing through the broker's memory (`files`), or with
+/// one copy (the file read) for record sets read into memory.
 pub fn encode_response(
     api_key: ApiKey,
     version: i16,
     correlation_id: i32,
     body: &ResponseKind,
-) -> anyhow::Result<Vec<Bytes>> {
-    let mut buf = SpliceBuf::new(records_of(body));
+    files: &FileRecords,
+) -> anyhow::Result<Vec<Chunk>> {
+    let mut buf = SpliceBuf::new(records_of(body, files));
     let mut header = ResponseHeader::default();
     header.correlation_id = correlation_id;
     header.encode(&mut buf, api_key.response_header_version(version))?;
@@ -133,14 +201,19 @@ pub fn encode_response(
     Ok(buf.finish())
 }
 
-/// The record sets of a fetch response, to be spliced rather than copied.
-fn records_of(body: &ResponseKind) -> Vec<Bytes> {
+/// The record sets of a fetch response, to be spliced rather than copied: each with its file
+/// range when `files` has a stand-in for it.
+fn records_of(body: &ResponseKind, files: &FileRecords) -> Vec<(Bytes, Option<FileSlice>)> {
     match body {
         ResponseKind::Fetch(f) => f
             .responses
             .iter()
             .flat_map(|t| t.partitions.iter().filter_map(|p| p.records.clone()))
             .filter(|r| r.len() >= SpliceBuf::MIN_SPLICE)
+            .map(|r| {
+                let file = files.file_of(&r).cloned();
+                (r, file)
+            })
             .collect(),
         _ => Vec::new(),
     }
@@ -166,22 +239,23 @@ impl EncodeInto for ResponseKind {
 }
 
 /// An encode target that copies small writes into a buffer but takes registered `Bytes`
-/// (fetched record sets) by reference, as separate chunks.
+/// (fetched record sets) by reference, as separate chunks, or swaps them for the file range
+/// they stand in for.
 ///
 /// kafka-protocol's message encoders write sequentially (they never seek back to fill gaps),
 /// which is what makes this possible; `seek`/`range` only support the unflushed tail.
 pub struct SpliceBuf {
     head: BytesMut,
-    chunks: Vec<Bytes>,
+    chunks: Vec<Chunk>,
     flushed: usize,
-    splice: Vec<Bytes>,
+    splice: Vec<(Bytes, Option<FileSlice>)>,
 }
 
 impl SpliceBuf {
     /// Record sets smaller than this are cheaper to copy than to send as their own chunk.
     pub const MIN_SPLICE: usize = 4096;
 
-    pub fn new(splice: Vec<Bytes>) -> Self {
+    pub fn new(splice: Vec<(Bytes, Option<FileSlice>)>) -> Self {
         SpliceBuf {
             head: BytesMut::with_capacity(256),
             chunks: Vec::new(),
@@ -194,16 +268,16 @@ impl SpliceBuf {
         if !self.head.is_empty() {
             let h = self.head.split().freeze();
             self.flushed += h.len();
-            self.chunks.push(h);
+            self.chunks.push(Chunk::Bytes(h));
         }
     }
 
     /// The frame: a size prefix followed by the chunks.
-    pub fn finish(mut self) -> Vec<Bytes> {
+    pub fn finish(mut self) -> Vec<Chunk> {
         self.flush_head();
         let len = self.flushed as i32;
         let mut out = Vec::with_capacity(self.chunks.len() + 1);
-        out.push(Bytes::copy_from_slice(&len.to_be_bytes()));
+        out.push(Chunk::Bytes(Bytes::copy_from_slice(&len.to_be_bytes())));
         out.extend(self.chunks);
         out
     }
@@ -222,15 +296,18 @@ unsafe impl BufMut for SpliceBuf {
     }
     fn put_slice(&mut self, src: &[u8]) {
         if src.len() >= Self::MIN_SPLICE {
-            if let Some(b) = self
+            if let Some((b, file)) = self
                 .splice
                 .iter()
-                .find(|b| b.as_ptr() == src.as_ptr() && b.len() == src.len())
+                .find(|(b, _)| b.as_ptr() == src.as_ptr() && b.len() == src.len())
                 .cloned()
             {
                 self.flush_head();
                 self.flushed += b.len();
-                self.chunks.push(b);
+                self.chunks.push(match file {
+                    Some(f) => Chunk::File(f),
+                    None => Chunk::Bytes(b),
+                });
                 return;
             }
         }
@@ -335,32 +412,74 @@ mod tests {
     fn fetched_records_are_spliced_not_copied_and_the_frame_is_identical() {
         use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
         use kafka_protocol::messages::FetchResponse;
+        use std::io::Write;
+        use std::sync::Arc;
         let records = Bytes::from(vec![7u8; 10_000]);
         let small = Bytes::from(vec![1u8; 100]);
-        let body = FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
-            .with_partitions(vec![
-                PartitionData::default()
-                    .with_partition_index(0)
-                    .with_records(Some(records.clone())),
-                PartitionData::default()
-                    .with_partition_index(1)
-                    .with_records(Some(small)),
-            ])]);
+        // A record set still in its file: 9,000 bytes from position 500.
+        let mut file = tempfile::tempfile().unwrap();
+        let content: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        file.write_all(&content).unwrap();
+        let slice = FileSlice {
+            file: Arc::new(file),
+            position: 500,
+            len: 9_000,
+        };
+        let mut files = FileRecords::default();
+        let stand_in = files.stand_in(slice.clone()).unwrap();
+        let too_small = FileSlice {
+            len: SpliceBuf::MIN_SPLICE - 1,
+            ..slice.clone()
+        };
+        assert!(files.stand_in(too_small).is_none(), "would be copied");
+        let partitions = |file_records: Bytes| {
+            FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
+                .with_partitions(vec![
+                    PartitionData::default()
+                        .with_partition_index(0)
+                        .with_records(Some(records.clone())),
+                    PartitionData::default()
+                        .with_partition_index(1)
+                        .with_records(Some(small.clone())),
+                    PartitionData::default()
+                        .with_partition_index(2)
+                        .with_records(Some(file_records)),
+                ])])
+        };
+        let body = partitions(stand_in);
+        let real = partitions(Bytes::copy_from_slice(&content[500..9_500]));
         for version in [4i16, 12, 16] {
             let kind = ResponseKind::Fetch(body.clone());
-            let chunks = encode_response(ApiKey::Fetch, version, 9, &kind).unwrap();
+            let chunks = encode_response(ApiKey::Fetch, version, 9, &kind, &files).unwrap();
             assert!(
-                chunks.iter().any(|c| c.as_ptr() == records.as_ptr()),
+                chunks
+                    .iter()
+                    .any(|c| matches!(c, Chunk::Bytes(b) if b.as_ptr() == records.as_ptr())),
                 "records were copied at v{version}"
             );
-            let joined: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+            assert_eq!(
+                chunks
+                    .iter()
+                    .filter(|c| matches!(c, Chunk::File(_)))
+                    .count(),
+                1
+            );
+            let joined: Vec<u8> = chunks
+                .iter()
+                .flat_map(|c| match c {
+                    Chunk::Bytes(b) => b.to_vec(),
+                    Chunk::File(f) => f.read().unwrap().to_vec(),
+                })
+                .collect();
             let mut plain = BytesMut::new();
             plain.put_i32(0);
             let mut h = ResponseHeader::default();
             h.correlation_id = 9;
             h.encode(&mut plain, ApiKey::Fetch.response_header_version(version))
                 .unwrap();
-            kind.encode(&mut plain, version).unwrap();
+            ResponseKind::Fetch(real.clone())
+                .encode(&mut plain, version)
+                .unwrap();
             let len = (plain.len() - 4) as i32;
             plain[..4].copy_from_slice(&len.to_be_bytes());
             assert_eq!(joined, plain.to_vec(), "v{version}");

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::{RequestKind, ResponseKind};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -51,6 +51,7 @@ use crate::api;
 use crate::memory_pool::Reservation;
 use crate::protocol::{self, FrameError};
 use crate::quota::{self, Refusal, RequestCost};
+use crate::response_writer::ResponseWriter;
 use crate::security::{self, Sasl, SaslOutcome};
 use crate::services::Services;
 
@@ -128,8 +129,10 @@ pub async fn serve(
                         .fetch_add(1, Ordering::Relaxed);
                     let result = match &tls {
                         None => {
+                            let (reader, writer) = stream.into_split();
                             serve_connection(
-                                stream,
+                                reader,
+                                writer,
                                 peer,
                                 index,
                                 security::ANONYMOUS.to_string(),
@@ -153,8 +156,10 @@ pub async fn serve(
                                         .and_then(|c| c.first())
                                         .and_then(security::tls::principal_of)
                                         .unwrap_or_else(|| security::ANONYMOUS.to_string());
+                                    let (reader, writer) = tokio::io::split(tls_stream);
                                     serve_connection(
-                                        tls_stream, peer, index, principal, &services, &shutdown,
+                                        reader, writer, peer, index, principal, &services,
+                                        &shutdown,
                                     )
                                     .await
                                 }
@@ -314,7 +319,9 @@ fn throttle(
     outcome: &mut api::Outcome,
 ) -> Duration {
     match outcome {
-        api::Outcome::Respond(body) => quotas.throttle(cost, Some(body)),
+        api::Outcome::Respond(body) | api::Outcome::RespondWithFiles(body, _) => {
+            quotas.throttle(cost, Some(body))
+        }
         api::Outcome::NoResponse => quotas.throttle(cost, None),
         api::Outcome::Close(_) => Duration::ZERO,
     }
@@ -400,8 +407,10 @@ async fn handle_request(
     }))
 }
 
-async fn serve_connection<S>(
-    stream: S,
+#[allow(clippy::too_many_arguments)]
+async fn serve_connection<R, W>(
+    read_half: R,
+    mut writer: W,
     peer: SocketAddr,
     listener: usize,
     principal: String,
@@ -409,10 +418,10 @@ async fn serve_connection<S>(
     shutdown: &CancellationToken,
 ) -> Result<(), ConnectionEnd>
 where
-    S: AsyncRead + AsyncWrite + Send + Unpin,
+    R: AsyncRead + Send + Unpin,
+    W: ResponseWriter,
 {
     let broker = &services.broker;
-    let (read_half, mut writer) = tokio::io::split(stream);
     let mut reader = BufReader::with_capacity(64 * 1024, read_half);
     let listener_config = &broker.config.listeners[listener];
     let mut sasl = broker
@@ -510,9 +519,17 @@ where
         };
         match outcome {
             api::Outcome::Respond(body) => {
-                let chunks = protocol::encode_response(api_key, version, correlation_id, &body)
-                    .map_err(|e| ConnectionEnd::Encode(e.to_string()))?;
-                write_chunks(&mut writer, chunks).await?;
+                let none = protocol::FileRecords::default();
+                let chunks =
+                    protocol::encode_response(api_key, version, correlation_id, &body, &none)
+                        .map_err(|e| ConnectionEnd::Encode(e.to_string()))?;
+                writer.write_chunks(chunks).await?;
+            }
+            api::Outcome::RespondWithFiles(body, files) => {
+                let chunks =
+                    protocol::encode_response(api_key, version, correlation_id, &body, &files)
+                        .map_err(|e| ConnectionEnd::Encode(e.to_string()))?;
+                writer.write_chunks(chunks).await?;
             }
             api::Outcome::NoResponse => {}
             api::Outcome::Close(reason) => return Err(ConnectionEnd::Closed(reason)),
@@ -580,34 +597,4 @@ async fn read_body<R: AsyncRead + Unpin>(
 
 fn unreachable_outcome() -> api::Outcome {
     api::Outcome::Close("internal error: mismatched SASL outcome")
-}
-
-/// Writes the chunks of one response with vectored writes.
-async fn write_chunks<W: AsyncWrite + Unpin>(
-    writer: &mut W,
-    mut chunks: Vec<bytes::Bytes>,
-) -> std::io::Result<()> {
-    use bytes::Buf;
-    let mut first = 0;
-    while first < chunks.len() {
-        let slices: Vec<std::io::IoSlice<'_>> = chunks[first..]
-            .iter()
-            .map(|c| std::io::IoSlice::new(c))
-            .collect();
-        let mut n = writer.write_vectored(&slices).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        while n > 0 && first < chunks.len() {
-            let len = chunks[first].len();
-            if n >= len {
-                n -= len;
-                first += 1;
-            } else {
-                chunks[first].advance(n);
-                n = 0;
-            }
-        }
-    }
-    Ok(())
 }

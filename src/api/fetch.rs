@@ -24,10 +24,11 @@ use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
 use crate::api::{errors, Api, Context, Outcome};
 use crate::broker::{
     Broker, FetchLimits, FetchParams, FetchTopic, LeaderEpoch, Offset, PartitionOffsets,
-    PartitionRead, RemoteRead, TopicRef,
+    PartitionRead, Records, RemoteRead, TopicRef,
 };
 use crate::fetch_session::{FetchPosition, PartitionKey, SentState, SessionMode};
 use crate::log::txn_index::AbortedTxn;
+use crate::protocol::FileRecords;
 use crate::security::acl::Operation as Op;
 use crate::services::{FetchSessions, Services};
 use crate::tiering::Tiering;
@@ -43,7 +44,7 @@ pub async fn handle(
     version: i16,
     listener: usize,
     quota_cap: Option<f64>,
-) -> FetchResponse {
+) -> (FetchResponse, FileRecords) {
     let position = |p: &kafka_protocol::messages::fetch_request::FetchPartition| FetchPosition {
         fetch_offset: Offset(p.fetch_offset),
         partition_max_bytes: p.partition_max_bytes,
@@ -90,7 +91,10 @@ pub async fn handle(
         .begin(req.session_id, req.session_epoch, requested, &forgotten);
     let (mode, parts) = match begun {
         Ok(x) => x,
-        Err(code) => return FetchResponse::default().with_error_code(code.code()),
+        Err(code) => {
+            let response = FetchResponse::default().with_error_code(code.code());
+            return (response, FileRecords::default());
+        }
     };
     // The session's partitions grouped by topic, as the response names them.
     let mut names: Vec<(TopicName, uuid::Uuid)> = Vec::new();
@@ -121,12 +125,14 @@ pub async fn handle(
         Ok(f) => f,
         Err(e) => {
             tracing::error!(error = %e, "fetch task failed");
-            return FetchResponse::default().with_error_code(errors::internal().code());
+            let response = FetchResponse::default().with_error_code(errors::internal().code());
+            return (response, FileRecords::default());
         }
     };
     let mut bytes = fetched.bytes;
     let mut leaders = Vec::new();
     let mut remote = None;
+    let mut files = FileRecords::default();
     let mut topics: Vec<FetchableTopicResponse> = Vec::with_capacity(names.len());
     for ((name, id), reads) in names.into_iter().zip(fetched.topics) {
         let mut partitions = Vec::with_capacity(reads.len());
@@ -139,6 +145,7 @@ pub async fn handle(
                 &mut leaders,
                 slot,
                 &mut remote,
+                &mut files,
             ));
         }
         topics.push(
@@ -159,11 +166,12 @@ pub async fn handle(
     if version >= 16 {
         response.node_endpoints = node_endpoints(&broker, &leaders, listener);
     }
-    response
+    (response, files)
 }
 
 /// One partition's answer. The leader a NOT_LEADER_OR_FOLLOWER names goes to `leaders`; a
-/// read left to remote storage goes to `remote` with its place in the response (`slot`).
+/// read left to remote storage goes to `remote` with its place in the response (`slot`); a
+/// record set still in its segment file goes to `files`, with a stand-in in the answer.
 fn partition_data(
     index: i32,
     read: PartitionRead,
@@ -171,6 +179,7 @@ fn partition_data(
     leaders: &mut Vec<i32>,
     slot: (usize, usize),
     remote: &mut Option<((usize, usize), RemoteRead)>,
+    files: &mut FileRecords,
 ) -> PartitionData {
     let with_offsets = |data: PartitionData, o: PartitionOffsets| {
         data.with_high_watermark(o.high_watermark.0)
@@ -198,9 +207,26 @@ fn partition_data(
     match read {
         PartitionRead::Records {
             offsets,
-            records: bytes,
+            records: Records::Memory(bytes),
             aborted,
         } => records(offsets, bytes, aborted),
+        PartitionRead::Records {
+            offsets,
+            records: Records::File(slice),
+            aborted,
+        } => match files
+            .stand_in(slice.clone())
+            .map_or_else(|| slice.read(), Ok)
+        {
+            Ok(bytes) => records(offsets, bytes, aborted),
+            Err(e) => {
+                tracing::error!(error = %e, partition = index, "fetch read failed");
+                with_offsets(
+                    partition_response(index, ResponseError::KafkaStorageError),
+                    offsets,
+                )
+            }
+        },
         PartitionRead::Remote { offsets, read } => {
             *remote = Some((slot, read));
             let aborted = params.read_committed.then(Vec::new);
@@ -437,18 +463,17 @@ impl Api for Fetch {
             },
         );
         let tiering = s.tiering.as_ref();
-        Outcome::respond(
-            handle(
-                s.broker.clone(),
-                tiering,
-                &s.fetch_sessions,
-                r,
-                version,
-                ctx.listener,
-                quota_cap,
-            )
-            .await,
+        let (response, files) = handle(
+            s.broker.clone(),
+            tiering,
+            &s.fetch_sessions,
+            r,
+            version,
+            ctx.listener,
+            quota_cap,
         )
+        .await;
+        Outcome::RespondWithFiles(Box::new(ResponseKind::Fetch(response)), files)
     }
 }
 

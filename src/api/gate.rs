@@ -42,6 +42,7 @@ pub const TXN_DENIED: ResponseError = ResponseError::TransactionalIdAuthorizatio
 pub fn finish(f: impl FnOnce(ResponseKind) -> ResponseKind + Send + 'static) -> Option<Finish> {
     Some(Box::new(move |outcome| match outcome {
         Outcome::Respond(r) => Outcome::Respond(Box::new(f(*r))),
+        Outcome::RespondWithFiles(r, files) => Outcome::RespondWithFiles(Box::new(f(*r)), files),
         other => other,
     }))
 }

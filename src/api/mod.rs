@@ -64,7 +64,7 @@ use kafka_protocol::protocol::{Message, VersionRange};
 
 use self::gate::{Gate, Who};
 use crate::broker::Broker;
-use crate::protocol::Request;
+use crate::protocol::{FileRecords, Request};
 use crate::services::Services;
 
 pub use crate::blocking::run as blocking;
@@ -209,6 +209,9 @@ apis! {
 /// What the connection does after a request.
 pub enum Outcome {
     Respond(Box<ResponseKind>),
+    /// Sends a response whose record sets in the [`FileRecords`] are still in their segment
+    /// files (a fetch): the body holds their stand-ins.
+    RespondWithFiles(Box<ResponseKind>, FileRecords),
     /// Nothing to send (a successful produce with acks=0).
     NoResponse,
     /// Close the connection: an acks=0 produce failed, and closing is the only way Kafka can

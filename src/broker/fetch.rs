@@ -26,6 +26,7 @@ use super::{
     Broker, FollowerFetchError, LeaderEpoch, Offset, Partition, PartitionOffsets, Role, Topic,
     TopicRef,
 };
+use crate::log::segment::FileSlice;
 use crate::log::txn_index::AbortedTxn;
 
 /// Where a fetcher reads one partition from, as its request says.
@@ -84,7 +85,7 @@ pub enum PartitionRead {
     /// fetches: the aborted transactions among the records (empty when there are none).
     Records {
         offsets: PartitionOffsets,
-        records: Bytes,
+        records: Records,
         aborted: Option<Vec<AbortedTxn>>,
     },
     /// The fetcher's log diverges from the leader's (KIP-320): it truncates to `end_offset`,
@@ -112,6 +113,29 @@ pub enum PartitionRead {
         error: ResponseError,
         offsets: Option<PartitionOffsets>,
     },
+}
+
+/// The record bytes of one partition's read.
+#[derive(Clone)]
+pub enum Records {
+    /// Read into memory: a small read (cheaper to copy than to send on its own) or none.
+    Memory(Bytes),
+    /// Still in the segment file: sent from the page cache when the response is written
+    /// ([`crate::protocol::Chunk::File`]), or read then if it must be.
+    File(FileSlice),
+}
+
+impl Records {
+    pub fn len(&self) -> usize {
+        match self {
+            Records::Memory(b) => b.len(),
+            Records::File(f) => f.len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// A read left to remote storage.
@@ -363,8 +387,11 @@ impl Broker {
         let read = p
             .read(pos.fetch_offset, limit, max_offset, min_one)
             .and_then(|s| match s {
-                Some(slice) => slice.read().map_err(Into::into),
-                None => Ok(Bytes::new()),
+                Some(slice) if slice.len >= crate::protocol::SpliceBuf::MIN_SPLICE => {
+                    Ok(Records::File(slice))
+                }
+                Some(slice) => slice.read().map(Records::Memory).map_err(Into::into),
+                None => Ok(Records::Memory(Bytes::new())),
             });
         let mut remote = None;
         let records = match read {
@@ -387,7 +414,7 @@ impl Broker {
                         read_committed: params.read_committed,
                     });
                 }
-                Bytes::new()
+                Records::Memory(Bytes::new())
             }
             Err(e) => {
                 let error = e.code();

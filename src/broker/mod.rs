@@ -77,7 +77,8 @@ mod tiered;
 pub use append::{AppendParams, AppendResult, AppendTopic, PartitionAppend};
 pub use delegation_tokens::{TokenChange, TokenWriteError};
 pub use fetch::{
-    FetchLimits, FetchParams, FetchPosition, FetchResult, FetchTopic, PartitionRead, RemoteRead,
+    FetchLimits, FetchParams, FetchPosition, FetchResult, FetchTopic, PartitionRead, Records,
+    RemoteRead,
 };
 pub use ids::Offset;
 pub use listener::CatalogListener;
