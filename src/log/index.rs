@@ -279,6 +279,14 @@ impl SparseIndex<OffsetEntry> {
         })
     }
 
+    /// The largest indexed position at or below `position`: the start of a batch.
+    pub fn position_at_or_below(&self, position: u64) -> Option<u64> {
+        let i = self
+            .entries
+            .partition_point(|e| e.position as u64 <= position);
+        i.checked_sub(1).map(|i| self.entries[i].position as u64)
+    }
+
     /// The entry with the largest offset <= `offset`, or the segment start.
     pub fn lookup(&self, offset: i64) -> OffsetPosition {
         let start = OffsetPosition {

@@ -540,7 +540,13 @@ impl Segment {
                 len: 0,
             }));
         }
-        // Extend whole batches while they fit.
+        // Skip to the last indexed batch that starts within the bytes allowed (every index
+        // entry is a batch start), then extend whole batches while they fit: a header read
+        // per batch only past the last index entry.
+        let allowed = (start + max_bytes as u64).min(limit);
+        if let Some(p) = self.offset_index.position_at_or_below(allowed) {
+            end = end.max(p);
+        }
         let mut header_buf = [0u8; LOG_OVERHEAD];
         while end + LOG_OVERHEAD as u64 <= limit {
             self.file.read_exact_at(&mut header_buf, end)?;

@@ -394,6 +394,52 @@ proptest! {
         for (i, (o, _)) in batches.iter().enumerate() { prop_assert_eq!(*o, i as i64); }
         prop_assert_eq!(append(&mut log, &[b"after"]).base_offset, end);
     }
+
+    /// A read returns the longest run of whole batches from the one holding the fetch
+    /// offset that fits the byte limit (the first whole even if it alone does not, with
+    /// `min_one`) and ends at or below the offset limit, whatever the index interval (a read
+    /// skips ahead through the offset index).
+    #[test]
+    fn reads_return_the_whole_batches_that_fit(
+        sizes in proptest::collection::vec(1usize..3000, 1..40),
+        index_interval in prop_oneof![Just(1usize), 100usize..5000, Just(1 << 20)],
+        from in 0i64..40,
+        max_bytes in 0usize..40_000,
+        max_offset in 0i64..41,
+        min_one in any::<bool>(),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(&[("index.interval.bytes", &index_interval.to_string())]);
+        let mut log = open(dir.path(), cfg, true);
+        let mut batches = Vec::new(); // (offset, bytes)
+        for s in &sizes {
+            let v = vec![b'x'; *s];
+            let b = encode_batch(&[&v], Compression::None, now());
+            batches.push((log.append_as_leader(&b, 0, now()).unwrap().base_offset, b.len()));
+        }
+        let end = batches.len() as i64;
+        log.update_high_watermark(end);
+        let (from, max_offset) = (from.min(end), max_offset.min(end));
+        let got = log.read(from, max_bytes, max_offset, min_one);
+        let mut want = Vec::new();
+        let mut bytes = 0;
+        for &(o, len) in batches.iter().skip(from as usize) {
+            if o >= max_offset || (bytes + len > max_bytes && !(min_one && want.is_empty())) {
+                break;
+            }
+            want.push(o);
+            bytes += len;
+        }
+        match got {
+            Ok(Some(slice)) => {
+                let read = slice.read().unwrap();
+                let offsets: Vec<i64> = BatchIter::new(&read).map(|b| b.unwrap().1.base_offset).collect();
+                prop_assert_eq!(offsets, want);
+            }
+            Ok(None) => prop_assert!(want.is_empty()),
+            Err(e) => prop_assert!(false, "{e}"),
+        }
+    }
 }
 
 /// The tester's crash: a tiered log whose early segments exist only in the bucket, reopened
