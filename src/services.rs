@@ -94,6 +94,9 @@ impl CatalogListener for Tiering {
             for p in 0..topic.partitions.len() as i32 {
                 self.notify(&topic.name, p, Event::ConfigChanged);
             }
+        } else {
+            // Remote storage turned off (only allowed with remote.log.delete.on.disable).
+            self.remote_storage_disabled(topic);
         }
     }
 

@@ -199,6 +199,24 @@ impl Tiering {
             .cloned()
     }
 
+    /// Called when a topic's config no longer has remote storage on: if the bucket's catalog
+    /// lists it (this incarnation), it leaves the catalog and its remote data is deleted, as
+    /// for a deleted topic (KIP-950's `remote.log.delete.on.disable`). Only records the work
+    /// (a listener does no I/O).
+    pub fn remote_storage_disabled(&self, topic: &Topic) {
+        let listed = match self.synced.try_lock() {
+            Ok(synced) => synced
+                .0
+                .get(&topic.name)
+                .is_some_and(|e| e.topic_id == topic.id),
+            // A catalog write is under way: let the next pass decide.
+            Err(_) => true,
+        };
+        if listed {
+            self.topic_deleted(&topic.name, topic.id, topic.partitions.len() as i32);
+        }
+    }
+
     /// Called when a topic is deleted: its remote data goes at the next tick.
     pub fn topic_deleted(&self, name: &str, id: Uuid, partitions: i32) {
         self.deleted
@@ -549,6 +567,14 @@ impl Tiering {
             }
         }
         for (name, id, partitions) in deleted {
+            if broker
+                .topic(&name)
+                .is_some_and(|t| t.id == id && t.config.remote_storage_enable)
+            {
+                // Remote storage was turned off and on again before this pass: the topic's
+                // remote data is its again (and new uploads may have joined it).
+                continue;
+            }
             for index in 0..partitions {
                 let pid = PartitionId {
                     topic: name.clone(),

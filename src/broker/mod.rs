@@ -256,6 +256,15 @@ impl TopicRef {
     }
 }
 
+/// Gives a partition's log its topic's new config. The only fallible part is rewriting the
+/// leader-epoch file when turning remote storage off moves the log start; a failure there is
+/// logged (the log start has moved; the file is cut at the next change of it).
+fn set_log_config(p: &Partition, config: &TopicConfig) {
+    if let Err(e) = p.with_log(|l| l.set_config(config.clone())) {
+        tracing::error!(topic = %p.topic, partition = p.index, error = %e, "cannot apply the topic's config to its log");
+    }
+}
+
 fn partition_dir_name(topic: &str, partition: i32) -> String {
     format!("{topic}-{partition}")
 }
@@ -638,7 +647,7 @@ impl Broker {
         for t in self.topics() {
             let config = self.topic_config(&t.overrides);
             for p in &t.partitions {
-                p.with_log(|l| l.set_config(config.clone()));
+                set_log_config(p, &config);
             }
             self.replace_topic(Topic {
                 name: t.name.clone(),
@@ -1091,7 +1100,7 @@ impl Broker {
         let topic = self.topic(name).ok_or(TopicError::Unknown)?;
         let config = self.topic_config(&overrides);
         for p in &topic.partitions {
-            p.with_log(|l| l.set_config(config.clone()));
+            set_log_config(p, &config);
         }
         self.replace_topic(Topic {
             name: topic.name.clone(),

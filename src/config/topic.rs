@@ -647,9 +647,8 @@ pub fn check_combination(
         if !config.remote_log_delete_on_disable {
             return Err("It is invalid to disable remote storage without deleting remote data. If you want to keep the remote data and turn to read only, please set `remote.storage.enable=true,remote.log.copy.disable=true`. If you want to disable remote storage and delete all remote data, please set `remote.storage.enable=false,remote.log.delete.on.disable=true`.".into());
         }
-        // Kafka accepts this and deletes the tiered data; Strata does not turn tiered storage
-        // off on a topic (its bucket catalog would keep the topic for a restore).
-        return Err("Strata cannot turn remote storage off on a topic. To keep its tiered data and stop uploading, set `remote.storage.enable=true,remote.log.copy.disable=true`; to drop the tiered data, delete the topic.".into());
+        // Accepted: the tiered data is deleted and the local log becomes the whole log.
+        return Ok(());
     }
     if config.remote_storage_enable && config.remote_log_copy_disable {
         if config.local_retention_bytes != config.retention_bytes {

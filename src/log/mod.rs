@@ -356,8 +356,23 @@ impl Log {
         self.producers.expire(now_ms, expiration_ms);
     }
 
-    pub fn set_config(&mut self, config: TopicConfig) {
+    /// Takes a topic's new config. Remote storage turned off (with its data deleted,
+    /// KIP-950) leaves the local log as the whole log: the log start moves to the first local
+    /// offset and nothing is remote any more.
+    pub fn set_config(&mut self, config: TopicConfig) -> io::Result<()> {
+        let remote_off = self.config.remote_storage_enable && !config.remote_storage_enable;
         self.config = config;
+        if remote_off {
+            self.remote_end_offset = -1;
+            let first_local = self
+                .segments
+                .keys()
+                .next()
+                .copied()
+                .unwrap_or(self.log_end_offset);
+            self.advance_log_start_offset(first_local)?;
+        }
+        Ok(())
     }
 
     pub fn update_high_watermark(&mut self, hw: i64) {

@@ -895,12 +895,99 @@ async fn copy_lag_holds_uploads_back_and_copy_disable_stops_them() {
     // Every record is still there, once, in order (remote and local).
     assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
 
-    // Turning tiered storage off is refused: Kafka's message without the delete flag, and
-    // Strata's reason with it.
+    // Turning tiered storage off without the delete flag is refused, with Kafka's message.
     let (code, message) = set_topic_config(&mut c, TOPIC, "remote.storage.enable", "false").await;
     assert_eq!(code, 40, "INVALID_CONFIG");
     assert!(
         message.contains("remote.log.delete.on.disable=true"),
         "{message}"
     );
+}
+
+/// KIP-950: `remote.storage.enable=false` with `remote.log.delete.on.disable=true` deletes the
+/// topic's tiered data and takes it out of the bucket's catalog; the local log becomes the
+/// whole log (its log start is the first local offset), keeps taking records, uploads
+/// nothing more, and stays so across a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turning_remote_storage_off_deletes_the_tiered_data() {
+    let b = TestBroker::start_with(&tiered_broker_settings()).await;
+    let mut c = b.client().await;
+    create_tiered_topic(&mut c).await;
+    let end = produce_batches(&mut c, 60).await;
+    let dir = b.dir.path().to_path_buf();
+    wait_until("local segments to be offloaded", || {
+        local_segments(&dir)[0] > 0 && remote_objects(&dir).len() >= 3
+    })
+    .await;
+    let store = b.services().tiering.as_ref().unwrap().store.clone();
+
+    let (code, message) =
+        set_topic_config(&mut c, TOPIC, "remote.log.delete.on.disable", "true").await;
+    assert_eq!(code, 0, "{message}");
+    let (code, message) = set_topic_config(&mut c, TOPIC, "remote.storage.enable", "false").await;
+    assert_eq!(code, 0, "{message}");
+    // Local retention had deleted what the bucket held: the log now starts where the local
+    // segments do.
+    let local_start = local_segments(&dir)[0];
+    assert_eq!(list_offset(&mut c, TOPIC, 0, -2).await.offset, local_start);
+    let mut catalog_lists_it = true;
+    for _ in 0..200 {
+        let (catalog, _) = strata_tiering::catalog::load(&store)
+            .await
+            .unwrap()
+            .expect("a catalog");
+        catalog_lists_it = catalog.topics.contains_key(TOPIC);
+        if !catalog_lists_it && remote_objects(&dir).is_empty() && !has_manifest(&dir) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!catalog_lists_it, "the catalog still lists the topic");
+    assert_eq!(remote_objects(&dir), Vec::<String>::new());
+    assert!(!has_manifest(&dir));
+    assert_eq!(
+        read_all_from(&mut c, local_start, end).await,
+        (local_start..end).collect::<Vec<_>>()
+    );
+
+    // An untiered log from now on: new records stay local, retention is `retention.*`.
+    let end = {
+        let mut last = end;
+        for _ in 0..40 {
+            let r = produce(&mut c, TOPIC, 0, batch(20)).await;
+            assert_eq!(r.error_code, 0);
+            last = r.base_offset + 20;
+        }
+        last
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(remote_objects(&dir).is_empty(), "nothing uploaded");
+    assert_eq!(
+        local_segments(&dir)[0],
+        local_start,
+        "nothing deleted locally"
+    );
+
+    let b = b.crash_and_restart(|_| {}).await;
+    let mut c = b.client().await;
+    assert_eq!(list_offset(&mut c, TOPIC, 0, -2).await.offset, local_start);
+    assert_eq!(
+        read_all_from(&mut c, local_start, end).await,
+        (local_start..end).collect::<Vec<_>>()
+    );
+
+    // On again: the local log is tiered from its start, and stays whole.
+    let (code, message) = set_topic_config(&mut c, TOPIC, "remote.storage.enable", "true").await;
+    assert_eq!(code, 0, "{message}");
+    let dir = b.dir.path().to_path_buf();
+    wait_until("the local log to be tiered again", || {
+        local_segments(&dir)[0] > local_start && !remote_objects(&dir).is_empty()
+    })
+    .await;
+    assert_eq!(list_offset(&mut c, TOPIC, 0, -2).await.offset, local_start);
+    assert_eq!(
+        read_all_from(&mut c, local_start, end).await,
+        (local_start..end).collect::<Vec<_>>()
+    );
+    b.shutdown().await;
 }
