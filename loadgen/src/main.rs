@@ -16,7 +16,10 @@
 //! the work it would on real payloads) and sends it again and again in ProduceRequest v9
 //! frames, patching only the correlation id, with `--inflight` requests outstanding per
 //! connection; the broker assigns offsets as it would for any non-idempotent producer.
-//! Consume pipelines Fetch v12 requests and walks only the batch headers of what comes back.
+//! Consume sends one Fetch v12 request at a time per connection, for the connection's
+//! partitions, and walks only the batch headers of what comes back. (One request per
+//! partition outstanding on each connection measured slower: the broker answers a
+//! connection's requests in order, and smaller responses cost more per byte.)
 //! So the generator spends a few percent of a core where a Java or librdkafka client spends
 //! one or two, and the broker is what the figures measure.
 //!
