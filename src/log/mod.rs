@@ -364,13 +364,7 @@ impl Log {
         self.config = config;
         if remote_off {
             self.remote_end_offset = -1;
-            let first_local = self
-                .segments
-                .keys()
-                .next()
-                .copied()
-                .unwrap_or(self.log_end_offset);
-            self.advance_log_start_offset(first_local)?;
+            self.advance_log_start_offset(self.local_start_offset())?;
         }
         Ok(())
     }

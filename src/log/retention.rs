@@ -64,8 +64,7 @@ impl Log {
         if n > 0 {
             self.prune_aborted_txns();
             if !remote {
-                let new_start = *self.segments.keys().next().unwrap_or(&self.log_end_offset);
-                self.set_log_start_offset(new_start.max(self.log_start_offset))?;
+                self.set_log_start_offset(self.local_start_offset())?;
             }
         }
         match failed {
@@ -120,7 +119,7 @@ impl Log {
             // The log start stays where the remaining segments allow: nothing moved past a
             // segment that is still here.
             self.prune_aborted_txns();
-            let first = *self.segments.keys().next().unwrap_or(&self.log_end_offset);
+            let first = self.local_start_offset();
             if first > self.log_start_offset {
                 self.set_log_start_offset(first)?;
             }
@@ -158,15 +157,7 @@ impl Log {
                 self.set_remote_end_offset(end);
                 log_start_offset
             }
-            None => {
-                let first_local = self
-                    .segments
-                    .keys()
-                    .next()
-                    .copied()
-                    .unwrap_or(self.log_end_offset);
-                log_start_offset.max(first_local)
-            }
+            None => log_start_offset.max(self.local_start_offset()),
         };
         self.advance_log_start_offset(start)
     }
