@@ -274,7 +274,20 @@ impl Log {
         self.active().append(header, bytes)?;
         self.epochs.assign(leader_epoch, header.base_offset)?;
         if flush {
-            self.active().flush()?;
+            self.flush_above_recovery_point()?;
+        }
+        Ok(())
+    }
+
+    /// fsyncs every segment that may hold records at or above the recovery point, the active
+    /// one included (those wholly below it are durable already). Segments rescanned after a
+    /// crash are among them until a flush or a roll has synced them.
+    fn flush_above_recovery_point(&self) -> io::Result<()> {
+        let active = self.active_base();
+        for seg in self.segments.values() {
+            if seg.next_offset() > self.recovery_point || seg.base_offset() == active {
+                seg.flush()?;
+            }
         }
         Ok(())
     }
@@ -309,14 +322,16 @@ impl Log {
         if self.segments.contains_key(&base) {
             return Ok(());
         }
-        // The sealed segment's data must be durable before a later flush moves the recovery
-        // point past it, so flush it now (Kafka does this asynchronously).
-        self.active().flush()?;
+        // Everything below the new segment is made durable, so the recovery point moves to
+        // it and a crash rescans only the segments after (Kafka flushes asynchronously and
+        // then moves its recovery point the same way).
+        self.flush_above_recovery_point()?;
         self.producers.write_snapshot(&self.dir, base)?;
         self.prune_snapshots()?;
         let limits = limits(&self.config);
         self.segments
             .insert(base, Segment::create(&self.dir, base, limits, now_ms)?);
+        self.recovery_point = self.recovery_point.max(base);
         Ok(())
     }
 
@@ -340,8 +355,7 @@ impl Log {
     pub fn flush(&mut self, now_ms: i64) -> io::Result<()> {
         self.check_online()?;
         if self.recovery_point < self.log_end_offset {
-            // Segments below the active one were flushed when they were rolled.
-            self.active().flush()?;
+            self.flush_above_recovery_point()?;
             self.recovery_point = self.log_end_offset;
         }
         self.unflushed_messages = 0;

@@ -45,7 +45,13 @@ impl Log {
             log_start_offset,
             log_end_offset,
             high_watermark: log_end_offset,
-            recovery_point: log_end_offset,
+            // After a crash, what was rescanned above the recovery point is in the page
+            // cache, not necessarily on disk: nothing became more durable by being reread.
+            recovery_point: if opts.clean_shutdown {
+                log_end_offset
+            } else {
+                opts.recovery_point.unwrap_or(0).min(log_end_offset)
+            },
             epochs,
             producers: ProducerStateManager::new(),
             unflushed_messages: 0,

@@ -80,6 +80,58 @@ fn offsets_are_assigned_densely_and_reads_return_whole_batches() {
     assert!(log.read(6, 100, 6, true).unwrap().is_none());
 }
 
+/// Rolling syncs the sealed segment and moves the recovery point to the new one; after a
+/// crash the recovery point stays where the checkpoint had it (what recovery rescanned is
+/// not known to be on disk) until the next roll.
+#[test]
+fn the_recovery_point_moves_with_each_roll_and_not_with_a_rescan() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&[("segment.bytes", "400")]);
+    let mut log = open(dir.path(), cfg.clone(), true);
+    let value = [b'x'; 100];
+    for _ in 0..20 {
+        append(&mut log, &[&value]);
+        assert_eq!(log.recovery_point(), log.active_segment_base_offset());
+    }
+    assert!(log.segment_count() > 3, "{} segments", log.segment_count());
+    let checkpointed = log.recovery_point();
+    assert!(checkpointed > 0);
+    drop(log); // a crash: no close, no flush
+    let reopen = |recovery_point| {
+        Log::open(
+            dir.path(),
+            cfg.clone(),
+            LoadOptions {
+                clean_shutdown: false,
+                recovery_point: Some(recovery_point),
+                log_start_offset: None,
+                now_ms: now(),
+            },
+        )
+        .unwrap()
+    };
+    let mut log = reopen(checkpointed);
+    assert_eq!(log.log_end_offset(), 20);
+    assert_eq!(
+        log.recovery_point(),
+        checkpointed,
+        "not moved by the rescan"
+    );
+    while log.active_segment_base_offset() == checkpointed {
+        append(&mut log, &[&value]);
+    }
+    assert_eq!(log.recovery_point(), log.active_segment_base_offset());
+    // A checkpoint older than the data (or none) rescans more, and still moves nothing.
+    drop(log);
+    let log = reopen(0);
+    assert_eq!(log.recovery_point(), 0);
+    assert_eq!(
+        read_all(&log, 0).len() as i64,
+        log.log_end_offset(),
+        "every record kept"
+    );
+}
+
 #[test]
 fn reads_stop_at_the_high_watermark() {
     let dir = tempfile::tempdir().unwrap();
