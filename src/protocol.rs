@@ -116,7 +116,8 @@ pub fn decode_request(mut frame: Bytes, table: &ApiTable) -> Result<Request, Fra
     })
 }
 
-/// One piece of a response frame, written in order.
+/// One piece of a response frame, written in order; also what a fetch read of one partition
+/// gives (its records in memory, or still in the segment file).
 #[derive(Clone)]
 pub enum Chunk {
     Bytes(Bytes),

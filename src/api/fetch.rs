@@ -24,11 +24,11 @@ use crate::api::gate::{self, Gate, Who, TOPIC_DENIED};
 use crate::api::{errors, Api, Context, Outcome};
 use crate::broker::{
     Broker, FetchLimits, FetchParams, FetchTopic, LeaderEpoch, Offset, PartitionOffsets,
-    PartitionRead, Records, RemoteRead, TopicRef,
+    PartitionRead, RemoteRead, TopicRef,
 };
 use crate::fetch_session::{FetchPosition, PartitionKey, SentState, SessionMode};
 use crate::log::txn_index::AbortedTxn;
-use crate::protocol::FileRecords;
+use crate::protocol::{Chunk, FileRecords};
 use crate::security::acl::Operation as Op;
 use crate::services::{FetchSessions, Services};
 use crate::tiering::Tiering;
@@ -207,12 +207,12 @@ fn partition_data(
     match read {
         PartitionRead::Records {
             offsets,
-            records: Records::Memory(bytes),
+            records: Chunk::Bytes(bytes),
             aborted,
         } => records(offsets, bytes, aborted),
         PartitionRead::Records {
             offsets,
-            records: Records::File(slice),
+            records: Chunk::File(slice),
             aborted,
         } => match files
             .stand_in(slice.clone())

@@ -26,8 +26,8 @@ use super::{
     Broker, FollowerFetchError, LeaderEpoch, Offset, Partition, PartitionOffsets, Role, Topic,
     TopicRef,
 };
-use crate::log::segment::FileSlice;
 use crate::log::txn_index::AbortedTxn;
+use crate::protocol::{Chunk, SpliceBuf};
 
 /// Where a fetcher reads one partition from, as its request says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +85,9 @@ pub enum PartitionRead {
     /// fetches: the aborted transactions among the records (empty when there are none).
     Records {
         offsets: PartitionOffsets,
-        records: Records,
+        /// In memory (a small read, or none), or still in the segment file, sent from the
+        /// page cache when the response is written.
+        records: Chunk,
         aborted: Option<Vec<AbortedTxn>>,
     },
     /// The fetcher's log diverges from the leader's (KIP-320): it truncates to `end_offset`,
@@ -113,29 +115,6 @@ pub enum PartitionRead {
         error: ResponseError,
         offsets: Option<PartitionOffsets>,
     },
-}
-
-/// The record bytes of one partition's read.
-#[derive(Clone)]
-pub enum Records {
-    /// Read into memory: a small read (cheaper to copy than to send on its own) or none.
-    Memory(Bytes),
-    /// Still in the segment file: sent from the page cache when the response is written
-    /// ([`crate::protocol::Chunk::File`]), or read then if it must be.
-    File(FileSlice),
-}
-
-impl Records {
-    pub fn len(&self) -> usize {
-        match self {
-            Records::Memory(b) => b.len(),
-            Records::File(f) => f.len,
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// A read left to remote storage.
@@ -387,11 +366,9 @@ impl Broker {
         let read = p
             .read(pos.fetch_offset, limit, max_offset, min_one)
             .and_then(|s| match s {
-                Some(slice) if slice.len >= crate::protocol::SpliceBuf::MIN_SPLICE => {
-                    Ok(Records::File(slice))
-                }
-                Some(slice) => slice.read().map(Records::Memory).map_err(Into::into),
-                None => Ok(Records::Memory(Bytes::new())),
+                Some(slice) if slice.len >= SpliceBuf::MIN_SPLICE => Ok(Chunk::File(slice)),
+                Some(slice) => slice.read().map(Chunk::Bytes).map_err(Into::into),
+                None => Ok(Chunk::Bytes(Bytes::new())),
             });
         let mut remote = None;
         let records = match read {
@@ -414,7 +391,7 @@ impl Broker {
                         read_committed: params.read_committed,
                     });
                 }
-                Records::Memory(Bytes::new())
+                Chunk::Bytes(Bytes::new())
             }
             Err(e) => {
                 let error = e.code();

@@ -77,8 +77,7 @@ mod tiered;
 pub use append::{AppendParams, AppendResult, AppendTopic, PartitionAppend};
 pub use delegation_tokens::{TokenChange, TokenWriteError};
 pub use fetch::{
-    FetchLimits, FetchParams, FetchPosition, FetchResult, FetchTopic, PartitionRead, Records,
-    RemoteRead,
+    FetchLimits, FetchParams, FetchPosition, FetchResult, FetchTopic, PartitionRead, RemoteRead,
 };
 pub use ids::Offset;
 pub use listener::CatalogListener;
