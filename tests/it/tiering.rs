@@ -108,6 +108,21 @@ async fn read_all(c: &mut Client, end: i64) -> Vec<i64> {
     read_all_from(c, 0, end).await
 }
 
+/// A broker with the tiered topic holding 60 batches, every sealed segment offloaded (in
+/// the bucket, deleted locally); the end offset.
+async fn offloaded_topic() -> (TestBroker, Client, i64) {
+    let b = TestBroker::start_with(&tiered_broker_settings()).await;
+    let mut c = b.client().await;
+    create_tiered_topic(&mut c).await;
+    let end = produce_batches(&mut c, 60).await;
+    let dir = b.dir.path().to_path_buf();
+    wait_until("everything sealed offloaded", || {
+        local_segments(&dir).len() == 1
+    })
+    .await;
+    (b, c, end)
+}
+
 async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     for _ in 0..200 {
         if cond() {
@@ -468,15 +483,8 @@ async fn s3_round_trip_on_s3s_fs_with_sigv4() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remote_retention_delete_records_and_topic_deletion_reach_the_bucket() {
-    let b = TestBroker::start_with(&tiered_broker_settings()).await;
-    let mut c = b.client().await;
-    create_tiered_topic(&mut c).await;
-    let end = produce_batches(&mut c, 60).await;
+    let (b, mut c, end) = offloaded_topic().await;
     let dir = b.dir.path().to_path_buf();
-    wait_until("everything sealed offloaded", || {
-        local_segments(&dir).len() == 1
-    })
-    .await;
     let before = remote_objects(&dir).len();
     assert!(before >= 3);
 
@@ -910,15 +918,8 @@ async fn copy_lag_holds_uploads_back_and_copy_disable_stops_them() {
 /// nothing more, and stays so across a crash.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn turning_remote_storage_off_deletes_the_tiered_data() {
-    let b = TestBroker::start_with(&tiered_broker_settings()).await;
-    let mut c = b.client().await;
-    create_tiered_topic(&mut c).await;
-    let end = produce_batches(&mut c, 60).await;
+    let (b, mut c, end) = offloaded_topic().await;
     let dir = b.dir.path().to_path_buf();
-    wait_until("local segments to be offloaded", || {
-        local_segments(&dir)[0] > 0 && remote_objects(&dir).len() >= 3
-    })
-    .await;
     let store = b.services().tiering.as_ref().unwrap().store.clone();
 
     let (code, message) =
