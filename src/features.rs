@@ -51,8 +51,8 @@ pub const FEATURES: &[Feature] = &[
     Feature {
         name: "share.version",
         min: 0,
-        max: 0,
-        default: 0,
+        max: 1,
+        default: 1,
     },
     Feature {
         name: "streams.version",

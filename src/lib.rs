@@ -11,7 +11,7 @@
 //!                            ▼
 //!        controller (cluster mode: metadata quorum, sync, admin through the quorum)
 //!                            ▼
-//!        coordinator (groups, transactions)
+//!        coordinator (groups, transactions)  ·  share (share-partitions)
 //!                            ▼
 //!        replication (replica fetchers, ISR updater)  ·  tiering (uploads, remote reads)
 //!                            ▼
@@ -50,6 +50,8 @@
 //! - [`failpoint`]: named crash points (`STRATA_FAILPOINT`) between durable steps, for tests
 //!   that abort the broker there and check what recovery rebuilds.
 //! - [`fetch_session`]: incremental fetch sessions (KIP-227).
+//! - [`share`]: share groups (KIP-932) on the partition leader: share-partitions, share
+//!   sessions, and their state in `__share_group_state`.
 //! - [`log`]: the storage engine.
 //! - [`peer`]: connections to other brokers' inter-broker listeners.
 //! - [`quota`]: client quotas (byte rates, request time) and connection limits, as Kafka.
@@ -83,4 +85,5 @@ pub mod runtime;
 pub mod security;
 pub mod server;
 pub mod services;
+pub mod share;
 pub mod tiering;

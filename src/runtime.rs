@@ -249,6 +249,16 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
         |c| c.needs_tick(),
         |c| c.tick(),
     );
+    // Acquisition locks of share groups' records expire on this timer.
+    spawn_periodic_when(
+        &tasks,
+        &shutdown,
+        Duration::from_millis(100),
+        services.shares.clone(),
+        "share-locks",
+        |s| s.needs_tick(),
+        |s| s.tick(),
+    );
     if let Some(t) = tiering {
         // Passes on its timer and whenever a partition's events ask for one.
         let b = broker.clone();

@@ -20,6 +20,7 @@ use crate::controller::ClusterControl;
 use crate::coordinator::txn::TransactionCoordinator;
 use crate::coordinator::GroupCoordinator;
 use crate::fetch_session::FetchSessionCache;
+use crate::share::ShareService;
 use crate::tiering::Tiering;
 
 pub struct Services {
@@ -35,6 +36,8 @@ pub struct Services {
     /// Incremental fetch sessions (KIP-227): protocol state, kept with the handlers as Kafka's
     /// FetchManager is, not with the partitions.
     pub fetch_sessions: FetchSessions,
+    /// Share groups' share-partitions on this broker (KIP-932).
+    pub shares: Arc<ShareService>,
 }
 
 /// Kafka's `max.incremental.fetch.session.cache.slots` default.
@@ -64,9 +67,11 @@ impl Services {
         let groups = GroupCoordinator::open(&broker).context("loading the group coordinator")?;
         let txns = TransactionCoordinator::open(&broker, groups.clone())
             .context("loading the transaction coordinator")?;
+        let shares = ShareService::open(broker.clone()).context("loading __share_group_state")?;
         // Held weakly by the broker, kept alive here.
         broker.add_listener(Arc::downgrade(&groups) as Weak<dyn CatalogListener>);
         broker.add_listener(Arc::downgrade(&txns) as Weak<dyn CatalogListener>);
+        broker.add_listener(Arc::downgrade(&shares) as Weak<dyn CatalogListener>);
         if let Some(t) = &tiering {
             broker.add_listener(Arc::downgrade(t) as Weak<dyn CatalogListener>);
         }
@@ -77,7 +82,15 @@ impl Services {
             tiering,
             cluster: None,
             fetch_sessions: FetchSessions::default(),
+            shares,
         })
+    }
+}
+
+/// Share-partitions of a deleted topic are forgotten.
+impl CatalogListener for ShareService {
+    fn topic_deleted(&self, topic: &Topic) {
+        ShareService::topic_deleted(self, topic.id);
     }
 }
 

@@ -172,6 +172,42 @@ pub fn coordinator_records() -> Vec<Vec<u8>> {
     tv.put_i64(1_700_000_000_000);
     tv.put_i64(1_700_000_000_000);
     out.push(tv);
+    // __share_group_state snapshot key and value (Kafka's ShareSnapshotKey / Value v0).
+    let key = strata::share::state_record::StateKey {
+        group: "share-group".into(),
+        topic_id: Default::default(),
+        partition: 2,
+    };
+    out.push([&[6u8][..], &strata::share::state_record::encode_key(&key)].concat());
+    let snapshot = strata::share::partition::Snapshot {
+        snapshot_epoch: 3,
+        state_epoch: 0,
+        leader_epoch: 1,
+        start_offset: 100,
+        create_timestamp: 1_700_000_000_000,
+        write_timestamp: 1_700_000_000_000,
+        state_batches: vec![
+            strata::share::partition::StateBatch {
+                first_offset: 100,
+                last_offset: 120,
+                delivery_state: 0,
+                delivery_count: 2,
+            },
+            strata::share::partition::StateBatch {
+                first_offset: 121,
+                last_offset: 121,
+                delivery_state: 4,
+                delivery_count: 5,
+            },
+        ],
+    };
+    out.push(
+        [
+            &[7u8][..],
+            &strata::share::state_record::encode_value(&snapshot),
+        ]
+        .concat(),
+    );
     // A whole batch as replay reads it.
     let mut b = vec![5u8];
     b.extend_from_slice(&batch(Compression::None));

@@ -10,6 +10,7 @@ use strata::coordinator::offsets_topic;
 use strata::coordinator::txn::transaction_log;
 use strata::log::batch::{BatchHeader, BatchIter};
 use strata::log::{LoadOptions, Log};
+use strata::share;
 
 use crate::seeds;
 
@@ -23,8 +24,8 @@ pub enum Target {
     /// A partition directory (segments, indexes, snapshots, checkpoints) opened by recovery,
     /// then read end to end.
     PartitionDir,
-    /// `__consumer_offsets` and `__transaction_state` keys, values and batches as replay
-    /// decodes them.
+    /// `__consumer_offsets`, `__transaction_state` and `__share_group_state` keys, values and
+    /// batches as replay decodes them (a share snapshot also restored into a share-partition).
     CoordinatorRecords,
     /// The tiering manifest read back from the bucket.
     Manifest,
@@ -317,7 +318,16 @@ pub fn coordinator_records(data: &[u8]) -> bool {
         return false;
     };
     let b = Bytes::copy_from_slice(rest);
-    match selector % 6 {
+    match selector % 8 {
+        6 => share::state_record::decode_key(&b).is_ok(),
+        7 => match share::state_record::decode_value(&b) {
+            // A snapshot restores into a share-partition whatever its ranges say.
+            Ok(s) => {
+                share::partition::SharePartition::from_snapshot(&s).in_flight()
+                    <= share::partition::MAX_SLOTS
+            }
+            Err(_) => false,
+        },
         0 => offsets_topic::decode_key(b).is_ok(),
         1 => offsets_topic::decode_offset(b).is_ok(),
         2 => offsets_topic::decode_group(b).is_ok(),

@@ -1,4 +1,5 @@
-//! DeleteGroups: only empty groups; their offsets are tombstoned.
+//! DeleteGroups: only empty groups; their offsets are tombstoned, and a share group's
+//! share-partition state is deleted from `__share_group_state`.
 
 use std::sync::Arc;
 
@@ -6,22 +7,32 @@ use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{
     DeleteGroupsRequest, DeleteGroupsResponse, RequestKind, ResponseKind,
 };
+use kafka_protocol::ResponseError;
 
 use crate::api::gate::{self, Gate, Who, GROUP_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
 use crate::coordinator::GroupCoordinator;
 use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
+use crate::share::ShareService;
 
 pub async fn handle(
     groups: Arc<GroupCoordinator>,
+    shares: Arc<ShareService>,
     req: DeleteGroupsRequest,
 ) -> DeleteGroupsResponse {
     let results = blocking(move || {
         req.groups_names
             .into_iter()
             .map(|g| {
-                let error = groups.delete_group(g.0.as_str());
+                let id = g.0.as_str();
+                let mut error = groups.delete_group(id);
+                // A share group's state outlives its members (and a restart).
+                if matches!(error, None | Some(ResponseError::GroupIdNotFound))
+                    && shares.knows_group(id)
+                {
+                    error = shares.delete_group(id).err();
+                }
                 DeletableGroupResult::default()
                     .with_group_id(g)
                     .with_error_code(error.map(|e| e.code()).unwrap_or(0))
@@ -72,6 +83,6 @@ impl Api for DeleteGroups {
         r: DeleteGroupsRequest,
         _version: i16,
     ) -> Outcome {
-        Outcome::respond(handle(s.groups.clone(), r).await)
+        Outcome::respond(handle(s.groups.clone(), s.shares.clone(), r).await)
     }
 }

@@ -51,6 +51,10 @@ pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sasl;
 pub mod scram_credentials;
+pub mod share_acknowledge;
+pub mod share_fetch;
+pub mod share_group_describe;
+pub mod share_group_heartbeat;
 pub mod sync_group;
 #[cfg(test)]
 mod test_support;
@@ -205,6 +209,10 @@ apis! {
     list_partition_reassignments::ListPartitionReassignments,
     unregister_broker::UnregisterBroker,
     list_config_resources::ListConfigResources,
+    share_group_heartbeat::ShareGroupHeartbeat,
+    share_group_describe::ShareGroupDescribe,
+    share_fetch::ShareFetch,
+    share_acknowledge::ShareAcknowledge,
 }
 /// What the connection does after a request.
 pub enum Outcome {

@@ -128,7 +128,10 @@ pub enum TopicError {
 
 /// Kafka's internal topics: only the broker writes them.
 pub fn is_internal_topic(name: &str) -> bool {
-    matches!(name, "__consumer_offsets" | "__transaction_state")
+    matches!(
+        name,
+        "__consumer_offsets" | "__transaction_state" | "__share_group_state"
+    )
 }
 
 /// Kafka's topic name rules.

@@ -334,6 +334,16 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "50",
     },
     BrokerConfigDef {
+        name: "share.coordinator.state.topic.num.partitions",
+        kind: Kind::Int,
+        default: "50",
+    },
+    BrokerConfigDef {
+        name: "share.coordinator.state.topic.segment.bytes",
+        kind: Kind::Int,
+        default: "104857600",
+    },
+    BrokerConfigDef {
         name: "offsets.topic.segment.bytes",
         kind: Kind::Int,
         default: "104857600",

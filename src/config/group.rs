@@ -591,7 +591,7 @@ fn valid_auto_offset_reset(v: &str) -> bool {
 
 /// Java's `Duration.parse` (`[-+]PnDTnHnMn.nS`, case-insensitive, at least one part) as
 /// nanoseconds; `None` when it does not parse or overflows.
-fn parse_iso_duration_nanos(s: &str) -> Option<i128> {
+pub fn parse_iso_duration_nanos(s: &str) -> Option<i128> {
     let b = s.as_bytes();
     let mut i = 0;
     let sign_of = |b: &[u8], i: &mut usize| -> i128 {
@@ -1025,6 +1025,71 @@ pub fn consumer_timeouts(
             "group.consumer.max.heartbeat.interval.ms",
         ),
     )
+}
+
+/// What a share group runs with: its own configs when set (kept within the broker's bounds),
+/// else the broker's `group.share.*` settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareSettings {
+    pub session_timeout_ms: i64,
+    pub heartbeat_interval_ms: i64,
+    pub record_lock_duration_ms: i64,
+    pub delivery_count_limit: i64,
+    pub max_record_locks: i64,
+    /// `share.auto.offset.reset`: `earliest`, `latest` or `by_duration:<ISO 8601 duration>`.
+    pub auto_offset_reset: String,
+    pub read_committed: bool,
+}
+
+pub fn share_settings(
+    overrides: &BTreeMap<String, String>,
+    broker: &BrokerGroupSettings,
+) -> ShareSettings {
+    let pick = |name: &str, synonym: &str| -> i64 {
+        let bounds = synonym.replacen("group.share.", "", 1);
+        let (min, max) = (
+            format!("group.share.min.{bounds}"),
+            format!("group.share.max.{bounds}"),
+        );
+        let base = broker.int(synonym);
+        match overrides
+            .get(name)
+            .and_then(|v| v.trim().parse::<i32>().ok())
+        {
+            Some(v) => {
+                let (lo, hi) = (broker.int(&min), broker.int(&max));
+                (v as i64).max(lo).min(hi.max(lo))
+            }
+            None => base,
+        }
+    };
+    let text = |name: &str, default: &str| -> String {
+        overrides
+            .get(name)
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| default.to_string())
+    };
+    ShareSettings {
+        session_timeout_ms: pick("share.session.timeout.ms", "group.share.session.timeout.ms"),
+        heartbeat_interval_ms: pick(
+            "share.heartbeat.interval.ms",
+            "group.share.heartbeat.interval.ms",
+        ),
+        record_lock_duration_ms: pick(
+            "share.record.lock.duration.ms",
+            "group.share.record.lock.duration.ms",
+        ),
+        delivery_count_limit: pick(
+            "share.delivery.count.limit",
+            "group.share.delivery.count.limit",
+        ),
+        max_record_locks: pick(
+            "share.partition.max.record.locks",
+            "group.share.partition.max.record.locks",
+        ),
+        auto_offset_reset: text("share.auto.offset.reset", "latest"),
+        read_committed: text("share.isolation.level", "read_uncommitted") == "read_committed",
+    }
 }
 
 #[cfg(test)]

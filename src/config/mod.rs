@@ -108,6 +108,9 @@ pub struct BrokerConfig {
     pub transaction_state_log_min_isr: i32,
     pub transaction_state_log_num_partitions: i32,
     pub transaction_state_log_segment_bytes: i64,
+    /// `share.coordinator.state.topic.num.partitions`: partitions of `__share_group_state`.
+    pub share_state_topic_num_partitions: i32,
+    pub share_state_topic_segment_bytes: i64,
     pub transaction_max_timeout_ms: i32,
     pub transactional_id_expiration_ms: i64,
     pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
@@ -814,6 +817,13 @@ impl BrokerConfig {
                 .min(i32::MAX as u64) as i32,
             transaction_state_log_num_partitions: positive("transaction.state.log.num.partitions")?
                 as i32,
+            share_state_topic_num_partitions: positive(
+                "share.coordinator.state.topic.num.partitions",
+            )?
+            .min(i32::MAX as u64) as i32,
+            share_state_topic_segment_bytes: positive(
+                "share.coordinator.state.topic.segment.bytes",
+            )? as i64,
             transaction_state_log_segment_bytes: positive("transaction.state.log.segment.bytes")?
                 as i64,
             transaction_max_timeout_ms: positive("transaction.max.timeout.ms")?.min(i32::MAX as u64)

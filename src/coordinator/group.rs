@@ -139,6 +139,8 @@ pub struct Group {
     pub offsets: BTreeMap<(String, i32), OffsetValue>,
     /// Set when the group uses the consumer protocol (KIP-848) instead of the classic one.
     pub consumer: Option<super::consumer_group::ConsumerState>,
+    /// Set when the group is a share group (KIP-932).
+    pub share: Option<super::share_group::ShareState>,
     /// Rebalances completed (for metrics).
     pub rebalances: u64,
     /// When PreparingRebalance: join completes when all members joined and `join_not_before`
@@ -173,6 +175,7 @@ impl Group {
             pending_members: HashMap::new(),
             offsets: BTreeMap::new(),
             consumer: None,
+            share: None,
             rebalances: 0,
             join_not_before: now,
             rebalance_deadline: now,

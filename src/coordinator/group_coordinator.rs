@@ -34,7 +34,7 @@ use tokio::sync::oneshot;
 
 use super::group::{Group, GroupState, JoinRequest, JoinResult, SyncResult};
 use super::offsets_topic::{GroupValue, OffsetValue, RecordKey};
-use super::{consumer_group, offsets_topic, ownership};
+use super::{consumer_group, offsets_topic, ownership, share_group};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
@@ -564,7 +564,7 @@ impl GroupCoordinator {
                 group_id.to_string(),
                 self.config.initial_rebalance_delay,
             );
-            if g.consumer.as_ref().is_some_and(|c| !c.is_empty()) {
+            if g.consumer.as_ref().is_some_and(|c| !c.is_empty()) || g.share.is_some() {
                 return JoinResult::error(ResponseError::InconsistentGroupProtocol, &member_id);
             }
             match g.join(req, tx, Instant::now(), now_ms()) {
@@ -679,6 +679,9 @@ impl GroupCoordinator {
             group_id.to_string(),
             self.config.initial_rebalance_delay,
         );
+        if g.share.is_some() {
+            return Err(ResponseError::GroupIdNotFound);
+        }
         if g.consumer.is_none() {
             if !g.members.is_empty() {
                 // A classic group with members: the protocols do not mix.
@@ -721,6 +724,54 @@ impl GroupCoordinator {
         self.groups()
             .get(group_id)
             .and_then(|g| g.consumer.as_ref())
+            .map(f)
+    }
+
+    /// ShareGroupHeartbeat (KIP-932). A group id in use by a classic or consumer group is not
+    /// a share group (GROUP_ID_NOT_FOUND, as Kafka answers).
+    pub fn share_heartbeat(
+        &self,
+        group_id: &str,
+        req: share_group::ShareHeartbeatIn,
+        session_timeout: Duration,
+    ) -> Result<share_group::ShareHeartbeatOut, ResponseError> {
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        self.check_coordinator(group_id)?;
+        let resolve = |name: &str| self.log.resolve_topic(name);
+        let mut groups = self.groups();
+        if req.member_epoch != 0 && !groups.contains_key(group_id) {
+            return Err(ResponseError::UnknownMemberId);
+        }
+        let g = group_entry(
+            &mut groups,
+            group_id.to_string(),
+            self.config.initial_rebalance_delay,
+        );
+        if g.share.is_none() {
+            if g.consumer.is_some() || !g.members.is_empty() || !g.offsets.is_empty() {
+                return Err(ResponseError::GroupIdNotFound);
+            }
+            g.share = Some(share_group::ShareState::default());
+            g.protocol_type = Some("share".into());
+        }
+        let s = g.share.as_mut().ok_or(ResponseError::GroupIdNotFound)?;
+        let member = req.member_id.clone();
+        let out = s.heartbeat(req, &resolve, session_timeout, Instant::now());
+        tracing::debug!(group = group_id, %member, epoch = ?out.as_ref().map(|o| o.member_epoch), assignment = ?out.as_ref().ok().map(|o| &o.assignment), "share heartbeat");
+        out
+    }
+
+    /// Runs `f` on a share group's state.
+    pub fn with_share_group<R>(
+        &self,
+        group_id: &str,
+        f: impl FnOnce(&share_group::ShareState) -> R,
+    ) -> Option<R> {
+        self.groups()
+            .get(group_id)
+            .and_then(|g| g.share.as_ref())
             .map(f)
     }
 
@@ -1083,14 +1134,15 @@ impl GroupCoordinator {
                 (
                     g.id.clone(),
                     g.protocol_type.clone().unwrap_or_default(),
-                    g.consumer
-                        .as_ref()
-                        .map(|c| c.state_name())
-                        .unwrap_or(g.state.name()),
-                    if g.consumer.is_some() {
-                        "consumer"
-                    } else {
-                        "classic"
+                    match (&g.consumer, &g.share) {
+                        (Some(c), _) => c.state_name(),
+                        (_, Some(s)) => s.state_name(),
+                        _ => g.state.name(),
+                    },
+                    match (&g.consumer, &g.share) {
+                        (Some(_), _) => "consumer",
+                        (_, Some(_)) => "share",
+                        _ => "classic",
                     },
                 )
             })
@@ -1109,7 +1161,7 @@ impl GroupCoordinator {
             let Some(g) = groups.get(group_id) else {
                 return Some(ResponseError::GroupIdNotFound);
             };
-            if !g.members.is_empty() {
+            if !g.members.is_empty() || g.share.as_ref().is_some_and(|s| !s.is_empty()) {
                 return Some(ResponseError::NonEmptyGroup);
             }
             g.offsets.keys().cloned().collect()
@@ -1326,15 +1378,18 @@ impl GroupCoordinator {
         }
         let now_wall = now_ms();
         let retention = self.config.offsets_retention.as_millis() as i64;
-        self.groups().values().any(|g| match &g.consumer {
-            Some(c) => !c.members.is_empty(),
-            None => {
-                !g.members.is_empty()
-                    || !g.pending_members.is_empty()
-                    || g.state != GroupState::Empty
-                    || (!g.offsets.is_empty() && now_wall - g.state_since_ms > retention)
-            }
-        })
+        self.groups()
+            .values()
+            .any(|g| match (&g.consumer, &g.share) {
+                (Some(c), _) => !c.members.is_empty(),
+                (_, Some(s)) => !s.members.is_empty(),
+                (None, None) => {
+                    !g.members.is_empty()
+                        || !g.pending_members.is_empty()
+                        || g.state != GroupState::Empty
+                        || (!g.offsets.is_empty() && now_wall - g.state_since_ms > retention)
+                }
+            })
     }
 
     pub fn tick(&self) {
@@ -1350,6 +1405,10 @@ impl GroupCoordinator {
             for g in groups.values_mut() {
                 if let Some(c) = g.consumer.as_mut() {
                     c.tick(&resolve, now);
+                    continue;
+                }
+                if let Some(s) = g.share.as_mut() {
+                    s.tick(&resolve, now);
                     continue;
                 }
                 if g.tick(now, now_wall) && g.state == GroupState::Empty {
@@ -1388,7 +1447,9 @@ impl GroupCoordinator {
     }
 
     fn count_removed(&self, g: &Group) {
-        let n = g.rebalances + g.consumer.as_ref().map(|c| c.rebalances).unwrap_or(0);
+        let n = g.rebalances
+            + g.consumer.as_ref().map(|c| c.rebalances).unwrap_or(0)
+            + g.share.as_ref().map(|s| s.rebalances).unwrap_or(0);
         self.removed_rebalances
             .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
@@ -1403,13 +1464,18 @@ impl GroupCoordinator {
             .removed_rebalances
             .load(std::sync::atomic::Ordering::Relaxed);
         for g in groups.values() {
-            let (kind, state) = match &g.consumer {
-                Some(c) => ("consumer", c.state_name()),
-                None => ("classic", g.state.name()),
+            let (kind, state) = match (&g.consumer, &g.share) {
+                (Some(c), _) => ("consumer", c.state_name()),
+                (_, Some(s)) => ("share", s.state_name()),
+                _ => ("classic", g.state.name()),
             };
             *by_state.entry((kind, state)).or_default() += 1;
-            members += g.members.len() + g.consumer.as_ref().map(|c| c.members.len()).unwrap_or(0);
-            rebalances += g.rebalances + g.consumer.as_ref().map(|c| c.rebalances).unwrap_or(0);
+            members += g.members.len()
+                + g.consumer.as_ref().map(|c| c.members.len()).unwrap_or(0)
+                + g.share.as_ref().map(|s| s.members.len()).unwrap_or(0);
+            rebalances += g.rebalances
+                + g.consumer.as_ref().map(|c| c.rebalances).unwrap_or(0)
+                + g.share.as_ref().map(|s| s.rebalances).unwrap_or(0);
         }
         crate::metrics::GroupGauges {
             by_state: by_state.into_iter().map(|((k, s), n)| (k, s, n)).collect(),
@@ -1428,6 +1494,7 @@ impl GroupCoordinator {
                 g.members.is_empty()
                     && g.offsets.is_empty()
                     && g.consumer.as_ref().is_none_or(|c| c.is_empty())
+                    && g.share.as_ref().is_none_or(|s| s.is_empty())
             })
             .map(|g| g.id.clone())
             .collect();
@@ -1440,6 +1507,7 @@ impl GroupCoordinator {
                     g.members.is_empty()
                         && g.offsets.is_empty()
                         && g.consumer.as_ref().is_none_or(|c| c.is_empty())
+                        && g.share.as_ref().is_none_or(|s| s.is_empty())
                 }) {
                     if let Some(g) = groups.remove(id) {
                         self.count_removed(&g);

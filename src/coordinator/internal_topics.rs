@@ -1,4 +1,5 @@
-//! How the coordinators' topics (`__consumer_offsets`, `__transaction_state`) are created:
+//! How the coordinators' topics (`__consumer_offsets`, `__transaction_state`,
+//! `__share_group_state`) are created:
 //! their partition counts, replication factors and configs, as Kafka's
 //! `GroupCoordinatorService.groupMetadataTopicConfigs` and
 //! `TransactionStateManager.transactionTopicConfigs` set them.
@@ -14,6 +15,10 @@ use std::collections::BTreeMap;
 use super::txn::TRANSACTION_STATE_TOPIC;
 use super::OFFSETS_TOPIC;
 use crate::config::BrokerConfig;
+
+/// Where share groups keep each share-partition's delivery state (Kafka's share coordinator
+/// topic).
+pub const SHARE_STATE_TOPIC: &str = "__share_group_state";
 
 /// What a coordinator topic is created with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +73,22 @@ pub fn spec(config: &BrokerConfig, name: &str, cluster: bool) -> Option<Internal
                 } else {
                     1
                 },
+                configs,
+            }
+        }
+        SHARE_STATE_TOPIC => {
+            // Kafka's share coordinator uses `cleanup.policy=delete` and prunes the records
+            // below each share-partition's latest snapshot itself; Strata writes only
+            // snapshots, keyed by share-partition, so compaction keeps the latest of each.
+            configs.insert("compression.type".into(), "producer".into());
+            configs.insert(
+                "segment.bytes".into(),
+                config.share_state_topic_segment_bytes.to_string(),
+            );
+            InternalTopicSpec {
+                name: SHARE_STATE_TOPIC,
+                partitions: config.share_state_topic_num_partitions,
+                replication_factor: 1,
                 configs,
             }
         }

@@ -12,6 +12,7 @@ pub mod internal_topics;
 pub mod offsets_log;
 pub mod offsets_topic;
 pub mod ownership;
+pub mod share_group;
 #[cfg(test)]
 pub(crate) mod test_support;
 pub mod txn;

@@ -1,0 +1,518 @@
+//! ShareFetch (KIP-932): a share consumer's acknowledgements of what it was given, then the
+//! records it acquires next, from the share-partitions of its share session.
+//!
+//! The acknowledgements are applied and persisted first (each partition answers with its
+//! `acknowledge_error_code`). Then each share-partition is read from its next fetch offset
+//! through the ordinary fetch path (which waits for new records up to `max_wait_ms`), and the
+//! available records of what was read are acquired for the member. When nothing could be
+//! acquired because other members hold every record in flight, the fetch waits, within
+//! `max_wait_ms`, for records to be released.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::share_fetch_response::{
+    AcquiredRecords, LeaderIdAndEpoch, PartitionData, ShareFetchableTopicResponse,
+};
+use kafka_protocol::messages::{RequestKind, ResponseKind, ShareFetchRequest, ShareFetchResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+use crate::api::errors;
+use crate::api::gate::{Gate, Who, GROUP_DENIED, TOPIC_DENIED};
+use crate::api::{Api, Context, Outcome};
+use crate::broker::{
+    FetchLimits, FetchParams, FetchPosition, FetchTopic, PartitionRead, RemoteRead,
+};
+use crate::broker::{LeaderEpoch, Offset, Topic, TopicRef};
+use crate::log::txn_index::AbortedTxn;
+use crate::protocol::Chunk;
+use crate::security::acl::Operation as Op;
+use crate::services::Services;
+use crate::share::session::{Begun, INITIAL_EPOCH};
+use crate::tiering::Tiering;
+
+/// One partition's acknowledgement batches: (first offset, last offset, types).
+pub type Acks = Vec<(i64, i64, Vec<i8>)>;
+
+/// What one share-partition answers.
+#[derive(Default)]
+struct Answer {
+    error: Option<ResponseError>,
+    ack_error: Option<ResponseError>,
+    acked: bool,
+    records: Option<Bytes>,
+    acquired: Vec<AcquiredRecords>,
+    leader: Option<(i32, i32)>,
+}
+
+fn top_level(code: ResponseError, message: Option<&str>) -> ShareFetchResponse {
+    ShareFetchResponse::default()
+        .with_error_code(code.code())
+        .with_error_message(message.map(|m| StrBytes::from_string(m.to_string())))
+}
+
+/// Applies each partition's acknowledgements of `member` (persisted before this returns).
+pub(crate) async fn acknowledge_all(
+    s: &Services,
+    group: &str,
+    member: &str,
+    acks: BTreeMap<(Uuid, i32), Acks>,
+) -> BTreeMap<(Uuid, i32), Option<ResponseError>> {
+    let shares = s.shares.clone();
+    let broker = s.broker.clone();
+    let (group, member) = (group.to_string(), member.to_string());
+    let done = crate::api::blocking(move || {
+        acks.into_iter()
+            .map(|((id, partition), batches)| {
+                let result = match broker.topic_by_id(&id) {
+                    None => Err(ResponseError::UnknownTopicId),
+                    Some(topic) => shares.acknowledge(&group, &member, &topic, partition, &batches),
+                };
+                ((id, partition), result.err())
+            })
+            .collect()
+    })
+    .await;
+    done.unwrap_or_else(|e| {
+        tracing::error!(error = %e, "share acknowledgement task failed");
+        BTreeMap::new()
+    })
+}
+
+pub async fn handle(s: &Services, req: ShareFetchRequest) -> ShareFetchResponse {
+    let group = req
+        .group_id
+        .as_ref()
+        .map(|g| g.0.to_string())
+        .unwrap_or_default();
+    let member = req
+        .member_id
+        .as_ref()
+        .map(|m| m.to_string())
+        .unwrap_or_default();
+    if group.is_empty() {
+        return top_level(ResponseError::InvalidGroupId, None);
+    }
+    if member.is_empty() {
+        return top_level(
+            ResponseError::InvalidRequest,
+            Some("MemberId can't be empty."),
+        );
+    }
+    let mut added = Vec::new();
+    let mut acks: BTreeMap<(Uuid, i32), Acks> = BTreeMap::new();
+    let mut partition_max_bytes: BTreeMap<(Uuid, i32), i32> = BTreeMap::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            let key = (t.topic_id, p.partition_index);
+            added.push(key);
+            partition_max_bytes.insert(key, p.partition_max_bytes);
+            if !p.acknowledgement_batches.is_empty() {
+                acks.entry(key).or_default().extend(
+                    p.acknowledgement_batches
+                        .iter()
+                        .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone())),
+                );
+            }
+        }
+    }
+    let forgotten: Vec<(Uuid, i32)> = req
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |&p| (t.topic_id, p)))
+        .collect();
+    if req.share_session_epoch == INITIAL_EPOCH && !acks.is_empty() {
+        return top_level(
+            ResponseError::InvalidRequest,
+            Some("Acknowledge data present on initial epoch"),
+        );
+    }
+    let begun = s
+        .shares
+        .sessions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .begin(
+            (group.clone(), member.clone()),
+            req.share_session_epoch,
+            &added,
+            &forgotten,
+        );
+    let session_partitions = match begun {
+        Err(e) => return top_level(e, None),
+        Ok(b) => b,
+    };
+    let mut answers: BTreeMap<(Uuid, i32), Answer> = BTreeMap::new();
+    for (key, error) in acknowledge_all(s, &group, &member, acks).await {
+        let a = answers.entry(key).or_default();
+        a.acked = true;
+        a.ack_error = error;
+    }
+    let partitions = match session_partitions {
+        Begun::Closed => {
+            let shares = s.shares.clone();
+            let (g, m) = (group.clone(), member.clone());
+            let _ = crate::api::blocking(move || shares.release_member(&g, &m)).await;
+            Vec::new()
+        }
+        Begun::Open(p) => p,
+    };
+    let settings = s.shares.settings(&group);
+    if !partitions.is_empty() {
+        let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
+        let member: Arc<str> = Arc::from(member.as_str());
+        loop {
+            // Registered before reading, so a release during the read is not missed.
+            let released = s.shares.available.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            let acquired = fetch_once(
+                s,
+                &group,
+                &member,
+                &partitions,
+                &partition_max_bytes,
+                &req,
+                deadline,
+                &mut answers,
+            )
+            .await;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if acquired || left.is_zero() || answers.values().any(|a| a.error.is_some()) {
+                break;
+            }
+            if tokio::time::timeout(left, released).await.is_err() {
+                break;
+            }
+        }
+    }
+    let mut topics: Vec<ShareFetchableTopicResponse> = Vec::new();
+    for ((id, partition), a) in answers {
+        if topics.last().is_none_or(|t| t.topic_id != id) {
+            topics.push(ShareFetchableTopicResponse::default().with_topic_id(id));
+        }
+        let (leader, epoch) = a.leader.unwrap_or((-1, -1));
+        let data = PartitionData::default()
+            .with_partition_index(partition)
+            .with_error_code(a.error.map_or(0, |e| e.code()))
+            .with_acknowledge_error_code(a.ack_error.map_or(0, |e| e.code()))
+            .with_current_leader(
+                LeaderIdAndEpoch::default()
+                    .with_leader_id(leader)
+                    .with_leader_epoch(epoch),
+            )
+            .with_records(Some(a.records.unwrap_or_default()))
+            .with_acquired_records(a.acquired);
+        if let Some(t) = topics.last_mut() {
+            t.partitions.push(data);
+        }
+    }
+    let lock_ms = settings.record_lock_duration_ms.clamp(0, i32::MAX as i64) as i32;
+    ShareFetchResponse::default()
+        .with_acquisition_lock_timeout_ms(lock_ms)
+        .with_responses(topics)
+}
+
+/// One read of the session's share-partitions and the acquisition of what it found. Returns
+/// whether anything was acquired.
+#[allow(clippy::too_many_arguments)]
+async fn fetch_once(
+    s: &Services,
+    group: &str,
+    member: &Arc<str>,
+    partitions: &[(Uuid, i32)],
+    partition_max_bytes: &BTreeMap<(Uuid, i32), i32>,
+    req: &ShareFetchRequest,
+    deadline: Instant,
+    answers: &mut BTreeMap<(Uuid, i32), Answer>,
+) -> bool {
+    let settings = s.shares.settings(group);
+    // Where each share-partition reads from (blocking: a first use may persist its start).
+    let positions = {
+        let shares = s.shares.clone();
+        let broker = s.broker.clone();
+        let (group, partitions, settings) =
+            (group.to_string(), partitions.to_vec(), settings.clone());
+        crate::api::blocking(move || {
+            partitions
+                .into_iter()
+                .map(|(id, partition)| {
+                    let at = match broker.topic_by_id(&id) {
+                        None => Err(ResponseError::UnknownTopicId),
+                        Some(t) => shares
+                            .fetch_offset(&group, &t, partition, &settings)
+                            .map(|o| o.map(|o| (t, o))),
+                    };
+                    ((id, partition), at)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+    };
+    let positions = match positions {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "share fetch task failed");
+            return false;
+        }
+    };
+    let mut wanted: Vec<FetchTopic> = Vec::new();
+    let mut topics: Vec<Arc<Topic>> = Vec::new();
+    for ((id, partition), at) in positions {
+        match at {
+            Err(e) => answers.entry((id, partition)).or_default().error = Some(e),
+            Ok(None) => {}
+            Ok(Some((topic, offset))) => {
+                if wanted.last().is_none_or(|w| w.topic != TopicRef::Id(id)) {
+                    wanted.push(FetchTopic {
+                        topic: TopicRef::Id(id),
+                        partitions: Vec::new(),
+                    });
+                    topics.push(topic);
+                }
+                let max = partition_max_bytes
+                    .get(&(id, partition))
+                    .copied()
+                    .filter(|&m| m > 0)
+                    .unwrap_or(req.max_bytes);
+                if let Some(w) = wanted.last_mut() {
+                    w.partitions.push((
+                        partition,
+                        FetchPosition {
+                            fetch_offset: offset,
+                            partition_max_bytes: max,
+                            current_leader_epoch: LeaderEpoch(-1),
+                            last_fetched_epoch: LeaderEpoch(-1),
+                            log_start_offset: Offset(-1),
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    if wanted.is_empty() {
+        return false;
+    }
+    let params = FetchParams {
+        replica_id: -1,
+        only_from_leader: true,
+        read_committed: settings.read_committed,
+        tiered: s.tiering.is_some(),
+    };
+    let max_bytes = (req.max_bytes.max(0) as usize).min(s.broker.config.fetch_max_bytes);
+    let limits = FetchLimits {
+        max_bytes,
+        min_bytes: (req.min_bytes.max(0) as usize).min(max_bytes),
+        max_wait: deadline.saturating_duration_since(Instant::now()),
+    };
+    let fetched = match s.broker.fetch(Arc::new(wanted), params, limits).await {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::error!(error = %e, "share fetch read failed");
+            return false;
+        }
+    };
+    let max_records = if req.max_records > 0 {
+        req.max_records as usize
+    } else {
+        usize::MAX
+    };
+    let mut any = false;
+    for (topic, reads) in topics.iter().zip(fetched.topics) {
+        for (index, read) in reads {
+            let key = (topic.id, index);
+            let got = match read {
+                PartitionRead::Records {
+                    records, aborted, ..
+                } => materialize(records).await.map(|b| (b, aborted)),
+                PartitionRead::Remote { offsets, read } => {
+                    let upper = offsets.last_stable_offset.0;
+                    remote(s.tiering.as_deref(), &read, upper, settings.read_committed).await
+                }
+                PartitionRead::NotLeader { leader, epoch } => {
+                    let a = answers.entry(key).or_default();
+                    a.error = Some(ResponseError::NotLeaderOrFollower);
+                    a.leader = Some((leader.unwrap_or(-1), epoch.0));
+                    continue;
+                }
+                PartitionRead::Failed { error, .. } => Err(error),
+                PartitionRead::Diverging { .. } => continue,
+            };
+            let (records, aborted) = match got {
+                Ok(r) => r,
+                Err(e) => {
+                    answers.entry(key).or_default().error = Some(e);
+                    continue;
+                }
+            };
+            let shares = s.shares.clone();
+            let (group, member, topic, settings) = (
+                group.to_string(),
+                member.clone(),
+                topic.clone(),
+                settings.clone(),
+            );
+            let took = crate::api::blocking(move || {
+                shares.acquire(
+                    &group,
+                    &member,
+                    &topic,
+                    index,
+                    &records,
+                    aborted.as_deref(),
+                    max_records,
+                    &settings,
+                )
+            })
+            .await;
+            match took {
+                Ok(Ok((acquired, bytes))) if !acquired.is_empty() => {
+                    any = true;
+                    let a = answers.entry(key).or_default();
+                    a.records = Some(bytes);
+                    a.acquired = acquired
+                        .into_iter()
+                        .map(|r| {
+                            AcquiredRecords::default()
+                                .with_first_offset(r.first_offset)
+                                .with_last_offset(r.last_offset)
+                                .with_delivery_count(r.delivery_count)
+                        })
+                        .collect();
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => answers.entry(key).or_default().error = Some(e),
+                Err(e) => {
+                    tracing::error!(error = %e, "share acquisition task failed");
+                    answers.entry(key).or_default().error = Some(errors::internal());
+                }
+            }
+        }
+    }
+    any
+}
+
+/// The bytes of a local read (a file range is read here: acquisition needs the batch
+/// headers).
+async fn materialize(records: Chunk) -> Result<Bytes, ResponseError> {
+    match records {
+        Chunk::Bytes(b) => Ok(b),
+        Chunk::File(slice) => match crate::api::blocking(move || slice.read()).await {
+            Ok(Ok(b)) => Ok(b),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "share fetch read failed");
+                Err(ResponseError::KafkaStorageError)
+            }
+            Err(_) => Err(errors::internal()),
+        },
+    }
+}
+
+/// A read left to remote storage, with its aborted transactions under read_committed.
+async fn remote(
+    tiering: Option<&Tiering>,
+    read: &RemoteRead,
+    upper: i64,
+    read_committed: bool,
+) -> Result<(Bytes, Option<Vec<AbortedTxn>>), ResponseError> {
+    let tiering = tiering.ok_or(ResponseError::OffsetOutOfRange)?;
+    let bytes = tiering
+        .read(
+            &read.topic,
+            read.partition,
+            read.offset.0,
+            read.max_bytes,
+            read.min_one,
+        )
+        .await
+        .map_err(|e| match e {
+            crate::tiering::RemoteReadError::OutOfRange(_) => ResponseError::OffsetOutOfRange,
+            other => {
+                tracing::warn!(error = %other, "remote share fetch failed");
+                ResponseError::KafkaStorageError
+            }
+        })?;
+    if !read_committed {
+        return Ok((bytes, None));
+    }
+    let aborted = tiering
+        .aborted_transactions(&read.topic, read.partition, read.offset.0, upper)
+        .await
+        .map_err(|_| ResponseError::KafkaStorageError)?;
+    let mut all: Vec<AbortedTxn> = aborted
+        .into_iter()
+        .map(|(producer_id, first_offset)| AbortedTxn {
+            producer_id,
+            first_offset,
+            last_offset: 0,
+            last_stable_offset: 0,
+        })
+        .collect();
+    if let Some(p) = read.topic.partitions.get(read.partition as usize) {
+        all.extend(p.aborted_transactions(read.offset, Offset(upper)));
+    }
+    Ok((bytes, Some(all)))
+}
+
+/// ShareFetch: READ on the group and on every topic.
+pub struct ShareFetch;
+
+impl Api for ShareFetch {
+    type Request = ShareFetchRequest;
+
+    fn authorize(who: &Who, mut r: ShareFetchRequest, _version: i16) -> Gate {
+        let group = r
+            .group_id
+            .as_ref()
+            .map(|g| g.0.to_string())
+            .unwrap_or_default();
+        if !who.may_use_group(&group) {
+            return Gate::Answer(ResponseKind::ShareFetch(top_level(GROUP_DENIED, None)));
+        }
+        let (ok, denied): (Vec<_>, Vec<_>) = r
+            .topics
+            .into_iter()
+            .partition(|t| who.may_topic(Op::Read, "", &t.topic_id));
+        r.topics = ok;
+        let refusals: Vec<ShareFetchableTopicResponse> = denied
+            .into_iter()
+            .map(|t| {
+                ShareFetchableTopicResponse::default()
+                    .with_topic_id(t.topic_id)
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                PartitionData::default()
+                                    .with_partition_index(p.partition_index)
+                                    .with_error_code(TOPIC_DENIED.code())
+                                    .with_records(Some(Bytes::new()))
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        Gate::Run(
+            RequestKind::ShareFetch(r),
+            crate::api::gate::finish(move |resp| match resp {
+                ResponseKind::ShareFetch(mut f) => {
+                    f.responses.extend(refusals);
+                    ResponseKind::ShareFetch(f)
+                }
+                other => other,
+            }),
+        )
+    }
+
+    async fn handle(s: &Services, _ctx: &Context, r: ShareFetchRequest, _version: i16) -> Outcome {
+        if s.broker.config.cluster.is_some() {
+            let (code, message) = crate::api::share_group_heartbeat::cluster_refusal();
+            return Outcome::respond(top_level(code, Some(&message)));
+        }
+        Outcome::respond(handle(s, r).await)
+    }
+}

@@ -1,0 +1,452 @@
+//! Share groups (KIP-932) on the partition leader: the share-partitions of this broker's
+//! partitions, their share sessions, and their durable state in `__share_group_state`.
+//!
+//! Membership and assignment are the group coordinator's
+//! ([`crate::coordinator::share_group`]); this service decides which records a member gets.
+//! A ShareFetch reads a partition from its share-partition's next fetch offset through the
+//! ordinary fetch path and acquires, in [`partition::SharePartition`], the available records
+//! of what it read, locked for `share.record.lock.duration.ms`.
+//!
+//! # Consistency
+//! One share-partition is changed under its own lock, on blocking threads only (persisting
+//! waits for the log). An acknowledgement is applied to a copy, the copy's snapshot is
+//! appended to `__share_group_state` and replicated, and only then does the copy replace the
+//! state and the member hear success: an acknowledged record is never redelivered, even after
+//! a crash. Acquisition is not persisted (as in Kafka): after a restart, acquired records are
+//! available again.
+//!
+//! # Crash consistency
+//! At start-up the latest snapshot of every share-partition is read back
+//! ([`state_log::ShareStateLog::load`]); a share-partition without one starts where
+//! `share.auto.offset.reset` says, and that start is persisted before anything is delivered,
+//! so a restart never skips records that were never delivered.
+//!
+//! # Limits
+//! Share sessions are bounded (`SHARE_SESSIONS`), and so are the records in flight per
+//! share-partition (`share.partition.max.record.locks`). Cluster mode is not served yet: the
+//! share-partition leader writes its state to `__share_group_state` partitions it leads, which
+//! only a single node guarantees.
+
+pub mod partition;
+pub mod session;
+pub mod state_log;
+pub mod state_record;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+pub use crate::coordinator::internal_topics::SHARE_STATE_TOPIC;
+
+use self::partition::{Acquired, BatchKind, Limits, SharePartition, Snapshot};
+use self::session::ShareSessions;
+use self::state_log::ShareStateLog;
+use self::state_record::StateKey;
+use crate::broker::{Broker, Offset, Topic};
+use crate::clock::now_ms;
+use crate::config::group::{share_settings, BrokerGroupSettings, ShareSettings};
+use crate::log::batch::BatchIter;
+use crate::log::txn_index::AbortedTxn;
+
+/// Kafka's `group.share.max.share.sessions` default.
+const SHARE_SESSIONS: usize = 2000;
+
+type Shared = Arc<Mutex<SharePartition>>;
+
+pub struct ShareService {
+    broker: Arc<Broker>,
+    log: ShareStateLog,
+    /// Snapshots read at start-up, taken by their share-partition on first use.
+    persisted: Mutex<HashMap<StateKey, Snapshot>>,
+    partitions: Mutex<HashMap<StateKey, Shared>>,
+    pub sessions: Mutex<ShareSessions>,
+    /// Woken when records become available again (released, expired), for waiting fetches.
+    pub available: tokio::sync::Notify,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A share-partition's limits under `s`.
+pub fn limits(s: &ShareSettings) -> Limits {
+    Limits {
+        delivery_count_limit: s.delivery_count_limit.clamp(1, i16::MAX as i64) as i16,
+        max_record_locks: s.max_record_locks.max(1) as usize,
+    }
+}
+
+/// Why a share-partition could not be served.
+fn state_unavailable(e: impl std::fmt::Display) -> ResponseError {
+    tracing::warn!(error = %e, "share state write failed");
+    ResponseError::CoordinatorNotAvailable
+}
+
+impl ShareService {
+    /// The service with the snapshots of `__share_group_state` read back. Blocking.
+    pub fn open(broker: Arc<Broker>) -> std::io::Result<Arc<ShareService>> {
+        let log = ShareStateLog::new(broker.clone());
+        let persisted = log.load()?;
+        if !persisted.is_empty() {
+            tracing::info!(
+                share_partitions = persisted.len(),
+                "share state loaded from __share_group_state"
+            );
+        }
+        Ok(Arc::new(ShareService {
+            broker,
+            log,
+            persisted: Mutex::new(persisted),
+            partitions: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(ShareSessions::new(SHARE_SESSIONS)),
+            available: tokio::sync::Notify::new(),
+        }))
+    }
+
+    /// The settings `group` runs with now.
+    pub fn settings(&self, group: &str) -> ShareSettings {
+        let broker = BrokerGroupSettings::new(&self.broker.config.explicit);
+        share_settings(&self.broker.group_configs(group), &broker)
+    }
+
+    /// The share-partition of `group` on `topic`'s `partition`, read back or started as
+    /// `share.auto.offset.reset` says (and that start persisted). Blocking.
+    fn share_partition(
+        &self,
+        group: &str,
+        topic: &Topic,
+        partition: i32,
+        settings: &ShareSettings,
+    ) -> Result<Shared, ResponseError> {
+        let key = StateKey {
+            group: group.to_string(),
+            topic_id: topic.id,
+            partition,
+        };
+        if let Some(p) = lock(&self.partitions).get(&key) {
+            return Ok(p.clone());
+        }
+        let p = topic
+            .partitions
+            .get(usize::try_from(partition).map_err(|_| ResponseError::UnknownTopicOrPartition)?)
+            .ok_or(ResponseError::UnknownTopicOrPartition)?;
+        if !p.is_leader() {
+            return Err(ResponseError::NotLeaderOrFollower);
+        }
+        let offsets = p.offsets();
+        let restored = lock(&self.persisted).remove(&key);
+        let sp = match restored {
+            Some(s) => SharePartition::from_snapshot(&s),
+            None => {
+                let start = self.initial_offset(p, settings)?;
+                let sp = SharePartition::new(start, p.leader_epoch().0, now_ms());
+                self.log
+                    .write(&key, Some(&sp.snapshot(now_ms())))
+                    .map_err(state_unavailable)?;
+                tracing::info!(group, topic = %topic.name, partition, start_offset = start, "share-partition initialized");
+                sp
+            }
+        };
+        let shared = Arc::new(Mutex::new(sp));
+        lock(&shared).move_start_to(offsets.log_start_offset.0);
+        Ok(lock(&self.partitions).entry(key).or_insert(shared).clone())
+    }
+
+    /// Where a new share-partition starts (`share.auto.offset.reset`).
+    fn initial_offset(
+        &self,
+        p: &crate::broker::Partition,
+        settings: &ShareSettings,
+    ) -> Result<i64, ResponseError> {
+        let offsets = p.offsets();
+        let reset = settings.auto_offset_reset.as_str();
+        if reset == "earliest" {
+            return Ok(offsets.log_start_offset.0);
+        }
+        if let Some(d) = reset.strip_prefix("by_duration:") {
+            let nanos = crate::config::group::parse_iso_duration_nanos(d)
+                .ok_or(ResponseError::InvalidConfig)?;
+            let since = now_ms() - (nanos / 1_000_000).min(i64::MAX as i128) as i64;
+            let (_, found) = p.offset_for_timestamp(since);
+            return Ok(match found {
+                Ok(Some(t)) => t.offset.max(offsets.log_start_offset.0),
+                Ok(None) => offsets.high_watermark.0,
+                Err(_) => return Err(ResponseError::KafkaStorageError),
+            });
+        }
+        Ok(offsets.high_watermark.0)
+    }
+
+    /// Where to read `partition` for `group`, or `None` when nothing can be acquired there
+    /// now. Blocking.
+    pub fn fetch_offset(
+        &self,
+        group: &str,
+        topic: &Topic,
+        partition: i32,
+        settings: &ShareSettings,
+    ) -> Result<Option<Offset>, ResponseError> {
+        let sp = self.share_partition(group, topic, partition, settings)?;
+        let mut sp = lock(&sp);
+        if let Some(p) = topic.partitions.get(partition as usize) {
+            sp.move_start_to(p.offsets().log_start_offset.0);
+        }
+        Ok(sp.next_fetch_offset(limits(settings)).map(Offset))
+    }
+
+    /// Acquires for `member` the records of `records` (read from `topic`'s `partition` at
+    /// its fetch offset) that are available, at most `max_records`; returns the acquired
+    /// ranges and the batches that hold them. `aborted` (read_committed) names the aborted
+    /// transactions among the records: their records are archived, never delivered.
+    /// Blocking.
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire(
+        &self,
+        group: &str,
+        member: &Arc<str>,
+        topic: &Topic,
+        partition: i32,
+        records: &Bytes,
+        aborted: Option<&[AbortedTxn]>,
+        max_records: usize,
+        settings: &ShareSettings,
+    ) -> Result<(Vec<Acquired>, Bytes), ResponseError> {
+        let batches = classify(records, aborted);
+        if batches.is_empty() {
+            return Ok((Vec::new(), Bytes::new()));
+        }
+        let sp = self.share_partition(group, topic, partition, settings)?;
+        let deadline =
+            Instant::now() + Duration::from_millis(settings.record_lock_duration_ms.max(0) as u64);
+        let acquired = {
+            let mut sp = lock(&sp);
+            let spans: Vec<_> = batches.iter().map(|b| (b.first, b.last, b.kind)).collect();
+            sp.acquire(member, &spans, max_records, limits(settings), deadline)
+        };
+        // Only the batches that hold acquired records go back.
+        let keep = |b: &&FetchedBatch| {
+            acquired
+                .iter()
+                .any(|a| a.first_offset <= b.last && b.first <= a.last_offset)
+        };
+        let kept: Vec<&FetchedBatch> = batches.iter().filter(keep).collect();
+        let bytes = match (kept.first(), kept.last()) {
+            (Some(first), Some(last)) if kept.len() == last.index - first.index + 1 => {
+                records.slice(first.range.start..last.range.end)
+            }
+            _ => {
+                let mut buf = bytes::BytesMut::new();
+                for b in kept {
+                    buf.extend_from_slice(&records[b.range.clone()]);
+                }
+                buf.freeze()
+            }
+        };
+        Ok((acquired, bytes))
+    }
+
+    /// Applies `member`'s acknowledgements on one share-partition and persists the result
+    /// before returning: all of them, or none. Blocking.
+    pub fn acknowledge(
+        &self,
+        group: &str,
+        member: &str,
+        topic: &Topic,
+        partition: i32,
+        batches: &[(i64, i64, Vec<i8>)],
+    ) -> Result<(), ResponseError> {
+        let settings = self.settings(group);
+        let key = StateKey {
+            group: group.to_string(),
+            topic_id: topic.id,
+            partition,
+        };
+        let Some(sp) = lock(&self.partitions).get(&key).cloned() else {
+            // Nothing was ever acquired here since this broker started.
+            return Err(ResponseError::InvalidRecordState);
+        };
+        let mut sp = lock(&sp);
+        let mut next = sp.clone();
+        for (first, last, types) in batches {
+            next.acknowledge(member, *first, *last, types, limits(&settings))
+                .map_err(|e| match e {
+                    partition::AckError::InvalidRecordState => ResponseError::InvalidRecordState,
+                    partition::AckError::InvalidRequest => ResponseError::InvalidRequest,
+                })?;
+        }
+        next.snapshot_epoch = next.snapshot_epoch.wrapping_add(1);
+        self.log
+            .write(&key, Some(&next.snapshot(now_ms())))
+            .map_err(state_unavailable)?;
+        crate::failpoint::hit("share.acknowledged.persisted");
+        let released =
+            next.next_fetch_offset(limits(&settings)) != sp.next_fetch_offset(limits(&settings));
+        *sp = next;
+        drop(sp);
+        if released {
+            self.available.notify_waiters();
+        }
+        Ok(())
+    }
+
+    /// Releases what `member` of `group` holds anywhere on this broker (its share session
+    /// closed), persisting the share-partitions that changed. Blocking.
+    pub fn release_member(&self, group: &str, member: &str) {
+        let settings = self.settings(group);
+        let mine: Vec<(StateKey, Shared)> = lock(&self.partitions)
+            .iter()
+            .filter(|(k, _)| k.group == group)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut any = false;
+        for (key, sp) in mine {
+            let mut sp = lock(&sp);
+            if sp.release_member(member, limits(&settings)) {
+                any = true;
+                self.persist_quietly(&key, &mut sp);
+            }
+        }
+        if any {
+            self.available.notify_waiters();
+        }
+    }
+
+    /// Writes a share-partition's state after a change that needs no answer (a release, an
+    /// expired lock); a failure only means a record may be delivered once more after a crash.
+    fn persist_quietly(&self, key: &StateKey, sp: &mut SharePartition) {
+        sp.snapshot_epoch = sp.snapshot_epoch.wrapping_add(1);
+        if let Err(e) = self.log.write(key, Some(&sp.snapshot(now_ms()))) {
+            tracing::warn!(group = %key.group, topic_id = %key.topic_id, partition = key.partition, error = %e, "cannot persist released share records");
+        }
+    }
+
+    /// Whether any acquisition lock may have expired.
+    pub fn needs_tick(&self) -> bool {
+        let now = Instant::now();
+        lock(&self.partitions)
+            .values()
+            .any(|sp| lock(sp).next_lock_deadline().is_some_and(|d| d <= now))
+    }
+
+    /// Releases the records whose acquisition lock expired. Blocking.
+    pub fn tick(&self) {
+        let now = Instant::now();
+        let all: Vec<(StateKey, Shared)> = lock(&self.partitions)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut any = false;
+        for (key, sp) in all {
+            let mut sp = lock(&sp);
+            if sp.next_lock_deadline().is_none_or(|d| d > now) {
+                continue;
+            }
+            let settings = self.settings(&key.group);
+            if sp.expire_locks(now, limits(&settings)) {
+                any = true;
+                tracing::debug!(group = %key.group, partition = key.partition, "acquisition locks expired");
+                self.persist_quietly(&key, &mut sp);
+            }
+        }
+        if any {
+            self.available.notify_waiters();
+        }
+    }
+
+    /// The share-partitions of `group` this broker has, with (start offset, records in
+    /// flight), for describe and metrics.
+    pub fn describe(&self, group: &str) -> Vec<(Uuid, i32, i64, usize)> {
+        let mut out: Vec<_> = lock(&self.partitions)
+            .iter()
+            .filter(|(k, _)| k.group == group)
+            .map(|(k, sp)| {
+                let sp = lock(sp);
+                (k.topic_id, k.partition, sp.start_offset(), sp.in_flight())
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Forgets and deletes the durable state of `group` (DeleteGroups on an empty share
+    /// group). Blocking.
+    pub fn delete_group(&self, group: &str) -> Result<(), ResponseError> {
+        let keys: Vec<StateKey> = {
+            let parts = lock(&self.partitions);
+            let persisted = lock(&self.persisted);
+            parts
+                .keys()
+                .chain(persisted.keys())
+                .filter(|k| k.group == group)
+                .cloned()
+                .collect()
+        };
+        for key in keys {
+            self.log.write(&key, None).map_err(state_unavailable)?;
+            lock(&self.partitions).remove(&key);
+            lock(&self.persisted).remove(&key);
+        }
+        Ok(())
+    }
+
+    /// Whether the broker has any state of `group` (it exists as a share group even with no
+    /// member).
+    pub fn knows_group(&self, group: &str) -> bool {
+        lock(&self.partitions).keys().any(|k| k.group == group)
+            || lock(&self.persisted).keys().any(|k| k.group == group)
+    }
+
+    /// Share-partitions of a deleted topic are forgotten (their records are gone).
+    pub fn topic_deleted(&self, topic_id: Uuid) {
+        lock(&self.partitions).retain(|k, _| k.topic_id != topic_id);
+        lock(&self.persisted).retain(|k, _| k.topic_id != topic_id);
+    }
+}
+
+/// One batch of a fetched record set.
+struct FetchedBatch {
+    index: usize,
+    range: std::ops::Range<usize>,
+    first: i64,
+    last: i64,
+    kind: BatchKind,
+}
+
+/// The batches of `records` in order: control batches, and under read_committed the batches
+/// of aborted transactions, are to be skipped (Kafka's consumer logic: a producer's batches
+/// from an aborted transaction's first offset up to its abort marker).
+fn classify(records: &Bytes, aborted: Option<&[AbortedTxn]>) -> Vec<FetchedBatch> {
+    let mut pending: Vec<&AbortedTxn> = aborted.map(|a| a.iter().collect()).unwrap_or_default();
+    pending.sort_by_key(|a| a.first_offset);
+    let mut pending = pending.into_iter().peekable();
+    let mut aborting: std::collections::HashSet<i64> = Default::default();
+    let mut out = Vec::new();
+    let base = records.as_ptr() as usize;
+    for (index, item) in BatchIter::new(records).enumerate() {
+        let Ok((_, h, raw)) = item else { break };
+        while let Some(a) = pending.next_if(|a| a.first_offset <= h.last_offset()) {
+            aborting.insert(a.producer_id);
+        }
+        let kind = if h.is_control() {
+            aborting.remove(&h.producer_id);
+            BatchKind::Skip
+        } else if h.is_transactional() && aborting.contains(&h.producer_id) {
+            BatchKind::Skip
+        } else {
+            BatchKind::Data
+        };
+        let start = raw.as_ptr() as usize - base;
+        out.push(FetchedBatch {
+            index,
+            range: start..start + raw.len(),
+            first: h.base_offset,
+            last: h.last_offset(),
+            kind,
+        });
+    }
+    out
+}
