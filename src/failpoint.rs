@@ -16,13 +16,15 @@
 //! binary with the variable set, wait for it to die, start it again without it, and check
 //! what a client observes (`tests/it/crash.rs`).
 //!
-//! The points (add a line here and a test in `tests/it/crash.rs` with every new one):
+//! The points (add a line here and a crash test with every new one):
 //! - [`TIERING_UPLOADED`]: a segment bundle is in the bucket, the manifest does not name it
 //!   yet (an orphan for the scrubber; the segment is uploaded again).
 //! - [`TIERING_MANIFEST_COMMITTED`]: the manifest covering a segment is committed, local
 //!   retention has not deleted the local copy yet.
 //! - [`CHECKPOINT_LOG_START`]: the recovery-point checkpoint is written, the log-start
 //!   checkpoint is about to be (so on the first pass it is missing after the crash).
+//! - [`SHARE_ACKNOWLEDGED_PERSISTED`]: a share acknowledgement's snapshot is in
+//!   `__share_group_state`, the member has not been answered (`tests/it/share_groups.rs`).
 //!
 //! Only the root crate has crash points: `strata-tiering` and `strata-compaction` do not
 //! depend on it, so their steps get a point on the broker side, right after the call.
@@ -39,6 +41,8 @@ pub const TIERING_UPLOADED: &str = "tiering.uploaded";
 pub const TIERING_MANIFEST_COMMITTED: &str = "tiering.manifest_committed";
 /// The log-start checkpoint is about to be written.
 pub const CHECKPOINT_LOG_START: &str = "checkpoint.log_start";
+/// A share acknowledgement is persisted; the share consumer has not been answered.
+pub const SHARE_ACKNOWLEDGED_PERSISTED: &str = "share.acknowledged.persisted";
 
 struct Armed {
     /// Point name -> the hit that aborts (1-based).

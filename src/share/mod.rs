@@ -282,7 +282,7 @@ impl ShareService {
         self.log
             .write(&key, Some(&next.snapshot(now_ms())))
             .map_err(state_unavailable)?;
-        crate::failpoint::hit("share.acknowledged.persisted");
+        crate::failpoint::hit(crate::failpoint::SHARE_ACKNOWLEDGED_PERSISTED);
         let released =
             next.next_fetch_offset(limits(&settings)) != sp.next_fetch_offset(limits(&settings));
         *sp = next;

@@ -33,9 +33,9 @@ const SEGMENT_BYTES: usize = 16 * 1024;
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// One run of the broker binary on a data dir that outlives it.
-struct BrokerProcess {
+pub(crate) struct BrokerProcess {
     child: Child,
-    kafka_addr: SocketAddr,
+    pub(crate) kafka_addr: SocketAddr,
     log: PathBuf,
 }
 
@@ -63,7 +63,7 @@ fn broker_props(root: &Path, extra: &[&str]) -> String {
 impl BrokerProcess {
     /// Starts `strata serve` on `root` (run `run` logs to `root/strata-<run>.log`), with
     /// `STRATA_FAILPOINT` set to `failpoint` or unset, and waits until it listens.
-    async fn start(root: &Path, run: usize, failpoint: Option<&str>) -> BrokerProcess {
+    pub(crate) async fn start(root: &Path, run: usize, failpoint: Option<&str>) -> BrokerProcess {
         BrokerProcess::start_with(root, run, failpoint, &[]).await
     }
 
@@ -126,7 +126,7 @@ impl BrokerProcess {
     }
 
     /// `kill -9`: no shutdown step of any kind runs.
-    fn kill_9(&mut self) {
+    pub(crate) fn kill_9(&mut self) {
         self.child.kill().expect("SIGKILL the broker");
         let status = self.child.wait().expect("reap the broker");
         assert_eq!(status.signal(), Some(9), "{status}");
@@ -144,7 +144,7 @@ impl BrokerProcess {
     }
 
     /// Waits for the process to end by itself (a crash point).
-    async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+    pub(crate) async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
         let deadline = Instant::now() + within;
         loop {
             if let Some(status) = self.child.try_wait().expect("poll the broker") {
@@ -160,7 +160,7 @@ impl BrokerProcess {
         }
     }
 
-    fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }

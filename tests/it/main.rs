@@ -35,6 +35,7 @@ mod recovery;
 mod replication;
 mod restart;
 mod security;
+mod share_groups;
 mod storage_errors;
 mod tiering;
 mod transactions;
