@@ -1,4 +1,5 @@
-//! ListGroups, with the state filter (v4+) and type filter (v5+: "classic" or "consumer").
+//! ListGroups, with the state filter (v4+) and type filter (v5+: "classic", "consumer" or
+//! "share").
 
 use std::sync::Arc;
 
@@ -14,8 +15,12 @@ use crate::coordinator::GroupCoordinator;
 use crate::security::acl::{Operation as Op, ResourceType as Res};
 use crate::services::Services;
 
+/// `share_groups`: the groups with share-partition state on this broker, listed as empty
+/// share groups when the coordinator has no members of theirs (a share group outlives its
+/// members, and a restart).
 pub fn handle(
     groups: &Arc<GroupCoordinator>,
+    share_groups: Vec<String>,
     req: ListGroupsRequest,
     version: i16,
 ) -> ListGroupsResponse {
@@ -30,8 +35,14 @@ pub fn handle(
         .iter()
         .map(|s| s.to_ascii_lowercase())
         .collect();
-    let groups = coordinator
-        .list()
+    let mut listed = coordinator.list();
+    for id in share_groups {
+        if !listed.iter().any(|(g, ..)| *g == id) && coordinator.check_coordinator(&id).is_ok() {
+            listed.push((id, "share".to_string(), "Empty", "share"));
+        }
+    }
+    listed.sort();
+    let groups = listed
         .into_iter()
         .filter(|(_, _, state, _)| {
             states.is_empty() || states.contains(&state.to_ascii_lowercase())
@@ -79,7 +90,7 @@ impl Api for ListGroups {
     }
 
     async fn handle(s: &Services, _ctx: &Context, r: ListGroupsRequest, version: i16) -> Outcome {
-        Outcome::respond(handle(&s.groups, r, version))
+        Outcome::respond(handle(&s.groups, s.shares.group_ids(), r, version))
     }
 }
 
@@ -109,7 +120,7 @@ mod tests {
         assert_eq!(joined.error_code, 0);
         let all = ListGroupsRequest::default();
         assert_eq!(
-            listed(&handle(&groups, all.clone(), 5)),
+            listed(&handle(&groups, Vec::new(), all.clone(), 5)),
             [(
                 "g".into(),
                 "consumer".into(),
@@ -119,11 +130,11 @@ mod tests {
         );
         // v3 knows neither state nor type; v4 adds the state.
         assert_eq!(
-            listed(&handle(&groups, all.clone(), 3)),
+            listed(&handle(&groups, Vec::new(), all.clone(), 3)),
             [("g".into(), "consumer".into(), String::new(), String::new())]
         );
         assert_eq!(
-            listed(&handle(&groups, all, 4)),
+            listed(&handle(&groups, Vec::new(), all, 4)),
             [(
                 "g".into(),
                 "consumer".into(),
@@ -136,17 +147,26 @@ mod tests {
             ListGroupsRequest::default().with_states_filter(vec![StrBytes::from_static_str(s)])
         };
         assert_eq!(
-            handle(&groups, by_state("completingrebalance"), 4)
+            handle(&groups, Vec::new(), by_state("completingrebalance"), 4)
                 .groups
                 .len(),
             1
         );
-        assert!(handle(&groups, by_state("Empty"), 4).groups.is_empty());
+        assert!(handle(&groups, Vec::new(), by_state("Empty"), 4)
+            .groups
+            .is_empty());
         let by_type = |t: &'static str| {
             ListGroupsRequest::default().with_types_filter(vec![StrBytes::from_static_str(t)])
         };
-        assert_eq!(handle(&groups, by_type("Classic"), 5).groups.len(), 1);
-        assert!(handle(&groups, by_type("consumer"), 5).groups.is_empty());
+        assert_eq!(
+            handle(&groups, Vec::new(), by_type("Classic"), 5)
+                .groups
+                .len(),
+            1
+        );
+        assert!(handle(&groups, Vec::new(), by_type("consumer"), 5)
+            .groups
+            .is_empty());
     }
 }
 

@@ -9,6 +9,7 @@ pub mod acls;
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_partition_reassignments;
+pub mod alter_share_group_offsets;
 pub mod api_versions;
 pub mod client_quotas;
 pub mod consumer_group_describe;
@@ -18,6 +19,7 @@ pub mod create_topics;
 pub mod delegation_tokens;
 pub mod delete_groups;
 pub mod delete_records;
+pub mod delete_share_group_offsets;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
@@ -25,6 +27,7 @@ pub mod describe_groups;
 pub mod describe_log_dirs;
 pub mod describe_producers;
 pub mod describe_quorum;
+pub mod describe_share_group_offsets;
 pub mod describe_topic_partitions;
 pub mod describe_transactions;
 pub mod elect_leaders;
@@ -213,6 +216,9 @@ apis! {
     share_group_describe::ShareGroupDescribe,
     share_fetch::ShareFetch,
     share_acknowledge::ShareAcknowledge,
+    describe_share_group_offsets::DescribeShareGroupOffsets,
+    alter_share_group_offsets::AlterShareGroupOffsets,
+    delete_share_group_offsets::DeleteShareGroupOffsets,
 }
 /// What the connection does after a request.
 pub enum Outcome {

@@ -1123,8 +1123,19 @@ impl GroupCoordinator {
         })
     }
 
-    /// (group id, protocol type, state) of every group.
-    /// (group id, protocol type, state, group type "classic" or "consumer") of every group.
+    /// The type of a group this coordinator knows: "classic", "consumer" or "share".
+    pub fn group_type(&self, group_id: &str) -> Option<&'static str> {
+        self.groups()
+            .get(group_id)
+            .map(|g| match (&g.consumer, &g.share) {
+                (Some(_), _) => "consumer",
+                (_, Some(_)) => "share",
+                _ => "classic",
+            })
+    }
+
+    /// (group id, protocol type, state, group type "classic", "consumer" or "share") of every
+    /// group.
     pub fn list(&self) -> Vec<(String, String, &'static str, &'static str)> {
         let mut v: Vec<_> = self
             .groups()

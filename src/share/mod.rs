@@ -400,6 +400,93 @@ impl ShareService {
             || lock(&self.persisted).keys().any(|k| k.group == group)
     }
 
+    /// The groups with share-partition state on this broker.
+    pub fn group_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = lock(&self.partitions)
+            .keys()
+            .chain(lock(&self.persisted).keys())
+            .map(|k| k.group.clone())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
+    /// `group`'s share-partition start offsets and leader epochs, by (topic id, partition).
+    pub fn start_offsets(&self, group: &str) -> HashMap<(Uuid, i32), (i64, i32)> {
+        let mut out: HashMap<(Uuid, i32), (i64, i32)> = lock(&self.persisted)
+            .iter()
+            .filter(|(k, _)| k.group == group)
+            .map(|(k, s)| ((k.topic_id, k.partition), (s.start_offset, s.leader_epoch)))
+            .collect();
+        for (k, sp) in lock(&self.partitions)
+            .iter()
+            .filter(|(k, _)| k.group == group)
+        {
+            let sp = lock(sp);
+            out.insert(
+                (k.topic_id, k.partition),
+                (sp.start_offset(), sp.leader_epoch),
+            );
+        }
+        out
+    }
+
+    /// Starts `group`'s share-partition over at `offset` (AlterShareGroupOffsets on a group
+    /// with no members): nothing in flight, every record from `offset` on to be delivered.
+    /// Persisted before it takes effect. Blocking.
+    pub fn reset_start_offset(
+        &self,
+        group: &str,
+        topic: &Topic,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(), ResponseError> {
+        let p = topic
+            .partitions
+            .get(usize::try_from(partition).map_err(|_| ResponseError::UnknownTopicOrPartition)?)
+            .ok_or(ResponseError::UnknownTopicOrPartition)?;
+        let key = StateKey {
+            group: group.to_string(),
+            topic_id: topic.id,
+            partition,
+        };
+        let offsets = p.offsets();
+        let start = offset.clamp(offsets.log_start_offset.0, offsets.log_end_offset.0);
+        let mut sp = SharePartition::new(start, p.leader_epoch().0, now_ms());
+        let previous = lock(&self.partitions)
+            .get(&key)
+            .map(|sp| lock(sp).state_epoch);
+        sp.state_epoch = previous.unwrap_or(0).wrapping_add(1);
+        self.log
+            .write(&key, Some(&sp.snapshot(now_ms())))
+            .map_err(state_unavailable)?;
+        lock(&self.persisted).remove(&key);
+        lock(&self.partitions).insert(key, Arc::new(Mutex::new(sp)));
+        Ok(())
+    }
+
+    /// Deletes `group`'s state of `topic_id`'s share-partitions (DeleteShareGroupOffsets):
+    /// the next member to fetch starts where `share.auto.offset.reset` says. Blocking.
+    pub fn delete_topic_state(&self, group: &str, topic_id: Uuid) -> Result<(), ResponseError> {
+        let keys: Vec<StateKey> = {
+            let parts = lock(&self.partitions);
+            let persisted = lock(&self.persisted);
+            parts
+                .keys()
+                .chain(persisted.keys())
+                .filter(|k| k.group == group && k.topic_id == topic_id)
+                .cloned()
+                .collect()
+        };
+        for key in keys {
+            self.log.write(&key, None).map_err(state_unavailable)?;
+            lock(&self.partitions).remove(&key);
+            lock(&self.persisted).remove(&key);
+        }
+        Ok(())
+    }
+
     /// Share-partitions of a deleted topic are forgotten (their records are gone).
     pub fn topic_deleted(&self, topic_id: Uuid) {
         lock(&self.partitions).retain(|k, _| k.topic_id != topic_id);

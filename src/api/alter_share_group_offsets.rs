@@ -1,0 +1,145 @@
+//! AlterShareGroupOffsets (KIP-932): sets the start offset of a share group's share-partitions
+//! (`kafka-share-groups --reset-offsets`), only while the group has no members; the new start
+//! is persisted before the answer.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::alter_share_group_offsets_response::{
+    AlterShareGroupOffsetsResponsePartition as Partition,
+    AlterShareGroupOffsetsResponseTopic as Topic,
+};
+use kafka_protocol::messages::{
+    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, RequestKind, ResponseKind,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::api::describe_share_group_offsets::share_group_is_empty;
+use crate::api::gate::{self, Gate, Who, GROUP_DENIED, TOPIC_DENIED};
+use crate::api::{blocking, errors, Api, Context, Outcome};
+use crate::broker::Broker;
+use crate::coordinator::GroupCoordinator;
+use crate::security::acl::{Operation as Op, ResourceType as Res};
+use crate::services::Services;
+use crate::share::ShareService;
+
+fn refuse(code: ResponseError, message: Option<String>) -> AlterShareGroupOffsetsResponse {
+    AlterShareGroupOffsetsResponse::default()
+        .with_error_code(code.code())
+        .with_error_message(message.map(StrBytes::from_string))
+}
+
+/// Blocking (persists).
+pub fn handle(
+    broker: &Broker,
+    groups: &GroupCoordinator,
+    shares: &ShareService,
+    req: AlterShareGroupOffsetsRequest,
+) -> AlterShareGroupOffsetsResponse {
+    let group = req.group_id.0.to_string();
+    match share_group_is_empty(groups, shares, &group) {
+        Err(ResponseError::GroupIdNotFound) if groups.group_type(&group).is_none() => {
+            // Kafka creates the share group's state for a group that does not exist yet.
+        }
+        Err(e) => return refuse(e, None),
+        Ok(false) => {
+            return refuse(
+                ResponseError::NonEmptyGroup,
+                Some(format!("Share group {group} is not empty.")),
+            )
+        }
+        Ok(true) => {}
+    }
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let topic = broker.topic(&t.topic_name);
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|p| {
+                    let result = match &topic {
+                        None => Err(ResponseError::UnknownTopicOrPartition),
+                        Some(topic) => shares.reset_start_offset(
+                            &group,
+                            topic,
+                            p.partition_index,
+                            p.start_offset,
+                        ),
+                    };
+                    Partition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(result.err().map_or(0, |e| e.code()))
+                })
+                .collect();
+            Topic::default()
+                .with_topic_name(t.topic_name)
+                .with_topic_id(topic.map(|t| t.id).unwrap_or_default())
+                .with_partitions(partitions)
+        })
+        .collect();
+    AlterShareGroupOffsetsResponse::default().with_responses(topics)
+}
+
+/// AlterShareGroupOffsets: READ on the group and on each topic.
+pub struct AlterShareGroupOffsets;
+
+impl Api for AlterShareGroupOffsets {
+    type Request = AlterShareGroupOffsetsRequest;
+
+    fn authorize(who: &Who, mut r: AlterShareGroupOffsetsRequest, _version: i16) -> Gate {
+        if !who.may(Op::Read, Res::Group, &r.group_id) {
+            return Gate::Answer(ResponseKind::AlterShareGroupOffsets(refuse(
+                GROUP_DENIED,
+                None,
+            )));
+        }
+        let (ok, denied): (Vec<_>, Vec<_>) = r
+            .topics
+            .into_iter()
+            .partition(|t| who.may(Op::Read, Res::Topic, &t.topic_name));
+        r.topics = ok;
+        let refusals: Vec<Topic> = denied
+            .into_iter()
+            .map(|t| {
+                Topic::default()
+                    .with_topic_name(t.topic_name)
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                Partition::default()
+                                    .with_partition_index(p.partition_index)
+                                    .with_error_code(TOPIC_DENIED.code())
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        Gate::Run(
+            RequestKind::AlterShareGroupOffsets(r),
+            gate::finish(move |resp| match resp {
+                ResponseKind::AlterShareGroupOffsets(mut a) => {
+                    a.responses.extend(refusals);
+                    ResponseKind::AlterShareGroupOffsets(a)
+                }
+                other => other,
+            }),
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: AlterShareGroupOffsetsRequest,
+        _version: i16,
+    ) -> Outcome {
+        let (broker, groups, shares): (Arc<Broker>, Arc<GroupCoordinator>, Arc<ShareService>) =
+            (s.broker.clone(), s.groups.clone(), s.shares.clone());
+        let response = blocking(move || handle(&broker, &groups, &shares, r))
+            .await
+            .unwrap_or_else(|_| refuse(errors::internal(), None));
+        Outcome::respond(response)
+    }
+}

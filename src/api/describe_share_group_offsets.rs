@@ -1,0 +1,168 @@
+//! DescribeShareGroupOffsets (KIP-932): each share-partition's start offset (the first record
+//! not yet delivered and acknowledged), as `kafka-share-groups --describe` shows it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_share_group_offsets_response::{
+    DescribeShareGroupOffsetsResponseGroup as Group,
+    DescribeShareGroupOffsetsResponsePartition as Partition,
+    DescribeShareGroupOffsetsResponseTopic as Topic,
+};
+use kafka_protocol::messages::{
+    DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, RequestKind, ResponseKind,
+    TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::api::gate::{self, Gate, Who, GROUP_DENIED, TOPIC_DENIED};
+use crate::api::{Api, Context, Outcome};
+use crate::broker::Broker;
+use crate::coordinator::GroupCoordinator;
+use crate::security::acl::{Operation as Op, ResourceType as Res};
+use crate::services::Services;
+use crate::share::ShareService;
+
+/// Whether `group` is a share group with no members (`Ok(true)`), with members (`Ok(false)`),
+/// or not a share group (GROUP_ID_NOT_FOUND; a share group exists while it has members or
+/// share-partition state).
+pub fn share_group_is_empty(
+    groups: &GroupCoordinator,
+    shares: &ShareService,
+    group: &str,
+) -> Result<bool, ResponseError> {
+    groups.check_coordinator(group)?;
+    match groups.group_type(group) {
+        Some("share") => Ok(groups
+            .with_share_group(group, |s| s.is_empty())
+            .unwrap_or(true)),
+        Some(_) => Err(ResponseError::GroupIdNotFound),
+        None if shares.knows_group(group) => Ok(true),
+        None => Err(ResponseError::GroupIdNotFound),
+    }
+}
+
+pub fn handle(
+    broker: &Broker,
+    groups: &Arc<GroupCoordinator>,
+    shares: &ShareService,
+    req: DescribeShareGroupOffsetsRequest,
+) -> DescribeShareGroupOffsetsResponse {
+    let described = req
+        .groups
+        .into_iter()
+        .map(|g| {
+            let id = g.group_id.0.to_string();
+            let base = Group::default().with_group_id(g.group_id.clone());
+            if let Err(e) = share_group_is_empty(groups, shares, &id) {
+                return base.with_error_code(e.code());
+            }
+            let offsets = shares.start_offsets(&id);
+            // The requested topics, or every topic the group has state of.
+            let wanted: Vec<(String, Vec<i32>)> = match g.topics {
+                Some(topics) => topics
+                    .into_iter()
+                    .map(|t| (t.topic_name.0.to_string(), t.partitions))
+                    .collect(),
+                None => {
+                    let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+                    for (topic_id, partition) in offsets.keys() {
+                        if let Some(t) = broker.topic_by_id(topic_id) {
+                            by_topic.entry(t.name.clone()).or_default().push(*partition);
+                        }
+                    }
+                    by_topic
+                        .into_iter()
+                        .map(|(t, mut ps)| {
+                            ps.sort_unstable();
+                            (t, ps)
+                        })
+                        .collect()
+                }
+            };
+            let topics = wanted
+                .into_iter()
+                .map(|(name, partitions)| {
+                    let topic = broker.topic(&name);
+                    let partitions = partitions
+                        .into_iter()
+                        .map(|p| {
+                            let base = Partition::default().with_partition_index(p);
+                            let Some(t) = topic.as_ref() else {
+                                return base
+                                    .with_start_offset(-1)
+                                    .with_leader_epoch(-1)
+                                    .with_error_code(
+                                        ResponseError::UnknownTopicOrPartition.code(),
+                                    );
+                            };
+                            match offsets.get(&(t.id, p)) {
+                                Some(&(start, epoch)) => {
+                                    base.with_start_offset(start).with_leader_epoch(epoch)
+                                }
+                                // Never fetched by this group: not initialized.
+                                None => base.with_start_offset(-1).with_leader_epoch(-1),
+                            }
+                        })
+                        .collect();
+                    Topic::default()
+                        .with_topic_name(TopicName(StrBytes::from_string(name)))
+                        .with_topic_id(topic.map(|t| t.id).unwrap_or_default())
+                        .with_partitions(partitions)
+                })
+                .collect();
+            base.with_topics(topics)
+        })
+        .collect();
+    DescribeShareGroupOffsetsResponse::default().with_groups(described)
+}
+
+/// DescribeShareGroupOffsets: DESCRIBE on the group and on each topic.
+pub struct DescribeShareGroupOffsets;
+
+impl Api for DescribeShareGroupOffsets {
+    type Request = DescribeShareGroupOffsetsRequest;
+
+    fn authorize(who: &Who, r: DescribeShareGroupOffsetsRequest, _version: i16) -> Gate {
+        let who = who.clone();
+        Gate::Run(
+            RequestKind::DescribeShareGroupOffsets(r),
+            gate::finish(move |resp| match resp {
+                ResponseKind::DescribeShareGroupOffsets(mut d) => {
+                    for g in d.groups.iter_mut() {
+                        if !who.may(Op::Describe, Res::Group, &g.group_id) {
+                            *g = Group::default()
+                                .with_group_id(g.group_id.clone())
+                                .with_error_code(GROUP_DENIED.code())
+                                .with_error_message(gate::message(GROUP_DENIED));
+                            continue;
+                        }
+                        for t in g.topics.iter_mut() {
+                            if !who.may(Op::Describe, Res::Topic, &t.topic_name) {
+                                for p in t.partitions.iter_mut() {
+                                    *p = Partition::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_start_offset(-1)
+                                        .with_leader_epoch(-1)
+                                        .with_error_code(TOPIC_DENIED.code());
+                                }
+                            }
+                        }
+                    }
+                    ResponseKind::DescribeShareGroupOffsets(d)
+                }
+                other => other,
+            }),
+        )
+    }
+
+    async fn handle(
+        s: &Services,
+        _ctx: &Context,
+        r: DescribeShareGroupOffsetsRequest,
+        _version: i16,
+    ) -> Outcome {
+        Outcome::respond(handle(&s.broker, &s.groups, &s.shares, r))
+    }
+}
