@@ -59,6 +59,7 @@ async fn respond(mut stream: TcpStream, services: Arc<Services>) -> std::io::Res
                     t.render_metrics(&mut text, &b.remote_upload_lag());
                 }
                 b.quotas.render_metrics(&mut text);
+                s.shares.render_metrics(&mut text);
                 crate::metrics::render_request_memory(&mut text, &b.request_memory);
                 crate::metrics::render_transactions(
                     &mut text,

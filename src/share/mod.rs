@@ -33,6 +33,8 @@ pub mod state_log;
 pub mod state_record;
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -66,6 +68,16 @@ pub struct ShareService {
     pub sessions: Mutex<ShareSessions>,
     /// Woken when records become available again (released, expired), for waiting fetches.
     pub available: tokio::sync::Notify,
+    counters: Counters,
+}
+
+/// Totals since start-up, for /metrics.
+#[derive(Default)]
+struct Counters {
+    acquired: AtomicU64,
+    redelivered: AtomicU64,
+    acknowledged: AtomicU64,
+    lock_expiries: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -104,6 +116,7 @@ impl ShareService {
             partitions: Mutex::new(HashMap::new()),
             sessions: Mutex::new(ShareSessions::new(SHARE_SESSIONS)),
             available: tokio::sync::Notify::new(),
+            counters: Counters::default(),
         }))
     }
 
@@ -227,6 +240,13 @@ impl ShareService {
             let spans: Vec<_> = batches.iter().map(|b| (b.first, b.last, b.kind)).collect();
             sp.acquire(member, &spans, max_records, limits(settings), deadline)
         };
+        for a in &acquired {
+            let n = (a.last_offset - a.first_offset + 1) as u64;
+            self.counters.acquired.fetch_add(n, Ordering::Relaxed);
+            if a.delivery_count > 1 {
+                self.counters.redelivered.fetch_add(n, Ordering::Relaxed);
+            }
+        }
         // Only the batches that hold acquired records go back.
         let keep = |b: &&FetchedBatch| {
             acquired
@@ -283,6 +303,10 @@ impl ShareService {
             .write(&key, Some(&next.snapshot(now_ms())))
             .map_err(state_unavailable)?;
         crate::failpoint::hit(crate::failpoint::SHARE_ACKNOWLEDGED_PERSISTED);
+        let n: i64 = batches.iter().map(|(f, l, _)| l - f + 1).sum();
+        self.counters
+            .acknowledged
+            .fetch_add(n.max(0) as u64, Ordering::Relaxed);
         let released =
             next.next_fetch_offset(limits(&settings)) != sp.next_fetch_offset(limits(&settings));
         *sp = next;
@@ -346,8 +370,13 @@ impl ShareService {
                 continue;
             }
             let settings = self.settings(&key.group);
+            let before = sp.acquired_count();
             if sp.expire_locks(now, limits(&settings)) {
                 any = true;
+                let expired = before - sp.acquired_count();
+                self.counters
+                    .lock_expiries
+                    .fetch_add(expired as u64, Ordering::Relaxed);
                 tracing::debug!(group = %key.group, partition = key.partition, "acquisition locks expired");
                 self.persist_quietly(&key, &mut sp);
             }
@@ -485,6 +514,69 @@ impl ShareService {
             lock(&self.persisted).remove(&key);
         }
         Ok(())
+    }
+
+    /// Prometheus lines: share-partitions, records in flight and acquired by members now, and
+    /// totals of acquisitions, redeliveries, acknowledgements and expired locks.
+    pub fn render_metrics(&self, out: &mut String) {
+        let (mut partitions, mut in_flight, mut acquired) = (0usize, 0usize, 0usize);
+        for sp in lock(&self.partitions).values() {
+            let sp = lock(sp);
+            partitions += 1;
+            in_flight += sp.in_flight();
+            acquired += sp.acquired_count();
+        }
+        let c = &self.counters;
+        let rows: [(&str, &str, &str, u64); 7] = [
+            (
+                "strata_share_partitions",
+                "gauge",
+                "Share-partitions served by this broker.",
+                partitions as u64,
+            ),
+            (
+                "strata_share_records_in_flight",
+                "gauge",
+                "Records between a share-partition's start and end offsets.",
+                in_flight as u64,
+            ),
+            (
+                "strata_share_records_acquired",
+                "gauge",
+                "Records acquired by a member and not yet acknowledged or released.",
+                acquired as u64,
+            ),
+            (
+                "strata_share_acquisitions_total",
+                "counter",
+                "Records acquired (each delivery counts).",
+                c.acquired.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_share_redeliveries_total",
+                "counter",
+                "Records acquired again after a release or an expired lock.",
+                c.redelivered.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_share_acknowledged_total",
+                "counter",
+                "Records acknowledged (accepted, released, rejected) and persisted.",
+                c.acknowledged.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_share_lock_expiries_total",
+                "counter",
+                "Acquisition locks that expired before an acknowledgement.",
+                c.lock_expiries.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, kind, help, value) in rows {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        }
     }
 
     /// Share-partitions of a deleted topic are forgotten (their records are gone).
