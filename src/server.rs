@@ -168,6 +168,16 @@ pub async fn serve(
                             }
                         }
                     };
+                    // Share sessions end with their connection, releasing their records.
+                    let shares = services.shares.clone();
+                    if shares
+                        .sessions
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .uses(peer)
+                    {
+                        let _ = crate::blocking::run(move || shares.connection_closed(peer)).await;
+                    }
                     match result {
                         Ok(()) => {}
                         // A response we cannot encode is a bug in a handler, not the client's fault.

@@ -37,32 +37,30 @@ fn partition(index: i32, error: Option<ResponseError>) -> PartitionData {
         )
 }
 
-pub async fn handle(s: &Services, req: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse {
-    let group = req
-        .group_id
-        .as_ref()
-        .map(|g| g.0.to_string())
-        .unwrap_or_default();
-    let member = req
-        .member_id
-        .as_ref()
-        .map(|m| m.to_string())
-        .unwrap_or_default();
-    if group.is_empty() {
-        return top_level(ResponseError::InvalidGroupId, None);
-    }
+pub async fn handle(
+    s: &Services,
+    ctx: &Context,
+    req: ShareAcknowledgeRequest,
+) -> ShareAcknowledgeResponse {
+    // As Kafka: a null group id or a null or empty member id is INVALID_REQUEST, without a
+    // message (an empty group id is a group id).
+    let (Some(group), Some(member)) = (req.group_id.as_ref(), req.member_id.as_ref()) else {
+        return top_level(ResponseError::InvalidRequest, None);
+    };
+    let (group, member) = (group.0.to_string(), member.to_string());
     if member.is_empty() {
-        return top_level(
-            ResponseError::InvalidRequest,
-            Some("MemberId can't be empty."),
-        );
+        return top_level(ResponseError::InvalidRequest, None);
     }
     let begun = s
         .shares
         .sessions
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .acknowledge((group.clone(), member.clone()), req.share_session_epoch);
+        .acknowledge(
+            (group.clone(), member.clone()),
+            req.share_session_epoch,
+            ctx.peer,
+        );
     let begun = match begun {
         Err(e) => return top_level(e, None),
         Ok(b) => b,
@@ -146,7 +144,7 @@ impl Api for ShareAcknowledge {
 
     async fn handle(
         s: &Services,
-        _ctx: &Context,
+        ctx: &Context,
         r: ShareAcknowledgeRequest,
         _version: i16,
     ) -> Outcome {
@@ -154,6 +152,6 @@ impl Api for ShareAcknowledge {
             let (code, message) = crate::api::share_group_heartbeat::cluster_refusal();
             return Outcome::respond(top_level(code, Some(&message)));
         }
-        Outcome::respond(handle(s, r).await)
+        Outcome::respond(handle(s, ctx, r).await)
     }
 }

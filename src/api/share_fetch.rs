@@ -83,25 +83,15 @@ pub(crate) async fn acknowledge_all(
     })
 }
 
-pub async fn handle(s: &Services, req: ShareFetchRequest) -> ShareFetchResponse {
-    let group = req
-        .group_id
-        .as_ref()
-        .map(|g| g.0.to_string())
-        .unwrap_or_default();
-    let member = req
-        .member_id
-        .as_ref()
-        .map(|m| m.to_string())
-        .unwrap_or_default();
-    if group.is_empty() {
-        return top_level(ResponseError::InvalidGroupId, None);
-    }
+pub async fn handle(s: &Services, ctx: &Context, req: ShareFetchRequest) -> ShareFetchResponse {
+    // As Kafka: a null group id or a null or empty member id is INVALID_REQUEST, without a
+    // message (an empty group id is a group id).
+    let (Some(group), Some(member)) = (req.group_id.as_ref(), req.member_id.as_ref()) else {
+        return top_level(ResponseError::InvalidRequest, None);
+    };
+    let (group, member) = (group.0.to_string(), member.to_string());
     if member.is_empty() {
-        return top_level(
-            ResponseError::InvalidRequest,
-            Some("MemberId can't be empty."),
-        );
+        return top_level(ResponseError::InvalidRequest, None);
     }
     let mut added = Vec::new();
     let mut acks: BTreeMap<(Uuid, i32), Acks> = BTreeMap::new();
@@ -126,10 +116,7 @@ pub async fn handle(s: &Services, req: ShareFetchRequest) -> ShareFetchResponse 
         .flat_map(|t| t.partitions.iter().map(move |&p| (t.topic_id, p)))
         .collect();
     if req.share_session_epoch == INITIAL_EPOCH && !acks.is_empty() {
-        return top_level(
-            ResponseError::InvalidRequest,
-            Some("Acknowledge data present on initial epoch"),
-        );
+        return top_level(ResponseError::InvalidRequest, None);
     }
     let begun = s
         .shares
@@ -141,6 +128,7 @@ pub async fn handle(s: &Services, req: ShareFetchRequest) -> ShareFetchResponse 
             req.share_session_epoch,
             &added,
             &forgotten,
+            ctx.peer,
         );
     let session_partitions = match begun {
         Err(e) => return top_level(e, None),
@@ -508,11 +496,11 @@ impl Api for ShareFetch {
         )
     }
 
-    async fn handle(s: &Services, _ctx: &Context, r: ShareFetchRequest, _version: i16) -> Outcome {
+    async fn handle(s: &Services, ctx: &Context, r: ShareFetchRequest, _version: i16) -> Outcome {
         if s.broker.config.cluster.is_some() {
             let (code, message) = crate::api::share_group_heartbeat::cluster_refusal();
             return Outcome::respond(top_level(code, Some(&message)));
         }
-        Outcome::respond(handle(s, r).await)
+        Outcome::respond(handle(s, ctx, r).await)
     }
 }

@@ -339,6 +339,16 @@ impl ShareService {
         }
     }
 
+    /// A client connection closed: its share sessions end and what their members hold is
+    /// released. Blocking.
+    pub fn connection_closed(&self, connection: std::net::SocketAddr) {
+        let ended = lock(&self.sessions).connection_closed(connection);
+        for (group, member) in ended {
+            tracing::debug!(%group, %member, "share session ended with its connection");
+            self.release_member(&group, &member);
+        }
+    }
+
     /// Writes a share-partition's state after a change that needs no answer (a release, an
     /// expired lock); a failure only means a record may be delivered once more after a crash.
     fn persist_quietly(&self, key: &StateKey, sp: &mut SharePartition) {

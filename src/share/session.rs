@@ -6,8 +6,13 @@
 //! Kafka's share session cache: SHARE_SESSION_NOT_FOUND without a session,
 //! INVALID_SHARE_SESSION_EPOCH for another epoch, SHARE_SESSION_LIMIT_REACHED when the cache
 //! is full.
+//!
+//! A session belongs to the connection that last used it: when that connection closes, the
+//! session ends and its member's acquired records are released (as Kafka does), instead of
+//! waiting for their locks to expire.
 
 use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
 
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
@@ -24,6 +29,8 @@ struct Session {
     /// The epoch the next request must carry.
     next_epoch: i32,
     partitions: BTreeSet<(Uuid, i32)>,
+    /// The client connection that last used the session.
+    connection: Option<SocketAddr>,
 }
 
 /// What a request did to its session.
@@ -64,6 +71,7 @@ impl ShareSessions {
         epoch: i32,
         added: &[(Uuid, i32)],
         forgotten: &[(Uuid, i32)],
+        connection: SocketAddr,
     ) -> Result<Begun, ResponseError> {
         match epoch {
             INITIAL_EPOCH => {
@@ -73,6 +81,7 @@ impl ShareSessions {
                 let s = Session {
                     next_epoch: 1,
                     partitions: added.iter().copied().collect(),
+                    connection: Some(connection),
                 };
                 let partitions = s.partitions.iter().copied().collect();
                 self.sessions.insert(key, s);
@@ -91,6 +100,7 @@ impl ShareSessions {
                     return Err(ResponseError::InvalidShareSessionEpoch);
                 }
                 s.next_epoch = next(e);
+                s.connection = Some(connection);
                 s.partitions.extend(added.iter().copied());
                 for f in forgotten {
                     s.partitions.remove(f);
@@ -101,11 +111,37 @@ impl ShareSessions {
     }
 
     /// Checks a ShareAcknowledge's epoch (it neither adds nor forgets partitions).
-    pub fn acknowledge(&mut self, key: SessionKey, epoch: i32) -> Result<Begun, ResponseError> {
+    pub fn acknowledge(
+        &mut self,
+        key: SessionKey,
+        epoch: i32,
+        connection: SocketAddr,
+    ) -> Result<Begun, ResponseError> {
         if epoch == INITIAL_EPOCH {
             return Err(ResponseError::InvalidShareSessionEpoch);
         }
-        self.begin(key, epoch, &[], &[])
+        self.begin(key, epoch, &[], &[], connection)
+    }
+
+    /// Whether a session belongs to `connection`.
+    pub fn uses(&self, connection: SocketAddr) -> bool {
+        self.sessions
+            .values()
+            .any(|s| s.connection == Some(connection))
+    }
+
+    /// Ends the sessions of a closed connection; returns their (group, member) keys.
+    pub fn connection_closed(&mut self, connection: SocketAddr) -> Vec<SessionKey> {
+        let keys: Vec<SessionKey> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.connection == Some(connection))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &keys {
+            self.sessions.remove(k);
+        }
+        keys
     }
 
     /// Drops the sessions of members that left their group or whose group is gone.
@@ -132,25 +168,38 @@ mod tests {
         ("g".into(), "m".into())
     }
 
+    fn conn() -> SocketAddr {
+        "127.0.0.1:5000".parse().unwrap()
+    }
+
     #[test]
     fn epochs_follow_kafkas_rules() {
         let mut s = ShareSessions::new(2);
         let tp = (Uuid::new_v4(), 0);
         assert_eq!(
-            s.begin(key(), 1, &[tp], &[]),
+            s.begin(key(), 1, &[tp], &[], conn()),
             Err(ResponseError::ShareSessionNotFound)
         );
-        assert_eq!(s.begin(key(), 0, &[tp], &[]), Ok(Begun::Open(vec![tp])));
         assert_eq!(
-            s.begin(key(), 2, &[], &[]),
+            s.begin(key(), 0, &[tp], &[], conn()),
+            Ok(Begun::Open(vec![tp]))
+        );
+        assert_eq!(
+            s.begin(key(), 2, &[], &[], conn()),
             Err(ResponseError::InvalidShareSessionEpoch)
         );
-        assert_eq!(s.begin(key(), 1, &[], &[]), Ok(Begun::Open(vec![tp])));
-        assert_eq!(s.acknowledge(key(), 2), Ok(Begun::Open(vec![tp])));
-        assert_eq!(s.begin(key(), 3, &[], &[tp]), Ok(Begun::Open(vec![])));
-        assert_eq!(s.begin(key(), -1, &[], &[]), Ok(Begun::Closed));
         assert_eq!(
-            s.begin(key(), -1, &[], &[]),
+            s.begin(key(), 1, &[], &[], conn()),
+            Ok(Begun::Open(vec![tp]))
+        );
+        assert_eq!(s.acknowledge(key(), 2, conn()), Ok(Begun::Open(vec![tp])));
+        assert_eq!(
+            s.begin(key(), 3, &[], &[tp], conn()),
+            Ok(Begun::Open(vec![]))
+        );
+        assert_eq!(s.begin(key(), -1, &[], &[], conn()), Ok(Begun::Closed));
+        assert_eq!(
+            s.begin(key(), -1, &[], &[], conn()),
             Err(ResponseError::ShareSessionNotFound)
         );
     }
@@ -158,13 +207,13 @@ mod tests {
     #[test]
     fn the_cache_is_bounded() {
         let mut s = ShareSessions::new(1);
-        s.begin(key(), 0, &[], &[]).unwrap();
+        s.begin(key(), 0, &[], &[], conn()).unwrap();
         assert_eq!(
-            s.begin(("g".into(), "other".into()), 0, &[], &[]),
+            s.begin(("g".into(), "other".into()), 0, &[], &[], conn()),
             Err(ResponseError::ShareSessionLimitReached)
         );
         assert!(
-            s.begin(key(), 0, &[], &[]).is_ok(),
+            s.begin(key(), 0, &[], &[], conn()).is_ok(),
             "a member may reopen its own"
         );
     }
