@@ -217,4 +217,17 @@ mod tests {
             "a member may reopen its own"
         );
     }
+
+    #[test]
+    fn a_closed_connection_ends_its_sessions_only() {
+        let mut s = ShareSessions::new(10);
+        let other: SocketAddr = "127.0.0.1:6000".parse().unwrap();
+        s.begin(key(), 0, &[], &[], conn()).unwrap();
+        s.begin(("g".into(), "n".into()), 0, &[], &[], other)
+            .unwrap();
+        assert!(s.uses(conn()));
+        assert_eq!(s.connection_closed(conn()), vec![key()]);
+        assert!(!s.uses(conn()));
+        assert_eq!(s.len(), 1);
+    }
 }
