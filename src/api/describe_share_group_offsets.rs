@@ -98,8 +98,16 @@ pub fn handle(
                                     );
                             };
                             match offsets.get(&(t.id, p)) {
-                                Some(&(start, epoch)) => {
-                                    base.with_start_offset(start).with_leader_epoch(epoch)
+                                Some(&(start, epoch, done)) => {
+                                    // KIP-1226: the records from the start offset to the high
+                                    // watermark not yet delivered and acknowledged.
+                                    let mut part =
+                                        base.with_start_offset(start).with_leader_epoch(epoch);
+                                    if let Some(tp) = t.partitions.get(p as usize) {
+                                        let hw = tp.offsets().high_watermark.0;
+                                        part.lag = (hw - start - done).max(0);
+                                    }
+                                    part
                                 }
                                 // Never fetched by this group: not initialized.
                                 None => base.with_start_offset(-1).with_leader_epoch(-1),

@@ -41,6 +41,7 @@ pub async fn handle(
     s: &Services,
     ctx: &Context,
     req: ShareAcknowledgeRequest,
+    version: i16,
 ) -> ShareAcknowledgeResponse {
     // As Kafka: a null group id or a null or empty member id is INVALID_REQUEST, without a
     // message (an empty group id is a group id).
@@ -77,7 +78,12 @@ pub async fn handle(
                 );
         }
     }
-    let results = acknowledge_all(s, &group, &member, acks).await;
+    let results = acknowledge_all(s, &group, &member, acks, version >= 2).await;
+    let lock_ms = s
+        .shares
+        .settings(&group)
+        .record_lock_duration_ms
+        .clamp(0, i32::MAX as i64) as i32;
     if begun == Begun::Closed {
         let shares = s.shares.clone();
         let _ = crate::api::blocking(move || shares.release_member(&group, &member)).await;
@@ -91,7 +97,9 @@ pub async fn handle(
             t.partitions.push(partition(index, error));
         }
     }
-    ShareAcknowledgeResponse::default().with_responses(topics)
+    let mut response = ShareAcknowledgeResponse::default().with_responses(topics);
+    response.acquisition_lock_timeout_ms = lock_ms;
+    response
 }
 
 /// ShareAcknowledge: READ on the group and on every topic.
@@ -146,12 +154,12 @@ impl Api for ShareAcknowledge {
         s: &Services,
         ctx: &Context,
         r: ShareAcknowledgeRequest,
-        _version: i16,
+        version: i16,
     ) -> Outcome {
         if s.broker.config.cluster.is_some() {
             let (code, message) = crate::api::share_group_heartbeat::cluster_refusal();
             return Outcome::respond(top_level(code, Some(&message)));
         }
-        Outcome::respond(handle(s, ctx, r).await)
+        Outcome::respond(handle(s, ctx, r, version).await)
     }
 }

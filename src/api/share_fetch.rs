@@ -56,11 +56,13 @@ fn top_level(code: ResponseError, message: Option<&str>) -> ShareFetchResponse {
 }
 
 /// Applies each partition's acknowledgements of `member` (persisted before this returns).
+/// `renew`: the request's version allows RENEW (v2).
 pub(crate) async fn acknowledge_all(
     s: &Services,
     group: &str,
     member: &str,
     acks: BTreeMap<(Uuid, i32), Acks>,
+    renew: bool,
 ) -> BTreeMap<(Uuid, i32), Option<ResponseError>> {
     let shares = s.shares.clone();
     let broker = s.broker.clone();
@@ -70,7 +72,9 @@ pub(crate) async fn acknowledge_all(
             .map(|((id, partition), batches)| {
                 let result = match broker.topic_by_id(&id) {
                     None => Err(ResponseError::UnknownTopicId),
-                    Some(topic) => shares.acknowledge(&group, &member, &topic, partition, &batches),
+                    Some(topic) => {
+                        shares.acknowledge(&group, &member, &topic, partition, &batches, renew)
+                    }
                 };
                 ((id, partition), result.err())
             })
@@ -83,7 +87,12 @@ pub(crate) async fn acknowledge_all(
     })
 }
 
-pub async fn handle(s: &Services, ctx: &Context, req: ShareFetchRequest) -> ShareFetchResponse {
+pub async fn handle(
+    s: &Services,
+    ctx: &Context,
+    req: ShareFetchRequest,
+    version: i16,
+) -> ShareFetchResponse {
     // As Kafka: a null group id or a null or empty member id is INVALID_REQUEST, without a
     // message (an empty group id is a group id).
     let (Some(group), Some(member)) = (req.group_id.as_ref(), req.member_id.as_ref()) else {
@@ -135,7 +144,7 @@ pub async fn handle(s: &Services, ctx: &Context, req: ShareFetchRequest) -> Shar
         Ok(b) => b,
     };
     let mut answers: BTreeMap<(Uuid, i32), Answer> = BTreeMap::new();
-    for (key, error) in acknowledge_all(s, &group, &member, acks).await {
+    for (key, error) in acknowledge_all(s, &group, &member, acks, version >= 2).await {
         let a = answers.entry(key).or_default();
         a.acked = true;
         a.ack_error = error;
@@ -150,7 +159,8 @@ pub async fn handle(s: &Services, ctx: &Context, req: ShareFetchRequest) -> Shar
         Begun::Open(p) => p,
     };
     let settings = s.shares.settings(&group);
-    if !partitions.is_empty() {
+    // A renewal (v2) acquires nothing new.
+    if !partitions.is_empty() && !req.is_renew_ack {
         let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
         let member: Arc<str> = Arc::from(member.as_str());
         loop {
@@ -309,6 +319,9 @@ async fn fetch_once(
     } else {
         usize::MAX
     };
+    // Kafka's acquire modes (v2): 0 batch-optimized (whole batches, the v1 behaviour), 1 the
+    // record limit exactly.
+    let whole_batches = req.share_acquire_mode != 1;
     let mut any = false;
     for (topic, reads) in topics.iter().zip(fetched.topics) {
         for (index, read) in reads {
@@ -353,6 +366,7 @@ async fn fetch_once(
                     &records,
                     aborted.as_deref(),
                     max_records,
+                    whole_batches,
                     &settings,
                 )
             })
@@ -496,11 +510,11 @@ impl Api for ShareFetch {
         )
     }
 
-    async fn handle(s: &Services, ctx: &Context, r: ShareFetchRequest, _version: i16) -> Outcome {
+    async fn handle(s: &Services, ctx: &Context, r: ShareFetchRequest, version: i16) -> Outcome {
         if s.broker.config.cluster.is_some() {
             let (code, message) = crate::api::share_group_heartbeat::cluster_refusal();
             return Outcome::respond(top_level(code, Some(&message)));
         }
-        Outcome::respond(handle(s, ctx, r).await)
+        Outcome::respond(handle(s, ctx, r, version).await)
     }
 }

@@ -1039,6 +1039,8 @@ pub struct ShareSettings {
     /// `share.auto.offset.reset`: `earliest`, `latest` or `by_duration:<ISO 8601 duration>`.
     pub auto_offset_reset: String,
     pub read_committed: bool,
+    /// `share.renew.acknowledge.enable`: members may renew their acquisition locks.
+    pub renew_acknowledge_enable: bool,
 }
 
 pub fn share_settings(
@@ -1089,6 +1091,8 @@ pub fn share_settings(
         ),
         auto_offset_reset: text("share.auto.offset.reset", "latest"),
         read_committed: text("share.isolation.level", "read_uncommitted") == "read_committed",
+        renew_acknowledge_enable: text("share.renew.acknowledge.enable", "true")
+            .eq_ignore_ascii_case("true"),
     }
 }
 

@@ -226,6 +226,7 @@ impl ShareService {
         records: &Bytes,
         aborted: Option<&[AbortedTxn]>,
         max_records: usize,
+        whole_batches: bool,
         settings: &ShareSettings,
     ) -> Result<(Vec<Acquired>, Bytes), ResponseError> {
         let batches = classify(records, aborted);
@@ -238,7 +239,14 @@ impl ShareService {
         let acquired = {
             let mut sp = lock(&sp);
             let spans: Vec<_> = batches.iter().map(|b| (b.first, b.last, b.kind)).collect();
-            sp.acquire(member, &spans, max_records, limits(settings), deadline)
+            sp.acquire(
+                member,
+                &spans,
+                max_records,
+                whole_batches,
+                limits(settings),
+                deadline,
+            )
         };
         for a in &acquired {
             let n = (a.last_offset - a.first_offset + 1) as u64;
@@ -270,7 +278,8 @@ impl ShareService {
     }
 
     /// Applies `member`'s acknowledgements on one share-partition and persists the result
-    /// before returning: all of them, or none. Blocking.
+    /// before returning: all of them, or none. RENEW (type 4) is accepted when `renew` (a v2
+    /// request) and the group's `share.renew.acknowledge.enable` allow it. Blocking.
     pub fn acknowledge(
         &self,
         group: &str,
@@ -278,8 +287,12 @@ impl ShareService {
         topic: &Topic,
         partition: i32,
         batches: &[(i64, i64, Vec<i8>)],
+        renew: bool,
     ) -> Result<(), ResponseError> {
         let settings = self.settings(group);
+        let renew_until = (renew && settings.renew_acknowledge_enable).then(|| {
+            Instant::now() + Duration::from_millis(settings.record_lock_duration_ms.max(0) as u64)
+        });
         let key = StateKey {
             group: group.to_string(),
             topic_id: topic.id,
@@ -292,7 +305,7 @@ impl ShareService {
         let mut sp = lock(&sp);
         let mut next = sp.clone();
         for (first, last, types) in batches {
-            next.acknowledge(member, *first, *last, types, limits(&settings))
+            next.acknowledge(member, *first, *last, types, limits(&settings), renew_until)
                 .map_err(|e| match e {
                     partition::AckError::InvalidRecordState => ResponseError::InvalidRecordState,
                     partition::AckError::InvalidRequest => ResponseError::InvalidRequest,
@@ -303,7 +316,10 @@ impl ShareService {
             .write(&key, Some(&next.snapshot(now_ms())))
             .map_err(state_unavailable)?;
         crate::failpoint::hit(crate::failpoint::SHARE_ACKNOWLEDGED_PERSISTED);
-        let n: i64 = batches.iter().map(|(f, l, _)| l - f + 1).sum();
+        let n: i64 = batches
+            .iter()
+            .map(|(f, l, _)| l.saturating_sub(*f).saturating_add(1))
+            .sum();
         self.counters
             .acknowledged
             .fetch_add(n.max(0) as u64, Ordering::Relaxed);
@@ -451,21 +467,38 @@ impl ShareService {
         ids
     }
 
-    /// `group`'s share-partition start offsets and leader epochs, by (topic id, partition).
-    pub fn start_offsets(&self, group: &str) -> HashMap<(Uuid, i32), (i64, i32)> {
-        let mut out: HashMap<(Uuid, i32), (i64, i32)> = lock(&self.persisted)
+    /// `group`'s share-partitions by (topic id, partition): start offset, leader epoch, and
+    /// the records in flight already done (Kafka's delivery-complete count, for the lag).
+    pub fn start_offsets(&self, group: &str) -> HashMap<(Uuid, i32), (i64, i32, i64)> {
+        let mut out: HashMap<(Uuid, i32), (i64, i32, i64)> = lock(&self.persisted)
             .iter()
             .filter(|(k, _)| k.group == group)
-            .map(|(k, s)| ((k.topic_id, k.partition), (s.start_offset, s.leader_epoch)))
+            .map(|(k, s)| {
+                let done: i64 = s
+                    .state_batches
+                    .iter()
+                    .filter(|b| b.delivery_state != 0)
+                    .map(|b| {
+                        b.last_offset
+                            .saturating_sub(b.first_offset)
+                            .saturating_add(1)
+                    })
+                    .sum();
+                (
+                    (k.topic_id, k.partition),
+                    (s.start_offset, s.leader_epoch, done),
+                )
+            })
             .collect();
         for (k, sp) in lock(&self.partitions)
             .iter()
             .filter(|(k, _)| k.group == group)
         {
             let sp = lock(sp);
+            let done = sp.done_in_flight() as i64;
             out.insert(
                 (k.topic_id, k.partition),
-                (sp.start_offset(), sp.leader_epoch),
+                (sp.start_offset(), sp.leader_epoch, done),
             );
         }
         out

@@ -26,6 +26,9 @@ pub const ACK_GAP: i8 = 0;
 pub const ACK_ACCEPT: i8 = 1;
 pub const ACK_RELEASE: i8 = 2;
 pub const ACK_REJECT: i8 = 3;
+/// Keeps the records acquired and renews their lock (ShareFetch / ShareAcknowledge v2,
+/// KIP-1222).
+pub const ACK_RENEW: i8 = 4;
 
 /// A record's delivery state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,23 +268,29 @@ impl SharePartition {
     }
 
     /// Acquires for `member`, from `batches` (first offset, last offset, kind) as read from
-    /// the log in order, the available and the new records, at most `max_records` of them,
-    /// locked until `lock_deadline`. Returns the acquired ranges in offset order.
+    /// the log in order, the available and the new records, locked until `lock_deadline`:
+    /// at most `max_records` of them, or, with `whole_batches` (Kafka's batch-optimized
+    /// acquire mode), whole batches until `max_records` is reached, which may exceed it to end
+    /// on a batch boundary. Returns the acquired ranges in offset order.
     pub fn acquire(
         &mut self,
         member: &Arc<str>,
         batches: &[(i64, i64, BatchKind)],
         max_records: usize,
+        whole_batches: bool,
         limits: Limits,
         lock_deadline: Instant,
     ) -> Vec<Acquired> {
         let mut out: Vec<Acquired> = Vec::new();
         let mut taken = 0usize;
         'batches: for &(first, last, kind) in batches {
+            if taken >= max_records {
+                break;
+            }
             let first = first.max(self.start_offset);
             let mut offset = first;
             while offset <= last {
-                if taken >= max_records {
+                if taken >= max_records && !whole_batches {
                     break 'batches;
                 }
                 if offset >= self.end_offset() {
@@ -333,7 +342,8 @@ impl SharePartition {
     }
 
     /// Applies one acknowledgement batch of `member`: one type for every offset, or one per
-    /// offset. All or nothing.
+    /// offset. All or nothing. RENEW keeps a record acquired until `renew_until`, and is
+    /// refused (INVALID_REQUEST) without it.
     pub fn acknowledge(
         &mut self,
         member: &str,
@@ -341,6 +351,7 @@ impl SharePartition {
         last_offset: i64,
         types: &[i8],
         limits: Limits,
+        renew_until: Option<Instant>,
     ) -> Result<(), AckError> {
         if last_offset < first_offset {
             return Err(AckError::InvalidRequest);
@@ -349,7 +360,12 @@ impl SharePartition {
         if types.is_empty() || (types.len() != 1 && types.len() as i128 != n) {
             return Err(AckError::InvalidRequest);
         }
-        if types.iter().any(|t| !(ACK_GAP..=ACK_REJECT).contains(t)) {
+        let highest = if renew_until.is_some() {
+            ACK_RENEW
+        } else {
+            ACK_REJECT
+        };
+        if types.iter().any(|t| !(ACK_GAP..=highest).contains(t)) {
             return Err(AckError::InvalidRequest);
         }
         if first_offset < self.start_offset || last_offset >= self.end_offset() {
@@ -365,6 +381,10 @@ impl SharePartition {
         for (k, i) in (from..=to).enumerate() {
             let t = if types.len() == 1 { types[0] } else { types[k] };
             let slot = &mut self.slots[i];
+            if t == ACK_RENEW {
+                slot.lock_deadline = renew_until;
+                continue;
+            }
             self.acquired -= 1;
             slot.owner = None;
             slot.lock_deadline = None;
@@ -460,6 +480,12 @@ impl SharePartition {
         }
     }
 
+    /// Records in flight that are done (acknowledged or archived): Kafka's delivery-complete
+    /// count, which the lag leaves out.
+    pub fn done_in_flight(&self) -> usize {
+        self.slots.iter().filter(|s| s.state.is_done()).count()
+    }
+
     /// The state of one offset (for tests and describe).
     pub fn state_of(&self, offset: i64) -> Option<(RecordState, i16)> {
         if offset < self.start_offset {
@@ -500,7 +526,7 @@ mod tests {
     fn two_members_never_hold_the_same_record() {
         let mut p = SharePartition::new(0, 0, 0);
         let (a, b) = (member("a"), member("b"));
-        let got_a = p.acquire(&a, &[data(0, 9)], 4, LIMITS, later());
+        let got_a = p.acquire(&a, &[data(0, 9)], 4, false, LIMITS, later());
         assert_eq!(
             got_a,
             vec![Acquired {
@@ -511,12 +537,12 @@ mod tests {
         );
         assert_eq!(p.next_fetch_offset(LIMITS), Some(4));
         // The next read starts at 4; the batch holding 0..=9 is read again and only 4.. is new.
-        let got_b = p.acquire(&b, &[data(0, 9)], 100, LIMITS, later());
+        let got_b = p.acquire(&b, &[data(0, 9)], 100, false, LIMITS, later());
         assert_eq!(got_b[0].first_offset, 4);
         assert_eq!(got_b[0].last_offset, 9);
         assert_eq!(p.acquired_count(), 10);
         assert_eq!(
-            p.acknowledge("b", 0, 0, &[ACK_ACCEPT], LIMITS),
+            p.acknowledge("b", 0, 0, &[ACK_ACCEPT], LIMITS, None),
             Err(AckError::InvalidRecordState)
         );
     }
@@ -525,12 +551,13 @@ mod tests {
     fn accepted_records_move_the_start_offset_and_released_ones_come_back() {
         let mut p = SharePartition::new(0, 0, 0);
         let a = member("a");
-        p.acquire(&a, &[data(0, 4)], 100, LIMITS, later());
-        p.acknowledge("a", 0, 4, &[1, 1, 2, 3, 1], LIMITS).unwrap();
+        p.acquire(&a, &[data(0, 4)], 100, false, LIMITS, later());
+        p.acknowledge("a", 0, 4, &[1, 1, 2, 3, 1], LIMITS, None)
+            .unwrap();
         assert_eq!(p.start_offset(), 2);
         assert_eq!(p.state_of(2), Some((RecordState::Available, 1)));
         assert_eq!(p.state_of(3), Some((RecordState::Archived, 1)));
-        let again = p.acquire(&a, &[data(0, 4)], 100, LIMITS, later());
+        let again = p.acquire(&a, &[data(0, 4)], 100, false, LIMITS, later());
         assert_eq!(
             again,
             vec![Acquired {
@@ -539,7 +566,8 @@ mod tests {
                 delivery_count: 2
             }]
         );
-        p.acknowledge("a", 2, 2, &[ACK_ACCEPT], LIMITS).unwrap();
+        p.acknowledge("a", 2, 2, &[ACK_ACCEPT], LIMITS, None)
+            .unwrap();
         assert_eq!(p.start_offset(), 5);
         assert_eq!(p.in_flight(), 0);
     }
@@ -549,13 +577,14 @@ mod tests {
         let mut p = SharePartition::new(0, 0, 0);
         let a = member("a");
         for round in 1..=3 {
-            let got = p.acquire(&a, &[data(0, 0)], 100, LIMITS, later());
+            let got = p.acquire(&a, &[data(0, 0)], 100, false, LIMITS, later());
             assert_eq!(got[0].delivery_count, round);
-            p.acknowledge("a", 0, 0, &[ACK_RELEASE], LIMITS).unwrap();
+            p.acknowledge("a", 0, 0, &[ACK_RELEASE], LIMITS, None)
+                .unwrap();
         }
         assert_eq!(p.start_offset(), 1, "archived after the third delivery");
         assert!(p
-            .acquire(&a, &[data(0, 0)], 100, LIMITS, later())
+            .acquire(&a, &[data(0, 0)], 100, false, LIMITS, later())
             .is_empty());
     }
 
@@ -563,9 +592,9 @@ mod tests {
     fn expired_locks_make_records_available_to_another_member() {
         let mut p = SharePartition::new(0, 0, 0);
         let now = Instant::now();
-        p.acquire(&member("a"), &[data(0, 2)], 100, LIMITS, now);
+        p.acquire(&member("a"), &[data(0, 2)], 100, false, LIMITS, now);
         assert!(p.expire_locks(now, LIMITS));
-        let got = p.acquire(&member("b"), &[data(0, 2)], 100, LIMITS, later());
+        let got = p.acquire(&member("b"), &[data(0, 2)], 100, false, LIMITS, later());
         assert_eq!(
             got,
             vec![Acquired {
@@ -575,7 +604,7 @@ mod tests {
             }]
         );
         assert_eq!(
-            p.acknowledge("a", 0, 2, &[ACK_ACCEPT], LIMITS),
+            p.acknowledge("a", 0, 2, &[ACK_ACCEPT], LIMITS, None),
             Err(AckError::InvalidRecordState),
             "the lock is b's now"
         );
@@ -593,13 +622,15 @@ mod tests {
                 data(5, 6),
             ],
             100,
+            false,
             LIMITS,
             later(),
         );
         assert_eq!(got.len(), 2);
         assert_eq!((got[0].first_offset, got[0].last_offset), (0, 1));
         assert_eq!((got[1].first_offset, got[1].last_offset), (5, 6));
-        p.acknowledge("a", 0, 1, &[ACK_ACCEPT], LIMITS).unwrap();
+        p.acknowledge("a", 0, 1, &[ACK_ACCEPT], LIMITS, None)
+            .unwrap();
         assert_eq!(p.start_offset(), 5);
     }
 
@@ -610,34 +641,60 @@ mod tests {
             max_record_locks: 5,
         };
         let mut p = SharePartition::new(10, 0, 0);
-        let got = p.acquire(&member("a"), &[data(10, 100)], 1000, limits, later());
+        let got = p.acquire(&member("a"), &[data(10, 100)], 1000, false, limits, later());
         assert_eq!(got[0].last_offset, 14);
         assert_eq!(p.next_fetch_offset(limits), None);
     }
 
     #[test]
+    fn whole_batches_may_exceed_max_records_and_renew_keeps_the_lock() {
+        let mut p = SharePartition::new(0, 0, 0);
+        let a = member("a");
+        let now = Instant::now();
+        let got = p.acquire(&a, &[data(0, 9), data(10, 19)], 3, true, LIMITS, now);
+        assert_eq!(
+            (got[0].first_offset, got[0].last_offset),
+            (0, 9),
+            "the first batch whole"
+        );
+        assert_eq!(
+            p.acknowledge("a", 0, 9, &[ACK_RENEW], LIMITS, None),
+            Err(AckError::InvalidRequest),
+            "RENEW needs a v2 request"
+        );
+        p.acknowledge("a", 0, 4, &[ACK_RENEW], LIMITS, Some(later()))
+            .unwrap();
+        assert!(p.expire_locks(now, LIMITS));
+        assert_eq!(p.state_of(0), Some((RecordState::Acquired, 1)), "renewed");
+        assert_eq!(p.state_of(5), Some((RecordState::Available, 1)), "expired");
+        p.acknowledge("a", 0, 4, &[ACK_ACCEPT], LIMITS, None)
+            .unwrap();
+        assert_eq!(p.start_offset(), 5);
+    }
+
+    #[test]
     fn malformed_acknowledgements_change_nothing() {
         let mut p = SharePartition::new(0, 0, 0);
-        p.acquire(&member("a"), &[data(0, 3)], 100, LIMITS, later());
+        p.acquire(&member("a"), &[data(0, 3)], 100, false, LIMITS, later());
         let before = p.snapshot(0);
         assert_eq!(
-            p.acknowledge("a", 2, 1, &[1], LIMITS),
+            p.acknowledge("a", 2, 1, &[1], LIMITS, None),
             Err(AckError::InvalidRequest)
         );
         assert_eq!(
-            p.acknowledge("a", 0, 3, &[1, 1], LIMITS),
+            p.acknowledge("a", 0, 3, &[1, 1], LIMITS, None),
             Err(AckError::InvalidRequest)
         );
         assert_eq!(
-            p.acknowledge("a", 0, 3, &[9], LIMITS),
+            p.acknowledge("a", 0, 3, &[9], LIMITS, None),
             Err(AckError::InvalidRequest)
         );
         assert_eq!(
-            p.acknowledge("a", 0, 9, &[1], LIMITS),
+            p.acknowledge("a", 0, 9, &[1], LIMITS, None),
             Err(AckError::InvalidRecordState)
         );
         assert_eq!(
-            p.acknowledge("a", i64::MIN, i64::MAX, &[1], LIMITS),
+            p.acknowledge("a", i64::MIN, i64::MAX, &[1], LIMITS, None),
             Err(AckError::InvalidRecordState)
         );
         assert_eq!(p.snapshot(0), before);
@@ -647,9 +704,11 @@ mod tests {
     fn a_restored_snapshot_keeps_what_was_done_and_redelivers_what_was_acquired() {
         let mut p = SharePartition::new(0, 0, 0);
         let a = member("a");
-        p.acquire(&a, &[data(0, 5)], 100, LIMITS, later());
-        p.acknowledge("a", 1, 1, &[ACK_ACCEPT], LIMITS).unwrap();
-        p.acknowledge("a", 3, 3, &[ACK_REJECT], LIMITS).unwrap();
+        p.acquire(&a, &[data(0, 5)], 100, false, LIMITS, later());
+        p.acknowledge("a", 1, 1, &[ACK_ACCEPT], LIMITS, None)
+            .unwrap();
+        p.acknowledge("a", 3, 3, &[ACK_REJECT], LIMITS, None)
+            .unwrap();
         let restored = SharePartition::from_snapshot(&p.snapshot(7));
         assert_eq!(restored.start_offset(), 0);
         assert_eq!(restored.end_offset(), 6);
@@ -714,7 +773,7 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Acquire(m, f, l, max) => {
-                        for a in p.acquire(&names[m as usize], &[data(f, l)], max, LIMITS, now) {
+                        for a in p.acquire(&names[m as usize], &[data(f, l)], max, false, LIMITS, now) {
                             prop_assert!(a.delivery_count <= LIMITS.delivery_count_limit);
                             for o in a.first_offset..=a.last_offset {
                                 prop_assert!(!accepted.contains(&o), "offset {o} accepted, then acquired again");
@@ -723,7 +782,7 @@ mod tests {
                     }
                     Op::Ack(m, f, l, t) => {
                         let held: Vec<_> = (f..=l).map(|o| p.state_of(o)).collect();
-                        if p.acknowledge(&names[m as usize], f, l, &[t], LIMITS).is_ok() {
+                        if p.acknowledge(&names[m as usize], f, l, &[t], LIMITS, None).is_ok() {
                             prop_assert!(held.iter().all(|s| matches!(s, Some((RecordState::Acquired, _)))));
                             if t == ACK_ACCEPT {
                                 for o in f..=l {

@@ -1603,8 +1603,8 @@ impl ApiKey {
             ApiKey::DescribeTopicPartitions => VersionRange { min: 0, max: 0 },
             ApiKey::ShareGroupHeartbeat => VersionRange { min: 1, max: 1 },
             ApiKey::ShareGroupDescribe => VersionRange { min: 1, max: 1 },
-            ApiKey::ShareFetch => VersionRange { min: 1, max: 1 },
-            ApiKey::ShareAcknowledge => VersionRange { min: 1, max: 1 },
+            ApiKey::ShareFetch => VersionRange { min: 1, max: 2 }, // Strata patch
+            ApiKey::ShareAcknowledge => VersionRange { min: 1, max: 2 }, // Strata patch
             ApiKey::AddRaftVoter => VersionRange { min: 0, max: 0 },
             ApiKey::RemoveRaftVoter => VersionRange { min: 0, max: 0 },
             ApiKey::UpdateRaftVoter => VersionRange { min: 0, max: 0 },
@@ -1613,7 +1613,7 @@ impl ApiKey {
             ApiKey::WriteShareGroupState => VersionRange { min: 0, max: 0 },
             ApiKey::DeleteShareGroupState => VersionRange { min: 0, max: 0 },
             ApiKey::ReadShareGroupStateSummary => VersionRange { min: 0, max: 0 },
-            ApiKey::DescribeShareGroupOffsets => VersionRange { min: 0, max: 0 },
+            ApiKey::DescribeShareGroupOffsets => VersionRange { min: 0, max: 1 }, // Strata patch
             ApiKey::AlterShareGroupOffsets => VersionRange { min: 0, max: 0 },
             ApiKey::DeleteShareGroupOffsets => VersionRange { min: 0, max: 0 },
         }
