@@ -601,6 +601,59 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
                 .with_max_version_level(1)
                 .with_upgrade_type(1)])
             .into(),
+        // Share groups: "sweep-share" gets a member, which then opens a share session per
+        // ShareFetch version and acknowledges nothing in it; "sweep-share-empty" has no member,
+        // so its offsets can be set and deleted.
+        ApiKey::ShareGroupHeartbeat => ShareGroupHeartbeatRequest::default()
+            .with_group_id(groups::group_id("sweep-share"))
+            .with_member_id(str_bytes("sweep-share-member"))
+            .with_member_epoch(0)
+            .with_subscribed_topic_names(Some(vec![name("sweep")]))
+            .into(),
+        ApiKey::ShareGroupDescribe => ShareGroupDescribeRequest::default()
+            .with_group_ids(vec![groups::group_id("sweep-share")])
+            .into(),
+        ApiKey::ShareFetch => ShareFetchRequest::default()
+            .with_group_id(Some(groups::group_id("sweep-share")))
+            .with_member_id(Some(str_bytes(&format!("sweep-share-v{v}"))))
+            .with_share_session_epoch(0)
+            .with_max_records(100)
+            .with_topics(vec![share_fetch_request::FetchTopic::default()
+                .with_topic_id(ctx.topic_id)
+                .with_partitions(vec![
+                    share_fetch_request::FetchPartition::default().with_partition_index(0),
+                ])])
+            .into(),
+        ApiKey::ShareAcknowledge => ShareAcknowledgeRequest::default()
+            .with_group_id(Some(groups::group_id("sweep-share")))
+            .with_member_id(Some(str_bytes(&format!("sweep-share-v{v}"))))
+            .with_share_session_epoch(1)
+            .into(),
+        ApiKey::DescribeShareGroupOffsets => DescribeShareGroupOffsetsRequest::default()
+            .with_groups(vec![
+                describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup::default()
+                    .with_group_id(groups::group_id("sweep-share")),
+            ])
+            .into(),
+        ApiKey::AlterShareGroupOffsets => AlterShareGroupOffsetsRequest::default()
+            .with_group_id(groups::group_id("sweep-share-empty"))
+            .with_topics(vec![
+                alter_share_group_offsets_request::AlterShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(name("sweep"))
+                    .with_partitions(vec![
+                        alter_share_group_offsets_request::AlterShareGroupOffsetsRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_start_offset(0),
+                    ]),
+            ])
+            .into(),
+        ApiKey::DeleteShareGroupOffsets => DeleteShareGroupOffsetsRequest::default()
+            .with_group_id(groups::group_id("sweep-share-empty"))
+            .with_topics(vec![
+                delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(name("sweep")),
+            ])
+            .into(),
         other => panic!("ApiVersions lists {other:?}, which this test does not know"),
     }
 }
@@ -776,6 +829,43 @@ fn error_codes(resp: &ResponseKind) -> Vec<i16> {
                     .iter()
                     .flat_map(|t| t.partition_result.iter().map(|p| p.error_code)),
             )
+            .collect(),
+        ResponseKind::ShareGroupHeartbeat(r) => vec![r.error_code],
+        ResponseKind::ShareGroupDescribe(r) => r.groups.iter().map(|g| g.error_code).collect(),
+        ResponseKind::ShareFetch(r) => std::iter::once(r.error_code)
+            .chain(r.responses.iter().flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .flat_map(|p| [p.error_code, p.acknowledge_error_code])
+            }))
+            .collect(),
+        ResponseKind::ShareAcknowledge(r) => std::iter::once(r.error_code)
+            .chain(
+                r.responses
+                    .iter()
+                    .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+            )
+            .collect(),
+        ResponseKind::DescribeShareGroupOffsets(r) => r
+            .groups
+            .iter()
+            .flat_map(|g| {
+                std::iter::once(g.error_code).chain(
+                    g.topics
+                        .iter()
+                        .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+                )
+            })
+            .collect(),
+        ResponseKind::AlterShareGroupOffsets(r) => std::iter::once(r.error_code)
+            .chain(
+                r.responses
+                    .iter()
+                    .flat_map(|t| t.partitions.iter().map(|p| p.error_code)),
+            )
+            .collect(),
+        ResponseKind::DeleteShareGroupOffsets(r) => std::iter::once(r.error_code)
+            .chain(r.responses.iter().map(|t| t.error_code))
             .collect(),
         _ => vec![],
     }
