@@ -11,7 +11,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::api::describe_share_group_offsets::share_group_is_empty;
+use crate::api::describe_share_group_offsets::refuse_offset_change;
 use crate::api::gate::{self, Gate, Who, GROUP_DENIED, TOPIC_DENIED};
 use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::Broker;
@@ -34,15 +34,8 @@ pub fn handle(
     req: DeleteShareGroupOffsetsRequest,
 ) -> DeleteShareGroupOffsetsResponse {
     let group = req.group_id.0.to_string();
-    match share_group_is_empty(groups, shares, &group) {
-        Err(e) => return refuse(e, None),
-        Ok(false) => {
-            return refuse(
-                ResponseError::NonEmptyGroup,
-                Some(format!("Share group {group} is not empty.")),
-            )
-        }
-        Ok(true) => {}
+    if let Some((code, message)) = refuse_offset_change(groups, shares, &group, false) {
+        return refuse(code, message);
     }
     let topics = req
         .topics

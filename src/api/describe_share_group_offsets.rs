@@ -43,6 +43,26 @@ pub fn share_group_is_empty(
     }
 }
 
+/// Refuses to change the offsets of a share group with members (NON_EMPTY_GROUP, with Kafka's
+/// message) or of a group that is not a share group; `None` when they may change.
+/// `create`: a group id nobody uses yet becomes a share group (AlterShareGroupOffsets).
+pub fn refuse_offset_change(
+    groups: &GroupCoordinator,
+    shares: &ShareService,
+    group: &str,
+    create: bool,
+) -> Option<(ResponseError, Option<String>)> {
+    match share_group_is_empty(groups, shares, group) {
+        Ok(true) => None,
+        Err(ResponseError::GroupIdNotFound) if create && groups.group_type(group).is_none() => None,
+        Err(e) => Some((e, None)),
+        Ok(false) => Some((
+            ResponseError::NonEmptyGroup,
+            Some(format!("Share group {group} is not empty.")),
+        )),
+    }
+}
+
 pub fn handle(
     broker: &Broker,
     groups: &Arc<GroupCoordinator>,

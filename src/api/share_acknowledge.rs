@@ -14,7 +14,7 @@ use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use crate::api::gate::{Gate, Who, GROUP_DENIED, TOPIC_DENIED};
-use crate::api::share_fetch::{acknowledge_all, Acks};
+use crate::api::share_fetch::{acknowledge_all, session_key, Acks};
 use crate::api::{Api, Context, Outcome};
 use crate::security::acl::Operation as Op;
 use crate::services::Services;
@@ -43,15 +43,9 @@ pub async fn handle(
     req: ShareAcknowledgeRequest,
     version: i16,
 ) -> ShareAcknowledgeResponse {
-    // As Kafka: a null group id or a null or empty member id is INVALID_REQUEST, without a
-    // message (an empty group id is a group id).
-    let (Some(group), Some(member)) = (req.group_id.as_ref(), req.member_id.as_ref()) else {
+    let Some((group, member)) = session_key(req.group_id.as_ref(), req.member_id.as_ref()) else {
         return top_level(ResponseError::InvalidRequest, None);
     };
-    let (group, member) = (group.0.to_string(), member.to_string());
-    if member.is_empty() {
-        return top_level(ResponseError::InvalidRequest, None);
-    }
     let begun = s
         .shares
         .sessions

@@ -87,21 +87,26 @@ pub(crate) async fn acknowledge_all(
     })
 }
 
+/// A share request's (group, member), or `None` for Kafka's INVALID_REQUEST (answered
+/// without a message): a null group id, or a null or empty member id. An empty group id is a
+/// group id.
+pub(crate) fn session_key(
+    group: Option<&kafka_protocol::messages::GroupId>,
+    member: Option<&StrBytes>,
+) -> Option<(String, String)> {
+    let (group, member) = (group?, member?);
+    (!member.is_empty()).then(|| (group.0.to_string(), member.to_string()))
+}
+
 pub async fn handle(
     s: &Services,
     ctx: &Context,
     req: ShareFetchRequest,
     version: i16,
 ) -> ShareFetchResponse {
-    // As Kafka: a null group id or a null or empty member id is INVALID_REQUEST, without a
-    // message (an empty group id is a group id).
-    let (Some(group), Some(member)) = (req.group_id.as_ref(), req.member_id.as_ref()) else {
+    let Some((group, member)) = session_key(req.group_id.as_ref(), req.member_id.as_ref()) else {
         return top_level(ResponseError::InvalidRequest, None);
     };
-    let (group, member) = (group.0.to_string(), member.to_string());
-    if member.is_empty() {
-        return top_level(ResponseError::InvalidRequest, None);
-    }
     let mut added = Vec::new();
     let mut acks: BTreeMap<(Uuid, i32), Acks> = BTreeMap::new();
     let mut partition_max_bytes: BTreeMap<(Uuid, i32), i32> = BTreeMap::new();
