@@ -60,7 +60,7 @@ pub mod share_group_describe;
 pub mod share_group_heartbeat;
 pub mod sync_group;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 pub mod txn_offset_commit;
 pub mod unregister_broker;
 pub mod update_features;

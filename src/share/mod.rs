@@ -65,6 +65,8 @@ pub struct ShareService {
     /// Snapshots read at start-up, taken by their share-partition on first use.
     persisted: Mutex<HashMap<StateKey, Snapshot>>,
     partitions: Mutex<HashMap<StateKey, Shared>>,
+    /// Held while a share-partition is read back or started (see `share_partition`).
+    init: Mutex<()>,
     pub sessions: Mutex<ShareSessions>,
     /// Woken when records become available again (released, expired), for waiting fetches.
     pub available: tokio::sync::Notify,
@@ -114,6 +116,7 @@ impl ShareService {
             log,
             persisted: Mutex::new(persisted),
             partitions: Mutex::new(HashMap::new()),
+            init: Mutex::new(()),
             sessions: Mutex::new(ShareSessions::new(SHARE_SESSIONS)),
             available: tokio::sync::Notify::new(),
             counters: Counters::default(),
@@ -143,6 +146,12 @@ impl ShareService {
         if let Some(p) = lock(&self.partitions).get(&key) {
             return Ok(p.clone());
         }
+        // One share-partition is read back or started by one thread: two first fetches at
+        // once must not both take the snapshot, or both write a start.
+        let _init = lock(&self.init);
+        if let Some(p) = lock(&self.partitions).get(&key) {
+            return Ok(p.clone());
+        }
         let p = topic
             .partitions
             .get(usize::try_from(partition).map_err(|_| ResponseError::UnknownTopicOrPartition)?)
@@ -166,7 +175,8 @@ impl ShareService {
         };
         let shared = Arc::new(Mutex::new(sp));
         lock(&shared).move_start_to(offsets.log_start_offset.0);
-        Ok(lock(&self.partitions).entry(key).or_insert(shared).clone())
+        lock(&self.partitions).insert(key, shared.clone());
+        Ok(shared)
     }
 
     /// Where a new share-partition starts (`share.auto.offset.reset`).
@@ -374,12 +384,16 @@ impl ShareService {
         }
     }
 
-    /// Whether any acquisition lock may have expired.
+    /// Whether any acquisition lock may have expired. Called on an async worker: a
+    /// share-partition busy with a write counts as maybe expired rather than being waited for.
     pub fn needs_tick(&self) -> bool {
         let now = Instant::now();
         lock(&self.partitions)
             .values()
-            .any(|sp| lock(sp).next_lock_deadline().is_some_and(|d| d <= now))
+            .any(|sp| match sp.try_lock() {
+                Ok(sp) => sp.next_lock_deadline().is_some_and(|d| d <= now),
+                Err(_) => true,
+            })
     }
 
     /// Releases the records whose acquisition lock expired. Blocking.
@@ -671,4 +685,83 @@ fn classify(records: &Bytes, aborted: Option<&[AbortedTxn]>) -> Vec<FetchedBatch
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// A single-node broker with topic `jobs` holding `n` records, and its share service.
+    fn broker_with_records(dir: &std::path::Path, n: usize) -> (Arc<Broker>, Arc<Topic>) {
+        let broker = crate::api::test_support::broker_with_acls(dir, &[]);
+        let topic = broker
+            .create_topic("jobs", 1, 1, BTreeMap::new())
+            .expect("topic");
+        let batch = crate::log::batch::build_batch(
+            (0..n).map(|i| (now_ms(), None, Some(Bytes::from(format!("job-{i}"))))),
+            kafka_protocol::records::Compression::None,
+        )
+        .expect("batch");
+        topic.partitions[0].append(&batch).expect("append");
+        // A single replica: the high watermark follows the append.
+        topic.partitions[0].maybe_increment_high_watermark(now_ms());
+        (broker, topic)
+    }
+
+    fn earliest(shares: &ShareService) -> ShareSettings {
+        let mut s = shares.settings("g");
+        s.auto_offset_reset = "earliest".into();
+        s
+    }
+
+    #[test]
+    fn first_fetches_racing_after_a_restart_all_take_the_persisted_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, topic) = broker_with_records(dir.path(), 10);
+        let shares = ShareService::open(broker.clone()).unwrap();
+        let settings = earliest(&shares);
+        assert_eq!(
+            shares.fetch_offset("g", &topic, 0, &settings).unwrap(),
+            Some(Offset(0))
+        );
+        let records = topic.partitions[0]
+            .read(Offset(0), 1 << 20, Offset(10), true)
+            .unwrap()
+            .unwrap()
+            .read()
+            .unwrap();
+        let member: Arc<str> = Arc::from("m");
+        let (acquired, _) = shares
+            .acquire(
+                "g", &member, &topic, 0, &records, None, 100, true, &settings,
+            )
+            .unwrap();
+        assert_eq!(acquired[0].last_offset, 9);
+        shares
+            .acknowledge("g", "m", &topic, 0, &[(0, 3, vec![1])], false)
+            .unwrap();
+
+        // Restarted: the snapshot says start 4. Eight first fetches at once, with `latest`
+        // as the reset (which would start at 10 if any of them started the share-partition
+        // afresh instead of reading the snapshot back).
+        let shares = ShareService::open(broker.clone()).unwrap();
+        let latest = shares.settings("g");
+        let start = std::sync::Barrier::new(8);
+        let got: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        start.wait();
+                        shares.fetch_offset("g", &topic, 0, &latest)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(got.iter().all(|g| *g == Ok(Some(Offset(4)))), "{got:?}");
+        let reloaded = ShareService::open(broker).unwrap();
+        assert_eq!(reloaded.start_offsets("g")[&(topic.id, 0)].0, 4);
+    }
 }
