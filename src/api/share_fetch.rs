@@ -28,6 +28,7 @@ use crate::broker::{
     FetchLimits, FetchParams, FetchPosition, FetchTopic, PartitionRead, RemoteRead,
 };
 use crate::broker::{LeaderEpoch, Offset, Topic, TopicRef};
+use crate::config::group::ShareSettings;
 use crate::log::txn_index::AbortedTxn;
 use crate::protocol::Chunk;
 use crate::security::acl::Operation as Op;
@@ -234,34 +235,8 @@ async fn fetch_once(
     answers: &mut BTreeMap<(Uuid, i32), Answer>,
 ) -> bool {
     let settings = s.shares.settings(group);
-    // Where each share-partition reads from (blocking: a first use may persist its start).
-    let positions = {
-        let shares = s.shares.clone();
-        let broker = s.broker.clone();
-        let (group, partitions, settings) =
-            (group.to_string(), partitions.to_vec(), settings.clone());
-        crate::api::blocking(move || {
-            partitions
-                .into_iter()
-                .map(|(id, partition)| {
-                    let at = match broker.topic_by_id(&id) {
-                        None => Err(ResponseError::UnknownTopicId),
-                        Some(t) => shares
-                            .fetch_offset(&group, &t, partition, &settings)
-                            .map(|o| o.map(|o| (t, o))),
-                    };
-                    ((id, partition), at)
-                })
-                .collect::<Vec<_>>()
-        })
-        .await
-    };
-    let positions = match positions {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::error!(error = %e, "share fetch task failed");
-            return false;
-        }
+    let Some(positions) = fetch_positions(s, group, partitions, &settings).await else {
+        return false;
     };
     let mut wanted: Vec<FetchTopic> = Vec::new();
     let mut topics: Vec<Arc<Topic>> = Vec::new();
@@ -355,52 +330,124 @@ async fn fetch_once(
                     continue;
                 }
             };
-            let shares = s.shares.clone();
-            let (group, member, topic, settings) = (
-                group.to_string(),
-                member.clone(),
-                topic.clone(),
-                settings.clone(),
-            );
-            let took = crate::api::blocking(move || {
-                shares.acquire(
-                    &group,
-                    &member,
-                    &topic,
-                    index,
-                    &records,
-                    aborted.as_deref(),
-                    max_records,
-                    whole_batches,
-                    &settings,
-                )
-            })
+            let acquired = acquire_read(
+                s,
+                group,
+                member,
+                topic,
+                index,
+                records,
+                aborted,
+                (max_records, whole_batches),
+                &settings,
+            )
             .await;
-            match took {
-                Ok(Ok((acquired, bytes))) if !acquired.is_empty() => {
+            match acquired {
+                Ok(Some((acquired, bytes))) => {
                     any = true;
                     let a = answers.entry(key).or_default();
                     a.records = Some(bytes);
-                    a.acquired = acquired
-                        .into_iter()
-                        .map(|r| {
-                            AcquiredRecords::default()
-                                .with_first_offset(r.first_offset)
-                                .with_last_offset(r.last_offset)
-                                .with_delivery_count(r.delivery_count)
-                        })
-                        .collect();
+                    a.acquired = acquired;
                 }
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => answers.entry(key).or_default().error = Some(e),
-                Err(e) => {
-                    tracing::error!(error = %e, "share acquisition task failed");
-                    answers.entry(key).or_default().error = Some(errors::internal());
-                }
+                Ok(None) => {}
+                Err(e) => answers.entry(key).or_default().error = Some(e),
             }
         }
     }
     any
+}
+
+/// Where each share-partition reads from, or `None` when nothing can be acquired there now
+/// (blocking: a first use may persist its start). `None` when the task failed.
+async fn fetch_positions(
+    s: &Services,
+    group: &str,
+    partitions: &[(Uuid, i32)],
+    settings: &ShareSettings,
+) -> Option<Vec<Position>> {
+    let shares = s.shares.clone();
+    let broker = s.broker.clone();
+    let (group, partitions, settings) = (group.to_string(), partitions.to_vec(), settings.clone());
+    let positions = crate::api::blocking(move || {
+        partitions
+            .into_iter()
+            .map(|(id, partition)| {
+                let at = match broker.topic_by_id(&id) {
+                    None => Err(ResponseError::UnknownTopicId),
+                    Some(t) => shares
+                        .fetch_offset(&group, &t, partition, &settings)
+                        .map(|o| o.map(|o| (t, o))),
+                };
+                ((id, partition), at)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await;
+    positions
+        .inspect_err(|e| tracing::error!(error = %e, "share fetch task failed"))
+        .ok()
+}
+
+/// A share-partition and where it reads from, if anywhere.
+type Position = (
+    (Uuid, i32),
+    Result<Option<(Arc<Topic>, Offset)>, ResponseError>,
+);
+
+/// Acquires for `member` what was read from `topic`'s partition `index`: the acquired ranges
+/// and the batches that hold them, or `None` when nothing could be acquired. `limit`: the
+/// request's max records and whether whole batches may exceed it.
+#[allow(clippy::too_many_arguments)]
+async fn acquire_read(
+    s: &Services,
+    group: &str,
+    member: &Arc<str>,
+    topic: &Arc<Topic>,
+    index: i32,
+    records: Bytes,
+    aborted: Option<Vec<AbortedTxn>>,
+    (max_records, whole_batches): (usize, bool),
+    settings: &ShareSettings,
+) -> Result<Option<(Vec<AcquiredRecords>, Bytes)>, ResponseError> {
+    let shares = s.shares.clone();
+    let (group, member, topic, settings) = (
+        group.to_string(),
+        member.clone(),
+        topic.clone(),
+        settings.clone(),
+    );
+    let took = crate::api::blocking(move || {
+        shares.acquire(
+            &group,
+            &member,
+            &topic,
+            index,
+            &records,
+            aborted.as_deref(),
+            max_records,
+            whole_batches,
+            &settings,
+        )
+    })
+    .await
+    .map_err(|e| {
+        tracing::error!(error = %e, "share acquisition task failed");
+        errors::internal()
+    })??;
+    let (acquired, bytes) = took;
+    if acquired.is_empty() {
+        return Ok(None);
+    }
+    let acquired = acquired
+        .into_iter()
+        .map(|r| {
+            AcquiredRecords::default()
+                .with_first_offset(r.first_offset)
+                .with_last_offset(r.last_offset)
+                .with_delivery_count(r.delivery_count)
+        })
+        .collect();
+    Ok(Some((acquired, bytes)))
 }
 
 /// The bytes of a local read (a file range is read here: acquisition needs the batch

@@ -34,7 +34,7 @@ use tokio::sync::oneshot;
 
 use super::group::{Group, GroupState, JoinRequest, JoinResult, SyncResult};
 use super::offsets_topic::{GroupValue, OffsetValue, RecordKey};
-use super::{consumer_group, offsets_topic, ownership, share_group};
+use super::{consumer_group, offsets_topic, ownership};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
@@ -727,54 +727,6 @@ impl GroupCoordinator {
             .map(f)
     }
 
-    /// ShareGroupHeartbeat (KIP-932). A group id in use by a classic or consumer group is not
-    /// a share group (GROUP_ID_NOT_FOUND, as Kafka answers).
-    pub fn share_heartbeat(
-        &self,
-        group_id: &str,
-        req: share_group::ShareHeartbeatIn,
-        session_timeout: Duration,
-    ) -> Result<share_group::ShareHeartbeatOut, ResponseError> {
-        if group_id.is_empty() {
-            return Err(ResponseError::InvalidGroupId);
-        }
-        self.check_coordinator(group_id)?;
-        let resolve = |name: &str| self.log.resolve_topic(name);
-        let mut groups = self.groups();
-        if req.member_epoch != 0 && !groups.contains_key(group_id) {
-            return Err(ResponseError::UnknownMemberId);
-        }
-        let g = group_entry(
-            &mut groups,
-            group_id.to_string(),
-            self.config.initial_rebalance_delay,
-        );
-        if g.share.is_none() {
-            if g.consumer.is_some() || !g.members.is_empty() || !g.offsets.is_empty() {
-                return Err(ResponseError::GroupIdNotFound);
-            }
-            g.share = Some(share_group::ShareState::default());
-            g.protocol_type = Some("share".into());
-        }
-        let s = g.share.as_mut().ok_or(ResponseError::GroupIdNotFound)?;
-        let member = req.member_id.clone();
-        let out = s.heartbeat(req, &resolve, session_timeout, Instant::now());
-        tracing::debug!(group = group_id, %member, epoch = ?out.as_ref().map(|o| o.member_epoch), assignment = ?out.as_ref().ok().map(|o| &o.assignment), "share heartbeat");
-        out
-    }
-
-    /// Runs `f` on a share group's state.
-    pub fn with_share_group<R>(
-        &self,
-        group_id: &str,
-        f: impl FnOnce(&share_group::ShareState) -> R,
-    ) -> Option<R> {
-        self.groups()
-            .get(group_id)
-            .and_then(|g| g.share.as_ref())
-            .map(f)
-    }
-
     /// The heartbeat interval a KIP-848 group's members are told to keep.
     pub fn consumer_heartbeat_interval(&self, group_id: &str) -> Duration {
         self.consumer_timeouts(group_id).1
@@ -1123,45 +1075,6 @@ impl GroupCoordinator {
         })
     }
 
-    /// The type of a group this coordinator knows: "classic", "consumer" or "share".
-    pub fn group_type(&self, group_id: &str) -> Option<&'static str> {
-        self.groups()
-            .get(group_id)
-            .map(|g| match (&g.consumer, &g.share) {
-                (Some(_), _) => "consumer",
-                (_, Some(_)) => "share",
-                _ => "classic",
-            })
-    }
-
-    /// (group id, protocol type, state, group type "classic", "consumer" or "share") of every
-    /// group.
-    pub fn list(&self) -> Vec<(String, String, &'static str, &'static str)> {
-        let mut v: Vec<_> = self
-            .groups()
-            .values()
-            .filter(|g| self.check_coordinator(&g.id).is_ok())
-            .map(|g| {
-                (
-                    g.id.clone(),
-                    g.protocol_type.clone().unwrap_or_default(),
-                    match (&g.consumer, &g.share) {
-                        (Some(c), _) => c.state_name(),
-                        (_, Some(s)) => s.state_name(),
-                        _ => g.state.name(),
-                    },
-                    match (&g.consumer, &g.share) {
-                        (Some(_), _) => "consumer",
-                        (_, Some(_)) => "share",
-                        _ => "classic",
-                    },
-                )
-            })
-            .collect();
-        v.sort();
-        v
-    }
-
     /// Deletes an empty group and its offsets. Blocking.
     pub fn delete_group(&self, group_id: &str) -> Option<ResponseError> {
         if let Err(e) = self.check_coordinator(group_id) {
@@ -1465,36 +1378,6 @@ impl GroupCoordinator {
             .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Gauges for /metrics: groups per (type, state), members, and rebalances so far.
-    pub fn gauges(&self) -> crate::metrics::GroupGauges {
-        let groups = self.groups();
-        let mut by_state: std::collections::BTreeMap<(&'static str, &'static str), usize> =
-            Default::default();
-        let mut members = 0;
-        let mut rebalances = self
-            .removed_rebalances
-            .load(std::sync::atomic::Ordering::Relaxed);
-        for g in groups.values() {
-            let (kind, state) = match (&g.consumer, &g.share) {
-                (Some(c), _) => ("consumer", c.state_name()),
-                (_, Some(s)) => ("share", s.state_name()),
-                _ => ("classic", g.state.name()),
-            };
-            *by_state.entry((kind, state)).or_default() += 1;
-            members += g.members.len()
-                + g.consumer.as_ref().map(|c| c.members.len()).unwrap_or(0)
-                + g.share.as_ref().map(|s| s.members.len()).unwrap_or(0);
-            rebalances += g.rebalances
-                + g.consumer.as_ref().map(|c| c.rebalances).unwrap_or(0)
-                + g.share.as_ref().map(|s| s.rebalances).unwrap_or(0);
-        }
-        crate::metrics::GroupGauges {
-            by_state: by_state.into_iter().map(|((k, s), n)| (k, s, n)).collect(),
-            members,
-            rebalances,
-        }
-    }
-
     /// Removes groups with no members and no offsets (Kafka's transition to Dead), writing a
     /// tombstone so a restart does not bring them back. Blocking.
     pub fn remove_dead_groups(&self) -> usize {
@@ -1570,5 +1453,7 @@ fn subscription_topics(meta: &Bytes) -> Vec<String> {
         .unwrap_or_default()
 }
 
+mod reports;
+mod share;
 #[cfg(test)]
 mod tests;
