@@ -550,6 +550,13 @@ mod tests {
             (ApiKey::ListPartitionReassignments, 0, 0),
             (ApiKey::UnregisterBroker, 0, 0),
             (ApiKey::ListConfigResources, 0, 1),
+            (ApiKey::ShareGroupHeartbeat, 1, 1),
+            (ApiKey::ShareGroupDescribe, 1, 1),
+            (ApiKey::ShareFetch, 1, 2),
+            (ApiKey::ShareAcknowledge, 1, 2),
+            (ApiKey::DescribeShareGroupOffsets, 0, 1),
+            (ApiKey::AlterShareGroupOffsets, 0, 0),
+            (ApiKey::DeleteShareGroupOffsets, 0, 0),
         ];
         let advertised: Vec<(i16, i16, i16)> = API_TABLE
             .api_versions_list()
@@ -568,7 +575,11 @@ mod tests {
         let served: Vec<ApiKey> = API_TABLE.keys.to_vec();
         let listed: Vec<ApiKey> = expected.iter().map(|&(k, _, _)| k).collect();
         assert_eq!(served, listed);
-        for key in [ApiKey::Vote, ApiKey::BrokerRegistration, ApiKey::ShareFetch] {
+        for key in [
+            ApiKey::Vote,
+            ApiKey::BrokerRegistration,
+            ApiKey::WriteShareGroupState,
+        ] {
             assert_eq!((API_TABLE.versions)(key), None, "{key:?}");
         }
     }

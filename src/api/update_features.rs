@@ -314,11 +314,18 @@ mod tests {
             levels(&defaults),
             [
                 ("group.version".to_string(), 1, 1),
+                ("share.version".to_string(), 1, 1),
                 ("transaction.version".to_string(), 2, 2)
             ]
         );
         // A feature at level 0 is not finalized.
         let off = defaults.with(&BTreeMap::from([("transaction.version".into(), 0)]));
-        assert_eq!(levels(&off), [("group.version".to_string(), 1, 1)]);
+        assert_eq!(
+            levels(&off),
+            [
+                ("group.version".to_string(), 1, 1),
+                ("share.version".to_string(), 1, 1)
+            ]
+        );
     }
 }
