@@ -14,7 +14,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::api::describe_share_group_offsets::refuse_offset_change;
+use crate::api::describe_share_group_offsets::{refuse_offset_change, UNKNOWN_PARTITION};
 use crate::api::gate::{self, Gate, Who, GROUP_DENIED, TOPIC_DENIED};
 use crate::api::{blocking, errors, Api, Context, Outcome};
 use crate::broker::Broker;
@@ -27,6 +27,12 @@ fn refuse(code: ResponseError, message: Option<String>) -> AlterShareGroupOffset
     AlterShareGroupOffsetsResponse::default()
         .with_error_code(code.code())
         .with_error_message(message.map(StrBytes::from_string))
+}
+
+/// Kafka's message for an unknown topic or partition; none otherwise.
+fn message_of(error: Option<ResponseError>) -> Option<StrBytes> {
+    (error == Some(ResponseError::UnknownTopicOrPartition))
+        .then(|| StrBytes::from_static_str(UNKNOWN_PARTITION))
 }
 
 /// Blocking (persists).
@@ -61,6 +67,8 @@ pub fn handle(
                     Partition::default()
                         .with_partition_index(p.partition_index)
                         .with_error_code(result.err().map_or(0, |e| e.code()))
+                        .with_error_message(message_of(result.err()))
+                        .with_error_message(message_of(result.err()))
                 })
                 .collect();
             Topic::default()

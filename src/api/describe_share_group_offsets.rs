@@ -43,25 +43,47 @@ pub fn share_group_is_empty(
     }
 }
 
-/// Refuses to change the offsets of a share group with members (NON_EMPTY_GROUP, with Kafka's
-/// message) or of a group that is not a share group; `None` when they may change.
-/// `create`: a group id nobody uses yet becomes a share group (AlterShareGroupOffsets).
+/// Kafka's messages for a group whose share offsets cannot change.
+pub fn not_a_share_group(group: &str) -> String {
+    format!("Group {group} is not a share group.")
+}
+
+/// Refuses to change the offsets of a share group with members (NON_EMPTY_GROUP), of a group
+/// that is not a share group, or (unless `create`, AlterShareGroupOffsets) of a group that does
+/// not exist, with Kafka's messages; `None` when they may change, the group then being an
+/// empty share group.
 pub fn refuse_offset_change(
     groups: &GroupCoordinator,
     shares: &ShareService,
     group: &str,
     create: bool,
 ) -> Option<(ResponseError, Option<String>)> {
-    match share_group_is_empty(groups, shares, group) {
+    let refusal = match share_group_is_empty(groups, shares, group) {
         Ok(true) => None,
-        Err(ResponseError::GroupIdNotFound) if create && groups.group_type(group).is_none() => None,
+        Err(ResponseError::GroupIdNotFound) if groups.group_type(group).is_some() => Some((
+            ResponseError::GroupIdNotFound,
+            Some(not_a_share_group(group)),
+        )),
+        Err(ResponseError::GroupIdNotFound) if create => None,
+        Err(ResponseError::GroupIdNotFound) => Some((
+            ResponseError::GroupIdNotFound,
+            Some(format!("Group {group} not found.")),
+        )),
         Err(e) => Some((e, None)),
         Ok(false) => Some((
             ResponseError::NonEmptyGroup,
-            Some(format!("Share group {group} is not empty.")),
+            Some("The group is not empty.".to_string()),
         )),
+    };
+    if refusal.is_some() {
+        return refusal;
     }
+    // The group stays (empty) when its last offsets are deleted, as in Kafka.
+    groups.ensure_share_group(group).err().map(|e| (e, None))
 }
+
+/// The message of an unknown topic or partition in a share offsets request.
+pub const UNKNOWN_PARTITION: &str = "This server does not host this topic-partition.";
 
 pub fn handle(
     broker: &Broker,
@@ -75,8 +97,11 @@ pub fn handle(
         .map(|g| {
             let id = g.group_id.0.to_string();
             let base = Group::default().with_group_id(g.group_id.clone());
-            if let Err(e) = share_group_is_empty(groups, shares, &id) {
-                return base.with_error_code(e.code());
+            // As Kafka: a group that is not a share group (or none) has no share offsets,
+            // which is not an error.
+            match share_group_is_empty(groups, shares, &id) {
+                Ok(_) | Err(ResponseError::GroupIdNotFound) => {}
+                Err(e) => return base.with_error_code(e.code()),
             }
             let offsets = shares.start_offsets(&id);
             // The requested topics, or every topic the group has state of.
@@ -130,7 +155,7 @@ pub fn handle(
                                     part
                                 }
                                 // Never fetched by this group: not initialized.
-                                None => base.with_start_offset(-1).with_leader_epoch(-1),
+                                None => base.with_start_offset(-1).with_leader_epoch(0),
                             }
                         })
                         .collect();

@@ -92,8 +92,13 @@ pub fn handle(
                         .with_group_state(s("Empty"))
                         .with_assignor_name(s(ASSIGNOR));
                 }
+                let message = if groups.group_type(id.0.as_str()).is_some() {
+                    crate::api::describe_share_group_offsets::not_a_share_group(id.0.as_str())
+                } else {
+                    format!("Group {} not found.", id.0.as_str())
+                };
                 base.with_error_code(ResponseError::GroupIdNotFound.code())
-                    .with_error_message(Some(s(&format!("Group {} not found.", id.0.as_str()))))
+                    .with_error_message(Some(s(&message)))
             })
         })
         .collect();

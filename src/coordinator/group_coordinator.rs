@@ -1385,10 +1385,11 @@ impl GroupCoordinator {
             .groups()
             .values()
             .filter(|g| {
+                // A share group stays until DeleteGroups, as in Kafka.
                 g.members.is_empty()
                     && g.offsets.is_empty()
                     && g.consumer.as_ref().is_none_or(|c| c.is_empty())
-                    && g.share.as_ref().is_none_or(|s| s.is_empty())
+                    && g.share.is_none()
             })
             .map(|g| g.id.clone())
             .collect();
@@ -1401,7 +1402,7 @@ impl GroupCoordinator {
                     g.members.is_empty()
                         && g.offsets.is_empty()
                         && g.consumer.as_ref().is_none_or(|c| c.is_empty())
-                        && g.share.as_ref().is_none_or(|s| s.is_empty())
+                        && g.share.is_none()
                 }) {
                     if let Some(g) = groups.remove(id) {
                         self.count_removed(&g);

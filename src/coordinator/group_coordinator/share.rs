@@ -56,4 +56,30 @@ impl GroupCoordinator {
             .and_then(|g| g.share.as_ref())
             .map(f)
     }
+
+    /// Makes `group_id` an empty share group unless it is one (AlterShareGroupOffsets on a
+    /// new group id, a share group known only by its share-partitions' state). GROUP_ID_NOT_FOUND
+    /// when a classic or consumer group has the id.
+    pub fn ensure_share_group(&self, group_id: &str) -> Result<(), ResponseError> {
+        self.check_coordinator(group_id)?;
+        let mut groups = self.groups();
+        let g = group_entry(
+            &mut groups,
+            group_id.to_string(),
+            self.config.initial_rebalance_delay,
+        );
+        if g.share.is_some() {
+            return Ok(());
+        }
+        if g.consumer.is_some() || !g.members.is_empty() || !g.offsets.is_empty() {
+            return Err(ResponseError::GroupIdNotFound);
+        }
+        // Kafka's share group epoch moves when the group's share-partitions are initialized,
+        // which creating it with offsets does.
+        let mut state = ShareState::default();
+        state.group_epoch = 1;
+        g.share = Some(state);
+        g.protocol_type = Some("share".into());
+        Ok(())
+    }
 }
