@@ -570,3 +570,80 @@ impl Api for ShareFetch {
         Outcome::respond(handle(s, ctx, r, version).await)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use kafka_protocol::messages::share_fetch_request::{FetchPartition, FetchTopic as Topic};
+    use kafka_protocol::messages::GroupId;
+
+    use super::*;
+    use crate::api::test_support::{allow, broker_with_acls, who};
+    use crate::security::acl::ResourceType as Res;
+
+    fn request(group: &str, topics: &[Uuid]) -> ShareFetchRequest {
+        ShareFetchRequest::default()
+            .with_group_id(Some(GroupId(StrBytes::from_string(group.into()))))
+            .with_member_id(Some(StrBytes::from_static_str("m")))
+            .with_topics(
+                topics
+                    .iter()
+                    .map(|id| {
+                        Topic::default()
+                            .with_topic_id(*id)
+                            .with_partitions(vec![FetchPartition::default()])
+                    })
+                    .collect(),
+            )
+    }
+
+    #[test]
+    fn share_fetch_needs_read_on_the_group_and_on_each_topic() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = broker_with_acls(
+            dir.path(),
+            &[
+                allow("User:alice", Op::Read, Res::Group, "mine"),
+                allow("User:alice", Op::Read, Res::Topic, "jobs"),
+                allow("User:alice", Op::Describe, Res::Topic, "secret"),
+            ],
+        );
+        let jobs = broker
+            .create_topic("jobs", 1, 1, BTreeMap::new())
+            .unwrap()
+            .id;
+        let secret = broker
+            .create_topic("secret", 1, 1, BTreeMap::new())
+            .unwrap()
+            .id;
+        let alice = who(&broker, "User:alice");
+        let Gate::Answer(ResponseKind::ShareFetch(refused)) =
+            ShareFetch::authorize(&alice, request("theirs", &[jobs]), 2)
+        else {
+            panic!("a group without READ is refused before the handler runs")
+        };
+        assert_eq!(refused.error_code, GROUP_DENIED.code());
+        let Gate::Run(RequestKind::ShareFetch(run), Some(finish)) =
+            ShareFetch::authorize(&alice, request("mine", &[jobs, secret]), 2)
+        else {
+            panic!("the readable topic runs")
+        };
+        assert_eq!(run.topics.len(), 1);
+        assert_eq!(run.topics[0].topic_id, jobs);
+        let Outcome::Respond(answered) = finish(Outcome::respond(ShareFetchResponse::default()))
+        else {
+            panic!("a response")
+        };
+        let ResponseKind::ShareFetch(answered) = *answered else {
+            panic!("a ShareFetch response")
+        };
+        assert_eq!(answered.responses.len(), 1);
+        assert_eq!(answered.responses[0].topic_id, secret);
+        assert_eq!(
+            answered.responses[0].partitions[0].error_code,
+            TOPIC_DENIED.code(),
+            "DESCRIBE is not READ"
+        );
+    }
+}
