@@ -85,6 +85,7 @@ pub fn refuse_offset_change(
 /// The message of an unknown topic or partition in a share offsets request.
 pub const UNKNOWN_PARTITION: &str = "This server does not host this topic-partition.";
 
+/// Blocking (reads share-partition state under its lock).
 pub fn handle(
     broker: &Broker,
     groups: &Arc<GroupCoordinator>,
@@ -216,6 +217,12 @@ impl Api for DescribeShareGroupOffsets {
         r: DescribeShareGroupOffsetsRequest,
         _version: i16,
     ) -> Outcome {
-        Outcome::respond(handle(&s.broker, &s.groups, &s.shares, r))
+        // Reading a share-partition's state may wait for an acknowledgement being persisted:
+        // off the async workers.
+        let (broker, groups, shares) = (s.broker.clone(), s.groups.clone(), s.shares.clone());
+        let response = crate::api::blocking(move || handle(&broker, &groups, &shares, r))
+            .await
+            .unwrap_or_else(|_| DescribeShareGroupOffsetsResponse::default());
+        Outcome::respond(response)
     }
 }

@@ -44,7 +44,6 @@ pub type Acks = Vec<(i64, i64, Vec<i8>)>;
 struct Answer {
     error: Option<ResponseError>,
     ack_error: Option<ResponseError>,
-    acked: bool,
     records: Option<Bytes>,
     acquired: Vec<AcquiredRecords>,
     leader: Option<(i32, i32)>,
@@ -152,7 +151,6 @@ pub async fn handle(
     let mut answers: BTreeMap<(Uuid, i32), Answer> = BTreeMap::new();
     for (key, error) in acknowledge_all(s, &group, &member, acks, version >= 2).await {
         let a = answers.entry(key).or_default();
-        a.acked = true;
         a.ack_error = error;
     }
     let partitions = match session_partitions {
@@ -181,6 +179,7 @@ pub async fn handle(
                 &partitions,
                 &partition_max_bytes,
                 &req,
+                &settings,
                 deadline,
                 &mut answers,
             )
@@ -231,11 +230,11 @@ async fn fetch_once(
     partitions: &[(Uuid, i32)],
     partition_max_bytes: &BTreeMap<(Uuid, i32), i32>,
     req: &ShareFetchRequest,
+    settings: &ShareSettings,
     deadline: Instant,
     answers: &mut BTreeMap<(Uuid, i32), Answer>,
 ) -> bool {
-    let settings = s.shares.settings(group);
-    let Some(positions) = fetch_positions(s, group, partitions, &settings).await else {
+    let Some(positions) = fetch_positions(s, group, partitions, settings).await else {
         return false;
     };
     let mut wanted: Vec<FetchTopic> = Vec::new();

@@ -426,21 +426,6 @@ impl ShareService {
         }
     }
 
-    /// The share-partitions of `group` this broker has, with (start offset, records in
-    /// flight), for describe and metrics.
-    pub fn describe(&self, group: &str) -> Vec<(Uuid, i32, i64, usize)> {
-        let mut out: Vec<_> = lock(&self.partitions)
-            .iter()
-            .filter(|(k, _)| k.group == group)
-            .map(|(k, sp)| {
-                let sp = lock(sp);
-                (k.topic_id, k.partition, sp.start_offset(), sp.in_flight())
-            })
-            .collect();
-        out.sort();
-        out
-    }
-
     /// Forgets and deletes the durable state of `group` (DeleteGroups on an empty share
     /// group). Blocking.
     pub fn delete_group(&self, group: &str) -> Result<(), ResponseError> {

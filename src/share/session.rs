@@ -144,13 +144,6 @@ impl ShareSessions {
         keys
     }
 
-    /// Drops the sessions of members that left their group or whose group is gone.
-    pub fn remove_member(&mut self, group: &str, member: &str) -> bool {
-        self.sessions
-            .remove(&(group.to_string(), member.to_string()))
-            .is_some()
-    }
-
     pub fn len(&self) -> usize {
         self.sessions.len()
     }
