@@ -212,3 +212,22 @@ async fn an_acknowledgement_persisted_but_not_answered_is_kept_whole() {
     redelivered(broker.kafka_addr, topic_id, (30..RECORDS).collect()).await;
     let _ = broker;
 }
+
+#[tokio::test]
+async fn a_share_partition_start_persisted_before_a_crash_is_kept() {
+    // The group keeps share.auto.offset.reset=latest: its share-partition starts at the log
+    // end the first time it is fetched (5), and that start is persisted before the fetch is
+    // answered. Records produced after it (5..9) are never delivered before the crash; after
+    // it they must be, not skipped by a restart that starts again at the new log end (10).
+    let root = tempfile::tempdir().unwrap();
+    let mut broker = BrokerProcess::start(root.path(), 0, None).await;
+    let mut c = Client::connect(broker.kafka_addr).await;
+    let topic_id = create_topic(&mut c, TOPIC, 1).await;
+    assert_eq!(produce(&mut c, TOPIC, 0, batch(5)).await.error_code, 0);
+    join(&mut c, "m1").await;
+    assert!(fetch_all(&mut c, "m1", 0, topic_id).await.is_empty());
+    assert_eq!(produce(&mut c, TOPIC, 0, batch(5)).await.error_code, 0);
+    broker.kill_9();
+    let broker = BrokerProcess::start(root.path(), 1, None).await;
+    redelivered(broker.kafka_addr, topic_id, (5..10).collect()).await;
+}
