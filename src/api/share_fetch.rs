@@ -338,7 +338,7 @@ async fn fetch_once(
                 records,
                 aborted,
                 (max_records, whole_batches),
-                &settings,
+                settings,
             )
             .await;
             match acquired {
