@@ -779,9 +779,23 @@ async fn list_offsets_reports_what_the_bucket_holds_and_what_is_pending_upload()
         local_segments(&dir).first().is_some_and(|&base| base > 0)
     })
     .await;
-    let tiered = list_offset_at(&mut c, 11, TOPIC, 0, LATEST_TIERED).await;
-    let pending = list_offset_at(&mut c, 11, TOPIC, 0, EARLIEST_PENDING_UPLOAD).await;
-    let local = list_offset_at(&mut c, 11, TOPIC, 0, EARLIEST_LOCAL).await;
+    // Uploads go on while the offsets are asked one request at a time: read until the
+    // latest tiered offset is the same before and after the others.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (tiered, pending, local) = loop {
+        let tiered = list_offset_at(&mut c, 11, TOPIC, 0, LATEST_TIERED).await;
+        let pending = list_offset_at(&mut c, 11, TOPIC, 0, EARLIEST_PENDING_UPLOAD).await;
+        let local = list_offset_at(&mut c, 11, TOPIC, 0, EARLIEST_LOCAL).await;
+        let again = list_offset_at(&mut c, 11, TOPIC, 0, LATEST_TIERED).await;
+        if again.offset == tiered.offset {
+            break (tiered, pending, local);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "uploads never settled"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(
         (tiered.error_code, pending.error_code, local.error_code),
         (0, 0, 0)
