@@ -1610,9 +1610,9 @@ impl ApiKey {
             ApiKey::UpdateRaftVoter => VersionRange { min: 0, max: 0 },
             ApiKey::InitializeShareGroupState => VersionRange { min: 0, max: 0 },
             ApiKey::ReadShareGroupState => VersionRange { min: 0, max: 0 },
-            ApiKey::WriteShareGroupState => VersionRange { min: 0, max: 0 },
+            ApiKey::WriteShareGroupState => VersionRange { min: 0, max: 1 }, // Strata patch
             ApiKey::DeleteShareGroupState => VersionRange { min: 0, max: 0 },
-            ApiKey::ReadShareGroupStateSummary => VersionRange { min: 0, max: 0 },
+            ApiKey::ReadShareGroupStateSummary => VersionRange { min: 0, max: 1 }, // Strata patch
             ApiKey::DescribeShareGroupOffsets => VersionRange { min: 0, max: 1 }, // Strata patch
             ApiKey::AlterShareGroupOffsets => VersionRange { min: 0, max: 0 },
             ApiKey::DeleteShareGroupOffsets => VersionRange { min: 0, max: 0 },

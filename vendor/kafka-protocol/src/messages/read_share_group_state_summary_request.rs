@@ -69,7 +69,8 @@ impl PartitionData {
 #[cfg(feature = "client")]
 impl Encodable for PartitionData {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.partition)?;
@@ -107,7 +108,8 @@ impl Encodable for PartitionData {
 #[cfg(feature = "broker")]
 impl Decodable for PartitionData {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         let partition = types::Int32.decode(buf)?;
@@ -139,7 +141,7 @@ impl Default for PartitionData {
 }
 
 impl Message for PartitionData {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 0 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 }; // Strata patch: v1
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
@@ -195,7 +197,8 @@ impl ReadShareGroupStateSummaryRequest {
 #[cfg(feature = "client")]
 impl Encodable for ReadShareGroupStateSummaryRequest {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         types::CompactString.encode(buf, &self.group_id)?;
@@ -233,7 +236,8 @@ impl Encodable for ReadShareGroupStateSummaryRequest {
 #[cfg(feature = "broker")]
 impl Decodable for ReadShareGroupStateSummaryRequest {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         let group_id = types::CompactString.decode(buf)?;
@@ -265,7 +269,7 @@ impl Default for ReadShareGroupStateSummaryRequest {
 }
 
 impl Message for ReadShareGroupStateSummaryRequest {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 0 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 }; // Strata patch: v1
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
@@ -321,7 +325,8 @@ impl ReadStateSummaryData {
 #[cfg(feature = "client")]
 impl Encodable for ReadStateSummaryData {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         types::Uuid.encode(buf, &self.topic_id)?;
@@ -360,7 +365,8 @@ impl Encodable for ReadStateSummaryData {
 #[cfg(feature = "broker")]
 impl Decodable for ReadStateSummaryData {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         let topic_id = types::Uuid.decode(buf)?;
@@ -392,12 +398,43 @@ impl Default for ReadStateSummaryData {
 }
 
 impl Message for ReadStateSummaryData {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 0 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 }; // Strata patch: v1
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
 impl HeaderVersion for ReadShareGroupStateSummaryRequest {
     fn header_version(version: i16) -> i16 {
         2
+    }
+}
+
+// Strata patch: v1 is v0's schema.
+#[cfg(all(test, feature = "client", feature = "broker"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_v0_and_v1() {
+        let value = ReadShareGroupStateSummaryRequest::default()
+            .with_group_id(StrBytes::from_static_str("share-group"))
+            .with_topics(vec![ReadStateSummaryData::default()
+                .with_topic_id(Uuid::from_u128(1))
+                .with_partitions(vec![PartitionData::default()
+                    .with_partition(3)
+                    .with_leader_epoch(7)])]);
+        let mut encoded = vec![];
+        for version in 0..=1 {
+            let mut buf = bytes::BytesMut::new();
+            value.encode(&mut buf, version).unwrap();
+            assert_eq!(buf.len(), value.compute_size(version).unwrap());
+            encoded.push(buf.clone());
+            let mut bytes = buf.freeze();
+            assert_eq!(
+                ReadShareGroupStateSummaryRequest::decode(&mut bytes, version).unwrap(),
+                value
+            );
+            assert!(bytes.is_empty());
+        }
+        assert_eq!(encoded[0], encoded[1]);
     }
 }

@@ -51,6 +51,11 @@ pub struct PartitionResult {
     /// Supported API versions: 0
     pub start_offset: i64,
 
+    /// The number of offsets greater than or equal to share-partition start offset for which delivery has been completed.
+    ///
+    /// Supported API versions: 1+ (Strata patch)
+    pub delivery_complete_count: i32,
+
     /// Other tagged fields
     pub unknown_tagged_fields: BTreeMap<i32, Bytes>,
 }
@@ -110,6 +115,15 @@ impl PartitionResult {
         self.start_offset = value;
         self
     }
+    /// Sets `delivery_complete_count` to the passed value.
+    ///
+    /// The number of offsets greater than or equal to share-partition start offset for which delivery has been completed.
+    ///
+    /// Supported API versions: 1+ (Strata patch)
+    pub fn with_delivery_complete_count(mut self, value: i32) -> Self {
+        self.delivery_complete_count = value;
+        self
+    }
     /// Sets unknown_tagged_fields to the passed value.
     pub fn with_unknown_tagged_fields(mut self, value: BTreeMap<i32, Bytes>) -> Self {
         self.unknown_tagged_fields = value;
@@ -125,7 +139,8 @@ impl PartitionResult {
 #[cfg(feature = "broker")]
 impl Encodable for PartitionResult {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.partition)?;
@@ -134,6 +149,10 @@ impl Encodable for PartitionResult {
         types::Int32.encode(buf, &self.state_epoch)?;
         types::Int32.encode(buf, &self.leader_epoch)?;
         types::Int64.encode(buf, &self.start_offset)?;
+        // Strata patch: v1 (ignorable; not written below v1)
+        if version >= 1 {
+            types::Int32.encode(buf, &self.delivery_complete_count)?;
+        }
         let num_tagged_fields = self.unknown_tagged_fields.len();
         if num_tagged_fields > std::u32::MAX as usize {
             bail!(
@@ -154,6 +173,10 @@ impl Encodable for PartitionResult {
         total_size += types::Int32.compute_size(&self.state_epoch)?;
         total_size += types::Int32.compute_size(&self.leader_epoch)?;
         total_size += types::Int64.compute_size(&self.start_offset)?;
+        // Strata patch: v1
+        if version >= 1 {
+            total_size += types::Int32.compute_size(&self.delivery_complete_count)?;
+        }
         let num_tagged_fields = self.unknown_tagged_fields.len();
         if num_tagged_fields > std::u32::MAX as usize {
             bail!(
@@ -171,7 +194,8 @@ impl Encodable for PartitionResult {
 #[cfg(feature = "client")]
 impl Decodable for PartitionResult {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         let partition = types::Int32.decode(buf)?;
@@ -180,6 +204,12 @@ impl Decodable for PartitionResult {
         let state_epoch = types::Int32.decode(buf)?;
         let leader_epoch = types::Int32.decode(buf)?;
         let start_offset = types::Int64.decode(buf)?;
+        // Strata patch: v1
+        let delivery_complete_count = if version >= 1 {
+            types::Int32.decode(buf)?
+        } else {
+            -1
+        };
         let mut unknown_tagged_fields = BTreeMap::new();
         let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
         for _ in 0..num_tagged_fields {
@@ -195,6 +225,7 @@ impl Decodable for PartitionResult {
             state_epoch,
             leader_epoch,
             start_offset,
+            delivery_complete_count, // Strata patch
             unknown_tagged_fields,
         })
     }
@@ -209,13 +240,14 @@ impl Default for PartitionResult {
             state_epoch: 0,
             leader_epoch: 0,
             start_offset: 0,
+            delivery_complete_count: -1, // Strata patch
             unknown_tagged_fields: BTreeMap::new(),
         }
     }
 }
 
 impl Message for PartitionResult {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 0 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 }; // Strata patch: v1
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
@@ -257,7 +289,8 @@ impl ReadShareGroupStateSummaryResponse {
 #[cfg(feature = "broker")]
 impl Encodable for ReadShareGroupStateSummaryResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         types::CompactArray(types::Struct { version }).encode(buf, &self.results)?;
@@ -293,7 +326,8 @@ impl Encodable for ReadShareGroupStateSummaryResponse {
 #[cfg(feature = "client")]
 impl Decodable for ReadShareGroupStateSummaryResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         let results = types::CompactArray(types::Struct { version }).decode(buf)?;
@@ -322,7 +356,7 @@ impl Default for ReadShareGroupStateSummaryResponse {
 }
 
 impl Message for ReadShareGroupStateSummaryResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 0 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 }; // Strata patch: v1
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
@@ -378,7 +412,8 @@ impl ReadStateSummaryResult {
 #[cfg(feature = "broker")]
 impl Encodable for ReadStateSummaryResult {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         types::Uuid.encode(buf, &self.topic_id)?;
@@ -417,7 +452,8 @@ impl Encodable for ReadStateSummaryResult {
 #[cfg(feature = "client")]
 impl Decodable for ReadStateSummaryResult {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         let topic_id = types::Uuid.decode(buf)?;
@@ -449,12 +485,74 @@ impl Default for ReadStateSummaryResult {
 }
 
 impl Message for ReadStateSummaryResult {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 0 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 }; // Strata patch: v1
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
 impl HeaderVersion for ReadShareGroupStateSummaryResponse {
     fn header_version(version: i16) -> i16 {
         1
+    }
+}
+
+// Strata patch: round trips of v0 and v1 (DeliveryCompleteCount, KIP-1226).
+#[cfg(all(test, feature = "client", feature = "broker"))]
+mod tests {
+    use super::*;
+
+    fn response(delivery_complete_count: i32) -> ReadShareGroupStateSummaryResponse {
+        ReadShareGroupStateSummaryResponse::default().with_results(vec![
+            ReadStateSummaryResult::default()
+                .with_topic_id(Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef))
+                .with_partitions(vec![
+                    PartitionResult::default()
+                        .with_partition(3)
+                        .with_state_epoch(2)
+                        .with_leader_epoch(7)
+                        .with_start_offset(100)
+                        .with_delivery_complete_count(delivery_complete_count),
+                    PartitionResult::default()
+                        .with_partition(4)
+                        .with_error_code(6)
+                        .with_error_message(Some(StrBytes::from_static_str("not leader"))),
+                ]),
+        ])
+    }
+
+    fn round_trip(
+        value: &ReadShareGroupStateSummaryResponse,
+        version: i16,
+    ) -> (usize, ReadShareGroupStateSummaryResponse) {
+        let mut buf = bytes::BytesMut::new();
+        value.encode(&mut buf, version).unwrap();
+        assert_eq!(buf.len(), value.compute_size(version).unwrap());
+        let len = buf.len();
+        let mut bytes = buf.freeze();
+        let decoded = ReadShareGroupStateSummaryResponse::decode(&mut bytes, version).unwrap();
+        assert!(bytes.is_empty());
+        (len, decoded)
+    }
+
+    #[test]
+    fn round_trip_v0_and_v1() {
+        assert_eq!(PartitionResult::default().delivery_complete_count, -1);
+        let v1 = response(42);
+        let (len1, decoded) = round_trip(&v1, 1);
+        assert_eq!(decoded, v1);
+        assert_eq!(decoded.results[0].partitions[0].delivery_complete_count, 42);
+
+        let v0 = response(-1);
+        let (len0, decoded) = round_trip(&v0, 0);
+        assert_eq!(decoded, v0);
+        assert_eq!(len1, len0 + 2 * 4);
+
+        // Ignorable: a set count is simply not written below v1, and decodes to the default.
+        let (len, decoded) = round_trip(&v1, 0);
+        assert_eq!(len, len0);
+        assert_eq!(decoded, v0);
+        assert_eq!(decoded.results[0].partitions[0].delivery_complete_count, -1);
+
+        let mut buf = bytes::BytesMut::new();
+        assert!(v1.encode(&mut buf, 2).is_err());
     }
 }

@@ -41,6 +41,11 @@ pub struct PartitionData {
     /// Supported API versions: 0
     pub start_offset: i64,
 
+    /// The number of offsets greater than or equal to share-partition start offset for which delivery has been completed.
+    ///
+    /// Supported API versions: 1+ (Strata patch)
+    pub delivery_complete_count: i32,
+
     /// The state batches for the share-partition.
     ///
     /// Supported API versions: 0
@@ -87,6 +92,15 @@ impl PartitionData {
         self.start_offset = value;
         self
     }
+    /// Sets `delivery_complete_count` to the passed value.
+    ///
+    /// The number of offsets greater than or equal to share-partition start offset for which delivery has been completed.
+    ///
+    /// Supported API versions: 1+ (Strata patch)
+    pub fn with_delivery_complete_count(mut self, value: i32) -> Self {
+        self.delivery_complete_count = value;
+        self
+    }
     /// Sets `state_batches` to the passed value.
     ///
     /// The state batches for the share-partition.
@@ -111,13 +125,18 @@ impl PartitionData {
 #[cfg(feature = "client")]
 impl Encodable for PartitionData {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.partition)?;
         types::Int32.encode(buf, &self.state_epoch)?;
         types::Int32.encode(buf, &self.leader_epoch)?;
         types::Int64.encode(buf, &self.start_offset)?;
+        // Strata patch: v1 (ignorable; not written below v1)
+        if version >= 1 {
+            types::Int32.encode(buf, &self.delivery_complete_count)?;
+        }
         types::CompactArray(types::Struct { version }).encode(buf, &self.state_batches)?;
         let num_tagged_fields = self.unknown_tagged_fields.len();
         if num_tagged_fields > std::u32::MAX as usize {
@@ -137,6 +156,10 @@ impl Encodable for PartitionData {
         total_size += types::Int32.compute_size(&self.state_epoch)?;
         total_size += types::Int32.compute_size(&self.leader_epoch)?;
         total_size += types::Int64.compute_size(&self.start_offset)?;
+        // Strata patch: v1
+        if version >= 1 {
+            total_size += types::Int32.compute_size(&self.delivery_complete_count)?;
+        }
         total_size +=
             types::CompactArray(types::Struct { version }).compute_size(&self.state_batches)?;
         let num_tagged_fields = self.unknown_tagged_fields.len();
@@ -156,13 +179,20 @@ impl Encodable for PartitionData {
 #[cfg(feature = "broker")]
 impl Decodable for PartitionData {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         let partition = types::Int32.decode(buf)?;
         let state_epoch = types::Int32.decode(buf)?;
         let leader_epoch = types::Int32.decode(buf)?;
         let start_offset = types::Int64.decode(buf)?;
+        // Strata patch: v1
+        let delivery_complete_count = if version >= 1 {
+            types::Int32.decode(buf)?
+        } else {
+            -1
+        };
         let state_batches = types::CompactArray(types::Struct { version }).decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
         let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
@@ -177,6 +207,7 @@ impl Decodable for PartitionData {
             state_epoch,
             leader_epoch,
             start_offset,
+            delivery_complete_count, // Strata patch
             state_batches,
             unknown_tagged_fields,
         })
@@ -190,6 +221,7 @@ impl Default for PartitionData {
             state_epoch: 0,
             leader_epoch: 0,
             start_offset: 0,
+            delivery_complete_count: -1, // Strata patch
             state_batches: Default::default(),
             unknown_tagged_fields: BTreeMap::new(),
         }
@@ -197,7 +229,7 @@ impl Default for PartitionData {
 }
 
 impl Message for PartitionData {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 0 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 }; // Strata patch: v1
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
@@ -281,7 +313,8 @@ impl StateBatch {
 #[cfg(feature = "client")]
 impl Encodable for StateBatch {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         types::Int64.encode(buf, &self.first_offset)?;
@@ -323,7 +356,8 @@ impl Encodable for StateBatch {
 #[cfg(feature = "broker")]
 impl Decodable for StateBatch {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         let first_offset = types::Int64.decode(buf)?;
@@ -361,7 +395,7 @@ impl Default for StateBatch {
 }
 
 impl Message for StateBatch {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 0 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 }; // Strata patch: v1
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
@@ -417,7 +451,8 @@ impl WriteShareGroupStateRequest {
 #[cfg(feature = "client")]
 impl Encodable for WriteShareGroupStateRequest {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         types::CompactString.encode(buf, &self.group_id)?;
@@ -455,7 +490,8 @@ impl Encodable for WriteShareGroupStateRequest {
 #[cfg(feature = "broker")]
 impl Decodable for WriteShareGroupStateRequest {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         let group_id = types::CompactString.decode(buf)?;
@@ -487,7 +523,7 @@ impl Default for WriteShareGroupStateRequest {
 }
 
 impl Message for WriteShareGroupStateRequest {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 0 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 }; // Strata patch: v1
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
@@ -543,7 +579,8 @@ impl WriteStateData {
 #[cfg(feature = "client")]
 impl Encodable for WriteStateData {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         types::Uuid.encode(buf, &self.topic_id)?;
@@ -582,7 +619,8 @@ impl Encodable for WriteStateData {
 #[cfg(feature = "broker")]
 impl Decodable for WriteStateData {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         let topic_id = types::Uuid.decode(buf)?;
@@ -614,12 +652,73 @@ impl Default for WriteStateData {
 }
 
 impl Message for WriteStateData {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 0 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 }; // Strata patch: v1
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
 impl HeaderVersion for WriteShareGroupStateRequest {
     fn header_version(version: i16) -> i16 {
         2
+    }
+}
+
+// Strata patch: round trips of v0 and v1 (DeliveryCompleteCount, KIP-1226).
+#[cfg(all(test, feature = "client", feature = "broker"))]
+mod tests {
+    use super::*;
+
+    fn request(delivery_complete_count: i32) -> WriteShareGroupStateRequest {
+        WriteShareGroupStateRequest::default()
+            .with_group_id(StrBytes::from_static_str("share-group"))
+            .with_topics(vec![WriteStateData::default()
+                .with_topic_id(Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef))
+                .with_partitions(vec![PartitionData::default()
+                    .with_partition(3)
+                    .with_state_epoch(2)
+                    .with_leader_epoch(7)
+                    .with_start_offset(100)
+                    .with_delivery_complete_count(delivery_complete_count)
+                    .with_state_batches(vec![StateBatch::default()
+                        .with_first_offset(100)
+                        .with_last_offset(109)
+                        .with_delivery_state(2)
+                        .with_delivery_count(1)])])])
+    }
+
+    fn round_trip(
+        value: &WriteShareGroupStateRequest,
+        version: i16,
+    ) -> (usize, WriteShareGroupStateRequest) {
+        let mut buf = bytes::BytesMut::new();
+        value.encode(&mut buf, version).unwrap();
+        assert_eq!(buf.len(), value.compute_size(version).unwrap());
+        let len = buf.len();
+        let mut bytes = buf.freeze();
+        let decoded = WriteShareGroupStateRequest::decode(&mut bytes, version).unwrap();
+        assert!(bytes.is_empty());
+        (len, decoded)
+    }
+
+    #[test]
+    fn round_trip_v0_and_v1() {
+        assert_eq!(PartitionData::default().delivery_complete_count, -1);
+        let v1 = request(42);
+        let (len1, decoded) = round_trip(&v1, 1);
+        assert_eq!(decoded, v1);
+        assert_eq!(decoded.topics[0].partitions[0].delivery_complete_count, 42);
+
+        let v0 = request(-1);
+        let (len0, decoded) = round_trip(&v0, 0);
+        assert_eq!(decoded, v0);
+        assert_eq!(len1, len0 + 4);
+
+        // Ignorable: a set count is simply not written below v1, and decodes to the default.
+        let (len, decoded) = round_trip(&v1, 0);
+        assert_eq!(len, len0);
+        assert_eq!(decoded, v0);
+        assert_eq!(decoded.topics[0].partitions[0].delivery_complete_count, -1);
+
+        let mut buf = bytes::BytesMut::new();
+        assert!(v1.encode(&mut buf, 2).is_err());
     }
 }

@@ -83,7 +83,8 @@ impl PartitionResult {
 #[cfg(feature = "broker")]
 impl Encodable for PartitionResult {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.partition)?;
@@ -123,7 +124,8 @@ impl Encodable for PartitionResult {
 #[cfg(feature = "client")]
 impl Decodable for PartitionResult {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         let partition = types::Int32.decode(buf)?;
@@ -158,7 +160,7 @@ impl Default for PartitionResult {
 }
 
 impl Message for PartitionResult {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 0 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 }; // Strata patch: v1
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
@@ -200,7 +202,8 @@ impl WriteShareGroupStateResponse {
 #[cfg(feature = "broker")]
 impl Encodable for WriteShareGroupStateResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         types::CompactArray(types::Struct { version }).encode(buf, &self.results)?;
@@ -236,7 +239,8 @@ impl Encodable for WriteShareGroupStateResponse {
 #[cfg(feature = "client")]
 impl Decodable for WriteShareGroupStateResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         let results = types::CompactArray(types::Struct { version }).decode(buf)?;
@@ -265,7 +269,7 @@ impl Default for WriteShareGroupStateResponse {
 }
 
 impl Message for WriteShareGroupStateResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 0 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 }; // Strata patch: v1
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
@@ -321,7 +325,8 @@ impl WriteStateResult {
 #[cfg(feature = "broker")]
 impl Encodable for WriteStateResult {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         types::Uuid.encode(buf, &self.topic_id)?;
@@ -360,7 +365,8 @@ impl Encodable for WriteStateResult {
 #[cfg(feature = "client")]
 impl Decodable for WriteStateResult {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 0 {
+        if !(0..=1).contains(&version) {
+            // Strata patch: v1 (was `version != 0`)
             bail!("specified version not supported by this message type");
         }
         let topic_id = types::Uuid.decode(buf)?;
@@ -392,12 +398,43 @@ impl Default for WriteStateResult {
 }
 
 impl Message for WriteStateResult {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 0 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 }; // Strata patch: v1
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
 impl HeaderVersion for WriteShareGroupStateResponse {
     fn header_version(version: i16) -> i16 {
         1
+    }
+}
+
+// Strata patch: v1 is v0's schema.
+#[cfg(all(test, feature = "client", feature = "broker"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_v0_and_v1() {
+        let value =
+            WriteShareGroupStateResponse::default().with_results(vec![WriteStateResult::default()
+                .with_topic_id(Uuid::from_u128(1))
+                .with_partitions(vec![PartitionResult::default()
+                    .with_partition(3)
+                    .with_error_code(95)
+                    .with_error_message(Some(StrBytes::from_static_str("fenced")))])]);
+        let mut encoded = vec![];
+        for version in 0..=1 {
+            let mut buf = bytes::BytesMut::new();
+            value.encode(&mut buf, version).unwrap();
+            assert_eq!(buf.len(), value.compute_size(version).unwrap());
+            encoded.push(buf.clone());
+            let mut bytes = buf.freeze();
+            assert_eq!(
+                WriteShareGroupStateResponse::decode(&mut bytes, version).unwrap(),
+                value
+            );
+            assert!(bytes.is_empty());
+        }
+        assert_eq!(encoded[0], encoded[1]);
     }
 }
