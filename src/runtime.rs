@@ -180,6 +180,7 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
         Some(c) => match join_cluster(&broker, &c, &shutdown, &tasks).await {
             Ok(m) => {
                 services.cluster = Some(m.control.clone());
+                services.shares.persister.set_cluster(m.control.clone());
                 Some(m)
             }
             Err(e) => {

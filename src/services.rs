@@ -87,10 +87,25 @@ impl Services {
     }
 }
 
-/// Share-partitions of a deleted topic are forgotten.
+/// Share-partitions of a deleted topic are forgotten, and so are those of a partition this
+/// broker no longer leads; the share coordinator follows the leadership of
+/// `__share_group_state`.
 impl CatalogListener for ShareService {
     fn topic_deleted(&self, topic: &Topic) {
         ShareService::topic_deleted(self, topic.id);
+    }
+
+    fn leadership_applied(&self, state: &PartitionLeadership, leader: bool) {
+        if state.topic == crate::share::SHARE_STATE_TOPIC {
+            let c = self.persister.coordinator();
+            if leader {
+                c.on_election(state.partition, state.leader_epoch.0);
+            } else {
+                c.on_resignation(state.partition);
+            }
+        } else if !leader {
+            self.leadership_lost(state.topic_id, state.partition);
+        }
     }
 }
 

@@ -15,10 +15,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::api::gate::{self, Gate, Who, GROUP_DENIED, TXN_DENIED};
+use crate::api::gate::{self, Gate, Who, CLUSTER_DENIED, GROUP_DENIED, TXN_DENIED};
 use crate::api::{Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::controller::ClusterControl;
+use crate::coordinator::internal_topics::SHARE_STATE_TOPIC;
 use crate::coordinator::offsets_topic::partition_for;
 use crate::coordinator::txn::TRANSACTION_STATE_TOPIC;
 use crate::coordinator::{internal_topics, OFFSETS_TOPIC};
@@ -27,6 +28,24 @@ use crate::services::Services;
 
 const KEY_GROUP: i8 = 0;
 const KEY_TRANSACTION: i8 = 1;
+/// A share-partition's state (`group:topic_id:partition`), version 6 on (KIP-932).
+const KEY_SHARE: i8 = 2;
+
+/// Whether `key` is a share coordinator key: `group:topic_id:partition` with a group, Kafka's
+/// base64 topic id and a partition.
+fn is_share_key(key: &str) -> bool {
+    let mut parts = key.rsplitn(3, ':');
+    let (Some(partition), Some(topic_id), Some(group)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    !group.is_empty()
+        && topic_id.len() == 22
+        && topic_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && partition.parse::<i32>().is_ok_and(|p| p >= 0)
+}
 
 pub fn handle(
     broker: &Broker,
@@ -38,6 +57,7 @@ pub fn handle(
     let answer = |key_type: i8| -> Result<(), (ResponseError, &'static str)> {
         match key_type {
             KEY_GROUP | KEY_TRANSACTION => Ok(()),
+            KEY_SHARE if version >= 6 => Ok(()),
             _ => Err((
                 ResponseError::InvalidRequest,
                 "Unknown coordinator key type.",
@@ -47,13 +67,19 @@ pub fn handle(
     // The leader of the key's internal partition, with its address on this listener.
     let locate = |key: &str| -> Result<(i32, StrBytes, i32), (ResponseError, &'static str)> {
         answer(req.key_type)?;
-        let (topic, partitions) = if req.key_type == KEY_GROUP {
-            (OFFSETS_TOPIC, broker.config.offsets_topic_num_partitions)
-        } else {
-            (
+        let (topic, partitions) = match req.key_type {
+            KEY_GROUP => (OFFSETS_TOPIC, broker.config.offsets_topic_num_partitions),
+            KEY_TRANSACTION => (
                 TRANSACTION_STATE_TOPIC,
                 broker.config.transaction_state_log_num_partitions,
-            )
+            ),
+            _ if !is_share_key(key) => {
+                return Err((ResponseError::InvalidRequest, "Invalid coordinator key."));
+            }
+            _ => (
+                SHARE_STATE_TOPIC,
+                broker.config.share_state_topic_num_partitions,
+            ),
         };
         if let Some(c) = cluster {
             if !crate::controller::admin::topic_exists(c, topic) {
@@ -123,6 +149,27 @@ impl Api for FindCoordinator {
     type Request = FindCoordinatorRequest;
 
     fn authorize(who: &Who, mut r: FindCoordinatorRequest, version: i16) -> Gate {
+        if r.key_type == KEY_SHARE {
+            // Inter-broker: the persister of a share-partition leader.
+            if who.may_cluster(Op::ClusterAction) {
+                return Gate::Run(RequestKind::FindCoordinator(r), None);
+            }
+            let coordinators = r
+                .coordinator_keys
+                .into_iter()
+                .map(|k| {
+                    Coordinator::default()
+                        .with_key(k)
+                        .with_node_id((-1).into())
+                        .with_port(-1)
+                        .with_error_code(CLUSTER_DENIED.code())
+                        .with_error_message(gate::message(CLUSTER_DENIED))
+                })
+                .collect();
+            return Gate::Answer(ResponseKind::FindCoordinator(
+                FindCoordinatorResponse::default().with_coordinators(coordinators),
+            ));
+        }
         let (rt, code) = match r.key_type {
             1 => (Res::TransactionalId, TXN_DENIED),
             _ => (Res::Group, GROUP_DENIED),

@@ -58,6 +58,7 @@ pub mod share_acknowledge;
 pub mod share_fetch;
 pub mod share_group_describe;
 pub mod share_group_heartbeat;
+pub mod share_group_state;
 pub mod sync_group;
 #[cfg(test)]
 pub(crate) mod test_support;
@@ -219,6 +220,11 @@ apis! {
     describe_share_group_offsets::DescribeShareGroupOffsets,
     alter_share_group_offsets::AlterShareGroupOffsets,
     delete_share_group_offsets::DeleteShareGroupOffsets,
+    share_group_state::InitializeShareGroupState,
+    share_group_state::ReadShareGroupState,
+    share_group_state::WriteShareGroupState,
+    share_group_state::DeleteShareGroupState,
+    share_group_state::ReadShareGroupStateSummary,
 }
 /// What the connection does after a request.
 pub enum Outcome {

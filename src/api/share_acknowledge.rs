@@ -150,10 +150,6 @@ impl Api for ShareAcknowledge {
         r: ShareAcknowledgeRequest,
         version: i16,
     ) -> Outcome {
-        if s.broker.config.cluster.is_some() {
-            let (code, message) = crate::api::share_group_heartbeat::cluster_refusal();
-            return Outcome::respond(top_level(code, Some(&message)));
-        }
         Outcome::respond(handle(s, ctx, r, version).await)
     }
 }

@@ -562,10 +562,6 @@ impl Api for ShareFetch {
     }
 
     async fn handle(s: &Services, ctx: &Context, r: ShareFetchRequest, version: i16) -> Outcome {
-        if s.broker.config.cluster.is_some() {
-            let (code, message) = crate::api::share_group_heartbeat::cluster_refusal();
-            return Outcome::respond(top_level(code, Some(&message)));
-        }
         Outcome::respond(handle(s, ctx, r, version).await)
     }
 }

@@ -25,15 +25,6 @@ fn refuse(code: ResponseError, message: Option<String>) -> ShareGroupHeartbeatRe
         .with_error_message(message.map(StrBytes::from_string))
 }
 
-/// Share groups are served by a single node only: the share-partition leader writes its
-/// state to `__share_group_state` partitions it must lead.
-pub fn cluster_refusal() -> (ResponseError, String) {
-    (
-        ResponseError::UnsupportedVersion,
-        "Share groups are not served in cluster mode yet.".to_string(),
-    )
-}
-
 pub fn handle(
     groups: &Arc<GroupCoordinator>,
     shares: &ShareService,
@@ -127,10 +118,6 @@ impl Api for ShareGroupHeartbeat {
         r: ShareGroupHeartbeatRequest,
         _version: i16,
     ) -> Outcome {
-        if s.broker.config.cluster.is_some() {
-            let (code, message) = cluster_refusal();
-            return Outcome::respond(refuse(code, Some(message)));
-        }
         if s.broker.features.level("share.version") < 1 {
             // Kafka's answer while the share.version feature is not finalized.
             return Outcome::respond(refuse(

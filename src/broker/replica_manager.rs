@@ -146,3 +146,33 @@ impl ReplicaManager {
             .take()
     }
 }
+
+/// How long a one-off request to another broker may take.
+const PEER_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Sends one request to another broker's inter-broker listener and waits for its response.
+/// Blocking: call from a blocking thread of the runtime (its workers drive the socket).
+pub(crate) fn call_broker<R: kafka_protocol::protocol::Request>(
+    broker: &super::Broker,
+    (host, port): (&str, u16),
+    role: &str,
+    version: i16,
+    request: &R,
+) -> Result<R::Response, crate::peer::PeerError> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(crate::peer::PeerError::Io(std::io::Error::other(
+            "no runtime to reach the broker",
+        )));
+    }
+    let client_id = format!("broker-{}-{role}", broker.config.node_id);
+    let socket_timeout = broker.config.replication.socket_timeout;
+    futures::executor::block_on(broker.replication().peers.call(
+        host,
+        port,
+        &client_id,
+        socket_timeout,
+        version,
+        request,
+        PEER_REQUEST_TIMEOUT,
+    ))
+}

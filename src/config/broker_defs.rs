@@ -339,6 +339,16 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "50",
     },
     BrokerConfigDef {
+        name: "share.coordinator.state.topic.replication.factor",
+        kind: Kind::Short,
+        default: "3",
+    },
+    BrokerConfigDef {
+        name: "share.coordinator.state.topic.min.isr",
+        kind: Kind::Short,
+        default: "2",
+    },
+    BrokerConfigDef {
         name: "share.coordinator.state.topic.segment.bytes",
         kind: Kind::Int,
         default: "104857600",
@@ -637,6 +647,4 @@ pub(super) const IGNORED_KAFKA_KEYS: &[&str] = &[
     "socket.send.buffer.bytes",
     "socket.receive.buffer.bytes",
     "num.recovery.threads.per.data.dir",
-    "share.coordinator.state.topic.replication.factor",
-    "share.coordinator.state.topic.min.isr",
 ];

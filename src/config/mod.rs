@@ -111,6 +111,9 @@ pub struct BrokerConfig {
     /// `share.coordinator.state.topic.num.partitions`: partitions of `__share_group_state`.
     pub share_state_topic_num_partitions: i32,
     pub share_state_topic_segment_bytes: i64,
+    /// `share.coordinator.state.topic.replication.factor` / `.min.isr` (cluster mode).
+    pub share_state_topic_replication_factor: i16,
+    pub share_state_topic_min_isr: i32,
     pub transaction_max_timeout_ms: i32,
     pub transactional_id_expiration_ms: i64,
     pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
@@ -824,6 +827,12 @@ impl BrokerConfig {
             share_state_topic_segment_bytes: positive(
                 "share.coordinator.state.topic.segment.bytes",
             )? as i64,
+            share_state_topic_replication_factor: positive(
+                "share.coordinator.state.topic.replication.factor",
+            )?
+            .min(i16::MAX as u64) as i16,
+            share_state_topic_min_isr: positive("share.coordinator.state.topic.min.isr")?
+                .min(i32::MAX as u64) as i32,
             transaction_state_log_segment_bytes: positive("transaction.state.log.segment.bytes")?
                 as i64,
             transaction_max_timeout_ms: positive("transaction.max.timeout.ms")?.min(i32::MAX as u64)

@@ -85,10 +85,21 @@ pub fn spec(config: &BrokerConfig, name: &str, cluster: bool) -> Option<Internal
                 "segment.bytes".into(),
                 config.share_state_topic_segment_bytes.to_string(),
             );
+            if cluster {
+                configs.insert(
+                    "min.insync.replicas".into(),
+                    config.share_state_topic_min_isr.to_string(),
+                );
+                configs.insert("unclean.leader.election.enable".into(), "false".into());
+            }
             InternalTopicSpec {
                 name: SHARE_STATE_TOPIC,
                 partitions: config.share_state_topic_num_partitions,
-                replication_factor: 1,
+                replication_factor: if cluster {
+                    config.share_state_topic_replication_factor
+                } else {
+                    1
+                },
                 configs,
             }
         }

@@ -27,7 +27,9 @@
 //! share-partition leader writes its state to `__share_group_state` partitions it leads, which
 //! only a single node guarantees.
 
+pub mod coordinator;
 pub mod partition;
+pub mod persister;
 pub mod session;
 pub mod state_log;
 pub mod state_record;
@@ -44,9 +46,10 @@ use uuid::Uuid;
 
 pub use crate::coordinator::internal_topics::SHARE_STATE_TOPIC;
 
-use self::partition::{Acquired, BatchKind, Limits, SharePartition, Snapshot};
+use self::coordinator::{ShareCoordinator, StateWrite};
+use self::partition::{Acquired, BatchKind, Limits, SharePartition};
+use self::persister::{Persister, Summary};
 use self::session::ShareSessions;
-use self::state_log::ShareStateLog;
 use self::state_record::StateKey;
 use crate::broker::{Broker, Offset, Topic};
 use crate::clock::now_ms;
@@ -61,9 +64,9 @@ type Shared = Arc<Mutex<SharePartition>>;
 
 pub struct ShareService {
     broker: Arc<Broker>,
-    log: ShareStateLog,
-    /// Snapshots read at start-up, taken by their share-partition on first use.
-    persisted: Mutex<HashMap<StateKey, Snapshot>>,
+    /// The durable state, through the share coordinator of each key.
+    pub persister: Persister,
+    /// The share-partitions in memory, each at the leader epoch it was read back at.
     partitions: Mutex<HashMap<StateKey, Shared>>,
     /// Held while a share-partition is read back or started (see `share_partition`).
     init: Mutex<()>,
@@ -94,27 +97,25 @@ pub fn limits(s: &ShareSettings) -> Limits {
     }
 }
 
-/// Why a share-partition could not be served.
-fn state_unavailable(e: impl std::fmt::Display) -> ResponseError {
-    tracing::warn!(error = %e, "share state write failed");
-    ResponseError::CoordinatorNotAvailable
+/// What a share-partition leader writes of `sp`: all of its state.
+fn state_write(sp: &SharePartition) -> StateWrite {
+    let s = sp.snapshot(now_ms());
+    StateWrite {
+        state_epoch: s.state_epoch,
+        leader_epoch: s.leader_epoch,
+        start_offset: s.start_offset,
+        batches: s.state_batches,
+    }
 }
 
 impl ShareService {
-    /// The service with the snapshots of `__share_group_state` read back. Blocking.
+    /// The service, with its share coordinator (on a single node holding every
+    /// share-partition's state, read back from `__share_group_state`). Blocking.
     pub fn open(broker: Arc<Broker>) -> std::io::Result<Arc<ShareService>> {
-        let log = ShareStateLog::new(broker.clone());
-        let persisted = log.load()?;
-        if !persisted.is_empty() {
-            tracing::info!(
-                share_partitions = persisted.len(),
-                "share state loaded from __share_group_state"
-            );
-        }
+        let coordinator = Arc::new(ShareCoordinator::open(broker.clone())?);
         Ok(Arc::new(ShareService {
+            persister: Persister::new(broker.clone(), coordinator),
             broker,
-            log,
-            persisted: Mutex::new(persisted),
             partitions: Mutex::new(HashMap::new()),
             init: Mutex::new(()),
             sessions: Mutex::new(ShareSessions::new(SHARE_SESSIONS)),
@@ -129,8 +130,10 @@ impl ShareService {
         share_settings(&self.broker.group_configs(group), &broker)
     }
 
-    /// The share-partition of `group` on `topic`'s `partition`, read back or started as
-    /// `share.auto.offset.reset` says (and that start persisted). Blocking.
+    /// The share-partition of `group` on `topic`'s `partition`, read back from its share
+    /// coordinator or started as `share.auto.offset.reset` says (and that start persisted).
+    /// State kept from an older leader epoch (this broker lost and regained the leadership) is
+    /// read back again. Blocking.
     fn share_partition(
         &self,
         group: &str,
@@ -143,15 +146,6 @@ impl ShareService {
             topic_id: topic.id,
             partition,
         };
-        if let Some(p) = lock(&self.partitions).get(&key) {
-            return Ok(p.clone());
-        }
-        // One share-partition is read back or started by one thread: two first fetches at
-        // once must not both take the snapshot, or both write a start.
-        let _init = lock(&self.init);
-        if let Some(p) = lock(&self.partitions).get(&key) {
-            return Ok(p.clone());
-        }
         let p = topic
             .partitions
             .get(usize::try_from(partition).map_err(|_| ResponseError::UnknownTopicOrPartition)?)
@@ -159,16 +153,41 @@ impl ShareService {
         if !p.is_leader() {
             return Err(ResponseError::NotLeaderOrFollower);
         }
+        let leader_epoch = p.leader_epoch().0;
+        let current = |parts: &HashMap<StateKey, Shared>| {
+            parts
+                .get(&key)
+                .filter(|sp| lock(sp).leader_epoch == leader_epoch)
+                .cloned()
+        };
+        if let Some(sp) = current(&lock(&self.partitions)) {
+            return Ok(sp);
+        }
+        // One share-partition is read back or started by one thread: two first fetches at
+        // once must not both read, or both write a start.
+        let _init = lock(&self.init);
+        if let Some(sp) = current(&lock(&self.partitions)) {
+            return Ok(sp);
+        }
         let offsets = p.offsets();
-        let restored = lock(&self.persisted).remove(&key);
-        let sp = match restored {
-            Some(s) => SharePartition::from_snapshot(&s),
-            None => {
+        let stored = self
+            .persister
+            .read(&key, leader_epoch)
+            .map_err(|e| self.write_failed(&key, e))?;
+        let sp = match stored {
+            Some(s) if s.start_offset >= 0 => {
+                let mut sp = SharePartition::from_snapshot(&s);
+                sp.leader_epoch = leader_epoch;
+                sp
+            }
+            // Never initialized, or initialized without a start (-1): start here.
+            stored => {
                 let start = self.initial_offset(p, settings)?;
-                let sp = SharePartition::new(start, p.leader_epoch().0, now_ms());
-                self.log
-                    .write(&key, Some(&sp.snapshot(now_ms())))
-                    .map_err(state_unavailable)?;
+                let mut sp = SharePartition::new(start, leader_epoch, now_ms());
+                sp.state_epoch = stored.map_or(0, |s| s.state_epoch);
+                self.persister
+                    .write(&key, &state_write(&sp))
+                    .map_err(|e| self.write_failed(&key, e))?;
                 tracing::info!(group, topic = %topic.name, partition, start_offset = start, "share-partition initialized");
                 sp
             }
@@ -322,9 +341,10 @@ impl ShareService {
                 })?;
         }
         next.snapshot_epoch = next.snapshot_epoch.wrapping_add(1);
-        self.log
-            .write(&key, Some(&next.snapshot(now_ms())))
-            .map_err(state_unavailable)?;
+        if let Err(e) = self.persister.write(&key, &state_write(&next)) {
+            drop(sp);
+            return Err(self.write_failed(&key, e));
+        }
         crate::failpoint::hit(crate::failpoint::SHARE_ACKNOWLEDGED_PERSISTED);
         let n: i64 = batches
             .iter()
@@ -379,25 +399,93 @@ impl ShareService {
     /// expired lock); a failure only means a record may be delivered once more after a crash.
     fn persist_quietly(&self, key: &StateKey, sp: &mut SharePartition) {
         sp.snapshot_epoch = sp.snapshot_epoch.wrapping_add(1);
-        if let Err(e) = self.log.write(key, Some(&sp.snapshot(now_ms()))) {
-            tracing::warn!(group = %key.group, topic_id = %key.topic_id, partition = key.partition, error = %e, "cannot persist released share records");
+        if let Err(e) = self.persister.write(key, &state_write(sp)) {
+            tracing::warn!(group = %key.group, topic_id = %key.topic_id, partition = key.partition, error = ?e, "cannot persist released share records");
+            if matches!(
+                e,
+                ResponseError::FencedLeaderEpoch | ResponseError::FencedStateEpoch
+            ) {
+                self.forget(key);
+            }
         }
+    }
+
+    /// A write of `key`'s state failed: a fenced share-partition (a newer leader read it, or
+    /// its offsets were reset) is forgotten here, to be read back on its next fetch; the
+    /// member hears an error it handles.
+    fn write_failed(&self, key: &StateKey, e: ResponseError) -> ResponseError {
+        tracing::warn!(group = %key.group, topic_id = %key.topic_id, partition = key.partition, error = ?e, "share state write failed");
+        match e {
+            ResponseError::FencedLeaderEpoch => {
+                self.forget(key);
+                ResponseError::NotLeaderOrFollower
+            }
+            ResponseError::FencedStateEpoch => {
+                self.forget(key);
+                ResponseError::InvalidRecordState
+            }
+            ResponseError::NotCoordinator
+            | ResponseError::CoordinatorLoadInProgress
+            | ResponseError::NotLeaderOrFollower => ResponseError::CoordinatorNotAvailable,
+            other => other,
+        }
+    }
+
+    /// Drops a share-partition from memory (its records' locks go with it: they are
+    /// available again when it is read back).
+    fn forget(&self, key: &StateKey) {
+        lock(&self.partitions).remove(key);
+        self.available.notify_waiters();
     }
 
     /// Whether any acquisition lock may have expired. Called on an async worker: a
     /// share-partition busy with a write counts as maybe expired rather than being waited for.
     pub fn needs_tick(&self) -> bool {
+        if self.persister.coordinator().needs_load() {
+            return true;
+        }
         let now = Instant::now();
+        let idle = self.idle_groups();
         lock(&self.partitions)
-            .values()
-            .any(|sp| match sp.try_lock() {
-                Ok(sp) => sp.next_lock_deadline().is_some_and(|d| d <= now),
+            .iter()
+            .any(|(k, sp)| match sp.try_lock() {
+                Ok(sp) => {
+                    sp.next_lock_deadline().is_some_and(|d| d <= now)
+                        || (idle.contains(&k.group) && sp.acquired_count() == 0)
+                }
                 Err(_) => true,
             })
     }
 
+    /// Groups with share-partitions here and no share session here.
+    fn idle_groups(&self) -> std::collections::HashSet<String> {
+        let groups: std::collections::HashSet<String> = lock(&self.partitions)
+            .keys()
+            .map(|k| k.group.clone())
+            .collect();
+        let sessions = lock(&self.sessions);
+        groups
+            .into_iter()
+            .filter(|g| !sessions.has_group(g))
+            .collect()
+    }
+
+    /// Drops the share-partitions of groups without a share session here and with nothing
+    /// acquired: their state is durable, and reading it back on the next fetch sees what
+    /// another broker changed meanwhile (AlterShareGroupOffsets, DeleteShareGroupOffsets).
+    fn evict_idle(&self) {
+        let idle = self.idle_groups();
+        if idle.is_empty() {
+            return;
+        }
+        lock(&self.partitions).retain(|k, sp| {
+            !idle.contains(&k.group) || sp.try_lock().map_or(true, |sp| sp.acquired_count() > 0)
+        });
+    }
+
     /// Releases the records whose acquisition lock expired. Blocking.
     pub fn tick(&self) {
+        self.persister.coordinator().load_elected();
         let now = Instant::now();
         let all: Vec<(StateKey, Shared)> = lock(&self.partitions)
             .iter()
@@ -424,42 +512,84 @@ impl ShareService {
         if any {
             self.available.notify_waiters();
         }
+        self.evict_idle();
+    }
+
+    /// The keys of `group`'s share-partitions that have durable state. On a single node this
+    /// broker's coordinator holds them all; in cluster mode every partition of every topic is
+    /// asked of its coordinator (an admin operation's cost). Blocking.
+    fn group_keys(&self, group: &str) -> Result<Vec<(StateKey, Summary)>, ResponseError> {
+        let local = self.persister.coordinator();
+        if self.broker.config.cluster.is_none() {
+            return Ok(local
+                .keys(Some(group))
+                .into_iter()
+                .filter_map(|k| Some((k.clone(), local.summary(&k).ok()??)))
+                .map(|(k, s)| (k, Summary::of(&s)))
+                .collect());
+        }
+        let mut out = Vec::new();
+        for topic in self.broker.topics() {
+            if topic.is_internal() {
+                continue;
+            }
+            for partition in 0..topic.partitions.len() as i32 {
+                let key = StateKey {
+                    group: group.to_string(),
+                    topic_id: topic.id,
+                    partition,
+                };
+                if let Some(s) = self.persister.summary(&key)? {
+                    out.push((key, s));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Forgets and deletes the durable state of `group` (DeleteGroups on an empty share
     /// group). Blocking.
     pub fn delete_group(&self, group: &str) -> Result<(), ResponseError> {
-        let keys: Vec<StateKey> = {
-            let parts = lock(&self.partitions);
-            let persisted = lock(&self.persisted);
-            parts
+        let mut keys: Vec<StateKey> = self
+            .group_keys(group)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        keys.extend(
+            lock(&self.partitions)
                 .keys()
-                .chain(persisted.keys())
                 .filter(|k| k.group == group)
-                .cloned()
-                .collect()
-        };
+                .cloned(),
+        );
+        keys.sort_by_key(|a| (a.topic_id, a.partition));
+        keys.dedup();
         for key in keys {
-            self.log.write(&key, None).map_err(state_unavailable)?;
+            self.persister.delete(&key)?;
             lock(&self.partitions).remove(&key);
-            lock(&self.persisted).remove(&key);
         }
         Ok(())
     }
 
-    /// Whether the broker has any state of `group` (it exists as a share group even with no
-    /// member).
+    /// Whether `group` has durable share-partition state (it exists as a share group even
+    /// with no member). Blocking.
     pub fn knows_group(&self, group: &str) -> bool {
         lock(&self.partitions).keys().any(|k| k.group == group)
-            || lock(&self.persisted).keys().any(|k| k.group == group)
+            || self.group_keys(group).is_ok_and(|k| !k.is_empty())
     }
 
-    /// The groups with share-partition state on this broker.
+    /// The groups with share-partition state on this broker (led here, or kept by its share
+    /// coordinator).
     pub fn group_ids(&self) -> Vec<String> {
         let mut ids: Vec<String> = lock(&self.partitions)
             .keys()
-            .chain(lock(&self.persisted).keys())
             .map(|k| k.group.clone())
+            .chain(
+                self.persister
+                    .coordinator()
+                    .keys(None)
+                    .into_iter()
+                    .map(|k| k.group),
+            )
             .collect();
         ids.sort();
         ids.dedup();
@@ -468,27 +598,20 @@ impl ShareService {
 
     /// `group`'s share-partitions by (topic id, partition): start offset, leader epoch, and
     /// the records in flight already done (Kafka's delivery-complete count, for the lag).
+    /// Blocking.
     pub fn start_offsets(&self, group: &str) -> HashMap<(Uuid, i32), (i64, i32, i64)> {
-        let mut out: HashMap<(Uuid, i32), (i64, i32, i64)> = lock(&self.persisted)
-            .iter()
-            .filter(|(k, _)| k.group == group)
+        let mut out: HashMap<(Uuid, i32), (i64, i32, i64)> = self
+            .group_keys(group)
+            .unwrap_or_default()
+            .into_iter()
             .map(|(k, s)| {
-                let done: i64 = s
-                    .state_batches
-                    .iter()
-                    .filter(|b| b.delivery_state != 0)
-                    .map(|b| {
-                        b.last_offset
-                            .saturating_sub(b.first_offset)
-                            .saturating_add(1)
-                    })
-                    .sum();
                 (
                     (k.topic_id, k.partition),
-                    (s.start_offset, s.leader_epoch, done),
+                    (s.start_offset, s.leader_epoch, s.delivery_complete),
                 )
             })
             .collect();
+        // What this broker leads is newer than what its coordinator answered.
         for (k, sp) in lock(&self.partitions)
             .iter()
             .filter(|(k, _)| k.group == group)
@@ -505,7 +628,8 @@ impl ShareService {
 
     /// Starts `group`'s share-partition over at `offset` (AlterShareGroupOffsets on a group
     /// with no members): nothing in flight, every record from `offset` on to be delivered.
-    /// Persisted before it takes effect. Blocking.
+    /// The state epoch goes up, so a share-partition leader that still holds the old state is
+    /// fenced at its next write. Persisted before it takes effect. Blocking.
     pub fn reset_start_offset(
         &self,
         group: &str,
@@ -524,36 +648,36 @@ impl ShareService {
         };
         let offsets = p.offsets();
         let start = offset.clamp(offsets.log_start_offset.0, offsets.log_end_offset.0);
-        let mut sp = SharePartition::new(start, p.leader_epoch().0, now_ms());
-        let previous = lock(&self.partitions)
+        let stored = self.persister.summary(&key)?.map(|s| s.state_epoch);
+        let held = lock(&self.partitions)
             .get(&key)
             .map(|sp| lock(sp).state_epoch);
-        sp.state_epoch = previous.unwrap_or(0).wrapping_add(1);
-        self.log
-            .write(&key, Some(&sp.snapshot(now_ms())))
-            .map_err(state_unavailable)?;
-        lock(&self.persisted).remove(&key);
-        lock(&self.partitions).insert(key, Arc::new(Mutex::new(sp)));
+        let state_epoch = stored.max(held).unwrap_or(0).wrapping_add(1);
+        self.persister.initialize(&key, state_epoch, start)?;
+        lock(&self.partitions).remove(&key);
         Ok(())
     }
 
     /// Deletes `group`'s state of `topic_id`'s share-partitions (DeleteShareGroupOffsets):
     /// the next member to fetch starts where `share.auto.offset.reset` says. Blocking.
     pub fn delete_topic_state(&self, group: &str, topic_id: Uuid) -> Result<(), ResponseError> {
-        let keys: Vec<StateKey> = {
-            let parts = lock(&self.partitions);
-            let persisted = lock(&self.persisted);
-            parts
+        let mut keys: Vec<StateKey> = self
+            .group_keys(group)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| k.topic_id == topic_id)
+            .collect();
+        keys.extend(
+            lock(&self.partitions)
                 .keys()
-                .chain(persisted.keys())
                 .filter(|k| k.group == group && k.topic_id == topic_id)
-                .cloned()
-                .collect()
-        };
+                .cloned(),
+        );
+        keys.sort_by_key(|k| k.partition);
+        keys.dedup();
         for key in keys {
-            self.log.write(&key, None).map_err(state_unavailable)?;
+            self.persister.delete(&key)?;
             lock(&self.partitions).remove(&key);
-            lock(&self.persisted).remove(&key);
         }
         Ok(())
     }
@@ -624,7 +748,12 @@ impl ShareService {
     /// Share-partitions of a deleted topic are forgotten (their records are gone).
     pub fn topic_deleted(&self, topic_id: Uuid) {
         lock(&self.partitions).retain(|k, _| k.topic_id != topic_id);
-        lock(&self.persisted).retain(|k, _| k.topic_id != topic_id);
+    }
+
+    /// This broker no longer leads `topic`'s `partition`: its share-partitions are dropped
+    /// (the new leader reads their state back; what was acquired here is available there).
+    pub fn leadership_lost(&self, topic_id: Uuid, partition: i32) {
+        lock(&self.partitions).retain(|k, _| !(k.topic_id == topic_id && k.partition == partition));
     }
 }
 

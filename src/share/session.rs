@@ -144,6 +144,11 @@ impl ShareSessions {
         keys
     }
 
+    /// Whether any member of `group` has a share session here.
+    pub fn has_group(&self, group: &str) -> bool {
+        self.sessions.keys().any(|(g, _)| g == group)
+    }
+
     pub fn len(&self) -> usize {
         self.sessions.len()
     }

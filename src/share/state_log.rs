@@ -2,8 +2,8 @@
 //! like a coordinator write (acks=all) and read back at start-up.
 //!
 //! A share-partition's record goes to partition `hash("group:topic_id:partition") % n` (Kafka's
-//! share coordinator key, Java's `String.hashCode`), so every snapshot of one share-partition
-//! is in one log in write order: the last one read wins.
+//! share coordinator key with the topic id in base64, Java's `String.hashCode`), so every
+//! snapshot of one share-partition is in one log in write order: the last one read wins.
 
 use std::collections::HashMap;
 use std::io;
@@ -56,13 +56,19 @@ impl ShareStateLog {
             .topic(true)
             .map_err(|e| unavailable(e.to_string()))?
             .ok_or_else(|| unavailable("no share state topic".into()))?;
-        let name = format!("{}:{}:{}", key.group, key.topic_id, key.partition);
-        let index = partition_for(&name, topic.partitions.len() as i32) as usize;
+        let index = partition_index(key, topic.partitions.len() as i32) as usize;
         topic
             .partitions
             .get(index)
             .cloned()
             .ok_or_else(|| unavailable("share state partition missing".into()))
+    }
+
+    /// The `__share_group_state` partition of `key`, once the topic exists (on a single node
+    /// it is created here, in cluster mode by the quorum).
+    pub fn index_of(&self, key: &StateKey) -> Option<i32> {
+        let topic = self.topic(self.broker.config.cluster.is_none()).ok()??;
+        Some(partition_index(key, topic.partitions.len() as i32))
     }
 
     /// Writes a share-partition's snapshot (`None`: its state is deleted) and waits until it
@@ -91,20 +97,52 @@ impl ShareStateLog {
             return Ok(out);
         };
         for p in &topic.partitions {
-            let limit = p.max_decompressed_batch_bytes();
-            scan_batches(p, |h, mut batch| {
-                if h.is_control() {
-                    return Ok(());
-                }
-                let set = decode_bounded(&mut batch, limit)?;
-                for r in set.records {
-                    apply(&mut out, r.key, r.value);
-                }
-                Ok(())
-            })?;
+            load_into(p, &mut out)?;
         }
         Ok(out)
     }
+
+    /// The latest snapshot of every share-partition kept in partition `index`. Blocking.
+    pub fn load_partition(&self, index: i32) -> io::Result<HashMap<StateKey, Snapshot>> {
+        let mut out = HashMap::new();
+        let Some(topic) = self.topic(false)? else {
+            return Ok(out);
+        };
+        if let Some(p) = usize::try_from(index)
+            .ok()
+            .and_then(|i| topic.partitions.get(i))
+        {
+            load_into(p, &mut out)?;
+        }
+        out.retain(|k, _| partition_index(k, topic.partitions.len() as i32) == index);
+        Ok(out)
+    }
+}
+
+/// Kafka's share coordinator key (`SharePartitionKey.asCoordinatorKey`): the topic id in
+/// Kafka's base64 form.
+pub fn coordinator_key(key: &StateKey) -> String {
+    let topic_id = crate::broker::kafka_uuid_string(key.topic_id);
+    format!("{}:{topic_id}:{}", key.group, key.partition)
+}
+
+/// The partition of `key`: `hash(coordinator key) % partitions`, as Kafka places it.
+pub fn partition_index(key: &StateKey, partitions: i32) -> i32 {
+    partition_for(&coordinator_key(key), partitions)
+}
+
+fn load_into(p: &Partition, out: &mut HashMap<StateKey, Snapshot>) -> io::Result<()> {
+    let limit = p.max_decompressed_batch_bytes();
+    scan_batches(p, |h, mut batch| {
+        if h.is_control() {
+            return Ok(());
+        }
+        let set = decode_bounded(&mut batch, limit)?;
+        for r in set.records {
+            apply(out, r.key, r.value);
+        }
+        Ok(())
+    })
 }
 
 fn apply(out: &mut HashMap<StateKey, Snapshot>, key: Option<Bytes>, value: Option<Bytes>) {

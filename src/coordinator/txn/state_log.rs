@@ -33,14 +33,11 @@ use crate::coordinator::GroupCoordinator;
 use crate::coordinator::{LogWriteError, OFFSETS_TOPIC};
 use crate::log::batch::build_batch;
 use crate::log::TxnMarker;
-use crate::peer::PeerError;
 use crate::replication::PartitionLeadership;
 
 /// How long a transaction state write or a marker waits for the in-sync replicas (Kafka
 /// uses `request.timeout.ms` for both).
 const REPLICATION_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a WriteTxnMarkers or verification exchange with another broker may take.
-const PEER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// WriteTxnMarkers v1 (flexible), which every Strata broker serves: a rolling upgrade keeps
 /// brokers that do not know v2 yet, and this request is not version-negotiated. v1 carries
 /// no transaction version, so a remote leader checks the marker's epoch with the older rule
@@ -269,33 +266,6 @@ impl Participants for BrokerParticipants {
     }
 }
 
-/// Sends one request to another broker's inter-broker listener and waits for its response.
-/// Blocking: call from a blocking thread of the runtime (its workers drive the socket).
-fn call_broker<R: kafka_protocol::protocol::Request>(
-    broker: &Broker,
-    (host, port): (&str, u16),
-    role: &str,
-    version: i16,
-    request: &R,
-) -> Result<R::Response, PeerError> {
-    if tokio::runtime::Handle::try_current().is_err() {
-        return Err(PeerError::Io(io::Error::other(
-            "no runtime to reach the broker",
-        )));
-    }
-    let client_id = format!("broker-{}-{role}", broker.config.node_id);
-    let socket_timeout = broker.config.replication.socket_timeout;
-    futures::executor::block_on(broker.replication().peers.call(
-        host,
-        port,
-        &client_id,
-        socket_timeout,
-        version,
-        request,
-        PEER_REQUEST_TIMEOUT,
-    ))
-}
-
 /// Where a transactional id's coordinator is, from the leadership of its
 /// `__transaction_state` partition in the cluster view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -443,7 +413,7 @@ fn ask_remote_coordinator(
         TxnCheck::Verify => 4,
         TxnCheck::Add => 5,
     };
-    let response = call_broker(broker, (&host, port), "txn-verifier", version, &request)
+    let response = crate::broker::replica_manager::call_broker(broker, (&host, port), "txn-verifier", version, &request)
         .map_err(|e| {
             if e.is_authentication() {
                 tracing::error!(coordinator, transactional_id, error = %e, "cannot authenticate to the transaction coordinator to check a transactional write: check the inter-broker listener's TLS and SASL settings");
@@ -489,7 +459,7 @@ fn send_marker(
             .with_topics(vec![WritableTxnMarkerTopic::default()
                 .with_name(TopicName(StrBytes::from_string(topic.to_string())))
                 .with_partition_indexes(vec![partition])])]);
-    let response = call_broker(
+    let response = crate::broker::replica_manager::call_broker(
         broker,
         (&host, port),
         "txn-marker-sender",

@@ -1,0 +1,124 @@
+"""Share groups in cluster mode, driven by the Java client's KafkaShareConsumer (tests/java's
+ShareConsumerApp): a share-partition's state lives with the share coordinator of its key (the
+leader of a `__share_group_state` partition, replication factor 3), its in-flight records with
+the leader of the topic partition. Every broker is killed with SIGKILL in turn while two
+members consume, so the topic partition's leader, the group coordinator and the share
+coordinator each die at least once; the whole history must hold: every record is accepted
+with a confirmed acknowledgement, and no record whose acknowledgement was confirmed is ever
+delivered again.
+
+Strata only (three-process quorum; the reference Kafka script runs a single node)."""
+
+import collections
+import time
+
+import pytest
+from confluent_kafka.admin import NewTopic
+
+from conftest import TARGET
+from helpers import admin
+from test_cluster import bootstrap, cluster, live, partition_state, wait_until  # noqa: F401
+from test_share_groups import JOIN_S, ShareApp, produce_numbered, share_group
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(TARGET != "strata",
+                       reason="starts a 3-node Strata quorum; kafka-ref.sh runs a single node"),
+]
+
+TOPIC = "cluster-share"
+SHARE_STATE_TOPIC = "__share_group_state"
+
+
+def fully_replicated(brokers, topics):
+    """Whether every partition of `topics` has all three replicas in sync (asked of a live
+    broker)."""
+    md = admin(bootstrap(live(brokers))).list_topics(timeout=10)
+    for t in topics:
+        if t not in md.topics or md.topics[t].error is not None:
+            return False
+        for p in md.topics[t].partitions.values():
+            if p.leader < 0 or len(p.isrs) < 3:
+                return False
+    return True
+
+
+def confirmed_accepts(apps_):
+    """offset -> how many times an ACCEPT of it was confirmed by the commit callback."""
+    out = collections.Counter()
+    for a in apps_:
+        for e in a.events("ack_result"):
+            if e.get("error") is None:
+                out.update(e["offsets"])
+    return out
+
+
+def stop_app(app, timeout=60):
+    """Close a member without asserting it saw no error (failovers surface as retriable
+    poll or commit errors in the client)."""
+    if app.proc.proc.poll() is None:
+        app.proc.send("close")
+    app.proc.wait(timeout)
+    if app.proc.proc.poll() is None:
+        app.proc.kill9()
+
+
+@pytest.mark.timeout(420)
+def test_share_consumers_lose_and_double_nothing_while_every_broker_is_killed_in_turn(
+        cluster, tmp_path):
+    n = 4000
+    admin(bootstrap(cluster)).create_topics(
+        [NewTopic(TOPIC, num_partitions=1, replication_factor=3,
+                  config={"min.insync.replicas": "2"})], request_timeout=30)[TOPIC].result()
+    servers = bootstrap(cluster)
+    group = share_group(cluster[0].bootstrap)  # one address: the request is sent raw
+    produce_numbered(servers, TOPIC, 0, n, **{"batch.num.messages": 50, "acks": "all"})
+
+    members = [ShareApp(tmp_path, servers, group, TOPIC, "accept", f"member-{i}",
+                        "--max-poll-records", 50, "--record-delay-ms", 8) for i in range(2)]
+    try:
+        def accepted():
+            return len(confirmed_accepts(members))
+
+        wait_until("the members accept records", lambda: accepted() >= 200, timeout=JOIN_S + 20)
+        wait_until("__share_group_state fully replicated",
+                   lambda: fully_replicated(cluster, [TOPIC, SHARE_STATE_TOPIC]), timeout=60)
+        for victim in cluster:
+            leader, _ = partition_state(cluster, TOPIC)
+            before = accepted()
+            victim.kill9()
+            print(f"killed node {victim.name} (topic leader was {leader}) at {before} accepted")
+            # Consumption goes on with two brokers of three.
+            wait_until(f"progress with {victim.name} down",
+                       lambda: accepted() >= min(n, before + 300), timeout=90)
+            victim.start()
+            wait_until("all replicas back in sync",
+                       lambda: fully_replicated(cluster, [TOPIC, SHARE_STATE_TOPIC]), timeout=90)
+        wait_until("every record accepted", lambda: accepted() >= n, timeout=180)
+        time.sleep(2.0)  # a redelivery of a confirmed record would show up now
+    finally:
+        for m in members:
+            stop_app(m)
+
+    history = "\n".join(m.history() for m in members)
+    confirmed = confirmed_accepts(members)
+    missing = sorted(set(range(n)) - set(confirmed))
+    twice = sorted(o for o, c in confirmed.items() if c > 1)
+    assert not missing, f"{len(missing)} records never confirmed (e.g. {missing[:10]})\n{history}"
+    assert not twice, f"confirmed twice (redelivered after a confirmed ACCEPT): {twice[:10]}\n{history}"
+    assert set(confirmed) <= set(range(n))
+    # Every delivery carried the record produced at its offset.
+    for m in members:
+        for r in m.records():
+            assert (r["key"], r["value"]) == ("k%d" % r["offset"], "v%d" % r["offset"]), r
+    # A record delivered after its accept was confirmed would be a loss of the promise:
+    # per member, no record of an offset comes after a confirmed ack of it.
+    for m in members:
+        done = set()
+        for e in m.events():
+            if e.get("event") == "ack_result" and e.get("error") is None:
+                done.update(e["offsets"])
+            elif e.get("event") == "record":
+                assert e["offset"] not in done, f"{m.name} got {e} after its accept was confirmed"
+    redelivered = sum(1 for m in members for r in m.records() if r["delivery_count"] > 1)
+    print(f"{n} records confirmed once each; {redelivered} redeliveries across the kills")
