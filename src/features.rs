@@ -4,10 +4,11 @@
 //!
 //! A feature never set by UpdateFeatures is at its default level, the one a new Kafka 4.4
 //! cluster finalizes where Strata implements it: the KIP-848 consumer group protocol
-//! (`group.version` 1) and KIP-890's transaction version 2 (the producer epoch is bumped at
-//! every transaction end, and writes add their partitions to the transaction). Share and
-//! streams groups, eligible leader replicas and a dynamic metadata quorum are not built, so
-//! those features support level 0 only. Kafka's `metadata.version` describes Kafka's own
+//! (`group.version` 1), share groups (`share.version` 2; Kafka gates nothing on level 2 beyond
+//! level 1, which enables share groups) and KIP-890's transaction version 2 (the producer
+//! epoch is bumped at every transaction end, and writes add their partitions to the
+//! transaction). Streams groups, eligible leader replicas and a dynamic metadata quorum are
+//! not built, so those features support level 0 only. Kafka's `metadata.version` describes Kafka's own
 //! metadata log records, which Strata does not have; it is not listed.
 //!
 //! The levels set are durable: on a single node in the broker's catalog file, in a cluster
@@ -51,8 +52,8 @@ pub const FEATURES: &[Feature] = &[
     Feature {
         name: "share.version",
         min: 0,
-        max: 1,
-        default: 1,
+        max: 2,
+        default: 2,
     },
     Feature {
         name: "streams.version",

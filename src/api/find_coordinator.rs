@@ -58,6 +58,8 @@ pub fn handle(
         match key_type {
             KEY_GROUP | KEY_TRANSACTION => Ok(()),
             KEY_SHARE if version >= 6 => Ok(()),
+            // Kafka answers share keys with an empty message, errors included.
+            KEY_SHARE => Err((ResponseError::InvalidRequest, "")),
             _ => Err((
                 ResponseError::InvalidRequest,
                 "Unknown coordinator key type.",
@@ -73,9 +75,7 @@ pub fn handle(
                 TRANSACTION_STATE_TOPIC,
                 broker.config.transaction_state_log_num_partitions,
             ),
-            _ if !is_share_key(key) => {
-                return Err((ResponseError::InvalidRequest, "Invalid coordinator key."));
-            }
+            _ if !is_share_key(key) => return Err((ResponseError::InvalidRequest, "")),
             _ => (
                 SHARE_STATE_TOPIC,
                 broker.config.share_state_topic_num_partitions,
@@ -122,6 +122,7 @@ pub fn handle(
                 .with_port(-1),
         };
     }
+    let share = req.key_type == KEY_SHARE;
     let coordinators = req
         .coordinator_keys
         .into_iter()
@@ -130,7 +131,8 @@ pub fn handle(
                 .with_key(key)
                 .with_node_id(node.into())
                 .with_host(host)
-                .with_port(port),
+                .with_port(port)
+                .with_error_message(share.then(|| StrBytes::from_static_str(""))),
             Err((e, msg)) => Coordinator::default()
                 .with_key(key)
                 .with_error_code(e.code())

@@ -314,7 +314,7 @@ mod tests {
             levels(&defaults),
             [
                 ("group.version".to_string(), 1, 1),
-                ("share.version".to_string(), 1, 1),
+                ("share.version".to_string(), 2, 2),
                 ("transaction.version".to_string(), 2, 2)
             ]
         );
@@ -324,7 +324,7 @@ mod tests {
             levels(&off),
             [
                 ("group.version".to_string(), 1, 1),
-                ("share.version".to_string(), 1, 1)
+                ("share.version".to_string(), 2, 2)
             ]
         );
     }

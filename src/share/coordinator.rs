@@ -34,21 +34,26 @@ use crate::clock::now_ms;
 use crate::coordinator::ownership::{self, Ownership};
 use crate::coordinator::LogWriteError;
 
-/// What a share-partition leader writes (WriteShareGroupState): -1 for an epoch or the start
-/// offset keeps the stored one.
+/// What a share-partition leader writes (WriteShareGroupState): its epochs (checked against
+/// the fences), a start offset (-1: unchanged), its count of completed offsets from that
+/// start (-1: not known) and the state batches that changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateWrite {
     pub state_epoch: i32,
     pub leader_epoch: i32,
     pub start_offset: i64,
+    pub delivery_complete_count: i32,
     pub batches: Vec<StateBatch>,
 }
 
 #[derive(Default)]
 struct Entry {
+    /// `None`: never initialized (or deleted). Its `leader_epoch` is the last reader's, as
+    /// the summary reports it (0 after InitializeShareGroupState).
     state: Option<Snapshot>,
-    /// The latest leader epoch a read or write carried (Kafka's `leaderEpochMap`).
-    leader_epoch: Option<i32>,
+    /// The newest leader epoch that read the state (Kafka's `leaderEpochMap`): older leaders
+    /// are fenced.
+    fence: Option<i32>,
 }
 
 type Shared = Arc<Mutex<Entry>>;
@@ -61,6 +66,9 @@ pub struct ShareCoordinator {
     log: ShareStateLog,
     ownership: Ownership,
     entries: Mutex<HashMap<StateKey, Shared>>,
+    /// Deleted topics whose share-partitions' state is still to be tombstoned (by the timer:
+    /// the catalog's listeners must not wait for the log).
+    deleted_topics: Mutex<Vec<uuid::Uuid>>,
 }
 
 /// A failed append, as the caller's error.
@@ -92,7 +100,7 @@ impl ShareCoordinator {
             }
             for (k, s) in loaded {
                 let e = Entry {
-                    leader_epoch: Some(s.leader_epoch),
+                    fence: Some(s.leader_epoch),
                     state: Some(s),
                 };
                 entries.insert(k, Arc::new(Mutex::new(e)));
@@ -102,6 +110,7 @@ impl ShareCoordinator {
             log,
             ownership: Ownership::new(cluster),
             entries: Mutex::new(entries),
+            deleted_topics: Mutex::new(Vec::new()),
         })
     }
 
@@ -131,7 +140,8 @@ impl ShareCoordinator {
     }
 
     /// InitializeShareGroupState: the share-partition starts over at `start_offset` (-1: the
-    /// leader decides on its first read) with `state_epoch`; nothing is in flight.
+    /// leader decides on its first read) with `state_epoch`; nothing is in flight, and the
+    /// delivery-complete count is 0. The leader-epoch fence stays (as in Kafka).
     pub fn initialize(
         &self,
         key: &StateKey,
@@ -149,24 +159,26 @@ impl ShareCoordinator {
         }
         let now = now_ms();
         let next = Snapshot {
-            snapshot_epoch: e.state.as_ref().map_or(0, |s| s.snapshot_epoch + 1),
+            snapshot_epoch: e
+                .state
+                .as_ref()
+                .map_or(0, |s| s.snapshot_epoch.wrapping_add(1)),
             state_epoch,
-            // What Kafka reports for an initialized share-partition no leader has read yet.
             leader_epoch: 0,
             start_offset,
+            delivery_complete_count: 0,
             create_timestamp: now,
             write_timestamp: now,
             state_batches: Vec::new(),
         };
         self.persist(key, Some(&next))?;
         e.state = Some(next);
-        e.leader_epoch = None;
         Ok(())
     }
 
     /// ReadShareGroupState from the share-partition leader at `leader_epoch`: the state, or
-    /// `None` when the share-partition was never initialized. Fences older leaders from then
-    /// on.
+    /// `None` when it was never initialized. Leaders older than `leader_epoch` are fenced from
+    /// then on.
     pub fn read(
         &self,
         key: &StateKey,
@@ -175,13 +187,25 @@ impl ShareCoordinator {
         self.check(key)?;
         let entry = self.entry(key);
         let mut e = lock(&entry);
-        if e.leader_epoch.is_some_and(|l| l > leader_epoch) {
-            return Err(ResponseError::FencedLeaderEpoch);
-        }
         if e.state.is_none() {
             return Ok(None);
         }
-        e.leader_epoch = Some(leader_epoch);
+        match e.fence {
+            Some(f) if f > leader_epoch => return Err(ResponseError::FencedLeaderEpoch),
+            Some(f) if f == leader_epoch => {}
+            // A newer leader: its epoch is written with the state, so that it fences older
+            // leaders after a coordinator failover too (Kafka's
+            // `readStateAndMaybeUpdateLeaderEpoch`).
+            _ => {
+                let mut next = e.state.clone().expect("checked");
+                next.leader_epoch = leader_epoch;
+                next.snapshot_epoch = next.snapshot_epoch.wrapping_add(1);
+                next.write_timestamp = now_ms();
+                self.persist(key, Some(&next))?;
+                e.state = Some(next);
+                e.fence = Some(leader_epoch);
+            }
+        }
         Ok(e.state.clone())
     }
 
@@ -192,62 +216,54 @@ impl ShareCoordinator {
         Ok(entry.and_then(|e| lock(&e).state.clone()))
     }
 
-    /// WriteShareGroupState: merges `w` into the stored state, persists it and only then
-    /// installs it.
+    /// WriteShareGroupState: merges `w` into the initialized state (INVALID_REQUEST when there
+    /// is none), persists it and only then installs it. As in Kafka a write never raises the
+    /// leader-epoch fence or the state epoch (reads and InitializeShareGroupState do), and
+    /// never moves the start offset back.
     pub fn write(&self, key: &StateKey, w: &StateWrite) -> Result<(), ResponseError> {
         self.check(key)?;
         let entry = self.entry(key);
         let mut e = lock(&entry);
-        let fenced_leader = e
-            .leader_epoch
-            .into_iter()
-            .chain(e.state.as_ref().map(|s| s.leader_epoch))
-            .any(|l| l > w.leader_epoch);
-        if fenced_leader {
+        let Some(old) = &e.state else {
+            return Err(ResponseError::InvalidRequest);
+        };
+        if e.fence.is_some_and(|f| f > w.leader_epoch) {
             return Err(ResponseError::FencedLeaderEpoch);
         }
-        if e.state
-            .as_ref()
-            .is_some_and(|s| s.state_epoch > w.state_epoch)
-        {
+        if old.state_epoch > w.state_epoch {
             return Err(ResponseError::FencedStateEpoch);
         }
-        let now = now_ms();
-        let next = match &e.state {
-            None => Snapshot {
-                snapshot_epoch: 0,
-                state_epoch: w.state_epoch.max(0),
-                leader_epoch: w.leader_epoch,
-                start_offset: w.start_offset,
-                create_timestamp: now,
-                write_timestamp: now,
-                state_batches: merge_batches(&[], &w.batches, w.start_offset),
-            },
-            Some(old) => {
-                let keep = |new: i32, old: i32| if new == -1 { old } else { new };
-                let start = if w.start_offset == -1 {
-                    old.start_offset
-                } else {
-                    w.start_offset
-                };
-                Snapshot {
-                    snapshot_epoch: old.snapshot_epoch.wrapping_add(1),
-                    state_epoch: keep(w.state_epoch, old.state_epoch),
-                    leader_epoch: keep(w.leader_epoch, old.leader_epoch),
-                    start_offset: start,
-                    create_timestamp: old.create_timestamp,
-                    write_timestamp: now,
-                    state_batches: merge_batches(&old.state_batches, &w.batches, start),
-                }
+        let start = if w.start_offset == -1 {
+            old.start_offset
+        } else {
+            w.start_offset.max(old.start_offset)
+        };
+        // The writer's count is of offsets from its start offset on: taken when that start is
+        // the new one, the larger one kept when the start stays.
+        let count = match w.start_offset.cmp(&old.start_offset) {
+            std::cmp::Ordering::Greater => w.delivery_complete_count,
+            std::cmp::Ordering::Equal => old.delivery_complete_count.max(w.delivery_complete_count),
+            std::cmp::Ordering::Less if w.start_offset == -1 => {
+                old.delivery_complete_count.max(w.delivery_complete_count)
             }
+            std::cmp::Ordering::Less => old.delivery_complete_count,
+        };
+        let next = Snapshot {
+            snapshot_epoch: old.snapshot_epoch.wrapping_add(1),
+            state_epoch: old.state_epoch,
+            leader_epoch: old.leader_epoch,
+            start_offset: start,
+            delivery_complete_count: count,
+            create_timestamp: old.create_timestamp,
+            write_timestamp: now_ms(),
+            state_batches: merge_batches(&old.state_batches, &w.batches, start),
         };
         self.persist(key, Some(&next))?;
-        e.leader_epoch = Some(next.leader_epoch);
         e.state = Some(next);
         Ok(())
     }
 
-    /// DeleteShareGroupState: the key's state is tombstoned and forgotten.
+    /// DeleteShareGroupState: the key's state is tombstoned and forgotten, epochs included.
     pub fn delete(&self, key: &StateKey) -> Result<(), ResponseError> {
         self.check(key)?;
         let entry = self.entry(key);
@@ -256,7 +272,7 @@ impl ShareCoordinator {
             self.persist(key, None)?;
         }
         e.state = None;
-        e.leader_epoch = None;
+        e.fence = None;
         drop(e);
         lock(&self.entries).remove(key);
         Ok(())
@@ -298,14 +314,41 @@ impl ShareCoordinator {
         lock(&self.entries).retain(|k, _| self.log.index_of(k) != Some(partition));
     }
 
-    /// Whether a partition waits for its load.
+    /// Whether a partition waits for its load, or a deleted topic's state for its tombstones.
     pub fn needs_load(&self) -> bool {
-        self.ownership.any_loading()
+        self.ownership.any_loading() || !lock(&self.deleted_topics).is_empty()
+    }
+
+    /// A topic was deleted: the state of its share-partitions kept here goes too (as Kafka's
+    /// group coordinator deletes it), written by [`forget_deleted_topics`](Self::forget_deleted_topics).
+    pub fn topic_deleted(&self, topic_id: uuid::Uuid) {
+        lock(&self.deleted_topics).push(topic_id);
+    }
+
+    /// Tombstones the state of deleted topics' share-partitions. Blocking.
+    pub fn forget_deleted_topics(&self) {
+        let topics = std::mem::take(&mut *lock(&self.deleted_topics));
+        if topics.is_empty() {
+            return;
+        }
+        let keys: Vec<StateKey> = lock(&self.entries)
+            .keys()
+            .filter(|k| topics.contains(&k.topic_id))
+            .cloned()
+            .collect();
+        for key in keys {
+            if let Err(e) = self.delete(&key) {
+                // Another broker serves it now (it tombstones it itself), or the log is
+                // unavailable: the state stays, unused, as a deleted topic's is never read.
+                tracing::debug!(group = %key.group, partition = key.partition, error = ?e, "share state of a deleted topic kept");
+            }
+        }
     }
 
     /// Replays the partitions waiting for their load, each installed only if this broker
     /// still leads it at the same epoch. Blocking.
     pub fn load_elected(&self) {
+        self.forget_deleted_topics();
         for (partition, epoch) in self.ownership.loading() {
             let loaded = match self.log.load_partition(partition) {
                 Ok(l) => l,
@@ -320,7 +363,7 @@ impl ShareCoordinator {
                 let mut entries = lock(&self.entries);
                 for (k, s) in loaded {
                     let e = Entry {
-                        leader_epoch: Some(s.leader_epoch),
+                        fence: Some(s.leader_epoch),
                         state: Some(s),
                     };
                     entries.insert(k, Arc::new(Mutex::new(e)));
@@ -450,6 +493,7 @@ mod tests {
             state_epoch,
             leader_epoch,
             start_offset: start,
+            delivery_complete_count: -1,
             batches: batches.to_vec(),
         }
     }
@@ -461,8 +505,15 @@ mod tests {
         let c = ShareCoordinator::open(broker.clone()).unwrap();
         let k = key();
         assert_eq!(c.read(&k, 0), Ok(None), "never initialized");
+        assert_eq!(
+            c.write(&k, &write(0, 0, 10, &[])),
+            Err(ResponseError::InvalidRequest),
+            "a write needs an initialized share-partition"
+        );
+        c.initialize(&k, 0, 10).unwrap();
+        assert_eq!(c.read(&k, 0).unwrap().map(|s| s.start_offset), Some(10));
         c.write(&k, &write(0, 0, 10, &[b(10, 14, 2, 1)])).unwrap();
-        // A new leader (epoch 1) reads: the old one (epoch 0) can no longer write.
+        // A new leader (epoch 1) reads: the old one (epoch 0) can no longer write or read.
         let s = c.read(&k, 1).unwrap().expect("state");
         assert_eq!(
             (s.start_offset, s.state_batches.clone()),
@@ -475,14 +526,22 @@ mod tests {
         assert_eq!(c.read(&k, 0), Err(ResponseError::FencedLeaderEpoch));
         // The new leader's write merges: start 12 prunes, 15..16 archived added.
         c.write(&k, &write(1, 0, 12, &[b(15, 16, 4, 2)])).unwrap();
-        // AlterShareGroupOffsets: state epoch 1; a write at state epoch 0 is fenced.
+        // A start offset behind the stored one does not move it back.
+        c.write(&k, &write(1, 0, 11, &[])).unwrap();
+        assert_eq!(c.summary(&k).unwrap().map(|s| s.start_offset), Some(12));
+        // AlterShareGroupOffsets: state epoch 1; a write at state epoch 0 is fenced, and so
+        // is an initialization at an older state epoch.
         c.initialize(&k, 1, 20).unwrap();
         assert_eq!(
             c.write(&k, &write(1, 0, 21, &[])),
             Err(ResponseError::FencedStateEpoch)
         );
         assert_eq!(c.initialize(&k, 0, 5), Err(ResponseError::FencedStateEpoch));
+        // The leader-epoch fence outlives the initialization.
+        assert_eq!(c.read(&k, 0), Err(ResponseError::FencedLeaderEpoch));
         c.write(&k, &write(1, 1, 21, &[b(21, 21, 2, 1)])).unwrap();
+        c.read(&k, 1).unwrap();
+        c.write(&k, &write(1, 1, 21, &[])).unwrap();
 
         // Read back from the log after a restart.
         drop(c);
@@ -495,11 +554,59 @@ mod tests {
                 s.start_offset,
                 s.state_batches
             ),
-            (1, 1, 21, vec![b(21, 21, 2, 1)])
+            // The leader epoch the initialization wrote: a read at the fence's epoch does not
+            // raise it (as in Kafka).
+            (1, 0, 21, vec![b(21, 21, 2, 1)])
         );
         c.delete(&k).unwrap();
         assert_eq!(c.summary(&k), Ok(None));
         assert_eq!(c.keys(Some("g")), Vec::<StateKey>::new());
+        // The epochs went with the state.
+        c.initialize(&k, 0, 2).unwrap();
+        assert!(c.read(&k, 0).is_ok());
+    }
+
+    #[test]
+    fn the_delivery_complete_count_follows_the_writers_start_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = crate::api::test_support::broker_with_acls(dir.path(), &[]);
+        let c = ShareCoordinator::open(broker).unwrap();
+        let k = key();
+        c.initialize(&k, 0, 5).unwrap();
+        let count = |c: &ShareCoordinator| c.summary(&k).unwrap().unwrap().delivery_complete_count;
+        assert_eq!(count(&c), 0);
+        let w = |start, n| StateWrite {
+            delivery_complete_count: n,
+            ..write(0, 0, start, &[])
+        };
+        c.write(&k, &w(6, 4)).unwrap();
+        assert_eq!(count(&c), 4, "a new start takes the writer's count");
+        c.write(&k, &w(6, 2)).unwrap();
+        assert_eq!(count(&c), 4, "the same start keeps the larger");
+        c.write(&k, &w(6, 7)).unwrap();
+        assert_eq!(count(&c), 7);
+        c.write(&k, &w(3, 9)).unwrap();
+        assert_eq!(count(&c), 7, "a start behind keeps the stored count");
+    }
+
+    #[test]
+    fn a_deleted_topics_share_state_is_tombstoned() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = crate::api::test_support::broker_with_acls(dir.path(), &[]);
+        let c = ShareCoordinator::open(broker.clone()).unwrap();
+        let (gone, kept) = (key(), key());
+        c.initialize(&gone, 0, 3).unwrap();
+        c.initialize(&kept, 0, 4).unwrap();
+        c.topic_deleted(gone.topic_id);
+        assert!(c.needs_load(), "the timer has tombstones to write");
+        c.load_elected();
+        assert!(!c.needs_load());
+        assert_eq!(c.summary(&gone), Ok(None));
+        // Not read back after a restart either; the other topic's state is.
+        drop(c);
+        let c = ShareCoordinator::open(broker).unwrap();
+        assert_eq!(c.summary(&gone), Ok(None));
+        assert_eq!(c.summary(&kept).unwrap().map(|s| s.start_offset), Some(4));
     }
 
     proptest! {

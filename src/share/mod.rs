@@ -104,6 +104,7 @@ fn state_write(sp: &SharePartition) -> StateWrite {
         state_epoch: s.state_epoch,
         leader_epoch: s.leader_epoch,
         start_offset: s.start_offset,
+        delivery_complete_count: s.delivery_complete_count,
         batches: s.state_batches,
     }
 }
@@ -180,15 +181,31 @@ impl ShareService {
                 sp.leader_epoch = leader_epoch;
                 sp
             }
-            // Never initialized, or initialized without a start (-1): start here.
-            stored => {
+            // Initialized without a start (-1): the start is decided here and written.
+            Some(s) => {
                 let start = self.initial_offset(p, settings)?;
                 let mut sp = SharePartition::new(start, leader_epoch, now_ms());
-                sp.state_epoch = stored.map_or(0, |s| s.state_epoch);
+                sp.state_epoch = s.state_epoch;
                 self.persister
                     .write(&key, &state_write(&sp))
                     .map_err(|e| self.write_failed(&key, e))?;
-                tracing::info!(group, topic = %topic.name, partition, start_offset = start, "share-partition initialized");
+                sp
+            }
+            // Never initialized: initialized here at the start decided, then read (which
+            // fences older leaders).
+            None => {
+                let start = self.initial_offset(p, settings)?;
+                self.persister
+                    .initialize(&key, 0, start)
+                    .map_err(|e| self.write_failed(&key, e))?;
+                let s = self
+                    .persister
+                    .read(&key, leader_epoch)
+                    .map_err(|e| self.write_failed(&key, e))?
+                    .ok_or(ResponseError::CoordinatorNotAvailable)?;
+                tracing::info!(group, topic = %topic.name, partition, start_offset = s.start_offset, "share-partition initialized");
+                let mut sp = SharePartition::from_snapshot(&s);
+                sp.leader_epoch = leader_epoch;
                 sp
             }
         };
@@ -403,7 +420,9 @@ impl ShareService {
             tracing::warn!(group = %key.group, topic_id = %key.topic_id, partition = key.partition, error = ?e, "cannot persist released share records");
             if matches!(
                 e,
-                ResponseError::FencedLeaderEpoch | ResponseError::FencedStateEpoch
+                ResponseError::FencedLeaderEpoch
+                    | ResponseError::FencedStateEpoch
+                    | ResponseError::InvalidRequest
             ) {
                 self.forget(key);
             }
@@ -420,7 +439,9 @@ impl ShareService {
                 self.forget(key);
                 ResponseError::NotLeaderOrFollower
             }
-            ResponseError::FencedStateEpoch => {
+            // Reset (a newer state epoch) or deleted (INVALID_REQUEST: no longer initialized)
+            // since this broker read it.
+            ResponseError::FencedStateEpoch | ResponseError::InvalidRequest => {
                 self.forget(key);
                 ResponseError::InvalidRecordState
             }
@@ -748,6 +769,7 @@ impl ShareService {
     /// Share-partitions of a deleted topic are forgotten (their records are gone).
     pub fn topic_deleted(&self, topic_id: Uuid) {
         lock(&self.partitions).retain(|k, _| k.topic_id != topic_id);
+        self.persister.coordinator().topic_deleted(topic_id);
     }
 
     /// This broker no longer leads `topic`'s `partition`: its share-partitions are dropped

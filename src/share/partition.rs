@@ -100,6 +100,9 @@ pub struct Snapshot {
     pub state_epoch: i32,
     pub leader_epoch: i32,
     pub start_offset: i64,
+    /// Offsets at or above the start offset whose delivery is complete, as the leader last
+    /// said (Kafka's tagged `DeliveryCompleteCount`; -1: not known).
+    pub delivery_complete_count: i32,
     pub create_timestamp: i64,
     pub write_timestamp: i64,
     pub state_batches: Vec<StateBatch>,
@@ -474,6 +477,7 @@ impl SharePartition {
             state_epoch: self.state_epoch,
             leader_epoch: self.leader_epoch,
             start_offset: self.start_offset,
+            delivery_complete_count: self.done_in_flight().min(i32::MAX as usize) as i32,
             create_timestamp: self.create_timestamp,
             write_timestamp: now_ms,
             state_batches: batches,
@@ -725,6 +729,7 @@ mod tests {
             state_epoch: 0,
             leader_epoch: 0,
             start_offset: 0,
+            delivery_complete_count: -1,
             create_timestamp: 0,
             write_timestamp: 0,
             state_batches: vec![StateBatch {

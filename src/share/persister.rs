@@ -198,15 +198,18 @@ impl Persister {
                     .first()
                     .and_then(|r| r.partitions.first())
                     .ok_or_else(unexpected)?;
-                partition_error(p.error_code)?;
-                if p.start_offset < 0 && p.state_batches.is_empty() {
+                // The coordinator's answer for a share-partition never initialized (the
+                // request's epochs are never negative).
+                if p.error_code == ResponseError::InvalidRequest.code() {
                     return Ok(None);
                 }
+                partition_error(p.error_code)?;
                 Ok(Some(Snapshot {
                     snapshot_epoch: 0,
                     state_epoch: p.state_epoch,
                     leader_epoch,
                     start_offset: p.start_offset,
+                    delivery_complete_count: -1,
                     create_timestamp: crate::clock::now_ms(),
                     write_timestamp: crate::clock::now_ms(),
                     state_batches: p
@@ -230,12 +233,6 @@ impl Persister {
             key,
             |c| c.write(key, w),
             |host, port| {
-                let done: i64 = w
-                    .batches
-                    .iter()
-                    .filter(|b| b.delivery_state != 0)
-                    .map(|b| b.last_offset - b.first_offset + 1)
-                    .sum();
                 let req = WriteShareGroupStateRequest::default()
                     .with_group_id(Self::group(key).0)
                     .with_topics(vec![write::WriteStateData::default()
@@ -245,7 +242,7 @@ impl Persister {
                             .with_state_epoch(w.state_epoch)
                             .with_leader_epoch(w.leader_epoch)
                             .with_start_offset(w.start_offset)
-                            .with_delivery_complete_count(done.clamp(0, i32::MAX as i64) as i32)
+                            .with_delivery_complete_count(w.delivery_complete_count)
                             .with_state_batches(
                                 w.batches
                                     .iter()
@@ -366,21 +363,29 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The summary of a stored state: its leader's count of completed offsets, or when it
+    /// never said one, the count of its batches' acknowledged and archived offsets.
     pub fn of(s: &Snapshot) -> Summary {
+        let counted = || {
+            s.state_batches
+                .iter()
+                .filter(|b| b.delivery_state != 0 && b.last_offset >= s.start_offset)
+                .map(|b| {
+                    b.last_offset
+                        .saturating_sub(b.first_offset.max(s.start_offset))
+                        .saturating_add(1)
+                })
+                .sum()
+        };
         Summary {
             start_offset: s.start_offset,
             state_epoch: s.state_epoch,
             leader_epoch: s.leader_epoch,
-            delivery_complete: s
-                .state_batches
-                .iter()
-                .filter(|b| b.delivery_state != 0)
-                .map(|b| {
-                    b.last_offset
-                        .saturating_sub(b.first_offset)
-                        .saturating_add(1)
-                })
-                .sum(),
+            delivery_complete: if s.delivery_complete_count >= 0 {
+                i64::from(s.delivery_complete_count)
+            } else {
+                counted()
+            },
         }
     }
 }

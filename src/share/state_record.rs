@@ -65,9 +65,20 @@ pub fn encode_value(s: &Snapshot) -> Bytes {
         b.put_i16(sb.delivery_count);
         put_uvarint(&mut b, 0);
     }
-    put_uvarint(&mut b, 0);
+    // Tagged field 0: DeliveryCompleteCount, written when known.
+    if s.delivery_complete_count == -1 {
+        put_uvarint(&mut b, 0);
+    } else {
+        put_uvarint(&mut b, 1);
+        put_uvarint(&mut b, DELIVERY_COMPLETE_COUNT_TAG);
+        put_uvarint(&mut b, 4);
+        b.put_i32(s.delivery_complete_count);
+    }
     b.freeze()
 }
+
+/// The tag of ShareSnapshotValue's `DeliveryCompleteCount`.
+const DELIVERY_COMPLETE_COUNT_TAG: u64 = 0;
 
 fn put_uvarint(b: &mut BytesMut, mut v: u64) {
     while v >= 0x80 {
@@ -117,14 +128,26 @@ impl<'a> Reader<'a> {
     }
     /// Skips a tagged-field section.
     fn tagged_fields(&mut self) -> Result<(), DecodeError> {
+        self.tagged_i32(u64::MAX).map(|_| ())
+    }
+
+    /// Reads a tagged-field section, returning the int32 field `tag` if present.
+    fn tagged_i32(&mut self, tag: u64) -> Result<Option<i32>, DecodeError> {
         let n = self.uvarint()?;
+        let mut found = None;
         for _ in 0..n {
-            let _tag = self.uvarint()?;
+            let t = self.uvarint()?;
             let size = self.uvarint()?;
             let size = usize::try_from(size).map_err(|_| DecodeError::Truncated)?;
-            self.take(size)?;
+            let field = self.take(size)?;
+            if t == tag {
+                let bytes: [u8; 4] = field
+                    .try_into()
+                    .map_err(|_| DecodeError::Malformed("a tagged int32 is not 4 bytes"))?;
+                found = Some(i32::from_be_bytes(bytes));
+            }
         }
-        Ok(())
+        Ok(found)
     }
 }
 
@@ -192,12 +215,13 @@ pub fn decode_value(bytes: &[u8]) -> Result<Snapshot, DecodeError> {
             delivery_count,
         });
     }
-    r.tagged_fields()?;
+    let delivery_complete_count = r.tagged_i32(DELIVERY_COMPLETE_COUNT_TAG)?.unwrap_or(-1);
     Ok(Snapshot {
         snapshot_epoch,
         state_epoch,
         leader_epoch,
         start_offset,
+        delivery_complete_count,
         create_timestamp,
         write_timestamp,
         state_batches,
@@ -234,12 +258,14 @@ mod tests {
             batches in proptest::collection::vec(batch(), 0..20),
             group in "\\PC{0,40}",
             partition in any::<i32>(),
+            count in any::<i32>(),
         ) {
             let s = Snapshot {
                 snapshot_epoch: epochs.0,
                 state_epoch: epochs.1,
                 leader_epoch: epochs.2,
                 start_offset: start,
+                delivery_complete_count: count,
                 create_timestamp: times.0,
                 write_timestamp: times.1,
                 state_batches: batches,
@@ -272,14 +298,17 @@ mod tests {
             state_epoch: 0,
             leader_epoch: 3,
             start_offset: 10,
+            delivery_complete_count: -1,
             create_timestamp: 5,
             write_timestamp: 6,
             state_batches: vec![],
         };
         let mut b = BytesMut::from(&encode_value(&s)[..]);
         b.truncate(b.len() - 1);
-        // One tagged field: tag 0 (DeliveryCompleteCount), 4 bytes.
-        b.put_slice(&[1, 0, 4, 0, 0, 0, 7]);
-        assert_eq!(decode_value(&b).unwrap(), s);
+        // One tagged field: tag 0 (DeliveryCompleteCount), 4 bytes; and an unknown tag 5.
+        b.put_slice(&[2, 0, 4, 0, 0, 0, 7, 5, 1, 9]);
+        let got = decode_value(&b).unwrap();
+        assert_eq!(got.delivery_complete_count, 7);
+        assert_eq!(decode_value(&encode_value(&got)).unwrap(), got);
     }
 }

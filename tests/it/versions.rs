@@ -654,6 +654,71 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
                     .with_topic_name(name("sweep")),
             ])
             .into(),
+        // The share coordinator's inter-broker APIs on group "sweep-state": initialized at
+        // start offset 1, read and written by a leader at epoch 0 and summarized; the delete
+        // is of another group's state, so the later calls still find this one's.
+        ApiKey::InitializeShareGroupState => InitializeShareGroupStateRequest::default()
+            .with_group_id(str_bytes("sweep-state"))
+            .with_topics(vec![
+                initialize_share_group_state_request::InitializeStateData::default()
+                    .with_topic_id(ctx.topic_id)
+                    .with_partitions(vec![
+                        initialize_share_group_state_request::PartitionData::default()
+                            .with_partition(0)
+                            .with_state_epoch(0)
+                            .with_start_offset(1),
+                    ]),
+            ])
+            .into(),
+        ApiKey::ReadShareGroupState => ReadShareGroupStateRequest::default()
+            .with_group_id(str_bytes("sweep-state"))
+            .with_topics(vec![read_share_group_state_request::ReadStateData::default()
+                .with_topic_id(ctx.topic_id)
+                .with_partitions(vec![
+                    read_share_group_state_request::PartitionData::default()
+                        .with_partition(0)
+                        .with_leader_epoch(0),
+                ])])
+            .into(),
+        ApiKey::WriteShareGroupState => WriteShareGroupStateRequest::default()
+            .with_group_id(str_bytes("sweep-state"))
+            .with_topics(vec![write_share_group_state_request::WriteStateData::default()
+                .with_topic_id(ctx.topic_id)
+                .with_partitions(vec![
+                    write_share_group_state_request::PartitionData::default()
+                        .with_partition(0)
+                        .with_state_epoch(0)
+                        .with_leader_epoch(0)
+                        .with_start_offset(1)
+                        .with_state_batches(vec![
+                            write_share_group_state_request::StateBatch::default()
+                                .with_first_offset(1)
+                                .with_last_offset(2)
+                                .with_delivery_state(2)
+                                .with_delivery_count(1),
+                        ]),
+                ])])
+            .into(),
+        ApiKey::DeleteShareGroupState => DeleteShareGroupStateRequest::default()
+            .with_group_id(str_bytes("sweep-state-deleted"))
+            .with_topics(vec![delete_share_group_state_request::DeleteStateData::default()
+                .with_topic_id(ctx.topic_id)
+                .with_partitions(vec![
+                    delete_share_group_state_request::PartitionData::default().with_partition(0),
+                ])])
+            .into(),
+        ApiKey::ReadShareGroupStateSummary => ReadShareGroupStateSummaryRequest::default()
+            .with_group_id(str_bytes("sweep-state"))
+            .with_topics(vec![
+                read_share_group_state_summary_request::ReadStateSummaryData::default()
+                    .with_topic_id(ctx.topic_id)
+                    .with_partitions(vec![
+                        read_share_group_state_summary_request::PartitionData::default()
+                            .with_partition(0)
+                            .with_leader_epoch(0),
+                    ]),
+            ])
+            .into(),
         other => panic!("ApiVersions lists {other:?}, which this test does not know"),
     }
 }
@@ -866,6 +931,31 @@ fn error_codes(resp: &ResponseKind) -> Vec<i16> {
             .collect(),
         ResponseKind::DeleteShareGroupOffsets(r) => std::iter::once(r.error_code)
             .chain(r.responses.iter().map(|t| t.error_code))
+            .collect(),
+        ResponseKind::InitializeShareGroupState(r) => r
+            .results
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+            .collect(),
+        ResponseKind::ReadShareGroupState(r) => r
+            .results
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+            .collect(),
+        ResponseKind::WriteShareGroupState(r) => r
+            .results
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+            .collect(),
+        ResponseKind::DeleteShareGroupState(r) => r
+            .results
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+            .collect(),
+        ResponseKind::ReadShareGroupStateSummary(r) => r
+            .results
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
             .collect(),
         _ => vec![],
     }
