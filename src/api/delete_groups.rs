@@ -26,9 +26,13 @@ pub async fn handle(
             .into_iter()
             .map(|g| {
                 let id = g.0.as_str();
+                // Only a share group (or a group the coordinator does not know) can have
+                // share-partition state.
+                let may_have_share_state = matches!(groups.group_type(id), None | Some("share"));
                 let mut error = groups.delete_group(id);
                 // A share group's state outlives its members (and a restart).
-                if matches!(error, None | Some(ResponseError::GroupIdNotFound))
+                if may_have_share_state
+                    && matches!(error, None | Some(ResponseError::GroupIdNotFound))
                     && shares.knows_group(id)
                 {
                     error = shares.delete_group(id).err();

@@ -57,6 +57,9 @@ use crate::config::group::{share_settings, BrokerGroupSettings, ShareSettings};
 use crate::log::batch::BatchIter;
 use crate::log::txn_index::AbortedTxn;
 
+/// How long asking every share coordinator about a group may take (cluster mode).
+const GROUP_STATE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Kafka's `group.share.max.share.sessions` default.
 const SHARE_SESSIONS: usize = 2000;
 
@@ -549,23 +552,26 @@ impl ShareService {
                 .map(|(k, s)| (k, Summary::of(&s)))
                 .collect());
         }
-        let mut out = Vec::new();
-        for topic in self.broker.topics() {
-            if topic.is_internal() {
-                continue;
-            }
-            for partition in 0..topic.partitions.len() as i32 {
-                let key = StateKey {
+        let keys: Vec<StateKey> = self
+            .broker
+            .topics()
+            .into_iter()
+            .filter(|t| !t.is_internal())
+            .flat_map(|t| {
+                (0..t.partitions.len() as i32).map(move |partition| StateKey {
                     group: group.to_string(),
-                    topic_id: topic.id,
+                    topic_id: t.id,
                     partition,
-                };
-                if let Some(s) = self.persister.summary(&key)? {
-                    out.push((key, s));
-                }
-            }
-        }
-        Ok(out)
+                })
+            })
+            .collect();
+        let deadline = Instant::now() + GROUP_STATE_TIMEOUT;
+        Ok(self
+            .persister
+            .summaries(keys, deadline)?
+            .into_iter()
+            .filter_map(|(k, s)| Some((k, s?)))
+            .collect())
     }
 
     /// Forgets and deletes the durable state of `group` (DeleteGroups on an empty share

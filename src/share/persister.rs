@@ -352,6 +352,124 @@ impl Persister {
     }
 }
 
+impl Persister {
+    /// The summaries of many share-partitions (`None`: no state), with one request per
+    /// coordinator broker, retried until `deadline` for those whose coordinator is not
+    /// available. Blocking.
+    pub fn summaries(
+        &self,
+        keys: Vec<StateKey>,
+        deadline: Instant,
+    ) -> Result<Vec<(StateKey, Option<Summary>)>, ResponseError> {
+        let mut out = Vec::with_capacity(keys.len());
+        let mut pending = keys;
+        loop {
+            let mut by_broker: std::collections::BTreeMap<i32, Vec<StateKey>> = Default::default();
+            let mut retry = Vec::new();
+            for key in pending {
+                match self.locate(&key) {
+                    Location::Local => match self.local.summary(&key) {
+                        Ok(s) => out.push((key, s.as_ref().map(Summary::of))),
+                        Err(e) if retriable(e) => retry.push(key),
+                        Err(e) => return Err(e),
+                    },
+                    Location::Remote(id) => by_broker.entry(id).or_default().push(key),
+                    Location::Unavailable => retry.push(key),
+                }
+            }
+            for (id, keys) in by_broker {
+                match self.remote_summaries(id, &keys) {
+                    Ok(answers) => {
+                        for (key, answer) in keys.into_iter().zip(answers) {
+                            match answer {
+                                Ok(s) => out.push((key, s)),
+                                Err(e) if retriable(e) => retry.push(key),
+                                Err(e) => return Err(e),
+                            }
+                        }
+                    }
+                    Err(e) if retriable(e) => retry.extend(keys),
+                    Err(e) => return Err(e),
+                }
+            }
+            if retry.is_empty() {
+                return Ok(out);
+            }
+            if Instant::now() >= deadline {
+                return Err(ResponseError::CoordinatorNotAvailable);
+            }
+            std::thread::sleep(RETRY_BACKOFF);
+            pending = retry;
+        }
+    }
+
+    /// One ReadShareGroupStateSummary to broker `id` for `keys` (one group each, possibly
+    /// several): the answers in the order of `keys`.
+    #[allow(clippy::type_complexity)]
+    fn remote_summaries(
+        &self,
+        id: i32,
+        keys: &[StateKey],
+    ) -> Result<Vec<Result<Option<Summary>, ResponseError>>, ResponseError> {
+        let (host, port) = crate::replication::fetcher::leader_address(&self.broker, id)
+            .ok_or(ResponseError::CoordinatorNotAvailable)?;
+        let mut answers = std::collections::HashMap::new();
+        let mut groups: std::collections::BTreeMap<&str, Vec<&StateKey>> = Default::default();
+        for k in keys {
+            groups.entry(k.group.as_str()).or_default().push(k);
+        }
+        for (group, ks) in groups {
+            let mut topics: std::collections::BTreeMap<uuid::Uuid, Vec<i32>> = Default::default();
+            for k in &ks {
+                topics.entry(k.topic_id).or_default().push(k.partition);
+            }
+            let req = ReadShareGroupStateSummaryRequest::default()
+                .with_group_id(StrBytes::from_string(group.to_string()))
+                .with_topics(
+                    topics
+                        .into_iter()
+                        .map(|(topic_id, partitions)| {
+                            summary::ReadStateSummaryData::default()
+                                .with_topic_id(topic_id)
+                                .with_partitions(
+                                    partitions
+                                        .into_iter()
+                                        .map(|p| {
+                                            summary::PartitionData::default()
+                                                .with_partition(p)
+                                                .with_leader_epoch(-1)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                );
+            let resp = self.call((&host, port), SUMMARY_VERSION, &req)?;
+            for t in &resp.results {
+                for p in &t.partitions {
+                    let answer = partition_error(p.error_code).map(|()| {
+                        (p.start_offset >= 0).then_some(Summary {
+                            start_offset: p.start_offset,
+                            state_epoch: p.state_epoch,
+                            leader_epoch: p.leader_epoch,
+                            delivery_complete: p.delivery_complete_count.max(0) as i64,
+                        })
+                    });
+                    answers.insert((group, t.topic_id, p.partition), answer);
+                }
+            }
+        }
+        Ok(keys
+            .iter()
+            .map(|k| {
+                answers
+                    .remove(&(k.group.as_str(), k.topic_id, k.partition))
+                    .unwrap_or(Err(ResponseError::UnknownServerError))
+            })
+            .collect())
+    }
+}
+
 /// What ReadShareGroupStateSummary answers for one share-partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Summary {

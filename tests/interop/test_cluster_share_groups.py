@@ -18,6 +18,10 @@ from confluent_kafka.admin import NewTopic
 from conftest import TARGET
 from helpers import admin
 from test_cluster import bootstrap, cluster, live, partition_state, wait_until  # noqa: F401
+from test_cluster_coordinators import KEY_GROUP, coordinator
+from test_delete_groups import delete_groups
+from test_share_group_admin import (GROUP_ID_NOT_FOUND, NONE, alter_offsets, describe_offsets,
+                                    share_group_describe)
 from test_share_groups import JOIN_S, ShareApp, produce_numbered, share_group
 
 pytestmark = [
@@ -122,3 +126,60 @@ def test_share_consumers_lose_and_double_nothing_while_every_broker_is_killed_in
                 assert e["offset"] not in done, f"{m.name} got {e} after its accept was confirmed"
     redelivered = sum(1 for m in members for r in m.records() if r["delivery_count"] > 1)
     print(f"{n} records confirmed once each; {redelivered} redeliveries across the kills")
+
+
+@pytest.mark.timeout(300)
+def test_share_group_offsets_are_described_reset_and_deleted_after_a_coordinator_kill9(
+        cluster, tmp_path):
+    """The admin operations need the share-partitions' state, which the share coordinators
+    keep: after the group coordinator dies (and the group's membership with it), the next one
+    still describes the start offset, resets it, and deletes the group's state."""
+    n = 50
+    admin(bootstrap(cluster)).create_topics(
+        [NewTopic(TOPIC, num_partitions=1, replication_factor=3,
+                  config={"min.insync.replicas": "2"})], request_timeout=30)[TOPIC].result()
+    group = share_group(cluster[0].bootstrap)
+    produce_numbered(bootstrap(cluster), TOPIC, 0, n, acks="all")
+    first = ShareApp(tmp_path, bootstrap(cluster), group, TOPIC, "accept", "first")
+    try:
+        wait_until("every record accepted", lambda: len(confirmed_accepts([first])) >= n,
+                   timeout=JOIN_S + 20)
+    finally:
+        stop_app(first)
+
+    victim = coordinator(cluster, group, KEY_GROUP)
+    cluster[victim - 1].kill9()
+    successor_id = coordinator(cluster, group, KEY_GROUP, not_node=victim)
+    successor = cluster[successor_id - 1]
+
+    def offsets():
+        err, msg, parts = describe_offsets(successor.bootstrap, 1, group, None)
+        assert (err, msg) == (NONE, None), (err, msg)
+        return {tp: (start, lag, e) for tp, (start, _epoch, lag, e, _m) in parts.items()}
+
+    # Retriable while the killed broker's partitions (of __share_group_state too) move.
+    wait_until("the group's start offset described by the next coordinator",
+               lambda: offsets() == {(TOPIC, 0): (n, 0, NONE)}, timeout=60)
+    assert share_group_describe(successor.bootstrap, [group])[group][:3] == (NONE, None, "Empty")
+
+    # Reset to the start: a new member gets every record again, each once.
+    assert alter_offsets(successor.bootstrap, group, {TOPIC: {0: 0}}) == \
+        (NONE, None, {(TOPIC, 0): (NONE, None)})
+    assert offsets() == {(TOPIC, 0): (0, n, NONE)}
+    cluster[victim - 1].start()
+    again = ShareApp(tmp_path, bootstrap(cluster), group, TOPIC, "accept", "again")
+    try:
+        wait_until("every record accepted again", lambda: len(confirmed_accepts([again])) >= n,
+                   timeout=JOIN_S + 20)
+        time.sleep(1.0)
+    finally:
+        stop_app(again)
+    assert sorted(confirmed_accepts([again]).elements()) == list(range(n))
+
+    # Deleting the group deletes its state on the share coordinator.
+    coord = cluster[coordinator(cluster, group, KEY_GROUP) - 1]
+    wait_until("the group empty", lambda: share_group_describe(coord.bootstrap, [group])[group][2]
+               == "Empty", timeout=60)
+    assert delete_groups(coord.bootstrap, 3, [group]) == {group: (NONE, None)}
+    assert share_group_describe(coord.bootstrap, [group])[group][0] == GROUP_ID_NOT_FOUND
+    assert describe_offsets(coord.bootstrap, 1, group, None) == (NONE, None, {})
