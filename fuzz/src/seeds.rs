@@ -184,6 +184,8 @@ pub fn coordinator_records() -> Vec<Vec<u8>> {
         state_epoch: 0,
         leader_epoch: 1,
         start_offset: 100,
+        // Written as Kafka's tagged field, so the seed covers tagged-field decoding.
+        delivery_complete_count: 4,
         create_timestamp: 1_700_000_000_000,
         write_timestamp: 1_700_000_000_000,
         state_batches: vec![

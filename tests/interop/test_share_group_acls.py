@@ -129,27 +129,31 @@ def new_topics(c: Cluster, *names: str, records: int = 5) -> dict[str, uuid.UUID
 
 
 def wait_for(cond, timeout, what):
+    """Polls cond() until it is truthy; returns it. what: a text or a callable giving one."""
     deadline = time.monotonic() + timeout
     while True:
         got = cond()
         if got:
             return got
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout}s"
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what() if callable(what) else what} not reached within "
+                                 f"{timeout}s")
         time.sleep(0.3)
 
 
-def join(conn, group: str, member: str, topics: list[str]) -> dict:
-    """Joins a share group with a raw heartbeat and heartbeats until the member has an
-    assignment -> {topic id: [partitions]}."""
+def join(conn, group: str, member: str, topics: list[str]):
+    """Joins a share group with raw heartbeats until the member has a non-empty assignment
+    -> (member epoch, {topic id: [partitions]})."""
     err, msg, epoch, _ = heartbeat(conn, group, member, 0, topics)
-    assert (err, msg) == (NONE, None) and epoch > 0
+    assert (err, msg) == (NONE, None) and epoch > 0, (err, msg, epoch)
 
     def assigned():
         nonlocal epoch
         err, msg, epoch, assignment = heartbeat(conn, group, member, epoch, topics)
         assert (err, msg) == (NONE, None)
         return assignment
-    return wait_for(assigned, JOIN_S, f"an assignment in group {group}")
+    assignment = wait_for(assigned, JOIN_S, f"an assignment in group {group}")
+    return epoch, assignment
 
 
 # ---------------------------------------------------------------------------- connections
@@ -379,3 +383,355 @@ def delete_offsets(conn: Conn, group: str, topics: list[str]):
         out[name] = (tid, r.int16(), r.compact_string())
         r.skip_tagged_fields()
     return err, msg, out
+
+
+# ---------------------------------------------------------------------------- heartbeat
+
+def test_heartbeat_needs_group_read_and_describe_on_every_subscribed_topic(cluster):
+    group = new_group(cluster)
+    readable, described, hidden = fresh("hb-read"), fresh("hb-desc"), fresh("hb-hidden")
+    new_topics(cluster, readable, described, hidden)
+    allow(cluster, TOPIC, readable, "User:alice", READ)  # READ implies DESCRIBE
+    allow(cluster, TOPIC, described, "User:alice", DESCRIBE)
+    member = kafka_uuid()
+    refused_group = (GROUP_DENIED, None, 0, None)
+    refused_topic = (TOPIC_DENIED, None, 0, None)
+    with SaslConn(cluster.sasl_bootstrap, "alice") as conn:
+        # No ACL on the group, then DESCRIBE only: READ is what a member needs.
+        assert heartbeat(conn, group, member, 0, [readable]) == refused_group
+        allow(cluster, GROUP, group, "User:alice", DESCRIBE)
+        assert heartbeat(conn, group, member, 0, [readable]) == refused_group
+        allow(cluster, GROUP, group, "User:alice", READ)
+        # One subscribed topic it may not describe refuses the whole heartbeat, also a topic
+        # that does not exist (its existence is not revealed).
+        assert heartbeat(conn, group, member, 0, [readable, hidden]) == refused_topic
+        assert heartbeat(conn, group, member, 0, [hidden]) == refused_topic
+        assert heartbeat(conn, group, member, 0, [fresh("hb-missing")]) == refused_topic
+        # None of the refusals made a group.
+        with Conn(cluster.admin_bootstrap) as a:
+            assert describe_group(a, [group])[group][:2] == \
+                (GROUP_ID_NOT_FOUND, f"Group {group} not found.")
+        # DESCRIBE (or READ) on every subscribed topic: the member joins and gets both.
+        epoch, assignment = join(conn, group, member, [readable, described])
+        ids = {topic_id(cluster.admin_bootstrap, t): t for t in (readable, described)}
+        assert {ids.get(t, t): p for t, p in assignment.items()} == {readable: [0], described: [0]}
+        with Conn(cluster.admin_bootstrap) as a:
+            err, _msg, state, members, _ops = describe_group(a, [group])[group]
+        assert (err, state, members) == (NONE, "Stable", [(member, sorted([readable, described]))])
+        # A member of the group that adds an undescribable topic is refused too.
+        assert heartbeat(conn, group, member, epoch, [readable, hidden]) == refused_topic
+        # Leaving needs READ on the group like any heartbeat.
+        assert heartbeat(conn, group, member, -1, None)[:3] == (NONE, None, -1)
+
+
+# ---------------------------------------------------------------------------- fetch / ack
+
+def test_share_fetch_needs_group_read_and_read_on_each_topic(cluster):
+    group = new_group(cluster)
+    readable, described, hidden = fresh("sf-read"), fresh("sf-desc"), fresh("sf-hidden")
+    ids = new_topics(cluster, readable, described, hidden)
+    allow(cluster, TOPIC, readable, "User:alice", READ)
+    # DESCRIBE and WRITE, not READ: a member may subscribe to it but not fetch from it.
+    allow(cluster, TOPIC, described, "User:alice", DESCRIBE)
+    allow(cluster, TOPIC, described, "User:alice", WRITE)
+    member = kafka_uuid()
+    every = {ids[t]: [0] for t in (readable, described, hidden)}
+    group_refused = (GROUP_DENIED, None, {})
+    with SaslConn(cluster.sasl_bootstrap, "alice") as conn:
+        # Without READ on the group: a top-level refusal, whatever the session epoch.
+        assert share_fetch(conn, group, member, 0, every) == group_refused
+        assert share_fetch(conn, group, member, 3, every) == group_refused
+        allow(cluster, GROUP, group, "User:alice", DESCRIBE)
+        assert share_fetch(conn, group, member, 0, every) == group_refused
+        allow(cluster, GROUP, group, "User:alice", READ)
+        join(conn, group, member, [readable, described])
+        # READ on the group: the readable topic's records are acquired; the others are refused
+        # per partition, without a message and without records.
+        refused = {(ids[described], 0): (TOPIC_DENIED, None, []),
+                   (ids[hidden], 0): (TOPIC_DENIED, None, [])}
+        answers = []
+
+        def fetched():
+            answers.append(share_fetch(conn, group, member, 0, every))
+            return answers[-1][2].get((ids[readable], 0), (0, None, []))[2]
+        wait_for(fetched, JOIN_S, "records acquired")
+        for err, msg, parts in answers:
+            assert (err, msg) == (NONE, None) and \
+                {k: v for k, v in parts.items() if k in refused} == refused, answers
+        assert answers[-1][2] == {(ids[readable], 0): (NONE, None, [(0, 4, 1)]), **refused}
+        # The refused partitions are part of the share session: an incremental fetch naming
+        # no topic reports them again (and nothing new for the readable one).
+        assert share_fetch(conn, group, member, 1, {}) == (NONE, None, refused)
+        assert share_fetch(conn, group, member, 2, {ids[readable]: [0]}) == (NONE, None, refused)
+        assert share_fetch(conn, group, member, -1, {})[0] == NONE
+    # bob may read every topic but not the group.
+    for t in (readable, described, hidden):
+        allow(cluster, TOPIC, t, "User:bob", READ)
+    with SaslConn(cluster.sasl_bootstrap, "bob") as conn:
+        assert share_fetch(conn, group, kafka_uuid(), 0, every) == group_refused
+
+
+def test_share_acknowledge_needs_group_read_and_read_on_each_topic(cluster):
+    group = new_group(cluster)
+    readable, described, revoked = fresh("ack-read"), fresh("ack-desc"), fresh("ack-revoked")
+    ids = new_topics(cluster, readable, described, revoked)
+    for t in (readable, revoked):
+        allow(cluster, TOPIC, t, "User:alice", READ)
+    allow(cluster, TOPIC, described, "User:alice", DESCRIBE)
+    allow(cluster, GROUP, group, "User:alice", READ)
+    member = kafka_uuid()
+    every = {ids[t]: [0] for t in (readable, described, revoked)}
+    with SaslConn(cluster.sasl_bootstrap, "alice") as conn:
+        join(conn, group, member, [readable, described, revoked])
+        acquired = {}
+
+        def fetched():
+            _err, _msg, parts = share_fetch(conn, group, member, 0, every)
+            acquired.update({k: v for k, v in parts.items() if v[2]})
+            return {(ids[readable], 0), (ids[revoked], 0)} <= set(acquired)
+        wait_for(fetched, JOIN_S, "records acquired from both readable topics")
+        assert acquired[(ids[readable], 0)] == (NONE, None, [(0, 4, 1)])
+        assert acquired[(ids[revoked], 0)] == (NONE, None, [(0, 4, 1)])
+        # READ on one topic is taken away while its records are acquired: the next fetch of
+        # the session refuses that partition (once the broker has the change).
+        revoke(cluster, TOPIC, revoked, "User:alice", READ)
+        epoch = 1
+
+        def refused():
+            nonlocal epoch
+            err, _msg, parts = share_fetch(conn, group, member, epoch, {}, wait_ms=100)
+            epoch += 1
+            assert err == NONE
+            return parts.get((ids[revoked], 0)) == (TOPIC_DENIED, None, [])
+        wait_for(refused, 30, "the revoked topic refused")
+        # Acknowledging: the readable topic's records are accepted; the others are refused
+        # per partition, without a message.
+        every_ack = {(ids[t], 0): [(0, 4, ACCEPT)] for t in (readable, described, revoked)}
+        assert share_acknowledge(conn, group, member, epoch, every_ack) == (NONE, None, {
+            (ids[readable], 0): (NONE, None),
+            (ids[described], 0): (TOPIC_DENIED, None),
+            (ids[revoked], 0): (TOPIC_DENIED, None)})
+        epoch += 1
+        # bob, with DESCRIBE only on the group: a top-level refusal.
+        allow(cluster, GROUP, group, "User:bob", DESCRIBE)
+        with SaslConn(cluster.sasl_bootstrap, "bob") as other:
+            assert share_acknowledge(other, group, member, 1, every_ack) == (GROUP_DENIED, None, {})
+        # The accepted records are done (no lag); the refused acknowledgement left the
+        # revoked topic's records unaccepted (they still count as lag).
+        seen = []
+        with Conn(cluster.admin_bootstrap) as a:
+            def lags():
+                _e, _m, parts = describe_offsets(a, 1, group, {readable: [0], revoked: [0]})
+                seen.append({name: v[3] for (name, _p), v in parts.items()})
+                return seen[-1] == {readable: 0, revoked: 5}
+            wait_for(lags, 30, lambda: f"lag 0 on {readable} and 5 on {revoked} ({seen[-1]})")
+
+
+# ---------------------------------------------------------------------------- describe
+
+def test_share_group_describe_needs_group_describe_and_describe_on_assigned_topics(cluster):
+    group = new_group(cluster)
+    t1, t2, missing = fresh("sgd-1"), fresh("sgd-2"), fresh("sgd-missing-topic")
+    ids = new_topics(cluster, t1, t2)
+    for t in (t1, t2, missing):
+        allow(cluster, TOPIC, t, "User:alice", DESCRIBE)
+    allow(cluster, GROUP, group, "User:alice", READ)
+    member = kafka_uuid()
+    missing_group = fresh("sgd-missing-group")
+    refused = (GROUP_DENIED, None, "", [], NOT_ASKED)
+    topic_refused = (TOPIC_DENIED, "The group has described topic(s) that the client is not "
+                                   "authorized to describe.", "", [], NOT_ASKED)
+    with SaslConn(cluster.sasl_bootstrap, "alice") as conn:
+        # Subscribed to a topic that does not exist: never assigned.
+        epoch, assignment = join(conn, group, member, [t1, t2, missing])
+
+        def both_assigned():
+            nonlocal epoch, assignment
+            err, _msg, epoch, got = heartbeat(conn, group, member, epoch, [t1, t2, missing])
+            assert err == NONE
+            assignment = got if got is not None else assignment
+            return set(assignment) == {ids[t1], ids[t2]}
+        wait_for(both_assigned, JOIN_S, "both topics assigned")
+        with SaslConn(cluster.sasl_bootstrap, "bob") as bob:
+            # No ACL: refused alike for a share group and a group that does not exist.
+            assert describe_group(bob, [group, missing_group], True) == \
+                {group: refused, missing_group: refused}
+            # DESCRIBE on the group is not enough while a member is assigned a topic bob may
+            # not describe (the group's details are withheld).
+            allow(cluster, GROUP, group, "User:bob", DESCRIBE)
+            assert describe_group(bob, [group, missing_group], True) == \
+                {group: topic_refused, missing_group: refused}
+            allow(cluster, TOPIC, t1, "User:bob", DESCRIBE)
+            assert describe_group(bob, [group], True)[group] == topic_refused
+            # DESCRIBE (here through READ) on every assigned topic: described, with the
+            # subscription to the topic bob may not describe (subscriptions are not checked).
+            allow(cluster, TOPIC, t2, "User:bob", READ)
+            want = (NONE, None, "Stable", [(member, sorted([t1, t2, missing]))])
+            assert describe_group(bob, [group], True)[group] == want + (OPS_DESCRIBE,)
+            assert describe_group(bob, [group], False)[group] == want + (NOT_ASKED,)
+        # The member's user, with READ on the group, may read and describe it.
+        assert describe_group(conn, [group], True)[group] == want + (OPS_READ_DESCRIBE,)
+        assert heartbeat(conn, group, member, -1, None)[0] == NONE
+
+
+# ---------------------------------------------------------------------------- offsets APIs
+
+def test_describe_share_group_offsets_needs_group_and_topic_describe(cluster):
+    group = fresh("share-acl-off")
+    t1, t2, hidden = fresh("dso-1"), fresh("dso-2"), fresh("dso-hidden")
+    ids = new_topics(cluster, t1, t2, hidden)
+    wait_for_coordinator(cluster.admin_bootstrap, group)
+    with Conn(cluster.admin_bootstrap) as a:
+        assert alter_offsets(a, group, {t1: {0: 1}, t2: {0: 2}, hidden: {0: 3}})[:2] == \
+            (NONE, None)
+    allow(cluster, TOPIC, t1, "User:bob", DESCRIBE)
+    allow(cluster, TOPIC, t2, "User:bob", READ)
+    asked = {t1: [0], t2: [0], hidden: [0, 1], "dso-no-such-topic": [0]}
+    with SaslConn(cluster.sasl_bootstrap, "bob") as bob:
+        for version in (0, 1):
+            # Without DESCRIBE on the group: a group-level refusal without a message.
+            assert describe_offsets(bob, version, group, asked) == (GROUP_DENIED, None, {})
+            assert describe_offsets(bob, version, group, None) == (GROUP_DENIED, None, {})
+        allow(cluster, GROUP, group, "User:bob", DESCRIBE)
+        for version in (0, 1):
+            lag = (lambda n: n) if version else (lambda n: None)
+            refused = (ZERO_ID, -1, 0, lag(-1), TOPIC_DENIED, TOPIC_DENIED_MSG)
+            # A topic bob may not describe, existing or not: refused per partition.
+            assert describe_offsets(bob, version, group, asked) == (NONE, None, {
+                (t1, 0): (ids[t1], 1, 0, lag(4), NONE, None),
+                (t2, 0): (ids[t2], 2, 0, lag(3), NONE, None),
+                (hidden, 0): refused, (hidden, 1): refused,
+                ("dso-no-such-topic", 0): refused})
+            # All topics (null): the undescribable one is left out.
+            assert describe_offsets(bob, version, group, None) == (NONE, None, {
+                (t1, 0): (ids[t1], 1, 0, lag(4), NONE, None),
+                (t2, 0): (ids[t2], 2, 0, lag(3), NONE, None)})
+
+
+def test_alter_share_group_offsets_needs_group_read_and_topic_read(cluster):
+    group = fresh("share-acl-alter")
+    readable, described, hidden = fresh("aso-read"), fresh("aso-desc"), fresh("aso-hidden")
+    ids = new_topics(cluster, readable, described, hidden)
+    wait_for_coordinator(cluster.admin_bootstrap, group)
+    allow(cluster, TOPIC, readable, "User:bob", READ)
+    allow(cluster, TOPIC, described, "User:bob", DESCRIBE)
+    offsets = {readable: {0: 1, 7: 1}, described: {0: 2}, hidden: {0: 3},
+               "aso-no-such-topic": {0: 1}}
+    group_refused = (GROUP_DENIED, GROUP_DENIED_MSG, {})
+    with SaslConn(cluster.sasl_bootstrap, "bob") as bob:
+        # No ACL on the group, then DESCRIBE only: refused, and no group is made.
+        assert alter_offsets(bob, group, offsets) == group_refused
+        allow(cluster, GROUP, group, "User:bob", DESCRIBE)
+        assert alter_offsets(bob, group, offsets) == group_refused
+        with Conn(cluster.admin_bootstrap) as a:
+            assert describe_group(a, [group])[group][0] == GROUP_ID_NOT_FOUND
+        # READ on the group: each topic needs READ (checked before it is looked up). Kafka
+        # names the topic id of a refused topic that exists.
+        allow(cluster, GROUP, group, "User:bob", READ)
+        assert alter_offsets(bob, group, offsets) == (NONE, None, {
+            (readable, 0): (ids[readable], NONE, None),
+            (readable, 7): (ids[readable], UNKNOWN_TOPIC_OR_PARTITION,
+                            "This server does not host this topic-partition."),
+            (described, 0): (ids[described], TOPIC_DENIED, TOPIC_DENIED_MSG),
+            (hidden, 0): (ids[hidden], TOPIC_DENIED, TOPIC_DENIED_MSG),
+            ("aso-no-such-topic", 0): (ZERO_ID, TOPIC_DENIED, TOPIC_DENIED_MSG)})
+    # Only the readable topic got a start offset.
+    with Conn(cluster.admin_bootstrap) as a:
+        assert describe_offsets(a, 1, group, None) == \
+            (NONE, None, {(readable, 0): (ids[readable], 1, 0, 4, NONE, None)})
+        assert describe_group(a, [group])[group][:3] == (NONE, None, "Empty")
+
+
+def test_delete_share_group_offsets_needs_group_delete_and_topic_read(cluster):
+    group = fresh("share-acl-del")
+    readable, described, hidden = fresh("dlo-read"), fresh("dlo-desc"), fresh("dlo-hidden")
+    ids = new_topics(cluster, readable, described, hidden)
+    wait_for_coordinator(cluster.admin_bootstrap, group)
+    with Conn(cluster.admin_bootstrap) as a:
+        assert alter_offsets(a, group, {t: {0: 1} for t in ids})[:2] == (NONE, None)
+    allow(cluster, TOPIC, readable, "User:bob", READ)
+    allow(cluster, TOPIC, described, "User:bob", DESCRIBE)
+    topics = [readable, described, hidden, "dlo-no-such-topic"]
+    group_refused = (GROUP_DENIED, GROUP_DENIED_MSG, {})
+    with SaslConn(cluster.sasl_bootstrap, "bob") as bob:
+        # No ACL, DESCRIBE, then READ on the group: DELETE is what it takes.
+        assert delete_offsets(bob, group, topics) == group_refused
+        allow(cluster, GROUP, group, "User:bob", DESCRIBE)
+        assert delete_offsets(bob, group, topics) == group_refused
+        allow(cluster, GROUP, group, "User:bob", READ)
+        assert delete_offsets(bob, group, topics) == group_refused
+        allow(cluster, GROUP, group, "User:bob", DELETE)
+        # Each topic needs READ; a refused one comes back with the zero topic id.
+        refused = (ZERO_ID, TOPIC_DENIED, TOPIC_DENIED_MSG)
+        assert delete_offsets(bob, group, topics) == (NONE, None, {
+            readable: (ids[readable], NONE, None), described: refused, hidden: refused,
+            "dlo-no-such-topic": refused})
+    # Only the readable topic's offsets are gone.
+    with Conn(cluster.admin_bootstrap) as a:
+        assert describe_offsets(a, 1, group, None) == (NONE, None, {
+            (described, 0): (ids[described], 1, 0, 4, NONE, None),
+            (hidden, 0): (ids[hidden], 1, 0, 4, NONE, None)})
+
+
+# ---------------------------------------------------------------------------- Java client
+
+def _refused_app(app, *wanted: str, timeout=JOIN_S):
+    """Waits for the app's first poll_error, closes it; asserts every error is one of wanted
+    and no record came."""
+    app.wait_for(lambda e: e.get("event") in ("poll_error", "error"), timeout, "a refusal")
+    app.proc.send("close")
+    assert app.proc.wait(60) == 0, app.history()
+    errors = [e["error"] for e in app.events() if e.get("event") in ("poll_error", "error")]
+    assert errors and set(errors) <= set(wanted), (set(errors), app.history())
+    assert app.records() == [], app.history()
+
+
+@needs_java
+def test_java_share_consumer_needs_read_on_the_group(cluster, apps):
+    topic = fresh("java-acl")
+    new_topics(cluster, topic, records=10)
+    granted, refused = new_group(cluster), new_group(cluster)
+    for who in ("alice", "bob"):
+        allow(cluster, TOPIC, topic, f"User:{who}", READ)
+    allow(cluster, GROUP, granted, "User:alice", READ)
+    alice = apps(cluster.sasl_bootstrap, granted, topic, "accept", "alice",
+                 *java_conf(user("alice")))
+    bob = apps(cluster.sasl_bootstrap, refused, topic, "accept", "bob-refused",
+               *java_conf(user("bob")))
+    alice.wait_until(lambda: set(alice.accepted()) >= set(range(10)), JOIN_S + 20,
+                     "alice accepts every record", [alice, bob])
+    _refused_app(bob, f"GroupAuthorizationException: Not authorized to access group: {refused}")
+    alice.close()
+    assert sorted(alice.accepted()) == list(range(10))
+    assert all(r["delivery_count"] == 1 for r in alice.records())
+    # With READ on its group, bob's next consumer gets every record (none was acquired for
+    # that group before).
+    allow(cluster, GROUP, refused, "User:bob", READ)
+    later = apps(cluster.sasl_bootstrap, refused, topic, "accept", "bob-allowed",
+                 *java_conf(user("bob")))
+    later.wait_until(lambda: set(later.accepted()) >= set(range(10)), JOIN_S + 20,
+                     "bob accepts every record")
+    later.close()
+    assert [(r["offset"], r["delivery_count"]) for r in later.records()] == \
+        [(o, 1) for o in range(10)]
+
+
+@needs_java
+def test_java_share_consumer_needs_read_on_the_topic(cluster, apps):
+    described, hidden = fresh("java-desc"), fresh("java-hidden")
+    new_topics(cluster, described, hidden, records=5)
+    g1, g2 = new_group(cluster), new_group(cluster)
+    allow(cluster, GROUP, g1, "User:alice", READ)
+    allow(cluster, GROUP, g2, "User:bob", READ)
+    allow(cluster, TOPIC, described, "User:alice", DESCRIBE)
+    # DESCRIBE only: the member joins and is assigned the partition; its ShareFetch is refused.
+    alice = apps(cluster.sasl_bootstrap, g1, described, "accept", "alice-describe-only",
+                 *java_conf(user("alice")))
+    # Nothing on the topic: its metadata is refused (the client names the topic) and so is the
+    # heartbeat (TOPIC_AUTHORIZATION_FAILED with no message: the client shows the default one).
+    bob = apps(cluster.sasl_bootstrap, g2, hidden, "accept", "bob-no-topic-acl",
+               *java_conf(user("bob")))
+    _refused_app(alice, f"TopicAuthorizationException: Not authorized to access topics: "
+                        f"[{described}]", timeout=JOIN_S + 20)
+    _refused_app(bob, "TopicAuthorizationException: Topic authorization failed.",
+                 f"TopicAuthorizationException: Not authorized to access topics: [{hidden}]")
