@@ -659,26 +659,50 @@ impl GroupCoordinator {
     }
 
     /// ConsumerGroupHeartbeat (KIP-848).
+    /// What every KIP-848 and KIP-932 heartbeat does first: refuses an empty group id, a
+    /// group this broker does not coordinate, and a member epoch other than 0 for a group it
+    /// does not know (UNKNOWN_MEMBER_ID); then runs `f` on the group, created if new, under
+    /// the groups' lock.
+    pub(super) fn on_heartbeat_group<R>(
+        &self,
+        group_id: &str,
+        member_epoch: i32,
+        f: impl FnOnce(&mut Group) -> Result<R, ResponseError>,
+    ) -> Result<R, ResponseError> {
+        if group_id.is_empty() {
+            return Err(ResponseError::InvalidGroupId);
+        }
+        self.check_coordinator(group_id)?;
+        let mut groups = self.groups();
+        if member_epoch != 0 && !groups.contains_key(group_id) {
+            return Err(ResponseError::UnknownMemberId);
+        }
+        f(group_entry(
+            &mut groups,
+            group_id.to_string(),
+            self.config.initial_rebalance_delay,
+        ))
+    }
+
     pub fn consumer_heartbeat(
         &self,
         group_id: &str,
         req: consumer_group::HeartbeatIn,
         regex_topics: consumer_group::RegexResolver<'_>,
     ) -> Result<consumer_group::HeartbeatOut, ResponseError> {
-        if group_id.is_empty() {
-            return Err(ResponseError::InvalidGroupId);
-        }
-        self.check_coordinator(group_id)?;
+        self.on_heartbeat_group(group_id, req.member_epoch, |g| {
+            self.consumer_heartbeat_in(group_id, g, req, regex_topics)
+        })
+    }
+
+    fn consumer_heartbeat_in(
+        &self,
+        group_id: &str,
+        g: &mut Group,
+        req: consumer_group::HeartbeatIn,
+        regex_topics: consumer_group::RegexResolver<'_>,
+    ) -> Result<consumer_group::HeartbeatOut, ResponseError> {
         let resolve = |name: &str| self.log.resolve_topic(name);
-        let mut groups = self.groups();
-        if req.member_epoch != 0 && !groups.contains_key(group_id) {
-            return Err(ResponseError::UnknownMemberId);
-        }
-        let g = group_entry(
-            &mut groups,
-            group_id.to_string(),
-            self.config.initial_rebalance_delay,
-        );
         if g.share.is_some() {
             return Err(ResponseError::GroupIdNotFound);
         }

@@ -17,32 +17,21 @@ impl GroupCoordinator {
         req: share_group::ShareHeartbeatIn,
         session_timeout: Duration,
     ) -> Result<share_group::ShareHeartbeatOut, ResponseError> {
-        if group_id.is_empty() {
-            return Err(ResponseError::InvalidGroupId);
-        }
-        self.check_coordinator(group_id)?;
-        let resolve = |name: &str| self.log.resolve_topic(name);
-        let mut groups = self.groups();
-        if req.member_epoch != 0 && !groups.contains_key(group_id) {
-            return Err(ResponseError::UnknownMemberId);
-        }
-        let g = group_entry(
-            &mut groups,
-            group_id.to_string(),
-            self.config.initial_rebalance_delay,
-        );
-        if g.share.is_none() {
-            if g.consumer.is_some() || !g.members.is_empty() || !g.offsets.is_empty() {
-                return Err(ResponseError::GroupIdNotFound);
+        self.on_heartbeat_group(group_id, req.member_epoch, |g| {
+            if g.share.is_none() {
+                if g.consumer.is_some() || !g.members.is_empty() || !g.offsets.is_empty() {
+                    return Err(ResponseError::GroupIdNotFound);
+                }
+                g.share = Some(ShareState::default());
+                g.protocol_type = Some("share".into());
             }
-            g.share = Some(ShareState::default());
-            g.protocol_type = Some("share".into());
-        }
-        let s = g.share.as_mut().ok_or(ResponseError::GroupIdNotFound)?;
-        let member = req.member_id.clone();
-        let out = s.heartbeat(req, &resolve, session_timeout, Instant::now());
-        tracing::debug!(group = group_id, %member, epoch = ?out.as_ref().map(|o| o.member_epoch), assignment = ?out.as_ref().ok().map(|o| &o.assignment), "share heartbeat");
-        out
+            let s = g.share.as_mut().ok_or(ResponseError::GroupIdNotFound)?;
+            let resolve = |name: &str| self.log.resolve_topic(name);
+            let member = req.member_id.clone();
+            let out = s.heartbeat(req, &resolve, session_timeout, Instant::now());
+            tracing::debug!(group = group_id, %member, epoch = ?out.as_ref().map(|o| o.member_epoch), assignment = ?out.as_ref().ok().map(|o| &o.assignment), "share heartbeat");
+            out
+        })
     }
 
     /// Runs `f` on a share group's state.
