@@ -90,7 +90,7 @@ impl Api for AlterShareGroupOffsets {
         if !who.may(Op::Read, Res::Group, &r.group_id) {
             return Gate::Answer(ResponseKind::AlterShareGroupOffsets(refuse(
                 GROUP_DENIED,
-                None,
+                Some(crate::api::errors::GROUP_AUTHORIZATION_FAILED.into()),
             )));
         }
         let (ok, denied): (Vec<_>, Vec<_>) = r
@@ -101,7 +101,10 @@ impl Api for AlterShareGroupOffsets {
         let refusals: Vec<Topic> = denied
             .into_iter()
             .map(|t| {
+                // Kafka names an existing topic by its id even when refusing it.
+                let id = who.broker.topic(&t.topic_name).map(|t| t.id);
                 Topic::default()
+                    .with_topic_id(id.unwrap_or_default())
                     .with_topic_name(t.topic_name)
                     .with_partitions(
                         t.partitions
@@ -110,6 +113,9 @@ impl Api for AlterShareGroupOffsets {
                                 Partition::default()
                                     .with_partition_index(p.partition_index)
                                     .with_error_code(TOPIC_DENIED.code())
+                                    .with_error_message(Some(StrBytes::from_static_str(
+                                        crate::api::errors::TOPIC_AUTHORIZATION_FAILED,
+                                    )))
                             })
                             .collect(),
                     )

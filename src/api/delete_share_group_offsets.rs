@@ -72,7 +72,7 @@ impl Api for DeleteShareGroupOffsets {
         if !who.may(Op::Delete, Res::Group, &r.group_id) {
             return Gate::Answer(ResponseKind::DeleteShareGroupOffsets(refuse(
                 GROUP_DENIED,
-                None,
+                Some(crate::api::errors::GROUP_AUTHORIZATION_FAILED.into()),
             )));
         }
         let (ok, denied): (Vec<_>, Vec<_>) = r
@@ -86,6 +86,9 @@ impl Api for DeleteShareGroupOffsets {
                 Topic::default()
                     .with_topic_name(t.topic_name)
                     .with_error_code(TOPIC_DENIED.code())
+                    .with_error_message(Some(StrBytes::from_static_str(
+                        crate::api::errors::TOPIC_AUTHORIZATION_FAILED,
+                    )))
             })
             .collect();
         Gate::Run(

@@ -180,26 +180,42 @@ impl Api for DescribeShareGroupOffsets {
 
     fn authorize(who: &Who, r: DescribeShareGroupOffsetsRequest, _version: i16) -> Gate {
         let who = who.clone();
+        // Groups asked for all their topics: those the client may not describe are left out.
+        let all_topics: std::collections::HashSet<String> = r
+            .groups
+            .iter()
+            .filter(|g| g.topics.is_none())
+            .map(|g| g.group_id.to_string())
+            .collect();
         Gate::Run(
             RequestKind::DescribeShareGroupOffsets(r),
             gate::finish(move |resp| match resp {
                 ResponseKind::DescribeShareGroupOffsets(mut d) => {
                     for g in d.groups.iter_mut() {
                         if !who.may(Op::Describe, Res::Group, &g.group_id) {
+                            // Kafka refuses the group without a message.
                             *g = Group::default()
                                 .with_group_id(g.group_id.clone())
-                                .with_error_code(GROUP_DENIED.code())
-                                .with_error_message(gate::message(GROUP_DENIED));
+                                .with_error_code(GROUP_DENIED.code());
                             continue;
+                        }
+                        if all_topics.contains(g.group_id.as_str()) {
+                            g.topics
+                                .retain(|t| who.may(Op::Describe, Res::Topic, &t.topic_name));
                         }
                         for t in g.topics.iter_mut() {
                             if !who.may(Op::Describe, Res::Topic, &t.topic_name) {
+                                // As Kafka: no topic id, and the schema's defaults otherwise.
+                                t.topic_id = uuid::Uuid::nil();
                                 for p in t.partitions.iter_mut() {
                                     *p = Partition::default()
                                         .with_partition_index(p.partition_index)
                                         .with_start_offset(-1)
-                                        .with_leader_epoch(-1)
-                                        .with_error_code(TOPIC_DENIED.code());
+                                        .with_leader_epoch(0)
+                                        .with_error_code(TOPIC_DENIED.code())
+                                        .with_error_message(Some(StrBytes::from_static_str(
+                                            crate::api::errors::TOPIC_AUTHORIZATION_FAILED,
+                                        )));
                                 }
                             }
                         }

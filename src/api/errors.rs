@@ -34,3 +34,7 @@ pub fn quota_error(e: &crate::quota::QuotaError) -> ResponseError {
 pub fn internal() -> ResponseError {
     ResponseError::UnknownServerError
 }
+
+/// Kafka's default messages (`Errors.java`) for authorization refusals, where Kafka sends them.
+pub const GROUP_AUTHORIZATION_FAILED: &str = "Group authorization failed.";
+pub const TOPIC_AUTHORIZATION_FAILED: &str = "Topic authorization failed.";

@@ -132,6 +132,13 @@ pub async fn handle(
     if req.share_session_epoch == INITIAL_EPOCH && !acks.is_empty() {
         return top_level(ResponseError::InvalidRequest, None);
     }
+    // Partitions of topics the client may not READ: neither acknowledged nor fetched.
+    let who = s.broker.authorizer.is_enabled().then(|| Who {
+        broker: s.broker.clone(),
+        principal: ctx.principal.clone(),
+        host: ctx.peer.ip().to_string(),
+    });
+    let readable = |id: &Uuid| who.as_ref().is_none_or(|w| w.may_topic(Op::Read, "", id));
     let begun = s
         .shares
         .sessions
@@ -149,6 +156,12 @@ pub async fn handle(
         Ok(b) => b,
     };
     let mut answers: BTreeMap<(Uuid, i32), Answer> = BTreeMap::new();
+    let (acks, refused_acks): (BTreeMap<_, _>, BTreeMap<_, _>) =
+        acks.into_iter().partition(|((id, _), _)| readable(id));
+    for key in refused_acks.into_keys() {
+        let a = answers.entry(key).or_default();
+        a.ack_error = Some(TOPIC_DENIED);
+    }
     for (key, error) in acknowledge_all(s, &group, &member, acks, version >= 2).await {
         let a = answers.entry(key).or_default();
         a.ack_error = error;
@@ -162,6 +175,13 @@ pub async fn handle(
         }
         Begun::Open(p) => p,
     };
+    let (partitions, refused): (Vec<_>, Vec<_>) =
+        partitions.into_iter().partition(|(id, _)| readable(id));
+    for key in refused {
+        let a = answers.entry(key).or_default();
+        a.error = Some(TOPIC_DENIED);
+        a.records = Some(Bytes::new());
+    }
     let settings = s.shares.settings(&group);
     // A renewal (v2) acquires nothing new.
     if !partitions.is_empty() && !req.is_renew_ack {
@@ -517,7 +537,7 @@ pub struct ShareFetch;
 impl Api for ShareFetch {
     type Request = ShareFetchRequest;
 
-    fn authorize(who: &Who, mut r: ShareFetchRequest, _version: i16) -> Gate {
+    fn authorize(who: &Who, r: ShareFetchRequest, _version: i16) -> Gate {
         let group = r
             .group_id
             .as_ref()
@@ -526,39 +546,9 @@ impl Api for ShareFetch {
         if !who.may_use_group(&group) {
             return Gate::Answer(ResponseKind::ShareFetch(top_level(GROUP_DENIED, None)));
         }
-        let (ok, denied): (Vec<_>, Vec<_>) = r
-            .topics
-            .into_iter()
-            .partition(|t| who.may_topic(Op::Read, "", &t.topic_id));
-        r.topics = ok;
-        let refusals: Vec<ShareFetchableTopicResponse> = denied
-            .into_iter()
-            .map(|t| {
-                ShareFetchableTopicResponse::default()
-                    .with_topic_id(t.topic_id)
-                    .with_partitions(
-                        t.partitions
-                            .iter()
-                            .map(|p| {
-                                PartitionData::default()
-                                    .with_partition_index(p.partition_index)
-                                    .with_error_code(TOPIC_DENIED.code())
-                                    .with_records(Some(Bytes::new()))
-                            })
-                            .collect(),
-                    )
-            })
-            .collect();
-        Gate::Run(
-            RequestKind::ShareFetch(r),
-            crate::api::gate::finish(move |resp| match resp {
-                ResponseKind::ShareFetch(mut f) => {
-                    f.responses.extend(refusals);
-                    ResponseKind::ShareFetch(f)
-                }
-                other => other,
-            }),
-        )
+        // Topic READ is checked by the handler, per partition of the share session: a
+        // refused partition stays in the session (as in Kafka) and is refused at every fetch.
+        Gate::Run(RequestKind::ShareFetch(r), None)
     }
 
     async fn handle(s: &Services, ctx: &Context, r: ShareFetchRequest, version: i16) -> Outcome {
@@ -594,7 +584,7 @@ mod tests {
     }
 
     #[test]
-    fn share_fetch_needs_read_on_the_group_and_on_each_topic() {
+    fn share_fetch_needs_read_on_the_group_before_the_handler_runs() {
         let dir = tempfile::tempdir().unwrap();
         let broker = broker_with_acls(
             dir.path(),
@@ -619,25 +609,17 @@ mod tests {
             panic!("a group without READ is refused before the handler runs")
         };
         assert_eq!(refused.error_code, GROUP_DENIED.code());
-        let Gate::Run(RequestKind::ShareFetch(run), Some(finish)) =
+        // Topics are checked by the handler, against the share session's partitions (a
+        // refused one stays in the session): tests/interop/test_share_group_acls.py.
+        let Gate::Run(RequestKind::ShareFetch(run), None) =
             ShareFetch::authorize(&alice, request("mine", &[jobs, secret]), 2)
         else {
-            panic!("the readable topic runs")
+            panic!("a group with READ runs")
         };
-        assert_eq!(run.topics.len(), 1);
-        assert_eq!(run.topics[0].topic_id, jobs);
-        let Outcome::Respond(answered) = finish(Outcome::respond(ShareFetchResponse::default()))
-        else {
-            panic!("a response")
-        };
-        let ResponseKind::ShareFetch(answered) = *answered else {
-            panic!("a ShareFetch response")
-        };
-        assert_eq!(answered.responses.len(), 1);
-        assert_eq!(answered.responses[0].topic_id, secret);
-        assert_eq!(
-            answered.responses[0].partitions[0].error_code,
-            TOPIC_DENIED.code(),
+        assert_eq!(run.topics.len(), 2);
+        assert!(alice.may_topic(Op::Read, "", &jobs));
+        assert!(
+            !alice.may_topic(Op::Read, "", &secret),
             "DESCRIBE is not READ"
         );
     }

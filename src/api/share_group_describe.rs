@@ -11,7 +11,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::api::gate::{self, Gate, Who, GROUP_DENIED};
+use crate::api::gate::{self, Gate, Who, GROUP_DENIED, TOPIC_DENIED};
 use crate::api::{Api, Context, Outcome};
 use crate::broker::Broker;
 use crate::coordinator::consumer_group::Assignment as Parts;
@@ -120,11 +120,27 @@ impl Api for ShareGroupDescribe {
             gate::finish(move |resp| match resp {
                 ResponseKind::ShareGroupDescribe(mut d) => {
                     for g in d.groups.iter_mut() {
+                        // Kafka: DESCRIBE on the group (refused without a message), and on
+                        // every topic assigned to a member.
+                        let hidden_topic = g.members.iter().any(|m| {
+                            m.assignment
+                                .topic_partitions
+                                .iter()
+                                .any(|t| !who.may(Op::Describe, Res::Topic, t.topic_name.as_str()))
+                        });
                         if !who.may(Op::Describe, Res::Group, &g.group_id) {
                             *g = DescribedGroup::default()
                                 .with_group_id(g.group_id.clone())
                                 .with_error_code(GROUP_DENIED.code())
-                                .with_error_message(gate::message(GROUP_DENIED));
+                                .with_authorized_operations(i32::MIN);
+                        } else if hidden_topic {
+                            *g = DescribedGroup::default()
+                                .with_group_id(g.group_id.clone())
+                                .with_error_code(TOPIC_DENIED.code())
+                                .with_error_message(Some(StrBytes::from_static_str(
+                                    "The group has described topic(s) that the client is not authorized to describe.",
+                                )))
+                                .with_authorized_operations(i32::MIN);
                         } else if wants_ops {
                             g.authorized_operations = who.operations(Res::Group, &g.group_id);
                         }

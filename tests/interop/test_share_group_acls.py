@@ -690,6 +690,17 @@ def _refused_app(app, *wanted: str, timeout=JOIN_S):
     assert app.records() == [], app.history()
 
 
+def _committed(app, n: int, others=()):
+    """Waits until the app has accepted offsets 0..n-1 and every commitSync it made for them has
+    returned (closing it during one would interrupt it)."""
+    def done():
+        polls = {r["poll"] for r in app.records()}
+        return set(app.accepted()) >= set(range(n)) and \
+            len(app.events("commit")) >= len(polls)
+    app.wait_until(done, JOIN_S + 20, f"{app.name} accepts and commits every record",
+                   [app, *others])
+
+
 @needs_java
 def test_java_share_consumer_needs_read_on_the_group(cluster, apps):
     topic = fresh("java-acl")
@@ -702,8 +713,7 @@ def test_java_share_consumer_needs_read_on_the_group(cluster, apps):
                  *java_conf(user("alice")))
     bob = apps(cluster.sasl_bootstrap, refused, topic, "accept", "bob-refused",
                *java_conf(user("bob")))
-    alice.wait_until(lambda: set(alice.accepted()) >= set(range(10)), JOIN_S + 20,
-                     "alice accepts every record", [alice, bob])
+    _committed(alice, 10, [bob])
     _refused_app(bob, f"GroupAuthorizationException: Not authorized to access group: {refused}")
     alice.close()
     assert sorted(alice.accepted()) == list(range(10))
@@ -713,8 +723,7 @@ def test_java_share_consumer_needs_read_on_the_group(cluster, apps):
     allow(cluster, GROUP, refused, "User:bob", READ)
     later = apps(cluster.sasl_bootstrap, refused, topic, "accept", "bob-allowed",
                  *java_conf(user("bob")))
-    later.wait_until(lambda: set(later.accepted()) >= set(range(10)), JOIN_S + 20,
-                     "bob accepts every record")
+    _committed(later, 10)
     later.close()
     assert [(r["offset"], r["delivery_count"]) for r in later.records()] == \
         [(o, 1) for o in range(10)]
