@@ -243,15 +243,20 @@ public final class ShareConsumerApp {
                     continue;
                 }
                 if (!implicit) {
-                    if (commit.equals("sync")) {
-                        Map<TopicIdPartition, Optional<KafkaException>> res = consumer.commitSync(Duration.ofSeconds(30));
-                        for (Map.Entry<TopicIdPartition, Optional<KafkaException>> e : res.entrySet()) {
-                            emit(InteropClient.obj("event", "commit", "member", member,
-                                                   "topic", e.getKey().topic(), "partition", e.getKey().partition(),
-                                                   "error", e.getValue().map(InteropClient::describe).orElse(null)));
+                    try {
+                        if (commit.equals("sync")) {
+                            Map<TopicIdPartition, Optional<KafkaException>> res = consumer.commitSync(Duration.ofSeconds(30));
+                            for (Map.Entry<TopicIdPartition, Optional<KafkaException>> e : res.entrySet()) {
+                                emit(InteropClient.obj("event", "commit", "member", member,
+                                                       "topic", e.getKey().topic(), "partition", e.getKey().partition(),
+                                                       "error", e.getValue().map(InteropClient::describe).orElse(null)));
+                            }
+                        } else if (commit.equals("async")) {
+                            consumer.commitAsync();
                         }
-                    } else if (commit.equals("async")) {
-                        consumer.commitAsync();
+                    } catch (WakeupException e) {
+                        // "close" arrived during the commit: close() below sends what is pending.
+                        continue;
                     }
                 }
                 if (maxRecords > 0 && count >= maxRecords) break;
