@@ -60,8 +60,9 @@ class Cluster:
         return f"127.0.0.1:{self.sasl_port}"
 
 
-@pytest.fixture(scope="module")
-def cluster(module_broker_factory) -> Cluster:
+def start_acl_broker(module_broker_factory) -> Cluster:
+    """PLAINTEXT (super user ANONYMOUS) + SASL_PLAINTEXT (PLAIN: alice, bob), with the
+    StandardAuthorizer."""
     b = module_broker_factory(start=False)
     sasl_port = free_port()
     listeners = f"PLAINTEXT://127.0.0.1:{b.port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
@@ -75,7 +76,12 @@ def cluster(module_broker_factory) -> Cluster:
         "super.users": "User:ANONYMOUS",
     })
     b.start()
-    c = Cluster(b, sasl_port)
+    return Cluster(b, sasl_port)
+
+
+@pytest.fixture(scope="module")
+def cluster(module_broker_factory) -> Cluster:
+    c = start_acl_broker(module_broker_factory)
     allow(c, ResourceType.GROUP, ASSIGN_GROUP, "User:*", AclOperation.READ)
     return c
 

@@ -49,10 +49,10 @@ import pytest
 from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType,
                                    ResourcePatternType, ResourceType)
 
-from conftest import free_port
 from helpers import admin, create_topic
 from rawkafka import Conn, Reader, encode_compact_string as cs, encode_uvarint as uv
-from test_acls import JAAS, USERS, Cluster, allow, user
+from test_acls import USERS, Cluster, allow, start_acl_broker, user
+from test_share_group_admin import describe_offsets_body
 from test_offsets_by_topic_id import topic_id, wait_for_coordinator
 from test_security import java_conf
 from test_share_groups import (JOIN_S, _SKIP, apps, produce_numbered,  # noqa: F401
@@ -84,20 +84,7 @@ GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 @pytest.fixture(scope="module")
 def cluster(module_broker_factory) -> Cluster:
     """PLAINTEXT (super user ANONYMOUS) + SASL_PLAINTEXT (PLAIN: alice, bob), StandardAuthorizer."""
-    b = module_broker_factory(start=False)
-    sasl_port = free_port()
-    listeners = f"PLAINTEXT://127.0.0.1:{b.port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
-    b.props.update({
-        "listeners": listeners,
-        "advertised.listeners": listeners,
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:ANONYMOUS",
-    })
-    b.start()
-    return Cluster(b, sasl_port)
+    return start_acl_broker(module_broker_factory)
 
 
 def revoke(c: Cluster, rt, name, principal, op):
@@ -324,16 +311,8 @@ def describe_offsets(conn: Conn, version: int, group: str, topics: dict | None):
     """DescribeShareGroupOffsets v0/v1 for one group; topics {name: [partitions]} or None
     (all) -> (error, message, {(topic, partition): (topic id, start, leader epoch, lag, error,
     message)}); lag None at v0."""
-    body = uv(2) + cs(group)
-    if topics is None:
-        body += b"\x00"
-    else:
-        body += uv(len(topics) + 1)
-        for name, parts in topics.items():
-            body += cs(name) + uv(len(parts) + 1) + b"".join(struct.pack(">i", p) for p in parts)
-            body += b"\x00"
-    body += b"\x00\x00"
-    r = Reader(conn.request_flexible(API_DESCRIBE_OFFSETS, version, body))
+    r = Reader(conn.request_flexible(API_DESCRIBE_OFFSETS, version,
+                                     describe_offsets_body(group, topics)))
     r.int32()
     assert r.uvarint() - 1 == 1
     assert r.compact_string() == group

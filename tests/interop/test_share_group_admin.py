@@ -71,10 +71,9 @@ def share_group_describe(bootstrap: str, groups: list[str]) -> dict:
     return out
 
 
-def describe_offsets(bootstrap: str, version: int, group: str, topics: dict | None = None):
-    """DescribeShareGroupOffsets v0/v1 for one group; topics {name: [partitions]} or None (all)
-    -> (group error, group message, {(topic, partition): (start, leader_epoch, lag, error,
-    message)}); lag is None at v0."""
+def describe_offsets_body(group: str, topics: dict | None) -> bytes:
+    """A DescribeShareGroupOffsets v0/v1 body for one group; topics {name: [partitions]} or
+    None (all)."""
     body = uv(2) + cs(group)
     if topics is None:
         body += b"\x00"
@@ -83,9 +82,16 @@ def describe_offsets(bootstrap: str, version: int, group: str, topics: dict | No
         for name, parts in topics.items():
             body += cs(name) + uv(len(parts) + 1) + b"".join(struct.pack(">i", p) for p in parts)
             body += b"\x00"
-    body += b"\x00" + b"\x00"  # group tags, request tags
+    return body + b"\x00" + b"\x00"  # group tags, request tags
+
+
+def describe_offsets(bootstrap: str, version: int, group: str, topics: dict | None = None):
+    """DescribeShareGroupOffsets v0/v1 for one group; topics {name: [partitions]} or None (all)
+    -> (group error, group message, {(topic, partition): (start, leader_epoch, lag, error,
+    message)}); lag is None at v0."""
     with _conn(bootstrap, group) as conn:
-        r = Reader(conn.request_flexible(API_DESCRIBE_OFFSETS, version, body))
+        r = Reader(conn.request_flexible(API_DESCRIBE_OFFSETS, version,
+                                         describe_offsets_body(group, topics)))
     r.int32()  # throttle
     n = r.uvarint() - 1
     assert n == 1, f"{n} groups in the response"
