@@ -567,6 +567,26 @@ mod tests {
     }
 
     #[test]
+    fn a_fence_raised_by_a_read_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = crate::api::test_support::broker_with_acls(dir.path(), &[]);
+        let c = ShareCoordinator::open(broker.clone()).unwrap();
+        let k = key();
+        c.initialize(&k, 0, 0).unwrap();
+        c.read(&k, 2).unwrap();
+        // The raise is written before the read is answered: a coordinator that restarts (or
+        // takes over) right after still fences the older leader.
+        drop(c);
+        let c = ShareCoordinator::open(broker).unwrap();
+        assert_eq!(c.read(&k, 1), Err(ResponseError::FencedLeaderEpoch));
+        assert_eq!(
+            c.write(&k, &write(1, 0, 0, &[])),
+            Err(ResponseError::FencedLeaderEpoch)
+        );
+        assert!(c.read(&k, 2).is_ok());
+    }
+
+    #[test]
     fn the_delivery_complete_count_follows_the_writers_start_offset() {
         let dir = tempfile::tempdir().unwrap();
         let broker = crate::api::test_support::broker_with_acls(dir.path(), &[]);
