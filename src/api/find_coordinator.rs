@@ -144,6 +144,16 @@ pub fn handle(
     FindCoordinatorResponse::default().with_coordinators(coordinators)
 }
 
+/// A key refused with `code`: no coordinator named.
+fn refused(key: StrBytes, code: ResponseError) -> Coordinator {
+    Coordinator::default()
+        .with_key(key)
+        .with_node_id((-1).into())
+        .with_port(-1)
+        .with_error_code(code.code())
+        .with_error_message(gate::message(code))
+}
+
 /// FindCoordinator: DESCRIBE on the group or transactional id of each key.
 pub struct FindCoordinator;
 
@@ -159,14 +169,7 @@ impl Api for FindCoordinator {
             let coordinators = r
                 .coordinator_keys
                 .into_iter()
-                .map(|k| {
-                    Coordinator::default()
-                        .with_key(k)
-                        .with_node_id((-1).into())
-                        .with_port(-1)
-                        .with_error_code(CLUSTER_DENIED.code())
-                        .with_error_message(gate::message(CLUSTER_DENIED))
-                })
+                .map(|k| refused(k, CLUSTER_DENIED))
                 .collect();
             return Gate::Answer(ResponseKind::FindCoordinator(
                 FindCoordinatorResponse::default().with_coordinators(coordinators),
@@ -193,17 +196,7 @@ impl Api for FindCoordinator {
             .into_iter()
             .partition(|k| who.may(Op::Describe, rt, k));
         r.coordinator_keys = ok;
-        let refusals = denied
-            .into_iter()
-            .map(|k| {
-                Coordinator::default()
-                    .with_key(k)
-                    .with_node_id((-1).into())
-                    .with_port(-1)
-                    .with_error_code(code.code())
-                    .with_error_message(gate::message(code))
-            })
-            .collect();
+        let refusals = denied.into_iter().map(|k| refused(k, code)).collect();
         gate::run_and_extend(
             RequestKind::FindCoordinator(r),
             refusals,
