@@ -158,6 +158,13 @@ impl Api for ShareGroupDescribe {
         r: ShareGroupDescribeRequest,
         _version: i16,
     ) -> Outcome {
-        Outcome::respond(handle(&s.broker, &s.groups, &s.shares, r))
+        // A share group known only by its share-partitions' state is looked up with the
+        // share coordinators (requests to other brokers in cluster mode): off the async
+        // workers.
+        let (broker, groups, shares) = (s.broker.clone(), s.groups.clone(), s.shares.clone());
+        let response = crate::api::blocking(move || handle(&broker, &groups, &shares, r))
+            .await
+            .unwrap_or_default();
+        Outcome::respond(response)
     }
 }
