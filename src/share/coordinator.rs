@@ -131,6 +131,10 @@ impl ShareCoordinator {
         self.log.index_of(key)
     }
 
+    fn existing(&self, key: &StateKey) -> Option<Shared> {
+        lock(&self.entries).get(key).cloned()
+    }
+
     fn entry(&self, key: &StateKey) -> Shared {
         lock(&self.entries).entry(key.clone()).or_default().clone()
     }
@@ -185,7 +189,10 @@ impl ShareCoordinator {
         leader_epoch: i32,
     ) -> Result<Option<Snapshot>, ResponseError> {
         self.check(key)?;
-        let entry = self.entry(key);
+        // A key never initialized gets no entry: reads of any number of keys hold no memory.
+        let Some(entry) = self.existing(key) else {
+            return Ok(None);
+        };
         let mut e = lock(&entry);
         if e.state.is_none() {
             return Ok(None);
@@ -222,7 +229,7 @@ impl ShareCoordinator {
     /// never moves the start offset back.
     pub fn write(&self, key: &StateKey, w: &StateWrite) -> Result<(), ResponseError> {
         self.check(key)?;
-        let entry = self.entry(key);
+        let entry = self.existing(key).ok_or(ResponseError::InvalidRequest)?;
         let mut e = lock(&entry);
         let Some(old) = &e.state else {
             return Err(ResponseError::InvalidRequest);
@@ -266,7 +273,9 @@ impl ShareCoordinator {
     /// DeleteShareGroupState: the key's state is tombstoned and forgotten, epochs included.
     pub fn delete(&self, key: &StateKey) -> Result<(), ResponseError> {
         self.check(key)?;
-        let entry = self.entry(key);
+        let Some(entry) = self.existing(key) else {
+            return Ok(());
+        };
         let mut e = lock(&entry);
         if e.state.is_some() {
             self.persist(key, None)?;
@@ -285,9 +294,11 @@ impl ShareCoordinator {
             .filter(|(k, _)| group.is_none_or(|g| k.group == g))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
+        // Never waits for a write in progress (ListGroups calls this on an async worker): a
+        // key being written counts as having state.
         entries
             .into_iter()
-            .filter(|(_, e)| lock(e).state.is_some())
+            .filter(|(_, e)| e.try_lock().map_or(true, |e| e.state.is_some()))
             .map(|(k, _)| k)
             .collect()
     }
