@@ -151,10 +151,18 @@ pub struct Group {
     /// The rebalance started from Empty (Kafka's InitialDelayedJoin): its join phase ends on
     /// the timer only, never inline in a JoinGroup.
     initial_join: bool,
-    /// A member was added since the last timer run; the initial join phase waits for a timer
-    /// run with none (Kafka's `newMemberAdded`).
-    new_member_added: bool,
+    /// The initial join phase does not end before this: [`NEW_GROUP_QUIET`] after the last
+    /// member arrived (Kafka's `newMemberAdded`, measured in time rather than timer runs).
+    quiet_until: Instant,
 }
+
+/// How long a new group's first join phase waits after its last arrival, whatever
+/// `group.initial.rebalance.delay.ms` says. Consumers started together do not reach the
+/// coordinator together: librdkafka holds a JoinGroup back for up to its sparse-connection
+/// interval (about 50 ms) while it fetches metadata, and a generation that ended inside
+/// that window would hand one member every partition and revoke them moments later. Kafka
+/// ends the phase one timer hop after the first member and misses such a consumer often.
+pub const NEW_GROUP_QUIET: Duration = Duration::from_millis(100);
 
 fn new_member_id(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4())
@@ -181,7 +189,7 @@ impl Group {
             rebalance_deadline: now,
             initial_delay,
             initial_join: false,
-            new_member_added: false,
+            quiet_until: now,
         }
     }
 
@@ -234,7 +242,9 @@ impl Group {
             now
         };
         self.initial_join = from_empty;
-        self.new_member_added = false;
+        if from_empty {
+            self.quiet_until = now + NEW_GROUP_QUIET;
+        }
     }
 
     /// Handles a JoinGroup. Returns `Some(result)` to answer now, or parks `tx` in the member
@@ -453,7 +463,9 @@ impl Group {
         self.rebalance_deadline = self
             .rebalance_deadline
             .max(now + self.max_rebalance_timeout());
-        self.new_member_added = true;
+        if self.initial_join {
+            self.quiet_until = now + NEW_GROUP_QUIET;
+        }
         self.maybe_complete_join(now, now_ms);
     }
 
@@ -521,10 +533,9 @@ impl Group {
             self.after_members_left(now, now_ms);
             changed = true;
         }
-        // Kafka's InitialDelayedJoin: a timer run that finds a member added since the last
-        // one waits for the next run, so a new group's join phase ends only after a whole
-        // timer period without a new member (and with no pending member: `all_joined`).
-        let settled = !(self.initial_join && std::mem::take(&mut self.new_member_added));
+        // Kafka's InitialDelayedJoin: a new group's join phase ends only after a quiet spell
+        // without a new member (and with no pending member: `all_joined`).
+        let settled = !self.initial_join || now >= self.quiet_until;
         if self.state == GroupState::PreparingRebalance
             && (settled && self.all_joined() && now >= self.join_not_before
                 || now >= self.rebalance_deadline)
@@ -538,7 +549,6 @@ impl Group {
     fn complete_join(&mut self, now: Instant, now_ms: i64) {
         self.rebalances += 1;
         self.initial_join = false;
-        self.new_member_added = false;
         // Members that did not rejoin in time are removed.
         let missing: Vec<String> = self
             .members

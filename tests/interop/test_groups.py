@@ -606,7 +606,7 @@ def test_consumer_groups_command_describes_lag_resets_to_earliest_and_deletes_gr
 
 # --------------------------------------------------------------------------- simultaneous start
 
-SIMULTANEOUS_ROUNDS = 20
+SIMULTANEOUS_ROUNDS = int(os.environ.get("ROUNDS", "20"))
 
 
 def _first_generation_events(bootstrap: str, topic: str, group: str) -> list[list[tuple]]:

@@ -47,12 +47,12 @@ fn join_new(g: &mut Group, now: Instant) -> (String, oneshot::Receiver<JoinResul
 /// The broker's timer period (`GroupCoordinator::tick` runs every 50 ms).
 const TICK: Duration = Duration::from_millis(50);
 
-/// Runs the timer until a new group's join phase can end with no initial delay: the run that
-/// sees the new member, then one a period later with nobody added. Returns the time after.
+/// Runs the timer until a new group's join phase can end with no initial delay: one run
+/// inside the quiet spell after the last arrival, one after it. Returns the time after.
 fn settle(g: &mut Group, now: Instant) -> Instant {
     g.tick(now + TICK, 0);
-    g.tick(now + 2 * TICK, 0);
-    now + 2 * TICK
+    g.tick(now + NEW_GROUP_QUIET + TICK, 0);
+    now + NEW_GROUP_QUIET + TICK
 }
 
 fn sync(
@@ -242,17 +242,20 @@ fn with_no_initial_delay_a_member_that_joins_just_after_the_first_shares_generat
     let mut g = Group::new("g", t0, 0, Duration::ZERO);
     let (_a, mut rx_a) = join_new(&mut g, t0);
     assert!(rx_a.try_recv().is_err(), "not ended inside a's JoinGroup");
-    // The timer run that sees a's arrival waits one more period.
+    // Timer runs inside the quiet spell after a's arrival do not end the phase.
     assert!(!g.tick(t0 + TICK, 0));
+    assert!(!g.tick(t0 + NEW_GROUP_QUIET - Duration::from_millis(1), 0));
     assert!(rx_a.try_recv().is_err());
-    // b started a moment later: its JoinGroup is in before the join phase ends.
-    let (_b, mut rx_b) = join_new(&mut g, t0 + TICK + Duration::from_millis(10));
-    g.tick(t0 + 2 * TICK, 0);
+    // b started with a but librdkafka held its JoinGroup back ~55 ms (its sparse-connection
+    // interval): it is in before the phase ends, and its arrival starts a new quiet spell.
+    let b_at = t0 + Duration::from_millis(55);
+    let (_b, mut rx_b) = join_new(&mut g, b_at);
+    g.tick(t0 + NEW_GROUP_QUIET + Duration::from_millis(1), 0);
     assert!(
         rx_a.try_recv().is_err(),
         "b's arrival extends the join phase"
     );
-    g.tick(t0 + 3 * TICK, 0);
+    assert!(g.tick(b_at + NEW_GROUP_QUIET, 0));
     let (ja, jb) = (rx_a.try_recv().unwrap(), rx_b.try_recv().unwrap());
     assert_eq!((ja.generation, jb.generation), (1, 1));
     assert_eq!(
@@ -260,6 +263,21 @@ fn with_no_initial_delay_a_member_that_joins_just_after_the_first_shares_generat
         2,
         "the leader sees both"
     );
+}
+
+#[test]
+fn only_a_new_groups_first_join_phase_waits_for_the_quiet_spell() {
+    let t0 = Instant::now();
+    let mut g = Group::new("g", t0, 0, Duration::ZERO);
+    let (a, mut rx_a) = join_new(&mut g, t0);
+    let t = settle(&mut g, t0);
+    assert_eq!(rx_a.try_recv().unwrap().generation, 1);
+    // A rebalance of a stable group ends as soon as every member rejoined: a's rejoin with
+    // new metadata ends it inside the JoinGroup, with no timer run.
+    let mut rx = join(&mut g, req(&a, None, &["range", "roundrobin"]), t)
+        .err()
+        .expect("parks until the join phase ends");
+    assert_eq!(rx.try_recv().unwrap().generation, 2);
 }
 
 #[test]
