@@ -15,8 +15,9 @@ use kafka_protocol::ResponseError;
 use crate::api::gate::{self, Gate, Who};
 use crate::api::{Api, Context, Outcome};
 use crate::broker::Broker;
+use crate::config::dynamic_broker::{self, Treatment};
 use crate::config::group::{self as group_config, BrokerGroupSettings};
-use crate::config::topic::{ConfigSource, TOPIC_CONFIGS};
+use crate::config::topic::{BrokerDefaults, ConfigSource, TOPIC_CONFIGS};
 use crate::config::value::Kind;
 use crate::security::acl::Operation as Op;
 use crate::services::Services;
@@ -97,59 +98,13 @@ pub fn handle(
                 }
                 results.push(base.with_configs(configs));
             }
-            RESOURCE_BROKER => {
-                let name = r.resource_name.as_str();
-                if !name.is_empty() && name != broker.config.node_id.to_string() {
-                    results.push(
-                        base.with_error_code(ResponseError::InvalidRequest.code())
-                            .with_error_message(Some(s(&format!(
-                                "Unexpected broker id, expected {}",
-                                broker.config.node_id
-                            )))),
-                    );
-                    continue;
-                }
-                let mut seen = BTreeMap::new();
-                let mut configs = Vec::new();
-                for (key, static_value, static_source, kind) in broker.config.describe() {
-                    let dynamic = defaults.get(&key).filter(|(_, src)| {
-                        matches!(
-                            src,
-                            ConfigSource::DynamicBroker | ConfigSource::DynamicDefaultBroker
-                        )
-                    });
-                    let (value, source) = match dynamic {
-                        Some((v, src)) => (v.clone(), *src),
-                        None => (static_value, static_source),
-                    };
-                    let read_only = !TOPIC_CONFIGS.iter().any(|d| d.broker_synonym == key);
-                    if !wanted(&key) || seen.insert(key.clone(), ()).is_some() {
-                        continue;
-                    }
-                    // Passwords, keys and JAAS configs are never sent back: Kafka answers
-                    // them with no value and marks them sensitive.
-                    let sensitive = kind == Kind::Password;
-                    let shown = (!sensitive).then(|| s(&value));
-                    configs.push(
-                        DescribeConfigsResourceResult::default()
-                            .with_name(s(&key))
-                            .with_value(shown.clone())
-                            .with_read_only(read_only)
-                            .with_is_sensitive(sensitive)
-                            .with_config_source(source.code())
-                            .with_config_type(kind.describe_code())
-                            .with_synonyms(if req.include_synonyms {
-                                vec![DescribeConfigsSynonym::default()
-                                    .with_name(s(&key))
-                                    .with_value(shown)
-                                    .with_source(source.code())]
-                            } else {
-                                Vec::new()
-                            }),
-                    );
-                }
-                results.push(base.with_configs(configs));
-            }
+            RESOURCE_BROKER => results.push(describe_broker(
+                broker,
+                base,
+                &defaults,
+                &wanted,
+                req.include_synonyms,
+            )),
             RESOURCE_GROUP => results.push(describe_group(
                 broker,
                 base,
@@ -164,6 +119,165 @@ pub fn handle(
         }
     }
     DescribeConfigsResponse::default().with_results(results)
+}
+
+/// A broker resource: this broker's settings (static, dynamic, and the Kafka settings it
+/// stores without using), or the cluster-wide dynamic defaults for the empty name.
+fn describe_broker(
+    broker: &Broker,
+    base: DescribeConfigsResult,
+    defaults: &BrokerDefaults,
+    wanted: &dyn Fn(&str) -> bool,
+    include_synonyms: bool,
+) -> DescribeConfigsResult {
+    let name = base.resource_name.to_string();
+    if !name.is_empty() && name != broker.config.node_id.to_string() {
+        return base
+            .with_error_code(ResponseError::InvalidRequest.code())
+            .with_error_message(Some(s(&format!(
+                "Unexpected broker id, expected {}",
+                broker.config.node_id
+            ))));
+    }
+    if name.is_empty() {
+        return base.with_configs(describe_cluster_defaults(broker, wanted, include_synonyms));
+    }
+    let mut seen = BTreeMap::new();
+    let mut configs = Vec::new();
+    for (key, static_value, static_source, kind) in broker.config.describe() {
+        let dynamic = defaults.get(&key).filter(|(_, src)| {
+            matches!(
+                src,
+                ConfigSource::DynamicBroker | ConfigSource::DynamicDefaultBroker
+            )
+        });
+        let (value, source) = match dynamic {
+            Some((v, src)) => (v.clone(), *src),
+            None => (static_value, static_source),
+        };
+        let read_only = !TOPIC_CONFIGS.iter().any(|d| d.broker_synonym == key);
+        if !wanted(&key) || seen.insert(key.clone(), ()).is_some() {
+            continue;
+        }
+        // Passwords, keys and JAAS configs are never sent back: Kafka answers
+        // them with no value and marks them sensitive.
+        let sensitive = kind == Kind::Password;
+        let shown = (!sensitive).then(|| s(&value));
+        configs.push(
+            DescribeConfigsResourceResult::default()
+                .with_name(s(&key))
+                .with_value(shown.clone())
+                .with_read_only(read_only)
+                .with_is_sensitive(sensitive)
+                .with_config_source(source.code())
+                .with_config_type(kind.describe_code())
+                .with_synonyms(if include_synonyms {
+                    vec![DescribeConfigsSynonym::default()
+                        .with_name(s(&key))
+                        .with_value(shown)
+                        .with_source(source.code())]
+                } else {
+                    Vec::new()
+                }),
+        );
+    }
+    configs.extend(
+        describe_stored_settings(broker, &name, &wanted, include_synonyms)
+            .into_iter()
+            .filter(|c| seen.insert(c.name.to_string(), ()).is_none()),
+    );
+    base.with_configs(configs)
+}
+
+/// Kafka's dynamic broker settings that Strata stores without using (Kerberos, thread
+/// pools, ...), once set on this broker or as the cluster-wide default. Synonyms as Kafka
+/// orders them: this broker's value, then the default's.
+fn describe_stored_settings(
+    broker: &Broker,
+    node: &str,
+    wanted: &dyn Fn(&str) -> bool,
+    include_synonyms: bool,
+) -> Vec<DescribeConfigsResourceResult> {
+    let mine = broker.dynamic_broker_configs(node);
+    let cluster = broker.dynamic_broker_configs("");
+    let keys: std::collections::BTreeSet<&String> = mine.keys().chain(cluster.keys()).collect();
+    keys.into_iter()
+        .filter(|k| wanted(k) && dynamic_broker::treatment(k) == Treatment::Ignored)
+        .filter_map(|k| {
+            let d = dynamic_broker::def(k)?;
+            let levels: Vec<(&String, ConfigSource)> = [
+                mine.get(k).map(|v| (v, ConfigSource::DynamicBroker)),
+                cluster
+                    .get(k)
+                    .map(|v| (v, ConfigSource::DynamicDefaultBroker)),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            let sensitive = d.kind == Kind::Password;
+            let shown = |v: &str| (!sensitive).then(|| s(v));
+            let (value, source) = levels[0];
+            Some(
+                DescribeConfigsResourceResult::default()
+                    .with_name(s(k))
+                    .with_value(shown(value))
+                    .with_read_only(false)
+                    .with_is_sensitive(sensitive)
+                    .with_config_source(source.code())
+                    .with_config_type(d.kind.describe_code())
+                    .with_synonyms(if include_synonyms {
+                        levels
+                            .iter()
+                            .map(|(v, src)| {
+                                DescribeConfigsSynonym::default()
+                                    .with_name(s(k))
+                                    .with_value(shown(v))
+                                    .with_source(src.code())
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    }),
+            )
+        })
+        .collect()
+}
+
+/// The cluster-wide default broker resource (the empty name): only the dynamic defaults set
+/// on it, as Kafka lists them.
+fn describe_cluster_defaults(
+    broker: &Broker,
+    wanted: &dyn Fn(&str) -> bool,
+    include_synonyms: bool,
+) -> Vec<DescribeConfigsResourceResult> {
+    let source = ConfigSource::DynamicDefaultBroker.code();
+    broker
+        .dynamic_broker_configs("")
+        .into_iter()
+        .filter(|(k, _)| wanted(k))
+        .filter_map(|(k, v)| {
+            let kind = dynamic_broker::def(&k).map(|d| d.kind)?;
+            let sensitive = kind == Kind::Password;
+            let shown = (!sensitive).then(|| s(&v));
+            Some(
+                DescribeConfigsResourceResult::default()
+                    .with_name(s(&k))
+                    .with_value(shown.clone())
+                    .with_read_only(false)
+                    .with_is_sensitive(sensitive)
+                    .with_config_source(source)
+                    .with_config_type(kind.describe_code())
+                    .with_synonyms(if include_synonyms {
+                        vec![DescribeConfigsSynonym::default()
+                            .with_name(s(&k))
+                            .with_value(shown)
+                            .with_source(source)]
+                    } else {
+                        Vec::new()
+                    }),
+            )
+        })
+        .collect()
 }
 
 /// A group's configs: every non-internal one (internal ones once set), valued from the

@@ -18,8 +18,8 @@ use crate::api::gate::{self, Gate, Who};
 use crate::api::{blocking, Api, Context};
 use crate::broker::Broker;
 use crate::config::group::{self as group_config, BrokerGroupSettings};
-use crate::config::topic;
 use crate::config::value::Kind;
+use crate::config::{dynamic_broker, topic};
 use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
@@ -74,9 +74,10 @@ fn apply(
         .map_err(|e| (crate::api::errors::topic_error(&e), e.to_string()))
 }
 
-/// Validates and applies the full set of dynamic configs for a broker resource. Only the
-/// broker defaults of topic configs (`log.retention.ms`, `message.max.bytes`, ...) can change
-/// at run time; other settings need a restart, as Kafka reports for its read-only configs.
+/// Validates and applies the full set of dynamic configs for a broker resource, with
+/// Kafka's rules for what may change at run time and where (`config::dynamic_broker`):
+/// broker defaults of topic configs apply at once, Kafka settings Strata has no use for are
+/// stored and described, and settings Strata reads only at start-up are refused.
 fn apply_broker(
     broker: &Broker,
     resource: &str,
@@ -87,36 +88,26 @@ fn apply_broker(
         return Err((
             ResponseError::InvalidRequest,
             format!(
-                "Unexpected broker id, expected {} or empty string, but received {resource}",
+                "Unexpected broker id, expected {}, but received {resource}",
                 broker.config.node_id
             ),
         ));
     }
-    let fixed: Vec<&String> = configs
-        .keys()
-        .filter(|k| {
-            !topic::TOPIC_CONFIGS
-                .iter()
-                .any(|d| d.broker_synonym == k.as_str())
-        })
-        .collect();
-    if !fixed.is_empty() {
-        return Err((
-            ResponseError::InvalidRequest,
-            format!("Cannot update these configs dynamically: {fixed:?}"),
-        ));
-    }
+    dynamic_broker::check(&configs, resource.is_empty())
+        .map_err(|e| (ResponseError::InvalidRequest, e))?;
     for (k, v) in &configs {
-        let d = topic::TOPIC_CONFIGS
-            .iter()
-            .find(|d| d.broker_synonym == k.as_str())
-            .ok_or((ResponseError::InvalidConfig, format!("Unknown config {k}")))?;
-        topic::validate(d.name, v).map_err(|e| {
-            (
-                ResponseError::InvalidConfig,
-                format!("Invalid value {v} for configuration {k}: {e}"),
-            )
-        })?;
+        if let Some(d) = topic::TOPIC_CONFIGS.iter().find(|d| d.broker_synonym == k) {
+            topic::validate(d.name, v).map_err(|e| {
+                let reason = match e {
+                    topic::TopicConfigError::Invalid { reason, .. } => reason.to_string(),
+                    other => other.to_string(),
+                };
+                (
+                    ResponseError::InvalidRequest,
+                    format!("Invalid value {v} for configuration {k}: {reason}"),
+                )
+            })?;
+        }
     }
     if validate_only {
         return Ok(());
@@ -291,15 +282,7 @@ fn incremental(
             let configs = apply_ops(
                 broker.dynamic_broker_configs(name),
                 ops,
-                |k| {
-                    Some(
-                        topic::TOPIC_CONFIGS
-                            .iter()
-                            .find(|d| d.broker_synonym == k)
-                            .map(|d| d.kind)
-                            .unwrap_or(Kind::String),
-                    )
-                },
+                |k| Some(dynamic_broker::kind(k).unwrap_or(Kind::String)),
                 |k| defaults.get(k).map(|(v, _)| v.clone()).unwrap_or_default(),
             )?;
             apply_broker(broker, name, configs, validate_only)

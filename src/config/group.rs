@@ -496,6 +496,12 @@ impl BrokerGroupSettings {
 /// Checks a broker setting that group configs fall back to or are bounded by: `None` when
 /// `name` is not one, else whether `value` has its type (an int, except the assignor
 /// settings: booleans, and lists for the streams assignors and rack tags).
+/// Whether `name` is a broker setting of group configs (a bound or a fallback), read from
+/// the broker's properties.
+pub fn is_broker_setting(name: &str) -> bool {
+    BROKER_DEFAULTS.iter().any(|(k, _)| *k == name)
+}
+
 pub fn check_broker_setting(name: &str, value: &str) -> Option<Result<(), String>> {
     BROKER_DEFAULTS.iter().find(|(k, _)| *k == name)?;
     let v = value.trim();

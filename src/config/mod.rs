@@ -7,6 +7,7 @@
 //! bad values are errors that name the key.
 
 mod broker_defs;
+pub mod dynamic_broker;
 pub mod group;
 pub mod security;
 pub mod topic;

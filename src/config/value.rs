@@ -11,6 +11,7 @@ pub enum Kind {
     Long,
     Double,
     List,
+    Class,
     Password,
 }
 
@@ -25,6 +26,7 @@ impl Kind {
             Kind::Long => 5,
             Kind::Double => 6,
             Kind::List => 7,
+            Kind::Class => 8,
             Kind::Password => 9,
         }
     }
@@ -130,7 +132,7 @@ pub fn check(key: &str, kind: Kind, raw: &str) -> Result<(), ValueError> {
         Kind::Int | Kind::Short => parse_int(key, raw).map(drop),
         Kind::Long => parse_long(key, raw).map(drop),
         Kind::Double => parse_double(raw).map(drop),
-        Kind::String | Kind::List | Kind::Password => Ok(()),
+        Kind::String | Kind::List | Kind::Class | Kind::Password => Ok(()),
     }
 }
 

@@ -68,9 +68,10 @@ def gbroker(module_broker_factory):
 
 # ---------------------------------------------------------------------------- raw requests
 
-def describe(bootstrap, name, keys=None, synonyms=True, docs=False):
-    """DescribeConfigs v4 for one GROUP resource -> (error, message, {name: entry})."""
-    body = uv(2) + bytes([GROUP]) + cs(name)
+def describe(bootstrap, name, keys=None, synonyms=True, docs=False, rtype=GROUP):
+    """DescribeConfigs v4 for one resource (a GROUP unless `rtype` says otherwise)
+    -> (error, message, {name: entry})."""
+    body = uv(2) + bytes([rtype]) + cs(name)
     body += b"\x00" if keys is None else uv(len(keys) + 1) + b"".join(cs(k) for k in keys)
     body += b"\x00" + bytes([int(synonyms), int(docs)]) + b"\x00"
     with Conn(bootstrap) as conn:
@@ -94,9 +95,10 @@ def describe(bootstrap, name, keys=None, synonyms=True, docs=False):
     return err, msg, configs
 
 
-def inc_alter(bootstrap, name, ops, validate_only=False):
-    """IncrementalAlterConfigs v1 for one GROUP resource -> (error, message)."""
-    body = uv(2) + bytes([GROUP]) + cs(name) + uv(len(ops) + 1)
+def inc_alter(bootstrap, name, ops, validate_only=False, rtype=GROUP):
+    """IncrementalAlterConfigs v1 for one resource (a GROUP unless `rtype` says otherwise)
+    -> (error, message)."""
+    body = uv(2) + bytes([rtype]) + cs(name) + uv(len(ops) + 1)
     for k, op, v in ops:
         body += cs(k) + bytes([op]) + cs(v) + b"\x00"
     body += b"\x00" + bytes([int(validate_only)]) + b"\x00"
@@ -107,9 +109,10 @@ def inc_alter(bootstrap, name, ops, validate_only=False):
     return r.int16(), r.compact_string()
 
 
-def alter(bootstrap, name, configs, validate_only=False):
-    """AlterConfigs v2 (replaces every config of the resource) -> (error, message)."""
-    body = uv(2) + bytes([GROUP]) + cs(name) + uv(len(configs) + 1)
+def alter(bootstrap, name, configs, validate_only=False, rtype=GROUP):
+    """AlterConfigs v2 (replaces every config of the resource; a GROUP unless `rtype` says
+    otherwise) -> (error, message)."""
+    body = uv(2) + bytes([rtype]) + cs(name) + uv(len(configs) + 1)
     for k, v in configs:
         body += cs(k) + cs(v) + b"\x00"
     body += b"\x00" + bytes([int(validate_only)]) + b"\x00"

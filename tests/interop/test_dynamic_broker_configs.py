@@ -1,0 +1,211 @@
+"""Dynamic broker configs (BROKER config resources, type 4), as Kafka 4.4 accepts them.
+
+Kafka decides which broker settings AlterConfigs may change at run time and where
+(`DynamicBrokerConfig`): some per broker only, some also as the cluster-wide default (the
+empty resource name), the rest never. A client library's own broker test suite sets
+`sasl.kerberos.min.time.before.relogin` on a broker and reads it back; this file checks that
+and every refusal's exact code and message, with confluent-kafka where its admin client can
+say it and raw requests where it cannot (it refuses an empty broker name), and with Kafka's
+own `kafka-configs` tool. Every test runs on both targets.
+
+Strata accepts and stores the Kafka settings it has no use for (Kerberos, thread pools), as it
+ignores them in its properties file; it refuses, with its own message, the settings it reads
+only at start-up, so that a change never seems to apply when it does not.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+from conftest import TARGET
+from helpers import admin
+from test_group_configs import describe, inc_alter, kafka_configs
+
+BROKER = 4
+SET, DELETE, APPEND = 0, 1, 2
+DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3
+INVALID_REQUEST = 42
+RELOGIN = "sasl.kerberos.min.time.before.relogin"
+
+
+@pytest.fixture(scope="module")
+def dbroker(module_broker_factory):
+    return module_broker_factory(name="dynamic-broker-configs")
+
+
+def node_id(b) -> str:
+    (broker_id,) = admin(b.bootstrap).list_topics(timeout=30).brokers
+    return str(broker_id)
+
+
+def described(b, name: str, key: str, until, timeout: float = 15.0) -> dict:
+    """`key` as DescribeConfigs lists it on broker resource `name`, once `until(entry)` holds
+    (Kafka applies a change when its metadata record reaches the broker: a moment later).
+    The entry is None when the key is not listed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        err, msg, configs = describe(b.bootstrap, name, rtype=BROKER)
+        assert err == 0, msg
+        entry = configs.get(key)
+        if until(entry) or time.monotonic() > deadline:
+            assert until(entry), (key, entry)
+            return entry
+
+
+def names_in(message: str) -> set[str]:
+    """The setting names of a Kafka refusal ("...: [a, b]"; Kafka prints them in hash order)."""
+    m = re.search(r": \[([^\]]*)\]$", message or "")
+    assert m, message
+    return {n.strip() for n in m.group(1).split(",")}
+
+
+def test_a_per_broker_setting_is_set_described_and_deleted_with_the_admin_client(dbroker):
+    me = node_id(dbroker)
+    a = admin(dbroker.bootstrap)
+    res = ConfigResource(ResourceType.BROKER, me, incremental_configs=[
+        ConfigEntry(RELOGIN, "58000", incremental_operation=AlterConfigOpType.SET)])
+    a.incremental_alter_configs([res])[res].result(timeout=30)
+
+    c = described(dbroker, me, RELOGIN,
+                  lambda e: e and (RELOGIN, "58000", DYNAMIC_BROKER_CONFIG) in e["synonyms"])
+    assert c["source"] == DYNAMIC_BROKER_CONFIG, c
+    assert (c["read_only"], c["sensitive"], c["type"]) == (0, 0, 5), c  # LONG
+    # The admin client's own DescribeConfigs sees it too.
+    seen = admin(dbroker.bootstrap).describe_configs(
+        [ConfigResource(ResourceType.BROKER, me)])
+    entry = list(seen.values())[0].result(timeout=30)[RELOGIN]
+    assert entry.source == DYNAMIC_BROKER_CONFIG, entry
+
+    assert inc_alter(dbroker.bootstrap, me, [(RELOGIN, DELETE, None)], rtype=BROKER) == (0, None)
+    described(dbroker, me, RELOGIN, lambda e: e is None or all(
+        src != DYNAMIC_BROKER_CONFIG for _, _, src in e["synonyms"]))
+
+
+def test_kafka_configs_sets_a_broker_setting_and_a_cluster_default(dbroker):
+    me = node_id(dbroker)
+    code, out = kafka_configs(dbroker.bootstrap, "--alter", "--entity-type", "brokers",
+                              "--entity-name", me, "--add-config",
+                              "sasl.kerberos.ticket.renew.jitter=0.07")
+    assert code == 0, out
+    code, out = kafka_configs(dbroker.bootstrap, "--alter", "--entity-type", "brokers",
+                              "--entity-default", "--add-config", "num.replica.fetchers=2")
+    assert code == 0, out
+    code, out = kafka_configs(dbroker.bootstrap, "--describe", "--entity-type", "brokers",
+                              "--entity-name", me)
+    assert code == 0, out
+    assert "sasl.kerberos.ticket.renew.jitter=0.07" in out, out
+    code, out = kafka_configs(dbroker.bootstrap, "--describe", "--entity-type", "brokers",
+                              "--entity-default")
+    assert code == 0, out
+    assert "num.replica.fetchers=2" in out, out
+    code, out = kafka_configs(dbroker.bootstrap, "--alter", "--entity-type", "brokers",
+                              "--entity-default", "--delete-config", "num.replica.fetchers")
+    assert code == 0, out
+
+
+def test_a_cluster_default_is_listed_on_the_default_resource_and_as_a_synonym(dbroker):
+    me = node_id(dbroker)
+    assert inc_alter(dbroker.bootstrap, "", [("background.threads", SET, "5")],
+                     rtype=BROKER) == (0, None)
+    c = described(dbroker, "", "background.threads", lambda e: e is not None)
+    assert (c["value"], c["source"]) == ("5", DYNAMIC_DEFAULT_BROKER_CONFIG), c
+    # Only dynamic defaults are listed on the default resource.
+    _, _, configs = describe(dbroker.bootstrap, "", rtype=BROKER)
+    assert all(c["source"] == DYNAMIC_DEFAULT_BROKER_CONFIG for c in configs.values()), configs
+    # This broker's own value comes first, the default after it.
+    assert inc_alter(dbroker.bootstrap, me, [("background.threads", SET, "6")],
+                     rtype=BROKER) == (0, None)
+    c = described(dbroker, me, "background.threads", lambda e: e and e["synonyms"][:2] == [
+        ("background.threads", "6", DYNAMIC_BROKER_CONFIG),
+        ("background.threads", "5", DYNAMIC_DEFAULT_BROKER_CONFIG)])
+    assert c["source"] == DYNAMIC_BROKER_CONFIG, c
+    if TARGET == "strata":
+        # Kafka's value is its running thread pool's size, which lags the stored setting.
+        assert c["value"] == "6", c
+    for name in (me, ""):
+        assert inc_alter(dbroker.bootstrap, name, [("background.threads", DELETE, None)],
+                         rtype=BROKER) == (0, None)
+
+
+def test_per_broker_settings_are_refused_at_the_cluster_default(dbroker):
+    for key, value in ((RELOGIN, "58000"), ("listeners", "PLAINTEXT://127.0.0.1:1"),
+                       ("listener.name.plaintext.ssl.cipher.suites", "TLS_AES_128_GCM_SHA256")):
+        err, msg = inc_alter(dbroker.bootstrap, "", [(key, SET, value)], rtype=BROKER)
+        assert err == INVALID_REQUEST, (key, msg)
+        assert msg == ("Cannot update these configs at default cluster level, broker id must "
+                       f"be specified: [{key}]"), msg
+
+
+def test_settings_that_never_change_at_run_time_are_refused(dbroker):
+    me = node_id(dbroker)
+    for name in (me, ""):
+        err, msg = inc_alter(dbroker.bootstrap, name,
+                             [("broker.rack", SET, "r1"), ("log.dirs", SET, "/elsewhere")],
+                             rtype=BROKER)
+        assert err == INVALID_REQUEST, msg
+        assert msg.startswith("Cannot update these configs dynamically: ["), msg
+        assert names_in(msg) == {"broker.rack", "log.dirs"}, msg
+    # Named before a bad value elsewhere in the same request.
+    err, msg = inc_alter(dbroker.bootstrap, me, [("node.id", SET, "2"),
+                                                 ("log.retention.ms", SET, "abc")], rtype=BROKER)
+    assert (err, msg) == (INVALID_REQUEST, "Cannot update these configs dynamically: [node.id]")
+
+
+def test_a_security_store_setting_needs_a_listener_prefix(dbroker):
+    err, msg = inc_alter(dbroker.bootstrap, node_id(dbroker),
+                         [("ssl.keystore.location", SET, "/nonexistent.jks")], rtype=BROKER)
+    assert (err, msg) == (INVALID_REQUEST, "These security configs can be dynamically updated "
+                          "only per-listener using the listener prefix: [ssl.keystore.location]")
+
+
+@pytest.mark.parametrize("key,value,reason", [
+    (RELOGIN, "abc", "Not a number of type LONG"),
+    ("log.retention.ms", "abc", "Not a number of type LONG"),
+    ("message.max.bytes", "abc", "Not a number of type INT"),
+    ("max.connections", "abc", "Not a number of type INT"),
+    ("background.threads", "0", "Value must be at least 1"),
+    ("num.io.threads", "-3", "Value must be at least 1"),
+])
+def test_values_are_checked_with_kafkas_types_and_bounds(dbroker, key, value, reason):
+    for name in (node_id(dbroker), ""):
+        err, msg = inc_alter(dbroker.bootstrap, name, [(key, SET, value)], rtype=BROKER)
+        assert (err, msg) == (INVALID_REQUEST,
+                              f"Invalid value {value} for configuration {key}: {reason}")
+
+
+def test_another_brokers_id_is_refused(dbroker):
+    me = node_id(dbroker)
+    err, msg = inc_alter(dbroker.bootstrap, "7", [("background.threads", SET, "5")],
+                         rtype=BROKER)
+    assert (err, msg) == (INVALID_REQUEST, f"Unexpected broker id, expected {me}, but received 7")
+
+
+def test_a_list_setting_takes_append(dbroker):
+    me = node_id(dbroker)
+    key = "sasl.kerberos.principal.to.local.rules"
+    assert inc_alter(dbroker.bootstrap, me, [(key, SET, "RULE:[1:$1]")],
+                     rtype=BROKER) == (0, None)
+    assert inc_alter(dbroker.bootstrap, me, [(key, APPEND, "DEFAULT")],
+                     rtype=BROKER) == (0, None)
+    described(dbroker, me, key, lambda e: e and (key, "RULE:[1:$1],DEFAULT",
+                                                 DYNAMIC_BROKER_CONFIG) in e["synonyms"])
+    assert inc_alter(dbroker.bootstrap, me, [(key, DELETE, None)], rtype=BROKER) == (0, None)
+
+
+def test_a_setting_strata_reads_at_start_up_is_refused_on_strata_and_applied_on_kafka(dbroker):
+    """The one documented difference: Kafka applies `max.connections` at once; Strata reads
+    it only at start-up and says so rather than store a value that does nothing."""
+    err, msg = inc_alter(dbroker.bootstrap, node_id(dbroker), [("max.connections", SET, "5000")],
+                         rtype=BROKER)
+    if TARGET == "kafka":
+        assert (err, msg) == (0, None)
+        inc_alter(dbroker.bootstrap, node_id(dbroker), [("max.connections", DELETE, None)],
+                  rtype=BROKER)
+    else:
+        assert (err, msg) == (INVALID_REQUEST, "Strata reads these configs only at start-up: set "
+                              "them in the broker's properties and restart it: [max.connections]")
