@@ -155,7 +155,7 @@ fn describe_broker(
             Some((v, src)) => (v.clone(), *src),
             None => (static_value, static_source),
         };
-        let read_only = !TOPIC_CONFIGS.iter().any(|d| d.broker_synonym == key);
+        let read_only = dynamic_broker::treatment(&key) != Treatment::Live;
         if !wanted(&key) || seen.insert(key.clone(), ()).is_some() {
             continue;
         }

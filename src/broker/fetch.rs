@@ -352,8 +352,22 @@ impl Broker {
         budget: Budget<'_>,
         pass: &mut Pass,
     ) -> PartitionRead {
-        let limit = (pos.partition_max_bytes.max(0) as usize).min(*budget.remaining);
-        let min_one = pass.result.bytes == 0;
+        // KIP-73: a follower outside the ISR fetching a throttled replica gets no records
+        // while this leader's replication throttle is exceeded.
+        let throttled = params.is_follower()
+            && topic
+                .config
+                .leader_throttled
+                .includes(p.index, self.config.node_id)
+            && !p.in_isr(params.replica_id);
+        let throttle = &self.replication.throttles.leader;
+        let held_back = throttled && throttle.is_exceeded(crate::clock::now_ms());
+        let limit = if held_back {
+            0
+        } else {
+            (pos.partition_max_bytes.max(0) as usize).min(*budget.remaining)
+        };
+        let min_one = pass.result.bytes == 0 && !held_back;
         // Followers read up to the log end; read_committed consumers stop at the last
         // stable offset, others at the high watermark.
         let max_offset = if params.is_follower() {
@@ -413,6 +427,9 @@ impl Broker {
                 Ok(None) => {}
                 Err(FollowerFetchError::NotLeaderOrFollower) => return not_leader(p),
             }
+        }
+        if throttled {
+            throttle.record(records.len(), crate::clock::now_ms());
         }
         *budget.remaining = budget.remaining.saturating_sub(records.len());
         pass.result.bytes += records.len();

@@ -501,11 +501,18 @@ impl Broker {
                 config.log_cleaner.clone(),
                 &config.log_dirs,
             ),
-            replication: replica_manager::ReplicaManager::new(peer_security),
+            replication: replica_manager::ReplicaManager::new(
+                peer_security,
+                crate::quota::replication::ReplicationThrottles::new(
+                    config.replication.quota_window_num,
+                    config.replication.quota_window_size_ms,
+                ),
+            ),
             quorum: std::sync::OnceLock::new(),
             features: Arc::new(crate::features::Features::new(meta.features.clone())),
             config,
         };
+        broker.apply_replication_throttles();
         let catalog = broker.load_topics(&meta, clean, &checkpoints)?;
         *broker.catalog.write().unwrap_or_else(|e| e.into_inner()) = catalog;
         broker.save_metadata_with(meta.next_producer_id_block)?;
@@ -609,6 +616,34 @@ impl Broker {
         d
     }
 
+    /// Sets the replication throttles from the effective `leader.` /
+    /// `follower.replication.throttled.rate`: this broker's dynamic value, else the
+    /// cluster-wide dynamic default, else the properties file's.
+    fn apply_replication_throttles(&self) {
+        let dynamic = self
+            .dynamic_configs
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        let node = self.config.node_id.to_string();
+        let rate = |key: &str, configured: i64| {
+            [node.as_str(), ""]
+                .iter()
+                .find_map(|level| dynamic.get(*level)?.get(key))
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .unwrap_or(configured)
+        };
+        let c = &self.config.replication;
+        let throttles = &self.replication.throttles;
+        throttles.leader.set_limit(rate(
+            "leader.replication.throttled.rate",
+            c.leader_throttled_rate,
+        ));
+        throttles.follower.set_limit(rate(
+            "follower.replication.throttled.rate",
+            c.follower_throttled_rate,
+        ));
+    }
+
     /// The effective config of a topic with the given overrides.
     pub fn topic_config(&self, overrides: &BTreeMap<String, String>) -> TopicConfig {
         TopicConfig::resolve(overrides, &self.topic_defaults())
@@ -646,6 +681,7 @@ impl Broker {
             .dynamic_configs
             .write()
             .unwrap_or_else(|e| e.into_inner()) = all;
+        self.apply_replication_throttles();
         for t in self.topics() {
             let config = self.topic_config(&t.overrides);
             for p in &t.partitions {

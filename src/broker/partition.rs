@@ -210,6 +210,11 @@ impl Partition {
         self.lock_replicas().clone()
     }
 
+    /// Whether `replica` is in the committed ISR.
+    pub fn in_isr(&self, replica: i32) -> bool {
+        self.lock_replicas().isr.contains(&replica)
+    }
+
     /// The committed ISR's size (1 until the control plane applies a state).
     pub fn isr_len(&self) -> usize {
         self.isr_len.load(Ordering::Acquire)

@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, Notify};
 use super::leadership::{AlterPartitionRequest, ClusterBroker, IsrChangeSink, PartitionLeadership};
 use super::Partition;
 use crate::peer;
+use crate::quota::replication::ReplicationThrottles;
 
 /// An ISR change for the updater task to send.
 pub struct IsrJob {
@@ -33,17 +34,22 @@ pub struct ReplicaManager {
     /// Connections to other brokers (with the inter-broker listener's TLS and SASL): the
     /// coordinators' requests and the replica fetchers' connections.
     pub(crate) peers: peer::PeerPool,
+    /// `leader.` / `follower.replication.throttled.rate`, measured.
+    pub(crate) throttles: ReplicationThrottles,
 }
 
 impl Default for ReplicaManager {
     fn default() -> Self {
-        ReplicaManager::new(peer::PeerSecurity::plaintext())
+        ReplicaManager::new(
+            peer::PeerSecurity::plaintext(),
+            ReplicationThrottles::default(),
+        )
     }
 }
 
 impl ReplicaManager {
-    /// With `security` for the connections to other brokers.
-    pub fn new(security: peer::PeerSecurity) -> Self {
+    /// With `security` for the connections to other brokers, and the replication throttles.
+    pub fn new(security: peer::PeerSecurity, throttles: ReplicationThrottles) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         ReplicaManager {
             cluster: RwLock::new(None),
@@ -53,6 +59,7 @@ impl ReplicaManager {
             isr_jobs: tx,
             isr_receiver: Mutex::new(Some(rx)),
             peers: peer::PeerPool::new(security),
+            throttles,
         }
     }
 }

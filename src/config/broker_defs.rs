@@ -604,6 +604,26 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "30000",
     },
     BrokerConfigDef {
+        name: "leader.replication.throttled.rate",
+        kind: Kind::Long,
+        default: "9223372036854775807",
+    },
+    BrokerConfigDef {
+        name: "follower.replication.throttled.rate",
+        kind: Kind::Long,
+        default: "9223372036854775807",
+    },
+    BrokerConfigDef {
+        name: "replication.quota.window.num",
+        kind: Kind::Int,
+        default: "11",
+    },
+    BrokerConfigDef {
+        name: "replication.quota.window.size.seconds",
+        kind: Kind::Int,
+        default: "1",
+    },
+    BrokerConfigDef {
         name: "log.cleaner.enable",
         kind: Kind::Boolean,
         default: "true",

@@ -46,8 +46,9 @@ use Scope::{ClusterWide as C, PerBroker as P};
 /// What Strata does with a dynamic broker setting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Treatment {
-    /// A broker default of a topic config (`log.retention.ms`, `message.max.bytes`, ...):
-    /// applied at once to every topic that does not override it.
+    /// A broker default of a topic config (`log.retention.ms`, `message.max.bytes`, ...),
+    /// applied at once to every topic that does not override it, or a replication throttle
+    /// rate.
     Live,
     /// A setting Strata reads only at start-up (listeners and per-listener settings, TLS
     /// files, SASL mechanisms, connection limits, the cleaner's and tiering's settings, the
@@ -73,7 +74,7 @@ pub fn treatment(name: &str) -> Treatment {
             _ => Treatment::StartUp,
         };
     }
-    if TOPIC_CONFIGS.iter().any(|d| d.broker_synonym == name) {
+    if TOPIC_CONFIGS.iter().any(|d| d.broker_synonym == name) || LIVE.contains(&name) {
         Treatment::Live
     } else if BROKER_CONFIGS.iter().any(|d| d.name == name) || super::group::is_broker_setting(name)
     {
@@ -82,6 +83,12 @@ pub fn treatment(name: &str) -> Treatment {
         Treatment::Ignored
     }
 }
+
+/// Broker settings other than topic defaults that apply at once.
+const LIVE: &[&str] = &[
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+];
 
 /// Kafka's definition of a dynamic broker setting.
 pub fn def(name: &str) -> Option<&'static DynamicDef> {
@@ -207,7 +214,8 @@ fn refuse(
     }
 }
 
-/// Kafka 4.4's dynamic broker settings.
+/// Kafka 4.4's dynamic broker settings (`KafkaConfig`'s, and the three only
+/// `DynamicConfig.Broker` defines: the replication throttles).
 pub static KAFKA_DYNAMIC: &[DynamicDef] = &[
     r("background.threads", Kind::Int, C, 1, i32::MAX as i64),
     d("compression.gzip.level", Kind::Int, C),
@@ -223,6 +231,13 @@ pub static KAFKA_DYNAMIC: &[DynamicDef] = &[
     ),
     d("errors.deadletterqueue.topic.name.prefix", Kind::String, C),
     d("follower.fetch.last.tiered.offset.enable", Kind::Boolean, C),
+    r(
+        "follower.replication.throttled.rate",
+        Kind::Long,
+        C,
+        0,
+        i64::MAX,
+    ),
     r(
         "group.consumer.assignment.interval.ms",
         Kind::Int,
@@ -254,6 +269,13 @@ pub static KAFKA_DYNAMIC: &[DynamicDef] = &[
         i32::MAX as i64,
     ),
     d("group.streams.assignor.offload.enable", Kind::Boolean, C),
+    r(
+        "leader.replication.throttled.rate",
+        Kind::Long,
+        C,
+        0,
+        i64::MAX,
+    ),
     d("listener.security.protocol.map", Kind::String, P),
     d("listeners", Kind::List, P),
     r("log.cleaner.backoff.ms", Kind::Long, C, 0, i64::MAX),
@@ -415,6 +437,13 @@ pub static KAFKA_DYNAMIC: &[DynamicDef] = &[
         C,
         1,
         i32::MAX as i64,
+    ),
+    r(
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+        Kind::Long,
+        C,
+        0,
+        i64::MAX,
     ),
     d("sasl.enabled.mechanisms", Kind::List, P),
     d("sasl.jaas.config", Kind::Password, P),

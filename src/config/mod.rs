@@ -186,6 +186,15 @@ pub struct ReplicationConfig {
     pub fetch_backoff: std::time::Duration,
     /// `replica.socket.timeout.ms`: a fetch unanswered for this long (beyond its wait) fails.
     pub socket_timeout: std::time::Duration,
+    /// `leader.replication.throttled.rate` / `follower.replication.throttled.rate`: bytes per
+    /// second for the throttled replicas of topics (their
+    /// `*.replication.throttled.replicas`); changed at run time by dynamic broker configs.
+    pub leader_throttled_rate: i64,
+    pub follower_throttled_rate: i64,
+    /// `replication.quota.window.num` and `replication.quota.window.size.seconds`: how the
+    /// throttled rate is measured.
+    pub quota_window_num: u32,
+    pub quota_window_size_ms: i64,
 }
 
 /// The log cleaner's broker-wide settings (`log.cleaner.*`, Kafka's names and defaults).
@@ -1155,6 +1164,15 @@ fn new_topic_defaults(
     Ok((num_partitions as i32, rf as i16))
 }
 
+/// A long setting that must not be negative (a rate).
+fn non_negative(explicit: &BTreeMap<String, String>, k: &str) -> Result<i64, ConfigError> {
+    let v = effective_value(explicit, k);
+    match value::parse_long(k, &v) {
+        Ok(n) if n >= 0 => Ok(n),
+        _ => Err(invalid(k, &v, "must be at least 0")),
+    }
+}
+
 impl ReplicationConfig {
     /// The inter-broker listener and this broker's security on it, and the `replica.*`
     /// settings (positive numbers).
@@ -1185,6 +1203,12 @@ impl ReplicationConfig {
             fetch_response_max_bytes: int("replica.fetch.response.max.bytes")?,
             fetch_backoff: ms("replica.fetch.backoff.ms")?,
             socket_timeout: ms("replica.socket.timeout.ms")?,
+            leader_throttled_rate: non_negative(explicit, "leader.replication.throttled.rate")?,
+            follower_throttled_rate: non_negative(explicit, "follower.replication.throttled.rate")?,
+            quota_window_num: int("replication.quota.window.num")? as u32,
+            quota_window_size_ms: positive("replication.quota.window.size.seconds")?
+                .saturating_mul(1000)
+                .min(i64::MAX as u64) as i64,
         })
     }
 }

@@ -54,6 +54,62 @@ fn one_of(v: &str, allowed: &[&str]) -> Result<(), ValueError> {
     }
 }
 
+/// Kafka's `ThrottledReplicaListValidator`.
+fn throttled_replicas(k: &str, v: &str) -> Result<(), ValueError> {
+    ThrottledReplicas::parse(v).map(drop).ok_or_else(|| {
+        ValueError::Format(format!(
+            "{k} must be the literal '*' or a list of replicas in the following format: \
+             [partitionId]:[brokerId],[partitionId]:[brokerId],..."
+        ))
+    })
+}
+
+/// `leader.replication.throttled.replicas` / `follower.replication.throttled.replicas`: the
+/// replicas whose replication traffic counts against the broker's throttle rate.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ThrottledReplicas {
+    #[default]
+    None,
+    /// `*`: every replica of the topic.
+    All,
+    /// `partition:broker` pairs.
+    Some(Vec<(i32, i32)>),
+}
+
+impl ThrottledReplicas {
+    /// Parses Kafka's form: `*`, or a list of `partition:broker` items (each trimmed; empty
+    /// items, as in a trailing comma, are allowed). None if invalid.
+    pub fn parse(v: &str) -> Option<ThrottledReplicas> {
+        let v = v.trim();
+        if v == "*" {
+            return Some(ThrottledReplicas::All);
+        }
+        let mut pairs = Vec::new();
+        for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (p, b) = item.split_once(':')?;
+            let digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
+            if !digits(p) || !digits(b) {
+                return None;
+            }
+            pairs.push((p.parse().ok()?, b.parse().ok()?));
+        }
+        Some(if pairs.is_empty() {
+            ThrottledReplicas::None
+        } else {
+            ThrottledReplicas::Some(pairs)
+        })
+    }
+
+    /// Whether the replica of `partition` on `broker` is throttled.
+    pub fn includes(&self, partition: i32, broker: i32) -> bool {
+        match self {
+            ThrottledReplicas::None => false,
+            ThrottledReplicas::All => true,
+            ThrottledReplicas::Some(pairs) => pairs.contains(&(partition, broker)),
+        }
+    }
+}
+
 fn cleanup_policy(_: &str, v: &str) -> Result<(), ValueError> {
     for p in v.split(',') {
         one_of(p, &["delete", "compact"])?;
@@ -178,8 +234,9 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
         default: "86400000",
         validate: at_least!(0),
     },
-    // Share groups may write undeliverable records to a topic with this set (KIP-932); Strata
-    // has no share groups, so no group writes to one either way.
+    // Kafka's share groups write records past their delivery limit to a dead-letter topic
+    // with this set (KIP-1191); Strata's archive them without writing them anywhere, so the
+    // setting is checked and described only.
     TopicConfigDef {
         name: "errors.deadletterqueue.group.enable",
         broker_synonym: "",
@@ -209,11 +266,25 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
         validate: at_least!(0),
     },
     TopicConfigDef {
+        name: "follower.replication.throttled.replicas",
+        broker_synonym: "",
+        kind: Kind::List,
+        default: "",
+        validate: throttled_replicas,
+    },
+    TopicConfigDef {
         name: "index.interval.bytes",
         broker_synonym: "log.index.interval.bytes",
         kind: Kind::Int,
         default: "4096",
         validate: int_at_least_zero,
+    },
+    TopicConfigDef {
+        name: "leader.replication.throttled.replicas",
+        broker_synonym: "",
+        kind: Kind::List,
+        default: "",
+        validate: throttled_replicas,
     },
     TopicConfigDef {
         name: "local.retention.bytes",
@@ -537,6 +608,11 @@ pub struct TopicConfig {
     pub remote_log_copy_disable: bool,
     /// Asked for with remote.storage.enable=false: delete the tiered data.
     pub remote_log_delete_on_disable: bool,
+    /// Replicas whose traffic as leader counts against `leader.replication.throttled.rate`.
+    pub leader_throttled: ThrottledReplicas,
+    /// Replicas whose traffic as follower counts against
+    /// `follower.replication.throttled.rate`.
+    pub follower_throttled: ThrottledReplicas,
     /// Upload eligibility of a sealed segment (-1: derived from local retention).
     pub remote_copy_lag_ms: i64,
     pub remote_copy_lag_bytes: i64,
@@ -614,6 +690,14 @@ impl TopicConfig {
                 .unwrap_or(false),
             remote_log_delete_on_disable: value::parse_bool(&raw("remote.log.delete.on.disable"))
                 .unwrap_or(false),
+            leader_throttled: ThrottledReplicas::parse(&raw(
+                "leader.replication.throttled.replicas",
+            ))
+            .unwrap_or_default(),
+            follower_throttled: ThrottledReplicas::parse(&raw(
+                "follower.replication.throttled.replicas",
+            ))
+            .unwrap_or_default(),
             remote_copy_lag_ms: long("remote.copy.lag.ms"),
             remote_copy_lag_bytes: long("remote.copy.lag.bytes"),
             local_retention_ms: match long("local.retention.ms") {
@@ -709,6 +793,29 @@ impl Default for TopicConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn throttled_replicas_take_kafkas_forms_only() {
+        assert_eq!(ThrottledReplicas::parse(""), Some(ThrottledReplicas::None));
+        assert_eq!(
+            ThrottledReplicas::parse(" * "),
+            Some(ThrottledReplicas::All)
+        );
+        let some = ThrottledReplicas::parse("0:1, 0:2 ,3:1,").unwrap();
+        assert!(some.includes(0, 2) && some.includes(3, 1));
+        assert!(!some.includes(1, 1) && !some.includes(0, 3));
+        assert!(ThrottledReplicas::All.includes(7, 9));
+        for bad in ["0", "0:x", "*,0:1", "0 : 1", "a:b", "0:1:2", "-1:2"] {
+            assert_eq!(ThrottledReplicas::parse(bad), None, "{bad}");
+            let err = validate("leader.replication.throttled.replicas", bad).unwrap_err();
+            assert!(
+                err.to_string().contains(
+                    "leader.replication.throttled.replicas must be the literal '*' or a list"
+                ),
+                "{err}"
+            );
+        }
+    }
 
     #[test]
     fn overrides_beat_broker_synonyms_which_beat_defaults() {

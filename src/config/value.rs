@@ -41,6 +41,9 @@ pub enum ValueError {
     Range { got: String, range: String },
     #[error("{got:?} is not one of {allowed}")]
     NotAllowed { got: String, allowed: String },
+    /// A value whose form is wrong, with Kafka's words for the right one.
+    #[error("{0}")]
+    Format(String),
 }
 
 fn split_unit(s: &str) -> (&str, &str) {

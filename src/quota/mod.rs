@@ -23,6 +23,7 @@ pub mod client;
 pub mod connection;
 pub mod entity;
 pub mod rate;
+pub mod replication;
 pub mod request;
 
 use std::fmt::Write;

@@ -135,6 +135,15 @@ impl Rate {
         sum / (self.window_size_ms(config, now_ms) as f64 / 1000.0)
     }
 
+    /// Kafka's `SimpleRate` (replication throttles): the sum over the time since the oldest
+    /// retained sample started, but at least one window, so a rate is reached after one
+    /// window's worth of traffic rather than `samples - 1` windows'.
+    pub fn measure_simple(&mut self, config: SampleConfig, now_ms: i64) -> f64 {
+        let sum = self.stat.sum(config, now_ms);
+        let elapsed = now_ms - self.stat.oldest_start(now_ms);
+        sum / (elapsed.max(config.window_ms).max(1) as f64 / 1000.0)
+    }
+
     /// The time the rate is measured over (`Rate.windowSize`): since the oldest retained
     /// sample started, at least `samples - 1` whole windows, at least 1 ms.
     pub fn window_size_ms(&mut self, config: SampleConfig, now_ms: i64) -> i64 {

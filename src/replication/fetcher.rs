@@ -162,6 +162,9 @@ struct Target {
     partition: Arc<Partition>,
     leader_epoch: LeaderEpoch,
     fetch_offset: Offset,
+    /// A throttled replica outside the ISR: its bytes count against this broker's
+    /// `follower.replication.throttled.rate` (KIP-73).
+    throttled: bool,
 }
 
 /// What to do after processing one partition of a fetch response.
@@ -301,9 +304,14 @@ impl Fetcher {
             .await
     }
 
-    /// The followed partitions not paused, with their fetch positions.
+    /// The followed partitions not paused, with their fetch positions. A throttled replica
+    /// outside the ISR is left out while the follower throttle is exceeded.
     fn targets(&mut self) -> Vec<Target> {
         let now = Instant::now();
+        let throttle = &self.broker.replication().throttles.follower;
+        let throttling = throttle.limit() != i64::MAX;
+        let exceeded = throttling && throttle.is_exceeded(crate::clock::now_ms());
+        let me = self.broker.config.node_id;
         let partitions = self.partitions.borrow_and_update().clone();
         self.paused
             .retain(|key, _| partitions.iter().any(|p| (p.topic_id, p.index) == *key));
@@ -322,10 +330,20 @@ impl Fetcher {
                 }
                 None => {}
             }
+            let throttled = throttling
+                && self
+                    .broker
+                    .topic(&p.topic)
+                    .is_some_and(|t| t.config.follower_throttled.includes(p.index, me))
+                && !p.in_isr(me);
+            if throttled && exceeded {
+                continue;
+            }
             out.push(Target {
                 fetch_offset: p.offsets().log_end_offset,
                 leader_epoch: epoch,
                 partition: p,
+                throttled,
             });
         }
         if !out.is_empty() {
@@ -398,6 +416,14 @@ impl Fetcher {
         for topic in response.responses {
             for data in topic.partitions {
                 if let Some(t) = by_key.remove(&(topic.topic_id, data.partition_index)) {
+                    if t.throttled {
+                        let bytes = data.records.as_ref().map_or(0, |r| r.len());
+                        self.broker
+                            .replication()
+                            .throttles
+                            .follower
+                            .record(bytes, crate::clock::now_ms());
+                    }
                     work.push((t, data));
                 }
             }

@@ -4,7 +4,8 @@ keeps every acknowledged record, once, in order, while its partition leader is k
 with SIGKILL (and restarted) several times under an idempotent acks=all producer;
 AdminClient.elect_leaders moves leadership back to the preferred replica after a
 restart; and Kafka's own kafka-reassign-partitions (kafka-tools, Java AdminClient)
-moves a partition to other brokers with its records and offsets.
+moves a partition to other brokers with its records and offsets, and with `--throttle`
+holds the copy to the throttle rate until `--verify` removes it.
 
 Strata only: the reference Kafka script runs a single node."""
 
@@ -17,7 +18,7 @@ import time
 
 import pytest
 from confluent_kafka import ElectionType, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
 
 import java_apps
 import rawkafka
@@ -482,6 +483,84 @@ def test_kafka_reassign_partitions_moves_a_partition_with_its_records(cluster, t
     assert [r.offset for r in records] == offsets
     delivered, _ = produce(servers, REASSIGN_TOPIC, [{"value": b"after", "partition": 0}])
     assert delivered[0].offset == 300
+
+
+THROTTLE = 1_000_000  # bytes per second
+THROTTLED_RECORDS, RECORD_BYTES = 6000, 1000
+
+
+def add_replica_timed(cluster, servers, tmp_path, topic, new_replica, *tool_args):
+    """Adds `new_replica` to `topic`-0 (on broker 1) with kafka-reassign-partitions and
+    returns the seconds until it is in the ISR."""
+    plan = tmp_path / f"{topic}.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [1, new_replica]}]}))
+    started = time.monotonic()
+    out = reassign_tool(servers, tmp_path, "--reassignment-json-file", str(plan), "--execute",
+                        *tool_args)
+    assert "Successfully started partition reassignment" in out, out
+
+    def in_sync():
+        p = admin(servers).list_topics(topic, timeout=10).topics[topic].partitions[0]
+        return sorted(p.isrs) == sorted([1, new_replica])
+
+    wait_until(f"broker {new_replica} in the ISR of {topic}-0", in_sync, timeout=120)
+    return time.monotonic() - started, plan
+
+
+def described(servers, rtype, name):
+    r = ConfigResource(rtype, name)
+    return admin(servers).describe_configs([r])[r].result(timeout=30)
+
+
+@pytest.mark.timeout(300)
+def test_kafka_reassign_partitions_with_a_throttle_copies_at_the_throttle_rate(cluster, tmp_path):
+    _, why = java_apps.classpath("tools")
+    if why:
+        pytest.skip(f"kafka-reassign-partitions needs the kafka-tools jars: {why}")
+    servers = bootstrap(cluster)
+    topics = {"cluster-unthrottled": 2, "cluster-throttled": 3}
+    fs = admin(servers).create_topics(
+        [NewTopic(t, num_partitions=1, replication_factor=-1, replica_assignment=[[1]])
+         for t in topics], request_timeout=30)
+    for f in fs.values():
+        f.result()
+    values = [b"%06d" % i + b"x" * (RECORD_BYTES - 6) for i in range(THROTTLED_RECORDS)]
+    for t in topics:
+        wait_until(f"broker 1 leads {t}",
+                   lambda: admin(servers).list_topics(t, timeout=10).topics[t].partitions[0]
+                   .leader == 1)
+        delivered, _ = produce(servers, t, [{"value": v, "partition": 0} for v in values])
+        assert [d.offset for d in delivered] == list(range(THROTTLED_RECORDS))
+
+    free, _ = add_replica_timed(cluster, servers, tmp_path, "cluster-unthrottled", 2)
+    throttled, plan = add_replica_timed(cluster, servers, tmp_path, "cluster-throttled", 3,
+                                        "--throttle", str(THROTTLE))
+    size = THROTTLED_RECORDS * RECORD_BYTES
+    print(f"\nadding a replica of {size / 1e6:.0f} MB: {free:.1f}s unthrottled, "
+          f"{throttled:.1f}s at --throttle {THROTTLE} B/s")
+    # Kafka's replication rate is measured over at least one 1 s window: about one second's
+    # worth goes at once, the rest at the rate (leader and follower both hold it).
+    assert throttled >= (size - 2 * THROTTLE) / THROTTLE, throttled
+    assert throttled > 3 * free, (throttled, free)
+
+    # The tool set the throttle on the brokers and the topic; --verify removes both.
+    assert described(servers, ResourceType.BROKER, "1")[
+        "leader.replication.throttled.rate"].value == str(THROTTLE)
+    topic_cfg = described(servers, ResourceType.TOPIC, "cluster-throttled")
+    assert topic_cfg["leader.replication.throttled.replicas"].value == "0:1"
+    assert topic_cfg["follower.replication.throttled.replicas"].value == "0:3"
+    out = reassign_tool(servers, tmp_path, "--reassignment-json-file", str(plan), "--verify")
+    assert "Reassignment of partition cluster-throttled-0 is completed" in out, out
+    for b in ("1", "3"):
+        cfg = described(servers, ResourceType.BROKER, b)
+        assert cfg["follower.replication.throttled.rate"].value == str(2 ** 63 - 1), b
+    topic_cfg = described(servers, ResourceType.TOPIC, "cluster-throttled")
+    assert topic_cfg["leader.replication.throttled.replicas"].value == ""
+
+    # The throttled copy is whole: every record, once, in order.
+    records = consume(servers, "cluster-throttled", THROTTLED_RECORDS, timeout=60)
+    assert [r.value for r in records] == values
 
 
 @pytest.mark.timeout(180)

@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from conftest import TARGET
-from helpers import admin
+from helpers import admin, create_topic
 from test_group_configs import describe, inc_alter, kafka_configs
 
 BROKER = 4
@@ -209,3 +209,40 @@ def test_a_setting_strata_reads_at_start_up_is_refused_on_strata_and_applied_on_
     else:
         assert (err, msg) == (INVALID_REQUEST, "Strata reads these configs only at start-up: set "
                               "them in the broker's properties and restart it: [max.connections]")
+
+
+def test_replication_throttle_rates_and_throttled_replicas_are_checked_as_kafka_checks_them(
+        dbroker, topic_name):
+    """What kafka-reassign-partitions --throttle sets: the brokers' rates and the topic's
+    throttled replicas (the throttle itself is exercised on a Strata cluster in
+    test_cluster.py)."""
+    TOPIC, INVALID_CONFIG = 2, 40
+    for name in (node_id(dbroker), ""):
+        for value, reason in (("-1", "Value must be at least 0"),
+                              ("abc", "Not a number of type LONG")):
+            err, msg = inc_alter(dbroker.bootstrap, name,
+                                 [("leader.replication.throttled.rate", SET, value)],
+                                 rtype=BROKER)
+            assert (err, msg) == (INVALID_REQUEST, f"Invalid value {value} for configuration "
+                                  f"leader.replication.throttled.rate: {reason}")
+    assert inc_alter(dbroker.bootstrap, "", [("follower.replication.throttled.rate", SET,
+                                              "1000000")], rtype=BROKER) == (0, None)
+    c = described(dbroker, "", "follower.replication.throttled.rate", lambda e: e is not None)
+    assert (c["value"], c["source"]) == ("1000000", DYNAMIC_DEFAULT_BROKER_CONFIG), c
+    assert inc_alter(dbroker.bootstrap, "", [("follower.replication.throttled.rate", DELETE,
+                                              None)], rtype=BROKER) == (0, None)
+
+    create_topic(dbroker.bootstrap, topic_name, partitions=2)
+    key = "leader.replication.throttled.replicas"
+    for bad in ("x", " 0 : 1 ", "*,0:1"):
+        err, msg = inc_alter(dbroker.bootstrap, topic_name, [(key, SET, bad)], rtype=TOPIC)
+        assert err == INVALID_CONFIG, (bad, msg)
+        assert msg.endswith(f"{key} must be the literal '*' or a list of replicas in the "
+                            "following format: [partitionId]:[brokerId],[partitionId]:"
+                            "[brokerId],..."), msg
+    for good in ("0:1,1:1", "*", "0:1,"):
+        assert inc_alter(dbroker.bootstrap, topic_name, [(key, SET, good)],
+                         rtype=TOPIC) == (0, None), good
+    _, _, configs = describe(dbroker.bootstrap, topic_name, keys=[key], rtype=TOPIC)
+    assert (configs[key]["value"], configs[key]["source"], configs[key]["type"]) == \
+        ("0:1,", 1, 7), configs
