@@ -366,6 +366,9 @@ impl Running {
             m.control.controlled_shutdown(CLUSTER_SHUTDOWN_LIMIT).await;
         }
         self.shutdown.cancel();
+        // Writes waiting for followers (a coordinator's, an acks=all produce's) would hold the
+        // tasks and connections below for their whole timeout.
+        self.broker.release_replication_waiters();
         self.tasks.close();
         self.connections.close();
         if tokio::time::timeout(Duration::from_secs(10), self.connections.wait())

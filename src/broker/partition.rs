@@ -33,6 +33,9 @@ pub struct Partition {
     maximal_isr_len: AtomicUsize,
     replica_count: AtomicUsize,
     waiters: Mutex<Vec<Arc<Notify>>>,
+    /// Set when the broker shuts down: appends still waiting for the followers fail rather
+    /// than hold the shutdown (see [`Partition::release_replication_waiters`]).
+    closing: std::sync::atomic::AtomicBool,
     high_watermark: AtomicI64,
     log_end_offset: AtomicI64,
     log_start_offset: AtomicI64,
@@ -109,6 +112,7 @@ impl Partition {
             announced_sealed_end: AtomicI64::new(-1),
             log: Mutex::new(log),
             waiters: Mutex::new(Vec::new()),
+            closing: std::sync::atomic::AtomicBool::new(false),
             listeners,
         }
     }
@@ -238,7 +242,13 @@ impl Partition {
             return Err(ResponseError::NotLeaderOrFollower);
         }
         if self.offsets().high_watermark < required_offset {
-            return Ok(false);
+            // A broker shutting down does not wait for followers that may never fetch again
+            // (the append is not acknowledged; the client retries with the next leader).
+            return if self.closing.load(Ordering::Acquire) {
+                Err(ResponseError::NotLeaderOrFollower)
+            } else {
+                Ok(false)
+            };
         }
         if self.maximal_isr_len.load(Ordering::Acquire)
             >= self.effective_min_isr(min_insync_replicas)
@@ -788,6 +798,14 @@ impl Partition {
         let r = f(&mut log);
         self.publish(&log);
         r
+    }
+
+    /// Shutdown: appends waiting for the followers to reach them (acks=all produces,
+    /// coordinator writes, transaction markers) fail with NOT_LEADER_OR_FOLLOWER now, and
+    /// later ones at once, unless the high watermark already covers them.
+    pub fn release_replication_waiters(&self) {
+        self.closing.store(true, Ordering::Release);
+        self.wake_waiters();
     }
 
     /// Registers a fetch waiting for data; it is woken (once) by the next append.

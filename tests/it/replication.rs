@@ -167,6 +167,38 @@ fn only_partition(r: ProduceResponse) -> PartitionProduceResponse {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shutting_down_leader_fails_the_appends_still_waiting_for_followers() {
+    let c = Cluster::start(3, &[]).await;
+    c.set_partition(c.state(1, 0, &[1, 2, 3], 0)).await;
+    c.register(1).await;
+    // The followers never fetch: this acks=all produce would wait its whole 30 s.
+    let mut client = c.broker(1).client().await;
+    let waiting = tokio::spawn(async move {
+        let mut req = produce_request(TOPIC, 0, batch(3), -1);
+        req.timeout_ms = 30_000;
+        let r: ProduceResponse = client.call(PRODUCE_V, &req).await;
+        only_partition(r)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished());
+    let started = std::time::Instant::now();
+    c.broker(1).broker().release_replication_waiters();
+    let r = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("answered once the shutdown releases it")
+        .unwrap();
+    assert_eq!(r.error_code, ResponseError::NotLeaderOrFollower.code());
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // Not acknowledged, and not visible either: the high watermark did not move.
+    assert_eq!(c.partition(1).offsets().high_watermark, Offset(0));
+    // Later acks=all appends fail at once; acks=1 still appends locally.
+    let r = only_partition(produce_with(c.broker(1), -1, 30_000, PRODUCE_V, batch(1)).await);
+    assert_eq!(r.error_code, ResponseError::NotLeaderOrFollower.code());
+    let r = only_partition(produce_with(c.broker(1), 1, 5_000, PRODUCE_V, batch(1)).await);
+    assert_eq!(r.error_code, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn acks_all_waits_for_the_isr_and_followers_store_identical_bytes() {
     let c = Cluster::start(3, &[]).await;
     c.set_partition(c.state(1, 0, &[1, 2, 3], 0)).await;
