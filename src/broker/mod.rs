@@ -1271,8 +1271,6 @@ impl Broker {
         Ok(())
     }
 
-    /// Clean shutdown: flush every log, write producer snapshots and checkpoints, then the
-    /// marker that lets the next start skip recovery. Blocking.
     /// Shutdown: every append waiting for followers fails now instead of holding the
     /// shutdown for its timeout (see [`Partition::release_replication_waiters`]).
     pub fn release_replication_waiters(&self) {
@@ -1281,6 +1279,8 @@ impl Broker {
         }
     }
 
+    /// Clean shutdown: flush every log, write producer snapshots and checkpoints, then the
+    /// marker that lets the next start skip recovery. Blocking.
     pub fn close(&self) -> io::Result<()> {
         let now = now_ms();
         let mut result = Ok(());
