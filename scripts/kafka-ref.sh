@@ -150,7 +150,11 @@ EOF
              -Djava.awt.headless=true -Dlog4j2.configurationFile="$dir/log4j2.properties"
              -Dkafka.logs.dir="$dir/logs" ${KAFKA_REF_JVM_OPTS:-})
 
-  if [[ ! -f "$dir/data/meta.properties" ]]; then
+  # Formatted once: the first of log.dirs (KAFKA_REF_EXTRA may name others than data/) holds
+  # meta.properties from then on.
+  local first_log_dir
+  first_log_dir="$(grep '^log.dirs=' "$dir/server.properties" | tail -1 | cut -d= -f2 | cut -d, -f1)"
+  if [[ ! -f "$first_log_dir/meta.properties" ]]; then
     local cluster_id
     cluster_id="${KAFKA_REF_CLUSTER_ID:-$(python3 -c 'import base64,uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')}"
     strata_log "formatting $dir/data (cluster id $cluster_id)"

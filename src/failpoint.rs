@@ -25,6 +25,9 @@
 //!   checkpoint is about to be (so on the first pass it is missing after the crash).
 //! - [`SHARE_ACKNOWLEDGED_PERSISTED`]: a share acknowledgement's snapshot is in
 //!   `__share_group_state`, the member has not been answered (`tests/it/share_groups.rs`).
+//! - [`LOG_DIR_MOVE_COPIED`], [`LOG_DIR_MOVE_OLD_RENAMED`], [`LOG_DIR_MOVE_LIVE`]: the three
+//!   durable steps of a replica moving to another log dir (`crate::broker::log_dir_move`;
+//!   `tests/interop/test_log_dirs.py`).
 //!
 //! Only the root crate has crash points: `strata-tiering` and `strata-compaction` do not
 //! depend on it, so their steps get a point on the broker side, right after the call.
@@ -43,6 +46,12 @@ pub const TIERING_MANIFEST_COMMITTED: &str = "tiering.manifest_committed";
 pub const CHECKPOINT_LOG_START: &str = "checkpoint.log_start";
 /// A share acknowledgement is persisted; the share consumer has not been answered.
 pub const SHARE_ACKNOWLEDGED_PERSISTED: &str = "share.acknowledged.persisted";
+/// A replica's copy in another log dir is complete and fsynced; the old dir is still live.
+pub const LOG_DIR_MOVE_COPIED: &str = "log_dir_move.copied";
+/// The old dir is renamed `-moved`; the copy is not renamed live yet.
+pub const LOG_DIR_MOVE_OLD_RENAMED: &str = "log_dir_move.old_renamed";
+/// The copy is live; the checkpoints are not rewritten and the old dir not deleted yet.
+pub const LOG_DIR_MOVE_LIVE: &str = "log_dir_move.live";
 
 struct Armed {
     /// Point name -> the hit that aborts (1-based).

@@ -506,6 +506,7 @@ mod tests {
             (ApiKey::AlterConfigs, 0, 2),
             (ApiKey::IncrementalAlterConfigs, 0, 1),
             (ApiKey::DescribeLogDirs, 1, 5),
+            (ApiKey::AlterReplicaLogDirs, 1, 2),
             (ApiKey::CreatePartitions, 0, 3),
             (ApiKey::ElectLeaders, 0, 2),
             (ApiKey::DescribeCluster, 0, 2),

@@ -1,4 +1,5 @@
-//! DescribeLogDirs: partition sizes per log dir.
+//! DescribeLogDirs: partition sizes per log dir, with the future replica of a partition
+//! moving to another dir (AlterReplicaLogDirs).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,17 +38,24 @@ pub async fn handle(broker: Arc<Broker>, req: DescribeLogDirsRequest) -> Describ
                 continue;
             }
             let (dir, size) = p.log_dir_and_size();
-            let dir = dir.display().to_string();
-            by_dir
-                .entry(dir)
-                .or_default()
-                .entry(p.topic.clone())
-                .or_default()
-                .push(
-                    DescribeLogDirsPartition::default()
-                        .with_partition_index(p.index)
-                        .with_partition_size(size as i64),
-                );
+            let mut list = |dir: &std::path::Path, size: u64, future: bool| {
+                by_dir
+                    .entry(dir.display().to_string())
+                    .or_default()
+                    .entry(p.topic.clone())
+                    .or_default()
+                    .push(
+                        DescribeLogDirsPartition::default()
+                            .with_partition_index(p.index)
+                            .with_partition_size(size as i64)
+                            .with_is_future_key(future),
+                    );
+            };
+            // A move in progress: the copy is a future replica in its destination.
+            if let Some((to, copied)) = b.log_dir_moves.future_replica(&p.topic, p.index, &dir) {
+                list(&to, copied, true);
+            }
+            list(&dir, size, false);
         }
         by_dir
             .into_iter()

@@ -9,6 +9,7 @@ pub mod acls;
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_partition_reassignments;
+pub mod alter_replica_log_dirs;
 pub mod alter_share_group_offsets;
 pub mod api_versions;
 pub mod client_quotas;
@@ -169,6 +170,7 @@ apis! {
     incremental_alter_configs::AlterConfigs,
     incremental_alter_configs::IncrementalAlterConfigs,
     describe_log_dirs::DescribeLogDirs,
+    alter_replica_log_dirs::AlterReplicaLogDirs,
     create_partitions::CreatePartitions,
     elect_leaders::ElectLeaders,
     describe_cluster::DescribeCluster,

@@ -92,6 +92,16 @@ impl LogCleaner {
     }
 
     /// The persisted first dirty offset of a partition, if it was ever cleaned.
+    /// Stops any pass on the partition and keeps the cleaner off it until the guard drops
+    /// (a replica moving to another log dir). Blocks until a pass in progress has noticed.
+    pub fn pause(&self, key: &PartitionKey) -> CleaningPaused {
+        self.manager.abort_and_pause(key);
+        CleaningPaused {
+            manager: self.manager.clone(),
+            key: key.clone(),
+        }
+    }
+
     pub fn checkpoint(&self, topic: &str, partition: i32) -> Option<i64> {
         self.checkpoints()
             .get(&(topic.to_string(), partition))
@@ -300,6 +310,18 @@ impl LogCleaner {
             self.manager.resume(key);
         }
         result
+    }
+}
+
+/// Cleaning of one partition paused (see [`LogCleaner::pause`]); resumes on drop.
+pub struct CleaningPaused {
+    manager: Arc<CleanerManager<PartitionKey>>,
+    key: PartitionKey,
+}
+
+impl Drop for CleaningPaused {
+    fn drop(&mut self) {
+        self.manager.resume(&self.key);
     }
 }
 

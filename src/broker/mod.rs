@@ -65,6 +65,7 @@ mod ids;
 pub mod leadership;
 mod listener;
 pub mod log_cleaner;
+mod log_dir_move;
 mod meta_properties;
 mod metadata_file;
 mod partition;
@@ -222,6 +223,8 @@ pub struct Broker {
     /// Log cleaner state (checkpoints, which partitions are being cleaned); its tasks are
     /// spawned by the runtime.
     log_cleaner: log_cleaner::LogCleaner,
+    /// Replicas moving between log dirs (AlterReplicaLogDirs).
+    pub(crate) log_dir_moves: log_dir_move::LogDirMoves,
     /// Cluster view, partition leadership and ISR proposals; its tasks are spawned by the
     /// runtime.
     replication: replica_manager::ReplicaManager,
@@ -454,6 +457,7 @@ impl Broker {
         }
         let checkpoints = read_checkpoints(&config);
         finish_interrupted_deletions(&config, &mut meta);
+        log_dir_move::finish_interrupted_moves(&config);
         // Next producer id: start a fresh block so ids are never reused after a crash.
         let next_pid = meta.next_producer_id_block.max(0);
         meta.next_producer_id_block = next_pid + PRODUCER_ID_BLOCK;
@@ -501,6 +505,7 @@ impl Broker {
                 config.log_cleaner.clone(),
                 &config.log_dirs,
             ),
+            log_dir_moves: log_dir_move::LogDirMoves::default(),
             replication: replica_manager::ReplicaManager::new(
                 peer_security,
                 crate::quota::replication::ReplicationThrottles::new(
@@ -581,7 +586,11 @@ impl Broker {
                 return d.join(name);
             }
         }
-        // New partition: the dir hosting the fewest partitions.
+        // New partition: where AlterReplicaLogDirs asked for it, else the dir hosting the
+        // fewest partitions.
+        if let Some(d) = self.log_dir_moves.preferred_dir(topic, partition) {
+            return d.join(name);
+        }
         let least = self
             .config
             .log_dirs

@@ -162,6 +162,7 @@ impl Log {
         mut cleaned: Segment,
         replaces: &[SegmentInfo],
     ) -> Result<Vec<Segment>, SwapError> {
+        self.rewrites += 1;
         let refused = |cleaned, reason: &str| SwapError::Refused {
             cleaned: Box::new(cleaned),
             reason: io::Error::other(format!("cannot swap the cleaned segment in: {reason}")),

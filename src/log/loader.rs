@@ -62,6 +62,7 @@ impl Log {
             offline: None,
             last_repair_ms: i64::MIN,
             scratch: strata_records::Scratch::new(),
+            rewrites: 0,
         };
         log.load_aborted_txns()?;
         log.load_producer_state()?;
@@ -204,6 +205,7 @@ impl Log {
         fresh.remote_end_offset = self.remote_end_offset;
         fresh.last_flush_ms = self.last_flush_ms;
         fresh.last_repair_ms = self.last_repair_ms;
+        fresh.rewrites = self.rewrites + 1;
         *self = fresh;
         Ok(())
     }

@@ -277,6 +277,10 @@ pub struct Log {
     last_repair_ms: i64,
     /// Reused buffers for validating produced batches (one writer per log).
     scratch: strata_records::Scratch,
+    /// Counts the operations that may rewrite sealed segments (truncation, a cleaned
+    /// segment swapped in, a repair): a replica move copies sealed segments without the
+    /// log's lock only while this does not change (see [`Log::rewrites`]).
+    rewrites: u64,
 }
 
 /// How often an offline log retries its repair.
@@ -394,6 +398,41 @@ impl Log {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Changes when sealed segments may have been rewritten; between two equal readings
+    /// only the active segment changed and whole segments may have been deleted.
+    pub fn rewrites(&self) -> u64 {
+        self.rewrites
+    }
+
+    /// Reopens the log from `dir`, a byte-identical copy of its files made after
+    /// [`Log::close`] (a replica moved to another log dir), keeping what lives only in
+    /// memory: the high watermark, the remote end offset, a DeleteRecords offset not yet
+    /// tiered. On error the log is unchanged (its files are still where they were).
+    pub fn reopen_in(&mut self, dir: &Path, now_ms: i64) -> io::Result<()> {
+        let opts = LoadOptions {
+            clean_shutdown: true,
+            recovery_point: Some(self.recovery_point),
+            log_start_offset: Some(self.log_start_offset),
+            now_ms,
+        };
+        let mut moved = Log::open(dir, self.config.clone(), opts)?;
+        if moved.log_end_offset != self.log_end_offset {
+            return Err(io::Error::other(format!(
+                "the copy in {} ends at {}, the log at {}",
+                dir.display(),
+                moved.log_end_offset,
+                self.log_end_offset
+            )));
+        }
+        moved.high_watermark = self.high_watermark;
+        moved.remote_end_offset = self.remote_end_offset;
+        moved.delete_records_offset = self.delete_records_offset;
+        moved.last_flush_ms = self.last_flush_ms;
+        moved.rewrites = self.rewrites + 1;
+        *self = moved;
+        Ok(())
     }
 
     pub fn remote_end_offset(&self) -> i64 {

@@ -18,6 +18,7 @@ impl Log {
     /// anything was removed.
     pub fn truncate_to(&mut self, offset: i64, now_ms: i64) -> io::Result<bool> {
         self.check_online()?;
+        self.rewrites += 1;
         if offset >= self.log_end_offset {
             // Still drop an epoch that starts at the log end: this broker led that epoch
             // without appending, and the entry would make every fetch diverge (as Kafka does).
@@ -96,6 +97,7 @@ impl Log {
     /// Deletes every segment and restarts the log empty at `offset` (Kafka's
     /// `truncateFullyAndStartAt`: a follower far behind the leader's log start).
     pub fn truncate_fully_and_start_at(&mut self, offset: i64, now_ms: i64) -> io::Result<()> {
+        self.rewrites += 1;
         let bases: Vec<i64> = self.segments.keys().copied().collect();
         for base in bases {
             if let Some(seg) = self.segments.remove(&base) {
@@ -134,6 +136,7 @@ impl Log {
         producer_snapshot: Option<&[u8]>,
         now_ms: i64,
     ) -> io::Result<()> {
+        self.rewrites += 1;
         self.truncate_fully_and_start_at(local_start_offset, now_ms)?;
         self.log_start_offset = log_start_offset.clamp(0, local_start_offset);
         for &(epoch, start) in epochs {

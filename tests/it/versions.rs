@@ -194,6 +194,24 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
             r.topics = None;
             r.into()
         }
+        ApiKey::AlterReplicaLogDirs => {
+            // "Move" sweep-0 to the log dir it is in (the broker has one): answered NONE.
+            let mut d = DescribeLogDirsRequest::default();
+            d.topics = None;
+            let dirs: DescribeLogDirsResponse = c.call(1, &d).await;
+            let dir = dirs.results[0].log_dir.clone();
+            AlterReplicaLogDirsRequest::default()
+                .with_dirs(vec![
+                    alter_replica_log_dirs_request::AlterReplicaLogDir::default()
+                        .with_path(dir)
+                        .with_topics(vec![
+                            alter_replica_log_dirs_request::AlterReplicaLogDirTopic::default()
+                                .with_name(name("sweep"))
+                                .with_partitions(vec![0]),
+                        ]),
+                ])
+                .into()
+        }
         ApiKey::CreatePartitions => {
             ctx.partitions += 1;
             let mut t = CreatePartitionsTopic::default();
@@ -765,6 +783,11 @@ fn error_codes(resp: &ResponseKind) -> Vec<i16> {
         }
         ResponseKind::DescribeLogDirs(r) => std::iter::once(r.error_code)
             .chain(r.results.iter().map(|x| x.error_code))
+            .collect(),
+        ResponseKind::AlterReplicaLogDirs(r) => r
+            .results
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
             .collect(),
         ResponseKind::CreatePartitions(r) => r.results.iter().map(|x| x.error_code).collect(),
         ResponseKind::DescribeCluster(r) => vec![r.error_code],
