@@ -18,7 +18,32 @@ use crate::broker::Broker;
 use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
-pub async fn handle(broker: Arc<Broker>, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
+/// The total and usable bytes of the file system holding `dir` (Kafka's
+/// `FileStore.getTotalSpace` / `getUsableSpace`: usable is what an unprivileged writer may
+/// still use).
+fn disk_space(dir: &str) -> Option<(i64, i64)> {
+    let path = std::ffi::CString::new(dir).ok()?;
+    let mut s = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a valid NUL-terminated string and `s` is written by statvfs before
+    // it is read (only on success).
+    let s = unsafe {
+        if libc::statvfs(path.as_ptr(), s.as_mut_ptr()) != 0 {
+            return None;
+        }
+        s.assume_init()
+    };
+    let block = s.f_frsize as i64;
+    Some((
+        (s.f_blocks as i64).saturating_mul(block),
+        (s.f_bavail as i64).saturating_mul(block),
+    ))
+}
+
+pub async fn handle(
+    broker: Arc<Broker>,
+    req: DescribeLogDirsRequest,
+    version: i16,
+) -> DescribeLogDirsResponse {
     let b = broker.clone();
     let results = blocking(move || {
         let wanted = |topic: &str, p: i32| match &req.topics {
@@ -60,10 +85,14 @@ pub async fn handle(broker: Arc<Broker>, req: DescribeLogDirsRequest) -> Describ
         by_dir
             .into_iter()
             .map(|(dir, topics)| {
+                // v4+ carry the file system's total and usable bytes.
+                let (total, usable) = disk_space(&dir)
+                    .filter(|_| version >= 4)
+                    .unwrap_or((-1, -1));
                 DescribeLogDirsResult::default()
                     .with_log_dir(StrBytes::from_string(dir))
-                    .with_total_bytes(-1)
-                    .with_usable_bytes(-1)
+                    .with_total_bytes(total)
+                    .with_usable_bytes(usable)
                     .with_topics(
                         topics
                             .into_iter()
@@ -101,8 +130,8 @@ impl Api for DescribeLogDirs {
         s: &Services,
         _ctx: &Context,
         r: DescribeLogDirsRequest,
-        _version: i16,
+        version: i16,
     ) -> Outcome {
-        Outcome::respond(handle(s.broker.clone(), r).await)
+        Outcome::respond(handle(s.broker.clone(), r, version).await)
     }
 }

@@ -13,6 +13,7 @@ at each durable step of a move, and restarted with every acknowledged record in 
 from __future__ import annotations
 
 import json
+import os
 import struct
 import threading
 import time
@@ -216,3 +217,44 @@ def test_a_crash_at_each_step_of_a_move_keeps_every_acknowledged_record(
     while where(dirs, topic_name) != [target] and time.monotonic() < deadline:
         time.sleep(0.2)
     assert where(dirs, topic_name) == [target]
+
+
+def describe_log_dirs_v4(bootstrap):
+    """DescribeLogDirs v4, every partition -> {dir: (total bytes, usable bytes,
+    {(topic, partition, is_future)})}."""
+    with Conn(bootstrap) as conn:
+        r = Reader(conn.request_flexible(35, 4, b"\x00\x00"))
+    r.int32()  # throttle
+    assert r.int16() == 0
+    out = {}
+    for _ in range(r.uvarint() - 1):
+        assert r.int16() == 0
+        d = r.compact_string()
+        replicas = set()
+        for _ in range(r.uvarint() - 1):
+            t = r.compact_string()
+            for _ in range(r.uvarint() - 1):
+                p = r.int32()
+                r.int64(), r.int64()  # size, offset lag
+                replicas.add((t, p, r.int8() == 1))
+                r.skip_tagged_fields()
+            r.skip_tagged_fields()
+        total, usable = r.int64(), r.int64()
+        r.skip_tagged_fields()
+        out[d] = (total, usable, replicas)
+    return out
+
+
+def test_describe_log_dirs_reports_each_dirs_disk_space_and_replicas(two_dirs, topic_name):
+    b, dirs = two_dirs
+    create_topic(b.bootstrap, topic_name, partitions=2)
+    described = describe_log_dirs_v4(b.bootstrap)
+    assert set(described) == {str(d) for d in dirs}
+    for d in dirs:
+        total, usable, replicas = described[str(d)]
+        st = os.statvfs(d)
+        assert total == st.f_blocks * st.f_frsize
+        # Usable space moves as the machine writes; it is the file system's, within 1 GiB.
+        assert abs(usable - st.f_bavail * st.f_frsize) < 1 << 30, (usable, st.f_bavail)
+        here = {(topic_name, p, False) for p in (0, 1) if (d / f"{topic_name}-{p}").is_dir()}
+        assert {x for x in replicas if x[0] == topic_name} == here
