@@ -223,6 +223,8 @@ pub struct Broker {
     /// Log cleaner state (checkpoints, which partitions are being cleaned); its tasks are
     /// spawned by the runtime.
     log_cleaner: log_cleaner::LogCleaner,
+    /// `producer.id.expiration.ms`, the properties file's or a dynamic broker config.
+    producer_id_expiration_ms: std::sync::atomic::AtomicI64,
     /// Replicas moving between log dirs (AlterReplicaLogDirs).
     pub(crate) log_dir_moves: log_dir_move::LogDirMoves,
     /// Cluster view, partition leadership and ISR proposals; its tasks are spawned by the
@@ -506,6 +508,9 @@ impl Broker {
                 &config.log_dirs,
             ),
             log_dir_moves: log_dir_move::LogDirMoves::default(),
+            producer_id_expiration_ms: std::sync::atomic::AtomicI64::new(
+                config.producer_id_expiration_ms,
+            ),
             replication: replica_manager::ReplicaManager::new(
                 peer_security,
                 crate::quota::replication::ReplicationThrottles::new(
@@ -517,7 +522,7 @@ impl Broker {
             features: Arc::new(crate::features::Features::new(meta.features.clone())),
             config,
         };
-        broker.apply_replication_throttles();
+        broker.apply_dynamic_settings();
         let catalog = broker.load_topics(&meta, clean, &checkpoints)?;
         *broker.catalog.write().unwrap_or_else(|e| e.into_inner()) = catalog;
         broker.save_metadata_with(meta.next_producer_id_block)?;
@@ -625,22 +630,43 @@ impl Broker {
         d
     }
 
-    /// Sets the replication throttles from the effective `leader.` /
-    /// `follower.replication.throttled.rate`: this broker's dynamic value, else the
-    /// cluster-wide dynamic default, else the properties file's.
-    fn apply_replication_throttles(&self) {
+    /// This broker's effective dynamic broker configs: the cluster-wide defaults with this
+    /// broker's own settings over them.
+    pub fn effective_dynamic_configs(&self) -> BTreeMap<String, String> {
         let dynamic = self
             .dynamic_configs
             .read()
             .unwrap_or_else(|e| e.into_inner());
-        let node = self.config.node_id.to_string();
-        let rate = |key: &str, configured: i64| {
-            [node.as_str(), ""]
-                .iter()
-                .find_map(|level| dynamic.get(*level)?.get(key))
+        let mut out = dynamic.get("").cloned().unwrap_or_default();
+        if let Some(mine) = dynamic.get(&self.config.node_id.to_string()) {
+            out.extend(mine.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        out
+    }
+
+    /// Applies the dynamic broker settings other than topic defaults (see
+    /// `config::dynamic_broker`): the replication throttles, the connection limits and
+    /// `producer.id.expiration.ms`; each falls back to the properties file's value.
+    fn apply_dynamic_settings(&self) {
+        let dynamic = self.effective_dynamic_configs();
+        let long = |key: &str, configured: i64| {
+            dynamic
+                .get(key)
                 .and_then(|v| v.trim().parse::<i64>().ok())
                 .unwrap_or(configured)
         };
+        self.producer_id_expiration_ms.store(
+            long(
+                "producer.id.expiration.ms",
+                self.config.producer_id_expiration_ms,
+            ),
+            Ordering::Relaxed,
+        );
+        match self.config.connection_limits_with(&dynamic) {
+            Ok(limits) => self.quotas.connections.set_config(limits),
+            Err(e) => tracing::warn!(error = %e, "dynamic connection limits not applied"),
+        }
+        let rate = long;
         let c = &self.config.replication;
         let throttles = &self.replication.throttles;
         throttles.leader.set_limit(rate(
@@ -690,7 +716,7 @@ impl Broker {
             .dynamic_configs
             .write()
             .unwrap_or_else(|e| e.into_inner()) = all;
-        self.apply_replication_throttles();
+        self.apply_dynamic_settings();
         for t in self.topics() {
             let config = self.topic_config(&t.overrides);
             for p in &t.partitions {
@@ -1220,7 +1246,7 @@ impl Broker {
         let now = now_ms();
         for p in self.all_partitions() {
             let deleted = p.with_log(|log| {
-                log.expire_producers(now, self.config.producer_id_expiration_ms);
+                log.expire_producers(now, self.producer_id_expiration_ms.load(Ordering::Relaxed));
                 log.apply_retention(now)
             });
             match deleted {

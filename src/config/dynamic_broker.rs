@@ -47,8 +47,8 @@ use Scope::{ClusterWide as C, PerBroker as P};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Treatment {
     /// A broker default of a topic config (`log.retention.ms`, `message.max.bytes`, ...),
-    /// applied at once to every topic that does not override it, or a replication throttle
-    /// rate.
+    /// applied at once to every topic that does not override it; a replication throttle
+    /// rate, a connection limit or `producer.id.expiration.ms`.
     Live,
     /// A setting Strata reads only at start-up (listeners and per-listener settings, TLS
     /// files, SASL mechanisms, connection limits, the cleaner's and tiering's settings, the
@@ -88,6 +88,11 @@ pub fn treatment(name: &str) -> Treatment {
 const LIVE: &[&str] = &[
     "leader.replication.throttled.rate",
     "follower.replication.throttled.rate",
+    "max.connections",
+    "max.connections.per.ip",
+    "max.connections.per.ip.overrides",
+    "max.connection.creation.rate",
+    "producer.id.expiration.ms",
 ];
 
 /// Kafka's definition of a dynamic broker setting.
@@ -885,8 +890,9 @@ mod tests {
         );
         assert_eq!(treatment("log.retention.ms"), Treatment::Live);
         assert_eq!(treatment("num.io.threads"), Treatment::Ignored);
+        assert_eq!(treatment("max.connections"), Treatment::Live);
         for k in [
-            "max.connections",
+            "log.cleaner.threads",
             "ssl.client.auth",
             "listener.name.sasl_ssl.ssl.keystore.location",
             "listener.name.sasl_ssl.plain.sasl.jaas.config",

@@ -395,12 +395,29 @@ impl TieringConfig {
     }
 }
 
+impl BrokerConfig {
+    /// The `max.connections*` settings with `dynamic` (the effective dynamic broker
+    /// configs) over the properties file's. An override host that does not resolve is
+    /// skipped with a warning, as Kafka accepts it dynamically (blocking: resolves names).
+    pub fn connection_limits_with(
+        &self,
+        dynamic: &BTreeMap<String, String>,
+    ) -> Result<crate::quota::ConnectionLimitsConfig, ConfigError> {
+        let mut explicit = self.explicit.clone();
+        explicit.extend(dynamic.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let get = |k: &str| effective_value(&explicit, k);
+        let long = |k: &str| value::parse_long(k, &get(k)).map_err(|e| invalid(k, &get(k), e));
+        connection_limits(&get, &long, self.connection_limits.sample, true)
+    }
+}
+
 /// The `max.connections*` settings, with Kafka's checks: counts and rates are non-negative,
 /// `max.connections.per.ip` may be 0 only with overrides, and override hosts must resolve.
 fn connection_limits(
     get: &dyn Fn(&str) -> String,
     long: &dyn Fn(&str) -> Result<i64, ConfigError>,
     sample: crate::quota::SampleConfig,
+    skip_unresolved: bool,
 ) -> Result<crate::quota::ConnectionLimitsConfig, ConfigError> {
     let int = |k: &str| -> Result<i32, ConfigError> {
         let v = long(k)?;
@@ -430,6 +447,10 @@ fn connection_limits(
                 .map(|a| a.map(|a| a.ip()).collect())
                 .unwrap_or_default(),
         };
+        if addrs.is_empty() && skip_unresolved {
+            tracing::warn!(%host, "a max.connections.per.ip.overrides host does not resolve; skipped");
+            continue;
+        }
         if addrs.is_empty() {
             return Err(invalid(
                 OVERRIDES,
@@ -787,7 +808,7 @@ impl BrokerConfig {
             samples: positive("quota.window.num")?.min(i32::MAX as u64) as u32,
             window_ms: positive("quota.window.size.seconds")?.min(i32::MAX as u64) as i64 * 1000,
         };
-        let connection_limits = connection_limits(&get, &long, quota_sample)?;
+        let connection_limits = connection_limits(&get, &long, quota_sample, false)?;
         let replication = ReplicationConfig::build(&explicit, &listeners, &security, &positive)?;
         let cluster =
             ClusterConfig::build(&get, &long, node_id as u64, controller_listener, &log_dirs)?;

@@ -62,6 +62,8 @@ pub enum Refusal {
 }
 
 struct State {
+    /// The `max.connections*` settings (changed at run time by dynamic broker configs).
+    config: ConnectionLimitsConfig,
     counts: HashMap<IpAddr, i32>,
     total: i32,
     broker_rate: QuotaSensor,
@@ -74,7 +76,6 @@ struct State {
 }
 
 pub struct ConnectionLimits {
-    config: ConnectionLimitsConfig,
     state: Mutex<State>,
     slot_freed: Notify,
     clock: Instant,
@@ -103,8 +104,8 @@ pub struct ConnectionLimitStats {
 impl ConnectionLimits {
     pub fn new(config: ConnectionLimitsConfig, store: &QuotaStore) -> Arc<ConnectionLimits> {
         let limits = Arc::new(ConnectionLimits {
-            config,
             state: Mutex::new(State {
+                config,
                 counts: HashMap::new(),
                 total: 0,
                 broker_rate: QuotaSensor::default(),
@@ -171,7 +172,7 @@ impl ConnectionLimits {
             freed.as_mut().enable();
             {
                 let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-                if state.total < self.config.max_connections {
+                if state.total < state.config.max_connections {
                     let now = self.now_ms();
                     return self
                         .admit_ip(&mut state, ip, now)
@@ -187,14 +188,13 @@ impl ConnectionLimits {
 
     /// The broker-wide rate sensor; returns the throttle time, bounded by one window.
     fn record_broker_connection(&self, state: &mut State, now_ms: i64) -> i64 {
-        let bound = Some(self.config.max_creation_rate as f64)
-            .filter(|_| self.config.max_creation_rate != UNLIMITED);
+        let c = &state.config;
+        let bound = Some(c.max_creation_rate as f64).filter(|_| c.max_creation_rate != UNLIMITED);
+        let sample = c.sample;
         state
             .broker_rate
-            .record(self.config.sample, bound, 1.0, now_ms)
-            .map_or(0, |v| {
-                v.bounded_throttle_time_ms(self.config.sample.window_ms)
-            })
+            .record(sample, bound, 1.0, now_ms)
+            .map_or(0, |v| v.bounded_throttle_time_ms(sample.window_ms))
     }
 
     /// Steps 2 and 3: the IP's creation rate and connection count; counts it if admitted.
@@ -205,7 +205,7 @@ impl ConnectionLimits {
             .copied()
             .unwrap_or(state.default_ip_rate_quota);
         if rate_quota != UNLIMITED {
-            let sample = self.config.sample;
+            let sample = state.config.sample;
             let sensor = state.ip_rates.entry(ip).or_default();
             if let Some(v) = sensor.record(sample, Some(rate_quota as f64), 1.0, now_ms) {
                 let delay_ms = v.bounded_throttle_time_ms(sample.window_ms).max(0);
@@ -218,12 +218,12 @@ impl ConnectionLimits {
                 });
             }
         }
-        let max = self
+        let max = state
             .config
             .per_ip_overrides
             .get(&ip)
             .copied()
-            .unwrap_or(self.config.max_per_ip);
+            .unwrap_or(state.config.max_per_ip);
         let count = state.counts.get(&ip).copied().unwrap_or(0);
         if count >= max {
             state.refused_per_ip += 1;
@@ -249,9 +249,16 @@ impl ConnectionLimits {
             state.total = (state.total - 1).max(0);
             // Idle per-IP rate sensors go once their window has passed.
             let now = self.now_ms();
-            let sample = self.config.sample;
+            let sample = state.config.sample;
             state.ip_rates.retain(|_, s| !s.is_idle(sample, now));
         }
+        self.slot_freed.notify_waiters();
+    }
+
+    /// New `max.connections*` settings (a dynamic broker config). Open connections stay; a
+    /// raised `max.connections` admits the ones waiting at once.
+    pub fn set_config(&self, config: ConnectionLimitsConfig) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).config = config;
         self.slot_freed.notify_waiters();
     }
 
@@ -264,7 +271,7 @@ impl ConnectionLimits {
     pub fn stats(&self) -> ConnectionLimitStats {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let now = self.now_ms();
-        let sample = self.config.sample;
+        let sample = state.config.sample;
         ConnectionLimitStats {
             refused_per_ip_limit: state.refused_per_ip,
             throttled_per_ip_rate: state.throttled_per_ip,

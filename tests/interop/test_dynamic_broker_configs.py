@@ -16,6 +16,8 @@ only at start-up, so that a change never seems to apply when it does not.
 from __future__ import annotations
 
 import re
+import socket
+import struct
 import time
 
 import pytest
@@ -198,18 +200,75 @@ def test_a_list_setting_takes_append(dbroker):
 
 
 def test_a_setting_strata_reads_at_start_up_is_refused_on_strata_and_applied_on_kafka(dbroker):
-    """The one documented difference: Kafka applies `max.connections` at once; Strata reads
-    it only at start-up and says so rather than store a value that does nothing."""
-    err, msg = inc_alter(dbroker.bootstrap, node_id(dbroker), [("max.connections", SET, "5000")],
+    """The documented difference: Kafka resizes its cleaner threads at once; Strata reads
+    `log.cleaner.threads` only at start-up and says so rather than store a value that does
+    nothing."""
+    me = node_id(dbroker)
+    err, msg = inc_alter(dbroker.bootstrap, me, [("log.cleaner.threads", SET, "2")],
                          rtype=BROKER)
     if TARGET == "kafka":
         assert (err, msg) == (0, None)
-        inc_alter(dbroker.bootstrap, node_id(dbroker), [("max.connections", DELETE, None)],
-                  rtype=BROKER)
+        inc_alter(dbroker.bootstrap, me, [("log.cleaner.threads", DELETE, None)], rtype=BROKER)
     else:
         assert (err, msg) == (INVALID_REQUEST, "Strata reads these configs only at start-up: set "
-                              "them in the broker's properties and restart it: [max.connections]")
+                              "them in the broker's properties and restart it: "
+                              "[log.cleaner.threads]")
 
+
+def connects(bootstrap: str, source: str) -> socket.socket | None:
+    """A connection from `source` that answers ApiVersions, or None if the broker closes it."""
+    host, port = bootstrap.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=10, source_address=(source, 0))
+    try:
+        s.sendall(struct.pack(">ihhih", 10, 18, 0, 1, -1))  # ApiVersions v0, no client id
+        head = s.recv(4)
+        if len(head) < 4:
+            s.close()
+            return None
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+def test_a_per_ip_connection_limit_applies_at_once(dbroker):
+    """max.connections.per.ip.overrides set dynamically holds 127.0.0.2 to one connection
+    (new ones are closed) and deleting it lets them in again."""
+    me = node_id(dbroker)
+    key = "max.connections.per.ip.overrides"
+    assert inc_alter(dbroker.bootstrap, me, [(key, SET, "127.0.0.2:1")], rtype=BROKER) == (0, None)
+    held = []
+    try:
+        deadline = time.monotonic() + 15
+        while True:  # Kafka applies it when its metadata record arrives
+            first = connects(dbroker.bootstrap, "127.0.0.2")
+            assert first is not None
+            held.append(first)
+            if connects(dbroker.bootstrap, "127.0.0.2") is None:
+                break
+            assert time.monotonic() < deadline, "the override never applied"
+            for s in held:
+                s.close()
+            held.clear()
+            time.sleep(0.5)
+        # Other addresses are not held to it.
+        other = connects(dbroker.bootstrap, "127.0.0.1")
+        assert other is not None
+        other.close()
+        assert inc_alter(dbroker.bootstrap, me, [(key, DELETE, None)], rtype=BROKER) == (0, None)
+        deadline = time.monotonic() + 15
+        while (second := connects(dbroker.bootstrap, "127.0.0.2")) is None:
+            assert time.monotonic() < deadline, "the override was never removed"
+            time.sleep(0.5)
+        second.close()
+    finally:
+        for s in held:
+            s.close()
+        inc_alter(dbroker.bootstrap, me, [(key, DELETE, None)], rtype=BROKER)
+    # A host that does not resolve is accepted (and matches no connection), as in Kafka.
+    assert inc_alter(dbroker.bootstrap, me, [(key, SET, "no-such-host.invalid:1")],
+                     rtype=BROKER) == (0, None)
+    assert inc_alter(dbroker.bootstrap, me, [(key, DELETE, None)], rtype=BROKER) == (0, None)
 
 def test_replication_throttle_rates_and_throttled_replicas_are_checked_as_kafka_checks_them(
         dbroker, topic_name):
