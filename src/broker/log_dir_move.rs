@@ -261,16 +261,23 @@ fn segment_base(file: &str) -> Option<i64> {
         .flatten()
 }
 
-/// Copies the regular files of `from` that `wanted` names into `to`, replacing them.
+/// Copies the regular files of `from` that `wanted` names into `to`, replacing them. A file
+/// deleted meanwhile (retention, a `.deleted` segment's delayed removal) is skipped: the last
+/// pass deletes its copy.
 fn copy_files(from: &Path, to: &Path, wanted: impl Fn(&str) -> bool) -> io::Result<()> {
     for entry in fs::read_dir(from)? {
         let entry = entry?;
-        if !entry.file_type()?.is_file() {
+        let name = entry.file_name();
+        if !name.to_str().is_some_and(&wanted) {
             continue;
         }
-        let name = entry.file_name();
-        if name.to_str().is_some_and(&wanted) {
-            fs::copy(entry.path(), to.join(&name))?;
+        let copied = entry.file_type().and_then(|t| match t.is_file() {
+            true => fs::copy(entry.path(), to.join(&name)).map(drop),
+            false => Ok(()),
+        });
+        match copied {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            other => other?,
         }
     }
     Ok(())
