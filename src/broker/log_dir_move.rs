@@ -41,15 +41,22 @@ const MOVED_SUFFIX: &str = "-moved";
 /// The replica moves this broker was asked for.
 #[derive(Default)]
 pub struct LogDirMoves {
-    /// Partitions moving or about to: where to. A mover runs while its entry exists.
-    wanted: Mutex<HashMap<(String, i32), PathBuf>>,
+    wanted: Mutex<Wanted>,
     /// Log dirs asked for partitions this broker has no replica of yet (Kafka's preferred
     /// log dir): a replica created later goes there. In memory, as in Kafka.
     preferred: Mutex<HashMap<(String, i32), PathBuf>>,
 }
 
+/// Partitions moving or about to, with where to; one mover thread works through them (as
+/// many requests as a client sends never start more threads).
+#[derive(Default)]
+struct Wanted {
+    to: HashMap<(String, i32), PathBuf>,
+    mover_running: bool,
+}
+
 impl LogDirMoves {
-    fn wanted(&self) -> std::sync::MutexGuard<'_, HashMap<(String, i32), PathBuf>> {
+    fn wanted(&self) -> std::sync::MutexGuard<'_, Wanted> {
         self.wanted.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -72,6 +79,7 @@ impl LogDirMoves {
     ) -> Option<(PathBuf, u64)> {
         let to = self
             .wanted()
+            .to
             .get(&(topic.to_string(), partition))
             .cloned()?;
         if same_dir(&to, current) {
@@ -135,41 +143,53 @@ impl Broker {
         };
         if same_dir(&current, &to) {
             // Already there; a move elsewhere in progress stops after its copy.
-            if let Some(w) = wanted.get_mut(&key) {
+            if let Some(w) = wanted.to.get_mut(&key) {
                 *w = to;
             }
             return answer;
         }
-        if wanted.insert(key.clone(), to).is_none() {
+        wanted.to.insert(key, to);
+        if !wanted.mover_running {
             let broker = self.clone();
             std::thread::Builder::new()
-                .name(format!("move-{topic}-{partition}"))
-                .spawn(move || broker.run_moves(&p, key))
+                .name("log-dir-mover".into())
+                .spawn(move || broker.run_moves())
                 .map_err(|e| {
-                    tracing::error!(error = %e, "cannot start a replica move");
+                    tracing::error!(error = %e, "cannot start the replica mover");
                     ResponseError::KafkaStorageError
                 })?;
+            wanted.mover_running = true;
         }
         answer
     }
 
-    /// Moves the replica until it sits where the latest request wants it.
-    fn run_moves(&self, p: &Arc<Partition>, key: (String, i32)) {
-        loop {
-            let to = {
-                let mut wanted = self.log_dir_moves.wanted();
-                let current = p.log_dir_and_size().0;
-                match wanted.get(&key) {
-                    Some(to) if !same_dir(&current, to) => to.clone(),
-                    _ => {
-                        wanted.remove(&key);
-                        return;
-                    }
-                }
+    /// The next move to make: a wanted partition not yet where it is wanted. Forgets the
+    /// ones that are (or whose partition is gone); with none left, the mover stops.
+    fn next_move(&self) -> Option<(Arc<Partition>, (String, i32), PathBuf)> {
+        let mut wanted = self.log_dir_moves.wanted();
+        let mut next = None;
+        wanted.to.retain(|(topic, index), to| {
+            let Some(p) = self.partition(topic, *index) else {
+                return false;
             };
+            let moving = !same_dir(&p.log_dir_and_size().0, to);
+            if moving && next.is_none() {
+                next = Some((p, (topic.clone(), *index), to.clone()));
+            }
+            moving
+        });
+        if next.is_none() {
+            wanted.mover_running = false;
+        }
+        next
+    }
+
+    /// The mover: moves replicas until each sits where the latest request wants it.
+    fn run_moves(&self) {
+        while let Some((p, key, to)) = self.next_move() {
             let started = std::time::Instant::now();
             let pause = self.log_cleaner.pause(&key);
-            let moved = move_replica(p, &to);
+            let moved = move_replica(&p, &to);
             drop(pause);
             match moved {
                 Ok(old) => {
@@ -186,9 +206,8 @@ impl Broker {
                     tracing::error!(topic = %key.0, partition = key.1, to = %to.display(),
                         error = %e, "replica move failed; the replica stays where it was");
                     let mut wanted = self.log_dir_moves.wanted();
-                    if wanted.get(&key).is_some_and(|w| same_dir(w, &to)) {
-                        wanted.remove(&key);
-                        return;
+                    if wanted.to.get(&key).is_some_and(|w| same_dir(w, &to)) {
+                        wanted.to.remove(&key);
                     }
                 }
             }
