@@ -10,8 +10,9 @@ use kafka_protocol::messages::alter_replica_log_dirs_response::{
     AlterReplicaLogDirPartitionResult, AlterReplicaLogDirTopicResult,
 };
 use kafka_protocol::messages::{
-    AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, RequestKind, ResponseKind,
+    AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, RequestKind, ResponseKind, TopicName,
 };
+use kafka_protocol::protocol::StrBytes;
 
 use crate::api::gate::{Gate, Who, CLUSTER_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
@@ -19,43 +20,40 @@ use crate::broker::Broker;
 use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
-/// Every partition of the request with `error`, as Kafka answers them all when refused.
-fn every_partition(
-    r: &AlterReplicaLogDirsRequest,
-    error: i16,
-) -> Vec<AlterReplicaLogDirTopicResult> {
-    let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+/// The partitions the request names, with the dir each goes to: Kafka keys the request by
+/// topic partition, so the last dir named for one wins.
+fn requested(r: &AlterReplicaLogDirsRequest) -> BTreeMap<(String, i32), String> {
+    let mut wanted = BTreeMap::new();
     for d in &r.dirs {
         for t in &d.topics {
-            by_topic
-                .entry(t.name.0.to_string())
-                .or_default()
-                .extend(&t.partitions);
+            for &p in &t.partitions {
+                wanted.insert((t.name.0.to_string(), p), d.path.to_string());
+            }
         }
+    }
+    wanted
+}
+
+/// Each partition's error code, grouped by topic as the response lists them.
+fn results(
+    codes: impl Iterator<Item = ((String, i32), i16)>,
+) -> Vec<AlterReplicaLogDirTopicResult> {
+    let mut by_topic: BTreeMap<String, Vec<AlterReplicaLogDirPartitionResult>> = BTreeMap::new();
+    for ((topic, p), code) in codes {
+        by_topic.entry(topic).or_default().push(
+            AlterReplicaLogDirPartitionResult::default()
+                .with_partition_index(p)
+                .with_error_code(code),
+        );
     }
     by_topic
         .into_iter()
-        .map(|(topic, partitions)| result(&topic, partitions.into_iter().map(|p| (p, error))))
+        .map(|(topic, partitions)| {
+            AlterReplicaLogDirTopicResult::default()
+                .with_topic_name(TopicName(StrBytes::from_string(topic)))
+                .with_partitions(partitions)
+        })
         .collect()
-}
-
-fn result(
-    topic: &str,
-    partitions: impl Iterator<Item = (i32, i16)>,
-) -> AlterReplicaLogDirTopicResult {
-    AlterReplicaLogDirTopicResult::default()
-        .with_topic_name(kafka_protocol::messages::TopicName(
-            kafka_protocol::protocol::StrBytes::from_string(topic.to_string()),
-        ))
-        .with_partitions(
-            partitions
-                .map(|(p, e)| {
-                    AlterReplicaLogDirPartitionResult::default()
-                        .with_partition_index(p)
-                        .with_error_code(e)
-                })
-                .collect(),
-        )
 }
 
 pub async fn handle(
@@ -63,27 +61,13 @@ pub async fn handle(
     r: AlterReplicaLogDirsRequest,
 ) -> AlterReplicaLogDirsResponse {
     let results = blocking(move || {
-        // Kafka keys the request by topic partition: the last dir named for one wins.
-        let mut wanted: BTreeMap<(String, i32), String> = BTreeMap::new();
-        for d in &r.dirs {
-            for t in &d.topics {
-                for &p in &t.partitions {
-                    wanted.insert((t.name.0.to_string(), p), d.path.to_string());
-                }
-            }
-        }
-        let mut by_topic: BTreeMap<String, Vec<(i32, i16)>> = BTreeMap::new();
-        for ((topic, p), path) in wanted {
+        results(requested(&r).into_iter().map(|((topic, p), path)| {
             let code = match broker.alter_replica_log_dir(&topic, p, &path) {
                 Ok(()) => 0,
                 Err(e) => e.code(),
             };
-            by_topic.entry(topic).or_default().push((p, code));
-        }
-        by_topic
-            .into_iter()
-            .map(|(topic, parts)| result(&topic, parts.into_iter()))
-            .collect()
+            ((topic, p), code)
+        }))
     })
     .await
     .unwrap_or_default();
@@ -98,7 +82,8 @@ impl Api for AlterReplicaLogDirs {
 
     fn authorize(who: &Who, r: AlterReplicaLogDirsRequest, _version: i16) -> Gate {
         if !who.may_cluster(Op::Alter) {
-            let results = every_partition(&r, CLUSTER_DENIED.code());
+            let denied = CLUSTER_DENIED.code();
+            let results = results(requested(&r).into_keys().map(|key| (key, denied)));
             return Gate::Answer(ResponseKind::AlterReplicaLogDirs(
                 AlterReplicaLogDirsResponse::default().with_results(results),
             ));
