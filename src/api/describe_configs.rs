@@ -159,27 +159,13 @@ fn describe_broker(
         if !wanted(&key) || seen.insert(key.clone(), ()).is_some() {
             continue;
         }
-        // Passwords, keys and JAAS configs are never sent back: Kafka answers
-        // them with no value and marks them sensitive.
-        let sensitive = kind == Kind::Password;
-        let shown = (!sensitive).then(|| s(&value));
-        configs.push(
-            DescribeConfigsResourceResult::default()
-                .with_name(s(&key))
-                .with_value(shown.clone())
-                .with_read_only(read_only)
-                .with_is_sensitive(sensitive)
-                .with_config_source(source.code())
-                .with_config_type(kind.describe_code())
-                .with_synonyms(if include_synonyms {
-                    vec![DescribeConfigsSynonym::default()
-                        .with_name(s(&key))
-                        .with_value(shown)
-                        .with_source(source.code())]
-                } else {
-                    Vec::new()
-                }),
-        );
+        configs.push(broker_entry(
+            &key,
+            kind,
+            read_only,
+            &[(&value, source)],
+            include_synonyms,
+        ));
     }
     configs.extend(
         describe_stored_settings(broker, &name, &wanted, include_synonyms)
@@ -187,6 +173,42 @@ fn describe_broker(
             .filter(|c| seen.insert(c.name.to_string(), ()).is_none()),
     );
     base.with_configs(configs)
+}
+
+/// One broker setting: its value and source are the first of `levels`, its synonyms all of
+/// them (most specific first). Passwords, keys and JAAS configs are never sent back: Kafka
+/// answers them with no value and marks them sensitive.
+fn broker_entry(
+    name: &str,
+    kind: Kind,
+    read_only: bool,
+    levels: &[(&str, ConfigSource)],
+    include_synonyms: bool,
+) -> DescribeConfigsResourceResult {
+    let sensitive = kind == Kind::Password;
+    let shown = |v: &str| (!sensitive).then(|| s(v));
+    let (value, source) = levels[0];
+    let synonyms = if include_synonyms {
+        levels
+            .iter()
+            .map(|(v, src)| {
+                DescribeConfigsSynonym::default()
+                    .with_name(s(name))
+                    .with_value(shown(v))
+                    .with_source(src.code())
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    DescribeConfigsResourceResult::default()
+        .with_name(s(name))
+        .with_value(shown(value))
+        .with_read_only(read_only)
+        .with_is_sensitive(sensitive)
+        .with_config_source(source.code())
+        .with_config_type(kind.describe_code())
+        .with_synonyms(synonyms)
 }
 
 /// Kafka's dynamic broker settings that Strata stores without using (Kerberos, thread
@@ -205,40 +227,17 @@ fn describe_stored_settings(
         .filter(|k| wanted(k) && dynamic_broker::treatment(k) == Treatment::Ignored)
         .filter_map(|k| {
             let d = dynamic_broker::def(k)?;
-            let levels: Vec<(&String, ConfigSource)> = [
-                mine.get(k).map(|v| (v, ConfigSource::DynamicBroker)),
+            let levels: Vec<(&str, ConfigSource)> = [
+                mine.get(k)
+                    .map(|v| (v.as_str(), ConfigSource::DynamicBroker)),
                 cluster
                     .get(k)
-                    .map(|v| (v, ConfigSource::DynamicDefaultBroker)),
+                    .map(|v| (v.as_str(), ConfigSource::DynamicDefaultBroker)),
             ]
             .into_iter()
             .flatten()
             .collect();
-            let sensitive = d.kind == Kind::Password;
-            let shown = |v: &str| (!sensitive).then(|| s(v));
-            let (value, source) = levels[0];
-            Some(
-                DescribeConfigsResourceResult::default()
-                    .with_name(s(k))
-                    .with_value(shown(value))
-                    .with_read_only(false)
-                    .with_is_sensitive(sensitive)
-                    .with_config_source(source.code())
-                    .with_config_type(d.kind.describe_code())
-                    .with_synonyms(if include_synonyms {
-                        levels
-                            .iter()
-                            .map(|(v, src)| {
-                                DescribeConfigsSynonym::default()
-                                    .with_name(s(k))
-                                    .with_value(shown(v))
-                                    .with_source(src.code())
-                            })
-                            .collect()
-                    } else {
-                        Vec::new()
-                    }),
-            )
+            Some(broker_entry(k, d.kind, false, &levels, include_synonyms))
         })
         .collect()
 }
@@ -250,32 +249,14 @@ fn describe_cluster_defaults(
     wanted: &dyn Fn(&str) -> bool,
     include_synonyms: bool,
 ) -> Vec<DescribeConfigsResourceResult> {
-    let source = ConfigSource::DynamicDefaultBroker.code();
     broker
         .dynamic_broker_configs("")
         .into_iter()
         .filter(|(k, _)| wanted(k))
         .filter_map(|(k, v)| {
             let kind = dynamic_broker::def(&k).map(|d| d.kind)?;
-            let sensitive = kind == Kind::Password;
-            let shown = (!sensitive).then(|| s(&v));
-            Some(
-                DescribeConfigsResourceResult::default()
-                    .with_name(s(&k))
-                    .with_value(shown.clone())
-                    .with_read_only(false)
-                    .with_is_sensitive(sensitive)
-                    .with_config_source(source)
-                    .with_config_type(kind.describe_code())
-                    .with_synonyms(if include_synonyms {
-                        vec![DescribeConfigsSynonym::default()
-                            .with_name(s(&k))
-                            .with_value(shown)
-                            .with_source(source)]
-                    } else {
-                        Vec::new()
-                    }),
-            )
+            let levels = [(v.as_str(), ConfigSource::DynamicDefaultBroker)];
+            Some(broker_entry(&k, kind, false, &levels, include_synonyms))
         })
         .collect()
 }

@@ -666,14 +666,13 @@ impl Broker {
             Ok(limits) => self.quotas.connections.set_config(limits),
             Err(e) => tracing::warn!(error = %e, "dynamic connection limits not applied"),
         }
-        let rate = long;
         let c = &self.config.replication;
         let throttles = &self.replication.throttles;
-        throttles.leader.set_limit(rate(
+        throttles.leader.set_limit(long(
             "leader.replication.throttled.rate",
             c.leader_throttled_rate,
         ));
-        throttles.follower.set_limit(rate(
+        throttles.follower.set_limit(long(
             "follower.replication.throttled.rate",
             c.follower_throttled_rate,
         ));
