@@ -423,6 +423,13 @@ REASSIGN_TOPIC = "cluster-reassign"
 REASSIGN_TOOL = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 
 
+def need_reassign_tool():
+    """Skips the test when the kafka-tools jars are not installed."""
+    _, why = java_apps.classpath("tools")
+    if why:
+        pytest.skip(f"kafka-reassign-partitions needs the kafka-tools jars: {why}")
+
+
 def reassign_tool(bootstrap_servers, tmp_path, *args):
     """Runs kafka-reassign-partitions (kafka-tools) and returns its stdout; fails on errors."""
     cp, why = java_apps.classpath("tools")
@@ -445,9 +452,7 @@ def reassign_state(brokers):
 
 @pytest.mark.timeout(300)
 def test_kafka_reassign_partitions_moves_a_partition_with_its_records(cluster, tmp_path):
-    _, why = java_apps.classpath("tools")
-    if why:
-        pytest.skip(f"kafka-reassign-partitions needs the kafka-tools jars: {why}")
+    need_reassign_tool()
     servers = bootstrap(cluster)
     a = admin(servers)
     fs = a.create_topics([NewTopic(REASSIGN_TOPIC, num_partitions=1, replication_factor=-1,
@@ -515,9 +520,7 @@ def described(servers, rtype, name):
 
 @pytest.mark.timeout(300)
 def test_kafka_reassign_partitions_with_a_throttle_copies_at_the_throttle_rate(cluster, tmp_path):
-    _, why = java_apps.classpath("tools")
-    if why:
-        pytest.skip(f"kafka-reassign-partitions needs the kafka-tools jars: {why}")
+    need_reassign_tool()
     servers = bootstrap(cluster)
     topics = {"cluster-unthrottled": 2, "cluster-throttled": 3}
     fs = admin(servers).create_topics(

@@ -21,8 +21,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-import java_apps
-from test_cluster import reassign_tool
+from test_cluster import need_reassign_tool, reassign_tool
 from conftest import TARGET
 from helpers import QUIET, admin, consume, create_topic, produce
 from rawkafka import Conn, Reader
@@ -107,9 +106,7 @@ class AckedProducer:
 def test_kafka_reassign_partitions_moves_a_replica_between_log_dirs_under_load(two_dirs,
                                                                                  topic_name,
                                                                                  tmp_path):
-    _, why = java_apps.classpath("tools")
-    if why:
-        pytest.skip(f"kafka-reassign-partitions needs the kafka-tools jars: {why}")
+    need_reassign_tool()
     b, dirs = two_dirs
     # Small segments, so the move copies many sealed ones and the active one changes.
     create_topic(b.bootstrap, topic_name, partitions=1, config={"segment.bytes": "1048576"})
