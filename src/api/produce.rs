@@ -1,6 +1,7 @@
 //! Produce: validate each partition's batch (CRC, size, timestamps, producer sequence) and
-//! append it, without decompressing. All partitions of a request are appended in one trip to
-//! the blocking pool; acks=0 gets no response, acks=1 is answered after the local append, and
+//! append it, without decompressing. A small request without a transactional id is appended
+//! on the async worker that read it, as long as no append waits on the disk or a lock; the
+//! rest (and every other request) go in one trip to the blocking pool; acks=0 gets no response, acks=1 is answered after the local append, and
 //! acks=all waits until the high watermark passes the batch (Kafka's DelayedProduce) or the
 //! request's timeout (REQUEST_TIMED_OUT). A broker that does not lead the partition answers
 //! NOT_LEADER_OR_FOLLOWER with the current leader (KIP-951).
@@ -21,7 +22,7 @@ use kafka_protocol::ResponseError;
 use crate::api::gate::{Gate, Who, TOPIC_DENIED, TXN_DENIED};
 use crate::api::{blocking, Api, Context, Outcome};
 use crate::broker::{
-    AppendParams, AppendResult, AppendTopic, Broker, Partition, PartitionAppend, TopicRef,
+    AppendParams, AppendResult, AppendTopic, Blocking, Broker, Partition, PartitionAppend, TopicRef,
 };
 use crate::coordinator::txn::TransactionCoordinator;
 use crate::security::acl::{Operation as Op, ResourceType as Res};
@@ -59,22 +60,51 @@ pub async fn handle(
                 .collect(),
         })
         .collect();
-    let b = broker.clone();
-    let t = txns.clone();
-    let appended = blocking(move || {
+    // Small non-transactional requests append on this async worker, which saves the two
+    // thread switches of a trip to the blocking pool (most of the cost of a small produce);
+    // an append that would wait on the disk (a roll, a flush, a new epoch) or on a lock, and
+    // every transactional or large request, goes to the blocking pool.
+    let inline = transactional_id.is_none()
+        && topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .map(|(_, records)| records.len())
+            .sum::<usize>()
+            <= INLINE_APPEND_MAX_BYTES;
+    let (mut appended, topics) = if inline {
+        // No transactional id: the check only refuses transactional batches.
         let verify = |p: &Partition, records: &[u8]| {
-            verify_transactional(&b, &t, transactional_id.as_deref(), records, p, version)
+            verify_transactional(&broker, txns, None, records, p, version)
         };
-        b.append_records(topics, params, verify)
-    })
-    .await;
-    let mut appended = match appended {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(error = %e, "produce task failed");
-            AppendResult::default()
-        }
+        let appended = broker.append_records(topics, params, Blocking::Refused, verify);
+        (appended, None)
+    } else {
+        (AppendResult::default(), Some(topics))
     };
+    if topics.is_some() || appended.has_deferred() {
+        let b = broker.clone();
+        let t = txns.clone();
+        let done = blocking(move || {
+            let verify = |p: &Partition, records: &[u8]| {
+                verify_transactional(&b, &t, transactional_id.as_deref(), records, p, version)
+            };
+            match topics {
+                Some(topics) => b.append_records(topics, params, Blocking::Allowed, verify),
+                None => {
+                    b.append_deferred(&mut appended, params, verify);
+                    appended
+                }
+            }
+        })
+        .await;
+        appended = match done {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "produce task failed");
+                AppendResult::default()
+            }
+        };
+    }
     if params.acks == -1 {
         appended.await_replication(timeout).await;
     }
@@ -191,6 +221,10 @@ fn partition_error(
 /// KIP-890: a transactional batch is accepted only if its partition is in the producer's
 /// transaction: verified (v11 and below, whose clients added it) or added by this write
 /// (v12+, transaction version 2).
+/// The largest produce request (record bytes) appended on the async worker: a page-cache
+/// write of this much takes well under a millisecond.
+const INLINE_APPEND_MAX_BYTES: usize = 1024 * 1024;
+
 fn verify_transactional(
     broker: &Broker,
     txns: &Arc<TransactionCoordinator>,

@@ -82,6 +82,24 @@ impl PartitionAppend {
 pub struct AppendResult {
     pub topics: Vec<Vec<(i32, PartitionAppend)>>,
     awaiting: Vec<Awaiting>,
+    /// Appends [`Blocking::Refused`] left for [`Broker::append_deferred`].
+    deferred: Vec<Deferred>,
+}
+
+/// Where an append may run: on the blocking pool, which may wait on the disk, or on an async
+/// worker, which must not ([`Partition::try_append`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocking {
+    Allowed,
+    Refused,
+}
+
+/// An append that would have blocked: the partition, its batch and where its result goes.
+struct Deferred {
+    partition: Arc<Partition>,
+    records: Bytes,
+    min_isr: i32,
+    slot: (usize, usize),
 }
 
 /// An acks=all append waiting for the ISR: where its result is, and the offset the high
@@ -98,15 +116,21 @@ impl Broker {
     /// Appends every partition's batch. `verify` is the transaction check of KIP-890: it
     /// refuses a transactional batch the transaction coordinator has not seen added.
     /// Blocking (appends write the log).
+    ///
+    /// With [`Blocking::Refused`] (an async worker) an append that would wait on the disk or
+    /// on a lock is left out, its slot holding a placeholder, until
+    /// [`Broker::append_deferred`] does it on the blocking pool
+    /// ([`AppendResult::has_deferred`]).
     pub fn append_records(
         &self,
         topics: Vec<AppendTopic>,
         params: AppendParams,
+        blocking: Blocking,
         verify: impl Fn(&Partition, &[u8]) -> Result<(), ResponseError>,
     ) -> AppendResult {
         let mut result = AppendResult {
             topics: Vec::with_capacity(topics.len()),
-            awaiting: Vec::new(),
+            ..AppendResult::default()
         };
         for t in topics {
             let topic = self.resolve(&t.topic).ok();
@@ -135,7 +159,14 @@ impl Broker {
                                 min_isr,
                                 slot,
                             };
-                            self.append_partition(target, &records, params, &verify, &mut result)
+                            self.append_partition(
+                                target,
+                                records,
+                                params,
+                                blocking,
+                                &verify,
+                                &mut result,
+                            )
                         }
                     }
                 };
@@ -146,6 +177,38 @@ impl Broker {
         result
     }
 
+    /// Does the appends [`Broker::append_records`] left out, in their slots. Blocking.
+    pub fn append_deferred(
+        &self,
+        result: &mut AppendResult,
+        params: AppendParams,
+        verify: impl Fn(&Partition, &[u8]) -> Result<(), ResponseError>,
+    ) {
+        for d in std::mem::take(&mut result.deferred) {
+            let target = AppendTarget {
+                partition: &d.partition,
+                min_isr: d.min_isr,
+                slot: d.slot,
+            };
+            let append = self.append_partition(
+                target,
+                d.records,
+                params,
+                Blocking::Allowed,
+                &verify,
+                result,
+            );
+            let (topic_slot, partition_slot) = d.slot;
+            if let Some(slot) = result
+                .topics
+                .get_mut(topic_slot)
+                .and_then(|t| t.get_mut(partition_slot))
+            {
+                slot.1 = append;
+            }
+        }
+    }
+
     fn append_partition(
         &self,
         AppendTarget {
@@ -153,8 +216,9 @@ impl Broker {
             min_isr,
             slot: (topic_slot, partition_slot),
         }: AppendTarget<'_>,
-        records: &[u8],
+        records: Bytes,
         params: AppendParams,
+        blocking: Blocking,
         verify: &impl Fn(&Partition, &[u8]) -> Result<(), ResponseError>,
         result: &mut AppendResult,
     ) -> PartitionAppend {
@@ -167,11 +231,27 @@ impl Broker {
                 format!("The size of the current ISR is below min.insync.replicas {min_isr}");
             return PartitionAppend::failed(ResponseError::NotEnoughReplicas, Some(message));
         }
-        if let Err(error) = verify(partition, records) {
+        if let Err(error) = verify(partition, &records) {
             self.metrics.record_error(0, error.code());
             return PartitionAppend::failed(error, None);
         }
-        match partition.append(records) {
+        let appended = match blocking {
+            Blocking::Allowed => partition.append(&records),
+            Blocking::Refused => match partition.try_append(&records) {
+                Some(appended) => appended,
+                None => {
+                    result.deferred.push(Deferred {
+                        partition: partition.clone(),
+                        records,
+                        min_isr,
+                        slot: (topic_slot, partition_slot),
+                    });
+                    // Replaced by append_deferred.
+                    return PartitionAppend::failed(ResponseError::UnknownServerError, None);
+                }
+            },
+        };
+        match appended {
             Ok(info) => {
                 if !info.duplicate {
                     self.metrics
@@ -240,6 +320,11 @@ fn not_leader(p: &Partition) -> PartitionAppend {
 }
 
 impl AppendResult {
+    /// Whether appends wait for [`Broker::append_deferred`].
+    pub fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
     /// Kafka's DelayedProduce: waits until every acks=all append is replicated to the ISR
     /// (woken by high-watermark moves), fails one whose partition lost leadership or whose
     /// ISR shrank below min.insync.replicas, and times the rest out (REQUEST_TIMED_OUT).

@@ -75,7 +75,7 @@ pub mod replica_set;
 mod security;
 mod tiered;
 
-pub use append::{AppendParams, AppendResult, AppendTopic, PartitionAppend};
+pub use append::{AppendParams, AppendResult, AppendTopic, Blocking, PartitionAppend};
 pub use delegation_tokens::{TokenChange, TokenWriteError};
 pub use fetch::{
     FetchLimits, FetchParams, FetchPosition, FetchResult, FetchTopic, PartitionRead, RemoteRead,

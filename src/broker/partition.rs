@@ -318,6 +318,37 @@ impl Partition {
         Ok(info)
     }
 
+    /// [`Partition::append`] on an async worker, which must not wait on the disk or on a lock
+    /// held across it: `None`, with nothing appended, when the log lock is taken or the append
+    /// would block ([`Log::try_append_as_leader`]); the caller then appends with
+    /// [`Partition::append`] on the blocking pool.
+    pub fn try_append(self: &Arc<Self>, records: &[u8]) -> Option<Result<AppendInfo, AppendError>> {
+        let info = {
+            let mut log = try_lock(&self.log)?;
+            if !self.is_leader() {
+                return Some(Err(AppendError::NotLeaderOrFollower));
+            }
+            let info = match log.try_append_as_leader(records, self.leader_epoch().0, now_ms()) {
+                Ok(None) => return None,
+                Ok(Some(info)) => info,
+                Err(e) => return Some(Err(e)),
+            };
+            self.after_leader_append(&mut log);
+            info
+        };
+        if !info.duplicate {
+            if self.is_replicated() && self.try_increment_high_watermark(now_ms()).is_none() {
+                // Another thread holds a lock the high watermark needs: move it there.
+                let partition = self.clone();
+                tokio::task::spawn_blocking(move || {
+                    partition.maybe_increment_high_watermark(now_ms())
+                });
+            }
+            self.wake_waiters();
+        }
+        Some(Ok(info))
+    }
+
     /// A single replica is the whole ISR: the high watermark follows the log end.
     fn after_leader_append(&self, log: &mut Log) {
         if !self.is_replicated() {
@@ -337,11 +368,26 @@ impl Partition {
     /// Kafka's `maybeIncrementLeaderHW`: moves the high watermark up to the smallest log end
     /// offset of the (maximal) ISR and wakes waiters. Blocking (takes the log lock).
     pub fn maybe_increment_high_watermark(&self, now: i64) -> bool {
-        let set = self.lock_replicas();
+        self.increment_high_watermark(self.lock_replicas(), || Some(self.lock()), now)
+            .unwrap_or(false)
+    }
+
+    /// [`Partition::maybe_increment_high_watermark`] without waiting for a lock: `None` when
+    /// the replica set or the log is locked by another thread.
+    fn try_increment_high_watermark(&self, now: i64) -> Option<bool> {
+        self.increment_high_watermark(try_lock(&self.replica_set)?, || try_lock(&self.log), now)
+    }
+
+    fn increment_high_watermark<'a>(
+        &'a self,
+        set: std::sync::MutexGuard<'a, ReplicaSet>,
+        lock_log: impl FnOnce() -> Option<std::sync::MutexGuard<'a, Log>>,
+        now: i64,
+    ) -> Option<bool> {
         if !set.is_leader() {
-            return false;
+            return Some(false);
         }
-        let mut log = self.lock();
+        let mut log = lock_log()?;
         let candidate = set.high_watermark(
             Offset(log.log_end_offset()),
             now,
@@ -357,7 +403,7 @@ impl Partition {
         if moved {
             self.wake_waiters();
         }
-        moved
+        Some(moved)
     }
 
     /// Records a follower's fetch at `fetch_offset` (Kafka's `updateFollowerFetchState`),
@@ -906,4 +952,14 @@ fn earliest_in(log: &Log) -> (Offset, Option<LeaderEpoch>) {
         .filter(|&(_, epoch_start)| epoch_start <= start)
         .map(|(epoch, _)| LeaderEpoch(epoch));
     (Offset(start), epoch)
+}
+
+/// A lock without waiting for it (`None` when another thread holds it); a poisoned lock is
+/// taken as [`Partition::lock`] takes it.
+fn try_lock<T>(m: &std::sync::Mutex<T>) -> Option<std::sync::MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
 }

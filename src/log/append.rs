@@ -39,9 +39,51 @@ impl Log {
         now_ms: i64,
     ) -> Result<AppendInfo, AppendError> {
         self.ensure_online(now_ms)?;
+        let prepared = self.prepare_leader_append(origin, records, leader_epoch, now_ms)?;
+        self.commit_leader_append(prepared, leader_epoch, now_ms)
+    }
+
+    /// [`Log::append_as_leader`] where the caller must not wait on the disk (an async worker):
+    /// `Ok(None)`, with nothing changed, when the append would do more than write the page
+    /// cache: roll the segment (its fsync and the producer snapshot), fsync for
+    /// `flush.messages`, write the leader epoch checkpoint of a new epoch, or repair an offline
+    /// log. The caller then appends with [`Log::append_as_leader`] where blocking is allowed.
+    /// Records the log refuses are refused here too, with the same error.
+    pub fn try_append_as_leader(
+        &mut self,
+        records: &[u8],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<Option<AppendInfo>, AppendError> {
+        if self.offline.is_some() {
+            return Ok(None);
+        }
+        let prepared =
+            self.prepare_leader_append(AppendOrigin::Client, records, leader_epoch, now_ms)?;
+        if let LeaderAppend::Batch { header, owned, .. } = &prepared {
+            let blocks = self.needs_roll(header, owned.len(), now_ms)
+                || self.needs_flush(header)
+                || self.epochs.would_assign(leader_epoch);
+            if blocks {
+                return Ok(None);
+            }
+        }
+        self.commit_leader_append(prepared, leader_epoch, now_ms)
+            .map(Some)
+    }
+
+    /// The part of a leader append that writes no file: validation, the producer's sequence
+    /// and the batch as it will be written (offsets, epoch, timestamps, codec).
+    fn prepare_leader_append(
+        &mut self,
+        origin: AppendOrigin,
+        records: &[u8],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<LeaderAppend, AppendError> {
         let (header, bytes, validated) = self.validate_produce_request(records, origin, now_ms)?;
         if let SequenceCheck::Duplicate(dup) = self.producers.check(&header)? {
-            return Ok(AppendInfo {
+            return Ok(LeaderAppend::Duplicate(AppendInfo {
                 base_offset: dup.first_offset,
                 last_offset: dup.last_offset,
                 log_append_time: if self.config.log_append_time {
@@ -52,21 +94,41 @@ impl Log {
                 duplicate: true,
                 records: header.records_count,
                 bytes: 0,
-            });
+            }));
         }
-        let base_offset = self.log_end_offset;
         let (owned, log_append_time) = self.prepare_batch(
             &header,
             bytes,
             &validated,
-            base_offset,
+            self.log_end_offset,
             leader_epoch,
             now_ms,
         )?;
         let header = BatchHeader::parse(&owned).map_err(AppendError::Corrupt)?;
+        Ok(LeaderAppend::Batch {
+            header,
+            owned,
+            log_append_time,
+        })
+    }
+
+    fn commit_leader_append(
+        &mut self,
+        prepared: LeaderAppend,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, AppendError> {
+        let (header, owned, log_append_time) = match prepared {
+            LeaderAppend::Duplicate(info) => return Ok(info),
+            LeaderAppend::Batch {
+                header,
+                owned,
+                log_append_time,
+            } => (header, owned, log_append_time),
+        };
         self.append_batch(&header, &owned, leader_epoch, now_ms)?;
         Ok(AppendInfo {
-            base_offset,
+            base_offset: header.base_offset,
             last_offset: header.last_offset(),
             log_append_time,
             duplicate: false,
@@ -224,27 +286,12 @@ impl Log {
         now_ms: i64,
     ) -> io::Result<()> {
         self.check_online()?;
-        let roll_ms = self.config.segment_ms.saturating_sub(
-            self.config
-                .segment_jitter_ms
-                .min(self.config.segment_ms / 2),
-        );
-        let segment_bytes = self.config.segment_bytes;
-        if self.active().should_roll(
-            bytes.len(),
-            segment_bytes,
-            roll_ms,
-            now_ms,
-            header.max_timestamp,
-        ) {
+        if self.needs_roll(header, bytes.len(), now_ms) {
             self.roll(now_ms)?;
         }
         let mark = self.active().mark();
         let epochs_len = self.epochs.entries().len();
-        let flush = self
-            .unflushed_messages
-            .saturating_add(header.records_count as i64)
-            >= self.config.flush_messages;
+        let flush = self.needs_flush(header);
         if let Err(e) = self.write_batch(header, bytes, leader_epoch, flush) {
             self.roll_back_append(&mark, epochs_len, &e);
             return Err(e);
@@ -260,6 +307,33 @@ impl Log {
             self.unflushed_messages += header.records_count as i64;
         }
         Ok(())
+    }
+
+    /// Whether the active segment must be sealed before a batch of `len` bytes goes in: full,
+    /// old enough (`segment.ms` less its jitter), or its indexes full.
+    fn needs_roll(&self, header: &BatchHeader, len: usize, now_ms: i64) -> bool {
+        let roll_ms = self.config.segment_ms.saturating_sub(
+            self.config
+                .segment_jitter_ms
+                .min(self.config.segment_ms / 2),
+        );
+        let active = self.segments.values().next_back();
+        active.is_some_and(|a| {
+            a.should_roll(
+                len,
+                self.config.segment_bytes,
+                roll_ms,
+                now_ms,
+                header.max_timestamp,
+            )
+        })
+    }
+
+    /// Whether the batch brings the unflushed records to `flush.messages` (an fsync).
+    fn needs_flush(&self, header: &BatchHeader) -> bool {
+        self.unflushed_messages
+            .saturating_add(header.records_count as i64)
+            >= self.config.flush_messages
     }
 
     /// The fallible part of an append: the bytes, their index entries, a new leader epoch and
@@ -390,4 +464,15 @@ impl Log {
             .write_snapshot(&self.dir, self.log_end_offset)?;
         self.prune_snapshots()
     }
+}
+
+/// A leader append validated and ready to write: a retry of a batch already in the log, or
+/// the batch as it will be written.
+enum LeaderAppend {
+    Duplicate(AppendInfo),
+    Batch {
+        header: BatchHeader,
+        owned: Vec<u8>,
+        log_append_time: i64,
+    },
 }

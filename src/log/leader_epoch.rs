@@ -63,9 +63,15 @@ impl LeaderEpochCache {
             .map(|e| e.epoch)
     }
 
+    /// Whether [`LeaderEpochCache::assign`] of `epoch` would add an entry (and write the
+    /// checkpoint): a defined epoch newer than every entry.
+    pub fn would_assign(&self, epoch: i32) -> bool {
+        epoch >= 0 && self.latest_epoch().is_none_or(|l| l < epoch)
+    }
+
     /// Records that `epoch` starts at `start_offset` if it is newer than the latest epoch.
     pub fn assign(&mut self, epoch: i32, start_offset: i64) -> io::Result<()> {
-        if epoch < 0 || self.latest_epoch().is_some_and(|l| l >= epoch) {
+        if !self.would_assign(epoch) {
             return Ok(());
         }
         self.entries.push(EpochEntry {

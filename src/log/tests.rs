@@ -591,3 +591,70 @@ fn a_tiered_log_with_an_empty_manifest_starts_at_its_first_local_segment() {
         "local retention deletes nothing"
     );
 }
+
+#[test]
+fn an_append_that_must_not_block_leaves_a_roll_a_flush_a_new_epoch_and_a_repair_to_the_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&[("segment.bytes", "300"), ("flush.messages", "3")]);
+    let mut log = open(dir.path(), cfg, true);
+    let batch = |v: &str| encode_batch(&[v.as_bytes()], Compression::None, now());
+    // The first append of epoch 0 writes the leader epoch checkpoint.
+    assert!(log
+        .try_append_as_leader(&batch("a"), 0, now())
+        .unwrap()
+        .is_none());
+    assert_eq!(log.log_end_offset(), 0);
+    log.append_as_leader(&batch("a"), 0, now()).unwrap();
+    // Page-cache writes only: appended here.
+    let info = log
+        .try_append_as_leader(&batch("b"), 0, now())
+        .unwrap()
+        .unwrap();
+    assert_eq!((info.base_offset, log.log_end_offset()), (1, 2));
+    // The third record reaches flush.messages (an fsync).
+    assert!(log
+        .try_append_as_leader(&batch("c"), 0, now())
+        .unwrap()
+        .is_none());
+    log.append_as_leader(&batch("c"), 0, now()).unwrap();
+    // A newer epoch (a checkpoint write).
+    assert!(log
+        .try_append_as_leader(&batch("d"), 1, now())
+        .unwrap()
+        .is_none());
+    // Fill the segment until the next batch would roll it.
+    let segments = log.segment_count();
+    while log
+        .try_append_as_leader(&batch("e"), 0, now())
+        .unwrap()
+        .is_some()
+    {}
+    assert_eq!(
+        log.segment_count(),
+        segments,
+        "a non-blocking append rolled"
+    );
+    let end = log.log_end_offset();
+    log.append_as_leader(&batch("e"), 0, now()).unwrap();
+    assert_eq!(
+        (log.segment_count(), log.log_end_offset()),
+        (segments + 1, end + 1)
+    );
+    // Refused records are refused with the log's own error, blocking or not.
+    let mut corrupt = batch("f");
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff;
+    let refused = log.try_append_as_leader(&corrupt, 0, now()).unwrap_err();
+    let blocking = log.append_as_leader(&corrupt, 0, now()).unwrap_err();
+    assert_eq!(refused.to_string(), blocking.to_string());
+    log.update_high_watermark(end + 1);
+    let offsets: Vec<i64> = read_all(&log, 0).iter().map(|(o, _)| *o).collect();
+    assert_eq!(offsets, (0..end + 1).collect::<Vec<_>>());
+    // An offline log is repaired by the blocking path only.
+    log.take_offline("test".into());
+    assert!(log
+        .try_append_as_leader(&batch("g"), 0, now())
+        .unwrap()
+        .is_none());
+    assert_eq!(log.log_end_offset(), end + 1);
+}

@@ -484,3 +484,89 @@ async fn fetch_waits_for_min_bytes_across_several_appends() {
     assert_eq!(count_records(&p.records), 3);
     b.shutdown().await;
 }
+
+/// Small produce requests append on the async worker and leave a roll to the blocking pool:
+/// producers on one partition that rolls every few batches, with appends going both ways,
+/// must still find every acknowledged record once, in each producer's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_producers_on_a_rolling_partition_lose_duplicate_and_reorder_nothing() {
+    const PRODUCERS: usize = 4;
+    const BATCHES: usize = 150;
+    const PER_BATCH: usize = 5;
+    let b = TestBroker::start().await;
+    let mut c = b.client().await;
+    let created =
+        create_topic_with(&mut c, "rolling", 1, &[("internal.segment.bytes", "2000")]).await;
+    assert_eq!(created.error_code, 0);
+    let mut tasks = Vec::new();
+    for p in 0..PRODUCERS {
+        let mut c = b.client().await;
+        tasks.push(tokio::spawn(async move {
+            let (pid, epoch) = init_producer_id(&mut c).await;
+            let mut acked = Vec::new();
+            for n in 0..BATCHES {
+                let values: Vec<Vec<u8>> = (0..PER_BATCH)
+                    .map(|i| format!("p{p}-{:05}", n * PER_BATCH + i).into_bytes())
+                    .collect();
+                let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+                let ts = vec![now_ms(); PER_BATCH];
+                let seq = (n * PER_BATCH) as i32;
+                let records = batch_with(&refs, &ts, Compression::None, Some((pid, epoch, seq)));
+                let r = produce(&mut c, "rolling", 0, records.clone()).await;
+                assert_eq!(r.error_code, 0, "producer {p} batch {n}");
+                // A retry of the batch just acknowledged is answered with its offset.
+                if n % 50 == 49 {
+                    let again = produce(&mut c, "rolling", 0, records).await;
+                    assert_eq!((again.error_code, again.base_offset), (0, r.base_offset));
+                }
+                acked.extend(values);
+            }
+            acked
+        }));
+    }
+    let mut acked = Vec::new();
+    for t in tasks {
+        acked.push(t.await.unwrap());
+    }
+    let total = (PRODUCERS * BATCHES * PER_BATCH) as i64;
+    let mut offsets = Vec::new();
+    let mut by_producer: Vec<Vec<Vec<u8>>> = vec![Vec::new(); PRODUCERS];
+    while (offsets.len() as i64) < total {
+        let args = FetchArgs {
+            offset: offsets.len() as i64,
+            ..FetchArgs::default()
+        };
+        let p = fetch(&mut c, "rolling", 0, args).await;
+        assert_eq!((p.error_code, p.high_watermark), (0, total));
+        let mut records = p.records.clone().unwrap();
+        for set in kafka_protocol::records::RecordBatchDecoder::decode_all(&mut records).unwrap() {
+            for r in set.records {
+                let value = r.value.unwrap().to_vec();
+                let producer = (value[1] - b'0') as usize;
+                offsets.push(r.offset);
+                by_producer[producer].push(value);
+            }
+        }
+    }
+    assert_eq!(
+        offsets,
+        (0..total).collect::<Vec<_>>(),
+        "dense offsets, each once"
+    );
+    assert_eq!(
+        by_producer, acked,
+        "every producer's records once, in its order"
+    );
+    let segments = std::fs::read_dir(b.broker().config.log_dirs[0].join("rolling-0"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
+        .count();
+    assert!(segments > 20, "the partition rolled ({segments} segments)");
+    b.shutdown().await;
+}
