@@ -6,6 +6,7 @@
 //!                        [--acks 1|-1] [--connections 4] [--inflight 5]
 //! strata-loadgen consume --bootstrap HOST:PORT --topic T --partitions P --records N
 //!                        [--connections 4] [--fetch-max-bytes 52428800] [--partition-max-bytes 1048576]
+//! (`--connections` per leader broker)
 //! strata-loadgen floor   --bytes N --file PATH [--connections 4]
 //! ```
 //! `floor` measures what the machine itself allows a broker's produce path: N bytes sent over
@@ -23,9 +24,10 @@
 //! So the generator spends a few percent of a core where a Java or librdkafka client spends
 //! one or two, and the broker is what the figures measure.
 //!
-//! One broker: every partition is sent to the bootstrap address. Latency is per request
-//! (each request carries one batch). Prints one line of `key=value` figures, including the
-//! generator's own CPU seconds.
+//! Each partition is sent to its leader, found with a Metadata request to the bootstrap
+//! address (a cluster's leaders, or the one broker), and each leader's partitions are spread
+//! over `--connections` connections to it. Latency is per request (each request carries one
+//! batch). Prints one line of `key=value` figures, including the generator's own CPU seconds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,10 +36,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, RequestHeader,
-    ResponseHeader, TopicName,
+    ApiKey, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, ProduceRequest,
+    ProduceResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use kafka_protocol::records::{
@@ -49,6 +52,7 @@ use tokio::sync::mpsc;
 
 const PRODUCE_V: i16 = 9;
 const FETCH_V: i16 = 12;
+const METADATA_V: i16 = 12;
 
 struct Args {
     mode: String,
@@ -237,13 +241,81 @@ struct Totals {
     last_error: std::sync::atomic::AtomicI32,
 }
 
+/// Each partition's leader address (`host:port`), from Metadata requests to the bootstrap
+/// address until every partition has a leader, within 30 s.
+async fn leaders(a: &Args) -> Result<Vec<String>> {
+    let stream = TcpStream::connect(&a.bootstrap).await?;
+    stream.set_nodelay(true)?;
+    let (mut rd, mut wr) = stream.into_split();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut req = MetadataRequest::default();
+    let mut topic = MetadataRequestTopic::default();
+    topic.name = Some(TopicName(StrBytes::from_string(a.topic.clone())));
+    req.topics = Some(vec![topic]);
+    let frame = encode_frame(ApiKey::Metadata, METADATA_V, &req)?;
+    loop {
+        wr.write_all(&frame).await?;
+        let mut response = read_frame(&mut rd).await?;
+        ResponseHeader::decode(&mut response, MetadataResponse::header_version(METADATA_V))?;
+        let resp = MetadataResponse::decode(&mut response, METADATA_V)?;
+        let address = |id: i32| {
+            resp.brokers
+                .iter()
+                .find(|b| b.node_id.0 == id)
+                .map(|b| format!("{}:{}", b.host.as_str(), b.port))
+        };
+        let found: Option<Vec<String>> = (0..a.partitions)
+            .map(|p| {
+                let partition = resp
+                    .topics
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .find(|x| x.partition_index == p && x.error_code == 0)?;
+                address(partition.leader_id.0)
+            })
+            .collect();
+        if let Some(found) = found {
+            return Ok(found);
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "topic {} has no leader for every partition after 30 s",
+                a.topic
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Partitions grouped into connections: by leader, then round-robin over `--connections`
+/// connections to each leader. Returns (address, the connection's partitions).
+fn connections(a: &Args, leaders: &[String]) -> Vec<(String, Vec<i32>)> {
+    let mut by_leader: Vec<(&String, Vec<i32>)> = Vec::new();
+    for (p, leader) in (0..).zip(leaders) {
+        match by_leader.iter_mut().find(|(l, _)| *l == leader) {
+            Some((_, parts)) => parts.push(p),
+            None => by_leader.push((leader, vec![p])),
+        }
+    }
+    let mut conns = Vec::new();
+    for (leader, parts) in by_leader {
+        let n = a.connections.min(parts.len());
+        for c in 0..n {
+            let mine = parts.iter().skip(c).step_by(n).copied().collect();
+            conns.push((leader.clone(), mine));
+        }
+    }
+    conns
+}
+
 async fn produce_connection(
     a: Arc<Args>,
+    address: String,
     frames: Vec<(BytesMut, u64, u64)>,
     budget: Arc<AtomicU64>,
     totals: Arc<Totals>,
 ) -> Result<Vec<u32>> {
-    let stream = TcpStream::connect(&a.bootstrap).await?;
+    let stream = TcpStream::connect(&address).await?;
     stream.set_nodelay(true)?;
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Instant>(a.inflight);
@@ -303,15 +375,16 @@ async fn produce_connection(
     Ok(latencies)
 }
 
-/// Sends one batch to each partition until every one is accepted (a topic just created is
-/// not writable on every broker at once), within 30 s; these batches are not measured.
-async fn wait_until_writable(a: &Args, per_batch: usize) -> Result<()> {
-    let stream = TcpStream::connect(&a.bootstrap).await?;
-    stream.set_nodelay(true)?;
-    let (mut rd, mut wr) = stream.into_split();
+/// Sends one batch to each partition's leader until every one is accepted (a topic just
+/// created is not writable on every broker at once), within 30 s; these batches are not
+/// measured.
+async fn wait_until_writable(a: &Args, leaders: &[String], per_batch: usize) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut correlation = 0i32;
-    for p in 0..a.partitions {
+    for (p, leader) in (0..a.partitions).zip(leaders) {
+        let stream = TcpStream::connect(leader).await?;
+        stream.set_nodelay(true)?;
+        let (mut rd, mut wr) = stream.into_split();
         let mut frame = produce_frame(a, p, per_batch)?;
         loop {
             correlation += 1;
@@ -346,14 +419,17 @@ async fn wait_until_writable(a: &Args, per_batch: usize) -> Result<()> {
 
 async fn produce(a: Arc<Args>) -> Result<()> {
     let per_batch = (a.batch_bytes / a.record_size).max(1);
-    let mut per_conn: Vec<Vec<(BytesMut, u64, u64)>> = vec![Vec::new(); a.connections];
-    for p in 0..a.partitions {
-        let frame = produce_frame(&a, p, per_batch)?;
-        per_conn[p as usize % a.connections].push((
-            frame,
-            per_batch as u64,
-            (per_batch * a.record_size) as u64,
-        ));
+    let leaders = leaders(&a).await?;
+    let mut per_conn = Vec::new();
+    for (address, partitions) in connections(&a, &leaders) {
+        let frames = partitions
+            .into_iter()
+            .map(|p| {
+                let frame = produce_frame(&a, p, per_batch)?;
+                Ok((frame, per_batch as u64, (per_batch * a.record_size) as u64))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        per_conn.push((address, frames));
     }
     let budget = Arc::new(AtomicU64::new(a.records));
     let totals = Arc::new(Totals {
@@ -362,13 +438,14 @@ async fn produce(a: Arc<Args>) -> Result<()> {
         errors: AtomicU64::new(0),
         last_error: std::sync::atomic::AtomicI32::new(0),
     });
-    wait_until_writable(&a, per_batch).await?;
+    wait_until_writable(&a, &leaders, per_batch).await?;
     let cpu0 = own_cpu_seconds();
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for frames in per_conn.into_iter().filter(|f| !f.is_empty()) {
+    for (address, frames) in per_conn {
         tasks.push(tokio::spawn(produce_connection(
             a.clone(),
+            address,
             frames,
             budget.clone(),
             totals.clone(),
@@ -431,11 +508,12 @@ fn walk_batches(mut records: Bytes) -> (i64, u64, u64) {
 
 async fn consume_connection(
     a: Arc<Args>,
+    address: String,
     partitions: Vec<i32>,
     remaining: Arc<AtomicU64>,
     totals: Arc<Totals>,
 ) -> Result<()> {
-    let stream = TcpStream::connect(&a.bootstrap).await?;
+    let stream = TcpStream::connect(&address).await?;
     stream.set_nodelay(true)?;
     let mut offsets: Vec<i64> = vec![0; partitions.len()];
     let mut correlation = 0;
@@ -499,16 +577,14 @@ async fn consume(a: Arc<Args>) -> Result<()> {
         errors: AtomicU64::new(0),
         last_error: std::sync::atomic::AtomicI32::new(0),
     });
-    let mut per_conn: Vec<Vec<i32>> = vec![Vec::new(); a.connections];
-    for p in 0..a.partitions {
-        per_conn[p as usize % a.connections].push(p);
-    }
+    let per_conn = connections(&a, &leaders(&a).await?);
     let cpu0 = own_cpu_seconds();
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for parts in per_conn.into_iter().filter(|p| !p.is_empty()) {
+    for (address, parts) in per_conn {
         tasks.push(tokio::spawn(consume_connection(
             a.clone(),
+            address,
             parts,
             remaining.clone(),
             totals.clone(),
