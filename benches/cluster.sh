@@ -55,6 +55,16 @@
 #   BENCH_KEEP_DATA=1       keep broker data dirs (default: deleted after each target)
 #   BENCH_START_TIMEOUT     seconds to wait for a cluster to become ready (default 120)
 #   BENCH_TOOL_HEAP         heap of the perf tool JVMs (default -Xmx512m)
+#   BENCH_CLIENT            java (default: Kafka's perf tools) or loadgen: strata-loadgen
+#                           (loadgen/) runs the warm-up and the measured produce (acks=-1,
+#                           non-idempotent, each partition to its leader) and consume, so the
+#                           brokers are what the figures measure; rows then give the brokers'
+#                           CPU-s per GiB of produce and of consume (summed over the three), and
+#                           the machine's floor measured in the same run (see compare.sh).
+#                           BENCH_LOADGEN_CONNECTIONS (2 per leader), BENCH_LOADGEN_INFLIGHT (5)
+#                           and BENCH_LOADGEN_BATCH_BYTES (16384) tune it. Not with
+#                           BENCH_THROUGHPUT (the generator does not throttle); the low-rate
+#                           cost still uses ProducerPerformance
 set -euo pipefail
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/common.sh"
@@ -64,7 +74,7 @@ ROOT="$STRATA_REPO_ROOT"
 
 case "${1:-}" in
   "") ;;
-  -h|--help) sed -n '2,57p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,66p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: $0   (configured through environment variables; see $0 --help)" >&2; exit 2 ;;
 esac
 
@@ -89,6 +99,9 @@ for v in RECORDS RECORD_SIZE PARTITIONS CYCLES WARMUP START_TIMEOUT IDLE_SECONDS
   [[ "${!v}" =~ ^[0-9]+$ ]] || strata_die "$v must be a non-negative integer, got '${!v}'"
 done
 [[ "$THROUGHPUT" =~ ^(-1|[0-9]+)$ ]] || strata_die "BENCH_THROUGHPUT must be -1 or a number, got '$THROUGHPUT'"
+CLIENT="${BENCH_CLIENT:-java}"
+[[ $CLIENT == java || $CLIENT == loadgen ]] || strata_die "BENCH_CLIENT must be java or loadgen, got '$CLIENT'"
+[[ $CLIENT == java || $THROUGHPUT == -1 ]] || strata_die "BENCH_THROUGHPUT needs BENCH_CLIENT=java (strata-loadgen does not throttle)"
 [[ -x "$PYTHON" ]] || strata_die "no Python venv at $STRATA_VENV; run scripts/install-test-deps.sh"
 
 if [[ -n "${BENCH_DIR:-}" ]]; then
@@ -99,6 +112,7 @@ else
 fi
 WORK="$(cd "$WORK" && pwd)"
 RESULTS="$WORK/results.tsv"
+LOADGEN_RESULTS="$WORK/loadgen.tsv"
 FAILOVER="$WORK/failover.tsv"
 COST="$WORK/cost.tsv"
 
@@ -435,6 +449,51 @@ run_cost() {
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$target" "$idle" "$low" "$rps" "$p99" "$status" >>"$COST"
 }
 
+# The warm-up and the measured produce and consume with strata-loadgen (a loadgen.tsv row).
+# Sets status.
+run_loadgen() {
+  local target="$1" topic="$2" prod="" cons="" c0 c1 c2 stats="- -"
+  local common=(--bootstrap "$(bootstrap)" --partitions "$PARTITIONS"
+    --connections "${BENCH_LOADGEN_CONNECTIONS:-2}")
+  local produce=(--record-size "$RECORD_SIZE" --acks -1 --compression "$COMPRESSION"
+    --inflight "${BENCH_LOADGEN_INFLIGHT:-5}" --batch-bytes "${BENCH_LOADGEN_BATCH_BYTES:-16384}")
+  if [[ $status == ok && $WARMUP -gt 0 ]]; then
+    if create_topic "$topic-warmup" "$PARTITIONS" && run_tool "$CUR_DIR/warmup.out" "$LOADGEN" \
+        produce "${common[@]}" --topic "$topic-warmup" --records "$WARMUP" "${produce[@]}"; then
+      echo "warm-up: $(cat "$CUR_DIR/warmup.out")"
+    else
+      tail -n 20 "$CUR_DIR/warmup.out" >&2 || true
+      status="warmup-failed"
+    fi
+  fi
+  if [[ $status == ok ]]; then
+    c0="$(cluster_cpu)"
+    if run_tool "$CUR_DIR/producer.out" "$LOADGEN" produce "${common[@]}" --topic "$topic" \
+        --records "$RECORDS" "${produce[@]}"; then
+      prod="$(cat "$CUR_DIR/producer.out")"; echo "$prod"
+    else
+      cat "$CUR_DIR/producer.out" >&2; status="producer-failed"
+    fi
+    c1="$(cluster_cpu)"
+  fi
+  if [[ $status == ok ]]; then
+    if run_tool "$CUR_DIR/consumer.out" "$LOADGEN" consume "${common[@]}" --topic "$topic" \
+        --records "$RECORDS"; then
+      cons="$(cat "$CUR_DIR/consumer.out")"; echo "$cons"
+    else
+      cat "$CUR_DIR/consumer.out" >&2; status="consumer-failed"
+    fi
+    c2="$(cluster_cpu)"
+  fi
+  if [[ $status != start-failed ]]; then
+    stats="$(proc_stats "${PID[@]}")"
+    [[ $stats != "- -" || $status != ok ]] || status="broker-died"
+  fi
+  echo "3 brokers: peak RSS MiB / CPU s (summed): ${stats}   status: $status"
+  python3 "$ROOT/benches/loadgen_report.py" row "$target" all "$status" "${c0:-0}" "${c1:-0}" \
+    "${c2:-0}" "${stats%% *}" "$prod" "$cons" >>"$LOADGEN_RESULTS"
+}
+
 run_target() {
   local target="$1" topic="bench-rf3"
   local status=ok prod="- - - - - - - -" cons="- - -" stats="- -" p c s
@@ -446,6 +505,14 @@ run_target() {
     run_cost "$target" || strata_log "$target: the idle cost was not measured"
   fi
 
+  if [[ $CLIENT == loadgen ]]; then
+    run_loadgen "$target" "$topic"
+    if [[ $status != start-failed && $CYCLES -gt 0 ]]; then
+      run_failover "$target" || strata_log "$target: failover cycles stopped early"
+    fi
+    stop_cluster
+    return
+  fi
   # Warm-up (JIT of the Kafka brokers, connections, first segments) on a topic of its own,
   # then the CPU time so far, so that the CPU column covers the measured runs only.
   local cpu_before=0 w
@@ -518,6 +585,12 @@ run_target() {
   stop_cluster
 }
 
+if [[ $CLIENT == loadgen ]]; then
+  loadgen_setup
+  python3 "$ROOT/benches/loadgen_report.py" header >"$LOADGEN_RESULTS"
+  measure_floor "$((RECORDS * RECORD_SIZE))" "$WORK/floor.bin"
+  echo "floor (best of 3): $FLOOR"
+fi
 for target in $TARGETS; do
   case "$target" in
     strata) [[ $STRATA_OK == 1 ]] || continue ;;
@@ -528,12 +601,21 @@ for target in $TARGETS; do
 done
 
 echo
-echo "Results: 3 brokers each, RF=3, min.insync.replicas=2, acks=all, $RECORDS x ${RECORD_SIZE}B" \
-     "records, $PARTITIONS partitions, compression=$COMPRESSION, producer throughput limit" \
-     "$THROUGHPUT records/s (-1: none), after a $WARMUP-record warm-up, Kafka $KAFKA_VERSION" \
-     "perf tools; peak RSS and CPU (of the measured produce+consume) summed over the three" \
-     "brokers (raw: $RESULTS)"
-python3 "$ROOT/benches/perf_report.py" table "$RESULTS"
+if [[ $CLIENT == loadgen ]]; then
+  echo "Results: 3 brokers each, RF=3, min.insync.replicas=2, acks=all, $RECORDS x ${RECORD_SIZE}B" \
+       "records, $PARTITIONS partitions, compression=$COMPRESSION, strata-loadgen after a" \
+       "$WARMUP-record warm-up, Kafka $KAFKA_VERSION; broker CPU-s per GiB of record bytes and" \
+       "peak RSS summed over the three brokers (raw: $LOADGEN_RESULTS)"
+  column -t -s $'\t' "$LOADGEN_RESULTS"
+  python3 "$ROOT/benches/loadgen_report.py" shares "$LOADGEN_RESULTS" "$FLOOR"
+else
+  echo "Results: 3 brokers each, RF=3, min.insync.replicas=2, acks=all, $RECORDS x ${RECORD_SIZE}B" \
+       "records, $PARTITIONS partitions, compression=$COMPRESSION, producer throughput limit" \
+       "$THROUGHPUT records/s (-1: none), after a $WARMUP-record warm-up, Kafka $KAFKA_VERSION" \
+       "perf tools; peak RSS and CPU (of the measured produce+consume) summed over the three" \
+       "brokers (raw: $RESULTS)"
+  python3 "$ROOT/benches/perf_report.py" table "$RESULTS"
+fi
 if ((IDLE_SECONDS > 0)); then
   echo
   echo "Cost of a quiet cluster: broker CPU-s per minute, 3 brokers summed, $IDLE_PARTITIONS" \

@@ -232,49 +232,15 @@ run_row_loadgen() {
   if [[ -n "$CUR_PID" ]] && strata_alive "$CUR_PID"; then stats="$(proc_stats "$CUR_PID")"
   elif [[ $status == ok ]]; then status="broker-died"; fi
   stop_target
-  python3 - "$target" "$acks" "$status" "${c0:-0}" "${c1:-0}" "${c2:-0}" "${stats%% *}" \
-      "$prod" "$cons" >>"$LOADGEN_RESULTS" <<'PY'
-import sys
-target, acks, status, c0, c1, c2, rss, prod, cons = sys.argv[1:]
-def kv(line):
-    return dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
-p, c = kv(prod), kv(cons)
-gib = lambda d: int(d.get("bytes", 0)) / 2**30
-per = lambda cpu, d: f"{cpu / gib(d):.2f}" if gib(d) else "-"
-print("\t".join([target, acks, p.get("mb_per_s", "-"), p.get("p50_ms", "-"), p.get("p99_ms", "-"),
-                 p.get("p999_ms", "-"), per(float(c1) - float(c0), p), c.get("mb_per_s", "-"),
-                 per(float(c2) - float(c1), c), rss,
-                 f'{float(p.get("loadgen_cpu_s", 0)) + float(c.get("loadgen_cpu_s", 0)):.2f}',
-                 status]))
-PY
+  python3 "$ROOT/benches/loadgen_report.py" row "$target" "$acks" "$status" "${c0:-0}" "${c1:-0}" \
+    "${c2:-0}" "${stats%% *}" "$prod" "$cons" >>"$LOADGEN_RESULTS"
 }
 
 LOADGEN_RESULTS="$WORK/loadgen.tsv"
 if [[ "${BENCH_CLIENT:-java}" == loadgen ]]; then
-  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-  LOADGEN="$CARGO_TARGET_DIR/release/strata-loadgen"
-  (cd "$ROOT" && cargo build --locked --release -p strata-loadgen) || strata_die "building strata-loadgen failed"
-  printf 'target\tacks\tprod_MB/s\tp50_ms\tp99_ms\tp99.9_ms\tprod_cpu_s/GiB\tcons_MB/s\tcons_cpu_s/GiB\trss_MiB\tloadgen_cpu_s\tstatus\n' >"$LOADGEN_RESULTS"
-  # The floor of this machine in this run: the same bytes over one loopback connection into
-  # a file (one stream is the fastest and cheapest way here; more contend for the file). The
-  # best of three, each after a sync: what the machine allows, not what its writeback of
-  # earlier data left.
-  FLOOR=""
-  for _ in 1 2 3; do
-    sync
-    f="$("$LOADGEN" floor --bytes "$((RECORDS * RECORD_SIZE))" --file "$WORK/floor.bin" \
-      --connections 1)" || strata_die "the floor measurement failed"
-    rm -f "$WORK/floor.bin"
-    echo "$f"
-    FLOOR="$(python3 - "$FLOOR" "$f" <<'PY'
-import sys
-def mbps(line):
-    return float(dict(kv.split("=", 1) for kv in line.split()[1:])["mb_per_s"]) if line else -1
-best, new = sys.argv[1], sys.argv[2]
-print(new if mbps(new) > mbps(best) else best)
-PY
-)"
-  done
+  loadgen_setup
+  python3 "$ROOT/benches/loadgen_report.py" header >"$LOADGEN_RESULTS"
+  measure_floor "$((RECORDS * RECORD_SIZE))" "$WORK/floor.bin"
   echo "floor (best of 3): $FLOOR"
   for acks in $ACKS_LIST; do
     for target in $TARGETS; do
@@ -290,22 +256,7 @@ PY
   echo "Results ($RECORDS x ${RECORD_SIZE}B records, $PARTITIONS partitions, compression=$COMPRESSION," \
        "strata-loadgen, Kafka $KAFKA_VERSION; broker CPU-s per GiB of record bytes; raw: $LOADGEN_RESULTS)"
   column -t -s $'\t' "$LOADGEN_RESULTS"
-  python3 - "$LOADGEN_RESULTS" "$FLOOR" <<'PY'
-import sys
-rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
-head, rows = rows[0], rows[1:]
-floor = dict(f.split("=", 1) for f in sys.argv[2].split()[1:])
-fm, fc = float(floor["mb_per_s"]), float(floor["cpu_s_per_gib"])
-print(f"\nfloor (loopback TCP + page-cache append, no protocol): {fm:.1f} MB/s, {fc:.2f} CPU-s/GiB")
-for r in rows:
-    d = dict(zip(head, r))
-    try:
-        mbps, cpu = float(d["prod_MB/s"]), float(d["prod_cpu_s/GiB"])
-    except ValueError:
-        continue
-    print(f"{d['target']:>7} acks={d['acks']:<3}: produce {100 * mbps / fm:.0f}% of the floor's MB/s, "
-          f"broker CPU-s/GiB {cpu / fc:.2f}x the floor's")
-PY
+  python3 "$ROOT/benches/loadgen_report.py" shares "$LOADGEN_RESULTS" "$FLOOR"
   exit 0
 fi
 

@@ -121,3 +121,28 @@ EOF
   done
   strata_log "Strata ready after $((SECONDS - start))s (pid $CUR_PID)"
 }
+
+# Builds strata-loadgen (loadgen/) and sets LOADGEN to it.
+loadgen_setup() {
+  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$STRATA_REPO_ROOT/target}"
+  LOADGEN="$CARGO_TARGET_DIR/release/strata-loadgen"
+  (cd "$STRATA_REPO_ROOT" && cargo build --locked --release -p strata-loadgen) ||
+    strata_die "building strata-loadgen failed"
+}
+
+# The floor of this machine in this run, into FLOOR (a `strata-loadgen floor` line): $1 bytes
+# over one loopback connection appended to the file $2 (one stream is the fastest and
+# cheapest way here; more contend for the file). The best of three, each after a sync: what
+# the machine allows, not what its writeback of earlier data left.
+measure_floor() {
+  local bytes="$1" file="$2" f
+  FLOOR=""
+  for _ in 1 2 3; do
+    sync
+    f="$("$LOADGEN" floor --bytes "$bytes" --file "$file" --connections 1)" ||
+      strata_die "the floor measurement failed"
+    rm -f "$file"
+    echo "$f"
+    FLOOR="$(python3 "$STRATA_REPO_ROOT/benches/loadgen_report.py" best-floor "$FLOOR" "$f")"
+  done
+}

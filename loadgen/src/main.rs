@@ -24,8 +24,8 @@
 //! So the generator spends a few percent of a core where a Java or librdkafka client spends
 //! one or two, and the broker is what the figures measure.
 //!
-//! Each partition is sent to its leader, found with a Metadata request to the bootstrap
-//! address (a cluster's leaders, or the one broker), and each leader's partitions are spread
+//! Each partition is sent to its leader, found with a Metadata request to the first
+//! `--bootstrap` address (a comma-separated list) that accepts a connection, and each leader's partitions are spread
 //! over `--connections` connections to it. Latency is per request (each request carries one
 //! batch). Prints one line of `key=value` figures, including the generator's own CPU seconds.
 
@@ -244,7 +244,15 @@ struct Totals {
 /// Each partition's leader address (`host:port`), from Metadata requests to the bootstrap
 /// address until every partition has a leader, within 30 s.
 async fn leaders(a: &Args) -> Result<Vec<String>> {
-    let stream = TcpStream::connect(&a.bootstrap).await?;
+    let mut stream = None;
+    for address in a.bootstrap.split(',') {
+        if let Ok(s) = TcpStream::connect(address).await {
+            stream = Some(s);
+            break;
+        }
+    }
+    let stream =
+        stream.with_context(|| format!("no bootstrap broker answers ({})", a.bootstrap))?;
     stream.set_nodelay(true)?;
     let (mut rd, mut wr) = stream.into_split();
     let deadline = Instant::now() + Duration::from_secs(30);
