@@ -190,6 +190,9 @@ fn random_bytes(n: usize, seed: u64) -> Bytes {
 }
 
 fn produce_frame(a: &Args, partition: i32, records_per_batch: usize) -> Result<BytesMut> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
     let records: Vec<Record> = (0..records_per_batch)
         .map(|i| Record {
             transactional: false,
@@ -201,7 +204,9 @@ fn produce_frame(a: &Args, partition: i32, records_per_batch: usize) -> Result<B
             offset: i as i64,
             // kafka-protocol keeps records in one batch while offset - sequence is constant.
             sequence: i as i32,
-            timestamp: 1_700_000_000_000,
+            // Now: a fixed old stamp would be past retention.ms, and a broker's retention
+            // check could delete the records under the consumer.
+            timestamp: now_ms,
             key: None,
             value: Some(random_bytes(
                 a.record_size,
@@ -551,11 +556,26 @@ async fn consume_connection(
         let mut resp = read_frame(&mut rd).await?;
         ResponseHeader::decode(&mut resp, FetchResponse::header_version(FETCH_V))?;
         let resp = FetchResponse::decode(&mut resp, FETCH_V)?;
+        if resp.error_code != 0 {
+            bail!(
+                "the broker refused a fetch (error code {})",
+                resp.error_code
+            );
+        }
         for t in resp.responses {
             for p in t.partitions {
                 if p.error_code != 0 {
-                    totals.errors.fetch_add(1, Ordering::Relaxed);
-                    continue;
+                    // A broker that refuses a partition refuses it again at once: stop rather
+                    // than spin until the deadline.
+                    bail!(
+                        "the broker refused a fetch of partition {} (error code {}) at offset {}",
+                        p.partition_index,
+                        p.error_code,
+                        partitions
+                            .iter()
+                            .position(|&x| x == p.partition_index)
+                            .map_or(-1, |i| offsets[i])
+                    );
                 }
                 let Some(i) = partitions.iter().position(|&x| x == p.partition_index) else {
                     continue;
