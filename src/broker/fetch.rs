@@ -23,8 +23,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::{
-    Broker, FollowerFetchError, LeaderEpoch, Offset, Partition, PartitionOffsets, Role, Topic,
-    TopicRef,
+    Blocking, Broker, FollowerFetchError, LeaderEpoch, Offset, Partition, PartitionOffsets, Role,
+    Topic, TopicRef,
 };
 use crate::log::txn_index::AbortedTxn;
 use crate::protocol::{Chunk, SpliceBuf};
@@ -146,6 +146,30 @@ struct Pass {
     /// that race the wait.
     watched: Vec<(Arc<Partition>, Offset, Offset)>,
     remote: bool,
+    /// [`Blocking::Refused`]: the pass runs on an async worker and stops, setting
+    /// `would_block`, at the first partition whose read would wait on a lock or a repair;
+    /// nothing it read counts, and the caller runs the pass again where blocking is allowed.
+    blocking: Blocking,
+    would_block: bool,
+    /// What the pass changes, applied once it is complete ([`Broker::finish_pass`]), so that
+    /// a pass that stopped changes nothing: the follower positions to record, the errors to
+    /// count, and the bytes of throttled replicas (KIP-73).
+    followers: Vec<FollowerFetch>,
+    errors: Vec<ResponseError>,
+    throttled_bytes: usize,
+}
+
+/// A follower's fetch to record on the partition (Kafka's `updateFollowerFetchState`), and
+/// the slot of its read in the result, which becomes NOT_LEADER_OR_FOLLOWER if the partition
+/// no longer counts it as a follower.
+struct FollowerFetch {
+    slot: (usize, usize),
+    partition: Arc<Partition>,
+    replica_id: i32,
+    fetch_offset: Offset,
+    log_start_offset: Offset,
+    log_end_offset: Offset,
+    bytes: usize,
 }
 
 impl Broker {
@@ -162,8 +186,9 @@ impl Broker {
         let mut first = true;
         loop {
             let record_position = std::mem::take(&mut first);
-            let pass = self.read_pass_blocking(&topics, params, limits, record_position);
-            let pass = pass.await?;
+            let pass = self
+                .run_pass(&topics, params, limits, record_position)
+                .await?;
             if pass.result.bytes >= limits.min_bytes
                 || pass.answer_now
                 || pass.remote
@@ -188,25 +213,113 @@ impl Broker {
                 .is_err()
             {
                 // Deadline: one last pass returns whatever has arrived.
-                let last = self.read_pass_blocking(&topics, params, limits, false);
-                return Ok(last.await?.result);
+                let last = self.run_pass(&topics, params, limits, false).await?;
+                return Ok(last.result);
             }
         }
     }
 
-    async fn read_pass_blocking(
+    /// One pass over the partitions. A follower's runs here, on the async worker: it reads
+    /// at the log end, whose batch headers are in the page cache, and hands the records to
+    /// the socket by `sendfile`. Where it would wait on a lock (a roll, an ISR change) or
+    /// repair a log, it runs on the blocking pool, as consumers' passes do.
+    async fn run_pass(
         self: &Arc<Self>,
         topics: &Arc<Vec<FetchTopic>>,
         params: FetchParams,
         limits: FetchLimits,
         record_position: bool,
     ) -> Result<Pass, tokio::task::JoinError> {
+        if params.is_follower() {
+            let mut pass = self.read_pass(
+                topics,
+                params,
+                limits.max_bytes,
+                record_position,
+                Blocking::Refused,
+            );
+            if !pass.would_block {
+                self.finish_pass(&mut pass);
+                if pass.followers.is_empty() {
+                    return Ok(pass);
+                }
+                // A replica set was locked: record the rest of the positions where waiting
+                // is allowed.
+                let broker = self.clone();
+                return crate::blocking::run(move || {
+                    pass.blocking = Blocking::Allowed;
+                    broker.finish_pass(&mut pass);
+                    pass
+                })
+                .await;
+            }
+        }
         let broker = self.clone();
         let topics = topics.clone();
         crate::blocking::run(move || {
-            broker.read_pass(&topics, params, limits.max_bytes, record_position)
+            let mut pass = broker.read_pass(
+                &topics,
+                params,
+                limits.max_bytes,
+                record_position,
+                Blocking::Allowed,
+            );
+            broker.finish_pass(&mut pass);
+            pass
         })
         .await
+    }
+
+    /// Applies what a complete pass changes: records the follower positions (proposing the
+    /// ISR expansions they earn), counts the errors and the throttled bytes. With
+    /// [`Blocking::Refused`], the positions from the first whose replica set is locked on
+    /// stay in `pass.followers`, in order, for a call where blocking is allowed.
+    fn finish_pass(&self, pass: &mut Pass) {
+        let now = crate::clock::now_ms();
+        for error in pass.errors.drain(..) {
+            self.metrics.record_error(1, error.code());
+        }
+        if pass.throttled_bytes > 0 {
+            let bytes = std::mem::take(&mut pass.throttled_bytes);
+            self.replication.throttles.leader.record(bytes, now);
+        }
+        let mut followers = std::mem::take(&mut pass.followers).into_iter();
+        while let Some(f) = followers.next() {
+            let p = &f.partition;
+            let recorded = match pass.blocking {
+                Blocking::Allowed => Some(p.update_follower_fetch_state(
+                    f.replica_id,
+                    f.fetch_offset,
+                    f.log_start_offset,
+                    f.log_end_offset,
+                    now,
+                )),
+                Blocking::Refused => p.try_update_follower_fetch_state(
+                    f.replica_id,
+                    f.fetch_offset,
+                    f.log_start_offset,
+                    f.log_end_offset,
+                    now,
+                ),
+            };
+            match recorded {
+                None => {
+                    pass.followers.push(f);
+                    pass.followers.extend(followers);
+                    return;
+                }
+                Some(Ok(Some(expansion))) => self.replication.propose(p.clone(), expansion),
+                Some(Ok(None)) => {}
+                Some(Err(FollowerFetchError::NotLeaderOrFollower)) => {
+                    let (t, i) = f.slot;
+                    if let Some(slot) = pass.result.topics.get_mut(t).and_then(|t| t.get_mut(i)) {
+                        slot.1 = not_leader(p);
+                        pass.result.bytes = pass.result.bytes.saturating_sub(f.bytes);
+                        pass.answer_now = true;
+                    }
+                }
+            }
+        }
     }
 
     fn read_pass(
@@ -215,6 +328,7 @@ impl Broker {
         params: FetchParams,
         max_bytes: usize,
         record_position: bool,
+        blocking: Blocking,
     ) -> Pass {
         let mut pass = Pass {
             result: FetchResult {
@@ -224,6 +338,11 @@ impl Broker {
             answer_now: false,
             watched: Vec::new(),
             remote: false,
+            blocking,
+            would_block: false,
+            followers: Vec::new(),
+            errors: Vec::new(),
+            throttled_bytes: 0,
         };
         let mut remaining = max_bytes;
         for t in topics {
@@ -243,9 +362,29 @@ impl Broker {
                     Ok((topic, p)) => {
                         let budget = Budget {
                             remaining: &mut remaining,
-                            record_position,
                         };
-                        self.read_partition(topic, &p, position, params, budget, &mut pass)
+                        let read =
+                            self.read_partition(topic, &p, position, params, budget, &mut pass);
+                        if pass.would_block {
+                            return pass;
+                        }
+                        if let PartitionRead::Records {
+                            offsets, records, ..
+                        } = &read
+                        {
+                            if params.is_follower() && record_position {
+                                pass.followers.push(FollowerFetch {
+                                    slot: (pass.result.topics.len(), reads.len()),
+                                    partition: p.clone(),
+                                    replica_id: params.replica_id,
+                                    fetch_offset: position.fetch_offset,
+                                    log_start_offset: position.log_start_offset,
+                                    log_end_offset: offsets.log_end_offset,
+                                    bytes: records.len(),
+                                });
+                            }
+                        }
+                        read
                     }
                     Err(error) => {
                         pass.answer_now = true;
@@ -273,7 +412,7 @@ impl Broker {
         budget: Budget<'_>,
         pass: &mut Pass,
     ) -> PartitionRead {
-        match self.check_fetchable(p, pos, params) {
+        match self.check_fetchable(p, pos, params, pass) {
             Ok(offsets) => {
                 let read = self.read_records(topic, p, pos, params, offsets, budget, pass);
                 if matches!(
@@ -301,6 +440,7 @@ impl Broker {
         p: &Partition,
         pos: FetchPosition,
         params: FetchParams,
+        pass: &mut Pass,
     ) -> Result<PartitionOffsets, PartitionRead> {
         let epoch = p.leader_epoch();
         if pos.current_leader_epoch.0 >= 0 && pos.current_leader_epoch != epoch {
@@ -324,6 +464,10 @@ impl Broker {
             && pos.last_fetched_epoch == epoch
             && pos.fetch_offset <= offsets.log_end_offset;
         if pos.last_fetched_epoch.0 >= 0 && !in_current_epoch {
+            if pass.blocking == Blocking::Refused {
+                // The epoch lookup takes the log lock.
+                return Err(would_block(pass));
+            }
             match diverging_epoch(p, pos.last_fetched_epoch, pos.fetch_offset, offsets) {
                 Ok(None) => {}
                 Ok(Some((epoch, end_offset))) => {
@@ -333,7 +477,7 @@ impl Broker {
                         end_offset,
                     })
                 }
-                Err(error) => return Err(self.failed(error, offsets)),
+                Err(error) => return Err(failed(pass, error, offsets)),
             }
         }
         Ok(offsets)
@@ -354,12 +498,16 @@ impl Broker {
     ) -> PartitionRead {
         // KIP-73: a follower outside the ISR fetching a throttled replica gets no records
         // while this leader's replication throttle is exceeded.
-        let throttled = params.is_follower()
+        let throttled_replica = params.is_follower()
             && topic
                 .config
                 .leader_throttled
-                .includes(p.index, self.config.node_id)
-            && !p.in_isr(params.replica_id);
+                .includes(p.index, self.config.node_id);
+        if throttled_replica && pass.blocking == Blocking::Refused {
+            // The ISR check takes the replica set lock.
+            return would_block(pass);
+        }
+        let throttled = throttled_replica && !p.in_isr(params.replica_id);
         let throttle = &self.replication.throttles.leader;
         let held_back = throttled && throttle.is_exceeded(crate::clock::now_ms());
         let limit = if held_back {
@@ -377,13 +525,18 @@ impl Broker {
         } else {
             offsets.high_watermark
         };
-        let read = p
-            .read(pos.fetch_offset, limit, max_offset, min_one)
-            .and_then(|s| match s {
-                Some(slice) if slice.len >= SpliceBuf::MIN_SPLICE => Ok(Chunk::File(slice)),
-                Some(slice) => slice.read().map(Chunk::Bytes).map_err(Into::into),
-                None => Ok(Chunk::Bytes(Bytes::new())),
-            });
+        let read = match pass.blocking {
+            Blocking::Allowed => p.read(pos.fetch_offset, limit, max_offset, min_one),
+            Blocking::Refused => match p.try_read(pos.fetch_offset, limit, max_offset, min_one) {
+                Some(read) => read,
+                None => return would_block(pass),
+            },
+        };
+        let read = read.and_then(|s| match s {
+            Some(slice) if slice.len >= SpliceBuf::MIN_SPLICE => Ok(Chunk::File(slice)),
+            Some(slice) => slice.read().map(Chunk::Bytes).map_err(Into::into),
+            None => Ok(Chunk::Bytes(Bytes::new())),
+        });
         let mut remote = None;
         let records = match read {
             Ok(r) => r,
@@ -391,7 +544,7 @@ impl Broker {
             // through the leader: it rebuilds its state from remote storage and starts at the
             // local log start (KIP-405, OFFSET_MOVED_TO_TIERED_STORAGE).
             Err(crate::log::ReadError::Remote { .. }) if params.is_follower() => {
-                return self.failed(ResponseError::OffsetMovedToTieredStorage, offsets);
+                return failed(pass, ResponseError::OffsetMovedToTieredStorage, offsets);
             }
             Err(crate::log::ReadError::Remote { .. }) if params.tiered => {
                 if !pass.remote {
@@ -412,24 +565,11 @@ impl Broker {
                 if error == ResponseError::KafkaStorageError {
                     tracing::error!(topic = %p.topic, partition = p.index, error = %e, "fetch read failed");
                 }
-                return self.failed(error, offsets);
+                return failed(pass, error, offsets);
             }
         };
-        if params.is_follower() && budget.record_position {
-            match p.update_follower_fetch_state(
-                params.replica_id,
-                pos.fetch_offset,
-                pos.log_start_offset,
-                offsets.log_end_offset,
-                crate::clock::now_ms(),
-            ) {
-                Ok(Some(expansion)) => self.replication.propose(p.clone(), expansion),
-                Ok(None) => {}
-                Err(FollowerFetchError::NotLeaderOrFollower) => return not_leader(p),
-            }
-        }
         if throttled {
-            throttle.record(records.len(), crate::clock::now_ms());
+            pass.throttled_bytes += records.len();
         }
         *budget.remaining = budget.remaining.saturating_sub(records.len());
         pass.result.bytes += records.len();
@@ -449,21 +589,29 @@ impl Broker {
             aborted,
         }
     }
+}
 
-    /// A failed read of an existing partition, counted in the fetch error metrics.
-    fn failed(&self, error: ResponseError, offsets: PartitionOffsets) -> PartitionRead {
-        self.metrics.record_error(1, error.code());
-        PartitionRead::Failed {
-            error,
-            offsets: Some(offsets),
-        }
+/// A failed read of an existing partition, counted in the fetch error metrics.
+fn failed(pass: &mut Pass, error: ResponseError, offsets: PartitionOffsets) -> PartitionRead {
+    pass.errors.push(error);
+    PartitionRead::Failed {
+        error,
+        offsets: Some(offsets),
     }
 }
 
-/// What a pass has left to give: bytes, and whether it records a follower's position.
+/// Stops a [`Blocking::Refused`] pass; the read it returns is never answered.
+fn would_block(pass: &mut Pass) -> PartitionRead {
+    pass.would_block = true;
+    PartitionRead::Failed {
+        error: ResponseError::UnknownServerError,
+        offsets: None,
+    }
+}
+
+/// What a pass has left to give, in bytes.
 struct Budget<'a> {
     remaining: &'a mut usize,
-    record_position: bool,
 }
 
 fn not_leader(p: &Partition) -> PartitionRead {

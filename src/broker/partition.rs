@@ -337,12 +337,8 @@ impl Partition {
             info
         };
         if !info.duplicate {
-            if self.is_replicated() && self.try_increment_high_watermark(now_ms()).is_none() {
-                // Another thread holds a lock the high watermark needs: move it there.
-                let partition = self.clone();
-                tokio::task::spawn_blocking(move || {
-                    partition.maybe_increment_high_watermark(now_ms())
-                });
+            if self.is_replicated() {
+                self.increment_high_watermark_without_waiting(now_ms());
             }
             self.wake_waiters();
         }
@@ -376,6 +372,15 @@ impl Partition {
     /// the replica set or the log is locked by another thread.
     fn try_increment_high_watermark(&self, now: i64) -> Option<bool> {
         self.increment_high_watermark(try_lock(&self.replica_set)?, || try_lock(&self.log), now)
+    }
+
+    /// [`Partition::maybe_increment_high_watermark`] from an async worker: where another
+    /// thread holds a lock it needs, it moves on a blocking thread.
+    fn increment_high_watermark_without_waiting(self: &Arc<Self>, now: i64) {
+        if self.try_increment_high_watermark(now).is_none() {
+            let partition = self.clone();
+            tokio::task::spawn_blocking(move || partition.maybe_increment_high_watermark(now_ms()));
+        }
     }
 
     fn increment_high_watermark<'a>(
@@ -416,39 +421,84 @@ impl Partition {
         leader_log_end_offset: Offset,
         now: i64,
     ) -> Result<Option<super::leadership::AlterPartitionRequest>, FollowerFetchError> {
-        let (moved_end, expansion) = {
-            let mut set = self.lock_replicas();
-            if !set.is_leader() {
-                return Err(FollowerFetchError::NotLeaderOrFollower);
-            }
-            let Some(f) = set.followers.get_mut(&replica_id) else {
-                return Err(FollowerFetchError::NotLeaderOrFollower);
-            };
-            let before = f.log_end_offset;
-            f.record_fetch(
-                fetch_offset,
-                follower_log_start_offset,
-                now,
-                leader_log_end_offset,
-            );
-            let hw = self.offsets().high_watermark;
-            let expansion = set.expansion(replica_id, hw).map(|new_isr| {
-                set.pending_isr = Some(new_isr.clone());
-                self.publish_isr(&set);
-                super::leadership::AlterPartitionRequest {
-                    topic_id: self.topic_id,
-                    partition: self.index,
-                    leader_epoch: set.leader_epoch,
-                    new_isr,
-                    partition_epoch: set.partition_epoch,
-                }
-            });
-            (before != fetch_offset, expansion)
-        };
+        let (moved_end, expansion) = self.record_follower_fetch(
+            self.lock_replicas(),
+            replica_id,
+            fetch_offset,
+            follower_log_start_offset,
+            leader_log_end_offset,
+            now,
+        )?;
         if moved_end {
             self.maybe_increment_high_watermark(now);
         }
         Ok(expansion)
+    }
+
+    /// [`Partition::update_follower_fetch_state`] where the caller must not wait on a lock (an
+    /// async worker): `None`, with nothing changed, when another thread holds the replica
+    /// set. A high watermark move that finds the log locked goes to a blocking thread.
+    pub fn try_update_follower_fetch_state(
+        self: &Arc<Self>,
+        replica_id: i32,
+        fetch_offset: Offset,
+        follower_log_start_offset: Offset,
+        leader_log_end_offset: Offset,
+        now: i64,
+    ) -> Option<Result<Option<super::leadership::AlterPartitionRequest>, FollowerFetchError>> {
+        let recorded = self.record_follower_fetch(
+            try_lock(&self.replica_set)?,
+            replica_id,
+            fetch_offset,
+            follower_log_start_offset,
+            leader_log_end_offset,
+            now,
+        );
+        Some(recorded.map(|(moved_end, expansion)| {
+            if moved_end {
+                self.increment_high_watermark_without_waiting(now);
+            }
+            expansion
+        }))
+    }
+
+    /// The part of a follower fetch under the replica set lock: its progress, and the ISR
+    /// expansion it earns. Also whether its log end moved (the high watermark may follow).
+    fn record_follower_fetch(
+        &self,
+        mut set: std::sync::MutexGuard<'_, ReplicaSet>,
+        replica_id: i32,
+        fetch_offset: Offset,
+        follower_log_start_offset: Offset,
+        leader_log_end_offset: Offset,
+        now: i64,
+    ) -> Result<(bool, Option<super::leadership::AlterPartitionRequest>), FollowerFetchError> {
+        if !set.is_leader() {
+            return Err(FollowerFetchError::NotLeaderOrFollower);
+        }
+        let Some(f) = set.followers.get_mut(&replica_id) else {
+            return Err(FollowerFetchError::NotLeaderOrFollower);
+        };
+        let before = f.log_end_offset;
+        f.record_fetch(
+            fetch_offset,
+            follower_log_start_offset,
+            now,
+            leader_log_end_offset,
+        );
+        let hw = self.offsets().high_watermark;
+        let expansion = set.expansion(replica_id, hw).map(|new_isr| {
+            set.pending_isr = Some(new_isr.clone());
+            self.publish_isr(&set);
+            super::leadership::AlterPartitionRequest {
+                topic_id: self.topic_id,
+                partition: self.index,
+                leader_epoch: set.leader_epoch,
+                new_isr,
+                partition_epoch: set.partition_epoch,
+            }
+        });
+        Ok((before != fetch_offset, expansion))
     }
 
     /// The ISR shrink to propose when followers lag (Kafka's `maybeShrinkIsr`).
@@ -628,10 +678,7 @@ impl Partition {
                     return Err(e);
                 }
             };
-            let hw = leader_high_watermark.min(log.log_end_offset());
-            if hw > log.high_watermark() {
-                log.update_high_watermark(hw);
-            }
+            follow_high_watermark(&mut log, leader_high_watermark);
             // The leader's log start moved (retention, DeleteRecords): follow it. Without
             // remote storage the segments wholly below it go now, as on the leader.
             if leader_log_start_offset > log.log_start_offset() {
@@ -646,6 +693,47 @@ impl Partition {
         };
         self.wake_waiters();
         Ok(appended)
+    }
+
+    /// [`Partition::append_as_follower`] where the caller must not wait on the disk or on a
+    /// lock (an async worker). Appends the batches that only write the page cache and returns
+    /// where in `records` the rest begins, for [`Partition::append_as_follower`] where blocking
+    /// is allowed: a batch that rolls, flushes, starts an epoch or aborts a transaction, an
+    /// offline log, a log locked by another thread (`Some(0)`, nothing changed), or the
+    /// leader's log start moving (`Some(records.len())`: only that is left). `None` when
+    /// everything, the leader's high watermark included, was taken.
+    pub fn try_append_as_follower(
+        &self,
+        leader_epoch: LeaderEpoch,
+        records: &[u8],
+        leader_high_watermark: Offset,
+        leader_log_start_offset: Offset,
+    ) -> Result<Option<usize>, AppendError> {
+        let rest = {
+            let Some(mut log) = try_lock(&self.log) else {
+                return Ok(Some(0));
+            };
+            if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
+                return Err(AppendError::NotLeaderOrFollower);
+            }
+            let appended = match log.try_append_as_follower(records, now_ms()) {
+                Ok(a) => a,
+                Err(e) => {
+                    self.publish(&log);
+                    return Err(e);
+                }
+            };
+            let rest = appended.rest.or_else(|| {
+                (leader_log_start_offset.0 > log.log_start_offset()).then_some(records.len())
+            });
+            if rest.is_none() {
+                follow_high_watermark(&mut log, leader_high_watermark.0);
+            }
+            self.publish(&log);
+            rest
+        };
+        self.wake_waiters();
+        Ok(rest)
     }
 
     /// Truncates a follower's log to `offset` (divergence after a leader change). Blocking.
@@ -723,6 +811,23 @@ impl Partition {
             self.publish(&log);
         }
         log.read(offset.0, max_bytes, max_offset.0, min_one)
+    }
+
+    /// [`Partition::read`] where the caller must not wait on a lock or a repair (an async
+    /// worker): `None` when another thread holds the log or the log is offline. The read
+    /// itself takes batch headers from the page cache, where the log end's are.
+    pub fn try_read(
+        &self,
+        offset: Offset,
+        max_bytes: usize,
+        max_offset: Offset,
+        min_one: bool,
+    ) -> Option<Result<Option<FileSlice>, ReadError>> {
+        let log = try_lock(&self.log)?;
+        if log.is_offline() {
+            return None;
+        }
+        Some(log.read(offset.0, max_bytes, max_offset.0, min_one))
     }
 
     /// Aborted transactions overlapping `[from, upper)` (for read_committed fetches).
@@ -956,6 +1061,14 @@ fn earliest_in(log: &Log) -> (Offset, Option<LeaderEpoch>) {
 
 /// A lock without waiting for it (`None` when another thread holds it); a poisoned lock is
 /// taken as [`Partition::lock`] takes it.
+/// A follower takes the leader's high watermark, up to its own log end.
+fn follow_high_watermark(log: &mut Log, leader_high_watermark: i64) {
+    let hw = leader_high_watermark.min(log.log_end_offset());
+    if hw > log.high_watermark() {
+        log.update_high_watermark(hw);
+    }
+}
+
 fn try_lock<T>(m: &std::sync::Mutex<T>) -> Option<std::sync::MutexGuard<'_, T>> {
     match m.try_lock() {
         Ok(g) => Some(g),

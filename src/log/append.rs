@@ -148,9 +148,39 @@ impl Log {
         now_ms: i64,
     ) -> Result<usize, AppendError> {
         self.ensure_online(now_ms)?;
+        self.append_follower_batches(records, now_ms, true)
+            .map(|a| a.bytes)
+    }
+
+    /// [`Log::append_as_follower`] where the caller must not wait on the disk (an async
+    /// worker): appends batches until one would do more than write the page cache (roll the
+    /// segment, fsync for `flush.messages`, write the checkpoint of a new leader epoch, or
+    /// index an aborted transaction) and reports where it stopped, so the caller appends the
+    /// rest where blocking is allowed. An offline log appends nothing. Records the log
+    /// refuses are refused here too, with the same error.
+    pub fn try_append_as_follower(
+        &mut self,
+        records: &[u8],
+        now_ms: i64,
+    ) -> Result<FollowerAppend, AppendError> {
+        if self.offline.is_some() {
+            return Ok(FollowerAppend {
+                bytes: 0,
+                rest: Some(0),
+            });
+        }
+        self.append_follower_batches(records, now_ms, false)
+    }
+
+    fn append_follower_batches(
+        &mut self,
+        records: &[u8],
+        now_ms: i64,
+        may_block: bool,
+    ) -> Result<FollowerAppend, AppendError> {
         let mut appended = 0;
         for item in BatchIter::new(records) {
-            let (_, header, bytes) = match item {
+            let (position, header, bytes) = match item {
                 Ok(b) => b,
                 // A fetch response may end with a partial batch: the next fetch gets it whole.
                 Err(BatchError::Truncated { .. }) => break,
@@ -167,6 +197,18 @@ impl Log {
                 && header.is_transactional()
                 && header.has_producer_id()
                 && marker_type(bytes) == Some(MARKER_ABORT);
+            let blocks = || {
+                abort
+                    || self.needs_roll(&header, bytes.len(), now_ms)
+                    || self.needs_flush(&header)
+                    || self.epochs.would_assign(header.partition_leader_epoch)
+            };
+            if !may_block && blocks() {
+                return Ok(FollowerAppend {
+                    bytes: appended,
+                    rest: Some(position),
+                });
+            }
             let first = self
                 .producers
                 .ongoing_txn(header.producer_id)
@@ -191,7 +233,10 @@ impl Log {
             }
             appended += bytes.len();
         }
-        Ok(appended)
+        Ok(FollowerAppend {
+            bytes: appended,
+            rest: None,
+        })
     }
 
     /// Appends a COMMIT or ABORT marker for the producer's transaction (WriteTxnMarkers).
@@ -464,6 +509,14 @@ impl Log {
             .write_snapshot(&self.dir, self.log_end_offset)?;
         self.prune_snapshots()
     }
+}
+
+/// What [`Log::try_append_as_follower`] appended: the bytes, and where in the records the
+/// batches left for a caller that may block begin (`None`: every whole batch went in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerAppend {
+    pub bytes: usize,
+    pub rest: Option<usize>,
 }
 
 /// A leader append validated and ready to write: a retry of a batch already in the log, or

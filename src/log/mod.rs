@@ -97,6 +97,7 @@ use leader_epoch::LeaderEpochCache;
 use producer_state::{ProducerError, ProducerStateManager};
 use segment::{Segment, SegmentLimits};
 
+pub use append::FollowerAppend;
 pub use marker::TxnMarker;
 pub use segments::first_record_at_or_after;
 

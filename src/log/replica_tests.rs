@@ -180,3 +180,88 @@ fn truncating_at_the_log_end_drops_an_epoch_led_without_appending() {
     assert_eq!(log.latest_epoch(), Some(0));
     assert_eq!(log.log_end_offset(), 2);
 }
+
+#[test]
+fn a_follower_append_that_must_not_block_stops_before_a_roll_a_flush_a_new_epoch_and_an_abort() {
+    use super::txn_tests::{txn_batch, txn_marker};
+    let leader_dir = tempfile::tempdir().unwrap();
+    let follower_dir = tempfile::tempdir().unwrap();
+    let mut leader = open(leader_dir.path(), &[]);
+    let overrides = [("segment.bytes", "700"), ("flush.messages", "25")];
+    let mut follower = open(follower_dir.path(), &overrides);
+    let value =
+        |i: usize| encode_batch(&[format!("value {i}").as_bytes()], Compression::None, now());
+    for i in 0..30 {
+        leader.append_as_leader(&value(i), 0, now()).unwrap();
+    }
+    leader
+        .append_as_leader(&txn_batch(7, 0, 2), 0, now())
+        .unwrap();
+    let abort = leader
+        .append_txn_marker(&txn_marker(7, 0, false, 0), 0, now())
+        .unwrap();
+    let epoch_2 = leader.log_end_offset();
+    for i in 0..10 {
+        leader.append_as_leader(&value(i), 2, now()).unwrap();
+    }
+    let fetched = bytes_from(&leader, 0);
+
+    // The fetcher's loop: what the async worker may append, then the batch that stopped it
+    // where blocking is allowed.
+    let mut at = 0;
+    let mut stops = Vec::new();
+    loop {
+        let before = (
+            follower.segment_count(),
+            follower.latest_epoch(),
+            follower.recovery_point(),
+            follower.aborted_transactions(0, i64::MAX).len(),
+        );
+        let appended = follower
+            .try_append_as_follower(&fetched[at..], now())
+            .unwrap();
+        let after = (
+            follower.segment_count(),
+            follower.latest_epoch(),
+            follower.recovery_point(),
+            follower.aborted_transactions(0, i64::MAX).len(),
+        );
+        assert_eq!(
+            before, after,
+            "a non-blocking append rolled, wrote an epoch, flushed or indexed an abort"
+        );
+        at += appended.bytes;
+        let Some(rest) = appended.rest else { break };
+        assert_eq!(rest, appended.bytes, "it stops at a batch boundary");
+        stops.push(follower.log_end_offset());
+        let (_, header, _) = BatchIter::new(&fetched[at..]).next().unwrap().unwrap();
+        let one = header.total_size();
+        follower
+            .append_as_follower(&fetched[at..at + one], now())
+            .unwrap();
+        at += one;
+    }
+    assert_eq!(at, fetched.len());
+    assert_eq!(bytes_from(&follower, 0), fetched);
+    assert_eq!(
+        follower.end_offset_for_epoch(0),
+        leader.end_offset_for_epoch(0)
+    );
+    assert_eq!(follower.latest_epoch(), Some(2));
+    assert_eq!(
+        follower.aborted_transactions(0, i64::MAX),
+        leader.aborted_transactions(0, i64::MAX)
+    );
+    // The first batch starts epoch 0; the 25th record fsyncs; the marker aborts; epoch 2
+    // starts; the rest are rolls.
+    for offset in [0, 24, abort, epoch_2] {
+        assert!(stops.contains(&offset), "no stop at {offset}: {stops:?}");
+    }
+    assert!(follower.segment_count() > 3, "{}", follower.segment_count());
+    assert!(stops.len() >= 4 + follower.segment_count() - 1, "{stops:?}");
+
+    // An offline log is repaired by the blocking path only.
+    follower.take_offline("test".into());
+    let appended = follower.try_append_as_follower(&fetched, now()).unwrap();
+    assert_eq!((appended.bytes, appended.rest), (0, Some(0)));
+}

@@ -30,7 +30,7 @@ fn open(dir: &Path, clean: bool) -> Log {
 }
 
 /// A transactional batch of `n` records for producer `pid` starting at sequence `seq`.
-fn txn_batch(pid: i64, seq: i32, n: usize) -> Vec<u8> {
+pub(super) fn txn_batch(pid: i64, seq: i32, n: usize) -> Vec<u8> {
     let now = crate::clock::now_ms();
     let records: Vec<Record> = (0..n)
         .map(|i| Record {
@@ -71,7 +71,12 @@ fn append(log: &mut Log, bytes: &[u8]) -> i64 {
     info.base_offset
 }
 
-fn txn_marker(producer_id: i64, producer_epoch: i16, commit: bool, tv: i16) -> TxnMarker {
+pub(super) fn txn_marker(
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    tv: i16,
+) -> TxnMarker {
     TxnMarker {
         producer_id,
         producer_epoch,

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, ListOffsetsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -430,19 +431,33 @@ impl Fetcher {
         }
         let backoff = self.broker.config.replication.fetch_backoff;
         let leader = self.leader;
-        let results = crate::blocking::run(move || {
-            work.into_iter()
-                .map(|(t, data)| {
-                    let next = apply_partition_data(&t, data, leader, backoff);
-                    (t, next)
-                })
-                .collect::<Vec<_>>()
-        })
-        .await;
-        let Ok(results) = results else {
-            tracing::error!(leader = self.leader, "applying a fetch response panicked");
-            return Vec::new();
-        };
+        // Appends that only write the page cache happen here; the rest (a roll, a flush, a
+        // new epoch, a truncation, a locked log) on a blocking thread.
+        let mut results = Vec::with_capacity(work.len());
+        let mut left = Vec::new();
+        for (t, data) in work {
+            match try_apply_partition_data(&t, data, leader, backoff) {
+                Ok(next) => results.push((t, next)),
+                Err(rest) => left.push((t, rest)),
+            }
+        }
+        if !left.is_empty() {
+            let applied = crate::blocking::run(move || {
+                left.into_iter()
+                    .map(|(t, rest)| {
+                        let next = apply_partition_data(&t, rest, leader, backoff);
+                        (t, next)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await;
+            match applied {
+                Ok(applied) => results.extend(applied),
+                Err(_) => {
+                    tracing::error!(leader = self.leader, "applying a fetch response panicked")
+                }
+            }
+        }
         let mut out_of_range = Vec::new();
         let mut denied = 0;
         for (t, next) in results {
@@ -701,31 +716,88 @@ pub fn truncation_offset(
 }
 
 /// Applies one partition of a fetch response. Blocking.
-fn apply_partition_data(
+/// What of one partition's fetch data a blocking thread applies: the divergence to truncate
+/// at, or the batches from `from` on, which must continue the log at `log_end_offset`.
+struct Rest {
+    data: PartitionData,
+    from: usize,
+    log_end_offset: Offset,
+}
+
+/// Applies one partition of a fetch response as far as that waits on neither the disk nor a
+/// lock: errors, stale answers, and appends to the page cache. Returns the rest for
+/// [`apply_partition_data`].
+fn try_apply_partition_data(
     t: &Target,
-    data: kafka_protocol::messages::fetch_response::PartitionData,
+    data: PartitionData,
     leader: i32,
     backoff: Duration,
-) -> Next {
+) -> Result<Next, Rest> {
     let p = &t.partition;
     let pause = || Next::Pause(Pause::Until(Instant::now() + backoff, t.leader_epoch));
     match ResponseError::try_from_code(data.error_code) {
         None => {}
-        Some(ResponseError::OffsetOutOfRange) => return Next::OutOfRange,
-        Some(ResponseError::OffsetMovedToTieredStorage) => return Next::MovedToTieredStorage,
+        Some(ResponseError::OffsetOutOfRange) => return Ok(Next::OutOfRange),
+        Some(ResponseError::OffsetMovedToTieredStorage) => return Ok(Next::MovedToTieredStorage),
         Some(ResponseError::TopicAuthorizationFailed) => {
-            return Next::Denied(Pause::Until(Instant::now() + backoff, t.leader_epoch));
+            return Ok(Next::Denied(Pause::Until(
+                Instant::now() + backoff,
+                t.leader_epoch,
+            )));
         }
         Some(ResponseError::FencedLeaderEpoch) => {
             tracing::info!(topic = %p.topic, partition = p.index, leader, leader_epoch = %t.leader_epoch, "fenced by the leader: waiting for a newer partition state");
-            return Next::Pause(Pause::EpochChange(t.leader_epoch));
+            return Ok(Next::Pause(Pause::EpochChange(t.leader_epoch)));
         }
         Some(e) => {
             tracing::debug!(topic = %p.topic, partition = p.index, leader, error = ?e, "fetch error; backing off");
-            return pause();
+            return Ok(pause());
         }
     }
-    if data.diverging_epoch.epoch >= 0 || data.diverging_epoch.end_offset >= 0 {
+    let rest = |data, from| Rest {
+        data,
+        from,
+        log_end_offset: p.offsets().log_end_offset,
+    };
+    if diverges(&data) {
+        return Err(rest(data, 0));
+    }
+    if p.offsets().log_end_offset != t.fetch_offset {
+        // The log moved (truncated) since the request: this answer is stale.
+        return Ok(Next::Continue);
+    }
+    let records = data.records.clone().unwrap_or_default();
+    match p.try_append_as_follower(
+        t.leader_epoch,
+        &records,
+        Offset(data.high_watermark),
+        Offset(data.log_start_offset),
+    ) {
+        Ok(None) => Ok(Next::Continue),
+        Ok(Some(from)) => Err(rest(data, from)),
+        Err(e) => {
+            report_append_error(p, &e);
+            Ok(pause())
+        }
+    }
+}
+
+/// The leader's answer says where this follower's log diverges from its own.
+fn diverges(data: &PartitionData) -> bool {
+    data.diverging_epoch.epoch >= 0 || data.diverging_epoch.end_offset >= 0
+}
+
+/// Applies what [`try_apply_partition_data`] left: truncates a diverging log, or appends the
+/// remaining batches and takes the leader's high watermark and log start offset. Blocking.
+fn apply_partition_data(t: &Target, rest: Rest, leader: i32, backoff: Duration) -> Next {
+    let p = &t.partition;
+    let pause = || Next::Pause(Pause::Until(Instant::now() + backoff, t.leader_epoch));
+    let Rest {
+        data,
+        from,
+        log_end_offset,
+    } = rest;
+    if diverges(&data) {
         let (end, hw, own) = p.divergence_view(data.diverging_epoch.epoch);
         let offset = truncation_offset(
             data.diverging_epoch.epoch,
@@ -742,14 +814,15 @@ fn apply_partition_data(
             }
         };
     }
-    let records = data.records.unwrap_or_default();
-    if p.offsets().log_end_offset != t.fetch_offset {
-        // The log moved (truncated) since the request: this answer is stale.
+    if p.offsets().log_end_offset != log_end_offset {
+        // The log moved (truncated) since: this answer is stale.
+        tracing::debug!(topic = %p.topic, partition = p.index, leader, "follower log moved while applying a fetch response");
         return Next::Continue;
     }
+    let records = data.records.unwrap_or_default();
     match p.append_as_follower(
         t.leader_epoch,
-        &records,
+        records.get(from..).unwrap_or_default(),
         Offset(data.high_watermark),
         Offset(data.log_start_offset),
     ) {

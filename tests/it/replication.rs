@@ -14,6 +14,7 @@ use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::{
     DescribeClusterRequest, MetadataRequest, OffsetForLeaderEpochRequest, ProduceResponse,
 };
+use kafka_protocol::records::Compression;
 use kafka_protocol::ResponseError;
 use strata::broker::{LeaderEpoch, Offset};
 use strata::replication::in_process::InProcessController;
@@ -799,3 +800,126 @@ expected = [f"a-{i}" for i in range(100)] + [f"b-{i}" for i in range(100)]
 assert values == expected, values[:10]
 print("consumed 200 in order", flush=True)
 "#;
+
+/// Every stored byte of the partition on broker `id`, segment after segment.
+fn all_log_bytes(c: &Cluster, id: i32) -> Vec<u8> {
+    let p = c.partition(id);
+    let end = p.offsets().log_end_offset;
+    let mut out = Vec::new();
+    let mut offset = 0;
+    while let Some(slice) = p
+        .read(Offset(offset), 1 << 20, end, true)
+        .expect("read log")
+    {
+        let bytes = slice.read().expect("read slice");
+        if bytes.is_empty() {
+            break;
+        }
+        let mut decode = bytes.clone();
+        let sets = kafka_protocol::records::RecordBatchDecoder::decode_all(&mut decode)
+            .expect("decode stored batches");
+        offset = sets
+            .iter()
+            .flat_map(|s| s.records.iter().map(|r| r.offset))
+            .max()
+            .expect("records")
+            + 1;
+        out.extend_from_slice(&bytes);
+    }
+    out
+}
+
+/// acks=all producers on broker `leader`, `PRODUCERS` at once: each acknowledged value with
+/// its offset.
+async fn produce_concurrently(c: &Cluster, leader: i32, tag: &str) -> Vec<(i64, Vec<u8>)> {
+    const PRODUCERS: usize = 4;
+    const BATCHES: usize = 60;
+    const PER_BATCH: usize = 3;
+    let mut tasks = Vec::new();
+    for p in 0..PRODUCERS {
+        let mut client = c.broker(leader).client().await;
+        let tag = tag.to_string();
+        tasks.push(tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for n in 0..BATCHES {
+                let values: Vec<Vec<u8>> = (0..PER_BATCH)
+                    .map(|i| format!("{tag}-p{p}-{:04}", n * PER_BATCH + i).into_bytes())
+                    .collect();
+                let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+                let records =
+                    batch_with(&refs, &vec![now_ms(); PER_BATCH], Compression::None, None);
+                let mut req = produce_request(TOPIC, 0, records, -1);
+                req.timeout_ms = 10_000;
+                let r = only_partition(client.call(PRODUCE_V, &req).await);
+                assert_eq!(r.error_code, 0, "{tag} producer {p} batch {n}");
+                for (i, v) in values.into_iter().enumerate() {
+                    acked.push((r.base_offset + i as i64, v));
+                }
+            }
+            acked
+        }));
+    }
+    let mut acked = Vec::new();
+    for t in tasks {
+        acked.extend(t.await.unwrap());
+    }
+    acked
+}
+
+/// Followers append on the async worker until a batch would roll (`log.roll.ms` here), fsync
+/// (`flush.messages`) or start an epoch, which goes to the blocking pool; the leader serves
+/// their fetches there too. Under concurrent acks=all producers and a leader change, every
+/// acknowledged record is on all three brokers once, at the offset it was acknowledged at,
+/// and the three logs are the same bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn followers_keep_every_acknowledged_record_through_rolls_flushes_and_a_leader_change() {
+    let c = Cluster::start(
+        3,
+        &[("log.roll.ms", "40"), ("log.flush.interval.messages", "7")],
+    )
+    .await;
+    c.set_partition(c.state(1, 0, &[1, 2, 3], 0)).await;
+    for id in 1..=3 {
+        c.register(id).await;
+    }
+    let mut acked = produce_concurrently(&c, 1, "epoch0").await;
+    c.set_partition(c.state(2, 1, &[1, 2, 3], 1)).await;
+    let new_leader = c.partition(2);
+    eventually("broker 2 to lead", || new_leader.is_leader()).await;
+    acked.extend(produce_concurrently(&c, 2, "epoch1").await);
+
+    let end = new_leader.offsets().log_end_offset;
+    assert_eq!(end, Offset(acked.len() as i64));
+    for id in [1, 3] {
+        let p = c.partition(id);
+        eventually("a follower to reach the leader's end", || {
+            p.offsets().log_end_offset == end && p.offsets().high_watermark == end
+        })
+        .await;
+    }
+    let leader_log = all_log_bytes(&c, 2);
+    for id in [1, 3] {
+        assert!(
+            all_log_bytes(&c, id) == leader_log,
+            "broker {id}'s log differs from the leader's"
+        );
+        assert_eq!(c.partition(id).with_log(|l| l.latest_epoch()), Some(1));
+    }
+    let mut stored = Vec::new();
+    let mut bytes = Bytes::from(leader_log);
+    for set in kafka_protocol::records::RecordBatchDecoder::decode_all(&mut bytes).unwrap() {
+        for r in set.records {
+            stored.push((r.offset, r.value.expect("value").to_vec()));
+        }
+    }
+    acked.sort();
+    assert_eq!(
+        stored, acked,
+        "each acknowledged record once, at its offset, and nothing else"
+    );
+    for id in 1..=3 {
+        let segments = c.partition(id).with_log(|l| l.segment_count());
+        assert!(segments > 5, "broker {id} rolled {segments} segments");
+    }
+    c.shutdown().await;
+}
