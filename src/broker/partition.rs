@@ -1,8 +1,10 @@
 //! One partition of a topic: its log behind a mutex, its replica set (leadership, ISR,
 //! follower progress) and the published offsets and role that readers take without the lock.
 //! Appends, reads of segment metadata, truncation and ISR changes take the log lock from
-//! blocking threads; long-polling fetches park on the waiters the partition wakes after each
-//! append or high-watermark move.
+//! blocking threads; the `try_` forms (a small produce, a follower's append and the leader's
+//! read for it) run on async workers and hand back what would wait on the disk or on a taken
+//! lock. Long-polling fetches park on the waiters the partition wakes after each append or
+//! high-watermark move.
 
 use super::*;
 

@@ -268,7 +268,16 @@ async fn txn_offset_commit_is_verified_by_the_transaction_coordinator_on_another
         }
     }
     let (id, txn_node) = found.expect("a transactional id coordinated by another broker");
-    let (e, pid, epoch) = init(c.broker(txn_node), &id).await;
+    // The broker named before it has applied its leadership of the transaction state
+    // partition answers NOT_COORDINATOR; a client asks again, as here.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let (e, pid, epoch) = loop {
+        let r = init(c.broker(txn_node), &id).await;
+        if r.0 != NOT_COORDINATOR || tokio::time::Instant::now() >= deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(e, 0, "InitProducerId");
     let producer = (pid, epoch);
     let mut tc = c.broker(txn_node).client().await;

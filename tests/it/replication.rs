@@ -815,15 +815,8 @@ fn all_log_bytes(c: &Cluster, id: i32) -> Vec<u8> {
         if bytes.is_empty() {
             break;
         }
-        let mut decode = bytes.clone();
-        let sets = kafka_protocol::records::RecordBatchDecoder::decode_all(&mut decode)
-            .expect("decode stored batches");
-        offset = sets
-            .iter()
-            .flat_map(|s| s.records.iter().map(|r| r.offset))
-            .max()
-            .expect("records")
-            + 1;
+        let offsets = record_offsets(&Some(bytes.clone()));
+        offset = offsets.last().expect("records") + 1;
         out.extend_from_slice(&bytes);
     }
     out
