@@ -334,7 +334,7 @@ impl AppendResult {
         loop {
             let notify = Arc::new(Notify::new());
             for a in &awaiting {
-                a.partition.add_waiter(notify.clone());
+                a.partition.add_waiter(&notify);
             }
             awaiting.retain(|a| {
                 let outcome = a

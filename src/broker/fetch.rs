@@ -199,7 +199,7 @@ impl Broker {
             }
             let notify = Arc::new(Notify::new());
             for (p, _, _) in &pass.watched {
-                p.add_waiter(notify.clone());
+                p.add_waiter(&notify);
             }
             // An append between the read and the registration would not wake us: re-check.
             if pass.watched.iter().any(|(p, hw, leo)| {

@@ -34,7 +34,9 @@ pub struct Partition {
     isr_len: AtomicUsize,
     maximal_isr_len: AtomicUsize,
     replica_count: AtomicUsize,
-    waiters: Mutex<Vec<Arc<Notify>>>,
+    /// Fetches and acks=all appends waiting for the next append or high watermark move, held
+    /// weakly: a waiter that gives up leaves a dead entry, not a live one.
+    waiters: Mutex<Vec<std::sync::Weak<Notify>>>,
     /// Set when the broker shuts down: appends still waiting for the followers fail rather
     /// than hold the shutdown (see [`Partition::release_replication_waiters`]).
     closing: std::sync::atomic::AtomicBool,
@@ -961,12 +963,22 @@ impl Partition {
         self.wake_waiters();
     }
 
-    /// Registers a fetch waiting for data; it is woken (once) by the next append.
-    pub fn add_waiter(&self, n: Arc<Notify>) {
+    /// Registers a fetch waiting for data, or an append waiting for replication; it is woken
+    /// (once) by the next append or high watermark move. The partition holds it weakly: a
+    /// fetch that watches several partitions and is answered by one (or times out) drops its
+    /// `Notify`, and the next registration here removes the dead entry. (Held strongly, such
+    /// an entry stayed in every quiet partition the fetch had watched, one per fetch, until
+    /// the partition's next append.)
+    pub fn add_waiter(&self, n: &Arc<Notify>) {
         if let Ok(mut w) = self.waiters.lock() {
-            w.retain(|x| Arc::strong_count(x) > 1);
-            w.push(n);
+            w.retain(|x| x.strong_count() > 0);
+            w.push(Arc::downgrade(n));
         }
+    }
+
+    /// The registered waiters, dead entries included (what registrations and wakes bound).
+    pub fn waiter_count(&self) -> usize {
+        self.waiters.lock().map_or(0, |w| w.len())
     }
 
     fn wake_waiters(&self) {
@@ -974,7 +986,7 @@ impl Partition {
             Ok(mut w) => std::mem::take(&mut *w),
             Err(_) => return,
         };
-        for w in waiters {
+        for w in waiters.iter().filter_map(std::sync::Weak::upgrade) {
             w.notify_one();
         }
     }

@@ -170,7 +170,7 @@ pub(crate) fn await_replicated(
     let deadline = Instant::now() + timeout;
     loop {
         let notify = Arc::new(tokio::sync::Notify::new());
-        partition.add_waiter(notify.clone());
+        partition.add_waiter(&notify);
         match partition.check_enough_replicas_reach_offset(required_offset, min_isr) {
             Ok(true) => return Ok(()),
             Ok(false) => {}

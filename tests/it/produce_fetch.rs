@@ -570,3 +570,53 @@ async fn concurrent_producers_on_a_rolling_partition_lose_duplicate_and_reorder_
     assert!(segments > 20, "the partition rolled ({segments} segments)");
     b.shutdown().await;
 }
+
+/// A long-polling fetch registers with every partition it reads and is answered by one of
+/// them, or times out; the others must not keep it. Fetches over a busy partition and two
+/// quiet ones, answered by the busy one or by their deadline, leave the quiet partitions
+/// with at most the waiters still parked, not one entry per fetch ever made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetches_over_quiet_partitions_leave_no_waiters_behind() {
+    const FETCHES: usize = 200;
+    let b = TestBroker::start().await;
+    let mut c = b.client().await;
+    create_topic(&mut c, "quiet", 3).await;
+    let mut producer = b.client().await;
+    for n in 0..FETCHES {
+        let mut req = fetch_request("quiet", 0, &FetchArgs::default());
+        req.max_wait_ms = 20;
+        req.min_bytes = 1;
+        for index in 1..3 {
+            let mut p = req.topics[0].partitions[0].clone();
+            p.partition = index;
+            req.topics[0].partitions.push(p);
+        }
+        // Every other fetch is answered by an append to partition 0 while it waits; the
+        // rest time out.
+        let fetching = c.call(FETCH_V, &req);
+        let answered = async {
+            if n % 2 == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                assert_eq!(
+                    produce(&mut producer, "quiet", 0, batch(1))
+                        .await
+                        .error_code,
+                    0
+                );
+            }
+        };
+        let (resp, ()) = tokio::join!(fetching, answered);
+        assert!(resp.responses[0]
+            .partitions
+            .iter()
+            .all(|p| p.error_code == 0));
+    }
+    for index in 1..3 {
+        let waiters = b.broker().partition("quiet", index).unwrap().waiter_count();
+        assert!(
+            waiters <= 1,
+            "quiet partition {index} keeps {waiters} waiters after {FETCHES} fetches"
+        );
+    }
+    b.shutdown().await;
+}
