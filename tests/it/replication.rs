@@ -376,7 +376,12 @@ async fn a_stopped_follower_leaves_the_isr_and_rejoins_after_catching_up() {
     c.brokers[2].stop().await;
     let r = only_partition(produce_with(c.broker(1), 1, 10_000, PRODUCE_V, batch(1)).await);
     assert_eq!((r.error_code, r.base_offset), (0, 4));
-    eventually("the ISR to shrink to [1, 2]", || c.isr() == vec![1, 2]).await;
+    // The controller commits the shrink before the leader applies it: wait for both.
+    let leader = c.partition(1);
+    eventually("the ISR to shrink to [1, 2]", || {
+        c.isr() == vec![1, 2] && leader.isr_len() == 2
+    })
+    .await;
     let r = only_partition(produce_with(c.broker(1), -1, 10_000, PRODUCE_V, batch(3)).await);
     assert_eq!(
         (r.error_code, r.base_offset),
@@ -388,10 +393,12 @@ async fn a_stopped_follower_leaves_the_isr_and_rejoins_after_catching_up() {
     c.brokers[1].stop().await;
     let r = only_partition(produce_with(c.broker(1), 1, 10_000, PRODUCE_V, batch(1)).await);
     assert_eq!((r.error_code, r.base_offset), (0, 8));
-    eventually("the ISR to shrink to [1]", || c.isr() == vec![1]).await;
+    eventually("the ISR to shrink to [1]", || {
+        c.isr() == vec![1] && leader.isr_len() == 1
+    })
+    .await;
     let r = only_partition(produce_with(c.broker(1), -1, 10_000, PRODUCE_V, batch(1)).await);
     assert_eq!(r.error_code, ResponseError::NotEnoughReplicas.code());
-    let leader = c.partition(1);
     assert_eq!(
         leader.offsets().log_end_offset,
         Offset(9),
@@ -601,7 +608,12 @@ async fn a_follower_behind_the_leaders_log_start_restarts_its_log_there() {
         let r = only_partition(produce_with(c.broker(1), 1, 10_000, PRODUCE_V, batch(2)).await);
         assert_eq!(r.error_code, 0);
     }
-    eventually("the ISR to shrink to [1, 2]", || c.isr() == vec![1, 2]).await;
+    // The controller commits the shrink before the leader applies it: wait for both.
+    let leader = c.partition(1);
+    eventually("the ISR to shrink to [1, 2]", || {
+        c.isr() == vec![1, 2] && leader.isr_len() == 2
+    })
+    .await;
     let leader = c.partition(1);
     eventually("the high watermark to reach the log end", || {
         leader.offsets().high_watermark == Offset(11)
