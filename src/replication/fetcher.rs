@@ -732,7 +732,7 @@ fn try_apply_partition_data(
     data: PartitionData,
     leader: i32,
     backoff: Duration,
-) -> Result<Next, Rest> {
+) -> Result<Next, Box<Rest>> {
     let p = &t.partition;
     let pause = || Next::Pause(Pause::Until(Instant::now() + backoff, t.leader_epoch));
     match ResponseError::try_from_code(data.error_code) {
@@ -754,10 +754,12 @@ fn try_apply_partition_data(
             return Ok(pause());
         }
     }
-    let rest = |data, from| Rest {
-        data,
-        from,
-        log_end_offset: p.offsets().log_end_offset,
+    let rest = |data, from| {
+        Box::new(Rest {
+            data,
+            from,
+            log_end_offset: p.offsets().log_end_offset,
+        })
     };
     if diverges(&data) {
         return Err(rest(data, 0));
@@ -789,14 +791,14 @@ fn diverges(data: &PartitionData) -> bool {
 
 /// Applies what [`try_apply_partition_data`] left: truncates a diverging log, or appends the
 /// remaining batches and takes the leader's high watermark and log start offset. Blocking.
-fn apply_partition_data(t: &Target, rest: Rest, leader: i32, backoff: Duration) -> Next {
+fn apply_partition_data(t: &Target, rest: Box<Rest>, leader: i32, backoff: Duration) -> Next {
     let p = &t.partition;
     let pause = || Next::Pause(Pause::Until(Instant::now() + backoff, t.leader_epoch));
     let Rest {
         data,
         from,
         log_end_offset,
-    } = rest;
+    } = *rest;
     if diverges(&data) {
         let (end, hw, own) = p.divergence_view(data.diverging_epoch.epoch);
         let offset = truncation_offset(

@@ -851,8 +851,7 @@ async fn produce_concurrently(c: &Cluster, leader: i32, tag: &str) -> Vec<(i64, 
                     .map(|i| format!("{tag}-p{p}-{:04}", n * PER_BATCH + i).into_bytes())
                     .collect();
                 let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
-                let records =
-                    batch_with(&refs, &vec![now_ms(); PER_BATCH], Compression::None, None);
+                let records = batch_with(&refs, &[now_ms(); PER_BATCH], Compression::None, None);
                 let mut req = produce_request(TOPIC, 0, records, -1);
                 req.timeout_ms = 10_000;
                 let r = only_partition(client.call(PRODUCE_V, &req).await);
