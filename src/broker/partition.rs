@@ -670,18 +670,9 @@ impl Partition {
             (leader_high_watermark.0, leader_log_start_offset.0);
         let appended = {
             let mut log = self.lock();
-            if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
-                return Err(AppendError::NotLeaderOrFollower);
-            }
-            let appended = match log.append_as_follower(records, now_ms()) {
-                Ok(n) => n,
-                Err(e) => {
-                    // Whole batches before the failed one are in (each append is all or
-                    // nothing), or a repair reopened the log: publish either way.
-                    self.publish(&log);
-                    return Err(e);
-                }
-            };
+            let appended = self.append_following(&mut log, leader_epoch, |log| {
+                log.append_as_follower(records, now_ms())
+            })?;
             follow_high_watermark(&mut log, leader_high_watermark);
             // The leader's log start moved (retention, DeleteRecords): follow it. Without
             // remote storage the segments wholly below it go now, as on the leader.
@@ -717,16 +708,9 @@ impl Partition {
             let Some(mut log) = try_lock(&self.log) else {
                 return Ok(Some(0));
             };
-            if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
-                return Err(AppendError::NotLeaderOrFollower);
-            }
-            let appended = match log.try_append_as_follower(records, now_ms()) {
-                Ok(a) => a,
-                Err(e) => {
-                    self.publish(&log);
-                    return Err(e);
-                }
-            };
+            let appended = self.append_following(&mut log, leader_epoch, |log| {
+                log.try_append_as_follower(records, now_ms())
+            })?;
             let rest = appended.rest.or_else(|| {
                 (leader_log_start_offset.0 > log.log_start_offset()).then_some(records.len())
             });
@@ -738,6 +722,25 @@ impl Partition {
         };
         self.wake_waiters();
         Ok(rest)
+    }
+
+    /// A follower's append under the log lock: refused unless this broker follows at
+    /// `leader_epoch`. A failed append still publishes the log: whole batches before the
+    /// failed one are in (each append is all or nothing), or a repair reopened it.
+    fn append_following<T>(
+        &self,
+        log: &mut Log,
+        leader_epoch: LeaderEpoch,
+        append: impl FnOnce(&mut Log) -> Result<T, AppendError>,
+    ) -> Result<T, AppendError> {
+        if self.role() != Role::Follower || self.leader_epoch() != leader_epoch {
+            return Err(AppendError::NotLeaderOrFollower);
+        }
+        let appended = append(log);
+        if appended.is_err() {
+            self.publish(log);
+        }
+        appended
     }
 
     /// Truncates a follower's log to `offset` (divergence after a leader change). Blocking.
