@@ -28,6 +28,10 @@
 //! - [`LOG_DIR_MOVE_COPIED`], [`LOG_DIR_MOVE_OLD_RENAMED`], [`LOG_DIR_MOVE_LIVE`]: the three
 //!   durable steps of a replica moving to another log dir (`crate::broker::log_dir_move`;
 //!   `tests/interop/test_log_dirs.py`).
+//! - [`EXPORT_CHECKPOINTED`], [`ICEBERG_MANIFESTS_WRITTEN`], [`ICEBERG_METADATA_COMMITTED`]:
+//!   `strata export --iceberg` between its durable steps (files landed and checkpointed, the
+//!   table not committed; manifests written, no metadata naming them; the new metadata
+//!   version created, the version hint not rewritten) (`tests/interop/test_iceberg_export.py`).
 //!
 //! Only the root crate has crash points: `strata-tiering` and `strata-compaction` do not
 //! depend on it, so their steps get a point on the broker side, right after the call.
@@ -52,6 +56,13 @@ pub const LOG_DIR_MOVE_COPIED: &str = "log_dir_move.copied";
 pub const LOG_DIR_MOVE_OLD_RENAMED: &str = "log_dir_move.old_renamed";
 /// The copy is live; the checkpoints are not rewritten and the old dir not deleted yet.
 pub const LOG_DIR_MOVE_LIVE: &str = "log_dir_move.live";
+/// `strata export --iceberg`: every partition's files landed and checkpointed; the table
+/// commit has not begun.
+pub const EXPORT_CHECKPOINTED: &str = "export.checkpointed";
+/// The commit's manifest and manifest list are written; no table metadata names them.
+pub const ICEBERG_MANIFESTS_WRITTEN: &str = "iceberg.manifests_written";
+/// The new table metadata version exists; `version-hint.text` names the previous one.
+pub const ICEBERG_METADATA_COMMITTED: &str = "iceberg.metadata_committed";
 
 struct Armed {
     /// Point name -> the hit that aborts (1-based).

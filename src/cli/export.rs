@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use strata::config::BrokerConfig;
 use strata_tiering::export::{
-    self, ExportError, ExportOptions, ExportRange, PartitionSummary, PlanInput, Progress, Target,
-    ValueSchema,
+    self, iceberg, ExportError, ExportOptions, ExportRange, PartitionSummary, PlanInput, Progress,
+    Target, ValueSchema,
 };
 use strata_tiering::{PartitionId, RemoteStore};
 use tokio::sync::Semaphore;
@@ -71,6 +71,12 @@ pub(super) struct ExportArgs {
     /// kept; values that are not JSON objects or do not fit get nulls and are counted.
     #[arg(long, value_name = "FILE")]
     value_schema: Option<PathBuf>,
+    /// Make `<out>/topic=<topic>` an Apache Iceberg table (format version 2, partitioned by
+    /// Kafka partition and by day of the record timestamp; filesystem-catalog layout with
+    /// `metadata/version-hint.text`), committed after the files land: each record is in the
+    /// table once, whatever run was killed where.
+    #[arg(long)]
+    iceberg: bool,
 }
 
 pub(super) fn run(args: ExportArgs) -> ExitCode {
@@ -87,7 +93,11 @@ async fn export(config: BrokerConfig, args: ExportArgs) -> anyhow::Result<()> {
     // Read the value schema before anything is written.
     let value_schema = read_value_schema(args.value_schema.as_deref())?;
     let target = Arc::new(Target::open(&args.out, &config.tiering.store)?);
-    let options = export_options(&args, value_schema);
+    let mut options = export_options(&args, value_schema);
+    let partitions: Vec<i32> = sources.partitions.iter().copied().collect();
+    if args.iceberg {
+        prepare_table(&target, topic, &partitions, &mut options).await?;
+    }
     let parallelism = args
         .parallelism
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
@@ -117,6 +127,40 @@ async fn export(config: BrokerConfig, args: ExportArgs) -> anyhow::Result<()> {
         &shared.target,
         args.value_schema.is_some(),
     );
+    if args.iceberg {
+        // Also after a failure: what landed is committed, and a re-run adds the rest.
+        strata::failpoint::hit(strata::failpoint::EXPORT_CHECKPOINTED);
+        let c = iceberg::commit_with_steps(
+            &shared.target,
+            topic,
+            &partitions,
+            &shared.options.convert,
+            &|step| match step {
+                iceberg::CommitStep::ManifestsWritten => {
+                    strata::failpoint::hit(strata::failpoint::ICEBERG_MANIFESTS_WRITTEN)
+                }
+                iceberg::CommitStep::MetadataCreated => {
+                    strata::failpoint::hit(strata::failpoint::ICEBERG_METADATA_COMMITTED)
+                }
+            },
+        )
+        .await
+        .context("committing the Iceberg table")?;
+        if c.files > 0 {
+            println!(
+                "iceberg: committed {} file(s), {} records, snapshot {}, table metadata {}",
+                c.files,
+                c.records,
+                c.snapshot_id.unwrap_or(-1),
+                c.metadata_location
+            );
+        } else {
+            println!(
+                "iceberg: nothing new to commit; table metadata {}",
+                c.metadata_location
+            );
+        }
+    }
     let held_back: Vec<&PartitionSummary> = summaries
         .iter()
         .filter(|s| s.stopped_by.is_some() && s.end_offset < s.log_end)
@@ -135,6 +179,31 @@ async fn export(config: BrokerConfig, args: ExportArgs) -> anyhow::Result<()> {
             failures.join("\n")
         );
     }
+    Ok(())
+}
+
+/// Sets the Iceberg column ids of the export (kept by name from the table, if it exists) and
+/// creates the table if it does not. Refuses a target that holds a plain export of the
+/// topic: its files have no field ids and may span days.
+async fn prepare_table(
+    target: &Target,
+    topic: &str,
+    partitions: &[i32],
+    options: &mut ExportOptions,
+) -> anyhow::Result<()> {
+    let table = iceberg::load(target, topic).await?;
+    if table.is_none() {
+        for &p in partitions {
+            if target.read_checkpoint(topic, p).await?.0.is_some() {
+                anyhow::bail!(
+                    "{target} holds a plain Parquet export of {topic} (partition {p} has a                      checkpoint and there is no Iceberg table): export the table into a new --out"
+                );
+            }
+        }
+    }
+    let columns = iceberg::columns(&options.convert, table.as_ref())?;
+    options.convert.iceberg = Some(Arc::new(columns));
+    iceberg::create_if_absent(target, topic, &options.convert).await?;
     Ok(())
 }
 

@@ -12,6 +12,7 @@
 //! [`ConvertOptions::batch_bytes`] bytes, then handed to the Parquet writer, which flushes a
 //! row group at [`ConvertOptions::row_group_bytes`]. One decompressed batch is held at a time.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
 
@@ -19,7 +20,10 @@ use arrow_array::builder::{
     ArrayBuilder, BinaryBuilder, Int64Builder, ListBuilder, StringBuilder, StructBuilder,
     TimestampMillisecondBuilder,
 };
-use arrow_array::{ArrayRef, Int32Array, RecordBatch, StringArray};
+use arrow_array::types::TimestampMicrosecondType;
+use arrow_array::{
+    Array, ArrayRef, Int32Array, RecordBatch, StringArray, TimestampMillisecondArray,
+};
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use bytes::Bytes;
 use parquet::arrow::ArrowWriter;
@@ -204,6 +208,66 @@ pub struct ConvertOptions {
     /// The most one batch's records may decompress to (the topic's
     /// `strata.max.decompressed.batch.bytes`); a larger batch fails the export as corrupt.
     pub max_decompressed_batch_bytes: u64,
+    /// Files for an Iceberg table: Parquet field ids, microsecond timestamps, and (in a
+    /// [`FileSet`]) one file per UTC day of the records' timestamps.
+    pub iceberg: Option<Arc<IcebergColumns>>,
+}
+
+/// The Iceberg field ids of an export's columns: the fixed columns' ids are
+/// [`ICEBERG_FIXED_IDS`]; the typed value columns' ids come from the table (by name) or are
+/// new, in `value_ids`, in the value schema's order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IcebergColumns {
+    pub value_ids: Vec<i32>,
+}
+
+/// Field ids of the fixed columns (topic .. producer_id), then the headers' element, its key
+/// and its value.
+pub const ICEBERG_FIXED_IDS: [i32; 9] = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+pub const ICEBERG_HEADER_IDS: [i32; 3] = [10, 11, 12];
+/// The highest fixed field id; value columns are numbered after it.
+pub const ICEBERG_LAST_FIXED_ID: i32 = 12;
+
+/// The UTC day (days since 1970-01-01) of a timestamp in milliseconds: an Iceberg `day`
+/// partition value.
+pub fn day_of(timestamp_ms: i64) -> i32 {
+    timestamp_ms.div_euclid(86_400_000) as i32
+}
+
+fn with_field_id(f: Field, id: i32) -> Field {
+    let meta = f
+        .metadata()
+        .clone()
+        .with(parquet::arrow::PARQUET_FIELD_ID_META_KEY, id.to_string());
+    f.with_metadata(meta)
+}
+
+/// `f` as an Iceberg column: its id, and a microsecond timestamp where it is milliseconds.
+fn iceberg_field(f: &Field, id: i32) -> Field {
+    let f = match f.data_type() {
+        DataType::Timestamp(TimeUnit::Millisecond, tz) => f
+            .clone()
+            .with_data_type(DataType::Timestamp(TimeUnit::Microsecond, tz.clone())),
+        DataType::List(item) if f.name() == "headers" => {
+            let DataType::Struct(children) = item.data_type() else {
+                return with_field_id(f.clone(), id);
+            };
+            let children: Vec<Field> = children
+                .iter()
+                .zip(&ICEBERG_HEADER_IDS[1..])
+                .map(|(c, &cid)| with_field_id((**c).clone(), cid))
+                .collect();
+            let item = with_field_id(
+                (**item)
+                    .clone()
+                    .with_data_type(DataType::Struct(Fields::from(children))),
+                ICEBERG_HEADER_IDS[0],
+            );
+            f.clone().with_data_type(DataType::List(Arc::new(item)))
+        }
+        _ => f.clone(),
+    };
+    with_field_id(f, id)
 }
 
 impl Default for ConvertOptions {
@@ -216,21 +280,29 @@ impl Default for ConvertOptions {
             zstd_level: 1,
             value_schema: None,
             max_decompressed_batch_bytes: 64 << 20,
+            iceberg: None,
         }
     }
 }
 
 /// The Arrow schema (and so the Parquet schema) of an export with `options`: [`schema`], then
 /// the typed value columns if a value schema is set.
+/// With [`ConvertOptions::iceberg`], every column carries its Iceberg field id and
+/// timestamps are in microseconds (Iceberg's `timestamptz`).
 pub fn schema_for(options: &ConvertOptions) -> SchemaRef {
-    match &options.value_schema {
-        None => schema(),
-        Some(v) => {
-            let mut fields: Vec<Field> = schema().fields().iter().map(|f| (**f).clone()).collect();
-            fields.extend(v.arrow_fields());
-            Arc::new(Schema::new(fields))
-        }
+    let mut fields: Vec<Field> = schema().fields().iter().map(|f| (**f).clone()).collect();
+    if let Some(v) = &options.value_schema {
+        fields.extend(v.arrow_fields());
     }
+    if let Some(ice) = &options.iceberg {
+        let ids = ICEBERG_FIXED_IDS.iter().chain(&ice.value_ids);
+        fields = fields
+            .iter()
+            .zip(ids)
+            .map(|(f, &id)| iceberg_field(f, id))
+            .collect();
+    }
+    Arc::new(Schema::new(fields))
 }
 
 /// The export's fixed columns (the schema when no value schema is set).
@@ -376,15 +448,15 @@ impl RowsCapacity {
 }
 
 impl Rows {
-    fn new(value_schema: Option<&Arc<ValueSchema>>, cap: RowsCapacity) -> Rows {
-        let header_fields = match schema().field(7).data_type() {
-            DataType::List(f) => match f.data_type() {
-                DataType::Struct(fields) => fields.clone(),
-                _ => Fields::empty(),
-            },
+    fn new(schema: &Schema, value_schema: Option<&Arc<ValueSchema>>, cap: RowsCapacity) -> Rows {
+        let item = match schema.field(7).data_type() {
+            DataType::List(f) => (**f).clone(),
+            _ => Field::new("element", DataType::Struct(Fields::empty()), false),
+        };
+        let header_fields = match item.data_type() {
+            DataType::Struct(fields) => fields.clone(),
             _ => Fields::empty(),
         };
-        let item = Field::new("element", DataType::Struct(header_fields.clone()), false);
         let slack = RowsCapacity::with_slack;
         let rows = slack(cap.rows);
         let headers = slack(cap.headers);
@@ -442,13 +514,18 @@ impl<W: Write + Send> ParquetFileWriter<W> {
     ) -> Result<Self, ConvertError> {
         let schema = schema_for(options);
         let writer = ArrowWriter::try_new(out, schema.clone(), Some(writer_properties(options)?))?;
+        let rows = Rows::new(
+            &schema,
+            options.value_schema.as_ref(),
+            RowsCapacity::default(),
+        );
         Ok(ParquetFileWriter {
             topic: topic.to_string(),
             partition,
             options: options.clone(),
             schema,
             writer,
-            rows: Rows::new(options.value_schema.as_ref(), RowsCapacity::default()),
+            rows,
             first_offset: None,
             last_offset: None,
             row_count: 0,
@@ -474,90 +551,37 @@ impl<W: Write + Send> ParquetFileWriter<W> {
         filter: &mut RecordFilter,
         aborted: &AbortedTxns,
     ) -> Result<Pushed, ConvertError> {
-        let count = header.records_count.max(0) as u64;
-        if header.is_control()
-            || (header.is_transactional()
-                && aborted.is_aborted(header.producer_id, header.base_offset))
-            || header.next_offset() <= filter.from
-            || header.base_offset >= filter.to
-        {
-            return Ok(Pushed {
-                skipped: count,
-                ..Pushed::default()
-            });
+        if let Some(skipped) = skipped_whole(header, filter, aborted) {
+            return Ok(skipped);
         }
-        let base = header.base_offset;
-        let stored = i32_at(batch, 17) as u32;
-        let computed = crc32c::crc32c(&batch[21..header.size]);
-        if stored != computed {
-            return Err(corrupt(
-                base,
-                format!("CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"),
-            ));
-        }
-        let whole = &batch[..header.size];
-        let parsed =
-            strata_records::BatchHeader::parse(whole).map_err(|e| corrupt(base, e.to_string()))?;
-        let mut plain = Vec::new();
-        let records = strata_records::records_of(
-            whole,
-            &parsed,
-            self.options.max_decompressed_batch_bytes,
-            &mut plain,
-        )
-        .map_err(|e| corrupt(base, e.to_string()))?;
         let mut pushed = Pushed::default();
-        let mut found = 0;
-        for item in records.take(header.records_count.max(0) as usize) {
-            let (_, record) = item.map_err(|e| corrupt(base, e.to_string()))?;
-            found += 1;
-            self.push_record(header, &record, filter, &mut pushed)
-                .map_err(|reason| corrupt(base, reason))?;
-        }
-        if found != header.records_count.max(0) {
-            return Err(corrupt(
-                base,
-                format!(
-                    "batch declares {} records but holds {found}",
-                    header.records_count
-                ),
-            ));
-        }
-        if self.rows.len >= self.options.batch_rows || self.rows.bytes >= self.options.batch_bytes {
-            self.write_rows()?;
-        }
+        let max = self.options.max_decompressed_batch_bytes;
+        for_each_record(header, batch, max, |record| {
+            let (offset, timestamp) = offset_and_timestamp(header, record);
+            if admit(filter, offset, timestamp, &mut pushed) {
+                self.append(header, record, offset, timestamp, &mut pushed)?;
+            }
+            Ok(())
+        })?;
+        self.write_rows_if_full()?;
         Ok(pushed)
     }
 
-    fn push_record(
+    fn write_rows_if_full(&mut self) -> Result<(), ConvertError> {
+        if self.rows.len >= self.options.batch_rows || self.rows.bytes >= self.options.batch_bytes {
+            self.write_rows()?;
+        }
+        Ok(())
+    }
+
+    fn append(
         &mut self,
         header: &BatchHeader,
         record: &strata_records::Record<&[u8]>,
-        filter: &mut RecordFilter,
+        offset: i64,
+        timestamp: i64,
         pushed: &mut Pushed,
     ) -> Result<(), String> {
-        let offset = header.base_offset + record.offset_delta as i64;
-        let timestamp = if header.is_log_append_time() {
-            header.max_timestamp
-        } else {
-            header.base_timestamp.wrapping_add(record.timestamp_delta)
-        };
-        if offset < filter.from || offset >= filter.to {
-            pushed.skipped += 1;
-            return Ok(());
-        }
-        if filter.to_time.is_some_and(|t| timestamp > t) {
-            filter.to = offset;
-            pushed.skipped += 1;
-            return Ok(());
-        }
-        if let Some(t) = filter.from_time {
-            if timestamp < t {
-                pushed.skipped += 1;
-                return Ok(());
-            }
-            filter.from_time = None;
-        }
         let key = record.key;
         let value = record.value;
         let r = &mut self.rows;
@@ -616,7 +640,8 @@ impl<W: Write + Send> ParquetFileWriter<W> {
         if n == 0 {
             return Ok(());
         }
-        let fresh = Rows::new(self.options.value_schema.as_ref(), self.rows.capacity());
+        let cap = self.rows.capacity();
+        let fresh = Rows::new(&self.schema, self.options.value_schema.as_ref(), cap);
         let mut r = std::mem::replace(&mut self.rows, fresh);
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
@@ -635,6 +660,9 @@ impl<W: Write + Send> ParquetFileWriter<W> {
         if let Some(values) = &mut r.values {
             columns.extend(values.finish());
         }
+        if self.options.iceberg.is_some() {
+            columns = columns.into_iter().map(micros).collect();
+        }
         let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
         self.writer.write(&batch)?;
         Ok(())
@@ -644,6 +672,190 @@ impl<W: Write + Send> ParquetFileWriter<W> {
     pub fn finish(mut self) -> Result<W, ConvertError> {
         self.write_rows()?;
         Ok(self.writer.into_inner()?)
+    }
+}
+
+/// `Some` (every record skipped) when nothing of the batch is exported: a control batch, an
+/// aborted transaction's, or one wholly outside `filter`'s offsets.
+fn skipped_whole(
+    header: &BatchHeader,
+    filter: &RecordFilter,
+    aborted: &AbortedTxns,
+) -> Option<Pushed> {
+    let skip = header.is_control()
+        || (header.is_transactional()
+            && aborted.is_aborted(header.producer_id, header.base_offset))
+        || header.next_offset() <= filter.from
+        || header.base_offset >= filter.to;
+    skip.then(|| Pushed {
+        skipped: header.records_count.max(0) as u64,
+        ..Pushed::default()
+    })
+}
+
+/// Checks a batch's CRC and calls `each` with every record, refusing a batch that holds
+/// another number of records than it declares.
+fn for_each_record(
+    header: &BatchHeader,
+    batch: &Bytes,
+    max_decompressed_batch_bytes: u64,
+    mut each: impl FnMut(&strata_records::Record<&[u8]>) -> Result<(), String>,
+) -> Result<(), ConvertError> {
+    let base = header.base_offset;
+    let stored = i32_at(batch, 17) as u32;
+    let computed = crc32c::crc32c(&batch[21..header.size]);
+    if stored != computed {
+        return Err(corrupt(
+            base,
+            format!("CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"),
+        ));
+    }
+    let whole = &batch[..header.size];
+    let parsed =
+        strata_records::BatchHeader::parse(whole).map_err(|e| corrupt(base, e.to_string()))?;
+    let mut plain = Vec::new();
+    let records =
+        strata_records::records_of(whole, &parsed, max_decompressed_batch_bytes, &mut plain)
+            .map_err(|e| corrupt(base, e.to_string()))?;
+    let mut found = 0;
+    for item in records.take(header.records_count.max(0) as usize) {
+        let (_, record) = item.map_err(|e| corrupt(base, e.to_string()))?;
+        found += 1;
+        each(&record).map_err(|reason| corrupt(base, reason))?;
+    }
+    if found != header.records_count.max(0) {
+        return Err(corrupt(
+            base,
+            format!(
+                "batch declares {} records but holds {found}",
+                header.records_count
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A record's offset and timestamp (a `LogAppendTime` batch's records all carry its
+/// `maxTimestamp`).
+fn offset_and_timestamp(
+    header: &BatchHeader,
+    record: &strata_records::Record<&[u8]>,
+) -> (i64, i64) {
+    let offset = header.base_offset + record.offset_delta as i64;
+    let timestamp = if header.is_log_append_time() {
+        header.max_timestamp
+    } else {
+        header.base_timestamp.wrapping_add(record.timestamp_delta)
+    };
+    (offset, timestamp)
+}
+
+/// Whether `filter` exports this record; counts it as skipped if not. The first record past
+/// `to_time` ends the range there; the first at or after `from_time` ends the time seek.
+fn admit(filter: &mut RecordFilter, offset: i64, timestamp: i64, pushed: &mut Pushed) -> bool {
+    if offset < filter.from || offset >= filter.to {
+        pushed.skipped += 1;
+        return false;
+    }
+    if filter.to_time.is_some_and(|t| timestamp > t) {
+        filter.to = offset;
+        pushed.skipped += 1;
+        return false;
+    }
+    if let Some(t) = filter.from_time {
+        if timestamp < t {
+            pushed.skipped += 1;
+            return false;
+        }
+        filter.from_time = None;
+    }
+    true
+}
+
+/// The files one range of a partition is written to: a single file, or for an Iceberg
+/// table one per UTC day of the records' timestamps (a data file holds one partition value).
+/// Each file carries `S`, what its opener returned with it (where it is spooled).
+pub struct FileSet<W: Write + Send, S> {
+    topic: String,
+    partition: i32,
+    options: ConvertOptions,
+    pub files: BTreeMap<i32, (ParquetFileWriter<W>, S)>,
+}
+
+impl<W: Write + Send, S> FileSet<W, S> {
+    pub fn new(topic: &str, partition: i32, options: &ConvertOptions) -> Self {
+        FileSet {
+            topic: topic.to_string(),
+            partition,
+            options: options.clone(),
+            files: BTreeMap::new(),
+        }
+    }
+
+    /// Encoded bytes so far over all files.
+    pub fn approximate_size(&self) -> usize {
+        self.files.values().map(|(w, _)| w.approximate_size()).sum()
+    }
+
+    /// As [`ParquetFileWriter::push_batch`], each record into its day's file, opened with
+    /// `open` when it is the first of its day.
+    pub fn push_batch<E: From<ConvertError>>(
+        &mut self,
+        header: &BatchHeader,
+        batch: &Bytes,
+        filter: &mut RecordFilter,
+        aborted: &AbortedTxns,
+        open: &mut dyn FnMut() -> Result<(W, S), E>,
+    ) -> Result<Pushed, E> {
+        if let Some(skipped) = skipped_whole(header, filter, aborted) {
+            return Ok(skipped);
+        }
+        let mut pushed = Pushed::default();
+        let by_day = self.options.iceberg.is_some();
+        let max = self.options.max_decompressed_batch_bytes;
+        let mut failed: Option<E> = None;
+        for_each_record(header, batch, max, |record| {
+            let (offset, timestamp) = offset_and_timestamp(header, record);
+            if !admit(filter, offset, timestamp, &mut pushed) {
+                return Ok(());
+            }
+            let key = if by_day { day_of(timestamp) } else { 0 };
+            let (writer, _) = match self.files.entry(key) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    let opened = open().and_then(|(out, spool)| {
+                        ParquetFileWriter::new(out, &self.topic, self.partition, &self.options)
+                            .map(|w| (w, spool))
+                            .map_err(E::from)
+                    });
+                    match opened {
+                        Ok(f) => e.insert(f),
+                        Err(err) => {
+                            failed = Some(err);
+                            return Err("could not open an export file".to_string());
+                        }
+                    }
+                }
+            };
+            writer.append(header, record, offset, timestamp, &mut pushed)
+        })
+        .map_err(|e| failed.take().unwrap_or_else(|| E::from(e)))?;
+        for (writer, _) in self.files.values_mut() {
+            writer.write_rows_if_full()?;
+        }
+        Ok(pushed)
+    }
+}
+
+/// A millisecond timestamp column as microseconds (Iceberg's unit); other columns as they are.
+fn micros(column: ArrayRef) -> ArrayRef {
+    match column.as_any().downcast_ref::<TimestampMillisecondArray>() {
+        Some(ms) => {
+            let tz = ms.timezone().map(str::to_string);
+            let us = ms.unary::<_, TimestampMicrosecondType>(|v| v.saturating_mul(1000));
+            Arc::new(us.with_timezone_opt(tz))
+        }
+        None => column,
     }
 }
 

@@ -7,7 +7,9 @@
 //! timestamp_type, key, value, headers (list of key/value structs), producer_id; see
 //! [`convert::schema`]. With a [`ValueSchema`], typed `value_<name>` columns decoded from JSON
 //! values follow ([`value_schema`]). Control batches and records of aborted transactions are
-//! never exported.
+//! never exported. With [`ConvertOptions::iceberg`] the columns carry Iceberg field ids,
+//! timestamps are microseconds, each range of offsets is written as one file per UTC day, and
+//! [`iceberg::commit`] makes `topic=T` an Iceberg table over the landed files.
 //!
 //! Invariants:
 //! - Files never span segments: a file ends at a segment's end, at the export's end, or (for
@@ -37,6 +39,7 @@
 
 pub mod continuous;
 pub mod convert;
+pub mod iceberg;
 pub mod plan;
 pub mod target;
 pub mod value_schema;
@@ -50,7 +53,10 @@ use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
 pub use continuous::{ContinuousExporter, ExportJob, ExportLag};
-pub use convert::{AbortedTxn, AbortedTxns, ConvertOptions, ParquetFileWriter, RecordFilter};
+pub use convert::{
+    AbortedTxn, AbortedTxns, ConvertOptions, FileSet, IcebergColumns, ParquetFileWriter,
+    RecordFilter,
+};
 pub use plan::{plan_partition, read_high_watermark, Bound, PartitionPlan, PlanInput, Source};
 pub use target::{Checkpoint, Target};
 pub use value_schema::{ValueSchema, ValueSchemaError};
@@ -82,6 +88,8 @@ pub enum ExportError {
     },
     #[error("{0}")]
     Checkpoint(String),
+    #[error("iceberg table: {0}")]
+    Table(String),
     #[error("export cancelled")]
     Cancelled,
 }
@@ -215,6 +223,13 @@ pub fn planned_bytes(plan: &PartitionPlan, start: i64, end: i64) -> u64 {
         .sum()
 }
 
+/// Removes the spool files of a range that will not land.
+fn discard(files: OpenFiles) {
+    for (_, (_, spool)) in files.files {
+        let _ = std::fs::remove_file(&spool);
+    }
+}
+
 /// Where a run starts and ends.
 pub struct RunStart {
     pub start: i64,
@@ -303,10 +318,9 @@ struct Run {
     chunk_pool: ChunkPool,
 }
 
-struct OpenFile {
-    writer: ParquetFileWriter<BufWriter<std::fs::File>>,
-    spool: std::path::PathBuf,
-}
+/// The files of the range being exported (one, or one per day for an Iceberg table), each
+/// with its spool path.
+type OpenFiles = FileSet<BufWriter<std::fs::File>, std::path::PathBuf>;
 
 impl Run {
     fn export(
@@ -390,12 +404,12 @@ impl Run {
         summary: &mut PartitionSummary,
     ) -> Result<i64, ExportError> {
         let mut batches = SegmentBatches::new(self.read_segment(source));
-        let mut file: Option<OpenFile> = None;
+        let mut file: Option<OpenFiles> = None;
         let mut exhausted = false;
         loop {
             if self.cancel.is_cancelled() {
                 if let Some(f) = file.take() {
-                    let _ = std::fs::remove_file(&f.spool);
+                    discard(f);
                 }
                 return Err(ExportError::Cancelled);
             }
@@ -416,16 +430,16 @@ impl Run {
             if header.base_offset >= filter.to {
                 break;
             }
-            let open = match &mut file {
-                Some(f) => f,
-                None => file.insert(self.open_file()?),
-            };
-            let pushed = open
-                .writer
-                .push_batch(&header, &batch, filter, &self.plan.aborted)?;
+            let plan = &*self.plan;
+            let open = file.get_or_insert_with(|| {
+                FileSet::new(&plan.topic, plan.partition, &self.options.convert)
+            });
+            let pushed = open.push_batch(&header, &batch, filter, &plan.aborted, &mut || {
+                self.open_file()
+            })?;
             self.progress.add(&pushed);
             let batch_end = header.next_offset().min(filter.to);
-            if open.writer.approximate_size() >= self.options.file_bytes
+            if open.approximate_size() >= self.options.file_bytes
                 && batch_end < source.next_offset().min(filter.to)
             {
                 let f = file.take().expect("file is open");
@@ -457,7 +471,7 @@ impl Run {
         Ok(seg_end)
     }
 
-    fn open_file(&self) -> Result<OpenFile, ExportError> {
+    fn open_file(&self) -> Result<(BufWriter<std::fs::File>, std::path::PathBuf), ExportError> {
         let plan = &*self.plan;
         let spool = self.target.spool_path(
             &plan.topic,
@@ -465,57 +479,70 @@ impl Run {
             &format!("writing-{}", uuid::Uuid::new_v4().simple()),
         );
         let out = BufWriter::with_capacity(1 << 20, std::fs::File::create(&spool)?);
-        let writer =
-            ParquetFileWriter::new(out, &plan.topic, plan.partition, &self.options.convert)?;
-        Ok(OpenFile { writer, spool })
+        Ok((out, spool))
     }
 
-    /// Finishes a file, lands it, and moves the checkpoint to `next_offset`.
+    /// Finishes the files of a range, lands them, and moves the checkpoint to `next_offset`.
     fn close_file(
         &self,
-        f: OpenFile,
+        files: OpenFiles,
         next_offset: i64,
         e_tag: &mut Option<String>,
         filter: &RecordFilter,
         summary: &mut PartitionSummary,
     ) -> Result<(), ExportError> {
         let plan = &*self.plan;
-        let (first, last) = (f.writer.first_offset, f.writer.last_offset);
-        let rows = f.writer.row_count;
-        let (not_json, mismatched) = (f.writer.values_not_json, f.writer.values_mismatched);
-        let out = f.writer.finish()?;
-        let file = out.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        drop(file);
-        let (Some(first), Some(last)) = (first, last) else {
+        let mut finished = Vec::new();
+        for (_, (writer, spool)) in files.files {
+            let (first, last) = (writer.first_offset, writer.last_offset);
+            let rows = writer.row_count;
+            let (not_json, mismatched) = (writer.values_not_json, writer.values_mismatched);
+            let out = writer.finish()?;
+            let file = out.into_inner().map_err(|e| e.into_error())?;
+            file.sync_all()?;
+            drop(file);
+            match (first, last) {
+                (Some(first), Some(last)) => {
+                    let name = target::file_name(first, last);
+                    finished.push((name, spool, rows, not_json, mismatched));
+                }
+                _ => {
+                    let _ = std::fs::remove_file(&spool);
+                }
+            }
+        }
+        if finished.is_empty() {
             // Nothing exportable (aborted or control records only).
-            let _ = std::fs::remove_file(&f.spool);
             if filter.from_time.is_none() {
                 *e_tag = self.commit(next_offset, None, e_tag.as_deref())?;
                 summary.end_offset = next_offset;
             }
             return Ok(());
-        };
-        let name = target::file_name(first, last);
-        // Say where this file ends before it lands: a run that dies between landing it and
-        // moving the checkpoint leaves a file the next run must write again, not overlap.
+        }
+        // Say where these files end before they land: a run that dies between landing them and
+        // moving the checkpoint leaves files the next run must write again, not overlap.
         *e_tag = self.write_checkpoint(summary.end_offset, None, Some(next_offset), e_tag)?;
-        let size =
-            self.handle.block_on(
-                self.target
-                    .land(&plan.topic, plan.partition, &f.spool, &name),
-            )?;
-        self.progress.bytes_out.fetch_add(size, Ordering::Relaxed);
-        self.progress.files.fetch_add(1, Ordering::Relaxed);
-        summary.bytes_out += size;
-        summary.records += rows;
-        summary.values_not_json += not_json;
-        summary.values_mismatched += mismatched;
-        summary.files.push(name.clone());
+        let mut last_name = None;
+        for (name, spool, rows, not_json, mismatched) in finished {
+            let size = self.handle.block_on(self.target.land(
+                &plan.topic,
+                plan.partition,
+                &spool,
+                &name,
+            ))?;
+            self.progress.bytes_out.fetch_add(size, Ordering::Relaxed);
+            self.progress.files.fetch_add(1, Ordering::Relaxed);
+            summary.bytes_out += size;
+            summary.records += rows;
+            summary.values_not_json += not_json;
+            summary.values_mismatched += mismatched;
+            summary.files.push(name.clone());
+            last_name = Some(name);
+        }
         if let Some(pause) = self.options.pause_before_checkpoint {
             std::thread::sleep(pause);
         }
-        *e_tag = self.commit(next_offset, Some(name), e_tag.as_deref())?;
+        *e_tag = self.commit(next_offset, last_name, e_tag.as_deref())?;
         summary.end_offset = next_offset;
         Ok(())
     }

@@ -226,6 +226,154 @@ impl Target {
     }
 }
 
+/// Objects beside the exported files, named relative to the target's root (the Iceberg
+/// table metadata under `topic=T/metadata/`). `topic` only labels the store's metrics.
+impl Target {
+    /// Where `rel` is, as table metadata names it: an absolute path for a directory, an
+    /// `s3://bucket/prefix/rel` URL for an object store.
+    pub fn location(&self, rel: &str) -> String {
+        match self {
+            Target::Dir(root) => {
+                let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
+                root.join(rel).display().to_string()
+            }
+            Target::Store(store) => format!("{}/{rel}", store.to_string().trim_end_matches('/')),
+        }
+    }
+
+    /// The whole object, or `None` when it does not exist.
+    pub async fn read_object(&self, topic: &str, rel: &str) -> Result<Option<Bytes>, ExportError> {
+        match self {
+            Target::Dir(root) => match std::fs::read(root.join(rel)) {
+                Ok(b) => Ok(Some(Bytes::from(b))),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(e.into()),
+            },
+            Target::Store(store) => Ok(store.get(topic, rel).await?.map(|(b, _)| b)),
+        }
+    }
+
+    /// `range` of an object.
+    pub async fn read_range(
+        &self,
+        topic: &str,
+        rel: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, ExportError> {
+        match self {
+            Target::Dir(root) => {
+                use std::io::{Read, Seek};
+                let mut f = std::fs::File::open(root.join(rel))?;
+                f.seek(std::io::SeekFrom::Start(range.start))?;
+                let mut buf = Vec::new();
+                f.take(range.end.saturating_sub(range.start))
+                    .read_to_end(&mut buf)?;
+                Ok(Bytes::from(buf))
+            }
+            Target::Store(store) => Ok(store.get_range(topic, rel, range).await?),
+        }
+    }
+
+    /// The names and sizes of the objects directly under `rel_dir` (not its subdirectories,
+    /// not spool files).
+    pub async fn list_dir(
+        &self,
+        topic: &str,
+        rel_dir: &str,
+    ) -> Result<Vec<(String, u64)>, ExportError> {
+        let mut out = Vec::new();
+        match self {
+            Target::Dir(root) => {
+                let entries = match std::fs::read_dir(root.join(rel_dir)) {
+                    Ok(e) => e,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+                    Err(e) => return Err(e.into()),
+                };
+                for e in entries {
+                    let e = e?;
+                    let meta = e.metadata()?;
+                    let name = e.file_name().to_string_lossy().to_string();
+                    if meta.is_file() && !name.starts_with('.') {
+                        out.push((name, meta.len()));
+                    }
+                }
+            }
+            Target::Store(store) => {
+                let prefix = format!("{}/", rel_dir.trim_end_matches('/'));
+                for l in store.list(topic, &prefix).await? {
+                    if let Some(name) = l.key.strip_prefix(&prefix) {
+                        if !name.contains('/') {
+                            out.push((name.to_string(), l.size));
+                        }
+                    }
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Writes an object, replacing any (for objects no reader depends on being atomic, or
+    /// that name fresh keys).
+    pub async fn put_object(&self, topic: &str, rel: &str, data: Bytes) -> Result<(), ExportError> {
+        match self {
+            Target::Dir(root) => {
+                let path = root.join(rel);
+                let dir = path.parent().unwrap_or(root);
+                std::fs::create_dir_all(dir)?;
+                let tmp = dir.join(format!(".{}.tmp", uuid::Uuid::new_v4().simple()));
+                write_synced(&tmp, &data)?;
+                std::fs::rename(&tmp, &path)?;
+                sync_dir(dir);
+                Ok(())
+            }
+            Target::Store(store) => Ok(store.put(topic, rel, data.into()).await?),
+        }
+    }
+
+    /// Creates an object only if none exists under that name: `false` when one does. The
+    /// atomic step of a table commit (a hard link in a directory, a conditional PUT in a
+    /// bucket).
+    pub async fn create_object(
+        &self,
+        topic: &str,
+        rel: &str,
+        data: Bytes,
+    ) -> Result<bool, ExportError> {
+        match self {
+            Target::Dir(root) => {
+                let path = root.join(rel);
+                let dir = path.parent().unwrap_or(root);
+                std::fs::create_dir_all(dir)?;
+                let tmp = dir.join(format!(".{}.tmp", uuid::Uuid::new_v4().simple()));
+                write_synced(&tmp, &data)?;
+                let linked = std::fs::hard_link(&tmp, &path);
+                let _ = std::fs::remove_file(&tmp);
+                match linked {
+                    Ok(()) => {
+                        sync_dir(dir);
+                        Ok(true)
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Target::Store(store) => match store.put_if(topic, rel, data, None).await {
+                Ok(_) => Ok(true),
+                Err(StoreError::Conflict(_)) => Ok(false),
+                Err(e) => Err(e.into()),
+            },
+        }
+    }
+}
+
+fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(data)?;
+    f.sync_all()
+}
+
 /// Multipart part size for uploads of exported files.
 const PART_SIZE: usize = 16 << 20;
 

@@ -19,12 +19,12 @@ use super::*;
 
 type Header<'a> = (&'a str, Option<&'a [u8]>);
 
-struct Rec<'a> {
-    offset_delta: i32,
-    ts_delta: i64,
-    key: Option<&'a [u8]>,
-    value: Option<&'a [u8]>,
-    headers: Vec<Header<'a>>,
+pub(super) struct Rec<'a> {
+    pub(super) offset_delta: i32,
+    pub(super) ts_delta: i64,
+    pub(super) key: Option<&'a [u8]>,
+    pub(super) value: Option<&'a [u8]>,
+    pub(super) headers: Vec<Header<'a>>,
 }
 
 fn put_varlong(b: &mut Vec<u8>, v: i64) {
@@ -50,16 +50,16 @@ fn put_bytes(b: &mut Vec<u8>, v: Option<&[u8]>) {
 }
 
 #[derive(Clone, Copy)]
-struct BatchSpec {
-    base_offset: i64,
-    codec: i16,
-    attributes: i16,
-    producer_id: i64,
-    base_ts: i64,
-    max_ts: i64,
+pub(super) struct BatchSpec {
+    pub(super) base_offset: i64,
+    pub(super) codec: i16,
+    pub(super) attributes: i16,
+    pub(super) producer_id: i64,
+    pub(super) base_ts: i64,
+    pub(super) max_ts: i64,
 }
 
-fn spec(base_offset: i64, codec: i16) -> BatchSpec {
+pub(super) fn spec(base_offset: i64, codec: i16) -> BatchSpec {
     BatchSpec {
         base_offset,
         codec,
@@ -71,7 +71,7 @@ fn spec(base_offset: i64, codec: i16) -> BatchSpec {
 }
 
 /// One RecordBatch v2, with a correct CRC.
-fn batch(s: BatchSpec, recs: &[Rec]) -> Vec<u8> {
+pub(super) fn batch(s: BatchSpec, recs: &[Rec]) -> Vec<u8> {
     let mut raw = Vec::new();
     for r in recs {
         let mut body = vec![0u8];
@@ -122,7 +122,7 @@ fn batch(s: BatchSpec, recs: &[Rec]) -> Vec<u8> {
 }
 
 /// Simple batch: `n` records at `base..base+n`, key `k<offset>`, value `v<offset>`, one header.
-fn simple(s: BatchSpec, n: i32) -> Vec<u8> {
+pub(super) fn simple(s: BatchSpec, n: i32) -> Vec<u8> {
     let keys: Vec<String> = (0..n)
         .map(|i| format!("k{}", s.base_offset + i as i64))
         .collect();
@@ -487,7 +487,7 @@ fn corrupt_batches_are_errors_not_panics() {
 
 // ---- whole-partition export ----
 
-fn write_segment(dir: &Path, base: i64, batches: &[Vec<u8>]) {
+pub(super) fn write_segment(dir: &Path, base: i64, batches: &[Vec<u8>]) {
     std::fs::write(dir.join(format!("{base:020}.log")), batches.concat()).unwrap();
 }
 
@@ -527,7 +527,7 @@ fn local_partition(dir: &Path) {
     write_segment(dir, 45, &[simple(s, 2)]);
 }
 
-async fn run_export(
+pub(super) async fn run_export(
     plan: &Arc<PartitionPlan>,
     target: &Arc<Target>,
     range: ExportRange,
@@ -554,7 +554,7 @@ fn exported(root: &Path) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-async fn local_plan(dir: &Path) -> Arc<PartitionPlan> {
+pub(super) async fn local_plan(dir: &Path) -> Arc<PartitionPlan> {
     local_plan_below(dir, None).await
 }
 

@@ -1,0 +1,278 @@
+//! Iceberg table tests: a local partition exported with Iceberg columns, committed, and the
+//! table's metadata, manifest list and manifests read back (with this module's Avro reader;
+//! the interop suite reads the same tables with pyiceberg and DuckDB).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int64Type, TimestampMicrosecondType};
+use bytes::Bytes;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use super::super::tests::{local_plan, run_export, simple, spec, write_segment};
+use super::super::*;
+use super::*;
+
+const DAY_MS: i64 = 86_400_000;
+/// 2023-11-14T00:00:00Z.
+const MIDNIGHT: i64 = 1_699_920_000_000;
+
+/// Batches of 10 records, 1 ms apart, starting 5 ms before a midnight: each batch's records
+/// fall on two days.
+fn batches_across_midnight(base: i64, n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            let mut s = spec(base + 10 * i as i64, 0);
+            s.base_ts = MIDNIGHT + DAY_MS * i as i64 - 5;
+            simple(s, 10)
+        })
+        .collect()
+}
+
+fn options() -> ExportOptions {
+    let mut o = ExportOptions::default();
+    o.convert.iceberg = Some(Arc::new(IcebergColumns::default()));
+    o
+}
+
+fn dir_target(out: &Path) -> Arc<Target> {
+    Arc::new(Target::open(out.to_str().unwrap(), &Default::default()).unwrap())
+}
+
+/// Every data file of the current snapshot: (path, record count, partition, day).
+fn table_files(out: &Path) -> Vec<(String, i64, i32, i32)> {
+    let meta = out.join("topic=t/metadata");
+    let hint = std::fs::read_to_string(meta.join("version-hint.text")).unwrap();
+    let m: Json = serde_json::from_slice(
+        &std::fs::read(meta.join(format!("v{hint}.metadata.json"))).unwrap(),
+    )
+    .unwrap();
+    let current = m["current-snapshot-id"].as_i64().unwrap();
+    let snap = m["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["snapshot-id"].as_i64() == Some(current))
+        .unwrap();
+    let list =
+        avro::read_container_file(&std::fs::read(snap["manifest-list"].as_str().unwrap()).unwrap())
+            .unwrap();
+    let mut files = Vec::new();
+    for mf in &list.records {
+        let manifest = avro::read_container_file(
+            &std::fs::read(mf.field("manifest_path").unwrap().as_str().unwrap()).unwrap(),
+        )
+        .unwrap();
+        for e in &manifest.records {
+            let df = e.field("data_file").unwrap();
+            let part = df.field("partition").unwrap();
+            files.push((
+                df.field("file_path").unwrap().as_str().unwrap().to_string(),
+                df.field("record_count").unwrap().as_long().unwrap(),
+                part.field("partition").unwrap().as_long().unwrap() as i32,
+                part.field("timestamp_day").unwrap().as_long().unwrap() as i32,
+            ));
+        }
+    }
+    files.sort();
+    files
+}
+
+/// (offset, timestamp in microseconds) of every row of a Parquet file.
+fn rows(path: &str) -> Vec<(i64, i64)> {
+    let bytes = Bytes::from(std::fs::read(path).unwrap());
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    for b in reader {
+        let b = b.unwrap();
+        let o = b.column(2).as_primitive::<Int64Type>();
+        let t = b.column(3).as_primitive::<TimestampMicrosecondType>();
+        out.extend((0..b.num_rows()).map(|i| (o.value(i), t.value(i))));
+    }
+    out
+}
+
+#[tokio::test]
+async fn files_hold_one_day_each_and_every_record_is_in_the_table_once_across_crashes() {
+    let log = tempfile::tempdir().unwrap();
+    write_segment(log.path(), 0, &batches_across_midnight(0, 3));
+    write_segment(log.path(), 30, &batches_across_midnight(30, 2));
+    write_segment(log.path(), 50, &[]);
+    let out = tempfile::tempdir().unwrap();
+    let target = dir_target(out.path());
+    let options = options();
+    create_if_absent(&target, "t", &options.convert)
+        .await
+        .unwrap();
+    let plan = local_plan(log.path()).await;
+    let s = run_export(&plan, &target, ExportRange::default(), &options)
+        .await
+        .unwrap();
+    assert_eq!(s.records, 50);
+    // Two segments, each of whose records span several days: one file per day per segment.
+    let c = commit(&target, "t", &[0], &options.convert).await.unwrap();
+    assert_eq!((c.records, c.version), (50, 2));
+    let files = table_files(out.path());
+    assert_eq!(files.len(), c.files);
+    let mut offsets = Vec::new();
+    for (path, count, partition, day) in &files {
+        assert_eq!(*partition, 0);
+        let r = rows(path);
+        assert_eq!(r.len() as i64, *count);
+        for (offset, ts_us) in r {
+            assert_eq!(ts_us.div_euclid(MICROS_PER_DAY) as i32, *day, "{path}");
+            offsets.push(offset);
+        }
+    }
+    offsets.sort();
+    assert_eq!(offsets, (0..50).collect::<Vec<_>>());
+
+    // A second commit finds nothing new.
+    let again = commit(&target, "t", &[0], &options.convert).await.unwrap();
+    assert_eq!((again.files, again.version), (0, 2));
+
+    // A crash after the second segment's files landed but before the checkpoint moved: the
+    // re-run writes them again, identically, and the table still holds each record once.
+    target
+        .write_checkpoint("t", 0, Checkpoint::new("t", 0, 30, None, Some(50)), None)
+        .await
+        .unwrap();
+    run_export(&plan, &target, ExportRange::default(), &options)
+        .await
+        .unwrap();
+    let after = commit(&target, "t", &[0], &options.convert).await.unwrap();
+    assert_eq!(after.files, 0);
+    assert_eq!(table_files(out.path()), files);
+
+    // New records: exported, then a crash before the table commit; the next commit adds them.
+    std::fs::remove_file(log.path().join(format!("{:020}.log", 50))).unwrap();
+    write_segment(log.path(), 50, &batches_across_midnight(50, 1));
+    write_segment(log.path(), 60, &[]);
+    let plan = local_plan(log.path()).await;
+    let s = run_export(&plan, &target, ExportRange::default(), &options)
+        .await
+        .unwrap();
+    assert_eq!(s.records, 10);
+    let c = commit(&target, "t", &[0], &options.convert).await.unwrap();
+    assert_eq!((c.records, c.version), (10, 3));
+    let all = table_files(out.path());
+    assert_eq!(all.iter().map(|f| f.1).sum::<i64>(), 60);
+    let table = load(&target, "t").await.unwrap().unwrap();
+    assert_eq!(table.next_offsets().unwrap().get(&0), Some(&60));
+    assert_eq!(table.summary_i64("total-records"), 60);
+    assert_eq!(
+        table.metadata["snapshots"].as_array().unwrap().len(),
+        2,
+        "one snapshot per commit that added files"
+    );
+}
+
+#[tokio::test]
+async fn a_commit_that_loses_the_race_for_its_version_retries_on_the_winner() {
+    let log = tempfile::tempdir().unwrap();
+    write_segment(log.path(), 0, &batches_across_midnight(0, 2));
+    write_segment(log.path(), 20, &[]);
+    let out = tempfile::tempdir().unwrap();
+    let target = dir_target(out.path());
+    let options = options();
+    let table = create_if_absent(&target, "t", &options.convert)
+        .await
+        .unwrap();
+    run_export(
+        &local_plan(log.path()).await,
+        &target,
+        ExportRange::default(),
+        &options,
+    )
+    .await
+    .unwrap();
+    // Another committer takes version 2 first (here: a copy of version 1).
+    assert!(target
+        .create_object(
+            "t",
+            "topic=t/metadata/v2.metadata.json",
+            Bytes::from(serde_json::to_vec(&table.metadata).unwrap()),
+        )
+        .await
+        .unwrap());
+    let c = commit(&target, "t", &[0], &options.convert).await.unwrap();
+    assert_eq!((c.version, c.records), (3, 20));
+    // Creating an existing version is refused, not overwritten.
+    assert!(!target
+        .create_object(
+            "t",
+            "topic=t/metadata/v3.metadata.json",
+            Bytes::from_static(b"{}")
+        )
+        .await
+        .unwrap());
+}
+
+#[tokio::test]
+async fn a_value_schema_that_gains_a_field_adds_a_column_and_keeps_the_ids() {
+    let out = tempfile::tempdir().unwrap();
+    let target = dir_target(out.path());
+    let schema = |json: &str| -> ConvertOptions {
+        ConvertOptions {
+            value_schema: Some(Arc::new(ValueSchema::from_json(json.as_bytes()).unwrap())),
+            ..Default::default()
+        }
+    };
+    let mut first =
+        schema(r#"{"fields":[{"name":"id","type":"long"},{"name":"at","type":"timestamp_ms"}]}"#);
+    first.iceberg = Some(Arc::new(columns(&first, None).unwrap()));
+    assert_eq!(first.iceberg.as_ref().unwrap().value_ids, vec![13, 14]);
+    let table = create_if_absent(&target, "t", &first).await.unwrap();
+    let fields = table.current_schema().unwrap()["fields"].clone();
+    assert_eq!(fields[10]["name"], "value_at");
+    assert_eq!(fields[10]["id"], 14);
+    assert_eq!(fields[10]["type"], "timestamptz");
+    assert_eq!(fields[7]["type"]["element-id"], 10);
+
+    let mut second = schema(
+        r#"{"fields":[{"name":"name","type":"string"},{"name":"id","type":"long"},{"name":"at","type":"timestamp_ms"}]}"#,
+    );
+    second.iceberg = Some(Arc::new(columns(&second, Some(&table)).unwrap()));
+    assert_eq!(second.iceberg.as_ref().unwrap().value_ids, vec![15, 13, 14]);
+    let mut metadata = table.metadata.clone();
+    let id = evolve_schema(&mut metadata, &second).unwrap();
+    assert_eq!(id, 1);
+    assert_eq!(metadata["last-column-id"], 15);
+    assert_eq!(metadata["schemas"].as_array().unwrap().len(), 2);
+    // The same schema again changes nothing.
+    let again = evolve_schema(&mut metadata, &second).unwrap();
+    assert_eq!(again, 1);
+
+    let changed = schema(r#"{"fields":[{"name":"id","type":"string"}]}"#);
+    let err = columns(&changed, Some(&table)).unwrap_err().to_string();
+    assert!(
+        err.contains("value_id") && err.contains("new table"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn files_of_a_plain_export_are_refused_by_the_commit() {
+    let log = tempfile::tempdir().unwrap();
+    write_segment(log.path(), 0, &batches_across_midnight(0, 1));
+    write_segment(log.path(), 10, &[]);
+    let out = tempfile::tempdir().unwrap();
+    let target = dir_target(out.path());
+    run_export(
+        &local_plan(log.path()).await,
+        &target,
+        ExportRange::default(),
+        &ExportOptions::default(),
+    )
+    .await
+    .unwrap();
+    let err = commit(&target, "t", &[0], &options().convert)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("field id"), "{err}");
+}
