@@ -250,3 +250,70 @@ pub fn manifests() -> Vec<Vec<u8>> {
         )),
     ]
 }
+
+/// A manifest list of two manifests (Strata's schema) and the metadata of a table with a
+/// snapshot, each behind its kind byte.
+pub fn iceberg_metadata() -> Vec<Vec<u8>> {
+    use strata_tiering::export::iceberg::{self, avro::Value};
+    let entry = |path: &str, snapshot: i64| {
+        let part = Value::Record(vec![
+            ("contains_null".into(), Value::Boolean(false)),
+            (
+                "contains_nan".into(),
+                Value::Union(1, Box::new(Value::Boolean(false))),
+            ),
+            (
+                "lower_bound".into(),
+                Value::Union(1, Box::new(Value::Bytes(0i32.to_le_bytes().to_vec()))),
+            ),
+            (
+                "upper_bound".into(),
+                Value::Union(1, Box::new(Value::Bytes(3i32.to_le_bytes().to_vec()))),
+            ),
+        ]);
+        Value::Record(vec![
+            ("manifest_path".into(), Value::String(path.into())),
+            ("manifest_length".into(), Value::Long(4096)),
+            ("partition_spec_id".into(), Value::Int(0)),
+            ("content".into(), Value::Int(0)),
+            ("sequence_number".into(), Value::Long(snapshot)),
+            ("min_sequence_number".into(), Value::Long(snapshot)),
+            ("added_snapshot_id".into(), Value::Long(snapshot * 1000)),
+            ("added_files_count".into(), Value::Int(2)),
+            ("existing_files_count".into(), Value::Int(0)),
+            ("deleted_files_count".into(), Value::Int(0)),
+            ("added_rows_count".into(), Value::Long(100)),
+            ("existing_rows_count".into(), Value::Long(0)),
+            ("deleted_rows_count".into(), Value::Long(0)),
+            (
+                "partitions".into(),
+                Value::Union(1, Box::new(Value::Array(vec![part.clone(), part]))),
+            ),
+            (
+                "key_metadata".into(),
+                Value::Union(0, Box::new(Value::Null)),
+            ),
+        ])
+    };
+    let list = iceberg::avro::container_file(
+        iceberg::MANIFEST_FILE_SCHEMA,
+        &[("format-version", "2".to_string())],
+        &[
+            entry("/x/metadata/a-m0.avro", 1),
+            entry("/x/metadata/b-m0.avro", 2),
+        ],
+    );
+    let metadata = br#"{"format-version":2,"table-uuid":"7f0b2b4e-3c1d-4f6a-9a7e-2d7b1f0c9e11",
+"location":"/x","last-sequence-number":1,"last-updated-ms":1700000000000,"last-column-id":14,
+"current-schema-id":0,"schemas":[{"type":"struct","schema-id":0,"fields":[
+{"id":1,"name":"topic","required":true,"type":"string"},
+{"id":13,"name":"value_id","required":false,"type":"long"},
+{"id":14,"name":"value_at","required":false,"type":"timestamptz"}]}],
+"current-snapshot-id":5,"snapshots":[{"snapshot-id":5,"sequence-number":1,
+"timestamp-ms":1700000000000,"manifest-list":"/x/metadata/snap-5.avro",
+"summary":{"operation":"append","strata.export.next-offsets":"{\"0\":100,\"1\":7}"}}]}"#;
+    vec![
+        [&[0u8][..], &list].concat(),
+        [&[1u8][..], &metadata[..]].concat(),
+    ]
+}

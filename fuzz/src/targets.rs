@@ -35,9 +35,13 @@ pub enum Target {
     /// `raft-meta.json`), opened as at start-up. Frames get valid lengths and CRCs when the
     /// first byte is odd, so mutations reach the entry decoder.
     MetadataLog,
+    /// An Iceberg table's files as the export's commit reads them from the bucket: a manifest
+    /// list (Avro) when the first byte is even, the table metadata (JSON, with the snapshot
+    /// summary's offsets and the schema's columns) when it is odd.
+    IcebergMetadata,
 }
 
-pub const ALL: [Target; 7] = [
+pub const ALL: [Target; 8] = [
     Target::Request,
     Target::RecordBatch,
     Target::PartitionDir,
@@ -45,6 +49,7 @@ pub const ALL: [Target; 7] = [
     Target::Manifest,
     Target::Checkpoints,
     Target::MetadataLog,
+    Target::IcebergMetadata,
 ];
 
 impl Target {
@@ -57,6 +62,7 @@ impl Target {
             Target::Manifest => "manifest",
             Target::Checkpoints => "checkpoints",
             Target::MetadataLog => "metadata_log",
+            Target::IcebergMetadata => "iceberg_metadata",
         }
     }
 
@@ -87,6 +93,7 @@ impl Target {
                 [&[1u8][..], &[0u8; 34], &[0u8; 34]].concat(),
             ],
             Target::MetadataLog => vec![metadata_log_seed()],
+            Target::IcebergMetadata => seeds::iceberg_metadata(),
         }
     }
 
@@ -99,8 +106,33 @@ impl Target {
             Target::Manifest => strata_tiering::manifest::PartitionManifest::decode(data).is_ok(),
             Target::Checkpoints => checkpoints(data),
             Target::MetadataLog => metadata_log(data),
+            Target::IcebergMetadata => iceberg_metadata(data),
         }
     }
+}
+
+pub fn iceberg_metadata(data: &[u8]) -> bool {
+    use strata_tiering::export::iceberg;
+    let Some((&kind, rest)) = data.split_first() else {
+        return false;
+    };
+    if kind & 1 == 0 {
+        return iceberg::decode_manifest_list(rest).is_ok();
+    }
+    let Ok((table, _)) = iceberg::decode_metadata(rest) else {
+        return false;
+    };
+    let value_schema = strata_tiering::export::ValueSchema::from_json(
+        br#"{"fields":[{"name":"id","type":"long"},{"name":"at","type":"timestamp_ms"}]}"#,
+    )
+    .ok()
+    .map(std::sync::Arc::new);
+    let options = strata_tiering::export::ConvertOptions {
+        value_schema,
+        ..Default::default()
+    };
+    let _ = iceberg::columns(&options, Some(&table));
+    true
 }
 
 pub fn request(data: &[u8]) -> bool {

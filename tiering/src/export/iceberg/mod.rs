@@ -869,16 +869,27 @@ async fn previous_manifests(
         .read_object(topic, rel)
         .await?
         .ok_or_else(|| table_error(format!("manifest list {location} is missing")))?;
-    let file = avro::read_container_file(&raw)
-        .map_err(|e| table_error(format!("manifest list {location}: {e}")))?;
+    decode_manifest_list(&raw).map_err(|e| table_error(format!("manifest list {location}: {e}")))
+}
+
+/// A manifest list's entries, re-encoded under [`MANIFEST_FILE_SCHEMA`].
+pub fn decode_manifest_list(raw: &[u8]) -> Result<Vec<Value>, String> {
+    let file = avro::read_container_file(raw).map_err(|e| e.to_string())?;
     file.records
         .iter()
-        .map(|r| {
-            reencode_manifest_file(r).ok_or_else(|| {
-                table_error(format!("manifest list {location}: an entry lacks a field"))
-            })
-        })
+        .map(|r| reencode_manifest_file(r).ok_or_else(|| "an entry lacks a field".to_string()))
         .collect()
+}
+
+/// Table metadata as [`load`] reads it: parsed, with each partition's offset in the table.
+pub fn decode_metadata(raw: &[u8]) -> Result<(Table, BTreeMap<i32, i64>), ExportError> {
+    let metadata: Json = serde_json::from_slice(raw).map_err(|e| table_error(e.to_string()))?;
+    let table = Table {
+        version: 1,
+        metadata,
+    };
+    let offsets = table.next_offsets()?;
+    Ok((table, offsets))
 }
 
 fn reencode_manifest_file(r: &Value) -> Option<Value> {
@@ -1086,7 +1097,7 @@ fn new_manifest_file(
 
 /// The Avro schema of a manifest's entries (Iceberg spec, format version 2), for this
 /// table's partition spec.
-const MANIFEST_ENTRY_SCHEMA: &str = r#"{"type":"record","name":"manifest_entry","fields":[
+pub const MANIFEST_ENTRY_SCHEMA: &str = r#"{"type":"record","name":"manifest_entry","fields":[
 {"name":"status","type":"int","field-id":0},
 {"name":"snapshot_id","type":["null","long"],"default":null,"field-id":1},
 {"name":"sequence_number","type":["null","long"],"default":null,"field-id":3},
@@ -1114,7 +1125,7 @@ const MANIFEST_ENTRY_SCHEMA: &str = r#"{"type":"record","name":"manifest_entry",
 ]}"#;
 
 /// The Avro schema of a manifest list's entries (Iceberg spec, format version 2).
-const MANIFEST_FILE_SCHEMA: &str = r#"{"type":"record","name":"manifest_file","fields":[
+pub const MANIFEST_FILE_SCHEMA: &str = r#"{"type":"record","name":"manifest_file","fields":[
 {"name":"manifest_path","type":"string","doc":"Location URI with FS scheme","field-id":500},
 {"name":"manifest_length","type":"long","doc":"Total file size in bytes","field-id":501},
 {"name":"partition_spec_id","type":"int","doc":"Spec ID used to write","field-id":502},
