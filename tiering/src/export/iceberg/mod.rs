@@ -583,6 +583,17 @@ pub async fn commit_with_steps(
             next.insert(p, checkpoint.next_offset);
         }
         if files.is_empty() {
+            // A commit that died before rewriting the hint left it naming an older version.
+            let hint = target
+                .read_object(topic, &metadata_rel(topic, "version-hint.text"))
+                .await?;
+            if hint
+                .as_deref()
+                .map(|h| String::from_utf8_lossy(h).trim().to_string())
+                != Some(table.version.to_string())
+            {
+                write_version_hint(target, topic, table.version).await?;
+            }
             return Ok(Committed {
                 version: table.version,
                 metadata_location: table.metadata_location(target, topic),
