@@ -759,6 +759,26 @@ async fn stage_snapshot(
         o.insert("parent-snapshot-id".into(), json!(p));
     }
     let previous_location = table.metadata_location(target, topic);
+    make_current(&mut metadata, snapshot, &previous_location, now)?;
+    Ok(Staged {
+        metadata,
+        snapshot_id,
+    })
+}
+
+/// Adds `snapshot` to `metadata` as the current one (the main branch), with its log entries;
+/// `previous_location` is the metadata file it replaces.
+fn make_current(
+    metadata: &mut Json,
+    snapshot: Json,
+    previous_location: &str,
+    now: i64,
+) -> Result<(), ExportError> {
+    let snapshot_id = snapshot.get("snapshot-id").cloned().unwrap_or(Json::Null);
+    let sequence = snapshot
+        .get("sequence-number")
+        .cloned()
+        .unwrap_or(Json::Null);
     let previous_updated = metadata
         .get("last-updated-ms")
         .and_then(Json::as_i64)
@@ -766,9 +786,9 @@ async fn stage_snapshot(
     let o = metadata
         .as_object_mut()
         .ok_or_else(|| table_error("table metadata is not a JSON object"))?;
-    o.insert("last-sequence-number".into(), json!(sequence));
+    o.insert("last-sequence-number".into(), sequence);
     o.insert("last-updated-ms".into(), json!(now.max(previous_updated)));
-    o.insert("current-snapshot-id".into(), json!(snapshot_id));
+    o.insert("current-snapshot-id".into(), snapshot_id.clone());
     o.insert(
         "refs".into(),
         json!({"main": {"snapshot-id": snapshot_id, "type": "branch"}}),
@@ -784,10 +804,7 @@ async fn stage_snapshot(
         "metadata-log",
         json!({"timestamp-ms": previous_updated, "metadata-file": previous_location}),
     );
-    Ok(Staged {
-        metadata,
-        snapshot_id,
-    })
+    Ok(())
 }
 
 fn push(o: &mut serde_json::Map<String, Json>, key: &str, v: Json) {
