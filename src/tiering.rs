@@ -1107,11 +1107,16 @@ fn export_parquet_after_upload(
     index: i32,
     manifest: &PartitionManifest,
 ) {
-    use crate::config::topic::{EXPORT_PARQUET, EXPORT_PARQUET_FILE_BYTES, EXPORT_PARQUET_TARGET};
-    let enabled = topic
-        .overrides
-        .get(EXPORT_PARQUET)
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    use crate::config::topic::{
+        EXPORT_ICEBERG, EXPORT_PARQUET, EXPORT_PARQUET_FILE_BYTES, EXPORT_PARQUET_TARGET,
+    };
+    let flag = |name: &str| {
+        topic
+            .overrides
+            .get(name)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    };
+    let enabled = flag(EXPORT_PARQUET);
     if !enabled || manifest.segments.is_empty() {
         return;
     }
@@ -1133,6 +1138,7 @@ fn export_parquet_after_upload(
         target_url,
         file_bytes,
         remote_end: manifest.end_offset().unwrap_or(0),
+        iceberg: flag(EXPORT_ICEBERG),
     });
 }
 

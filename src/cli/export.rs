@@ -96,7 +96,7 @@ async fn export(config: BrokerConfig, args: ExportArgs) -> anyhow::Result<()> {
     let mut options = export_options(&args, value_schema);
     let partitions: Vec<i32> = sources.partitions.iter().copied().collect();
     if args.iceberg {
-        prepare_table(&target, topic, &partitions, &mut options).await?;
+        iceberg::prepare(&target, topic, &partitions, &mut options.convert).await?;
     }
     let parallelism = args
         .parallelism
@@ -179,31 +179,6 @@ async fn export(config: BrokerConfig, args: ExportArgs) -> anyhow::Result<()> {
             failures.join("\n")
         );
     }
-    Ok(())
-}
-
-/// Sets the Iceberg column ids of the export (kept by name from the table, if it exists) and
-/// creates the table if it does not. Refuses a target that holds a plain export of the
-/// topic: its files have no field ids and may span days.
-async fn prepare_table(
-    target: &Target,
-    topic: &str,
-    partitions: &[i32],
-    options: &mut ExportOptions,
-) -> anyhow::Result<()> {
-    let table = iceberg::load(target, topic).await?;
-    if table.is_none() {
-        for &p in partitions {
-            if target.read_checkpoint(topic, p).await?.0.is_some() {
-                anyhow::bail!(
-                    "{target} holds a plain Parquet export of {topic} (partition {p} has a                      checkpoint and there is no Iceberg table): export the table into a new --out"
-                );
-            }
-        }
-    }
-    let columns = iceberg::columns(&options.convert, table.as_ref())?;
-    options.convert.iceberg = Some(Arc::new(columns));
-    iceberg::create_if_absent(target, topic, &options.convert).await?;
     Ok(())
 }
 

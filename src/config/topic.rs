@@ -183,6 +183,9 @@ pub const INTERNAL_SEGMENT_BYTES: &str = "internal.segment.bytes";
 pub const EXPORT_PARQUET: &str = "strata.export.parquet";
 pub const EXPORT_PARQUET_TARGET: &str = "strata.export.parquet.target";
 pub const EXPORT_PARQUET_FILE_BYTES: &str = "strata.export.parquet.file.bytes";
+/// With `strata.export.parquet=true`: the topic's export directory is an Apache Iceberg table,
+/// committed after each export (`strata export --iceberg`, continuously).
+pub const EXPORT_ICEBERG: &str = "strata.export.iceberg";
 
 /// Kafka's per-record bound on decompressed record bodies (see [`TOPIC_CONFIGS`]).
 pub const MAX_DECOMPRESSED_MESSAGE_BYTES: &str = "max.decompressed.message.bytes";
@@ -506,6 +509,13 @@ pub static STRATA_TOPIC_CONFIGS: &[TopicConfigDef] = &[
         kind: Kind::Long,
         default: "268435456",
         validate: export_file_bytes,
+    },
+    TopicConfigDef {
+        name: EXPORT_ICEBERG,
+        broker_synonym: "",
+        kind: Kind::Boolean,
+        default: "false",
+        validate: boolean,
     },
 ];
 

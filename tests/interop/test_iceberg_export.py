@@ -326,3 +326,69 @@ def test_iceberg_table_in_a_bucket_reads_back_exactly(iceberg_topic, s3_server):
         Bucket=s3_server.bucket, Key=location.split(f"{s3_server.bucket}/", 1)[1])["Body"].read())
     offsets = json.loads(meta["snapshots"][-1]["summary"]["strata.export.next-offsets"])
     assert set(offsets) == {str(p) for p in range(PARTS)}
+
+
+def test_continuous_export_commits_each_upload_to_the_table(iceberg_topic, s3_server):
+    """strata.export.parquet=true with strata.export.iceberg=true: the tiering task exports
+    what is remote into the table (backfill), commits it, then does the same for each segment
+    it uploads afterwards. Last in this module: it produces more records to the shared topic."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    from helpers import admin
+
+    b, topic, produced, nxt = iceberg_topic
+    # Earlier tests may have produced records still in the active segment, which continuous
+    # export (remote segments only) does not read: seal them so they are uploaded.
+    upto = {p: max(o for (q, o) in produced.records if q == p) for p in range(PARTS)}
+    seal_records(b, topic, {p: o + 1 for p, o in upto.items()})
+    prefix = f"continuous-{uuid.uuid4().hex[:6]}"
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in [("strata.export.parquet", "true"),
+                            ("strata.export.iceberg", "true"),
+                            ("strata.export.parquet.target", f"s3://{s3_server.bucket}/{prefix}")]
+    ])
+    admin(b.bootstrap).incremental_alter_configs([res])[res].result(timeout=30)
+    props = {"s3.endpoint": s3_server.endpoint, "s3.region": s3_server.region,
+             "s3.access-key-id": s3_server.access_key,
+             "s3.secret-access-key": s3_server.secret_key, "s3.path-style-access": "true"}
+
+    def table_now():
+        try:
+            hint = s3_server.client.get_object(
+                Bucket=s3_server.bucket,
+                Key=f"{prefix}/topic={topic}/metadata/version-hint.text")["Body"].read().decode()
+        except Exception:
+            return None
+        t = static_table(
+            f"s3://{s3_server.bucket}/{prefix}/topic={topic}/metadata/v{hint}.metadata.json",
+            props)
+        return t if t.current_snapshot() else None
+
+    def wait_for(records: dict, what: str) -> dict:
+        deadline = time.monotonic() + 90
+        while True:
+            t = table_now()
+            rows = table_rows(t.scan().to_arrow()) if t else {}
+            if all(k in rows for k in records):
+                return rows
+            assert time.monotonic() < deadline, (
+                f"{what}: {sum(k in rows for k in records)} of {len(records)} records in the "
+                f"table within 90s\n{b.log_tail(30)}")
+            time.sleep(0.5)
+
+    # Backfill: every tracked record is committed without producing anything new.
+    rows = wait_for(produced.records, "backfill")
+    assert_exactly_produced(rows, produced, "continuous backfill")
+
+    # New records, over another two days: committed once their segment is uploaded.
+    more = Produced()
+    produce(b.bootstrap, topic, more, nxt + 1000, 300)
+    produced.records.update(more.records)
+    last = {p: max(o for (q, o) in more.records if q == p) for p in range(PARTS)}
+    seal_records(b, topic, {p: o + 1 for p, o in last.items()})
+    rows = wait_for(more.records, "new uploads")
+    assert_exactly_produced(rows, produced, "continuous")
+    t = table_now()
+    assert len(t.metadata.snapshots) >= 2
+    con = duckdb_with_iceberg(s3_server)
+    assert duckdb_rows(con, f"s3://{s3_server.bucket}/{prefix}/topic={topic}") == rows

@@ -9,6 +9,10 @@
 //! retried at the next poke. Shutdown cancels the running exports between batches; their
 //! checkpoints stay where they were.
 //!
+//! With [`ExportJob::iceberg`] the target's `topic=T` is an Iceberg table
+//! ([`super::iceberg`]): each partition's export is followed by a table commit (one at a time
+//! per table in this process), and the export counts as caught up only once committed.
+//!
 //! Lag ([`ContinuousExporter::lag`]): per partition, the remote records not exported yet and
 //! how long the export has been behind the uploads (since the first upload it had not
 //! caught up with).
@@ -23,7 +27,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    export_partition, plan_partition, ExportOptions, ExportRange, PlanInput, Progress, Target,
+    export_partition, iceberg, plan_partition, ExportOptions, ExportRange, PlanInput, Progress,
+    Target,
 };
 use crate::manifest::PartitionId;
 use crate::store::{RemoteStore, StoreConfig};
@@ -37,6 +42,8 @@ pub struct ExportJob {
     pub file_bytes: usize,
     /// The manifest's end offset: nothing to do when the export already reached it.
     pub remote_end: i64,
+    /// The topic's export directory is an Iceberg table, committed after each export.
+    pub iceberg: bool,
 }
 
 /// (target url, topic, partition)
@@ -73,6 +80,8 @@ pub struct ContinuousExporter {
     /// Where each partition's export is (so idle partitions cost no requests).
     positions: Arc<Mutex<HashMap<ExportKey, Position>>>,
     tasks: Mutex<JoinSet<()>>,
+    /// One Iceberg commit at a time per table (target url, topic) in this process.
+    commits: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
     limit: Arc<Semaphore>,
     cancel: CancellationToken,
     pub progress: Arc<Progress>,
@@ -89,6 +98,7 @@ impl ContinuousExporter {
             running: Arc::new(Mutex::new(HashSet::new())),
             positions: Arc::new(Mutex::new(HashMap::new())),
             tasks: Mutex::new(JoinSet::new()),
+            commits: Mutex::new(HashMap::new()),
             limit: Arc::new(Semaphore::new(concurrency.max(1))),
             cancel: CancellationToken::new(),
             progress: Arc::new(Progress::default()),
@@ -166,6 +176,14 @@ impl ContinuousExporter {
                 return;
             }
         };
+        let commit_lock = job.iceberg.then(|| {
+            self.commits
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry((job.target_url.clone(), job.id.topic.clone()))
+                .or_default()
+                .clone()
+        });
         let (store, running, positions, limit, cancel, progress, errors) = (
             self.store.clone(),
             self.running.clone(),
@@ -193,19 +211,30 @@ impl ContinuousExporter {
                     from: checkpoint.map_or(0, |c| c.next_offset),
                 })
                 .await?;
-                let options = ExportOptions {
+                let mut options = ExportOptions {
                     file_bytes: job.file_bytes.max(1),
                     ..Default::default()
                 };
-                export_partition(
+                let (topic, p) = (job.id.topic.as_str(), job.id.partition);
+                if job.iceberg {
+                    iceberg::prepare(&target, topic, &[p], &mut options.convert).await?;
+                }
+                let summary = export_partition(
                     Arc::new(plan),
-                    target,
+                    target.clone(),
                     ExportRange::default(),
-                    options,
+                    options.clone(),
                     progress,
                     cancel,
                 )
-                .await
+                .await?;
+                // The export counts as done only once its files are in the table, so a
+                // failed commit is tried again at the next poke.
+                if let Some(lock) = &commit_lock {
+                    let _one_at_a_time = lock.lock().await;
+                    iceberg::commit(&target, topic, &[p], &options.convert).await?;
+                }
+                Ok(summary)
             }
             .await;
             match result {

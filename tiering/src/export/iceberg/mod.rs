@@ -353,6 +353,33 @@ pub async fn create_if_absent(
     ))
 }
 
+/// Readies an Iceberg export of `partitions` of `topic`: sets the column ids of `options`
+/// (kept by name from the table, if it exists) and creates the table if it does not. Refuses a
+/// target that holds a plain export of the topic (its files have no field ids and may span
+/// days).
+pub async fn prepare(
+    target: &Target,
+    topic: &str,
+    partitions: &[i32],
+    options: &mut ConvertOptions,
+) -> Result<Table, ExportError> {
+    let table = load(target, topic).await?;
+    if table.is_none() {
+        for &p in partitions {
+            if target.read_checkpoint(topic, p).await?.0.is_some() {
+                return Err(table_error(format!(
+                    "{target} holds a plain Parquet export of {topic} (partition {p} has a \
+                     checkpoint and there is no Iceberg table): export the table into a new \
+                     target"
+                )));
+            }
+        }
+    }
+    let columns = columns(options, table.as_ref())?;
+    options.iceberg = Some(std::sync::Arc::new(columns));
+    create_if_absent(target, topic, options).await
+}
+
 async fn write_version_hint(target: &Target, topic: &str, version: u64) -> Result<(), ExportError> {
     target
         .put_object(
