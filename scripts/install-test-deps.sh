@@ -9,7 +9,7 @@
 #   1. Debian packages: kcat (or kafkacat), plus java/javac/mvn/curl/python3 if missing
 #   2. Python virtualenv $STRATA_VENV with tests/interop/requirements.txt
 #   3. Java jars from Maven Central into $STRATA_CACHE/jars/kafka-$KAFKA_VERSION/{clients,tools,broker,
-#      streams,spark-s3} (streams: kafka-streams without rocksdbjni; the tests use in-memory stores;
+#      streams,spark-s3,spark-iceberg} (streams: kafka-streams without rocksdbjni; the tests use in-memory stores;
 #      spark-s3: hadoop-aws + the AWS SDK modules s3a needs, ~13 MB, for pyspark reading s3a://)
 #   4. The Java interop client (scripts/build-java-tests.sh)
 #   5. s3s-fs $S3S_FS_VERSION (an S3-compatible server over a directory, checks SigV4) from
@@ -17,6 +17,9 @@
 #      target dir under $STRATA_CACHE (removed afterwards), ~9 minutes on 2 cores, once
 #   6. checkov (scripts/checkov-requirements.txt) in its own virtualenv $STRATA_CACHE/checkov-venv
 #      for scripts/check-terraform.sh (~30 s, once)
+#   7. pyspark 4.1 (scripts/spark-iceberg-requirements.txt) in its own virtualenv
+#      $STRATA_CACHE/spark-iceberg-venv, with the spark-iceberg jar set (Iceberg's Spark 4.1
+#      runtime), for the Spark reads of Iceberg tables (~1 min, ~520 MB, once)
 #
 # Environment: STRATA_CACHE (default ~/.cache/strata), STRATA_VENV (default $STRATA_CACHE/venv),
 #              KAFKA_VERSION (default in scripts/lib/common.sh), S3S_FS_VERSION (default 0.14.1).
@@ -128,7 +131,7 @@ resolve_set() {
   rm -rf "$dest"
   mv "$tmp" "$dest"
 }
-for set in clients tools broker streams spark-s3; do
+for set in clients tools broker streams spark-s3 spark-iceberg; do
   resolve_set "$set"
 done
 
@@ -184,6 +187,26 @@ else
   echo "$checkov_stamp" >"$CHECKOV_VENV/.strata-stamp"
 fi
 
+# --------------------------------------------------------------------------- spark-iceberg
+# Its own venv: Iceberg's Spark runtime exists for Spark 4.1, the main venv's pyspark is 4.3.
+SPARK_ICEBERG_REQ="$STRATA_REPO_ROOT/scripts/spark-iceberg-requirements.txt"
+SPARK_ICEBERG_VENV="$STRATA_CACHE/spark-iceberg-venv"
+spark_iceberg_stamp="$( { cat "$SPARK_ICEBERG_REQ"; python3 --version 2>&1; } | strata_hash)"
+if [[ $FORCE -eq 0 && -x "$SPARK_ICEBERG_VENV/bin/python" && "$(cat "$SPARK_ICEBERG_VENV/.strata-stamp" 2>/dev/null)" == "$spark_iceberg_stamp" ]]; then
+  strata_log "spark-iceberg venv up to date: $SPARK_ICEBERG_VENV"
+else
+  strata_log "creating spark-iceberg virtualenv $SPARK_ICEBERG_VENV"
+  rm -f "$SPARK_ICEBERG_VENV/.strata-stamp"
+  if ! python3 -m venv --clear "$SPARK_ICEBERG_VENV" 2>/dev/null; then
+    apt_install python3-venv
+    python3 -m venv --clear "$SPARK_ICEBERG_VENV"
+  fi
+  "$SPARK_ICEBERG_VENV/bin/python" -m pip install -q --upgrade pip
+  "$SPARK_ICEBERG_VENV/bin/python" -m pip install -q -r "$SPARK_ICEBERG_REQ"
+  "$SPARK_ICEBERG_VENV/bin/python" -c 'import pyspark' || strata_die "pyspark does not import"
+  echo "$spark_iceberg_stamp" >"$SPARK_ICEBERG_VENV/.strata-stamp"
+fi
+
 cat <<EOF
 Strata test dependencies ready:
   kcat:            $KCAT
@@ -194,6 +217,7 @@ Strata test dependencies ready:
   broker jars:     $STRATA_JARS_DIR/broker    (scripts/java-classpath.sh broker)
   streams jars:    $STRATA_JARS_DIR/streams   (scripts/java-classpath.sh streams)
   spark s3a jars:  $STRATA_JARS_DIR/spark-s3  (scripts/java-classpath.sh spark-s3)
+  iceberg spark:   $STRATA_JARS_DIR/spark-iceberg with $SPARK_ICEBERG_VENV
   java test client: $STRATA_JAVA_CLASSES  (scripts/java-classpath.sh interop)
   s3s-fs:          $S3S_FS
   checkov:         $CHECKOV_VENV/bin/checkov

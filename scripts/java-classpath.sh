@@ -7,6 +7,8 @@
 #   scripts/java-classpath.sh streams   # kafka-streams (no rocksdbjni) + kafka-clients + slf4j-simple
 #   scripts/java-classpath.sh spark-s3  # hadoop-aws + the AWS SDK modules s3a uses (for pyspark's
 #                                       # spark.jars; pyspark brings hadoop itself)
+#   scripts/java-classpath.sh spark-iceberg  # Iceberg's Spark 4.1 runtime (for the
+#                                       # spark-iceberg venv's pyspark)
 #   scripts/java-classpath.sh interop   # clients + the compiled InteropClient classes
 #   scripts/java-classpath.sh streams-app  # streams + the compiled classes (StreamsWordCount)
 #
@@ -15,7 +17,7 @@ set -euo pipefail
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
-usage() { echo "usage: $0 <clients|tools|broker|streams|spark-s3|interop|streams-app>" >&2; exit 2; }
+usage() { echo "usage: $0 <clients|tools|broker|streams|spark-s3|spark-iceberg|interop|streams-app>" >&2; exit 2; }
 [[ $# -eq 1 ]] || usage
 
 jars_of() {
@@ -28,7 +30,7 @@ jars_of() {
 }
 
 case "$1" in
-  clients|tools|broker|streams|spark-s3) jars_of "$1"; echo ;;
+  clients|tools|broker|streams|spark-s3|spark-iceberg) jars_of "$1"; echo ;;
   interop|streams-app)
     [[ -f "$STRATA_JAVA_CLASSES/.strata-stamp" ]] \
       || strata_die "$STRATA_JAVA_CLASSES is missing; run scripts/build-java-tests.sh"

@@ -226,6 +226,66 @@ def test_iceberg_table_reads_back_exactly_in_pyiceberg_and_duckdb(iceberg_topic,
     assert current_metadata(table_dir) == metadata
 
 
+def spark_iceberg() -> tuple[Path, str] | str:
+    """(python of the spark-iceberg venv, Iceberg's Spark runtime jar), or why not: both come
+    from scripts/install-test-deps.sh (pyspark 4.1 in its own venv, as Iceberg's runtime on
+    Maven Central is built for Spark 4.1), and Spark needs Java 17+."""
+    from test_parquet_export import _java_major
+    major = _java_major()
+    if major is None or major < 17:
+        return f"Spark needs Java 17+ (found {major})"
+    cache = Path(os.environ.get("STRATA_CACHE", Path.home() / ".cache" / "strata"))
+    python = cache / "spark-iceberg-venv" / "bin" / "python"
+    if not python.exists():
+        return f"{python} is missing: run scripts/install-test-deps.sh"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "java-classpath.sh"
+    cp = subprocess.run(["bash", str(script), "spark-iceberg"], capture_output=True, text=True)
+    if cp.returncode != 0 or not cp.stdout.strip():
+        return f"no Iceberg Spark runtime jar: {cp.stderr.strip()}"
+    return python, cp.stdout.strip().replace(":", ",")
+
+
+def spark_read(table_dir: Path, snapshot_id: int | None = None) -> dict:
+    found = spark_iceberg()
+    if isinstance(found, str):
+        pytest.skip(found)
+    python, jar = found
+    reader = Path(__file__).resolve().parent / "iceberg_spark_reader.py"
+    cmd = [str(python), str(reader), str(table_dir), jar]
+    if snapshot_id is not None:
+        cmd.append(str(snapshot_id))
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, f"Spark failed ({r.returncode}):\n{r.stderr[-3000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def spark_rows(out: dict) -> dict:
+    import base64
+
+    def raw(v):
+        return None if v is None else base64.b64decode(v)
+    rows = {}
+    for p, o, k, v, headers, ts in out["rows"]:
+        assert (p, o) not in rows, f"spark: {(p, o)} is in the table twice"
+        rows[(p, o)] = (raw(k), raw(v), [(hk, raw(hv)) for hk, hv in headers], ts)
+    return rows
+
+
+def test_iceberg_table_reads_back_exactly_in_spark(iceberg_topic, tmp_path):
+    b, topic, produced, _ = iceberg_topic
+    out = tmp_path / "spark"
+    run_export(b, topic, str(out), "--iceberg")
+    table_dir = out / f"topic={topic}"
+    got = spark_read(table_dir)
+    types = dict(got["dtypes"])
+    assert types["offset"] == "bigint" and types["timestamp"] == "timestamp", got["dtypes"]
+    assert types["headers"] == "array<struct<key:string,value:binary>>", got["dtypes"]
+    rows = spark_rows(got)
+    assert_exactly_produced(rows, produced, "spark")
+    assert rows == table_rows(static_table(current_metadata(table_dir)).scan().to_arrow())
+    assert len(got["snapshots"]) == 1
+
+
 def test_more_records_add_a_snapshot_and_the_first_stays_readable(iceberg_topic, tmp_path):
     b, topic, produced, nxt = iceberg_topic
     out = tmp_path / "incremental"
@@ -253,6 +313,10 @@ def test_more_records_add_a_snapshot_and_the_first_stays_readable(iceberg_topic,
     assert table_rows(t.scan(snapshot_id=first_id).to_arrow()) == first_rows
     con = duckdb_with_iceberg()
     assert len(duckdb_rows(con, str(table_dir))) == len(rows)
+    # Spark (where installed) reads the first snapshot as it was.
+    if not isinstance(spark_iceberg(), str):
+        old = spark_read(table_dir, first_id)
+        assert spark_rows(old) == first_rows and len(old["snapshots"]) == 2
 
 
 @pytest.mark.parametrize("crash", ["file-landed", "export.checkpointed",
