@@ -367,6 +367,20 @@ impl Target {
     }
 }
 
+impl Target {
+    /// Deletes an object; a missing one is no error.
+    pub async fn delete_object(&self, topic: &str, rel: &str) -> Result<(), ExportError> {
+        match self {
+            Target::Dir(root) => match std::fs::remove_file(root.join(rel)) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e.into()),
+            },
+            Target::Store(store) => Ok(store.delete(topic, rel).await?),
+        }
+    }
+}
+
 fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let mut f = std::fs::File::create(path)?;

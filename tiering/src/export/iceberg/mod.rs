@@ -34,6 +34,7 @@
 //! field whose type changed is refused.
 
 pub mod avro;
+mod maintenance;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -643,6 +644,12 @@ pub async fn commit_with_steps(
         {
             on_step(CommitStep::MetadataCreated);
             write_version_hint(target, topic, version).await?;
+            for list in &staged.expired_lists {
+                // Best effort: an expired snapshot's list left behind is an orphan, not an error.
+                if let Ok(rel) = rel_of(target, list) {
+                    let _ = target.delete_object(topic, &rel).await;
+                }
+            }
             return Ok(Committed {
                 files: files.len(),
                 records: files.iter().map(|f| f.records).sum(),
@@ -661,6 +668,8 @@ pub async fn commit_with_steps(
 struct Staged {
     metadata: Json,
     snapshot_id: i64,
+    /// Manifest lists of the snapshots this commit expires, to delete once it is committed.
+    expired_lists: Vec<String>,
 }
 
 /// Writes the manifest and manifest list of a snapshot adding `files` to `table`, and returns
@@ -697,31 +706,31 @@ async fn stage_snapshot(
         .iter()
         .map(|f| manifest_entry(f, snapshot_id))
         .collect();
-    let manifest = avro::container_file(
-        MANIFEST_ENTRY_SCHEMA,
-        &[
-            ("schema", schema.to_string()),
-            ("schema-id", schema_id.to_string()),
-            ("partition-spec", partition_spec().to_string()),
-            ("partition-spec-id", "0".to_string()),
-            ("format-version", "2".to_string()),
-            ("content", "data".to_string()),
-        ],
-        &entries,
-    );
+    let header = [
+        ("schema", schema.to_string()),
+        ("schema-id", schema_id.to_string()),
+        ("partition-spec", partition_spec().to_string()),
+        ("partition-spec-id", "0".to_string()),
+        ("format-version", "2".to_string()),
+        ("content", "data".to_string()),
+    ];
+    let manifest = avro::container_file(MANIFEST_ENTRY_SCHEMA, &header, &entries);
     let manifest_len = manifest.len() as i64;
     target
         .put_object(topic, &manifest_rel, Bytes::from(manifest))
         .await?;
 
     // The manifest list: the current snapshot's manifests, then the new one.
-    let mut manifests = match table
+    let previous = match table
         .current_snapshot()
         .and_then(|s| s.get("manifest-list")?.as_str())
     {
         Some(list) => previous_manifests(target, topic, list).await?,
         None => Vec::new(),
     };
+    let mut manifests =
+        maintenance::merge_manifests(target, topic, previous, &header, sequence, snapshot_id)
+            .await?;
     manifests.push(new_manifest_file(
         &target.location(&manifest_rel),
         manifest_len,
@@ -787,9 +796,11 @@ async fn stage_snapshot(
     }
     let previous_location = table.metadata_location(target, topic);
     make_current(&mut metadata, snapshot, &previous_location, now)?;
+    let expired_lists = maintenance::expire(&mut metadata, now);
     Ok(Staged {
         metadata,
         snapshot_id,
+        expired_lists,
     })
 }
 
@@ -911,20 +922,21 @@ async fn previous_manifests(
     topic: &str,
     location: &str,
 ) -> Result<Vec<Value>, ExportError> {
-    let base = target.location("");
-    let rel = location
-        .strip_prefix(base.as_str())
-        .map(|r| r.trim_start_matches('/'))
-        .ok_or_else(|| {
-            table_error(format!(
-                "manifest list {location} is outside the export's target {base}"
-            ))
-        })?;
+    let rel = rel_of(target, location)?;
     let raw = target
-        .read_object(topic, rel)
+        .read_object(topic, &rel)
         .await?
         .ok_or_else(|| table_error(format!("manifest list {location} is missing")))?;
     decode_manifest_list(&raw).map_err(|e| table_error(format!("manifest list {location}: {e}")))
+}
+
+/// `location` relative to the target's root: table metadata names only files of its target.
+fn rel_of(target: &Target, location: &str) -> Result<String, ExportError> {
+    let base = target.location("");
+    location
+        .strip_prefix(base.as_str())
+        .map(|r| r.trim_start_matches('/').to_string())
+        .ok_or_else(|| table_error(format!("{location} is outside the export's target {base}")))
 }
 
 /// A manifest list's entries, re-encoded under [`MANIFEST_FILE_SCHEMA`].

@@ -13,6 +13,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use super::super::tests::{local_plan, run_export, simple, spec, write_segment};
 use super::super::*;
 use super::*;
+use serde_json::json;
 
 const DAY_MS: i64 = 86_400_000;
 /// 2023-11-14T00:00:00Z.
@@ -275,4 +276,101 @@ async fn files_of_a_plain_export_are_refused_by_the_commit() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("field id"), "{err}");
+}
+
+#[tokio::test]
+async fn a_table_committed_often_keeps_few_manifests_and_every_file_once() {
+    let log = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let target = dir_target(out.path());
+    let options = options();
+    create_if_absent(&target, "t", &options.convert)
+        .await
+        .unwrap();
+    let commits = maintenance::MIN_COUNT_TO_MERGE + 5;
+    for i in 0..commits as i64 {
+        // One new segment of 2 records per commit (on one day), then an empty active one.
+        let _ = std::fs::remove_file(log.path().join(format!("{:020}.log", 2 * i)));
+        let mut s = spec(2 * i, 0);
+        s.base_ts = MIDNIGHT + 1000 * i;
+        write_segment(log.path(), 2 * i, &[simple(s, 2)]);
+        write_segment(log.path(), 2 * i + 2, &[]);
+        let plan = local_plan(log.path()).await;
+        run_export(&plan, &target, ExportRange::default(), &options)
+            .await
+            .unwrap();
+        let c = commit(&target, "t", &[0], &options.convert).await.unwrap();
+        assert_eq!(c.records, 2, "commit {i}");
+    }
+    let files = table_files(out.path());
+    assert_eq!(files.len(), commits);
+    assert_eq!(files.iter().map(|f| f.1).sum::<i64>(), 2 * commits as i64);
+    let mut paths: Vec<&String> = files.iter().map(|f| &f.0).collect();
+    paths.dedup();
+    assert_eq!(paths.len(), commits);
+    // The manifests were merged once there were MIN_COUNT_TO_MERGE of them.
+    let table = load(&target, "t").await.unwrap().unwrap();
+    let list = table.current_snapshot().unwrap()["manifest-list"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let manifests = decode_manifest_list(&std::fs::read(&list).unwrap()).unwrap();
+    assert!(manifests.len() <= 6, "{} manifests", manifests.len());
+    let merged = manifests
+        .iter()
+        .find(|m| m.field("existing_files_count").and_then(Value::as_long) == Some(100))
+        .expect("a merged manifest of the first 100 files");
+    assert_eq!(
+        merged.field("existing_rows_count").unwrap().as_long(),
+        Some(200)
+    );
+    assert!(table.metadata["metadata-log"].as_array().unwrap().len() <= 100);
+}
+
+#[test]
+fn expiry_keeps_young_newest_and_current_snapshots_and_trims_the_metadata_log() {
+    let now = 10 * DAY_MS;
+    let snapshot = |id: i64, age_days: i64| {
+        json!({"snapshot-id": id, "timestamp-ms": now - age_days * DAY_MS,
+               "manifest-list": format!("/t/metadata/snap-{id}.avro")})
+    };
+    let mut metadata = json!({
+        "current-snapshot-id": 5,
+        "snapshots": [snapshot(1, 9), snapshot(2, 7), snapshot(3, 6), snapshot(4, 1), snapshot(5, 0)],
+        "snapshot-log": (1..=5).map(|id| json!({"snapshot-id": id, "timestamp-ms": 0})).collect::<Vec<_>>(),
+        "metadata-log": (0..150).map(|i| json!({"metadata-file": format!("v{i}"), "timestamp-ms": i})).collect::<Vec<_>>(),
+        "properties": {},
+    });
+    let expired = maintenance::expire(&mut metadata, now);
+    assert_eq!(
+        expired,
+        vec![
+            "/t/metadata/snap-1.avro",
+            "/t/metadata/snap-2.avro",
+            "/t/metadata/snap-3.avro"
+        ]
+    );
+    let ids = |key: &str| -> Vec<i64> {
+        metadata[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["snapshot-id"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(ids("snapshots"), vec![4, 5]);
+    assert_eq!(ids("snapshot-log"), vec![4, 5]);
+    let log = metadata["metadata-log"].as_array().unwrap();
+    assert_eq!(
+        (log.len(), log[0]["metadata-file"].as_str()),
+        (100, Some("v50"))
+    );
+
+    // The table's own properties: keep 4 whatever their age.
+    let mut metadata = json!({
+        "current-snapshot-id": 5,
+        "snapshots": [snapshot(1, 9), snapshot(2, 9), snapshot(3, 9), snapshot(4, 9), snapshot(5, 9)],
+        "properties": {"history.expire.min-snapshots-to-keep": "4"},
+    });
+    assert_eq!(maintenance::expire(&mut metadata, now).len(), 1);
 }
