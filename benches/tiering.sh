@@ -3,7 +3,10 @@
 # remote storage (cold and warm cache), object-store requests per GiB and broker memory, in
 # one run against one Strata broker (release build) and an object store started here:
 # moto_server from the test venv on a free 127.0.0.1 port with a fresh bucket (created with
-# boto3), or the local filesystem store with BENCH_STORE=file.
+# boto3), s3s-fs with BENCH_STORE=s3s (an S3 server over a directory that checks SigV4 and
+# serves ranged GETs from the file, as S3 does; moto copies the whole object on every ranged
+# GET, so remote-read figures against moto say nothing about S3), or the local filesystem
+# store with BENCH_STORE=file.
 #   1. start the store and the broker (tiering task every 200 ms, cache in <work>/cache)
 #   2. create two topics with the same settings, segment.bytes=BENCH_SEGMENT_BYTES:
 #      bench-local (no remote storage) and bench-tiered (local.retention.bytes=0, created with
@@ -34,7 +37,8 @@
 #
 # Environment:
 #   STRATA_BIN            Strata binary (default ${CARGO_TARGET_DIR:-target}/release/strata)
-#   BENCH_STORE           s3 (moto_server, default) or file
+#   BENCH_STORE           s3 (moto_server, default), s3s (s3s-fs from install-test-deps.sh) or
+#                         file
 #   BENCH_RECORDS         records per topic (default 1048576: 1 GiB with 1 KiB records)
 #   BENCH_RECORD_SIZE     bytes per record (default 1024)
 #   BENCH_PARTITIONS      partitions per topic (default 1)
@@ -77,7 +81,7 @@ for v in RECORDS RECORD_SIZE PARTITIONS SEGMENT_BYTES START_TIMEOUT UPLOAD_TIMEO
   [[ "${!v}" =~ ^[0-9]+$ ]] || strata_die "$v must be a positive integer, got '${!v}'"
 done
 ((SEGMENT_BYTES >= 1048576)) || strata_die "BENCH_SEGMENT_BYTES must be at least 1 MiB (segment.bytes' minimum)"
-[[ "$STORE" == s3 || "$STORE" == file ]] || strata_die "BENCH_STORE must be s3 or file, got '$STORE'"
+[[ "$STORE" == s3 || "$STORE" == s3s || "$STORE" == file ]] || strata_die "BENCH_STORE must be s3, s3s or file, got '$STORE'"
 [[ -x "$STRATA_BIN" ]] || strata_die "no Strata binary at $STRATA_BIN (set STRATA_BIN or run 'cargo build --release')"
 
 if [[ -n "${BENCH_DIR:-}" ]]; then
@@ -174,8 +178,33 @@ strata.remote.store.secret.access.key=strata-bench
 strata.remote.store.path.style=true"
 }
 
+start_s3s() {
+  local bin="${STRATA_S3S_FS:-$STRATA_CACHE/s3s-fs/bin/s3s-fs}" port start=$SECONDS
+  [[ -x "$bin" ]] || strata_die "s3s-fs not found at $bin; run scripts/install-test-deps.sh"
+  port="$(strata_free_port)"
+  mkdir -p "$WORK/s3s"
+  strata_log "starting s3s-fs on 127.0.0.1:$port"
+  "$bin" --host 127.0.0.1 --port "$port" --access-key strata-bench --secret-key strata-bench \
+    "$WORK/s3s" >"$WORK/s3s.log" 2>&1 </dev/null &
+  MOTO_PID=$!
+  until curl -s -o /dev/null -m 1 "http://127.0.0.1:$port/"; do
+    strata_alive "$MOTO_PID" || { tail -n 20 "$WORK/s3s.log" >&2; strata_die "s3s-fs exited during startup"; }
+    ((SECONDS - start < START_TIMEOUT)) || strata_die "s3s-fs not answering after ${START_TIMEOUT}s"
+    sleep 0.2
+  done
+  "${HELPER[@]}" bucket "http://127.0.0.1:$port" strata-bench
+  STORE_PROPS="strata.remote.store.url=s3://strata-bench/bench
+strata.remote.store.endpoint=http://127.0.0.1:$port
+strata.remote.store.region=us-east-1
+strata.remote.store.access.key.id=strata-bench
+strata.remote.store.secret.access.key=strata-bench
+strata.remote.store.path.style=true"
+}
+
 if [[ $STORE == s3 ]]; then
   start_moto
+elif [[ $STORE == s3s ]]; then
+  start_s3s
 else
   mkdir -p "$WORK/objects"
   STORE_PROPS="strata.remote.store.url=file://$WORK/objects"

@@ -229,9 +229,13 @@ pub const ICEBERG_HEADER_IDS: [i32; 3] = [10, 11, 12];
 pub const ICEBERG_LAST_FIXED_ID: i32 = 12;
 
 /// The UTC day (days since 1970-01-01) of a timestamp in milliseconds: an Iceberg `day`
-/// partition value.
+/// partition value. Taken from the microseconds the file holds (saturated, as [`micros`]
+/// writes them), so that a timestamp near the ends of the range lands on the day its stored
+/// value says; every `i64` of microseconds is a day that fits an `i32`.
 pub fn day_of(timestamp_ms: i64) -> i32 {
-    timestamp_ms.div_euclid(86_400_000) as i32
+    timestamp_ms
+        .saturating_mul(1000)
+        .div_euclid(86_400_000_000) as i32
 }
 
 fn with_field_id(f: Field, id: i32) -> Field {

@@ -374,3 +374,36 @@ fn expiry_keeps_young_newest_and_current_snapshots_and_trims_the_metadata_log() 
     });
     assert_eq!(maintenance::expire(&mut metadata, now).len(), 1);
 }
+
+#[tokio::test]
+async fn records_stamped_at_the_ends_of_the_range_are_committed_on_the_day_their_files_say() {
+    let log = tempfile::tempdir().unwrap();
+    let stamped = |base: i64, ts: i64| {
+        let mut s = spec(base, 0);
+        s.base_ts = ts;
+        simple(s, 3)
+    };
+    write_segment(
+        log.path(),
+        0,
+        &[
+            stamped(0, i64::MAX - 10),
+            stamped(3, -1),
+            stamped(6, i64::MIN + 1),
+            stamped(9, MIDNIGHT),
+        ],
+    );
+    write_segment(log.path(), 12, &[]);
+    let out = tempfile::tempdir().unwrap();
+    let target = dir_target(out.path());
+    let options = options();
+    create_if_absent(&target, "t", &options.convert).await.unwrap();
+    run_export(&local_plan(log.path()).await, &target, ExportRange::default(), &options)
+        .await
+        .unwrap();
+    let c = commit(&target, "t", &[0], &options.convert).await.unwrap();
+    assert_eq!((c.files, c.records), (4, 12));
+    let days: Vec<i32> = table_files(out.path()).iter().map(|f| f.3).collect();
+    assert!(days.contains(&((i64::MAX / MICROS_PER_DAY) as i32)), "{days:?}");
+    assert!(days.contains(&-1), "{days:?}");
+}
