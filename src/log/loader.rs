@@ -203,6 +203,9 @@ impl Log {
         // Nothing became more durable by being reread.
         fresh.recovery_point = self.recovery_point.min(fresh.log_end_offset);
         fresh.remote_end_offset = self.remote_end_offset;
+        // Remote retention's only local input: a DeleteRecords not yet tiered must survive the
+        // repair, or the records it deleted would stay in the bucket.
+        fresh.delete_records_offset = self.delete_records_offset;
         fresh.last_flush_ms = self.last_flush_ms;
         fresh.last_repair_ms = self.last_repair_ms;
         fresh.rewrites = self.rewrites + 1;

@@ -311,6 +311,43 @@ fn a_failed_rollback_takes_the_log_offline_until_a_repair_cuts_it_back() {
 }
 
 #[test]
+fn a_repair_keeps_the_delete_records_offset_and_the_log_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = [("index.interval.bytes", "1")];
+    let mut log = open(dir.path(), config(&cfg), true);
+    for i in 0..4 {
+        append(&mut log, i);
+    }
+    assert_eq!(log.delete_records_before(2).unwrap(), 2);
+    assert_eq!(log.delete_records_offset(), 2);
+    // Offline: a batch's index entry fails and so does the rollback's truncation.
+    let index_fault = inject(
+        Fault::new(dir.path(), Op::Write)
+            .on_files_ending_with(".index")
+            .errno(ENOSPC),
+    );
+    let truncate_fault = inject(
+        Fault::new(dir.path(), Op::SetLen)
+            .on_files_ending_with(".log")
+            .times(u32::MAX),
+    );
+    let t0 = now();
+    assert!(try_append(&mut log, 4, 0, t0).is_err());
+    drop((index_fault, truncate_fault));
+    assert!(log.is_offline());
+    assert_eq!(
+        try_append(&mut log, 5, 0, t0 + REPAIR_BACKOFF_MS).unwrap(),
+        4
+    );
+    assert!(!log.is_offline());
+    assert_eq!(
+        (log.log_start_offset(), log.delete_records_offset()),
+        (2, 2),
+        "the repair keeps what DeleteRecords did"
+    );
+}
+
+#[test]
 fn an_offline_log_does_not_close_cleanly_and_its_next_open_recovers() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = open(dir.path(), config(&[]), true);

@@ -233,9 +233,7 @@ pub const ICEBERG_LAST_FIXED_ID: i32 = 12;
 /// writes them), so that a timestamp near the ends of the range lands on the day its stored
 /// value says; every `i64` of microseconds is a day that fits an `i32`.
 pub fn day_of(timestamp_ms: i64) -> i32 {
-    timestamp_ms
-        .saturating_mul(1000)
-        .div_euclid(86_400_000_000) as i32
+    timestamp_ms.saturating_mul(1000).div_euclid(86_400_000_000) as i32
 }
 
 fn with_field_id(f: Field, id: i32) -> Field {

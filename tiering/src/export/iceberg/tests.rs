@@ -397,14 +397,24 @@ async fn records_stamped_at_the_ends_of_the_range_are_committed_on_the_day_their
     let out = tempfile::tempdir().unwrap();
     let target = dir_target(out.path());
     let options = options();
-    create_if_absent(&target, "t", &options.convert).await.unwrap();
-    run_export(&local_plan(log.path()).await, &target, ExportRange::default(), &options)
+    create_if_absent(&target, "t", &options.convert)
         .await
         .unwrap();
+    run_export(
+        &local_plan(log.path()).await,
+        &target,
+        ExportRange::default(),
+        &options,
+    )
+    .await
+    .unwrap();
     let c = commit(&target, "t", &[0], &options.convert).await.unwrap();
     // The batch stamped -1, 0, 1 ms spans two days: five files.
     assert_eq!((c.files, c.records), (5, 12));
     let days: Vec<i32> = table_files(out.path()).iter().map(|f| f.3).collect();
-    assert!(days.contains(&((i64::MAX / MICROS_PER_DAY) as i32)), "{days:?}");
+    assert!(
+        days.contains(&((i64::MAX / MICROS_PER_DAY) as i32)),
+        "{days:?}"
+    );
     assert!(days.contains(&-1), "{days:?}");
 }
