@@ -210,17 +210,40 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
         shutdown.clone(),
         connections.clone(),
     ));
+    spawn_background(&tasks, &shutdown, &broker, &services, tiering);
+    tracing::info!(%kafka_addr, %admin_addr, node_id = broker.config.node_id, cluster_id = broker.cluster_id().unwrap_or_default(), "strata broker started");
+    Ok(Running {
+        broker,
+        services,
+        kafka_addr,
+        admin_addr,
+        shutdown,
+        connections,
+        tasks,
+        cluster,
+    })
+}
+
+/// The broker's background services: retention, checkpoints, coordinator and share-lock
+/// timers, tiering, the cleaner, replication, token expiry and time-based flushes.
+fn spawn_background(
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+    broker: &Arc<Broker>,
+    services: &Arc<Services>,
+    tiering: Option<Arc<crate::tiering::Tiering>>,
+) {
     spawn_periodic(
-        &tasks,
-        &shutdown,
+        tasks,
+        shutdown,
         Duration::from_millis(broker.config.log_retention_check_interval_ms),
         broker.clone(),
         "retention",
         |b| b.enforce_retention(),
     );
     spawn_periodic(
-        &tasks,
-        &shutdown,
+        tasks,
+        shutdown,
         Duration::from_millis(broker.config.log_flush_offset_checkpoint_interval_ms),
         broker.clone(),
         "checkpoint",
@@ -233,8 +256,8 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
     // Every 50 ms, but only when a coordinator has work: an idle broker does not hand a
     // job to the blocking pool forty times a second.
     spawn_periodic_when(
-        &tasks,
-        &shutdown,
+        tasks,
+        shutdown,
         Duration::from_millis(50),
         services.groups.clone(),
         "group-coordinator",
@@ -242,8 +265,8 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
         |c| c.tick(),
     );
     spawn_periodic_when(
-        &tasks,
-        &shutdown,
+        tasks,
+        shutdown,
         Duration::from_millis(50),
         services.txns.clone(),
         "transaction-coordinator",
@@ -252,8 +275,8 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
     );
     // Acquisition locks of share groups' records expire on this timer.
     spawn_periodic_when(
-        &tasks,
-        &shutdown,
+        tasks,
+        shutdown,
         Duration::from_millis(100),
         services.shares.clone(),
         "share-locks",
@@ -283,8 +306,8 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
     let tokens = &broker.config.security.delegation_token;
     if tokens.secret_key.is_some() {
         spawn_periodic(
-            &tasks,
-            &shutdown,
+            tasks,
+            shutdown,
             Duration::from_millis(tokens.expiry_check_interval_ms.max(1) as u64),
             broker.clone(),
             "delegation-token-expiry",
@@ -293,25 +316,9 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
     }
     let flush_every =
         Duration::from_millis(broker.config.log_flush_scheduler_interval_ms.min(1000));
-    spawn_periodic(
-        &tasks,
-        &shutdown,
-        flush_every,
-        broker.clone(),
-        "flush",
-        |b| b.flush_on_time(),
-    );
-    tracing::info!(%kafka_addr, %admin_addr, node_id = broker.config.node_id, cluster_id = broker.cluster_id().unwrap_or_default(), "strata broker started");
-    Ok(Running {
-        broker,
-        services,
-        kafka_addr,
-        admin_addr,
-        shutdown,
-        connections,
-        tasks,
-        cluster,
-    })
+    spawn_periodic(tasks, shutdown, flush_every, broker.clone(), "flush", |b| {
+        b.flush_on_time()
+    });
 }
 
 fn spawn_periodic<S: Send + Sync + 'static>(
