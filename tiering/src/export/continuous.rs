@@ -49,6 +49,9 @@ pub struct ExportJob {
 /// (target url, topic, partition)
 type ExportKey = (String, String, i32);
 
+/// Held while a table is committed.
+type CommitLock = Arc<tokio::sync::Mutex<()>>;
+
 /// How far one partition's export is.
 #[derive(Debug, Clone, Copy, Default)]
 struct Position {
@@ -81,7 +84,7 @@ pub struct ContinuousExporter {
     positions: Arc<Mutex<HashMap<ExportKey, Position>>>,
     tasks: Mutex<JoinSet<()>>,
     /// One Iceberg commit at a time per table (target url, topic) in this process.
-    commits: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
+    commits: Mutex<HashMap<(String, String), CommitLock>>,
     limit: Arc<Semaphore>,
     cancel: CancellationToken,
     pub progress: Arc<Progress>,
