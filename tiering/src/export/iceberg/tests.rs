@@ -418,3 +418,94 @@ async fn records_stamped_at_the_ends_of_the_range_are_committed_on_the_day_their
     );
     assert!(days.contains(&-1), "{days:?}");
 }
+
+/// Every data file of the current snapshot of `topic`'s table in `target`, by path, with its
+/// record count (read through the target, so it works on any store).
+async fn files_through(target: &Target, topic: &str) -> Vec<(String, i64)> {
+    let table = load(target, topic).await.unwrap().unwrap();
+    let Some(list) = table
+        .current_snapshot()
+        .and_then(|s| s["manifest-list"].as_str())
+    else {
+        return Vec::new();
+    };
+    let raw = target
+        .read_object(topic, &rel_of(target, list).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut files = Vec::new();
+    for m in decode_manifest_list(&raw).unwrap() {
+        let path = m.field("manifest_path").unwrap().as_str().unwrap();
+        let raw = target
+            .read_object(topic, &rel_of(target, path).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        for e in avro::read_container_file(&raw).unwrap().records {
+            let df = e.field("data_file").unwrap();
+            files.push((
+                df.field("file_path").unwrap().as_str().unwrap().to_string(),
+                df.field("record_count").unwrap().as_long().unwrap(),
+            ));
+        }
+    }
+    files.sort();
+    files
+}
+
+#[tokio::test]
+async fn a_bucket_that_fails_any_step_of_a_commit_leaves_a_table_that_the_next_commit_completes() {
+    use crate::store::RemoteStore;
+    let log = tempfile::tempdir().unwrap();
+    write_segment(log.path(), 0, &batches_across_midnight(0, 3));
+    write_segment(log.path(), 30, &[]);
+    let options = options();
+    for failing in [
+        "-m0.avro",
+        "snap-",
+        "/v2.metadata.json",
+        "version-hint",
+        "partition=0/",
+    ] {
+        let store = Arc::new(RemoteStore::in_memory());
+        let target = Arc::new(Target::Store(store.clone()));
+        create_if_absent(&target, "t", &options.convert)
+            .await
+            .unwrap();
+        run_export(
+            &local_plan(log.path()).await,
+            &target,
+            ExportRange::default(),
+            &options,
+        )
+        .await
+        .unwrap();
+        let landed: Vec<(String, u64)> = target.list_dir("t", "topic=t/partition=0").await.unwrap();
+        let data_files = landed
+            .iter()
+            .filter(|(n, _)| n.ends_with(".parquet"))
+            .count();
+        store.faults.fail_keys_containing(failing);
+        let failed = commit(&target, "t", &[0], &options.convert).await;
+        assert!(
+            failed.is_err(),
+            "{failing}: the commit must report the failure"
+        );
+        store.faults.clear();
+        commit(&target, "t", &[0], &options.convert).await.unwrap();
+        let files = files_through(&target, "t").await;
+        assert_eq!(files.len(), data_files, "{failing}: {files:?}");
+        assert_eq!(files.iter().map(|f| f.1).sum::<i64>(), 30, "{failing}");
+        let hint = target
+            .read_object("t", "topic=t/metadata/version-hint.text")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            &hint[..],
+            b"2",
+            "{failing}: one commit, and the hint names it"
+        );
+    }
+}
