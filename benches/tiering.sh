@@ -156,51 +156,45 @@ echo "tiering bench: store=$STORE records=$RECORDS size=${RECORD_SIZE}B partitio
 
 # ------------------------------------------------------------------ object store
 STORE_PROPS=""
-start_moto() {
-  local moto="${STRATA_MOTO_SERVER:-$STRATA_VENV/bin/moto_server}" port start=$SECONDS
-  [[ -x "$moto" ]] || strata_die "moto_server not found at $moto; run scripts/install-test-deps.sh"
-  port="$(strata_free_port)"
-  mkdir -p "$WORK/moto"
-  strata_log "starting moto_server on 127.0.0.1:$port"
-  (cd "$WORK/moto" && exec "$moto" -H 127.0.0.1 -p "$port") >"$WORK/moto/moto.log" 2>&1 </dev/null &
+# Starts an S3 server (MOTO_PID) with `cmd...` listening on PORT, waits until it answers,
+# creates the bucket and sets STORE_PROPS. Usage: start_s3_server NAME LOG cmd...
+start_s3_server() {
+  local name="$1" log="$2" start=$SECONDS
+  shift 2
+  strata_log "starting $name on 127.0.0.1:$PORT_S3"
+  "$@" >"$log" 2>&1 </dev/null &
   MOTO_PID=$!
-  until curl -s -o /dev/null -m 1 "http://127.0.0.1:$port/"; do
-    strata_alive "$MOTO_PID" || { tail -n 20 "$WORK/moto/moto.log" >&2; strata_die "moto_server exited during startup"; }
-    ((SECONDS - start < START_TIMEOUT)) || strata_die "moto_server not answering after ${START_TIMEOUT}s"
+  until curl -s -o /dev/null -m 1 "http://127.0.0.1:$PORT_S3/"; do
+    strata_alive "$MOTO_PID" || { tail -n 20 "$log" >&2; strata_die "$name exited during startup"; }
+    ((SECONDS - start < START_TIMEOUT)) || strata_die "$name not answering after ${START_TIMEOUT}s"
     sleep 0.2
   done
-  "${HELPER[@]}" bucket "http://127.0.0.1:$port" strata-bench
+  "${HELPER[@]}" bucket "http://127.0.0.1:$PORT_S3" strata-bench
   STORE_PROPS="strata.remote.store.url=s3://strata-bench/bench
-strata.remote.store.endpoint=http://127.0.0.1:$port
+strata.remote.store.endpoint=http://127.0.0.1:$PORT_S3
 strata.remote.store.region=us-east-1
 strata.remote.store.access.key.id=strata-bench
 strata.remote.store.secret.access.key=strata-bench
 strata.remote.store.path.style=true"
+}
+
+start_moto() {
+  local moto="${STRATA_MOTO_SERVER:-$STRATA_VENV/bin/moto_server}"
+  [[ -x "$moto" ]] || strata_die "moto_server not found at $moto; run scripts/install-test-deps.sh"
+  mkdir -p "$WORK/moto"
+  start_s3_server moto_server "$WORK/moto/moto.log" \
+    bash -c 'cd "$1" && exec "$2" -H 127.0.0.1 -p "$3"' _ "$WORK/moto" "$moto" "$PORT_S3"
 }
 
 start_s3s() {
-  local bin="${STRATA_S3S_FS:-$STRATA_CACHE/s3s-fs/bin/s3s-fs}" port start=$SECONDS
+  local bin="${STRATA_S3S_FS:-$STRATA_CACHE/s3s-fs/bin/s3s-fs}"
   [[ -x "$bin" ]] || strata_die "s3s-fs not found at $bin; run scripts/install-test-deps.sh"
-  port="$(strata_free_port)"
   mkdir -p "$WORK/s3s"
-  strata_log "starting s3s-fs on 127.0.0.1:$port"
-  "$bin" --host 127.0.0.1 --port "$port" --access-key strata-bench --secret-key strata-bench \
-    "$WORK/s3s" >"$WORK/s3s.log" 2>&1 </dev/null &
-  MOTO_PID=$!
-  until curl -s -o /dev/null -m 1 "http://127.0.0.1:$port/"; do
-    strata_alive "$MOTO_PID" || { tail -n 20 "$WORK/s3s.log" >&2; strata_die "s3s-fs exited during startup"; }
-    ((SECONDS - start < START_TIMEOUT)) || strata_die "s3s-fs not answering after ${START_TIMEOUT}s"
-    sleep 0.2
-  done
-  "${HELPER[@]}" bucket "http://127.0.0.1:$port" strata-bench
-  STORE_PROPS="strata.remote.store.url=s3://strata-bench/bench
-strata.remote.store.endpoint=http://127.0.0.1:$port
-strata.remote.store.region=us-east-1
-strata.remote.store.access.key.id=strata-bench
-strata.remote.store.secret.access.key=strata-bench
-strata.remote.store.path.style=true"
+  start_s3_server s3s-fs "$WORK/s3s.log" "$bin" --host 127.0.0.1 --port "$PORT_S3" \
+    --access-key strata-bench --secret-key strata-bench "$WORK/s3s"
 }
 
+PORT_S3="$(strata_free_port)"
 if [[ $STORE == s3 ]]; then
   start_moto
 elif [[ $STORE == s3s ]]; then

@@ -17,18 +17,16 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
-from helpers import QUIET, create_topic
-from test_parquet_export import (Produced, _binary, run_export,
-                                 wait_for_high_watermark_checkpoint)
+from helpers import create_topic
+from test_parquet_export import (Produced, _binary, kill_between_file_and_checkpoint,
+                                 run_export, wait_for_high_watermark_checkpoint)
 from test_tiering import (REMOTE_TOPIC_CONFIG, seal_records, tiered_broker_props,
                           wait_until_remote_only)
 
@@ -328,21 +326,7 @@ def test_exporter_killed_at_each_durable_step_leaves_every_record_in_the_table_o
     cmd = [str(_binary()), "export", "--topic", topic, "--out", str(out), "--iceberg",
            "--parallelism", "1", "--file-bytes", "20000", "--config", str(b.config_path)]
     if crash == "file-landed":
-        # Kill -9 inside the pause between a file landing and its checkpoint.
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env={**os.environ, "STRATA_EXPORT_FAILPOINT_PAUSE_MS": "400"})
-        try:
-            deadline = time.monotonic() + 60
-            while len(list(out.glob("topic=*/partition=*/*.parquet"))) < 3:
-                assert proc.poll() is None, "the exporter finished before it could be killed"
-                assert time.monotonic() < deadline, "the exporter wrote no files"
-                time.sleep(0.05)
-            time.sleep(0.1)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        kill_between_file_and_checkpoint(cmd, out)
     else:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
                            env={**os.environ, "STRATA_FAILPOINT": crash})

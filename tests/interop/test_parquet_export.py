@@ -365,12 +365,9 @@ def duckdb_on_s3(s3_server):
     return con
 
 
-def test_exporter_killed_between_file_and_checkpoint_reruns_without_duplicates_or_gaps(
-        exported_topic, tmp_path):
-    b, topic, produced, last = exported_topic
-    out = tmp_path / "crash"
-    cmd = [str(_binary()), "export", "--topic", topic, "--out", str(out), "--parallelism", "1",
-           "--config", str(b.config_path)]
+def kill_between_file_and_checkpoint(cmd: list[str], out: Path) -> None:
+    """Runs the exporter `cmd` with a pause between each file landing and its checkpoint, and
+    kills it with SIGKILL inside the pause after its third file under `out`."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "STRATA_EXPORT_FAILPOINT_PAUSE_MS": "400"})
     try:
@@ -386,6 +383,15 @@ def test_exporter_killed_between_file_and_checkpoint_reruns_without_duplicates_o
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_exporter_killed_between_file_and_checkpoint_reruns_without_duplicates_or_gaps(
+        exported_topic, tmp_path):
+    b, topic, produced, last = exported_topic
+    out = tmp_path / "crash"
+    kill_between_file_and_checkpoint(
+        [str(_binary()), "export", "--topic", topic, "--out", str(out), "--parallelism", "1",
+         "--config", str(b.config_path)], out)
     first_run = {f.relative_to(out): f.read_bytes()
                  for f in out.glob("topic=*/partition=*/*.parquet")}
     cps = {p: json.loads(c.read_text())["next_offset"]

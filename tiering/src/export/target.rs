@@ -318,13 +318,9 @@ impl Target {
     pub async fn put_object(&self, topic: &str, rel: &str, data: Bytes) -> Result<(), ExportError> {
         match self {
             Target::Dir(root) => {
-                let path = root.join(rel);
-                let dir = path.parent().unwrap_or(root);
-                std::fs::create_dir_all(dir)?;
-                let tmp = dir.join(format!(".{}.tmp", uuid::Uuid::new_v4().simple()));
-                write_synced(&tmp, &data)?;
+                let (path, tmp) = spooled(root, rel, &data)?;
                 std::fs::rename(&tmp, &path)?;
-                sync_dir(dir);
+                sync_dir(path.parent().unwrap_or(root));
                 Ok(())
             }
             Target::Store(store) => Ok(store.put(topic, rel, data.into()).await?),
@@ -342,16 +338,12 @@ impl Target {
     ) -> Result<bool, ExportError> {
         match self {
             Target::Dir(root) => {
-                let path = root.join(rel);
-                let dir = path.parent().unwrap_or(root);
-                std::fs::create_dir_all(dir)?;
-                let tmp = dir.join(format!(".{}.tmp", uuid::Uuid::new_v4().simple()));
-                write_synced(&tmp, &data)?;
+                let (path, tmp) = spooled(root, rel, &data)?;
                 let linked = std::fs::hard_link(&tmp, &path);
                 let _ = std::fs::remove_file(&tmp);
                 match linked {
                     Ok(()) => {
-                        sync_dir(dir);
+                        sync_dir(path.parent().unwrap_or(root));
                         Ok(true)
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
@@ -379,6 +371,16 @@ impl Target {
             Target::Store(store) => Ok(store.delete(topic, rel).await?),
         }
     }
+}
+
+/// `rel`'s path under `root`, and a temp file beside it holding `data`, fsynced.
+fn spooled(root: &Path, rel: &str, data: &[u8]) -> std::io::Result<(PathBuf, PathBuf)> {
+    let path = root.join(rel);
+    let dir = path.parent().unwrap_or(root);
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{}.tmp", uuid::Uuid::new_v4().simple()));
+    write_synced(&tmp, data)?;
+    Ok((path, tmp))
 }
 
 fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {

@@ -18,7 +18,7 @@
 use serde_json::Value as Json;
 
 use super::avro::{self, Value};
-use super::{null, rel_of, some, table_error, MANIFEST_ENTRY_SCHEMA};
+use super::{null, partition_field_summary, rel_of, some, table_error, MANIFEST_ENTRY_SCHEMA};
 use crate::export::target::Target;
 use crate::export::ExportError;
 
@@ -151,22 +151,6 @@ fn merged_manifest_file(
             .map(|v| v as i32)
             .collect()
     };
-    let bound = |values: Vec<i32>| {
-        let lo = values.iter().min().copied().unwrap_or(0);
-        let hi = values.iter().max().copied().unwrap_or(0);
-        Value::Record(vec![
-            ("contains_null".into(), Value::Boolean(false)),
-            ("contains_nan".into(), some(Value::Boolean(false))),
-            (
-                "lower_bound".into(),
-                some(Value::Bytes(lo.to_le_bytes().to_vec())),
-            ),
-            (
-                "upper_bound".into(),
-                some(Value::Bytes(hi.to_le_bytes().to_vec())),
-            ),
-        ])
-    };
     Value::Record(vec![
         ("manifest_path".into(), Value::String(path.to_string())),
         ("manifest_length".into(), Value::Long(length)),
@@ -187,8 +171,8 @@ fn merged_manifest_file(
         (
             "partitions".into(),
             some(Value::Array(vec![
-                bound(part("partition")),
-                bound(part("timestamp_day")),
+                partition_field_summary(part("partition").into_iter()),
+                partition_field_summary(part("timestamp_day").into_iter()),
             ])),
         ),
         ("key_metadata".into(), null()),

@@ -1110,6 +1110,25 @@ fn manifest_entry(f: &DataFile, snapshot_id: i64) -> Value {
     ])
 }
 
+/// A manifest list's summary of one partition field (an `int`: the Kafka partition or the
+/// day) over the values of its files: never null, never NaN, and the bounds.
+fn partition_field_summary(values: impl Iterator<Item = i32>) -> Value {
+    let (lo, hi) = values.fold((i32::MAX, i32::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (lo, hi) = if lo > hi { (0, 0) } else { (lo, hi) };
+    Value::Record(vec![
+        ("contains_null".into(), Value::Boolean(false)),
+        ("contains_nan".into(), some(Value::Boolean(false))),
+        (
+            "lower_bound".into(),
+            some(Value::Bytes(lo.to_le_bytes().to_vec())),
+        ),
+        (
+            "upper_bound".into(),
+            some(Value::Bytes(hi.to_le_bytes().to_vec())),
+        ),
+    ])
+}
+
 fn new_manifest_file(
     path: &str,
     length: i64,
@@ -1117,23 +1136,6 @@ fn new_manifest_file(
     snapshot_id: i64,
     files: &[DataFile],
 ) -> Value {
-    let bound = |vals: &mut dyn Iterator<Item = i32>| {
-        let v: Vec<i32> = vals.collect();
-        let lo = v.iter().min().copied().unwrap_or(0);
-        let hi = v.iter().max().copied().unwrap_or(0);
-        Value::Record(vec![
-            ("contains_null".into(), Value::Boolean(false)),
-            ("contains_nan".into(), some(Value::Boolean(false))),
-            (
-                "lower_bound".into(),
-                some(Value::Bytes(lo.to_le_bytes().to_vec())),
-            ),
-            (
-                "upper_bound".into(),
-                some(Value::Bytes(hi.to_le_bytes().to_vec())),
-            ),
-        ])
-    };
     Value::Record(vec![
         ("manifest_path".into(), Value::String(path.to_string())),
         ("manifest_length".into(), Value::Long(length)),
@@ -1154,8 +1156,8 @@ fn new_manifest_file(
         (
             "partitions".into(),
             some(Value::Array(vec![
-                bound(&mut files.iter().map(|f| f.partition)),
-                bound(&mut files.iter().map(|f| f.day)),
+                partition_field_summary(files.iter().map(|f| f.partition)),
+                partition_field_summary(files.iter().map(|f| f.day)),
             ])),
         ),
         ("key_metadata".into(), null()),
