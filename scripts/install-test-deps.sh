@@ -9,7 +9,7 @@
 #   1. Debian packages: kcat (or kafkacat), plus java/javac/mvn/curl/python3 if missing
 #   2. Python virtualenv $STRATA_VENV with tests/interop/requirements.txt
 #   3. Java jars from Maven Central into $STRATA_CACHE/jars/kafka-$KAFKA_VERSION/{clients,tools,broker,
-#      streams,spark-s3,spark-iceberg} (streams: kafka-streams without rocksdbjni; the tests use in-memory stores;
+#      streams,spark-s3,spark-iceberg,iceberg-rest} (streams: kafka-streams without rocksdbjni; the tests use in-memory stores;
 #      spark-s3: hadoop-aws + the AWS SDK modules s3a needs, ~13 MB, for pyspark reading s3a://)
 #   4. The Java interop client (scripts/build-java-tests.sh)
 #   5. s3s-fs $S3S_FS_VERSION (an S3-compatible server over a directory, checks SigV4) from
@@ -131,7 +131,7 @@ resolve_set() {
   rm -rf "$dest"
   mv "$tmp" "$dest"
 }
-for set in clients tools broker streams spark-s3 spark-iceberg; do
+for set in clients tools broker streams spark-s3 spark-iceberg iceberg-rest; do
   resolve_set "$set"
 done
 
@@ -218,6 +218,7 @@ Strata test dependencies ready:
   streams jars:    $STRATA_JARS_DIR/streams   (scripts/java-classpath.sh streams)
   spark s3a jars:  $STRATA_JARS_DIR/spark-s3  (scripts/java-classpath.sh spark-s3)
   iceberg spark:   $STRATA_JARS_DIR/spark-iceberg with $SPARK_ICEBERG_VENV
+  iceberg REST:    $STRATA_JARS_DIR/iceberg-rest  (scripts/java-classpath.sh iceberg-rest)
   java test client: $STRATA_JAVA_CLASSES  (scripts/java-classpath.sh interop)
   s3s-fs:          $S3S_FS
   checkov:         $CHECKOV_VENV/bin/checkov

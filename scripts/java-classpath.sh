@@ -9,6 +9,8 @@
 #                                       # spark.jars; pyspark brings hadoop itself)
 #   scripts/java-classpath.sh spark-iceberg  # Iceberg's Spark 4.1 runtime (for the
 #                                       # spark-iceberg venv's pyspark)
+#   scripts/java-classpath.sh iceberg-rest  # an Iceberg REST catalog (RESTCatalogServlet on
+#                                       # Jetty, JdbcCatalog on SQLite) for the interop tests
 #   scripts/java-classpath.sh interop   # clients + the compiled InteropClient classes
 #   scripts/java-classpath.sh streams-app  # streams + the compiled classes (StreamsWordCount)
 #
@@ -17,7 +19,7 @@ set -euo pipefail
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
-usage() { echo "usage: $0 <clients|tools|broker|streams|spark-s3|spark-iceberg|interop|streams-app>" >&2; exit 2; }
+usage() { echo "usage: $0 <clients|tools|broker|streams|spark-s3|spark-iceberg|iceberg-rest|interop|streams-app>" >&2; exit 2; }
 [[ $# -eq 1 ]] || usage
 
 jars_of() {
@@ -30,7 +32,7 @@ jars_of() {
 }
 
 case "$1" in
-  clients|tools|broker|streams|spark-s3|spark-iceberg) jars_of "$1"; echo ;;
+  clients|tools|broker|streams|spark-s3|spark-iceberg|iceberg-rest) jars_of "$1"; echo ;;
   interop|streams-app)
     [[ -f "$STRATA_JAVA_CLASSES/.strata-stamp" ]] \
       || strata_die "$STRATA_JAVA_CLASSES is missing; run scripts/build-java-tests.sh"

@@ -77,6 +77,15 @@ pub(super) struct ExportArgs {
     /// table once, whatever run was killed where.
     #[arg(long)]
     iceberg: bool,
+    /// With --iceberg: commit the table through this Iceberg REST catalog (e.g.
+    /// http://127.0.0.1:8181), as table <topic> in --iceberg-namespace. The files stay in
+    /// --out; the table is registered with the catalog, then committed through it. A bearer
+    /// token, if the catalog needs one, is read from STRATA_ICEBERG_CATALOG_TOKEN.
+    #[arg(long, requires = "iceberg", value_name = "URI")]
+    iceberg_catalog: Option<String>,
+    /// The REST catalog namespace of the tables.
+    #[arg(long, default_value = "kafka", requires = "iceberg_catalog")]
+    iceberg_namespace: String,
 }
 
 pub(super) fn run(args: ExportArgs) -> ExitCode {
@@ -95,8 +104,19 @@ async fn export(config: BrokerConfig, args: ExportArgs) -> anyhow::Result<()> {
     let target = Arc::new(Target::open(&args.out, &config.tiering.store)?);
     let mut options = export_options(&args, value_schema);
     let partitions: Vec<i32> = sources.partitions.iter().copied().collect();
+    let catalog = match &args.iceberg_catalog {
+        Some(uri) => iceberg::Catalog::Rest(
+            iceberg::rest::RestCatalog::connect(
+                uri,
+                &args.iceberg_namespace,
+                std::env::var("STRATA_ICEBERG_CATALOG_TOKEN").ok(),
+            )
+            .await?,
+        ),
+        None => iceberg::Catalog::Files,
+    };
     if args.iceberg {
-        iceberg::prepare(&target, topic, &partitions, &mut options.convert).await?;
+        iceberg::prepare_in(&catalog, &target, topic, &partitions, &mut options.convert).await?;
     }
     let parallelism = args
         .parallelism
@@ -130,7 +150,8 @@ async fn export(config: BrokerConfig, args: ExportArgs) -> anyhow::Result<()> {
     if args.iceberg {
         // Also after a failure: what landed is committed, and a re-run adds the rest.
         strata::failpoint::hit(strata::failpoint::EXPORT_CHECKPOINTED);
-        let c = iceberg::commit_with_steps(
+        let c = iceberg::commit_in(
+            &catalog,
             &shared.target,
             topic,
             &partitions,

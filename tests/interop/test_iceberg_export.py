@@ -440,3 +440,89 @@ def test_continuous_export_commits_each_upload_to_the_table(iceberg_topic, s3_se
     assert len(t.metadata.snapshots) >= 2
     con = duckdb_with_iceberg(s3_server)
     assert duckdb_rows(con, f"s3://{s3_server.bucket}/{prefix}/topic={topic}") == rows
+
+
+@pytest.fixture(scope="module")
+def rest_catalog(tmp_path_factory):
+    """An Iceberg REST catalog: Iceberg's own RESTCatalogServlet over a JdbcCatalog on SQLite
+    (tests/interop/iceberg_rest/RestServer.java, compiled here against the iceberg-rest jar
+    set of scripts/install-test-deps.sh), on a free port. Yields its URI; stopped by pid."""
+    from conftest import free_port
+    from test_parquet_export import _java_major
+    major = _java_major()
+    if major is None or major < 17:
+        pytest.skip(f"the REST catalog needs Java 17+ (found {major})")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "java-classpath.sh"
+    cp = subprocess.run(["bash", str(script), "iceberg-rest"], capture_output=True, text=True)
+    if cp.returncode != 0 or not cp.stdout.strip():
+        pytest.skip(f"no iceberg-rest jars: {cp.stderr.strip()}")
+    jars = cp.stdout.strip()
+    work = tmp_path_factory.mktemp("iceberg-rest")
+    source = Path(__file__).resolve().parent / "iceberg_rest" / "RestServer.java"
+    subprocess.run(["javac", "-cp", jars, "-d", str(work / "classes"), str(source)], check=True)
+    port = free_port()
+    log = open(work / "server.log", "w")
+    proc = subprocess.Popen(["java", "-Xmx256m", "-XX:+UseSerialGC", "-cp",
+                             f"{work / 'classes'}:{jars}", "RestServer", str(port),
+                             str(work / "data")], stdout=log, stderr=subprocess.STDOUT)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        import urllib.request
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{uri}/v1/config", timeout=2):
+                    break
+            except OSError:
+                assert proc.poll() is None, (work / "server.log").read_text()[-2000:]
+                assert time.monotonic() < deadline, "the REST catalog did not start in 60s"
+                time.sleep(0.2)
+        yield uri
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def rest_table(uri: str, namespace: str, topic: str):
+    from pyiceberg.catalog.rest import RestCatalog
+    return RestCatalog("strata-test", uri=uri).load_table((namespace, topic))
+
+
+@pytest.mark.parametrize("crash", [None, "iceberg.manifests_written",
+                                   "iceberg.metadata_committed"])
+def test_iceberg_table_committed_through_a_rest_catalog(iceberg_topic, rest_catalog, tmp_path,
+                                                        crash):
+    b, topic, produced, _ = iceberg_topic
+    namespace = f"ns_{uuid.uuid4().hex[:6]}"
+    out = tmp_path / "rest"
+    args = ["--iceberg", "--iceberg-catalog", rest_catalog, "--iceberg-namespace", namespace]
+    if crash:
+        cmd = [str(_binary()), "export", "--topic", topic, "--out", str(out),
+               "--config", str(b.config_path), *args]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "STRATA_FAILPOINT": crash})
+        assert r.returncode != 0 and f"crash point {crash}" in r.stderr, (r.returncode, r.stderr)
+        snapshots = rest_table(rest_catalog, namespace, topic).metadata.snapshots
+        assert len(snapshots) == (1 if crash == "iceberg.metadata_committed" else 0)
+    r = run_export(b, topic, str(out), *args)
+    assert ("nothing new to commit" if crash == "iceberg.metadata_committed"
+            else "iceberg: committed") in r.stdout, r.stdout
+    t = rest_table(rest_catalog, namespace, topic)
+    assert len(t.metadata.snapshots) == 1
+    rows = table_rows(t.scan().to_arrow())
+    assert_exactly_produced(rows, produced, f"pyiceberg through the REST catalog ({crash})")
+    summary = t.metadata.snapshots[0].summary.additional_properties
+    offsets = json.loads(summary["strata.export.next-offsets"])
+    assert set(offsets) == {str(p) for p in range(PARTS)}
+    # Every landed file is in the table once.
+    in_table = sorted(os.path.realpath(task.file.file_path) for task in t.scan().plan_files())
+    table_dir = out / f"topic={topic}"
+    assert in_table == sorted(os.path.realpath(f) for f in table_dir.glob("partition=*/*.parquet"))
+    # A re-run commits nothing.
+    r = run_export(b, topic, str(out), *args)
+    assert "nothing new to commit" in r.stdout, r.stdout
+    assert len(rest_table(rest_catalog, namespace, topic).metadata.snapshots) == 1

@@ -29,12 +29,17 @@
 //! harmless. `version-hint.text` is rewritten after; readers that follow it may see the
 //! previous version until then, and the committer itself finds the newest version by listing.
 //!
+//! REST catalogs ([`rest`], [`Catalog::Rest`]): the same files, the table registered with the
+//! catalog and each commit sent to it as updates with requirements, instead of
+//! `v<N+1>.metadata.json`.
+//!
 //! Schema evolution: typed value columns keep their field ids by name across exports; a value
 //! schema that gains a field adds a column (a new schema; older files read it as null), and a
 //! field whose type changed is refused.
 
 pub mod avro;
 mod maintenance;
+pub mod rest;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -69,8 +74,11 @@ fn metadata_rel(topic: &str, name: &str) -> String {
 /// A table's newest metadata.
 #[derive(Debug, Clone)]
 pub struct Table {
+    /// The `v<N>.metadata.json` of a filesystem table (0 for a REST catalog's).
     pub version: u64,
     pub metadata: Json,
+    /// Where a REST catalog says the metadata is (`None`: the filesystem layout's file).
+    pub location: Option<String>,
 }
 
 impl Table {
@@ -126,6 +134,9 @@ impl Table {
 
     /// The location of this version's metadata file.
     fn metadata_location(&self, target: &Target, topic: &str) -> String {
+        if let Some(l) = &self.location {
+            return l.clone();
+        }
         target.location(&metadata_rel(
             topic,
             &format!("v{}.metadata.json", self.version),
@@ -166,7 +177,11 @@ pub async fn load(target: &Target, topic: &str) -> Result<Option<Table>, ExportE
             )))
         }
     }
-    Ok(Some(Table { version, metadata }))
+    Ok(Some(Table {
+        version,
+        metadata,
+        location: None,
+    }))
 }
 
 /// The field ids of the export's typed value columns: a column the table has keeps its id
@@ -346,11 +361,69 @@ pub async fn create_if_absent(
             return Ok(Table {
                 version: 1,
                 metadata,
+                location: None,
             });
         }
     }
     Err(table_error(
         "could not create the table: its metadata kept changing",
+    ))
+}
+
+/// Where a table's current metadata is kept.
+pub enum Catalog {
+    /// The filesystem layout in the target (`version-hint.text`, `v<N>.metadata.json`).
+    Files,
+    /// A REST catalog, table `topic` in its namespace; the files stay in the target.
+    Rest(rest::RestCatalog),
+}
+
+/// The table of `topic`, from `catalog`.
+pub async fn load_in(
+    catalog: &Catalog,
+    target: &Target,
+    topic: &str,
+) -> Result<Option<Table>, ExportError> {
+    match catalog {
+        Catalog::Files => load(target, topic).await,
+        Catalog::Rest(r) => r.load(topic).await,
+    }
+}
+
+/// [`create_if_absent`] in `catalog`: a REST table starts as the filesystem layout's
+/// `v1.metadata.json` (Strata's field ids), registered with the catalog.
+pub async fn create_if_absent_in(
+    catalog: &Catalog,
+    target: &Target,
+    topic: &str,
+    options: &ConvertOptions,
+) -> Result<Table, ExportError> {
+    let Catalog::Rest(r) = catalog else {
+        return create_if_absent(target, topic, options).await;
+    };
+    for _ in 0..MAX_COMMIT_ATTEMPTS {
+        if let Some(t) = r.load(topic).await? {
+            return Ok(t);
+        }
+        // The first version of the files layout (an earlier attempt's, if it got that far).
+        let first = match load(target, topic).await? {
+            Some(t) if t.version == 1 => t,
+            Some(t) => {
+                return Err(table_error(format!(
+                    "{target} holds version {} of a filesystem table of {topic}: a REST \
+                     catalog table needs its own target",
+                    t.version
+                )))
+            }
+            None => create_if_absent(target, topic, options).await?,
+        };
+        let location = first.metadata_location(target, topic);
+        if let Some(t) = r.register(topic, &location).await? {
+            return Ok(t);
+        }
+    }
+    Err(table_error(
+        "could not register the table: it kept changing",
     ))
 }
 
@@ -364,7 +437,18 @@ pub async fn prepare(
     partitions: &[i32],
     options: &mut ConvertOptions,
 ) -> Result<Table, ExportError> {
-    let table = load(target, topic).await?;
+    prepare_in(&Catalog::Files, target, topic, partitions, options).await
+}
+
+/// [`prepare`] with the table in `catalog`.
+pub async fn prepare_in(
+    catalog: &Catalog,
+    target: &Target,
+    topic: &str,
+    partitions: &[i32],
+    options: &mut ConvertOptions,
+) -> Result<Table, ExportError> {
+    let table = load_in(catalog, target, topic).await?;
     if table.is_none() {
         for &p in partitions {
             if target.read_checkpoint(topic, p).await?.0.is_some() {
@@ -378,7 +462,7 @@ pub async fn prepare(
     }
     let columns = columns(options, table.as_ref())?;
     options.iceberg = Some(std::sync::Arc::new(columns));
-    create_if_absent(target, topic, options).await
+    create_if_absent_in(catalog, target, topic, options).await
 }
 
 async fn write_version_hint(target: &Target, topic: &str, version: u64) -> Result<(), ExportError> {
@@ -593,8 +677,20 @@ pub async fn commit_with_steps(
     options: &ConvertOptions,
     on_step: &(dyn Fn(CommitStep) + Sync),
 ) -> Result<Committed, ExportError> {
+    commit_in(&Catalog::Files, target, topic, partitions, options, on_step).await
+}
+
+/// [`commit_with_steps`] with the table in `catalog`.
+pub async fn commit_in(
+    catalog: &Catalog,
+    target: &Target,
+    topic: &str,
+    partitions: &[i32],
+    options: &ConvertOptions,
+    on_step: &(dyn Fn(CommitStep) + Sync),
+) -> Result<Committed, ExportError> {
     for _ in 0..MAX_COMMIT_ATTEMPTS {
-        let table = create_if_absent(target, topic, options).await?;
+        let table = create_if_absent_in(catalog, target, topic, options).await?;
         let committed = table.next_offsets()?;
         let mut next = committed.clone();
         let mut files = Vec::new();
@@ -609,6 +705,15 @@ pub async fn commit_with_steps(
             }
             files.extend(data_files(target, topic, p, from, checkpoint.next_offset).await?);
             next.insert(p, checkpoint.next_offset);
+        }
+        if files.is_empty() && matches!(catalog, Catalog::Rest(_)) {
+            return Ok(Committed {
+                metadata_location: table.metadata_location(target, topic),
+                snapshot_id: table
+                    .current_snapshot()
+                    .and_then(|s| s.get("snapshot-id")?.as_i64()),
+                ..Committed::default()
+            });
         }
         if files.is_empty() {
             // A commit that died before rewriting the hint left it naming an older version.
@@ -633,6 +738,20 @@ pub async fn commit_with_steps(
         }
         let staged = stage_snapshot(target, topic, &table, &files, &next, options).await?;
         on_step(CommitStep::ManifestsWritten);
+        if let Catalog::Rest(r) = catalog {
+            let Some(now) = r.commit(topic, &table, &staged.metadata).await? else {
+                continue; // the table moved on: commit again on top of it
+            };
+            on_step(CommitStep::MetadataCreated);
+            delete_lists(target, topic, &staged.expired_lists).await;
+            return Ok(Committed {
+                files: files.len(),
+                records: files.iter().map(|f| f.records).sum(),
+                version: 0,
+                metadata_location: now.metadata_location(target, topic),
+                snapshot_id: Some(staged.snapshot_id),
+            });
+        }
         let version = table.version + 1;
         let name = format!("v{version}.metadata.json");
         let bytes = Bytes::from(
@@ -644,12 +763,7 @@ pub async fn commit_with_steps(
         {
             on_step(CommitStep::MetadataCreated);
             write_version_hint(target, topic, version).await?;
-            for list in &staged.expired_lists {
-                // Best effort: an expired snapshot's list left behind is an orphan, not an error.
-                if let Ok(rel) = rel_of(target, list) {
-                    let _ = target.delete_object(topic, &rel).await;
-                }
-            }
+            delete_lists(target, topic, &staged.expired_lists).await;
             return Ok(Committed {
                 files: files.len(),
                 records: files.iter().map(|f| f.records).sum(),
@@ -663,6 +777,16 @@ pub async fn commit_with_steps(
     Err(table_error(format!(
         "the table of {topic} changed under {MAX_COMMIT_ATTEMPTS} commit attempts in a row"
     )))
+}
+
+/// Deletes the manifest lists of expired snapshots. Best effort: a list left behind is an
+/// orphan, not an error.
+async fn delete_lists(target: &Target, topic: &str, lists: &[String]) {
+    for list in lists {
+        if let Ok(rel) = rel_of(target, list) {
+            let _ = target.delete_object(topic, &rel).await;
+        }
+    }
 }
 
 struct Staged {
@@ -954,6 +1078,7 @@ pub fn decode_metadata(raw: &[u8]) -> Result<(Table, BTreeMap<i32, i64>), Export
     let table = Table {
         version: 1,
         metadata,
+        location: None,
     };
     let offsets = table.next_offsets()?;
     Ok((table, offsets))
