@@ -372,7 +372,15 @@ pub struct Pushed {
     pub values_not_json: u64,
     /// With a value schema: exported records with a field of the wrong type or missing.
     pub values_mismatched: u64,
+    /// A [`FileSet`] already held [`MAX_DAY_FILES`] files and the record at this offset needs
+    /// another: nothing from here on was taken; the range ends here.
+    pub cut: Option<i64>,
 }
+
+/// The most files (days) one range of an Iceberg export writes at once: records stamped
+/// across many days (a producer's clock, or a hostile one) end the range early instead of
+/// holding a Parquet writer and a spool file open per day.
+pub const MAX_DAY_FILES: usize = 16;
 
 /// Which records of the log are exported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -800,7 +808,9 @@ impl<W: Write + Send, S> FileSet<W, S> {
     }
 
     /// As [`ParquetFileWriter::push_batch`], each record into its day's file, opened with
-    /// `open` when it is the first of its day.
+    /// `open` when it is the first of its day. At most [`MAX_DAY_FILES`] files: a record that
+    /// needs one more stops the push there ([`Pushed::cut`]), and the caller closes this set
+    /// and pushes the rest of the batch into a new one.
     pub fn push_batch<E: From<ConvertError>>(
         &mut self,
         header: &BatchHeader,
@@ -817,11 +827,22 @@ impl<W: Write + Send, S> FileSet<W, S> {
         let max = self.options.max_decompressed_batch_bytes;
         let mut failed: Option<E> = None;
         for_each_record(header, batch, max, |record| {
+            if pushed.cut.is_some() {
+                return Ok(());
+            }
             let (offset, timestamp) = offset_and_timestamp(header, record);
+            let key = if by_day { day_of(timestamp) } else { 0 };
+            let new_day = !self.files.contains_key(&key);
+            if new_day
+                && self.files.len() >= MAX_DAY_FILES
+                && (filter.from..filter.to).contains(&offset)
+            {
+                pushed.cut = Some(offset);
+                return Ok(());
+            }
             if !admit(filter, offset, timestamp, &mut pushed) {
                 return Ok(());
             }
-            let key = if by_day { day_of(timestamp) } else { 0 };
             let (writer, _) = match self.files.entry(key) {
                 std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::btree_map::Entry::Vacant(e) => {

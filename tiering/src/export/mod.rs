@@ -431,13 +431,27 @@ impl Run {
                 break;
             }
             let plan = &*self.plan;
-            let open = file.get_or_insert_with(|| {
-                FileSet::new(&plan.topic, plan.partition, &self.options.convert)
-            });
-            let pushed = open.push_batch(&header, &batch, filter, &plan.aborted, &mut || {
-                self.open_file()
-            })?;
-            self.progress.add(&pushed);
+            let mut from = filter.from;
+            let open = loop {
+                let open = file.get_or_insert_with(|| {
+                    FileSet::new(&plan.topic, plan.partition, &self.options.convert)
+                });
+                // A cut range resumes inside this batch: its records before the cut are in
+                // the files just closed.
+                let mut part = RecordFilter { from, ..*filter };
+                let pushed =
+                    open.push_batch(&header, &batch, &mut part, &plan.aborted, &mut || {
+                        self.open_file()
+                    })?;
+                (filter.to, filter.from_time) = (part.to, part.from_time);
+                self.progress.add(&pushed);
+                let Some(cut) = pushed.cut else {
+                    break open;
+                };
+                let f = file.take().expect("file is open");
+                self.close_file(f, cut, e_tag, filter, summary)?;
+                from = cut;
+            };
             let batch_end = header.next_offset().min(filter.to);
             if open.approximate_size() >= self.options.file_bytes
                 && batch_end < source.next_offset().min(filter.to)

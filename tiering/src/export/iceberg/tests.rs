@@ -509,3 +509,72 @@ async fn a_bucket_that_fails_any_step_of_a_commit_leaves_a_table_that_the_next_c
         );
     }
 }
+
+#[tokio::test]
+async fn records_stamped_over_many_days_end_a_range_at_the_file_limit_and_commit_once() {
+    // One batch of 40 records on 40 different days, then a batch on one day.
+    let log = tempfile::tempdir().unwrap();
+    let values: Vec<String> = (0..40).map(|i| format!("v{i}")).collect();
+    let recs: Vec<super::super::tests::Rec> = (0..40)
+        .map(|i| super::super::tests::Rec {
+            offset_delta: i,
+            ts_delta: i64::from(i) * DAY_MS,
+            key: None,
+            value: Some(values[i as usize].as_bytes()),
+            headers: vec![],
+        })
+        .collect();
+    let mut s = spec(0, 0);
+    s.base_ts = MIDNIGHT;
+    s.max_ts = MIDNIGHT + 39 * DAY_MS;
+    let mut one_day = spec(40, 0);
+    one_day.base_ts = MIDNIGHT;
+    write_segment(
+        log.path(),
+        0,
+        &[super::super::tests::batch(s, &recs), simple(one_day, 5)],
+    );
+    write_segment(log.path(), 45, &[]);
+    let out = tempfile::tempdir().unwrap();
+    let target = dir_target(out.path());
+    let options = options();
+    create_if_absent(&target, "t", &options.convert)
+        .await
+        .unwrap();
+    let plan = local_plan(log.path()).await;
+    let summary = run_export(&plan, &target, ExportRange::default(), &options)
+        .await
+        .unwrap();
+    assert_eq!(summary.records, 45);
+    // Ranges of at most MAX_DAY_FILES days: 40 single-record files, the last one-day range
+    // shares its day with the final batch.
+    let c = commit(&target, "t", &[0], &options.convert).await.unwrap();
+    assert_eq!(c.records, 45);
+    let files = table_files(out.path());
+    let mut offsets: Vec<i64> = files.iter().flat_map(|f| rows(&f.0)).map(|r| r.0).collect();
+    offsets.sort();
+    assert_eq!(offsets, (0..45).collect::<Vec<_>>());
+    // A re-run from a checkpoint inside the batch (a crash after the first cut range) writes
+    // the same files.
+    let names = |out: &Path| -> Vec<String> {
+        let mut n: Vec<String> = std::fs::read_dir(out.join("topic=t/partition=0"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.ends_with(".parquet"))
+            .collect();
+        n.sort();
+        n
+    };
+    let before = names(out.path());
+    // Three ranges: 16 days, 16 days, and 8 days plus the last batch's day.
+    assert_eq!((before.len(), files.len()), (41, 41));
+    let cut = crate::export::convert::MAX_DAY_FILES as i64;
+    target
+        .write_checkpoint("t", 0, Checkpoint::new("t", 0, cut, None, None), None)
+        .await
+        .unwrap();
+    run_export(&plan, &target, ExportRange::default(), &options)
+        .await
+        .unwrap();
+    assert_eq!(names(out.path()), before);
+}
