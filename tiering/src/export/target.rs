@@ -244,11 +244,15 @@ impl Target {
     /// The whole object, or `None` when it does not exist.
     pub async fn read_object(&self, topic: &str, rel: &str) -> Result<Option<Bytes>, ExportError> {
         match self {
-            Target::Dir(root) => match std::fs::read(root.join(rel)) {
-                Ok(b) => Ok(Some(Bytes::from(b))),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(e.into()),
-            },
+            Target::Dir(root) => {
+                let rel = rel.to_string();
+                in_dir(root, move |root| match std::fs::read(root.join(rel)) {
+                    Ok(b) => Ok(Some(Bytes::from(b))),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(e),
+                })
+                .await
+            }
             Target::Store(store) => Ok(store.get(topic, rel).await?.map(|(b, _)| b)),
         }
     }
@@ -262,13 +266,17 @@ impl Target {
     ) -> Result<Bytes, ExportError> {
         match self {
             Target::Dir(root) => {
-                use std::io::{Read, Seek};
-                let mut f = std::fs::File::open(root.join(rel))?;
-                f.seek(std::io::SeekFrom::Start(range.start))?;
-                let mut buf = Vec::new();
-                f.take(range.end.saturating_sub(range.start))
-                    .read_to_end(&mut buf)?;
-                Ok(Bytes::from(buf))
+                let rel = rel.to_string();
+                in_dir(root, move |root| {
+                    use std::io::{Read, Seek};
+                    let mut f = std::fs::File::open(root.join(rel))?;
+                    f.seek(std::io::SeekFrom::Start(range.start))?;
+                    let mut buf = Vec::new();
+                    f.take(range.end.saturating_sub(range.start))
+                        .read_to_end(&mut buf)?;
+                    Ok(Bytes::from(buf))
+                })
+                .await
             }
             Target::Store(store) => Ok(store.get_range(topic, rel, range).await?),
         }
@@ -284,19 +292,25 @@ impl Target {
         let mut out = Vec::new();
         match self {
             Target::Dir(root) => {
-                let entries = match std::fs::read_dir(root.join(rel_dir)) {
-                    Ok(e) => e,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-                    Err(e) => return Err(e.into()),
-                };
-                for e in entries {
-                    let e = e?;
-                    let meta = e.metadata()?;
-                    let name = e.file_name().to_string_lossy().to_string();
-                    if meta.is_file() && !name.starts_with('.') {
-                        out.push((name, meta.len()));
+                let rel_dir = rel_dir.to_string();
+                out = in_dir(root, move |root| {
+                    let mut out = Vec::new();
+                    let entries = match std::fs::read_dir(root.join(rel_dir)) {
+                        Ok(e) => e,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+                        Err(e) => return Err(e),
+                    };
+                    for e in entries {
+                        let e = e?;
+                        let meta = e.metadata()?;
+                        let name = e.file_name().to_string_lossy().to_string();
+                        if meta.is_file() && !name.starts_with('.') {
+                            out.push((name, meta.len()));
+                        }
                     }
-                }
+                    Ok(out)
+                })
+                .await?;
             }
             Target::Store(store) => {
                 let prefix = format!("{}/", rel_dir.trim_end_matches('/'));
@@ -318,10 +332,14 @@ impl Target {
     pub async fn put_object(&self, topic: &str, rel: &str, data: Bytes) -> Result<(), ExportError> {
         match self {
             Target::Dir(root) => {
-                let (path, tmp) = spooled(root, rel, &data)?;
-                std::fs::rename(&tmp, &path)?;
-                sync_dir(path.parent().unwrap_or(root));
-                Ok(())
+                let rel = rel.to_string();
+                in_dir(root, move |root| {
+                    let (path, tmp) = spooled(root, &rel, &data)?;
+                    std::fs::rename(&tmp, &path)?;
+                    sync_dir(path.parent().unwrap_or(root));
+                    Ok(())
+                })
+                .await
             }
             Target::Store(store) => Ok(store.put(topic, rel, data.into()).await?),
         }
@@ -338,17 +356,21 @@ impl Target {
     ) -> Result<bool, ExportError> {
         match self {
             Target::Dir(root) => {
-                let (path, tmp) = spooled(root, rel, &data)?;
-                let linked = std::fs::hard_link(&tmp, &path);
-                let _ = std::fs::remove_file(&tmp);
-                match linked {
-                    Ok(()) => {
-                        sync_dir(path.parent().unwrap_or(root));
-                        Ok(true)
+                let rel = rel.to_string();
+                in_dir(root, move |root| {
+                    let (path, tmp) = spooled(root, &rel, &data)?;
+                    let linked = std::fs::hard_link(&tmp, &path);
+                    let _ = std::fs::remove_file(&tmp);
+                    match linked {
+                        Ok(()) => {
+                            sync_dir(path.parent().unwrap_or(root));
+                            Ok(true)
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+                        Err(e) => Err(e),
                     }
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-                    Err(e) => Err(e.into()),
-                }
+                })
+                .await
             }
             Target::Store(store) => match store.put_if(topic, rel, data, None).await {
                 Ok(_) => Ok(true),
@@ -363,14 +385,33 @@ impl Target {
     /// Deletes an object; a missing one is no error.
     pub async fn delete_object(&self, topic: &str, rel: &str) -> Result<(), ExportError> {
         match self {
-            Target::Dir(root) => match std::fs::remove_file(root.join(rel)) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(e.into()),
-            },
+            Target::Dir(root) => {
+                let rel = rel.to_string();
+                in_dir(root, move |root| {
+                    match std::fs::remove_file(root.join(rel)) {
+                        Ok(()) => Ok(()),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                })
+                .await
+            }
             Target::Store(store) => Ok(store.delete(topic, rel).await?),
         }
     }
+}
+
+/// Runs file work on a directory target on the blocking pool: the continuous exporter calls
+/// these from the broker's async workers, and a table commit fsyncs.
+async fn in_dir<T: Send + 'static>(
+    root: &Path,
+    f: impl FnOnce(&Path) -> std::io::Result<T> + Send + 'static,
+) -> Result<T, ExportError> {
+    let root = root.to_path_buf();
+    tokio::task::spawn_blocking(move || f(&root))
+        .await
+        .map_err(std::io::Error::other)?
+        .map_err(ExportError::from)
 }
 
 /// `rel`'s path under `root`, and a temp file beside it holding `data`, fsynced.

@@ -81,14 +81,19 @@ pub struct Table {
     pub location: Option<String>,
 }
 
+/// The entry of `metadata[list]` whose `key` is `id` (a snapshot or a schema).
+fn find_by_id<'a>(metadata: &'a Json, list: &str, key: &str, id: i64) -> Option<&'a Json> {
+    metadata
+        .get(list)?
+        .as_array()?
+        .iter()
+        .find(|e| e.get(key).and_then(Json::as_i64) == Some(id))
+}
+
 impl Table {
     fn current_snapshot(&self) -> Option<&Json> {
         let id = self.metadata.get("current-snapshot-id")?.as_i64()?;
-        self.metadata
-            .get("snapshots")?
-            .as_array()?
-            .iter()
-            .find(|s| s.get("snapshot-id").and_then(Json::as_i64) == Some(id))
+        find_by_id(&self.metadata, "snapshots", "snapshot-id", id)
     }
 
     fn summary_i64(&self, key: &str) -> i64 {
@@ -118,11 +123,7 @@ impl Table {
 
     fn current_schema(&self) -> Option<&Json> {
         let id = self.metadata.get("current-schema-id")?.as_i64()?;
-        self.metadata
-            .get("schemas")?
-            .as_array()?
-            .iter()
-            .find(|s| s.get("schema-id").and_then(Json::as_i64) == Some(id))
+        find_by_id(&self.metadata, "schemas", "schema-id", id)
     }
 
     fn last_column_id(&self) -> i32 {
@@ -814,13 +815,7 @@ async fn stage_snapshot(
         .unwrap_or(0)
         + 1;
     let schema_id = evolve_schema(&mut metadata, options)?;
-    let schema = metadata
-        .get("schemas")
-        .and_then(Json::as_array)
-        .and_then(|s| {
-            s.iter()
-                .find(|s| s.get("schema-id").and_then(Json::as_i64) == Some(schema_id))
-        })
+    let schema = find_by_id(&metadata, "schemas", "schema-id", schema_id)
         .cloned()
         .unwrap_or(Json::Null);
 
@@ -991,9 +986,7 @@ fn evolve_schema(metadata: &mut Json, options: &ConvertOptions) -> Result<i64, E
         .cloned()
         .unwrap_or_default();
     let wanted = schema_json(options, 0)?;
-    let current = schemas
-        .iter()
-        .find(|s| s.get("schema-id").and_then(Json::as_i64) == Some(current_id));
+    let current = find_by_id(metadata, "schemas", "schema-id", current_id);
     let old_fields = current
         .and_then(|s| s.get("fields"))
         .cloned()
