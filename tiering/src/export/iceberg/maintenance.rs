@@ -18,7 +18,9 @@
 use serde_json::Value as Json;
 
 use super::avro::{self, Value};
-use super::{null, partition_field_summary, rel_of, some, table_error, MANIFEST_ENTRY_SCHEMA};
+use super::{
+    manifest_file, null, rel_of, some, table_error, ManifestSummary, MANIFEST_ENTRY_SCHEMA,
+};
 use crate::export::target::Target;
 use crate::export::ExportError;
 
@@ -151,32 +153,19 @@ fn merged_manifest_file(
             .map(|v| v as i32)
             .collect()
     };
-    Value::Record(vec![
-        ("manifest_path".into(), Value::String(path.to_string())),
-        ("manifest_length".into(), Value::Long(length)),
-        ("partition_spec_id".into(), Value::Int(0)),
-        ("content".into(), Value::Int(0)),
-        ("sequence_number".into(), Value::Long(sequence)),
-        ("min_sequence_number".into(), Value::Long(min_sequence)),
-        ("added_snapshot_id".into(), Value::Long(snapshot_id)),
-        ("added_files_count".into(), Value::Int(0)),
-        (
-            "existing_files_count".into(),
-            Value::Int(entries.len() as i32),
-        ),
-        ("deleted_files_count".into(), Value::Int(0)),
-        ("added_rows_count".into(), Value::Long(0)),
-        ("existing_rows_count".into(), Value::Long(rows)),
-        ("deleted_rows_count".into(), Value::Long(0)),
-        (
-            "partitions".into(),
-            some(Value::Array(vec![
-                partition_field_summary(part("partition").into_iter()),
-                partition_field_summary(part("timestamp_day").into_iter()),
-            ])),
-        ),
-        ("key_metadata".into(), null()),
-    ])
+    manifest_file(
+        path,
+        length,
+        ManifestSummary {
+            sequence,
+            min_sequence,
+            snapshot_id,
+            added: (0, 0),
+            existing: (entries.len(), rows),
+            partitions: part("partition"),
+            days: part("timestamp_day"),
+        },
+    )
 }
 
 /// Expires old snapshots from `metadata` (whose current snapshot is the newest) and trims its

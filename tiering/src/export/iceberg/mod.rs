@@ -1247,6 +1247,49 @@ fn partition_field_summary(values: impl Iterator<Item = i32>) -> Value {
     ])
 }
 
+/// What a manifest holds, for its manifest list entry.
+struct ManifestSummary {
+    sequence: i64,
+    min_sequence: i64,
+    snapshot_id: i64,
+    /// (files, rows) added by this manifest's snapshot, and existing ones carried over.
+    added: (usize, i64),
+    existing: (usize, i64),
+    /// The Kafka partitions and days of its files.
+    partitions: Vec<i32>,
+    days: Vec<i32>,
+}
+
+/// A manifest list entry for the manifest at `path` of `length` bytes.
+fn manifest_file(path: &str, length: i64, m: ManifestSummary) -> Value {
+    Value::Record(vec![
+        ("manifest_path".into(), Value::String(path.to_string())),
+        ("manifest_length".into(), Value::Long(length)),
+        ("partition_spec_id".into(), Value::Int(0)),
+        ("content".into(), Value::Int(0)),
+        ("sequence_number".into(), Value::Long(m.sequence)),
+        ("min_sequence_number".into(), Value::Long(m.min_sequence)),
+        ("added_snapshot_id".into(), Value::Long(m.snapshot_id)),
+        ("added_files_count".into(), Value::Int(m.added.0 as i32)),
+        (
+            "existing_files_count".into(),
+            Value::Int(m.existing.0 as i32),
+        ),
+        ("deleted_files_count".into(), Value::Int(0)),
+        ("added_rows_count".into(), Value::Long(m.added.1)),
+        ("existing_rows_count".into(), Value::Long(m.existing.1)),
+        ("deleted_rows_count".into(), Value::Long(0)),
+        (
+            "partitions".into(),
+            some(Value::Array(vec![
+                partition_field_summary(m.partitions.into_iter()),
+                partition_field_summary(m.days.into_iter()),
+            ])),
+        ),
+        ("key_metadata".into(), null()),
+    ])
+}
+
 fn new_manifest_file(
     path: &str,
     length: i64,
@@ -1254,32 +1297,19 @@ fn new_manifest_file(
     snapshot_id: i64,
     files: &[DataFile],
 ) -> Value {
-    Value::Record(vec![
-        ("manifest_path".into(), Value::String(path.to_string())),
-        ("manifest_length".into(), Value::Long(length)),
-        ("partition_spec_id".into(), Value::Int(0)),
-        ("content".into(), Value::Int(0)),
-        ("sequence_number".into(), Value::Long(sequence)),
-        ("min_sequence_number".into(), Value::Long(sequence)),
-        ("added_snapshot_id".into(), Value::Long(snapshot_id)),
-        ("added_files_count".into(), Value::Int(files.len() as i32)),
-        ("existing_files_count".into(), Value::Int(0)),
-        ("deleted_files_count".into(), Value::Int(0)),
-        (
-            "added_rows_count".into(),
-            Value::Long(files.iter().map(|f| f.records).sum()),
-        ),
-        ("existing_rows_count".into(), Value::Long(0)),
-        ("deleted_rows_count".into(), Value::Long(0)),
-        (
-            "partitions".into(),
-            some(Value::Array(vec![
-                partition_field_summary(files.iter().map(|f| f.partition)),
-                partition_field_summary(files.iter().map(|f| f.day)),
-            ])),
-        ),
-        ("key_metadata".into(), null()),
-    ])
+    manifest_file(
+        path,
+        length,
+        ManifestSummary {
+            sequence,
+            min_sequence: sequence,
+            snapshot_id,
+            added: (files.len(), files.iter().map(|f| f.records).sum()),
+            existing: (0, 0),
+            partitions: files.iter().map(|f| f.partition).collect(),
+            days: files.iter().map(|f| f.day).collect(),
+        },
+    )
 }
 
 /// The Avro schema of a manifest's entries (Iceberg spec, format version 2), for this
