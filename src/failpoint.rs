@@ -21,6 +21,9 @@
 //!   yet (an orphan for the scrubber; the segment is uploaded again).
 //! - [`TIERING_MANIFEST_COMMITTED`]: the manifest covering a segment is committed, local
 //!   retention has not deleted the local copy yet.
+//! - [`TIERING_REHYDRATE_DOWNLOADED`]: a remote segment is downloaded to temporary files, not
+//!   in the local log; [`TIERING_REHYDRATED`]: it is renamed into place in front of the log
+//!   (`tests/it/rehydration.rs`).
 //! - [`CHECKPOINT_LOG_START`]: the recovery-point checkpoint is written, the log-start
 //!   checkpoint is about to be (so on the first pass it is missing after the crash).
 //! - [`SHARE_ACKNOWLEDGED_PERSISTED`]: a share acknowledgement's snapshot is in
@@ -46,6 +49,10 @@ pub const ENV: &str = "STRATA_FAILPOINT";
 pub const TIERING_UPLOADED: &str = "tiering.uploaded";
 /// A manifest covering a segment is committed; the local segment is not deleted yet.
 pub const TIERING_MANIFEST_COMMITTED: &str = "tiering.manifest_committed";
+/// A remote segment is downloaded for rehydration; it is not in the local log yet.
+pub const TIERING_REHYDRATE_DOWNLOADED: &str = "tiering.rehydrate_downloaded";
+/// A rehydrated segment is in place in front of the local log.
+pub const TIERING_REHYDRATED: &str = "tiering.rehydrated";
 /// The log-start checkpoint is about to be written.
 pub const CHECKPOINT_LOG_START: &str = "checkpoint.log_start";
 /// A share acknowledgement is persisted; the share consumer has not been answered.

@@ -72,6 +72,7 @@ use strata_tiering::catalog::{self, CatalogTopic};
 use strata_tiering::local_log::{
     CompactedSegments, DurableStep, LocalRetentionInput, PreparedSegment, TieringPolicy,
 };
+use strata_tiering::rehydrate::RehydrateTarget;
 use strata_tiering::upload_queue::{QueueConfig, QueueContext};
 use strata_tiering::{
     Backoff, Event, LocalLog, PartitionId, PartitionManifest, PartitionWorker, RemoteReader,
@@ -788,6 +789,21 @@ impl Tiering {
                 m.compacted_snapshots.load(Ordering::Relaxed),
             ),
             (
+                "strata_remote_segments_rehydrated_total",
+                "Remote segments brought back to local disk (strata.remote.rehydrate.enable).",
+                m.segments_rehydrated.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_remote_rehydrated_bytes_total",
+                "Bytes of the remote segments brought back to local disk.",
+                m.bytes_rehydrated.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_remote_rehydration_failures_total",
+                "Rehydrations that failed (download or check); retried at the next pass.",
+                m.rehydration_failures.load(Ordering::Relaxed),
+            ),
+            (
                 "strata_remote_uploaded_bytes_total",
                 "Bytes written to the object store.",
                 s.bytes_uploaded.load(Ordering::Relaxed),
@@ -1223,10 +1239,26 @@ impl LocalLog for BrokerLog {
         match step {
             DurableStep::Uploaded => failpoint::hit(failpoint::TIERING_UPLOADED),
             DurableStep::ManifestCommitted => failpoint::hit(failpoint::TIERING_MANIFEST_COMMITTED),
+            DurableStep::RehydrateDownloaded => {
+                failpoint::hit(failpoint::TIERING_REHYDRATE_DOWNLOADED)
+            }
+            DurableStep::Rehydrated => failpoint::hit(failpoint::TIERING_REHYDRATED),
         }
     }
 
     fn uploads_committed(&self, manifest: &PartitionManifest) {
         export_parquet_after_upload(&self.tiering, &self.topic, self.partition.index, manifest);
+    }
+
+    fn rehydration_candidate(
+        &self,
+        manifest: &PartitionManifest,
+        now_ms: i64,
+    ) -> Option<RehydrateTarget> {
+        self.partition.rehydration_candidate(manifest, now_ms)
+    }
+
+    fn install_rehydrated(&self, target: &RehydrateTarget) -> io::Result<bool> {
+        self.partition.install_rehydrated(target)
     }
 }

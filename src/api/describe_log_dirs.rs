@@ -18,27 +18,6 @@ use crate::broker::Broker;
 use crate::security::acl::Operation as Op;
 use crate::services::Services;
 
-/// The total and usable bytes of the file system holding `dir` (Kafka's
-/// `FileStore.getTotalSpace` / `getUsableSpace`: usable is what an unprivileged writer may
-/// still use).
-fn disk_space(dir: &str) -> Option<(i64, i64)> {
-    let path = std::ffi::CString::new(dir).ok()?;
-    let mut s = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: `path` is a valid NUL-terminated string and `s` is written by statvfs before
-    // it is read (only on success).
-    let s = unsafe {
-        if libc::statvfs(path.as_ptr(), s.as_mut_ptr()) != 0 {
-            return None;
-        }
-        s.assume_init()
-    };
-    let block = s.f_frsize as i64;
-    Some((
-        (s.f_blocks as i64).saturating_mul(block),
-        (s.f_bavail as i64).saturating_mul(block),
-    ))
-}
-
 pub async fn handle(
     broker: Arc<Broker>,
     req: DescribeLogDirsRequest,
@@ -86,7 +65,7 @@ pub async fn handle(
             .into_iter()
             .map(|(dir, topics)| {
                 // v4+ carry the file system's total and usable bytes.
-                let (total, usable) = disk_space(&dir)
+                let (total, usable) = crate::log::disk_space(std::path::Path::new(&dir))
                     .filter(|_| version >= 4)
                     .unwrap_or((-1, -1));
                 DescribeLogDirsResult::default()

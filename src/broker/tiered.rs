@@ -84,6 +84,23 @@ impl Partition {
         })
     }
 
+    /// Rehydration: the remote segment of `manifest` to bring back next, if any.
+    pub fn rehydration_candidate(
+        &self,
+        manifest: &strata_tiering::PartitionManifest,
+        now_ms: i64,
+    ) -> Option<strata_tiering::rehydrate::RehydrateTarget> {
+        self.with_log(|l| l.rehydration_candidate(manifest, now_ms))
+    }
+
+    /// Rehydration: puts a downloaded segment in front of the local log.
+    pub fn install_rehydrated(
+        &self,
+        target: &strata_tiering::rehydrate::RehydrateTarget,
+    ) -> io::Result<bool> {
+        self.with_log(|l| l.install_rehydrated(target))
+    }
+
     /// Seals the active segment (if it has records), so it can be uploaded.
     pub fn roll(&self, now_ms: i64) -> io::Result<()> {
         self.with_log(|l| l.roll(now_ms))

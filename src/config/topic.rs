@@ -186,6 +186,9 @@ pub const EXPORT_PARQUET_FILE_BYTES: &str = "strata.export.parquet.file.bytes";
 /// With `strata.export.parquet=true`: the topic's export directory is an Apache Iceberg table,
 /// committed after each export (`strata export --iceberg`, continuously).
 pub const EXPORT_ICEBERG: &str = "strata.export.iceberg";
+/// Rehydration (Strata only): remote segments that local retention would keep come back to
+/// the broker's disk (`strata_tiering::rehydrate`). Off by default.
+pub const REMOTE_REHYDRATE_ENABLE: &str = "strata.remote.rehydrate.enable";
 
 /// Kafka's per-record bound on decompressed record bodies (see [`TOPIC_CONFIGS`]).
 pub const MAX_DECOMPRESSED_MESSAGE_BYTES: &str = "max.decompressed.message.bytes";
@@ -517,6 +520,13 @@ pub static STRATA_TOPIC_CONFIGS: &[TopicConfigDef] = &[
         default: "false",
         validate: boolean,
     },
+    TopicConfigDef {
+        name: REMOTE_REHYDRATE_ENABLE,
+        broker_synonym: "",
+        kind: Kind::Boolean,
+        default: "false",
+        validate: boolean,
+    },
 ];
 
 /// Why a topic config was refused. Maps to INVALID_CONFIG.
@@ -618,6 +628,9 @@ pub struct TopicConfig {
     pub remote_log_copy_disable: bool,
     /// Asked for with remote.storage.enable=false: delete the tiered data.
     pub remote_log_delete_on_disable: bool,
+    /// `strata.remote.rehydrate.enable`: bring back remote segments local retention would
+    /// keep.
+    pub remote_rehydrate: bool,
     /// Replicas whose traffic as leader counts against `leader.replication.throttled.rate`.
     pub leader_throttled: ThrottledReplicas,
     /// Replicas whose traffic as follower counts against
@@ -699,6 +712,10 @@ impl TopicConfig {
             remote_log_copy_disable: value::parse_bool(&raw("remote.log.copy.disable"))
                 .unwrap_or(false),
             remote_log_delete_on_disable: value::parse_bool(&raw("remote.log.delete.on.disable"))
+                .unwrap_or(false),
+            remote_rehydrate: overrides
+                .get(REMOTE_REHYDRATE_ENABLE)
+                .and_then(|v| value::parse_bool(v).ok())
                 .unwrap_or(false),
             leader_throttled: ThrottledReplicas::parse(&raw(
                 "leader.replication.throttled.replicas",

@@ -61,6 +61,7 @@
 //!   offset (remote manifest included).
 //! - `segments` (`LogSegments`): the ordered set of segments and lookups in it: reads by
 //!   offset, offsets by timestamp, sizes, the sealed segments the tiering service uploads.
+//! - `rehydrate`: a remote segment brought back in front of the local log (Strata only).
 //! - `marker`: COMMIT/ABORT control batches, encoded and decoded (no I/O).
 //! - [`segment`] (`LogSegment`) one `.log` and its indexes; [`index`] (`OffsetIndex`,
 //!   `TimeIndex`) the sparse indexes; [`txn_index`], [`producer_state`]
@@ -80,6 +81,7 @@ pub mod txn_index;
 mod append;
 mod loader;
 mod marker;
+mod rehydrate;
 mod retention;
 mod segments;
 mod truncation;
@@ -286,6 +288,28 @@ pub struct Log {
 
 /// How often an offline log retries its repair.
 pub const REPAIR_BACKOFF_MS: i64 = 1_000;
+
+/// The total and usable bytes of the file system holding `dir` (Kafka's
+/// `FileStore.getTotalSpace` / `getUsableSpace`: usable is what an unprivileged writer may
+/// still use).
+pub fn disk_space(dir: &Path) -> Option<(i64, i64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut s = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a valid NUL-terminated string and `s` is written by statvfs before
+    // it is read (only on success).
+    let s = unsafe {
+        if libc::statvfs(path.as_ptr(), s.as_mut_ptr()) != 0 {
+            return None;
+        }
+        s.assume_init()
+    };
+    let block = s.f_frsize as i64;
+    Some((
+        (s.f_blocks as i64).saturating_mul(block),
+        (s.f_bavail as i64).saturating_mul(block),
+    ))
+}
 
 fn limits(config: &TopicConfig) -> SegmentLimits {
     SegmentLimits {

@@ -649,6 +649,66 @@ async fn kill_9_after_remote_retention_restarts_at_the_manifests_log_start() {
     }
 }
 
+/// The crash points of rehydration: after a download (only temporary files exist) and after
+/// the third segment is renamed into place in front of the log. The restart removes the
+/// temporary files, opens the installed segments like any other, brings the rest back, and a
+/// client reads every acknowledged record once, in order, with the bucket untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborts_during_rehydration_keep_the_whole_history() {
+    use strata::failpoint::{TIERING_REHYDRATED, TIERING_REHYDRATE_DOWNLOADED};
+    for (point, hit) in [(TIERING_REHYDRATE_DOWNLOADED, 1), (TIERING_REHYDRATED, 3)] {
+        let root = tempdir();
+        let root = root.path();
+        let mut b = BrokerProcess::start(root, 1, Some(&format!("{point}:{hit}"))).await;
+        let (acked, bucket) = tiered_history(&b, root, 60).await;
+        let before = local_segments(root);
+        let mut c = Client::connect(b.kafka_addr).await;
+        for (name, value) in [
+            ("local.retention.bytes", "-1"),
+            ("strata.remote.rehydrate.enable", "true"),
+        ] {
+            let (code, message) =
+                crate::tiering::set_topic_config(&mut c, TOPIC, name, value).await;
+            assert_eq!(code, 0, "{name}: {message}");
+        }
+        let status = b.wait_exit(Duration::from_secs(60)).await;
+        assert_eq!(status.signal(), Some(6), "aborted at {point}: {status}");
+        let temp: Vec<String> = std::fs::read_dir(partition_dir(root))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| n.ends_with(".rehydrate.tmp"))
+            .collect();
+        let after = local_segments(root);
+        if point == TIERING_REHYDRATE_DOWNLOADED {
+            assert!(!temp.is_empty(), "the download is on disk");
+            assert_eq!(after, before, "nothing installed yet");
+        } else {
+            assert!(temp.is_empty(), "{temp:?}");
+            assert_eq!(after.len(), before.len() + 3, "{after:?}");
+        }
+
+        let b = BrokerProcess::start(root, 2, None).await;
+        let mut c = Client::connect(b.kafka_addr).await;
+        wait_for(
+            "every segment back on disk",
+            Duration::from_secs(60),
+            || local_segments(root).first() == Some(&0),
+        )
+        .await;
+        check_history(&mut c, acked).await;
+        assert_still_in_bucket(root, &bucket);
+        let leftovers = std::fs::read_dir(partition_dir(root))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .count();
+        assert_eq!(leftovers, 0, "temporary files after the restart");
+    }
+}
+
 /// The partition's manifest as stored in the embedded bucket.
 fn manifest_text(root: &Path) -> String {
     fn find(d: &Path) -> Option<PathBuf> {

@@ -32,6 +32,7 @@ mod protocol;
 mod quotas;
 mod reassign;
 mod recovery;
+mod rehydration;
 mod replication;
 mod restart;
 mod security;

@@ -10,9 +10,9 @@ use strata_tiering::store::Op;
 use crate::client::Client;
 use crate::harness::*;
 
-const TOPIC: &str = "tiered";
+pub(crate) const TOPIC: &str = "tiered";
 
-fn tiered_broker_settings() -> Vec<(&'static str, &'static str)> {
+pub(crate) fn tiered_broker_settings() -> Vec<(&'static str, &'static str)> {
     vec![
         ("remote.log.manager.task.interval.ms", "50"),
         ("log.retention.check.interval.ms", "50"),
@@ -22,7 +22,7 @@ fn tiered_broker_settings() -> Vec<(&'static str, &'static str)> {
     ]
 }
 
-async fn create_tiered_topic(c: &mut Client) {
+pub(crate) async fn create_tiered_topic(c: &mut Client) {
     let r = create_topic_with(
         c,
         TOPIC,
@@ -39,7 +39,7 @@ async fn create_tiered_topic(c: &mut Client) {
 }
 
 /// Base offsets of the local `.log` files.
-fn local_segments(dir: &Path) -> Vec<i64> {
+pub(crate) fn local_segments(dir: &Path) -> Vec<i64> {
     let mut v: Vec<i64> = std::fs::read_dir(dir.join(format!("{TOPIC}-0")))
         .map(|r| {
             r.flatten()
@@ -57,7 +57,7 @@ fn local_segments(dir: &Path) -> Vec<i64> {
 }
 
 /// Every `.seg` object under the store directory.
-fn remote_objects(dir: &Path) -> Vec<String> {
+pub(crate) fn remote_objects(dir: &Path) -> Vec<String> {
     fn walk(d: &Path, out: &mut Vec<String>) {
         for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
             let p = e.path();
@@ -93,7 +93,7 @@ fn has_manifest(dir: &Path) -> bool {
     walk(&dir.join("objects"))
 }
 
-async fn produce_batches(c: &mut Client, n: usize) -> i64 {
+pub(crate) async fn produce_batches(c: &mut Client, n: usize) -> i64 {
     let mut last = -1;
     for _ in 0..n {
         let r = produce(c, TOPIC, 0, batch(20)).await;
@@ -104,13 +104,13 @@ async fn produce_batches(c: &mut Client, n: usize) -> i64 {
 }
 
 /// Reads the whole partition from offset 0 and returns the offsets seen.
-async fn read_all(c: &mut Client, end: i64) -> Vec<i64> {
+pub(crate) async fn read_all(c: &mut Client, end: i64) -> Vec<i64> {
     read_all_from(c, 0, end).await
 }
 
 /// A broker with the tiered topic holding 60 batches, every sealed segment offloaded (in
 /// the bucket, deleted locally); the end offset.
-async fn offloaded_topic() -> (TestBroker, Client, i64) {
+pub(crate) async fn offloaded_topic() -> (TestBroker, Client, i64) {
     let b = TestBroker::start_with(&tiered_broker_settings()).await;
     let mut c = b.client().await;
     create_tiered_topic(&mut c).await;
@@ -123,7 +123,7 @@ async fn offloaded_topic() -> (TestBroker, Client, i64) {
     (b, c, end)
 }
 
-async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+pub(crate) async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     for _ in 0..200 {
         if cond() {
             return;
@@ -563,7 +563,7 @@ async fn remote_retention_delete_records_and_topic_deletion_reach_the_bucket() {
 }
 
 /// Reads [from, end) and returns the offsets seen.
-async fn read_all_from(c: &mut Client, from: i64, end: i64) -> Vec<i64> {
+pub(crate) async fn read_all_from(c: &mut Client, from: i64, end: i64) -> Vec<i64> {
     let mut offsets = Vec::new();
     let mut next = from;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -814,7 +814,12 @@ async fn list_offsets_reports_what_the_bucket_holds_and_what_is_pending_upload()
 }
 
 /// Sets one topic config with IncrementalAlterConfigs; returns (error code, message).
-async fn set_topic_config(c: &mut Client, topic: &str, name: &str, value: &str) -> (i16, String) {
+pub(crate) async fn set_topic_config(
+    c: &mut Client,
+    topic: &str,
+    name: &str,
+    value: &str,
+) -> (i16, String) {
     use kafka_protocol::messages::incremental_alter_configs_request as iac;
     let mut cfg = iac::AlterableConfig::default();
     cfg.name = str_bytes(name);

@@ -19,6 +19,8 @@
 //! - [`local_log`]: [`LocalLog`], what the orchestration needs from a broker partition.
 //! - [`upload_queue`]: per-partition typed operations (upload, commit, local retention,
 //!   remote delete, barrier) fed by events, one worker per partition.
+//! - [`rehydrate`]: remote segments brought back to local disk when local retention would
+//!   keep them (a topic config, off by default).
 //! - [`catalog`]: the topics kept in the bucket, for restoring a cluster from the bucket alone.
 //! - [`export`]: Parquet export of partitions (remote and sealed local segments) for bulk
 //!   loads, with per-partition checkpoints for exactly-once re-runs.
@@ -36,6 +38,7 @@ pub mod local_log;
 pub mod manifest;
 pub mod partition;
 pub mod reader;
+pub mod rehydrate;
 pub mod store;
 pub mod upload;
 pub mod upload_queue;

@@ -10,6 +10,7 @@ use std::io;
 use bytes::Bytes;
 
 use crate::manifest::PartitionManifest;
+use crate::rehydrate::RehydrateTarget;
 use crate::upload::SegmentFiles;
 
 /// The partition's replica role on this broker, with the leader epoch it holds.
@@ -75,6 +76,10 @@ pub enum DurableStep {
     Uploaded,
     /// A manifest covering a segment is committed; local retention has not run yet.
     ManifestCommitted,
+    /// A remote segment is downloaded to temporary files; it is not in the local log yet.
+    RehydrateDownloaded,
+    /// A rehydrated segment is renamed into place in front of the local log.
+    Rehydrated,
 }
 
 /// One broker partition as the tiering orchestration sees it.
@@ -123,4 +128,18 @@ pub trait LocalLog: Send + Sync + 'static {
 
     /// Called after a pass that committed uploads (the broker's continuous export).
     fn uploads_committed(&self, manifest: &PartitionManifest);
+
+    /// Rehydration ([`crate::rehydrate`]): the segment of `manifest` to bring back to local
+    /// disk next, or None (rehydration off, or local retention would not keep it). Blocking
+    /// (brief).
+    fn rehydration_candidate(
+        &self,
+        manifest: &PartitionManifest,
+        now_ms: i64,
+    ) -> Option<RehydrateTarget>;
+
+    /// Checks the downloaded files of `target` and puts the segment in front of the local
+    /// log. False when the log no longer starts where the segment ends (nothing changed).
+    /// Blocking.
+    fn install_rehydrated(&self, target: &RehydrateTarget) -> io::Result<bool>;
 }

@@ -9,8 +9,9 @@
 //!
 //! A leader's pass: claim the manifest when its epoch is new, apply the manifest to the local
 //! log, then per sealed segment below the high watermark (oldest first) upload, commit,
-//! apply local retention; then a compacted snapshot (compacted topics) and remote retention.
-//! A follower's pass reloads the manifest and applies local retention up to it.
+//! apply local retention; then a compacted snapshot (compacted topics), remote retention and
+//! rehydration ([`crate::rehydrate`]). A follower's pass reloads the manifest, applies local
+//! retention up to it, and rehydrates.
 //!
 //! # Consistency
 //! The queue only creates a commit from a finished upload, and local retention from a
@@ -64,6 +65,9 @@ pub struct TieringMetrics {
     pub compacted_snapshots: AtomicU64,
     pub remote_fetches: AtomicU64,
     pub remote_fetch_errors: AtomicU64,
+    pub segments_rehydrated: AtomicU64,
+    pub bytes_rehydrated: AtomicU64,
+    pub rehydration_failures: AtomicU64,
 }
 
 /// Why a partition needs a pass.
@@ -113,6 +117,8 @@ pub enum Operation {
     DeleteRemote { leader_epoch: i32 },
     /// A follower reloads the manifest and applies local retention up to it.
     FollowManifest,
+    /// Bring back the remote segments local retention would keep ([`crate::rehydrate`]).
+    Rehydrate,
     /// Everything queued before it is done.
     Barrier,
 }
@@ -128,6 +134,7 @@ impl Operation {
             Operation::UploadCompactedSnapshot { .. } => "upload compacted snapshot",
             Operation::DeleteRemote { .. } => "delete remote",
             Operation::FollowManifest => "follow manifest",
+            Operation::Rehydrate => "rehydrate",
             Operation::Barrier => "barrier",
         }
     }
@@ -242,7 +249,10 @@ impl UploadQueue {
                     attempt: 1,
                 });
             }
-            ReplicaRole::Follower => self.ops.push_back(Operation::FollowManifest),
+            ReplicaRole::Follower => {
+                self.ops.push_back(Operation::FollowManifest);
+                self.ops.push_back(Operation::Rehydrate);
+            }
             ReplicaRole::None => {}
         }
     }
@@ -286,6 +296,7 @@ impl UploadQueue {
                 });
             }
             Completion::NothingToUpload { leader_epoch } => {
+                self.ops.push_front(Operation::Rehydrate);
                 self.ops
                     .push_front(Operation::DeleteRemote { leader_epoch });
                 self.ops
@@ -326,7 +337,7 @@ pub struct QueueContext {
     pub metrics: Arc<TieringMetrics>,
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -536,24 +547,39 @@ async fn execute<L: LocalLog>(
             Ok(Completion::Done)
         }
         Operation::FollowManifest => {
-            let manifest = tp.refresh(store).await?;
-            let Some(remote_end) = manifest.end_offset() else {
-                return Ok(Completion::Done);
-            };
-            let remote_start = manifest.log_start_offset;
-            let now = now_ms();
-            let deleted = blocking(log, move |l| {
-                l.apply_manifest(remote_start, Some(remote_end))?;
-                l.allow_local_retention(remote_end, now)
-            })
-            .await?;
-            if deleted > 0 {
-                tracing::debug!(partition = %tp.id.dir(), segments = deleted, remote_end, "follower deleted local segments covered by the manifest");
-            }
+            follow_manifest(store, tp, log).await?;
+            Ok(Completion::Done)
+        }
+        Operation::Rehydrate => {
+            crate::rehydrate::run(ctx, cancel, tp, log).await?;
             Ok(Completion::Done)
         }
         Operation::Barrier => Ok(Completion::Done),
     }
+}
+
+/// A follower reloads the manifest, takes its log start and lets local retention delete what
+/// it covers.
+async fn follow_manifest<L: LocalLog>(
+    store: &RemoteStore,
+    tp: &TieredPartition,
+    log: &Arc<L>,
+) -> Result<(), TieringError> {
+    let manifest = tp.refresh(store).await?;
+    let Some(remote_end) = manifest.end_offset() else {
+        return Ok(());
+    };
+    let remote_start = manifest.log_start_offset;
+    let now = now_ms();
+    let deleted = blocking(log, move |l| {
+        l.apply_manifest(remote_start, Some(remote_end))?;
+        l.allow_local_retention(remote_end, now)
+    })
+    .await?;
+    if deleted > 0 {
+        tracing::debug!(partition = %tp.id.dir(), segments = deleted, remote_end, "follower deleted local segments covered by the manifest");
+    }
+    Ok(())
 }
 
 /// Uploads one prepared segment under a fresh key, retrying failed requests.
@@ -818,7 +844,7 @@ mod tests {
         });
         assert_eq!(
             names(&mut q, leader()),
-            ["upload compacted snapshot", "delete remote"]
+            ["upload compacted snapshot", "delete remote", "rehydrate"]
         );
         assert!(q.is_idle());
         // The next pass at the same epoch does not claim again; a new leadership does.
@@ -882,7 +908,10 @@ mod tests {
     fn followers_follow_the_manifest_and_others_do_nothing() {
         let mut q = UploadQueue::new();
         q.event(Event::Reconcile);
-        assert_eq!(names(&mut q, ReplicaRole::Follower), ["follow manifest"]);
+        assert_eq!(
+            names(&mut q, ReplicaRole::Follower),
+            ["follow manifest", "rehydrate"]
+        );
         q.event(Event::Reconcile);
         assert!(names(&mut q, ReplicaRole::None).is_empty());
         assert!(q.is_idle());
@@ -1024,6 +1053,19 @@ mod tests {
         }
         fn uploads_committed(&self, manifest: &PartitionManifest) {
             self.note(format!("committed to {:?}", manifest.end_offset()));
+        }
+        fn rehydration_candidate(
+            &self,
+            _manifest: &PartitionManifest,
+            _now_ms: i64,
+        ) -> Option<crate::rehydrate::RehydrateTarget> {
+            None
+        }
+        fn install_rehydrated(
+            &self,
+            _target: &crate::rehydrate::RehydrateTarget,
+        ) -> std::io::Result<bool> {
+            Ok(false)
         }
     }
 

@@ -1,0 +1,220 @@
+//! Rehydration (Strata only, `strata.remote.rehydrate.enable`): a remote segment brought back
+//! in front of the local log when local retention would keep it ([`strata_tiering::rehydrate`]
+//! downloads it; this module chooses it and installs it).
+//!
+//! The choice follows [`Log::apply_retention`]'s rule exactly, so what comes back is never
+//! deleted by the next retention pass and nothing is downloaded twice: the segment that ends
+//! where the local log starts is wanted while its newest record is within the local
+//! retention time and the local log is below the local retention size. The free space of the
+//! log dir's file system must stay above [`MIN_FREE_PERCENT`] after it: appends come first.
+//!
+//! Installing checks the download (every batch whole and CRC-valid, offsets from the
+//! segment's base to exactly its end) before anything is renamed; the `.txnindex` is renamed
+//! before the `.log`, so the segment never exists without its aborted transactions.
+
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use strata_tiering::rehydrate::RehydrateTarget;
+use strata_tiering::PartitionManifest;
+
+use super::batch::{self, BatchHeader, BATCH_HEADER_LEN};
+use super::segment::{file_stem, Segment};
+use super::{io_fault, limits, txn_index, Log};
+
+/// The least free space, in percent of the file system, a rehydration leaves.
+pub const MIN_FREE_PERCENT: i64 = 10;
+
+impl Log {
+    /// The remote segment to bring back next (see the module docs), with the temporary
+    /// paths it is downloaded to.
+    pub fn rehydration_candidate(
+        &self,
+        manifest: &PartitionManifest,
+        now_ms: i64,
+    ) -> Option<RehydrateTarget> {
+        let c = &self.config;
+        if !c.remote_rehydrate
+            || !c.remote_storage_enable
+            || c.cleanup_policy_compact
+            || self.offline.is_some()
+        {
+            return None;
+        }
+        let first = *self.segments.keys().next()?;
+        let log_start = self.log_start_offset.max(manifest.log_start_offset);
+        if first <= log_start {
+            return None;
+        }
+        let i = manifest.segments.partition_point(|s| s.next_offset < first);
+        let s = manifest
+            .segments
+            .get(i)
+            .filter(|s| s.next_offset == first)?;
+        if s.log.is_empty() || s.next_offset <= log_start {
+            return None;
+        }
+        let (retention_ms, retention_bytes) = self.local_retention_limits()?;
+        // What the remote segment's retention time is once local: its newest record, or the
+        // upload time (the file's mtime is set to it) when it has no timestamps.
+        let timestamp = if s.max_timestamp >= 0 {
+            s.max_timestamp
+        } else {
+            s.uploaded_at_ms
+        };
+        let by_time = retention_ms >= 0 && now_ms - timestamp > retention_ms;
+        let by_size = retention_bytes >= 0 && self.size_bytes() as i64 >= retention_bytes;
+        if by_time || by_size {
+            return None;
+        }
+        if !room_for(&self.dir, s.size()) {
+            tracing::debug!(dir = %self.dir.display(), base = s.base_offset, bytes = s.size(), "not rehydrating: the log dir is short of space");
+            return None;
+        }
+        let stem = file_stem(s.base_offset);
+        Some(RehydrateTarget {
+            segment: s.clone(),
+            log_tmp: self.dir.join(format!("{stem}.log.rehydrate.tmp")),
+            txn_index_tmp: self.dir.join(format!("{stem}.txnindex.rehydrate.tmp")),
+        })
+    }
+
+    /// Local retention's (ms, bytes), or None when it deletes nothing by rule (no `delete` in
+    /// cleanup.policy): [`Log::apply_retention`]'s choice.
+    fn local_retention_limits(&self) -> Option<(i64, i64)> {
+        let c = &self.config;
+        if !c.cleanup_policy_delete {
+            return Some((-1, -1));
+        }
+        Some(if c.remote_storage_enable && !c.remote_log_copy_disable {
+            (c.local_retention_ms, c.local_retention_bytes)
+        } else {
+            (c.retention_ms, c.retention_bytes)
+        })
+    }
+
+    /// Puts the downloaded segment of `t` in front of the local log, after checking it.
+    /// False when the log no longer starts where the segment ends. The temporary files are
+    /// the caller's to remove (they are gone once renamed).
+    pub fn install_rehydrated(&mut self, t: &RehydrateTarget) -> io::Result<bool> {
+        self.check_online()?;
+        let s = &t.segment;
+        if self.segments.keys().next() != Some(&s.next_offset)
+            || s.next_offset <= self.log_start_offset
+        {
+            return Ok(false);
+        }
+        check_segment_file(&t.log_tmp, s.base_offset, s.next_offset, s.log.len())?;
+        let aborted = if s.txn_index.is_some() {
+            let entries = txn_index::read(&t.txn_index_tmp)?;
+            if let Some(bad) = entries
+                .iter()
+                .find(|a| a.last_offset < s.base_offset || a.last_offset >= s.next_offset)
+            {
+                return Err(invalid(format!(
+                    "the transaction index of {} names a marker at {}, outside the segment",
+                    s.key, bad.last_offset
+                )));
+            }
+            entries
+        } else {
+            Vec::new()
+        };
+        let base = s.base_offset;
+        if s.txn_index.is_some() {
+            io_fault::rename(&t.txn_index_tmp, &txn_index::path(&self.dir, base))?;
+        } else {
+            // A stale index of an earlier segment at this base must not be taken for this one.
+            match fs::remove_file(txn_index::path(&self.dir, base)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        io_fault::rename(&t.log_tmp, &Segment::log_path(&self.dir, base))?;
+        File::open(&self.dir)?.sync_all()?;
+        let (mut seg, _) = Segment::open(&self.dir, base, limits(&self.config), true)?;
+        if seg.next_offset() != s.next_offset {
+            // Checked above; a file that changed under us is not served.
+            let end = seg.next_offset();
+            let _ = seg.delete();
+            return Err(invalid(format!(
+                "rehydrated segment {base} ends at {end}, not {}",
+                s.next_offset
+            )));
+        }
+        if s.max_timestamp < 0 {
+            seg.set_last_modified(s.uploaded_at_ms)?;
+        }
+        self.segments.insert(base, seg);
+        self.aborted.splice(0..0, aborted);
+        Ok(true)
+    }
+}
+
+/// Checks a downloaded segment: `len` bytes of whole, CRC-valid batches whose offsets
+/// increase from `base` and end exactly at `next`.
+fn check_segment_file(path: &Path, base: i64, next: i64, len: u64) -> io::Result<()> {
+    let file = File::open(path)?;
+    let size = file.metadata()?.len();
+    if size != len {
+        return Err(invalid(format!(
+            "{}: {size} bytes downloaded, the manifest says {len}",
+            path.display()
+        )));
+    }
+    let mut header = [0u8; BATCH_HEADER_LEN];
+    let mut body = Vec::new();
+    let (mut pos, mut expected) = (0u64, base);
+    while pos < size {
+        if pos + BATCH_HEADER_LEN as u64 > size {
+            return Err(invalid(format!("{}: torn batch at {pos}", path.display())));
+        }
+        file.read_exact_at(&mut header, pos)?;
+        let h = BatchHeader::parse(&header)
+            .map_err(|e| invalid(format!("{}: batch at {pos}: {e}", path.display())))?;
+        let total = h.total_size() as u64;
+        if pos + total > size {
+            return Err(invalid(format!("{}: torn batch at {pos}", path.display())));
+        }
+        if h.base_offset < expected || h.last_offset() >= next {
+            return Err(invalid(format!(
+                "{}: batch at {pos} holds offsets {}..={}, expected from {expected} below {next}",
+                path.display(),
+                h.base_offset,
+                h.last_offset()
+            )));
+        }
+        // Bounded by the file, which is bounded by the manifest's part.
+        body.resize(total as usize, 0);
+        file.read_exact_at(&mut body, pos)?;
+        if !batch::crc_matches(&body) {
+            return Err(invalid(format!(
+                "{}: batch at {pos} fails its CRC",
+                path.display()
+            )));
+        }
+        expected = h.last_offset() + 1;
+        pos += total;
+    }
+    if expected != next {
+        return Err(invalid(format!(
+            "{}: the batches end at {expected}, the manifest says {next}",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `dir`'s file system keeps [`MIN_FREE_PERCENT`] free after `bytes` more.
+fn room_for(dir: &Path, bytes: u64) -> bool {
+    let Some((total, usable)) = super::disk_space(dir) else {
+        return false;
+    };
+    usable.saturating_sub(bytes as i64) >= total / 100 * MIN_FREE_PERCENT
+}
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}

@@ -1,0 +1,182 @@
+//! Rehydration (Strata only): bringing remote segments back to the broker's disk.
+//!
+//! A topic with `strata.remote.rehydrate.enable=true` asks each replica, at the end of its
+//! tiering pass, for the remote segment that ends where its local log starts and that its local
+//! retention would keep if it were local ([`LocalLog::rehydration_candidate`]): raising
+//! `local.retention.ms` / `.bytes` then brings old data back, one segment at a time from the
+//! newest down, until local retention would delete the next one. Reads of that range stop
+//! paying object-store latency.
+//!
+//! # Steps and crash consistency
+//! 1. The segment's `.log` part (and its `.txnindex`) is downloaded in ranged chunks,
+//!    bypassing the read cache, to temporary files in the partition directory (`.tmp`, which
+//!    opening a log removes) and fsynced. A crash here leaves only temporary files.
+//! 2. [`LocalLog::install_rehydrated`] checks, under the log lock, that the log still starts
+//!    where the segment ends, that every batch's CRC holds and that the offsets run from the
+//!    segment's base to its end; then it renames the files into place (the `.log` last) and
+//!    opens the segment. A crash after the rename leaves a whole, checked segment in front of
+//!    the log, which the next start opens like any other.
+//!
+//! Nothing here deletes anything but the temporary files: the bucket and the manifest are only
+//! read, so a failed or corrupt download costs a retry at the next pass and nothing else.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::io::AsyncWriteExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff;
+use crate::error::TieringError;
+use crate::local_log::{DurableStep, LocalLog};
+use crate::manifest::{Part, RemoteSegment};
+use crate::partition::TieredPartition;
+use crate::upload_queue::QueueContext;
+
+/// Ranged GETs of a rehydration are this large.
+pub const CHUNK_BYTES: u64 = 8 << 20;
+
+/// The most bytes a `.txnindex` part may have (34 bytes per aborted transaction): more is a
+/// corrupt manifest, not an index.
+const MAX_TXN_INDEX_BYTES: u64 = 64 << 20;
+
+/// A remote segment to bring back, and where its files are downloaded to.
+#[derive(Debug, Clone)]
+pub struct RehydrateTarget {
+    pub segment: RemoteSegment,
+    /// Temporary path of the `.log` download.
+    pub log_tmp: PathBuf,
+    /// Temporary path of the `.txnindex` download (when the segment has one).
+    pub txn_index_tmp: PathBuf,
+}
+
+impl RehydrateTarget {
+    fn remove_temp_files(&self) {
+        let _ = std::fs::remove_file(&self.log_tmp);
+        let _ = std::fs::remove_file(&self.txn_index_tmp);
+    }
+}
+
+/// Rehydrates segments until the log wants no more (or one fails). Returns how many were
+/// installed.
+pub(crate) async fn run<L: LocalLog>(
+    ctx: &QueueContext,
+    cancel: &CancellationToken,
+    tp: &TieredPartition,
+    log: &Arc<L>,
+) -> Result<usize, TieringError> {
+    let mut installed = 0;
+    loop {
+        if cancel.is_cancelled() {
+            return Err(TieringError::Cancelled);
+        }
+        let manifest = tp.manifest();
+        let now = crate::upload_queue::now_ms();
+        let l = log.clone();
+        let Some(target) =
+            tokio::task::spawn_blocking(move || l.rehydration_candidate(&manifest, now)).await?
+        else {
+            return Ok(installed);
+        };
+        let downloaded = download(ctx, cancel, tp, &target).await;
+        if let Err(e) = downloaded {
+            target.remove_temp_files();
+            ctx.metrics
+                .rehydration_failures
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(e);
+        }
+        log.reached(DurableStep::RehydrateDownloaded);
+        let l = log.clone();
+        let t = target.clone();
+        let done = tokio::task::spawn_blocking(move || l.install_rehydrated(&t)).await;
+        // Whatever happened, no temporary file outlives the attempt (after a rename there is
+        // none left to remove).
+        target.remove_temp_files();
+        let done = match done {
+            Ok(Ok(done)) => done,
+            Ok(Err(e)) => {
+                ctx.metrics
+                    .rehydration_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(partition = %tp.id.dir(), base = target.segment.base_offset, key = %target.segment.key, error = %e, "cannot rehydrate a remote segment");
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if !done {
+            // The local log moved on while the segment downloaded; the next pass looks again.
+            return Ok(installed);
+        }
+        log.reached(DurableStep::Rehydrated);
+        installed += 1;
+        let s = &target.segment;
+        ctx.metrics
+            .segments_rehydrated
+            .fetch_add(1, Ordering::Relaxed);
+        ctx.metrics
+            .bytes_rehydrated
+            .fetch_add(s.size(), Ordering::Relaxed);
+        tracing::info!(partition = %tp.id.dir(), base = s.base_offset, next = s.next_offset, bytes = s.size(), "rehydrated a remote segment to local disk");
+    }
+}
+
+/// Downloads the segment's `.log` (and `.txnindex`) parts to the target's temporary files and
+/// fsyncs them. Each ranged GET is retried with backoff.
+async fn download(
+    ctx: &QueueContext,
+    cancel: &CancellationToken,
+    tp: &TieredPartition,
+    t: &RehydrateTarget,
+) -> Result<(), TieringError> {
+    let s = &t.segment;
+    write_part(ctx, cancel, tp, s, s.log, &t.log_tmp).await?;
+    if let Some(part) = s.txn_index {
+        if part.len() > MAX_TXN_INDEX_BYTES {
+            return Err(TieringError::LocalLog(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "the manifest gives segment {} a transaction index of {} bytes",
+                    s.key,
+                    part.len()
+                ),
+            )));
+        }
+        write_part(ctx, cancel, tp, s, part, &t.txn_index_tmp).await?;
+    }
+    Ok(())
+}
+
+async fn write_part(
+    ctx: &QueueContext,
+    cancel: &CancellationToken,
+    tp: &TieredPartition,
+    s: &RemoteSegment,
+    part: Part,
+    path: &PathBuf,
+) -> Result<(), TieringError> {
+    let mut file = tokio::fs::File::create(path).await?;
+    let mut at = part.start;
+    while at < part.end {
+        let end = part.end.min(at.saturating_add(CHUNK_BYTES));
+        let bytes = backoff::retry(cancel, ctx.config.backoff, "rehydrate segment", || async {
+            Ok(ctx.store.get_range(&tp.id.topic, &s.key, at..end).await?)
+        })
+        .await?;
+        if bytes.len() as u64 != end - at {
+            return Err(TieringError::LocalLog(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "object {} returned {} bytes for range {at}..{end}",
+                    s.key,
+                    bytes.len()
+                ),
+            )));
+        }
+        file.write_all(&bytes).await?;
+        at = end;
+    }
+    file.sync_all().await?;
+    Ok(())
+}
