@@ -333,3 +333,61 @@ def test_broker_on_empty_log_dir_restores_topic_and_records_from_the_store(
         got = consume(b2.bootstrap, topic_name, len(ds), partitions=[p], allow_more=True,
                       timeout=CONSUME_TIMEOUT_S)[:len(ds)]
         assert_every_record_once_in_order(ds, got, f"after restore ({kind})")
+
+
+def test_rehydration_brings_remote_segments_back_when_local_retention_is_raised(
+        tiered_broker, topic_name):
+    """kafka-configs raises local.retention.bytes and turns strata.remote.rehydrate.enable on:
+    every partition's remote segments come back to the broker's disk (seen in the partition
+    directory and on /metrics), confluent-kafka then reads every record once, in order, without
+    one remote fetch, and the bucket still holds every segment."""
+    import subprocess
+    import urllib.request
+
+    from java_apps import JVM_OPTS, _java_bin, classpath
+
+    cp, why = classpath("tools")
+    if cp is None:
+        pytest.skip(f"kafka-configs needs the kafka-tools jars: {why}")
+    b = tiered_broker
+    n = 4_000
+    create_topic(b.bootstrap, topic_name, partitions=PARTS, config=REMOTE_TOPIC_CONFIG)
+    delivered, _ = produce(b.bootstrap, topic_name, keyed_records(n, seed=7), conf=PRODUCE_CONF)
+    last = {p: ds[-1].offset for p, ds in by_partition(delivered).items()}
+    fillers = seal_records(b, topic_name, last)
+    wait_until_remote_only(b, topic_name, last)
+
+    def metric(name: str) -> float:
+        url = f"http://{b.host}:{b.admin_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text = resp.read().decode()
+        m = re.search(rf"^{name} ([0-9.e+]+)$", text, re.MULTILINE)
+        assert m, f"no {name} in /metrics"
+        return float(m.group(1))
+
+    rehydrated_before = metric("strata_remote_segments_rehydrated_total")
+    r = subprocess.run([_java_bin(), *JVM_OPTS, "-cp", cp, "org.apache.kafka.tools.ConfigCommand",
+                        "--bootstrap-server", b.bootstrap, "--alter", "--entity-type", "topics",
+                        "--entity-name", topic_name, "--add-config",
+                        "local.retention.bytes=-1,strata.remote.rehydrate.enable=true"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    deadline = time.monotonic() + REMOTE_TIMEOUT_S
+    while any(local_log_start(b, topic_name, p) != 0 for p in range(PARTS)):
+        assert time.monotonic() < deadline, (
+            f"local log starts {[local_log_start(b, topic_name, p) for p in range(PARTS)]}\n"
+            f"{b.log_tail(40)}")
+        time.sleep(0.2)
+    rehydrated = metric("strata_remote_segments_rehydrated_total") - rehydrated_before
+    assert rehydrated >= PARTS, rehydrated
+    assert metric("strata_remote_rehydration_failures_total") == 0
+    for p in range(PARTS):
+        names = os.listdir(b.partition_dir(topic_name, p))
+        assert not [x for x in names if x.endswith(".tmp")], names
+
+    fetches = metric("strata_remote_fetches_total")
+    got = consume(b.bootstrap, topic_name, n + fillers, partitions=range(PARTS),
+                  timeout=CONSUME_TIMEOUT_S)
+    got = [g for g in got if not g.value.startswith(b"filler:")]
+    assert_every_record_once_in_order(delivered, got, "confluent-kafka after rehydration")
+    assert metric("strata_remote_fetches_total") == fetches, "a read went to the bucket"
