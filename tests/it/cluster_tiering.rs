@@ -361,3 +361,107 @@ async fn tiered_rf3_topic_followers_retain_locally_catch_up_from_tiered_state_an
 
     c.shutdown().await;
 }
+
+/// Rehydration in a cluster: every replica, leader and followers, brings the leader's uploaded
+/// segments back in front of its own local log from the shared bucket once local retention is
+/// raised, and a consumer of each replica's data still gets every record once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_replica_rehydrates_from_the_shared_bucket() {
+    let bucket = tempfile::tempdir().expect("bucket dir");
+    let url = format!("file://{}", bucket.path().join("objects").display());
+    let c = QuorumCluster::start_with(&[
+        ("strata.remote.store.url", url.as_str()),
+        ("remote.log.manager.task.interval.ms", "50"),
+        ("log.retention.check.interval.ms", "50"),
+        ("strata.remote.cache.disk.bytes", "0"),
+    ])
+    .await;
+    let mut t = CreatableTopic::default();
+    t.name = name(TOPIC);
+    t.num_partitions = 1;
+    t.replication_factor = 3;
+    t.configs = [
+        ("remote.storage.enable", "true"),
+        ("local.retention.bytes", "1"),
+        ("internal.segment.bytes", "4096"),
+        ("retention.ms", "-1"),
+    ]
+    .iter()
+    .map(|(k, v)| {
+        let mut x = CreatableTopicConfig::default();
+        x.name = str_bytes(k);
+        x.value = Some(str_bytes(v));
+        x
+    })
+    .collect();
+    let r = create_topics(&mut c.broker(1).client().await, vec![t])
+        .await
+        .remove(0);
+    assert_eq!(r.error_code, 0, "create: {:?}", r.error_message);
+    {
+        let c = &c;
+        eventually("a leader and a full ISR", || async move {
+            leader_of(c, 1).is_some() && isr_of(c, 1) == vec![1, 2, 3]
+        })
+        .await;
+    }
+    let leader = leader_of(&c, 1).expect("leader");
+    {
+        let b = c.broker(leader);
+        eventually("the leader serves the partition", || async move {
+            b.broker()
+                .partition(TOPIC, 0)
+                .is_some_and(|p| p.is_leader())
+        })
+        .await;
+    }
+    let pid = init_producer_id(&mut c.broker(leader).client().await).await;
+    let mut seq = 0;
+    produce_idempotent(c.broker(leader), pid, &mut seq, 40).await;
+    let end = 40 * 20;
+    for id in 1..=3 {
+        let c = &c;
+        eventually("every replica offloaded", || async move {
+            replica(c.broker(id)).1 > 0
+        })
+        .await;
+    }
+
+    let mut client = c.broker(leader).client().await;
+    for (k, v) in [
+        ("local.retention.bytes", "-1"),
+        ("strata.remote.rehydrate.enable", "true"),
+    ] {
+        let (code, message) = crate::tiering::set_topic_config(&mut client, TOPIC, k, v).await;
+        assert_eq!(code, 0, "{k}={v}: {message}");
+    }
+    for id in 1..=3 {
+        let c = &c;
+        eventually("every replica rehydrated", || async move {
+            replica(c.broker(id)).1 == 0
+        })
+        .await;
+    }
+    for id in 1..=3 {
+        let (log_start, local_start, log_end, _, _) = replica(c.broker(id));
+        assert_eq!((log_start, local_start, log_end), (0, 0, end), "broker {id}");
+        let bytes = c
+            .broker(id)
+            .broker()
+            .partition(TOPIC, 0)
+            .expect("replica")
+            .with_log(|l| l.size_bytes());
+        let leader_bytes = c
+            .broker(leader)
+            .broker()
+            .partition(TOPIC, 0)
+            .expect("replica")
+            .with_log(|l| l.size_bytes());
+        assert_eq!(bytes, leader_bytes, "broker {id} holds the leader's bytes");
+    }
+    assert_eq!(
+        consume_from_zero(c.broker(leader), end).await,
+        (0..end).collect::<Vec<_>>()
+    );
+    c.shutdown().await;
+}
