@@ -93,12 +93,15 @@ impl Partition {
         self.with_log(|l| l.rehydration_candidate(manifest, now_ms))
     }
 
-    /// Rehydration: puts a downloaded segment in front of the local log.
+    /// Rehydration: checks a downloaded segment and builds its indexes without the log lock,
+    /// then puts it in front of the local log under it.
     pub fn install_rehydrated(
         &self,
         target: &strata_tiering::rehydrate::RehydrateTarget,
     ) -> io::Result<bool> {
-        self.with_log(|l| l.install_rehydrated(target))
+        let limits = self.with_log(|l| l.segment_limits());
+        let staged = crate::log::rehydrate::stage_rehydrated(target, limits)?;
+        self.with_log(|l| l.install_rehydrated(target, staged))
     }
 
     /// Seals the active segment (if it has records), so it can be uploaded.

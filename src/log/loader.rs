@@ -214,15 +214,20 @@ impl Log {
     }
 }
 
-/// The base offsets of the segments in `dir`, ascending. Removes the temp files (`.tmp`) a
-/// crash left behind.
+/// The base offsets of the segments in `dir`, ascending. Removes the temp files and
+/// directories (`.tmp`) a crash left behind.
 fn segment_bases(dir: &Path) -> io::Result<Vec<i64>> {
     let mut bases = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().to_string();
         if name.ends_with(".tmp") {
-            let _ = fs::remove_file(entry.path());
+            // A rehydration's staging directory is a `.tmp` too.
+            let _ = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                fs::remove_dir_all(entry.path())
+            } else {
+                fs::remove_file(entry.path())
+            };
             continue;
         }
         if let Some(stem) = name.strip_suffix(".log") {

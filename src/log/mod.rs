@@ -81,7 +81,7 @@ pub mod txn_index;
 mod append;
 mod loader;
 mod marker;
-mod rehydrate;
+pub mod rehydrate;
 mod retention;
 mod segments;
 mod truncation;

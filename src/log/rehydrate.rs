@@ -8,9 +8,13 @@
 //! retention time and the local log is below the local retention size. The free space of the
 //! log dir's file system must stay above [`MIN_FREE_PERCENT`] after it: appends come first.
 //!
-//! Installing checks the download (every batch whole and CRC-valid, offsets from the
-//! segment's base to exactly its end) before anything is renamed; the `.txnindex` is renamed
-//! before the `.log`, so the segment never exists without its aborted transactions.
+//! Installing is two steps. [`stage_rehydrated`] runs without the log lock (the staged files
+//! are the rehydrating task's alone): it checks the download (every batch whole and
+//! CRC-valid, offsets from the segment's base to exactly its end) and builds the segment's
+//! indexes next to it. [`Log::install_rehydrated`] then renames the files into place under
+//! the lock (the `.txnindex` before the `.log`, so the segment never exists without its
+//! aborted transactions) and opens the segment with its indexes trusted: the lock is held for
+//! renames and an fsync, never for a scan of the segment.
 
 use std::fs::{self, File};
 use std::io;
@@ -21,7 +25,7 @@ use strata_tiering::rehydrate::RehydrateTarget;
 use strata_tiering::PartitionManifest;
 
 use super::batch::{self, BatchHeader, BATCH_HEADER_LEN};
-use super::segment::{file_stem, Segment};
+use super::segment::{file_stem, Segment, SegmentLimits};
 use super::{io_fault, limits, txn_index, Log};
 
 /// The least free space, in percent of the file system, a rehydration leaves.
@@ -74,10 +78,12 @@ impl Log {
             return None;
         }
         let stem = file_stem(s.base_offset);
+        let staging = self.dir.join(format!("{stem}.rehydrate.tmp"));
         Some(RehydrateTarget {
             segment: s.clone(),
-            log_tmp: self.dir.join(format!("{stem}.log.rehydrate.tmp")),
-            txn_index_tmp: self.dir.join(format!("{stem}.txnindex.rehydrate.tmp")),
+            log_tmp: Segment::log_path(&staging, s.base_offset),
+            txn_index_tmp: txn_index::path(&staging, s.base_offset),
+            staging,
         })
     }
 
@@ -95,10 +101,10 @@ impl Log {
         })
     }
 
-    /// Puts the downloaded segment of `t` in front of the local log, after checking it.
-    /// False when the log no longer starts where the segment ends. The temporary files are
-    /// the caller's to remove (they are gone once renamed).
-    pub fn install_rehydrated(&mut self, t: &RehydrateTarget) -> io::Result<bool> {
+    /// Puts the segment staged by [`stage_rehydrated`] in front of the local log. False when
+    /// the log no longer starts where the segment ends. The staging directory is the
+    /// caller's to remove.
+    pub fn install_rehydrated(&mut self, t: &RehydrateTarget, staged: Staged) -> io::Result<bool> {
         self.check_online()?;
         let s = &t.segment;
         if self.segments.keys().next() != Some(&s.next_offset)
@@ -106,23 +112,9 @@ impl Log {
         {
             return Ok(false);
         }
-        check_segment_file(&t.log_tmp, s.base_offset, s.next_offset, s.log.len())?;
-        let aborted = if s.txn_index.is_some() {
-            let entries = txn_index::read(&t.txn_index_tmp)?;
-            if let Some(bad) = entries
-                .iter()
-                .find(|a| a.last_offset < s.base_offset || a.last_offset >= s.next_offset)
-            {
-                return Err(invalid(format!(
-                    "the transaction index of {} names a marker at {}, outside the segment",
-                    s.key, bad.last_offset
-                )));
-            }
-            entries
-        } else {
-            Vec::new()
-        };
         let base = s.base_offset;
+        let into = |ext: &str| Segment::file_path(&self.dir, base, ext, "");
+        let from = |ext: &str| Segment::file_path(&t.staging, base, ext, "");
         if s.txn_index.is_some() {
             io_fault::rename(&t.txn_index_tmp, &txn_index::path(&self.dir, base))?;
         } else {
@@ -132,11 +124,13 @@ impl Log {
                 _ => {}
             }
         }
+        io_fault::rename(&from("index"), &into("index"))?;
+        io_fault::rename(&from("timeindex"), &into("timeindex"))?;
         io_fault::rename(&t.log_tmp, &Segment::log_path(&self.dir, base))?;
         File::open(&self.dir)?.sync_all()?;
-        let (mut seg, _) = Segment::open(&self.dir, base, limits(&self.config), true)?;
+        let (mut seg, _) = Segment::open(&self.dir, base, limits(&self.config), false)?;
         if seg.next_offset() != s.next_offset {
-            // Checked above; a file that changed under us is not served.
+            // Checked when staged; a file that changed under us is not served.
             let end = seg.next_offset();
             let _ = seg.delete();
             return Err(invalid(format!(
@@ -148,9 +142,53 @@ impl Log {
             seg.set_last_modified(s.uploaded_at_ms)?;
         }
         self.segments.insert(base, seg);
-        self.aborted.splice(0..0, aborted);
+        self.aborted.splice(0..0, staged.aborted);
         Ok(true)
     }
+
+    /// The segment limits [`stage_rehydrated`] builds indexes with.
+    pub fn segment_limits(&self) -> SegmentLimits {
+        limits(&self.config)
+    }
+}
+
+/// A checked download with its indexes built, ready for [`Log::install_rehydrated`].
+#[derive(Debug)]
+pub struct Staged {
+    aborted: Vec<txn_index::AbortedTxn>,
+}
+
+/// Checks the downloaded files of `t` and builds the segment's offset and time indexes in
+/// its staging directory. Takes no lock: the staged files belong to the rehydrating task.
+pub fn stage_rehydrated(t: &RehydrateTarget, limits: SegmentLimits) -> io::Result<Staged> {
+    let s = &t.segment;
+    check_segment_file(&t.log_tmp, s.base_offset, s.next_offset, s.log.len())?;
+    let aborted = if s.txn_index.is_some() {
+        let entries = txn_index::read(&t.txn_index_tmp)?;
+        if let Some(bad) = entries
+            .iter()
+            .find(|a| a.last_offset < s.base_offset || a.last_offset >= s.next_offset)
+        {
+            return Err(invalid(format!(
+                "the transaction index of {} names a marker at {}, outside the segment",
+                s.key, bad.last_offset
+            )));
+        }
+        entries
+    } else {
+        Vec::new()
+    };
+    // Opening with recovery builds both indexes from the (checked) bytes.
+    let (seg, result) = Segment::open(&t.staging, s.base_offset, limits, true)?;
+    if result.is_some_and(|r| r.truncated_bytes > 0) || seg.next_offset() != s.next_offset {
+        return Err(invalid(format!(
+            "staged segment {} does not end at {}",
+            s.base_offset, s.next_offset
+        )));
+    }
+    seg.flush()?;
+    drop(seg);
+    Ok(Staged { aborted })
 }
 
 /// Checks a downloaded segment: `len` bytes of whole, CRC-valid batches whose offsets

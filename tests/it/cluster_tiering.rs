@@ -444,7 +444,11 @@ async fn every_replica_rehydrates_from_the_shared_bucket() {
     }
     for id in 1..=3 {
         let (log_start, local_start, log_end, _, _) = replica(c.broker(id));
-        assert_eq!((log_start, local_start, log_end), (0, 0, end), "broker {id}");
+        assert_eq!(
+            (log_start, local_start, log_end),
+            (0, 0, end),
+            "broker {id}"
+        );
         let bytes = c
             .broker(id)
             .broker()

@@ -9,13 +9,15 @@
 //!
 //! # Steps and crash consistency
 //! 1. The segment's `.log` part (and its `.txnindex`) is downloaded in ranged chunks,
-//!    bypassing the read cache, to temporary files in the partition directory (`.tmp`, which
-//!    opening a log removes) and fsynced. A crash here leaves only temporary files.
-//! 2. [`LocalLog::install_rehydrated`] checks, under the log lock, that the log still starts
-//!    where the segment ends, that every batch's CRC holds and that the offsets run from the
-//!    segment's base to its end; then it renames the files into place (the `.log` last) and
-//!    opens the segment. A crash after the rename leaves a whole, checked segment in front of
-//!    the log, which the next start opens like any other.
+//!    bypassing the read cache, into a staging directory inside the partition directory
+//!    (named `.tmp`, which opening a log removes) and fsynced. A crash here leaves only the
+//!    staging directory.
+//! 2. [`LocalLog::install_rehydrated`] checks the staged files (every batch's CRC, offsets
+//!    from the segment's base to exactly its end) and builds the segment's indexes, outside
+//!    the log lock; then, under it, checks that the log still starts where the segment ends,
+//!    renames the files into place (the `.log` last) and opens the segment. A crash after the
+//!    rename leaves a whole, checked segment in front of the log, which the next start opens
+//!    like any other.
 //!
 //! Nothing here deletes anything but the temporary files: the bucket and the manifest are only
 //! read, so a failed or corrupt download costs a retry at the next pass and nothing else.
@@ -41,20 +43,21 @@ pub const CHUNK_BYTES: u64 = 8 << 20;
 /// corrupt manifest, not an index.
 const MAX_TXN_INDEX_BYTES: u64 = 64 << 20;
 
-/// A remote segment to bring back, and where its files are downloaded to.
+/// A remote segment to bring back, and where its files are staged.
 #[derive(Debug, Clone)]
 pub struct RehydrateTarget {
     pub segment: RemoteSegment,
-    /// Temporary path of the `.log` download.
+    /// The staging directory (created by the download, removed after the attempt).
+    pub staging: PathBuf,
+    /// Where the `.log` is downloaded to, in `staging`.
     pub log_tmp: PathBuf,
-    /// Temporary path of the `.txnindex` download (when the segment has one).
+    /// Where the `.txnindex` is downloaded to (when the segment has one), in `staging`.
     pub txn_index_tmp: PathBuf,
 }
 
 impl RehydrateTarget {
     fn remove_temp_files(&self) {
-        let _ = std::fs::remove_file(&self.log_tmp);
-        let _ = std::fs::remove_file(&self.txn_index_tmp);
+        let _ = std::fs::remove_dir_all(&self.staging);
     }
 }
 
@@ -131,6 +134,7 @@ async fn download(
     t: &RehydrateTarget,
 ) -> Result<(), TieringError> {
     let s = &t.segment;
+    tokio::fs::create_dir_all(&t.staging).await?;
     write_part(ctx, cancel, tp, s, s.log, &t.log_tmp).await?;
     if let Some(part) = s.txn_index {
         if part.len() > MAX_TXN_INDEX_BYTES {
