@@ -39,9 +39,12 @@ pub enum Target {
     /// list (Avro) when the first byte is even, the table metadata (JSON, with the snapshot
     /// summary's offsets and the schema's columns) when it is odd.
     IcebergMetadata,
+    /// A remote segment downloaded for rehydration (its `.log`, and a `.txnindex` when the
+    /// first byte is odd), checked, indexed and put in front of a real log, then read.
+    RehydratedSegment,
 }
 
-pub const ALL: [Target; 8] = [
+pub const ALL: [Target; 9] = [
     Target::Request,
     Target::RecordBatch,
     Target::PartitionDir,
@@ -50,6 +53,7 @@ pub const ALL: [Target; 8] = [
     Target::Checkpoints,
     Target::MetadataLog,
     Target::IcebergMetadata,
+    Target::RehydratedSegment,
 ];
 
 impl Target {
@@ -63,6 +67,7 @@ impl Target {
             Target::Checkpoints => "checkpoints",
             Target::MetadataLog => "metadata_log",
             Target::IcebergMetadata => "iceberg_metadata",
+            Target::RehydratedSegment => "rehydrated_segment",
         }
     }
 
@@ -94,6 +99,10 @@ impl Target {
             ],
             Target::MetadataLog => vec![metadata_log_seed()],
             Target::IcebergMetadata => seeds::iceberg_metadata(),
+            Target::RehydratedSegment => seeds::batches()
+                .into_iter()
+                .map(|b| rehydrated_segment_seed(&b))
+                .collect(),
         }
     }
 
@@ -107,6 +116,7 @@ impl Target {
             Target::Checkpoints => checkpoints(data),
             Target::MetadataLog => metadata_log(data),
             Target::IcebergMetadata => iceberg_metadata(data),
+            Target::RehydratedSegment => rehydrated_segment(data),
         }
     }
 }
@@ -264,6 +274,92 @@ pub fn partition_dir(data: &[u8]) -> bool {
     read_everything(&log);
     let _ = log.close(NOW_MS);
     true
+}
+
+/// Input of [`rehydrated_segment`]: flags (bit 0: a `.txnindex` follows the log, after a u16
+/// length), the segment's next offset (u16, base 0), then the `.log` bytes.
+pub fn rehydrated_segment_seed(batch: &[u8]) -> Vec<u8> {
+    let next = BatchHeader::parse(batch)
+        .map(|h| h.last_offset() + 1)
+        .unwrap_or(1) as u16;
+    [&[0u8][..], &next.to_be_bytes(), batch].concat()
+}
+
+/// A rehydration of the bytes as a remote segment's: stage (checks, indexes), install in front
+/// of a log whose first segment starts at the claimed next offset, and read it all back.
+pub fn rehydrated_segment(data: &[u8]) -> bool {
+    use strata::log::rehydrate::stage_rehydrated;
+    use strata_tiering::manifest::{Part, RemoteSegment};
+    use strata_tiering::rehydrate::RehydrateTarget;
+    let [flags, n0, n1, rest @ ..] = data else {
+        return false;
+    };
+    let next = i64::from(u16::from_be_bytes([*n0, *n1])).max(1);
+    let (log_bytes, txn) = match (flags & 1 == 1, rest) {
+        (true, [l0, l1, tail @ ..]) => {
+            let n = usize::from(u16::from_be_bytes([*l0, *l1])).min(tail.len());
+            (&tail[n..], Some(&tail[..n]))
+        }
+        _ => (rest, None),
+    };
+    let tmp = scratch_dir();
+    let dir = tmp.path().join("fuzz-0");
+    let staging = dir.join("00000000000000000000.rehydrate.tmp");
+    if std::fs::create_dir_all(&dir).is_err()
+        || std::fs::write(dir.join(format!("{next:020}.log")), b"").is_err()
+    {
+        return false;
+    }
+    let part = |len: usize| Part {
+        start: 0,
+        end: len as u64,
+    };
+    let target = RehydrateTarget {
+        segment: RemoteSegment {
+            key: "fuzz".into(),
+            base_offset: 0,
+            next_offset: next,
+            max_timestamp: -1,
+            leader_epoch: 0,
+            epochs: Vec::new(),
+            log: part(log_bytes.len()),
+            offset_index: part(0),
+            time_index: part(0),
+            producer_snapshot: None,
+            leader_epoch_checkpoint: None,
+            txn_index: txn.map(|t| part(t.len())),
+            uploaded_at_ms: NOW_MS,
+        },
+        log_tmp: staging.join("00000000000000000000.log"),
+        txn_index_tmp: staging.join("00000000000000000000.txnindex"),
+        staging: staging.clone(),
+    };
+    let mut overrides = std::collections::BTreeMap::new();
+    overrides.insert("remote.storage.enable".to_string(), "true".to_string());
+    let config = TopicConfig::resolve(&overrides, &Default::default());
+    let opts = LoadOptions {
+        clean_shutdown: true,
+        recovery_point: None,
+        log_start_offset: Some(0),
+        now_ms: NOW_MS,
+    };
+    // The log is open before the download starts (opening removes `.tmp` staging).
+    let Ok(mut log) = Log::open(&dir, config, opts) else {
+        return false;
+    };
+    if std::fs::create_dir_all(&staging).is_err()
+        || std::fs::write(&target.log_tmp, log_bytes).is_err()
+        || txn.is_some_and(|t| std::fs::write(&target.txn_index_tmp, t).is_err())
+    {
+        return false;
+    }
+    let Ok(staged) = stage_rehydrated(&target, log.segment_limits()) else {
+        return false;
+    };
+    let installed = log.install_rehydrated(&target, staged).unwrap_or(false);
+    read_everything(&log);
+    let _ = log.close(NOW_MS);
+    installed
 }
 
 /// Reads the whole log as a consumer would, then the timestamp and transaction lookups.
