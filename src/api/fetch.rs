@@ -304,6 +304,13 @@ async fn read_remote(
     match tokio::time::timeout(tiering.fetch_max_wait(), read).await {
         Ok(Ok(records)) => {
             let n = records.len();
+            if r.topic.config.remote_rehydrate && n > 0 {
+                // Rehydration watches remote reads for a range read again.
+                if let Some(p) = r.topic.partitions.get(r.partition as usize) {
+                    let now = crate::clock::now_ms();
+                    p.with_log(|l| l.note_remote_read(r.offset.0, now));
+                }
+            }
             if r.read_committed && n > 0 {
                 // Aborted transactions from the remote indexes, then the local ones (a marker
                 // may already be local).

@@ -189,6 +189,11 @@ pub const EXPORT_ICEBERG: &str = "strata.export.iceberg";
 /// Rehydration (Strata only): remote segments that local retention would keep come back to
 /// the broker's disk (`strata_tiering::rehydrate`). Off by default.
 pub const REMOTE_REHYDRATE_ENABLE: &str = "strata.remote.rehydrate.enable";
+/// With rehydration on: the most bytes a partition keeps locally beyond its local retention
+/// for remote ranges consumers read again (0: only local retention brings data back).
+pub const REMOTE_REHYDRATE_HOT_BYTES: &str = "strata.remote.rehydrate.hot.bytes";
+/// With rehydration on: how long a range read again stays local after its last read.
+pub const REMOTE_REHYDRATE_HOT_MS: &str = "strata.remote.rehydrate.hot.ms";
 
 /// Kafka's per-record bound on decompressed record bodies (see [`TOPIC_CONFIGS`]).
 pub const MAX_DECOMPRESSED_MESSAGE_BYTES: &str = "max.decompressed.message.bytes";
@@ -527,7 +532,29 @@ pub static STRATA_TOPIC_CONFIGS: &[TopicConfigDef] = &[
         default: "false",
         validate: boolean,
     },
+    TopicConfigDef {
+        name: REMOTE_REHYDRATE_HOT_BYTES,
+        broker_synonym: "",
+        kind: Kind::Long,
+        default: "1073741824",
+        validate: rehydrate_hot_bytes,
+    },
+    TopicConfigDef {
+        name: REMOTE_REHYDRATE_HOT_MS,
+        broker_synonym: "",
+        kind: Kind::Long,
+        default: "3600000",
+        validate: rehydrate_hot_ms,
+    },
 ];
+
+fn rehydrate_hot_bytes(k: &str, v: &str) -> Result<(), ValueError> {
+    long_at_least(0)(k, v)
+}
+
+fn rehydrate_hot_ms(k: &str, v: &str) -> Result<(), ValueError> {
+    long_at_least(1)(k, v)
+}
 
 /// Why a topic config was refused. Maps to INVALID_CONFIG.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -631,6 +658,9 @@ pub struct TopicConfig {
     /// `strata.remote.rehydrate.enable`: bring back remote segments local retention would
     /// keep.
     pub remote_rehydrate: bool,
+    /// `strata.remote.rehydrate.hot.bytes` / `.hot.ms`: remote ranges read again.
+    pub remote_rehydrate_hot_bytes: i64,
+    pub remote_rehydrate_hot_ms: i64,
     /// Replicas whose traffic as leader counts against `leader.replication.throttled.rate`.
     pub leader_throttled: ThrottledReplicas,
     /// Replicas whose traffic as follower counts against
@@ -717,6 +747,16 @@ impl TopicConfig {
                 .get(REMOTE_REHYDRATE_ENABLE)
                 .and_then(|v| value::parse_bool(v).ok())
                 .unwrap_or(false),
+            remote_rehydrate_hot_bytes: overrides
+                .get(REMOTE_REHYDRATE_HOT_BYTES)
+                .and_then(|v| value::parse_long(REMOTE_REHYDRATE_HOT_BYTES, v).ok())
+                .unwrap_or(1 << 30)
+                .max(0),
+            remote_rehydrate_hot_ms: overrides
+                .get(REMOTE_REHYDRATE_HOT_MS)
+                .and_then(|v| value::parse_long(REMOTE_REHYDRATE_HOT_MS, v).ok())
+                .unwrap_or(3_600_000)
+                .max(1),
             leader_throttled: ThrottledReplicas::parse(&raw(
                 "leader.replication.throttled.replicas",
             ))

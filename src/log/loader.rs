@@ -63,6 +63,7 @@ impl Log {
             last_repair_ms: i64::MIN,
             scratch: strata_records::Scratch::new(),
             rewrites: 0,
+            hot: Default::default(),
         };
         log.load_aborted_txns()?;
         log.load_producer_state()?;

@@ -284,6 +284,8 @@ pub struct Log {
     /// segment swapped in, a repair): a replica move copies sealed segments without the
     /// log's lock only while this does not change (see [`Log::rewrites`]).
     rewrites: u64,
+    /// Remote reads and the range they made hot (rehydration).
+    hot: rehydrate::HotReads,
 }
 
 /// How often an offline log retries its repair.

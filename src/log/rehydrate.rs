@@ -1,12 +1,23 @@
 //! Rehydration (Strata only, `strata.remote.rehydrate.enable`): a remote segment brought back
-//! in front of the local log when local retention would keep it ([`strata_tiering::rehydrate`]
-//! downloads it; this module chooses it and installs it).
+//! in front of the local log when local retention would keep it, or when consumers read its
+//! range again ([`strata_tiering::rehydrate`] downloads it; this module chooses it and
+//! installs it).
 //!
 //! The choice follows [`Log::apply_retention`]'s rule exactly, so what comes back is never
 //! deleted by the next retention pass and nothing is downloaded twice: the segment that ends
 //! where the local log starts is wanted while its newest record is within the local
-//! retention time and the local log is below the local retention size. The free space of the
-//! log dir's file system must stay above [`MIN_FREE_PERCENT`] after it: appends come first.
+//! retention time and the local log is below the local retention size.
+//!
+//! A remote range read again is *hot*: a remote fetch that starts below the highest offset a
+//! remote fetch of this partition started at within `strata.remote.rehydrate.hot.ms` (a
+//! second consumer, or one starting over; a single sequential reader never is). From the
+//! lowest such offset up, segments come back even though local retention would delete them,
+//! up to `strata.remote.rehydrate.hot.bytes` beyond what local retention keeps, and local
+//! retention leaves them while the range is read (remotely or locally) within
+//! `strata.remote.rehydrate.hot.ms`; then it deletes them as usual.
+//!
+//! Either way the free space of the log dir's file system must stay above
+//! [`MIN_FREE_PERCENT`] after a segment comes back: appends come first.
 //!
 //! Installing is two steps. [`stage_rehydrated`] runs without the log lock (the staged files
 //! are the rehydrating task's alone): it checks the download (every batch whole and
@@ -20,6 +31,7 @@ use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use strata_tiering::rehydrate::RehydrateTarget;
 use strata_tiering::PartitionManifest;
@@ -31,7 +43,84 @@ use super::{io_fault, limits, txn_index, Log};
 /// The least free space, in percent of the file system, a rehydration leaves.
 pub const MIN_FREE_PERCENT: i64 = 10;
 
+/// Remote reads of a rehydrating partition, and the hot range they found (in memory only:
+/// after a restart a range is hot again once it is read again).
+#[derive(Debug)]
+pub(super) struct HotReads {
+    /// The highest offset a remote fetch started at, and when.
+    highest_start: i64,
+    highest_at_ms: i64,
+    /// The hot range `[floor, ceiling)` (`floor == i64::MAX`: none).
+    floor: i64,
+    ceiling: i64,
+    /// When the hot range was last read (a local read under the log lock updates it too,
+    /// through a shared reference).
+    last_read_ms: AtomicI64,
+}
+
+impl Default for HotReads {
+    fn default() -> Self {
+        HotReads {
+            highest_start: i64::MIN,
+            highest_at_ms: i64::MIN,
+            floor: i64::MAX,
+            ceiling: i64::MIN,
+            last_read_ms: AtomicI64::new(i64::MIN),
+        }
+    }
+}
+
 impl Log {
+    /// A fetch at `offset` was served from remote storage: a read below the highest remote
+    /// read of the window makes the range from `offset` up hot (see the module docs).
+    pub fn note_remote_read(&mut self, offset: i64, now_ms: i64) {
+        let c = &self.config;
+        if !c.remote_rehydrate || c.remote_rehydrate_hot_bytes <= 0 {
+            return;
+        }
+        let window = c.remote_rehydrate_hot_ms;
+        let active = self.hot_floor(now_ms).is_some();
+        let local_start = self.local_start_offset();
+        let h = &mut self.hot;
+        if now_ms.saturating_sub(h.highest_at_ms) > window {
+            h.highest_start = i64::MIN;
+        }
+        if offset < h.highest_start {
+            if active {
+                h.floor = h.floor.min(offset);
+                h.ceiling = h.ceiling.max(local_start);
+            } else {
+                h.floor = offset;
+                h.ceiling = local_start;
+            }
+            h.last_read_ms.store(now_ms, Ordering::Relaxed);
+        }
+        if offset >= h.highest_start {
+            h.highest_start = offset;
+            h.highest_at_ms = now_ms;
+        }
+    }
+
+    /// A local read at `offset`: keeps the hot range hot while it is read.
+    pub(super) fn note_local_read(&self, offset: i64) {
+        let h = &self.hot;
+        if offset >= h.floor && offset < h.ceiling {
+            h.last_read_ms
+                .store(crate::clock::now_ms(), Ordering::Relaxed);
+        }
+    }
+
+    /// The floor of the hot range while it is hot.
+    pub(super) fn hot_floor(&self, now_ms: i64) -> Option<i64> {
+        let c = &self.config;
+        let h = &self.hot;
+        let last = h.last_read_ms.load(Ordering::Relaxed);
+        (c.remote_rehydrate
+            && h.floor != i64::MAX
+            && now_ms.saturating_sub(last) <= c.remote_rehydrate_hot_ms)
+            .then_some(h.floor)
+    }
+
     /// The remote segment to bring back next (see the module docs), with the temporary
     /// paths it is downloaded to.
     pub fn rehydration_candidate(
@@ -70,7 +159,7 @@ impl Log {
         };
         let by_time = retention_ms >= 0 && now_ms - timestamp > retention_ms;
         let by_size = retention_bytes >= 0 && self.size_bytes() as i64 >= retention_bytes;
-        if by_time || by_size {
+        if (by_time || by_size) && !self.hot_wants(s.next_offset, s.size(), now_ms) {
             return None;
         }
         if !room_for(&self.dir, s.size()) {
@@ -85,6 +174,21 @@ impl Log {
             txn_index_tmp: txn_index::path(&staging, s.base_offset),
             staging,
         })
+    }
+
+    /// Whether the hot range wants a segment ending at `next` of `size` bytes back: it holds
+    /// offsets of the range, and the bytes kept beyond local retention stay within
+    /// `strata.remote.rehydrate.hot.bytes` with it.
+    fn hot_wants(&self, next: i64, size: u64, now_ms: i64) -> bool {
+        let Some(floor) = self.hot_floor(now_ms) else {
+            return false;
+        };
+        let beyond: u64 = self
+            .expired_segments(now_ms, None)
+            .iter()
+            .map(|(_, size)| size)
+            .sum();
+        next > floor && beyond.saturating_add(size) <= self.config.remote_rehydrate_hot_bytes as u64
     }
 
     /// Local retention's (ms, bytes), or None when it deletes nothing by rule (no `delete` in

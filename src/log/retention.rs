@@ -19,10 +19,43 @@ impl Log {
         if !self.config.cleanup_policy_delete || self.offline.is_some() {
             return Ok(0);
         }
-        // With remote storage, local retention applies (local.retention.*), and only to
-        // segments the remote manifest already covers; total retention is applied remotely.
-        // With uploads off (remote.log.copy.disable, KIP-950) the local log is retained as an
-        // untiered one: nothing more will be uploaded to wait for.
+        let remote = self.config.remote_storage_enable && !self.config.remote_log_copy_disable;
+        let doomed: Vec<i64> = self
+            .expired_segments(now_ms, self.hot_floor(now_ms))
+            .into_iter()
+            .map(|(base, _)| base)
+            .collect();
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        if doomed.len() == self.segments.len() {
+            // The active segment is expiring too: roll so the log keeps a segment to append to.
+            self.roll(now_ms)?;
+        }
+        let (n, failed) = self.delete_segments(&doomed);
+        if n > 0 {
+            self.prune_aborted_txns();
+            if !remote {
+                self.set_log_start_offset(self.local_start_offset())?;
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
+    }
+
+    /// The oldest segments retention deletes now, as (base offset, size): past retention.ms /
+    /// retention.bytes, never above the high watermark. With remote storage, local retention
+    /// applies (local.retention.*), only to segments the remote manifest already covers, and
+    /// not to those holding offsets at or above `hot_floor` (a range consumers read again,
+    /// see `rehydrate`); total retention is applied remotely. With uploads off
+    /// (remote.log.copy.disable, KIP-950) the local log is retained as an untiered one:
+    /// nothing more will be uploaded to wait for.
+    pub(super) fn expired_segments(&self, now_ms: i64, hot_floor: Option<i64>) -> Vec<(i64, u64)> {
+        if !self.config.cleanup_policy_delete {
+            return Vec::new();
+        }
         let remote = self.config.remote_storage_enable && !self.config.remote_log_copy_disable;
         let (retention_ms, retention_bytes) = if remote {
             (
@@ -42,7 +75,10 @@ impl Log {
             {
                 break;
             }
-            if remote && seg.next_offset() > self.remote_end_offset {
+            if remote
+                && (seg.next_offset() > self.remote_end_offset
+                    || hot_floor.is_some_and(|floor| seg.next_offset() > floor))
+            {
                 break;
             }
             let by_time = retention_ms >= 0 && now_ms - seg.retention_timestamp() > retention_ms;
@@ -51,26 +87,9 @@ impl Log {
                 break;
             }
             total -= seg.size() as i64;
-            doomed.push(seg.base_offset());
+            doomed.push((seg.base_offset(), seg.size()));
         }
-        if doomed.is_empty() {
-            return Ok(0);
-        }
-        if doomed.len() == self.segments.len() {
-            // The active segment is expiring too: roll so the log keeps a segment to append to.
-            self.roll(now_ms)?;
-        }
-        let (n, failed) = self.delete_segments(&doomed);
-        if n > 0 {
-            self.prune_aborted_txns();
-            if !remote {
-                self.set_log_start_offset(self.local_start_offset())?;
-            }
-        }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(n),
-        }
+        doomed
     }
 
     /// Deletes the oldest segments `doomed` (in offset order), Kafka's way: renaming a

@@ -79,6 +79,7 @@ impl Log {
                 local_start_offset,
             });
         }
+        self.note_local_read(offset);
         let start_base = self
             .segments
             .range(..=offset)

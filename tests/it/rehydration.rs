@@ -12,7 +12,8 @@ use strata_tiering::TieringMetrics;
 
 use crate::harness::*;
 use crate::tiering::{
-    local_segments, offloaded_topic, read_all, remote_objects, set_topic_config, wait_until, TOPIC,
+    local_segments, offloaded_topic, read_all, read_all_from, remote_objects, set_topic_config,
+    wait_until, TOPIC,
 };
 
 const REHYDRATE: &str = "strata.remote.rehydrate.enable";
@@ -229,4 +230,80 @@ fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
         }
     }
     None
+}
+
+/// A remote range read a second time is hot: it comes back although local retention (one
+/// byte here) would delete it, stays while it is read, and goes once nobody read it for
+/// `strata.remote.rehydrate.hot.ms`. One sequential read is not a second read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_range_read_again_comes_back_and_stays_while_it_is_read() {
+    let (b, mut c, end) = offloaded_topic().await;
+    let root = b.dir.path().to_path_buf();
+    let m = metrics(&b);
+    set(&mut c, REHYDRATE, "true").await;
+    set(&mut c, "strata.remote.rehydrate.hot.ms", "3000").await;
+
+    assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
+    a_few_passes().await;
+    assert_eq!(local_segments(&root).len(), 1, "one sequential read");
+    assert_eq!(m.segments_rehydrated.load(Relaxed), 0);
+
+    // A second reader from offset 0.
+    assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
+    wait_until("the range read again back on disk", || {
+        local_segments(&root).first() == Some(&0)
+    })
+    .await;
+    let back = local_segments(&root);
+    // Read every half second for longer than hot.ms: it stays.
+    let remote_fetches = m.remote_fetches.load(Relaxed);
+    for _ in 0..10 {
+        let got = read_all_from(&mut c, 0, 20).await;
+        assert_eq!(got[..20], (0..20).collect::<Vec<_>>());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(local_segments(&root), back, "kept while read");
+    }
+    assert_eq!(m.remote_fetches.load(Relaxed), remote_fetches);
+    // Not read for hot.ms: local retention deletes it again.
+    wait_until("the range no longer read deleted locally", || {
+        local_segments(&root).len() == 1
+    })
+    .await;
+    assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
+    b.shutdown().await;
+}
+
+/// `strata.remote.rehydrate.hot.bytes` bounds what a hot range brings back beyond local
+/// retention: the newest segments of the range come back, up to the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_range_comes_back_only_up_to_its_byte_budget() {
+    let (b, mut c, end) = offloaded_topic().await;
+    let root = b.dir.path().to_path_buf();
+    let m = metrics(&b);
+    let start = local_segments(&root)[0];
+    let budget: u64 = 3 * 4096;
+    set(&mut c, REHYDRATE, "true").await;
+    set(
+        &mut c,
+        "strata.remote.rehydrate.hot.bytes",
+        &budget.to_string(),
+    )
+    .await;
+    for _ in 0..2 {
+        assert_eq!(read_all(&mut c, end).await, (0..end).collect::<Vec<_>>());
+    }
+    wait_until("part of the range back", || {
+        m.segments_rehydrated.load(Relaxed) >= 2
+    })
+    .await;
+    a_few_passes().await;
+    let back: Vec<(i64, u64)> = local_sizes(&root)
+        .into_iter()
+        .filter(|(base, _)| *base < start)
+        .collect();
+    let bytes: u64 = back.iter().map(|(_, s)| s).sum();
+    assert!(bytes <= budget, "{bytes} bytes back: {back:?}");
+    assert!(back.len() >= 2 && back[0].0 > 0, "{back:?}");
+    assert_eq!(back.len() as u64, m.segments_rehydrated.load(Relaxed));
+    b.shutdown().await;
 }
