@@ -1061,6 +1061,10 @@ pub async fn restore_if_empty(tiering: &Tiering, config: &BrokerConfig) -> anyho
                 Some(part) => Some(tiering.reader.part(name, last, part).await?),
                 None => None,
             };
+            if is_coordinator_topic(name) {
+                let pdir = config.log_dirs[0].join(format!("{name}-{index}"));
+                download_segments(tiering, &m, &pdir).await?;
+            }
             parts.push(RestoredPartition {
                 index,
                 // The manifest's log start (a compacted log may have nothing at it: reads
@@ -1078,6 +1082,80 @@ pub async fn restore_if_empty(tiering: &Tiering, config: &BrokerConfig) -> anyho
     tokio::task::spawn_blocking(move || write_restored(&config, topics, producer_id_block_end))
         .await??;
     Ok(n)
+}
+
+/// The coordinators' topics: a restore brings their segments back to local disk, since the
+/// coordinators load their state from the local log.
+fn is_coordinator_topic(name: &str) -> bool {
+    use crate::coordinator::internal_topics::SHARE_STATE_TOPIC;
+    use crate::coordinator::txn::TRANSACTION_STATE_TOPIC;
+    use crate::coordinator::OFFSETS_TOPIC;
+    [OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_STATE_TOPIC].contains(&name)
+}
+
+/// Downloads every remote segment of `m` at or past its log start into `pdir` as local
+/// segments (`.log`, and `.txnindex` when it has one), each checked (whole, CRC-valid batches
+/// with offsets inside the segment) before it is renamed into place. Where a segment overlaps
+/// the next one (a new leader's first upload), it is cut where the next one starts.
+async fn download_segments(
+    tiering: &Tiering,
+    m: &PartitionManifest,
+    pdir: &Path,
+) -> anyhow::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    tokio::fs::create_dir_all(pdir).await?;
+    let live = m
+        .segments
+        .iter()
+        .filter(|s| s.next_offset > m.log_start_offset);
+    let bases: Vec<i64> = live.clone().map(|s| s.base_offset).collect();
+    for (i, s) in live.enumerate() {
+        let stem = crate::log::segment::file_stem(s.base_offset);
+        let tmp = pdir.join(format!("{stem}.log.restore.tmp"));
+        let mut file = tokio::fs::File::create(&tmp).await?;
+        let mut at = s.log.start;
+        while at < s.log.end {
+            let end = s.log.end.min(at + strata_tiering::rehydrate::CHUNK_BYTES);
+            let bytes = tiering.store.get_range(&m.topic, &s.key, at..end).await?;
+            anyhow::ensure!(
+                bytes.len() as u64 == end - at,
+                "object {} returned {} bytes for range {at}..{end}",
+                s.key,
+                bytes.len()
+            );
+            file.write_all(&bytes).await?;
+            at = end;
+        }
+        file.sync_all().await?;
+        drop(file);
+        let txn = match s.txn_index {
+            Some(part) => {
+                let bytes = tiering
+                    .store
+                    .get_range(&m.topic, &s.key, part.range())
+                    .await?;
+                let path = pdir.join(format!("{stem}.txnindex.restore.tmp"));
+                tokio::fs::write(&path, &bytes).await?;
+                Some(path)
+            }
+            None => None,
+        };
+        let upto = bases
+            .get(i + 1)
+            .copied()
+            .unwrap_or(i64::MAX)
+            .min(s.next_offset);
+        let (log, base, pdir) = (tmp.clone(), s.base_offset, pdir.to_path_buf());
+        tokio::task::spawn_blocking(move || {
+            crate::log::rehydrate::check_restored(&log, txn.as_deref(), base, upto)?;
+            if let Some(t) = &txn {
+                std::fs::rename(t, crate::log::txn_index::path(&pdir, base))?;
+            }
+            std::fs::rename(&log, crate::log::segment::Segment::log_path(&pdir, base))
+        })
+        .await??;
+    }
+    Ok(())
 }
 
 fn write_restored(

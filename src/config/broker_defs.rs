@@ -559,6 +559,11 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "3600000",
     },
     BrokerConfigDef {
+        name: "strata.remote.internal.topics.enable",
+        kind: Kind::Boolean,
+        default: "false",
+    },
+    BrokerConfigDef {
         name: "group.consumer.heartbeat.interval.ms",
         kind: Kind::Int,
         default: "5000",

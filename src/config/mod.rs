@@ -299,6 +299,9 @@ pub struct TieringConfig {
     pub scrub_interval_ms: u64,
     /// Compacted topics: least time between two compacted snapshots of a partition.
     pub compacted_snapshot_interval_ms: u64,
+    /// `strata.remote.internal.topics.enable`: the coordinators' topics are created tiered,
+    /// so a restore from the bucket brings back committed offsets and transaction state.
+    pub internal_topics: bool,
 }
 
 impl TieringConfig {
@@ -391,6 +394,7 @@ impl TieringConfig {
             scrub_interval_ms: positive("strata.remote.scrub.interval.ms")? as u64,
             compacted_snapshot_interval_ms: long("strata.remote.compacted.snapshot.interval.ms")?
                 .max(0) as u64,
+            internal_topics: bool_of("strata.remote.internal.topics.enable")?,
         })
     }
 }

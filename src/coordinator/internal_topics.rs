@@ -9,6 +9,10 @@
 //! `AutoTopicCreationManager`), with `offsets.topic.replication.factor` /
 //! `transaction.state.log.replication.factor` replicas, and `__transaction_state` gets
 //! `min.insync.replicas = transaction.state.log.min.isr`.
+//!
+//! With `strata.remote.internal.topics.enable` they are created tiered
+//! (`remote.storage.enable=true`, with `segment.ms` of [`INTERNAL_SEGMENT_MS`]), so the bucket
+//! holds what a restore needs to bring back committed offsets and transaction state.
 
 use std::collections::BTreeMap;
 
@@ -34,7 +38,7 @@ pub struct InternalTopicSpec {
 pub fn spec(config: &BrokerConfig, name: &str, cluster: bool) -> Option<InternalTopicSpec> {
     let mut configs = BTreeMap::new();
     configs.insert("cleanup.policy".to_string(), "compact".to_string());
-    let spec = match name {
+    let mut spec = match name {
         OFFSETS_TOPIC => {
             configs.insert("compression.type".into(), "producer".into());
             configs.insert(
@@ -105,5 +109,18 @@ pub fn spec(config: &BrokerConfig, name: &str, cluster: bool) -> Option<Internal
         }
         _ => return None,
     };
+    if config.tiering.enabled && config.tiering.internal_topics {
+        // Tiered, so the bucket carries committed offsets, transaction and share state for a
+        // restore; a segment is sealed (and uploaded) at least every INTERNAL_SEGMENT_MS, which
+        // bounds what a restore after a crash can miss.
+        spec.configs
+            .insert("remote.storage.enable".into(), "true".into());
+        spec.configs
+            .insert("segment.ms".into(), INTERNAL_SEGMENT_MS.to_string());
+    }
     Some(spec)
 }
+
+/// `segment.ms` of the coordinators' topics when they are tiered
+/// (`strata.remote.internal.topics.enable`): 10 minutes.
+pub const INTERNAL_SEGMENT_MS: i64 = 600_000;

@@ -295,6 +295,63 @@ pub fn stage_rehydrated(t: &RehydrateTarget, limits: SegmentLimits) -> io::Resul
     Ok(Staged { aborted })
 }
 
+/// Checks a segment downloaded by a restore from the bucket (a compacted log's: offsets may
+/// have gaps): whole, CRC-valid batches with increasing offsets from `base`, cut before the
+/// first batch at or past `upto` (where the next segment starts); the `.txnindex` at `txn`
+/// keeps only the markers the segment still holds.
+pub fn check_restored(log: &Path, txn: Option<&Path>, base: i64, upto: i64) -> io::Result<()> {
+    let file = fs::OpenOptions::new().read(true).write(true).open(log)?;
+    let size = file.metadata()?.len();
+    let mut header = [0u8; BATCH_HEADER_LEN];
+    let mut body = Vec::new();
+    let (mut pos, mut expected) = (0u64, base);
+    while pos < size {
+        if pos + BATCH_HEADER_LEN as u64 > size {
+            return Err(invalid(format!("{}: torn batch at {pos}", log.display())));
+        }
+        file.read_exact_at(&mut header, pos)?;
+        let h = BatchHeader::parse(&header)
+            .map_err(|e| invalid(format!("{}: batch at {pos}: {e}", log.display())))?;
+        if h.base_offset >= upto {
+            file.set_len(pos)?;
+            file.sync_all()?;
+            break;
+        }
+        let total = h.total_size() as u64;
+        if pos + total > size || h.base_offset < expected || h.last_offset() >= upto {
+            return Err(invalid(format!(
+                "{}: batch at {pos} (offsets {}..={}) is torn or out of place",
+                log.display(),
+                h.base_offset,
+                h.last_offset()
+            )));
+        }
+        // Bounded by the file.
+        body.resize(total as usize, 0);
+        file.read_exact_at(&mut body, pos)?;
+        if !batch::crc_matches(&body) {
+            return Err(invalid(format!(
+                "{}: batch at {pos} fails its CRC",
+                log.display()
+            )));
+        }
+        expected = h.last_offset() + 1;
+        pos += total;
+    }
+    if let Some(txn) = txn {
+        let entries = txn_index::read(txn)?;
+        let keep: Vec<_> = entries
+            .iter()
+            .copied()
+            .filter(|a| a.last_offset >= base && a.last_offset < expected)
+            .collect();
+        if keep.len() != entries.len() {
+            txn_index::rewrite(txn, &keep)?;
+        }
+    }
+    Ok(())
+}
+
 /// Checks a downloaded segment: `len` bytes of whole, CRC-valid batches whose offsets
 /// increase from `base` and end exactly at `next`.
 fn check_segment_file(path: &Path, base: i64, next: i64, len: u64) -> io::Result<()> {
@@ -359,4 +416,74 @@ fn room_for(dir: &Path, bytes: u64) -> bool {
 
 fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use kafka_protocol::records::Compression;
+
+    use super::*;
+    use crate::config::TopicConfig;
+    use crate::log::batch::tests::encode_batch;
+    use crate::log::LoadOptions;
+
+    /// A segment file of three batches of two records (offsets 0..6) and its path.
+    fn three_batches(dir: &Path) -> (std::path::PathBuf, Vec<u8>) {
+        let now = crate::clock::now_ms();
+        let mut log = Log::open(
+            &dir.join("src-0"),
+            TopicConfig::resolve(&BTreeMap::new(), &Default::default()),
+            LoadOptions {
+                clean_shutdown: true,
+                recovery_point: None,
+                log_start_offset: None,
+                now_ms: now,
+            },
+        )
+        .unwrap();
+        for _ in 0..3 {
+            let b = encode_batch(&[b"a", b"b"], Compression::None, now);
+            log.append_as_leader(&b, 0, now).unwrap();
+        }
+        log.flush(now).unwrap();
+        let bytes = fs::read(Segment::log_path(&dir.join("src-0"), 0)).unwrap();
+        let path = dir.join("copy.log");
+        fs::write(&path, &bytes).unwrap();
+        (path, bytes)
+    }
+
+    #[test]
+    fn a_restored_segment_is_checked_and_cut_where_the_next_one_starts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (path, bytes) = three_batches(tmp.path());
+        check_restored(&path, None, 0, i64::MAX).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), bytes, "a whole segment is kept");
+
+        // The next segment starts at offset 4: the third batch goes, and so does the marker
+        // of the transaction index that it held.
+        let txn = tmp.path().join("copy.txnindex");
+        let entry = |last_offset| txn_index::AbortedTxn {
+            producer_id: 7,
+            first_offset: 0,
+            last_offset,
+            last_stable_offset: 0,
+        };
+        txn_index::rewrite(&txn, &[entry(1), entry(5)]).unwrap();
+        check_restored(&path, Some(&txn), 0, 4).unwrap();
+        assert_eq!(fs::read(&path).unwrap().len(), bytes.len() / 3 * 2);
+        assert_eq!(txn_index::read(&txn).unwrap(), vec![entry(1)]);
+
+        // A flipped byte fails the CRC; offsets below the segment's base are out of place.
+        let mut bad = bytes.clone();
+        bad[bytes.len() - 3] ^= 1;
+        fs::write(&path, &bad).unwrap();
+        assert!(check_restored(&path, None, 0, i64::MAX).is_err());
+        fs::write(&path, &bytes).unwrap();
+        assert!(check_restored(&path, None, 2, i64::MAX).is_err());
+        // A torn tail is refused, not cut.
+        fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
+        assert!(check_restored(&path, None, 0, i64::MAX).is_err());
+    }
 }

@@ -353,6 +353,54 @@ async fn restore_from_the_bucket_after_a_clean_shutdown_keeps_every_record() {
     b.shutdown().await;
 }
 
+/// With `strata.remote.internal.topics.enable` the coordinators' topics are tiered: a broker
+/// restored from the bucket alone knows the committed offsets of a group and the
+/// transactional producer (InitProducerId gives it its producer id back with a newer epoch,
+/// not a new id).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_brings_back_committed_offsets_and_transaction_state() {
+    use crate::groups::{committed, simple_commit};
+    use crate::transactions::{add_partitions, end_txn, init_txn};
+    let mut settings = tiered_broker_settings();
+    settings.push(("strata.remote.internal.topics.enable", "true"));
+    let b = TestBroker::start_with(&settings).await;
+    let mut c = b.client().await;
+    create_tiered_topic(&mut c).await;
+    let end = produce_batches(&mut c, 10).await;
+    simple_commit(&mut c, "restored-group", TOPIC, &[(0, 42)]).await;
+    let producer = init_txn(&mut c, "restored-txn").await;
+    assert!(
+        add_partitions(&mut c, "restored-txn", producer, TOPIC, &[0])
+            .await
+            .iter()
+            .all(|&e| e == 0)
+    );
+    assert_eq!(end_txn(&mut c, "restored-txn", producer, true).await, 0);
+    let objects = tempfile::tempdir().unwrap();
+    b.shutdown_keep_dir(|dir| {
+        let _ = std::fs::rename(dir.join("objects"), objects.path().join("objects"));
+    })
+    .await;
+
+    let url = format!("file://{}", objects.path().join("objects").display());
+    settings.push(("strata.remote.store.url", url.as_str()));
+    let b = TestBroker::start_with(&settings).await;
+    let mut c = b.client().await;
+    // The records and the transaction's COMMIT marker.
+    assert_eq!(list_offset(&mut c, TOPIC, 0, -1).await.offset, end + 1);
+    assert_eq!(
+        committed(&mut c, "restored-group", TOPIC, &[0]).await,
+        vec![42]
+    );
+    let again = init_txn(&mut c, "restored-txn").await;
+    assert_eq!(
+        again.0, producer.0,
+        "the transactional id keeps its producer id"
+    );
+    assert!(again.1 > producer.1, "{again:?} after {producer:?}");
+    b.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_tiering_configs_get_invalid_config() {
     let b = TestBroker::start_with(&[("remote.log.storage.system.enable", "false")]).await;
