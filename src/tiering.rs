@@ -514,7 +514,11 @@ impl Tiering {
                     CatalogTopic {
                         topic_id: t.id,
                         partitions: t.partitions.len() as i32,
-                        replication_factor: 1,
+                        // The first partition's replica count (1 on a single node).
+                        replication_factor: broker
+                            .replication()
+                            .leadership(&t.name, 0)
+                            .map_or(1, |s| s.replicas.len().max(1) as i16),
                         configs: t.overrides.clone(),
                     },
                 );

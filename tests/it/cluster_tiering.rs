@@ -467,5 +467,18 @@ async fn every_replica_rehydrates_from_the_shared_bucket() {
         consume_from_zero(c.broker(leader), end).await,
         (0..end).collect::<Vec<_>>()
     );
+    // The bucket's catalog records the topic's replication factor.
+    let store = &c
+        .broker(leader)
+        .services()
+        .tiering
+        .as_ref()
+        .expect("tiering")
+        .store;
+    let (catalog, _) = strata_tiering::catalog::load(store)
+        .await
+        .expect("catalog loads")
+        .expect("a catalog");
+    assert_eq!(catalog.topics[TOPIC].replication_factor, 3);
     c.shutdown().await;
 }
