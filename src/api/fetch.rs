@@ -308,7 +308,14 @@ async fn read_remote(
                 // Rehydration watches remote reads for a range read again.
                 if let Some(p) = r.topic.partitions.get(r.partition as usize) {
                     let now = crate::clock::now_ms();
-                    p.with_log(|l| l.note_remote_read(r.offset.0, now));
+                    if p.with_log(|l| l.note_remote_read(r.offset.0, now)) {
+                        // A pass brings the hot range back now, not at the next timer.
+                        tiering.notify(
+                            &r.topic.name,
+                            r.partition,
+                            strata_tiering::Event::Reconcile,
+                        );
+                    }
                 }
             }
             if r.read_committed && n > 0 {

@@ -72,11 +72,12 @@ impl Default for HotReads {
 
 impl Log {
     /// A fetch at `offset` was served from remote storage: a read below the highest remote
-    /// read of the window makes the range from `offset` up hot (see the module docs).
-    pub fn note_remote_read(&mut self, offset: i64, now_ms: i64) {
+    /// read of the window makes the range from `offset` up hot (see the module docs). True
+    /// when the hot range became hot or grew (a tiering pass can bring it back now).
+    pub fn note_remote_read(&mut self, offset: i64, now_ms: i64) -> bool {
         let c = &self.config;
         if !c.remote_rehydrate || c.remote_rehydrate_hot_bytes <= 0 {
-            return;
+            return false;
         }
         let window = c.remote_rehydrate_hot_ms;
         let active = self.hot_floor(now_ms).is_some();
@@ -85,11 +86,14 @@ impl Log {
         if now_ms.saturating_sub(h.highest_at_ms) > window {
             h.highest_start = i64::MIN;
         }
+        let mut grew = false;
         if offset < h.highest_start {
             if active {
+                grew = offset < h.floor;
                 h.floor = h.floor.min(offset);
                 h.ceiling = h.ceiling.max(local_start);
             } else {
+                grew = true;
                 h.floor = offset;
                 h.ceiling = local_start;
             }
@@ -99,6 +103,7 @@ impl Log {
             h.highest_start = offset;
             h.highest_at_ms = now_ms;
         }
+        grew
     }
 
     /// A local read at `offset`: keeps the hot range hot while it is read.
