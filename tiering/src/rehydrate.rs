@@ -134,7 +134,10 @@ async fn download(
     t: &RehydrateTarget,
 ) -> Result<(), TieringError> {
     let s = &t.segment;
-    tokio::fs::create_dir_all(&t.staging).await?;
+    // Not create_dir_all: a partition directory deleted meanwhile (its topic deleted) must
+    // not be created again by a download.
+    let _ = tokio::fs::remove_dir_all(&t.staging).await;
+    tokio::fs::create_dir(&t.staging).await?;
     write_part(ctx, cancel, tp, s, s.log, &t.log_tmp).await?;
     if let Some(part) = s.txn_index {
         if part.len() > MAX_TXN_INDEX_BYTES {
