@@ -24,7 +24,10 @@
 #      uploads the active segment, and local retention deletes it, so bench-tiered is then
 #      wholly remote. ConsumerPerformance reads it from offset 0 (cold cache), then again with
 #      a new group (warm cache); the broker's VmRSS / RssAnon are sampled every 200 ms.
-#   6. print a table: upload MB/s, consume MB/s, requests per GiB uploaded / read (deltas of
+#   6. rehydration: local.retention.bytes=-1 and strata.remote.rehydrate.enable=true on
+#      bench-tiered; the clock runs until its local segments hold every byte again, then
+#      ConsumerPerformance reads it from offset 0 with a new group (now from local disk)
+#   7. print a table: upload MB/s, consume MB/s, requests per GiB uploaded / read (deltas of
 #      strata_remote_requests_total{topic="bench-tiered"}), peak RSS next to the cache sizes,
 #      with the targets set for tiered reads.
 # All three consumes use Kafka's ConsumerPerformance (from the Java classpath, as
@@ -378,6 +381,24 @@ SAMPLER_PID=""
 record rss_peak_kib "$(awk '$1 > m {m = $1} END {print m + 0}' "$WORK/rss.samples")"
 record rss_anon_peak_kib "$(awk '$2 > m {m = $2} END {print m + 0}' "$WORK/rss.samples")"
 record vm_hwm_kib "$(status_kib VmHWM)"
+
+# ------------------------------------------------------------------ rehydration
+echo
+echo "=== rehydrate $TIERED_TOPIC (local.retention.bytes=-1, strata.remote.rehydrate.enable) ==="
+snapshot rehydrate-start
+"${HELPER[@]}" alter-topic "$BOOTSTRAP" "$TIERED_TOPIC" local.retention.bytes=-1 \
+  strata.remote.rehydrate.enable=true
+REHYDRATE_SECONDS="$("${HELPER[@]}" wait-rehydrated "$WORK/data" "$TIERED_TOPIC" "$PARTITIONS" \
+  "$((SEALED_BYTES + ACTIVE_BYTES))" "$UPLOAD_TIMEOUT")" \
+  || strata_die "rehydration did not finish (see $WORK/strata.log)"
+snapshot rehydrate-end
+record rehydrate_seconds "$REHYDRATE_SECONDS"
+echo "rehydrated in ${REHYDRATE_SECONDS}s"
+echo
+echo "=== consume $TIERED_TOPIC (rehydrated to local disk) ==="
+snapshot rehydrated-start
+consume rehydrated "$TIERED_TOPIC"
+snapshot rehydrated-end
 stop_broker
 
 echo

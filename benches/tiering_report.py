@@ -151,6 +151,23 @@ def cmd_wait_upload(url, topic, want_segments, active_bytes, timeout_s):
         time.sleep(0.05)
 
 
+def cmd_wait_rehydrated(data_dir, topic, partitions, want_bytes, timeout_s):
+    """Seconds until the topic's local segments hold want_bytes again (rehydration)."""
+    want_bytes, timeout_s = int(want_bytes), float(timeout_s)
+    start = time.monotonic()
+    while True:
+        have = sum(os.path.getsize(os.path.join(data_dir, f"{topic}-{p}", n))
+                   for p in range(int(partitions))
+                   for n in os.listdir(os.path.join(data_dir, f"{topic}-{p}"))
+                   if n.endswith(".log"))
+        if have >= want_bytes:
+            print(f"{time.monotonic() - start:.3f}")
+            return
+        if time.monotonic() - start > timeout_s:
+            sys.exit(f"timeout after {timeout_s:.0f}s: {have} of {want_bytes} bytes local")
+        time.sleep(0.05)
+
+
 def read_kv(path):
     out = {}
     if os.path.exists(path):
@@ -215,7 +232,7 @@ def cmd_table(results_dir):
 
     # -- consumes
     cons = {k: consumer_result(os.path.join(results_dir, f"consumer-{k}.out"))
-            for k in ("local", "cold", "warm")}
+            for k in ("local", "cold", "warm", "rehydrated")}
     mbps = {k: fnum(v.get("MB.sec")) for k, v in cons.items()}
     fmbps = {k: fnum(v.get("fetch.MB.sec")) for k, v in cons.items()}
     recs = {k: fnum(v.get("data.consumed.in.nMsg")) for k, v in cons.items()}
@@ -276,6 +293,23 @@ def cmd_table(results_dir):
         cell = f(mbps[k]) + (f" ({x:.2f}x)" if k != "local" and x is not None else "")
         rows.append((label, cell, target, verdict(ok)))
         rows.append((f"  fetch-only MB/s / records", f"{f(fmbps[k])} / {f(recs[k], '{:.0f}')}", "", ""))
+    r0, r1 = snap("rehydrate-start"), snap("rehydrate-end")
+    re_bytes = (value(r1, "strata_remote_rehydrated_bytes_total")
+                - value(r0, "strata_remote_rehydrated_bytes_total"))
+    re_secs = fnum(r.get("rehydrate_seconds"))
+    re_segs = (value(r1, "strata_remote_segments_rehydrated_total")
+               - value(r0, "strata_remote_segments_rehydrated_total"))
+    if re_secs:
+        rows.append(("rehydration MB/s (download, check, install)",
+                     f"{f(re_bytes / MIB / re_secs)} ({re_segs:.0f} segments, {re_bytes / MIB:.0f} MiB, {re_secs:.2f} s)",
+                     "", ""))
+    if mbps.get("rehydrated") is not None:
+        x = ratio(mbps["rehydrated"], mbps["local"])
+        rows.append(("consume MB/s, rehydrated (local disk again)",
+                     f(mbps["rehydrated"]) + (f" ({x:.2f}x)" if x is not None else ""), "", ""))
+        rehydrated = read_phase("rehydrated")
+        rows.append(("  remote fetches while reading rehydrated data", f"{rehydrated['fetches']:.0f}",
+                     "0", verdict(rehydrated["fetches"] == 0)))
     for name, ph in (("cold", cold), ("warm", warm)):
         per_gib = ph["reqs"] / (read_bytes / GIB) if read_bytes else None
         rows.append((f"requests per GiB read, {name} cache", f(per_gib), "", ""))
@@ -325,6 +359,7 @@ COMMANDS = {
     "snapshot": (cmd_snapshot, 2),
     "segments": (cmd_segments, 3),
     "wait-upload": (cmd_wait_upload, 5),
+    "wait-rehydrated": (cmd_wait_rehydrated, 5),
     "table": (cmd_table, 1),
 }
 

@@ -154,7 +154,7 @@ impl Log {
         if s.log.is_empty() || s.next_offset <= log_start {
             return None;
         }
-        let (retention_ms, retention_bytes) = self.local_retention_limits()?;
+        let (retention_ms, retention_bytes) = self.local_retention_limits();
         // What the remote segment's retention time is once local: its newest record, or the
         // upload time (the file's mtime is set to it) when it has no timestamps.
         let timestamp = if s.max_timestamp >= 0 {
@@ -196,18 +196,17 @@ impl Log {
         next > floor && beyond.saturating_add(size) <= self.config.remote_rehydrate_hot_bytes as u64
     }
 
-    /// Local retention's (ms, bytes), or None when it deletes nothing by rule (no `delete` in
-    /// cleanup.policy): [`Log::apply_retention`]'s choice.
-    fn local_retention_limits(&self) -> Option<(i64, i64)> {
+    /// Local retention's (ms, bytes) as [`Log::apply_retention`] chooses them; (-1, -1) when
+    /// it deletes nothing by rule (no `delete` in cleanup.policy).
+    fn local_retention_limits(&self) -> (i64, i64) {
         let c = &self.config;
         if !c.cleanup_policy_delete {
-            return Some((-1, -1));
-        }
-        Some(if c.remote_storage_enable && !c.remote_log_copy_disable {
+            (-1, -1)
+        } else if c.remote_storage_enable && !c.remote_log_copy_disable {
             (c.local_retention_ms, c.local_retention_bytes)
         } else {
             (c.retention_ms, c.retention_bytes)
-        })
+        }
     }
 
     /// Puts the segment staged by [`stage_rehydrated`] in front of the local log. False when
