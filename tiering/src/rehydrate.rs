@@ -8,7 +8,8 @@
 //! paying object-store latency.
 //!
 //! # Steps and crash consistency
-//! 1. The segment's `.log` part (and its `.txnindex`) is downloaded in ranged chunks,
+//! 1. The segment's `.log` part (and its `.txnindex`) is downloaded in ranged chunks (a few
+//!    in flight, written in order),
 //!    bypassing the read cache, into a staging directory inside the partition directory
 //!    (named `.tmp`, which opening a log removes) and fsynced. A crash here leaves only the
 //!    staging directory.
@@ -38,6 +39,9 @@ use crate::upload_queue::QueueContext;
 
 /// Ranged GETs of a rehydration are this large.
 pub const CHUNK_BYTES: u64 = 8 << 20;
+
+/// Ranged GETs of one rehydration in flight at once.
+const GETS_IN_FLIGHT: usize = 4;
 
 /// The most bytes a `.txnindex` part may have (34 bytes per aborted transaction): more is a
 /// corrupt manifest, not an index.
@@ -163,26 +167,34 @@ async fn write_part(
     part: Part,
     path: &PathBuf,
 ) -> Result<(), TieringError> {
+    use futures::{StreamExt, TryStreamExt};
     let mut file = tokio::fs::File::create(path).await?;
-    let mut at = part.start;
-    while at < part.end {
-        let end = part.end.min(at.saturating_add(CHUNK_BYTES));
-        let bytes = backoff::retry(cancel, ctx.config.backoff, "rehydrate segment", || async {
-            Ok(ctx.store.get_range(&tp.id.topic, &s.key, at..end).await?)
+    let ranges = (part.start..part.end)
+        .step_by(CHUNK_BYTES as usize)
+        .map(|at| (at, part.end.min(at.saturating_add(CHUNK_BYTES))));
+    // GETS_IN_FLIGHT ranged GETs at a time, written in order: memory stays bounded by
+    // GETS_IN_FLIGHT chunks.
+    let mut chunks = futures::stream::iter(ranges)
+        .map(|(at, end)| async move {
+            let bytes = backoff::retry(cancel, ctx.config.backoff, "rehydrate segment", || async {
+                Ok(ctx.store.get_range(&tp.id.topic, &s.key, at..end).await?)
+            })
+            .await?;
+            if bytes.len() as u64 != end - at {
+                return Err(TieringError::LocalLog(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "object {} returned {} bytes for range {at}..{end}",
+                        s.key,
+                        bytes.len()
+                    ),
+                )));
+            }
+            Ok(bytes)
         })
-        .await?;
-        if bytes.len() as u64 != end - at {
-            return Err(TieringError::LocalLog(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!(
-                    "object {} returned {} bytes for range {at}..{end}",
-                    s.key,
-                    bytes.len()
-                ),
-            )));
-        }
+        .buffered(GETS_IN_FLIGHT);
+    while let Some(bytes) = chunks.try_next().await? {
         file.write_all(&bytes).await?;
-        at = end;
     }
     file.sync_all().await?;
     Ok(())
