@@ -1098,7 +1098,8 @@ fn is_coordinator_topic(name: &str) -> bool {
 }
 
 /// Downloads every remote segment of `m` at or past its log start into `pdir` as local
-/// segments (`.log`, and `.txnindex` when it has one), each checked (whole, CRC-valid batches
+/// segments (`.log`, and `.txnindex` when it has one; as rehydration downloads, with
+/// [`strata_tiering::rehydrate::download_segment`]), each checked (whole, CRC-valid batches
 /// with offsets inside the segment) before it is renamed into place. Where a segment overlaps
 /// the next one (a new leader's first upload), it is cut where the next one starts.
 async fn download_segments(
@@ -1106,50 +1107,34 @@ async fn download_segments(
     m: &PartitionManifest,
     pdir: &Path,
 ) -> anyhow::Result<()> {
-    use tokio::io::AsyncWriteExt;
     tokio::fs::create_dir_all(pdir).await?;
     let live = m
         .segments
         .iter()
         .filter(|s| s.next_offset > m.log_start_offset);
     let bases: Vec<i64> = live.clone().map(|s| s.base_offset).collect();
+    let cancel = CancellationToken::new();
     for (i, s) in live.enumerate() {
         let stem = crate::log::segment::file_stem(s.base_offset);
         let tmp = pdir.join(format!("{stem}.log.restore.tmp"));
-        let mut file = tokio::fs::File::create(&tmp).await?;
-        let mut at = s.log.start;
-        while at < s.log.end {
-            let end = s.log.end.min(at + strata_tiering::rehydrate::CHUNK_BYTES);
-            let bytes = tiering.store.get_range(&m.topic, &s.key, at..end).await?;
-            anyhow::ensure!(
-                bytes.len() as u64 == end - at,
-                "object {} returned {} bytes for range {at}..{end}",
-                s.key,
-                bytes.len()
-            );
-            file.write_all(&bytes).await?;
-            at = end;
-        }
-        file.sync_all().await?;
-        drop(file);
-        let txn = match s.txn_index {
-            Some(part) => {
-                let bytes = tiering
-                    .store
-                    .get_range(&m.topic, &s.key, part.range())
-                    .await?;
-                let path = pdir.join(format!("{stem}.txnindex.restore.tmp"));
-                tokio::fs::write(&path, &bytes).await?;
-                Some(path)
-            }
-            None => None,
-        };
+        let txn_tmp = pdir.join(format!("{stem}.txnindex.restore.tmp"));
+        strata_tiering::rehydrate::download_segment(
+            &tiering.store,
+            Backoff::default(),
+            &cancel,
+            &m.topic,
+            s,
+            &tmp,
+            &txn_tmp,
+        )
+        .await?;
+        let txn = s.txn_index.map(|_| txn_tmp);
         let upto = bases
             .get(i + 1)
             .copied()
             .unwrap_or(i64::MAX)
             .min(s.next_offset);
-        let (log, base, pdir) = (tmp.clone(), s.base_offset, pdir.to_path_buf());
+        let (log, base, pdir) = (tmp, s.base_offset, pdir.to_path_buf());
         tokio::task::spawn_blocking(move || {
             crate::log::rehydrate::check_restored(&log, txn.as_deref(), base, upto)?;
             if let Some(t) = &txn {

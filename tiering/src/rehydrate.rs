@@ -23,18 +23,19 @@
 //! Nothing here deletes anything but the temporary files: the bucket and the manifest are only
 //! read, so a failed or corrupt download costs a retry at the next pass and nothing else.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff;
+use crate::backoff::{self, Backoff};
 use crate::error::TieringError;
 use crate::local_log::{DurableStep, LocalLog};
 use crate::manifest::{Part, RemoteSegment};
 use crate::partition::TieredPartition;
+use crate::store::RemoteStore;
 use crate::upload_queue::QueueContext;
 
 /// Ranged GETs of a rehydration are this large.
@@ -45,7 +46,7 @@ const GETS_IN_FLIGHT: usize = 4;
 
 /// The most bytes a `.txnindex` part may have (34 bytes per aborted transaction): more is a
 /// corrupt manifest, not an index.
-const MAX_TXN_INDEX_BYTES: u64 = 64 << 20;
+pub const MAX_TXN_INDEX_BYTES: u64 = 64 << 20;
 
 /// A remote segment to bring back, and where its files are staged.
 #[derive(Debug, Clone)]
@@ -60,8 +61,8 @@ pub struct RehydrateTarget {
 }
 
 impl RehydrateTarget {
-    fn remove_temp_files(&self) {
-        let _ = std::fs::remove_dir_all(&self.staging);
+    async fn remove_temp_files(&self) {
+        let _ = tokio::fs::remove_dir_all(&self.staging).await;
     }
 }
 
@@ -88,7 +89,7 @@ pub(crate) async fn run<L: LocalLog>(
         };
         let downloaded = download(ctx, cancel, tp, &target).await;
         if let Err(e) = downloaded {
-            target.remove_temp_files();
+            target.remove_temp_files().await;
             ctx.metrics
                 .rehydration_failures
                 .fetch_add(1, Ordering::Relaxed);
@@ -100,7 +101,7 @@ pub(crate) async fn run<L: LocalLog>(
         let done = tokio::task::spawn_blocking(move || l.install_rehydrated(&t)).await;
         // Whatever happened, no temporary file outlives the attempt (after a rename there is
         // none left to remove).
-        target.remove_temp_files();
+        target.remove_temp_files().await;
         let done = match done {
             Ok(Ok(done)) => done,
             Ok(Err(e)) => {
@@ -129,43 +130,65 @@ pub(crate) async fn run<L: LocalLog>(
     }
 }
 
-/// Downloads the segment's `.log` (and `.txnindex`) parts to the target's temporary files and
-/// fsyncs them. Each ranged GET is retried with backoff.
+/// Downloads the segment's `.log` (and `.txnindex`) parts to the target's staging directory.
 async fn download(
     ctx: &QueueContext,
     cancel: &CancellationToken,
     tp: &TieredPartition,
     t: &RehydrateTarget,
 ) -> Result<(), TieringError> {
-    let s = &t.segment;
     // Not create_dir_all: a partition directory deleted meanwhile (its topic deleted) must
     // not be created again by a download.
     let _ = tokio::fs::remove_dir_all(&t.staging).await;
     tokio::fs::create_dir(&t.staging).await?;
-    write_part(ctx, cancel, tp, s, s.log, &t.log_tmp).await?;
+    let (store, backoff) = (ctx.store.as_ref(), ctx.config.backoff);
+    download_segment(
+        store,
+        backoff,
+        cancel,
+        &tp.id.topic,
+        &t.segment,
+        &t.log_tmp,
+        &t.txn_index_tmp,
+    )
+    .await
+}
+
+/// Downloads one remote segment's `.log` part to `log` and, when it has one, its `.txnindex`
+/// part (at most [`MAX_TXN_INDEX_BYTES`]) to `txn_index`, and fsyncs them: ranged GETs of
+/// [`CHUNK_BYTES`], a few in flight and written in order, each retried with `backoff`.
+/// Rehydration and a restore from the bucket both download this way.
+pub async fn download_segment(
+    store: &RemoteStore,
+    backoff: Backoff,
+    cancel: &CancellationToken,
+    topic: &str,
+    s: &RemoteSegment,
+    log: &Path,
+    txn_index: &Path,
+) -> Result<(), TieringError> {
+    write_part(store, backoff, cancel, topic, s, s.log, log).await?;
     if let Some(part) = s.txn_index {
         if part.len() > MAX_TXN_INDEX_BYTES {
-            return Err(TieringError::LocalLog(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!(
-                    "the manifest gives segment {} a transaction index of {} bytes",
-                    s.key,
-                    part.len()
-                ),
+            return Err(invalid(format!(
+                "the manifest gives segment {} a transaction index of {} bytes",
+                s.key,
+                part.len()
             )));
         }
-        write_part(ctx, cancel, tp, s, part, &t.txn_index_tmp).await?;
+        write_part(store, backoff, cancel, topic, s, part, txn_index).await?;
     }
     Ok(())
 }
 
 async fn write_part(
-    ctx: &QueueContext,
+    store: &RemoteStore,
+    backoff: Backoff,
     cancel: &CancellationToken,
-    tp: &TieredPartition,
+    topic: &str,
     s: &RemoteSegment,
     part: Part,
-    path: &PathBuf,
+    path: &Path,
 ) -> Result<(), TieringError> {
     use futures::{StreamExt, TryStreamExt};
     let mut file = tokio::fs::File::create(path).await?;
@@ -176,18 +199,15 @@ async fn write_part(
     // GETS_IN_FLIGHT chunks.
     let mut chunks = futures::stream::iter(ranges)
         .map(|(at, end)| async move {
-            let bytes = backoff::retry(cancel, ctx.config.backoff, "rehydrate segment", || async {
-                Ok(ctx.store.get_range(&tp.id.topic, &s.key, at..end).await?)
+            let bytes = backoff::retry(cancel, backoff, "download segment", || async {
+                Ok(store.get_range(topic, &s.key, at..end).await?)
             })
             .await?;
             if bytes.len() as u64 != end - at {
-                return Err(TieringError::LocalLog(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!(
-                        "object {} returned {} bytes for range {at}..{end}",
-                        s.key,
-                        bytes.len()
-                    ),
+                return Err(invalid(format!(
+                    "object {} returned {} bytes for range {at}..{end}",
+                    s.key,
+                    bytes.len()
                 )));
             }
             Ok(bytes)
@@ -198,4 +218,11 @@ async fn write_part(
     }
     file.sync_all().await?;
     Ok(())
+}
+
+fn invalid(message: String) -> TieringError {
+    TieringError::LocalLog(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        message,
+    ))
 }
