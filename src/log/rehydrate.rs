@@ -306,48 +306,17 @@ pub fn stage_rehydrated(t: &RehydrateTarget, limits: SegmentLimits) -> io::Resul
 pub fn check_restored(log: &Path, txn: Option<&Path>, base: i64, upto: i64) -> io::Result<()> {
     let file = fs::OpenOptions::new().read(true).write(true).open(log)?;
     let size = file.metadata()?.len();
-    let mut header = [0u8; BATCH_HEADER_LEN];
-    let mut body = Vec::new();
-    let (mut pos, mut expected) = (0u64, base);
-    while pos < size {
-        if pos + BATCH_HEADER_LEN as u64 > size {
-            return Err(invalid(format!("{}: torn batch at {pos}", log.display())));
-        }
-        file.read_exact_at(&mut header, pos)?;
-        let h = BatchHeader::parse(&header)
-            .map_err(|e| invalid(format!("{}: batch at {pos}: {e}", log.display())))?;
-        if h.base_offset >= upto {
-            file.set_len(pos)?;
-            file.sync_all()?;
-            break;
-        }
-        let total = h.total_size() as u64;
-        if pos + total > size || h.base_offset < expected || h.last_offset() >= upto {
-            return Err(invalid(format!(
-                "{}: batch at {pos} (offsets {}..={}) is torn or out of place",
-                log.display(),
-                h.base_offset,
-                h.last_offset()
-            )));
-        }
-        // Bounded by the file.
-        body.resize(total as usize, 0);
-        file.read_exact_at(&mut body, pos)?;
-        if !batch::crc_matches(&body) {
-            return Err(invalid(format!(
-                "{}: batch at {pos} fails its CRC",
-                log.display()
-            )));
-        }
-        expected = h.last_offset() + 1;
-        pos += total;
+    let (pos, end) = check_batches(&file, log, size, base, upto)?;
+    if pos < size {
+        file.set_len(pos)?;
+        file.sync_all()?;
     }
     if let Some(txn) = txn {
         let entries = txn_index::read(txn)?;
         let keep: Vec<_> = entries
             .iter()
             .copied()
-            .filter(|a| a.last_offset >= base && a.last_offset < expected)
+            .filter(|a| a.last_offset >= base && a.last_offset < end)
             .collect();
         if keep.len() != entries.len() {
             txn_index::rewrite(txn, &keep)?;
@@ -367,6 +336,28 @@ fn check_segment_file(path: &Path, base: i64, next: i64, len: u64) -> io::Result
             path.display()
         )));
     }
+    let (pos, end) = check_batches(&file, path, size, base, next)?;
+    if pos < size || end != next {
+        return Err(invalid(format!(
+            "{}: the batches end at {end} (byte {pos} of {size}), the manifest says {next}",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Walks the first `size` bytes of `file` (at `path`) batch by batch, up to the first batch
+/// at or past offset `upto`: each must be whole, pass its CRC, and hold offsets increasing
+/// from `base` and below `upto`. Returns the byte position where the walk stopped and the
+/// offset after the last batch checked. A buffer holds one batch at a time, bounded by the
+/// file.
+fn check_batches(
+    file: &File,
+    path: &Path,
+    size: u64,
+    base: i64,
+    upto: i64,
+) -> io::Result<(u64, i64)> {
     let mut header = [0u8; BATCH_HEADER_LEN];
     let mut body = Vec::new();
     let (mut pos, mut expected) = (0u64, base);
@@ -377,19 +368,21 @@ fn check_segment_file(path: &Path, base: i64, next: i64, len: u64) -> io::Result
         file.read_exact_at(&mut header, pos)?;
         let h = BatchHeader::parse(&header)
             .map_err(|e| invalid(format!("{}: batch at {pos}: {e}", path.display())))?;
+        if h.base_offset >= upto {
+            break;
+        }
         let total = h.total_size() as u64;
         if pos + total > size {
             return Err(invalid(format!("{}: torn batch at {pos}", path.display())));
         }
-        if h.base_offset < expected || h.last_offset() >= next {
+        if h.base_offset < expected || h.last_offset() >= upto {
             return Err(invalid(format!(
-                "{}: batch at {pos} holds offsets {}..={}, expected from {expected} below {next}",
+                "{}: batch at {pos} holds offsets {}..={}, expected from {expected} below {upto}",
                 path.display(),
                 h.base_offset,
                 h.last_offset()
             )));
         }
-        // Bounded by the file, which is bounded by the manifest's part.
         body.resize(total as usize, 0);
         file.read_exact_at(&mut body, pos)?;
         if !batch::crc_matches(&body) {
@@ -401,13 +394,7 @@ fn check_segment_file(path: &Path, base: i64, next: i64, len: u64) -> io::Result
         expected = h.last_offset() + 1;
         pos += total;
     }
-    if expected != next {
-        return Err(invalid(format!(
-            "{}: the batches end at {expected}, the manifest says {next}",
-            path.display()
-        )));
-    }
-    Ok(())
+    Ok((pos, expected))
 }
 
 /// Whether `dir`'s file system keeps [`MIN_FREE_PERCENT`] free after `bytes` more.
