@@ -131,27 +131,22 @@ fn assert_manifest_well_formed(m: &PartitionManifest) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tiered_rf3_topic_followers_retain_locally_catch_up_from_tiered_state_and_survive_failover()
-{
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("strata=info,strata_tiering=info,strata_metadata=warn,openraft=off")
-        .with_test_writer()
-        .try_init();
-    let bucket = tempfile::tempdir().expect("bucket dir");
-    let url = format!("file://{}", bucket.path().join("objects").display());
-    let mut c = QuorumCluster::start_with(&[
+/// Three brokers sharing the `file://` bucket under `bucket` (with `extra` settings) and the
+/// tiered RF=3 topic with 4 KiB segments and a one-byte local retention; the leader once it
+/// serves the partition with a full ISR.
+async fn tiered_rf3_cluster(
+    bucket: &std::path::Path,
+    extra: &[(&str, &str)],
+) -> (QuorumCluster, i32) {
+    let url = format!("file://{}", bucket.join("objects").display());
+    let mut settings = vec![
         ("strata.remote.store.url", url.as_str()),
         ("remote.log.manager.task.interval.ms", "50"),
         ("log.retention.check.interval.ms", "50"),
         ("strata.remote.cache.disk.bytes", "0"),
-        // A stopped follower that was caught up holds the high watermark back until it
-        // lags this long and another fetch moves it (the leader does not yet exclude fenced
-        // or shut-down brokers, as Kafka's isReplicaIsrEligible does).
-        ("replica.lag.time.max.ms", "1500"),
-    ])
-    .await;
-
+    ];
+    settings.extend_from_slice(extra);
+    let c = QuorumCluster::start_with(&settings).await;
     let mut t = CreatableTopic::default();
     t.name = name(TOPIC);
     t.num_partitions = 1;
@@ -182,7 +177,6 @@ async fn tiered_rf3_topic_followers_retain_locally_catch_up_from_tiered_state_an
         .await;
     }
     let leader = leader_of(&c, 1).expect("leader");
-    let followers: Vec<i32> = (1..=3).filter(|&b| b != leader).collect();
     {
         let b = c.broker(leader);
         eventually("the leader serves the partition", || async move {
@@ -192,6 +186,23 @@ async fn tiered_rf3_topic_followers_retain_locally_catch_up_from_tiered_state_an
         })
         .await;
     }
+    (c, leader)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tiered_rf3_topic_followers_retain_locally_catch_up_from_tiered_state_and_survive_failover()
+{
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("strata=info,strata_tiering=info,strata_metadata=warn,openraft=off")
+        .with_test_writer()
+        .try_init();
+    let bucket = tempfile::tempdir().expect("bucket dir");
+    // A stopped follower that was caught up holds the high watermark back until it lags this
+    // long and another fetch moves it (the leader does not yet exclude fenced or shut-down
+    // brokers, as Kafka's isReplicaIsrEligible does).
+    let (mut c, leader) =
+        tiered_rf3_cluster(bucket.path(), &[("replica.lag.time.max.ms", "1500")]).await;
+    let followers: Vec<i32> = (1..=3).filter(|&b| b != leader).collect();
 
     // Producer A writes only now: its state must survive in remote snapshots alone.
     let a = init_producer_id(&mut c.broker(leader).client().await).await;
@@ -368,53 +379,7 @@ async fn tiered_rf3_topic_followers_retain_locally_catch_up_from_tiered_state_an
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_replica_rehydrates_from_the_shared_bucket() {
     let bucket = tempfile::tempdir().expect("bucket dir");
-    let url = format!("file://{}", bucket.path().join("objects").display());
-    let c = QuorumCluster::start_with(&[
-        ("strata.remote.store.url", url.as_str()),
-        ("remote.log.manager.task.interval.ms", "50"),
-        ("log.retention.check.interval.ms", "50"),
-        ("strata.remote.cache.disk.bytes", "0"),
-    ])
-    .await;
-    let mut t = CreatableTopic::default();
-    t.name = name(TOPIC);
-    t.num_partitions = 1;
-    t.replication_factor = 3;
-    t.configs = [
-        ("remote.storage.enable", "true"),
-        ("local.retention.bytes", "1"),
-        ("internal.segment.bytes", "4096"),
-        ("retention.ms", "-1"),
-    ]
-    .iter()
-    .map(|(k, v)| {
-        let mut x = CreatableTopicConfig::default();
-        x.name = str_bytes(k);
-        x.value = Some(str_bytes(v));
-        x
-    })
-    .collect();
-    let r = create_topics(&mut c.broker(1).client().await, vec![t])
-        .await
-        .remove(0);
-    assert_eq!(r.error_code, 0, "create: {:?}", r.error_message);
-    {
-        let c = &c;
-        eventually("a leader and a full ISR", || async move {
-            leader_of(c, 1).is_some() && isr_of(c, 1) == vec![1, 2, 3]
-        })
-        .await;
-    }
-    let leader = leader_of(&c, 1).expect("leader");
-    {
-        let b = c.broker(leader);
-        eventually("the leader serves the partition", || async move {
-            b.broker()
-                .partition(TOPIC, 0)
-                .is_some_and(|p| p.is_leader())
-        })
-        .await;
-    }
+    let (c, leader) = tiered_rf3_cluster(bucket.path(), &[]).await;
     let pid = init_producer_id(&mut c.broker(leader).client().await).await;
     let mut seq = 0;
     produce_idempotent(c.broker(leader), pid, &mut seq, 40).await;
