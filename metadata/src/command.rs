@@ -124,6 +124,29 @@ pub enum Command {
     /// broker proposes its candidate (its configured `cluster.id`, the one its log dirs
     /// carry, or a fresh one) and adopts, or refuses, whatever the quorum holds.
     SetClusterId { cluster_id: String },
+    /// Recreates the topics of a lost cluster from its bucket's catalog, once per quorum: the
+    /// first such command decides ([`Response::BucketRestore`]), and every later one changes
+    /// nothing, so a catalog read after the cluster has lived on never brings back a topic
+    /// deleted since. The topics are created (with their ids, configs and assignments; each
+    /// partition at its given leader epoch) only when the quorum holds no topic yet; the
+    /// producer-id counter moves up to `next_producer_id`. All or nothing: one invalid topic
+    /// rejects the command, and the marker stays unset.
+    RestoreFromBucket {
+        topics: Vec<RestoredTopic>,
+        next_producer_id: i64,
+    },
+}
+
+/// A topic of a [`Command::RestoreFromBucket`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoredTopic {
+    pub name: String,
+    pub id: TopicId,
+    pub partitions: Vec<PartitionAssignment>,
+    /// Each partition's first leader epoch: above every epoch its remote data was written in,
+    /// so the new leaders' appends and uploads are never fenced by the old ones.
+    pub leader_epochs: Vec<LeaderEpoch>,
+    pub configs: BTreeMap<String, String>,
 }
 
 impl Command {
@@ -143,6 +166,7 @@ impl Command {
             Command::ElectLeader { .. } => "elect_leader",
             Command::SetConfigs { .. } => "set_configs",
             Command::AllocateProducerIds { .. } => "allocate_producer_ids",
+            Command::RestoreFromBucket { .. } => "restore_from_bucket",
             Command::PutRecord { .. } => "put_record",
             Command::DeleteRecord { .. } => "delete_record",
             Command::SetClusterId { .. } => "set_cluster_id",
@@ -258,6 +282,14 @@ pub enum Response {
     ClusterId {
         cluster_id: String,
         newly_set: bool,
+    },
+    /// What the quorum's one [`Command::RestoreFromBucket`] decided: `created` topics, or
+    /// `refused` with the reason (the quorum already held topics, or an earlier restore
+    /// decided); `newly_decided` is false when an earlier command had decided.
+    BucketRestore {
+        created: Vec<String>,
+        refused: Option<String>,
+        newly_decided: bool,
     },
 }
 

@@ -13,6 +13,8 @@
 //! - Producer-id blocks never overlap: the counter only moves forward.
 //! - A partition's `adding_replicas` and `removing_replicas` are disjoint subsets of its
 //!   replicas, both empty when no reassignment is in progress ([`crate::reassignment`]).
+//! - A restore from the bucket ([`Command::RestoreFromBucket`]) is decided at most once, and
+//!   creates topics only in a quorum that holds none.
 //! - The cluster id is set at most once ([`Command::SetClusterId`]) and never changes after;
 //!   it travels in snapshots with the rest of the state.
 
@@ -22,7 +24,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::{
     validate_cluster_id, ApplyError, Command, CommandResult, ConfigResource, ElectionType,
-    Endpoint, PartitionAssignment, ProducerIdBlock, RecordKind, Response, MAX_PRODUCER_ID_BLOCK,
+    Endpoint, PartitionAssignment, ProducerIdBlock, RecordKind, Response, RestoredTopic,
+    MAX_PRODUCER_ID_BLOCK,
 };
 use crate::ids::{
     BrokerEpoch, BrokerId, LeaderEpoch, PartitionEpoch, ProducerId, TopicId, Uuid128,
@@ -101,6 +104,10 @@ pub struct MetadataState {
     /// the quorum held it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cluster_id: Option<String>,
+    /// Set once by [`Command::RestoreFromBucket`]: whether the topics came from a bucket
+    /// (`Some(true)`) or the quorum refused to (`Some(false)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    restored_from_bucket: Option<bool>,
 }
 
 impl MetadataState {
@@ -277,6 +284,12 @@ impl MetadataState {
         self.cluster_id.as_deref()
     }
 
+    /// Whether the quorum's [`Command::RestoreFromBucket`] has been decided (`Some(true)`:
+    /// it created the topics; `Some(false)`: it refused).
+    pub fn restored_from_bucket(&self) -> Option<bool> {
+        self.restored_from_bucket
+    }
+
     // ----- apply -----
 
     /// Applies one committed command. `log_index` is the command's index in the metadata log
@@ -428,7 +441,68 @@ impl MetadataState {
                     newly_set: true,
                 })
             }
+            Command::RestoreFromBucket {
+                topics,
+                next_producer_id,
+            } => self.restore_from_bucket(topics, *next_producer_id),
         }
+    }
+
+    fn restore_from_bucket(
+        &mut self,
+        topics: &[RestoredTopic],
+        next_producer_id: i64,
+    ) -> CommandResult {
+        if self.restored_from_bucket.is_some() {
+            return Ok(Response::BucketRestore {
+                created: Vec::new(),
+                refused: Some("an earlier restore from the bucket decided already".into()),
+                newly_decided: false,
+            });
+        }
+        if let Some(existing) = self.topic_ids.keys().next() {
+            let refused = format!(
+                "the quorum already holds topics ({existing:?}): it, not the bucket, says which topics exist"
+            );
+            self.restored_from_bucket = Some(false);
+            return Ok(Response::BucketRestore {
+                created: Vec::new(),
+                refused: Some(refused),
+                newly_decided: true,
+            });
+        }
+        // Validate on a copy: all or nothing.
+        let mut next = self.clone();
+        for t in topics {
+            if t.leader_epochs.len() != t.partitions.len() {
+                return Err(ApplyError::InvalidPartitions(format!(
+                    "topic {:?}: {} leader epochs for {} partitions",
+                    t.name,
+                    t.leader_epochs.len(),
+                    t.partitions.len()
+                )));
+            }
+            if let Some(bad) = t.leader_epochs.iter().find(|e| e.0 < 0) {
+                return Err(ApplyError::InvalidPartitions(format!(
+                    "topic {:?}: negative leader epoch {}",
+                    t.name, bad.0
+                )));
+            }
+            next.create_topic(&t.name, t.id, &t.partitions, &t.configs)?;
+            if let Some(topic) = next.topics.get_mut(&t.id) {
+                for (p, epoch) in topic.partitions.iter_mut().zip(&t.leader_epochs) {
+                    p.leader_epoch = *epoch;
+                }
+            }
+        }
+        next.next_producer_id = next.next_producer_id.max(next_producer_id);
+        next.restored_from_bucket = Some(true);
+        *self = next;
+        Ok(Response::BucketRestore {
+            created: topics.iter().map(|t| t.name.clone()).collect(),
+            refused: None,
+            newly_decided: true,
+        })
     }
 
     fn register_broker(

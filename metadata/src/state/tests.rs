@@ -937,3 +937,106 @@ fn group_configs_need_no_group_and_vanish_when_emptied() {
         Err(ApplyError::InvalidConfig(_))
     ));
 }
+
+fn restored(name: &str, id: TopicId, parts: &[&[i32]], epoch: i32) -> RestoredTopic {
+    RestoredTopic {
+        name: name.into(),
+        id,
+        partitions: parts.iter().map(|p| replicas(p)).collect(),
+        leader_epochs: vec![LeaderEpoch(epoch); parts.len()],
+        configs: BTreeMap::from([("remote.storage.enable".into(), "true".into())]),
+    }
+}
+
+#[test]
+fn a_restore_from_the_bucket_creates_its_topics_at_their_epochs_once() {
+    let mut state = three_brokers();
+    let restore = Command::RestoreFromBucket {
+        topics: vec![
+            restored("orders", uuid(7), &[&[1, 2, 3], &[2, 3, 1]], 6),
+            restored("__consumer_offsets", uuid(8), &[&[3, 1, 2]], 2),
+        ],
+        next_producer_id: 5_000,
+    };
+    assert_eq!(
+        state.apply(300, &restore),
+        Ok(Response::BucketRestore {
+            created: vec!["orders".into(), "__consumer_offsets".into()],
+            refused: None,
+            newly_decided: true,
+        })
+    );
+    assert_eq!(state.restored_from_bucket(), Some(true));
+    let orders = state.topic_by_name("orders").unwrap();
+    assert_eq!(orders.id, uuid(7));
+    assert_eq!(orders.configs["remote.storage.enable"], "true");
+    assert_eq!(orders.partitions[1].leader, Some(BrokerId(2)));
+    assert!(orders
+        .partitions
+        .iter()
+        .all(|p| p.leader_epoch == LeaderEpoch(6)));
+    assert_eq!(state.next_producer_id(), ProducerId(5_000));
+
+    // Decided once: after a deletion, the same catalog brings nothing back.
+    state
+        .apply(301, &Command::DeleteTopic { id: uuid(7) })
+        .unwrap();
+    let again = state.apply(302, &restore).unwrap();
+    assert!(matches!(
+        again,
+        Response::BucketRestore { ref created, newly_decided: false, .. } if created.is_empty()
+    ));
+    assert!(state.topic_by_name("orders").is_none());
+}
+
+#[test]
+fn a_quorum_with_topics_refuses_a_restore_and_never_takes_one_later() {
+    let mut state = three_brokers();
+    create_topic(&mut state, "live", uuid(9), &[&[1]]).unwrap();
+    let restore = Command::RestoreFromBucket {
+        topics: vec![restored("orders", uuid(7), &[&[1, 2, 3]], 0)],
+        next_producer_id: 0,
+    };
+    let r = state.apply(300, &restore).unwrap();
+    assert!(matches!(
+        r,
+        Response::BucketRestore { ref created, refused: Some(_), newly_decided: true } if created.is_empty()
+    ));
+    assert_eq!(state.restored_from_bucket(), Some(false));
+    state
+        .apply(301, &Command::DeleteTopic { id: uuid(9) })
+        .unwrap();
+    state.apply(302, &restore).unwrap();
+    assert!(state.topic_by_name("orders").is_none());
+}
+
+#[test]
+fn an_invalid_restore_changes_nothing_and_leaves_it_undecided() {
+    let mut state = three_brokers();
+    let before = state.clone();
+    // Broker 4 is not registered: the second topic is invalid, so neither is created.
+    let restore = Command::RestoreFromBucket {
+        topics: vec![
+            restored("orders", uuid(7), &[&[1, 2, 3]], 0),
+            restored("payments", uuid(8), &[&[4]], 0),
+        ],
+        next_producer_id: 9_000,
+    };
+    assert!(matches!(
+        state.apply(300, &restore),
+        Err(ApplyError::InvalidReplicaAssignment(_))
+    ));
+    let mut short = restored("orders", uuid(7), &[&[1, 2, 3]], 0);
+    short.leader_epochs.clear();
+    assert!(state
+        .apply(
+            301,
+            &Command::RestoreFromBucket {
+                topics: vec![short],
+                next_producer_id: 0
+            }
+        )
+        .is_err());
+    assert_eq!(state, before);
+    assert_eq!(state.restored_from_bucket(), None);
+}
