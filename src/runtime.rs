@@ -61,6 +61,7 @@ async fn join_cluster(
     cluster: &crate::config::ClusterConfig,
     shutdown: &CancellationToken,
     services: &TaskTracker,
+    tiering: Option<Arc<Tiering>>,
 ) -> anyhow::Result<ClusterMembership> {
     let control = ClusterControl::start(&broker.config, cluster)
         .await
@@ -69,6 +70,13 @@ async fn join_cluster(
     // Raft election before its previous incarnation's session ran out must still expire that
     // session, or its own registration would wait for it forever.
     services.spawn(control.clone().run_controller(shutdown.clone()));
+    if let Some(t) = tiering.clone().filter(|_| control.restores_from_bucket()) {
+        services.spawn(crate::controller::restore::run(
+            control.clone(),
+            t,
+            shutdown.clone(),
+        ));
+    }
     let joined = async {
         // Before anything of the quorum's reaches the local logs: a broker of another
         // cluster stops here.
@@ -87,6 +95,7 @@ async fn join_cluster(
         services.spawn(crate::controller::sync::run(
             control.clone(),
             broker.clone(),
+            tiering.clone(),
             shutdown.clone(),
         ));
         control.register(shutdown).await?;
@@ -177,7 +186,7 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
     let connections = TaskTracker::new();
     let tasks = TaskTracker::new();
     let cluster = match broker.config.cluster.clone() {
-        Some(c) => match join_cluster(&broker, &c, &shutdown, &tasks).await {
+        Some(c) => match join_cluster(&broker, &c, &shutdown, &tasks, tiering.clone()).await {
             Ok(m) => {
                 services.cluster = Some(m.control.clone());
                 services.shares.persister.set_cluster(m.control.clone());

@@ -1016,12 +1016,10 @@ struct RestoredPartition {
 ///
 /// Single-node mode only. In cluster mode the metadata quorum, not the bucket, says which
 /// topics exist (with which ids, replicas and leaders): the metadata sync deletes local topics
-/// the quorum does not have, so a restore there would be undone, and deleting them would also
-/// delete their remote data. A cluster broker on an empty data directory restores nothing: it
-/// rejoins, and each partition it replicates is fetched from its leader, starting at the
-/// leader's local log start for tiered topics (everything below stays in the bucket and is
-/// read from there). Rebuilding a whole cluster (quorum included) from the bucket alone is not
-/// supported.
+/// the quorum does not have, so a restore here would be undone. A cluster is rebuilt from the
+/// bucket through its quorum instead ([`crate::controller::restore`], with
+/// `strata.remote.cluster.restore.enable`): the quorum takes the catalog's topics, and each
+/// partition's first leader seeds its empty local log from the bucket.
 pub async fn restore_if_empty(tiering: &Tiering, config: &BrokerConfig) -> anyhow::Result<usize> {
     if !crate::broker::is_fresh_data_dir(config) {
         return Ok(0);
@@ -1031,7 +1029,7 @@ pub async fn restore_if_empty(tiering: &Tiering, config: &BrokerConfig) -> anyho
     };
     if config.cluster.is_some() {
         if !cat.topics.is_empty() {
-            tracing::warn!(topics = cat.topics.len(), "cluster mode: not restoring topics from the bucket on an empty data directory; the metadata quorum decides which topics exist, and replicas catch up from their leaders");
+            tracing::info!(topics = cat.topics.len(), "cluster mode: the metadata quorum decides which topics exist (a new cluster takes the bucket's with strata.remote.cluster.restore.enable)");
         }
         return Ok(0);
     }
@@ -1145,6 +1143,59 @@ async fn download_segments(
         .await??;
     }
     Ok(())
+}
+
+impl Tiering {
+    /// What a leader of `topic`-`index` with an empty local log in `pdir` takes from the
+    /// bucket before it serves (see [`crate::log::Log::seed_from_remote`]): the remote log's
+    /// end, leader epochs and producer state from its last segment, and, for the
+    /// coordinators' topics, every segment (checked, staged in `pdir`). `None` when the
+    /// partition has no remote data.
+    pub async fn seed(
+        &self,
+        topic: &str,
+        topic_id: Uuid,
+        index: i32,
+        pdir: &Path,
+    ) -> anyhow::Result<Option<crate::log::LogSeed>> {
+        let id = PartitionId {
+            topic: topic.to_string(),
+            topic_id,
+            partition: index,
+        };
+        let Some(loaded) = strata_tiering::manifest::load(&self.store, &id).await? else {
+            return Ok(None);
+        };
+        let m = loaded.manifest;
+        let Some(last) = m.segments.last() else {
+            return Ok(None);
+        };
+        let epochs = match last.leader_epoch_checkpoint {
+            Some(part) => crate::log::leader_epoch::parse_checkpoint(
+                &self.reader.part(topic, last, part).await?,
+            ),
+            None => Vec::new(),
+        };
+        let producer_snapshot = match last.producer_snapshot {
+            Some(part) => Some(self.reader.part(topic, last, part).await?),
+            None => None,
+        };
+        let segments = if is_coordinator_topic(topic) {
+            let staging = pdir.join("bucket-seed.tmp");
+            let _ = tokio::fs::remove_dir_all(&staging).await;
+            download_segments(self, &m, &staging).await?;
+            Some(staging)
+        } else {
+            None
+        };
+        Ok(Some(crate::log::LogSeed {
+            log_start_offset: m.log_start_offset.min(last.next_offset),
+            local_start_offset: last.next_offset,
+            epochs,
+            producer_snapshot,
+            segments,
+        }))
+    }
 }
 
 fn write_restored(

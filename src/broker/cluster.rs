@@ -235,7 +235,7 @@ impl Broker {
 
     /// The topic `name` with at least `partitions` partitions and id `id`, created or grown
     /// as needed (a replica learns topics from the control plane). Blocking.
-    fn ensure_topic(
+    pub(crate) fn ensure_topic(
         &self,
         name: &str,
         id: Uuid,

@@ -818,6 +818,14 @@ impl Broker {
         partition.with_log(|l| l.producer_states())
     }
 
+    /// Cluster mode: the quorum's producer-id counter (the end of every block it handed out),
+    /// which [`Broker::producer_id_block_end`] reports from then on (the bucket catalog records
+    /// it). The local block is not used for allocation in cluster mode.
+    pub fn note_quorum_producer_ids(&self, next_producer_id: i64) {
+        let mut ids = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
+        ids.block_end = ids.block_end.max(next_producer_id);
+    }
+
     pub fn producer_id_block_end(&self) -> i64 {
         self.producer_ids
             .lock()

@@ -805,6 +805,30 @@ impl Partition {
         Ok(())
     }
 
+    /// The partition's directory. Blocking.
+    pub fn dir(&self) -> PathBuf {
+        self.lock().dir().to_path_buf()
+    }
+
+    /// Whether a seed from the bucket may start (see [`Log::wants_seed`]). Blocking.
+    pub fn wants_seed(&self) -> bool {
+        self.lock().wants_seed()
+    }
+
+    /// Restarts an empty local log at the remote log's end before this broker leads the
+    /// partition (see [`Log::seed_from_remote`]). False when the log is no longer empty or
+    /// this broker already leads. Blocking.
+    pub fn seed_from_remote(&self, seed: &crate::log::LogSeed) -> io::Result<bool> {
+        let mut log = self.lock();
+        if (self.is_replicated() && self.is_leader()) || !log.wants_seed() {
+            return Ok(false);
+        }
+        log.seed_from_remote(seed, now_ms())?;
+        tracing::info!(topic = %self.topic, partition = self.index, log_start_offset = seed.log_start_offset, local_start_offset = seed.local_start_offset, segments = seed.segments.is_some(), "seeded an empty local log from the bucket");
+        self.publish(&log);
+        Ok(true)
+    }
+
     /// Finds the file range to serve for a fetch. Blocking (may read segment headers).
     pub fn read(
         &self,

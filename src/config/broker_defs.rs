@@ -564,6 +564,11 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "false",
     },
     BrokerConfigDef {
+        name: "strata.remote.cluster.restore.enable",
+        kind: Kind::Boolean,
+        default: "false",
+    },
+    BrokerConfigDef {
         name: "group.consumer.heartbeat.interval.ms",
         kind: Kind::Int,
         default: "5000",

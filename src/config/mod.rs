@@ -302,6 +302,9 @@ pub struct TieringConfig {
     /// `strata.remote.internal.topics.enable`: the coordinators' topics are created tiered,
     /// so a restore from the bucket brings back committed offsets and transaction state.
     pub internal_topics: bool,
+    /// `strata.remote.cluster.restore.enable` (cluster mode): a quorum that holds no topic yet
+    /// takes the bucket catalog's topics, once (see `crate::controller::restore`).
+    pub cluster_restore: bool,
 }
 
 impl TieringConfig {
@@ -395,6 +398,7 @@ impl TieringConfig {
             compacted_snapshot_interval_ms: long("strata.remote.compacted.snapshot.interval.ms")?
                 .max(0) as u64,
             internal_topics: bool_of("strata.remote.internal.topics.enable")?,
+            cluster_restore: bool_of("strata.remote.cluster.restore.enable")?,
         })
     }
 }

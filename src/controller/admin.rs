@@ -58,7 +58,7 @@ fn placement_error(e: PlacementError, unfenced: usize) -> TopicError {
 }
 
 /// The replicas of `partitions` new partitions numbered from `first`.
-fn place(
+pub(super) fn place(
     state: &MetadataState,
     topic_id: Uuid128,
     partitions: u32,
@@ -207,6 +207,13 @@ pub fn create_topic(
     let state = node.state();
     if state.topic_by_name(name).is_some() {
         return Err(TopicError::AlreadyExists(name.to_string()));
+    }
+    if super::restore::pending(control.restores_from_bucket(), &state) {
+        // A topic created first would make the quorum refuse the restore.
+        return Err(TopicError::Quorum {
+            code: strata_metadata::command::kafka_codes::REQUEST_TIMED_OUT,
+            message: "the cluster is restoring its topics from the bucket; retry shortly".into(),
+        });
     }
     let id = Uuid128::from_bytes(*Uuid::new_v4().as_bytes());
     let assignments = match assignments {

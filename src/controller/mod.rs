@@ -51,6 +51,7 @@
 pub mod admin;
 pub mod reassign;
 pub mod records;
+pub mod restore;
 pub mod sync;
 
 use std::collections::HashSet;
@@ -149,6 +150,9 @@ pub struct ClusterControl {
     leader_imbalance_check_interval: Option<Duration>,
     /// Wall-clock ms of the last completed leader rebalance check (0: none yet).
     last_rebalance_ms: AtomicI64,
+    /// `strata.remote.cluster.restore.enable` (with tiered storage on): no coordinator topic
+    /// is created before the quorum has decided the restore ([`restore`]).
+    restore_from_bucket: bool,
 }
 
 impl ClusterControl {
@@ -194,6 +198,7 @@ impl ClusterControl {
             internal_warned_ms: AtomicI64::new(i64::MIN),
             leader_imbalance_check_interval: cluster.leader_imbalance_check_interval,
             last_rebalance_ms: AtomicI64::new(0),
+            restore_from_bucket: config.tiering.enabled && config.tiering.cluster_restore,
         }))
     }
 
@@ -204,6 +209,11 @@ impl ClusterControl {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .ok_or(ClusterError::Stopped)
+    }
+
+    /// Whether `strata.remote.cluster.restore.enable` is on (with tiered storage).
+    pub fn restores_from_bucket(&self) -> bool {
+        self.restore_from_bucket
     }
 
     pub fn broker_id(&self) -> i32 {
@@ -626,11 +636,18 @@ impl ClusterControl {
     /// `AutoTopicCreationManager` does on a FindCoordinator: returns at once, and a task
     /// proposes the topic unless it exists or a proposal for it is already running. With
     /// fewer unfenced brokers than its replication factor nothing is created (the caller
-    /// answers COORDINATOR_NOT_AVAILABLE, and a later request tries again).
+    /// answers COORDINATOR_NOT_AVAILABLE, and a later request tries again). Neither is it
+    /// while a restore from the bucket is pending ([`restore`]): the restore brings the
+    /// coordinators' topics back with their ids.
     pub fn request_internal_topic(self: &Arc<Self>, spec: InternalTopicSpec) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        if let Ok(node) = self.node() {
+            if restore::pending(self.restore_from_bucket, &node.state()) {
+                return;
+            }
+        }
         if !self
             .internal_creations
             .lock()

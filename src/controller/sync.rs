@@ -26,6 +26,7 @@ use super::records::{RawRecords, SecurityRecords};
 use super::ClusterControl;
 use crate::broker::{is_internal_topic, Broker};
 use crate::replication::{BrokerEndpoint, ClusterBroker, PartitionLeadership};
+use crate::tiering::Tiering;
 
 /// What was last applied to the local broker.
 #[derive(Default)]
@@ -40,10 +41,20 @@ struct Applied {
     features: Option<crate::features::FinalizedLevels>,
     /// Group configs by group id (`None` before the first sync).
     group_configs: Option<BTreeMap<String, BTreeMap<String, String>>>,
+    /// A partition state was held back (its seed from the bucket failed): sync again soon.
+    retry: bool,
 }
 
+/// How soon a sync that held a partition state back runs again.
+const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Follows the metadata images until `cancel`.
-pub async fn run(control: Arc<ClusterControl>, broker: Arc<Broker>, cancel: CancellationToken) {
+pub async fn run(
+    control: Arc<ClusterControl>,
+    broker: Arc<Broker>,
+    tiering: Option<Arc<Tiering>>,
+    cancel: CancellationToken,
+) {
     let Ok(node) = control.node() else { return };
     let mut images = node.subscribe();
     drop(node);
@@ -58,8 +69,9 @@ pub async fn run(control: Arc<ClusterControl>, broker: Arc<Broker>, cancel: Canc
             let b = broker.clone();
             let c = control.clone();
             let state = image.state.clone();
+            let t = tiering.clone();
             match tokio::task::spawn_blocking(move || {
-                sync_once(&b, &c, &state, &mut applied);
+                sync_once(&b, &c, t.as_deref(), &state, &mut applied);
                 applied
             })
             .await
@@ -72,9 +84,11 @@ pub async fn run(control: Arc<ClusterControl>, broker: Arc<Broker>, cancel: Canc
             }
             control.mark_synced(image.applied_index.unwrap_or(0));
         }
+        let retry = std::mem::take(&mut applied.retry);
         tokio::select! {
             _ = cancel.cancelled() => return,
             changed = images.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(RETRY_AFTER), if retry => {}
         }
     }
 }
@@ -87,6 +101,7 @@ fn uuid(id: strata_metadata::ids::TopicId) -> Uuid {
 fn sync_once(
     broker: &Broker,
     control: &ClusterControl,
+    tiering: Option<&Tiering>,
     state: &MetadataState,
     applied: &mut Applied,
 ) {
@@ -113,6 +128,9 @@ fn sync_once(
         broker.set_cluster_brokers(brokers.clone());
         applied.brokers = brokers;
     }
+
+    // 1b. The producer-id high-water mark, for the bucket catalog.
+    broker.note_quorum_producer_ids(state.next_producer_id().0);
 
     // 2. Topics deleted (or re-created under a new id) in the metadata.
     for topic in broker.topics() {
@@ -155,6 +173,9 @@ fn sync_once(
             });
             keys.push((key, p.clone()));
         }
+    }
+    if let Some(t) = tiering {
+        seed_new_leaders(broker, control, t, state, &mut changed, &mut keys, applied);
     }
     if !changed.is_empty() {
         match broker.apply_partition_states(changed) {
@@ -221,6 +242,66 @@ fn sync_once(
             if let Err(e) = broker.set_topic_configs_local(&topic.name, topic.configs.clone()) {
                 tracing::error!(topic = %topic.name, error = %e, "cannot apply topic configs");
             }
+        }
+    }
+}
+
+/// Before this broker leads a tiered partition whose local log is empty (a cluster rebuilt
+/// from its bucket, or a leader elected with no data), its log restarts at the remote log's
+/// end with the partition's leader epochs and producer state ([`Tiering::seed`]), so the
+/// leader never appends at offsets the bucket already holds. Only partitions past their first
+/// leader epoch: a new partition has nothing in the bucket. A state whose seed fails is held
+/// back (not applied, and retried soon), never applied over an empty log.
+fn seed_new_leaders(
+    broker: &Broker,
+    control: &ClusterControl,
+    tiering: &Tiering,
+    state: &MetadataState,
+    changed: &mut Vec<PartitionLeadership>,
+    keys: &mut Vec<((Uuid, u32), PartitionState)>,
+    applied: &mut Applied,
+) {
+    let me = control.broker_id();
+    let mut held = Vec::new();
+    for (i, s) in changed.iter().enumerate() {
+        if s.leader != Some(me) || s.leader_epoch.0 <= 0 {
+            continue;
+        }
+        let Some(record) = state.topic_by_name(&s.topic) else {
+            continue;
+        };
+        if !broker.topic_config(&record.configs).remote_storage_enable {
+            continue;
+        }
+        let count = record.partitions.len() as i32;
+        let partition = match broker.ensure_topic(&s.topic, s.topic_id, count) {
+            Ok(t) => t.partitions.get(s.partition as usize).cloned(),
+            Err(e) => {
+                tracing::warn!(topic = %s.topic, error = %e, "cannot create a local topic to seed");
+                None
+            }
+        };
+        let Some(p) = partition else { continue };
+        if !p.wants_seed() {
+            continue;
+        }
+        let dir = p.dir();
+        let seeded = tokio::runtime::Handle::current()
+            .block_on(tiering.seed(&s.topic, s.topic_id, s.partition, &dir))
+            .and_then(|seed| match seed {
+                Some(seed) => Ok(p.seed_from_remote(&seed)?),
+                None => Ok(false),
+            });
+        if let Err(e) = seeded {
+            tracing::warn!(topic = %s.topic, partition = s.partition, error = %e, "cannot seed the local log from the bucket before leading; will retry");
+            held.push(i);
+        }
+    }
+    if !held.is_empty() {
+        applied.retry = true;
+        for i in held.into_iter().rev() {
+            changed.remove(i);
+            keys.remove(i);
         }
     }
 }

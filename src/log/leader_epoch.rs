@@ -212,3 +212,16 @@ mod tests {
         assert_eq!(c.earliest(), Some((1, 5)));
     }
 }
+
+/// The (epoch, start offset) lines of a leader-epoch checkpoint (version, count, entries);
+/// malformed lines are skipped.
+pub fn parse_checkpoint(raw: &[u8]) -> Vec<(i32, i64)> {
+    String::from_utf8_lossy(raw)
+        .lines()
+        .skip(2)
+        .filter_map(|line| {
+            let mut it = line.split_whitespace();
+            Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+        })
+        .collect()
+}

@@ -102,6 +102,7 @@ use segment::{Segment, SegmentLimits};
 pub use append::FollowerAppend;
 pub use marker::TxnMarker;
 pub use segments::first_record_at_or_after;
+pub use truncation::{LogSeed, SEED_MARKER};
 
 /// Where an append came from; clients are validated, replicas are not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -658,3 +658,93 @@ fn an_append_that_must_not_block_leaves_a_roll_a_flush_a_new_epoch_and_a_repair_
         .is_none());
     assert_eq!(log.log_end_offset(), end + 1);
 }
+
+/// Copies the sealed segments' `.log` files of `src` (below `end`) into `staging`, as a seed's
+/// download leaves them.
+fn stage_sealed(src: &Path, end: i64, staging: &Path) {
+    std::fs::create_dir_all(staging).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let path = e.unwrap().path();
+        let base = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".log"))
+            .and_then(|s| s.parse::<i64>().ok());
+        if base.is_some_and(|b| b < end) {
+            std::fs::copy(&path, staging.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+}
+
+/// A seed from the bucket that a crash interrupts at any of its renames leaves its marker: the
+/// reopened log counts as empty, and the next seed brings back exactly the remote records,
+/// never a partial log that would be led with a hole in it.
+#[test]
+fn a_seed_from_the_bucket_interrupted_at_any_rename_is_done_again_from_scratch() {
+    use super::io_fault::{inject, Fault, Op};
+    let src = tempfile::tempdir().unwrap();
+    let cfg = config(&[("segment.bytes", "300")]);
+    let mut remote = open(src.path(), cfg.clone(), true);
+    for i in 0..20 {
+        append(&mut remote, &[format!("value-{i:03}").as_bytes()]);
+    }
+    remote.roll(now()).unwrap();
+    let end = remote.log_end_offset();
+    let expected = read_all(&remote, 0);
+    let sealed = remote.segment_count() - 1;
+    assert!(sealed >= 3, "{sealed} sealed segments");
+    for crash_at in 0..sealed as u32 {
+        let dir = tempfile::tempdir().unwrap();
+        let staging = dir.path().join("bucket-seed.tmp");
+        let seed = LogSeed {
+            log_start_offset: 0,
+            local_start_offset: end,
+            epochs: vec![(0, 0)],
+            producer_snapshot: None,
+            segments: Some(staging.clone()),
+        };
+        let mut log = open(dir.path(), cfg.clone(), true);
+        assert!(log.wants_seed());
+        stage_sealed(src.path(), end, &staging);
+        {
+            let _crash = inject(Fault::new(dir.path(), Op::Rename).after(crash_at));
+            assert!(log.seed_from_remote(&seed, now()).is_err());
+        }
+        drop(log);
+
+        let mut log = open(dir.path(), cfg.clone(), false);
+        assert!(log.wants_seed(), "crash at rename {crash_at}: seeded again");
+        stage_sealed(src.path(), end, &staging);
+        log.seed_from_remote(&seed, now()).unwrap();
+        assert!(!log.wants_seed());
+        assert_eq!((log.log_start_offset(), log.log_end_offset()), (0, end));
+        assert_eq!(read_all(&log, 0), expected, "crash at rename {crash_at}");
+        drop(log);
+        let log = open(dir.path(), cfg.clone(), true);
+        assert!(!log.wants_seed());
+        assert_eq!(read_all(&log, 0), expected, "after a restart");
+    }
+}
+
+/// Without segments (a user topic), a seed restarts the empty log at the remote end with the
+/// leader epochs below it; appends continue there.
+#[test]
+fn a_seed_without_segments_starts_the_log_at_the_remote_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), config(&[]), true);
+    let seed = LogSeed {
+        log_start_offset: 100,
+        local_start_offset: 600,
+        epochs: vec![(0, 0), (3, 250)],
+        producer_snapshot: None,
+        segments: None,
+    };
+    log.seed_from_remote(&seed, now()).unwrap();
+    assert!(!log.wants_seed());
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (100, 600));
+    assert_eq!(log.latest_epoch(), Some(3));
+    let b = encode_batch(&[b"next"], Compression::None, now());
+    let info = log.append_as_leader(&b, 4, now()).unwrap();
+    assert_eq!(info.base_offset, 600);
+    assert_eq!(log.latest_epoch(), Some(4));
+}

@@ -157,3 +157,93 @@ impl Log {
         Ok(())
     }
 }
+
+/// The file a seed from the bucket keeps in the partition directory until it completes: a
+/// log that has it is treated as empty and seeded again (see [`Log::seed_from_remote`]).
+pub const SEED_MARKER: &str = "bucket-seed-pending";
+
+/// What a leader with an empty local log of a tiered partition takes from the bucket.
+#[derive(Debug)]
+pub struct LogSeed {
+    /// The partition's log start offset (the manifest's).
+    pub log_start_offset: i64,
+    /// The remote log's end, where the local log starts.
+    pub local_start_offset: i64,
+    /// The leader epochs that start below `local_start_offset`.
+    pub epochs: Vec<(i32, i64)>,
+    pub producer_snapshot: Option<bytes::Bytes>,
+    /// Checked segments below `local_start_offset` to bring back too (the coordinators'
+    /// topics), in a staging directory inside the partition directory.
+    pub segments: Option<std::path::PathBuf>,
+}
+
+impl Log {
+    /// Whether a seed from the bucket may start here: the log is empty, or an earlier seed
+    /// did not complete.
+    pub fn wants_seed(&self) -> bool {
+        (self.log_start_offset == 0 && self.log_end_offset == 0)
+            || self.dir.join(SEED_MARKER).exists()
+    }
+
+    /// A tiered partition led from an empty local log (a cluster rebuilt from its bucket, or
+    /// a leader elected with no data): the log restarts at the remote log's end with the
+    /// partition's leader epochs and producer state, as a follower does with
+    /// [`Log::start_at_tiered`], and with `seed.segments` moved in front of it, so that the
+    /// leader appends after what the bucket holds instead of reusing its offsets.
+    ///
+    /// Crash consistency: [`SEED_MARKER`] is written (and the directory fsynced) first and
+    /// removed last; a log that still has it is empty for [`Log::wants_seed`] and is seeded
+    /// again from scratch.
+    pub fn seed_from_remote(&mut self, seed: &LogSeed, now_ms: i64) -> io::Result<()> {
+        self.check_online()?;
+        let marker = self.dir.join(SEED_MARKER);
+        fs::write(&marker, b"")?;
+        sync_dir(&self.dir)?;
+        self.start_at_tiered(
+            seed.log_start_offset,
+            seed.local_start_offset,
+            &seed.epochs,
+            seed.producer_snapshot.as_deref(),
+            now_ms,
+        )?;
+        if let Some(staged) = &seed.segments {
+            let mut files: Vec<_> = fs::read_dir(staged)?
+                .map(|e| e.map(|e| e.path()))
+                .collect::<io::Result<_>>()?;
+            // Each segment's `.log` last: a `.txnindex` without its log is never opened.
+            files.sort_by_key(|p| p.extension().is_some_and(|e| e == "log"));
+            for f in files {
+                if let Some(name) = f.file_name() {
+                    super::io_fault::rename(&f, &self.dir.join(name))?;
+                }
+            }
+            let _ = fs::remove_dir(staged);
+            sync_dir(&self.dir)?;
+            let opts = super::LoadOptions {
+                clean_shutdown: false,
+                recovery_point: Some(self.log_start_offset),
+                log_start_offset: Some(self.log_start_offset),
+                now_ms,
+            };
+            let mut fresh = Log::open(&self.dir, self.config.clone(), opts)?;
+            if fresh.log_end_offset != seed.local_start_offset {
+                return Err(io::Error::other(format!(
+                    "the seeded log in {} ends at {}, not at the remote end {}",
+                    self.dir.display(),
+                    fresh.log_end_offset,
+                    seed.local_start_offset
+                )));
+            }
+            fresh.high_watermark = fresh.log_end_offset;
+            fresh.remote_end_offset = seed.local_start_offset;
+            fresh.rewrites = self.rewrites + 1;
+            *self = fresh;
+        }
+        fs::remove_file(&marker)?;
+        sync_dir(&self.dir)
+    }
+}
+
+fn sync_dir(dir: &std::path::Path) -> io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}

@@ -618,7 +618,7 @@ impl Fetcher {
         let epochs = match seg.leader_epoch_checkpoint {
             Some(part) => {
                 let raw = tiering.reader.part(&topic.name, seg, part).await?;
-                parse_epoch_checkpoint(&raw)
+                crate::log::leader_epoch::parse_checkpoint(&raw)
             }
             None => Vec::new(),
         };
@@ -674,19 +674,6 @@ impl Fetcher {
 struct RemoteState {
     epochs: Vec<(i32, i64)>,
     producer_snapshot: Option<bytes::Bytes>,
-}
-
-/// The (epoch, start offset) lines of a leader-epoch checkpoint (version, count, entries);
-/// malformed lines are skipped.
-fn parse_epoch_checkpoint(raw: &[u8]) -> Vec<(i32, i64)> {
-    String::from_utf8_lossy(raw)
-        .lines()
-        .skip(2)
-        .filter_map(|line| {
-            let mut it = line.split_whitespace();
-            Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
-        })
-        .collect()
 }
 
 /// Where a follower truncates on a diverging epoch from the leader (Kafka's

@@ -45,7 +45,11 @@ async fn find(c: &mut Client, key_type: i8, key: &str) -> (i16, i32) {
 
 /// Asks `b` for the coordinator of `key` until one is named (at most 20 s); returns every
 /// error seen before and the coordinator.
-async fn coordinator(b: &crate::harness::TestBroker, key_type: i8, key: &str) -> (Vec<i16>, i32) {
+pub(crate) async fn coordinator(
+    b: &crate::harness::TestBroker,
+    key_type: i8,
+    key: &str,
+) -> (Vec<i16>, i32) {
     let mut c = b.client().await;
     let mut errors = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);

@@ -447,3 +447,319 @@ async fn every_replica_rehydrates_from_the_shared_bucket() {
     assert_eq!(catalog.topics[TOPIC].replication_factor, 3);
     c.shutdown().await;
 }
+
+const REBUILT: &str = "rebuilt";
+
+/// Every partition of `topic` has a leader serving it (as broker `id`'s image has it).
+async fn leaders_serving(c: &QuorumCluster, topic: &str, partitions: i32) -> Vec<i32> {
+    let mut leaders = Vec::new();
+    for index in 0..partitions {
+        let c = &c;
+        let mut leader = None;
+        eventually("a leader serving the partition", || {
+            let found = (|| {
+                let state = c
+                    .broker(1)
+                    .services()
+                    .cluster
+                    .as_ref()?
+                    .node()
+                    .ok()?
+                    .state();
+                let l = state
+                    .topic_by_name(topic)?
+                    .partitions
+                    .get(index as usize)?
+                    .leader?
+                    .0;
+                c.broker(l)
+                    .broker()
+                    .partition(topic, index)
+                    .filter(|p| p.is_replicated() && p.is_leader())
+                    .map(|_| l)
+            })();
+            leader = found;
+            async move { found.is_some() }
+        })
+        .await;
+        leaders.push(leader.expect("leader"));
+    }
+    leaders
+}
+
+/// Every record offset of `topic`-`index` a consumer from offset 0 gets from `b`, up to `end`.
+async fn consume_partition(b: &TestBroker, topic: &str, index: i32, end: i64) -> Vec<i64> {
+    let mut c = b.client().await;
+    let mut out: Vec<i64> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while out.last().map_or(0, |o| o + 1) < end {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "consumer stalled at {:?}",
+            out.last()
+        );
+        let next = out.last().map_or(0, |o| o + 1);
+        let args = FetchArgs {
+            offset: next,
+            ..FetchArgs::default()
+        };
+        let data = fetch(&mut c, topic, index, args).await;
+        assert_eq!(data.error_code, 0, "fetch {topic}-{index} at {next}");
+        let got: Vec<i64> = record_offsets(&data.records)
+            .into_iter()
+            .filter(|&o| o >= next)
+            .collect();
+        if got.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        out.extend(got);
+    }
+    out
+}
+
+/// The group's committed offsets of `topic` partitions 0 and 1, from its coordinator once it
+/// has loaded the group.
+async fn committed_offsets(c: &QuorumCluster, group: &str, topic: &str) -> Vec<i64> {
+    let (_, node) = crate::cluster_coordinators::coordinator(c.broker(1), 0, group).await;
+    let mut client = c.broker(node).client().await;
+    let parts = [0, 1];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = crate::groups::offset_fetch_request(8, &[(group, Some((topic, &parts[..])))]);
+        let resp = client.call(8, &r).await;
+        let g = &resp.groups[0];
+        if g.error_code == 0 {
+            return g
+                .topics
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .map(|p| p.committed_offset)
+                .collect();
+        }
+        assert_eq!(g.error_code, 14, "COORDINATOR_LOAD_IN_PROGRESS at most");
+        assert!(tokio::time::Instant::now() < deadline, "group never loaded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Lose every broker disk and the metadata quorum of a three-node cluster, keep the bucket: a
+/// new cluster with `strata.remote.cluster.restore.enable` pointed at it comes back with the
+/// topics (ids, partition counts, replication factors, configs), every uploaded record at its
+/// offset, the committed offsets and a producer-id counter past every id handed out; new
+/// records follow the restored ones. On s3s-fs (SigV4) when installed, else the filesystem
+/// store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_that_lost_every_disk_and_its_quorum_is_rebuilt_from_its_bucket() {
+    use crate::tiering::s3_server::{S3Kind, S3Server};
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("strata=info,strata_tiering=info,strata_metadata=warn,openraft=off")
+        .with_test_writer()
+        .try_init();
+    let bucket = tempfile::tempdir().expect("bucket dir");
+    let server = S3Server::start_if_installed(S3Kind::S3sFs, "strata-rebuild").expect("s3s-fs");
+    let store: Vec<(String, String)> = match &server {
+        Some(s) => s.store_settings("prod"),
+        None => vec![(
+            "strata.remote.store.url".into(),
+            format!("file://{}", bucket.path().join("objects").display()),
+        )],
+    };
+    let mut settings: Vec<(&str, &str)> = store
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    settings.extend_from_slice(&[
+        ("remote.log.manager.task.interval.ms", "50"),
+        ("log.retention.check.interval.ms", "50"),
+        ("strata.remote.cache.disk.bytes", "0"),
+        ("strata.remote.internal.topics.enable", "true"),
+        ("strata.remote.cluster.restore.enable", "true"),
+        ("offsets.topic.num.partitions", "2"),
+        ("transaction.state.log.num.partitions", "2"),
+    ]);
+
+    // 1. The cluster that will be lost: a tiered RF=3 topic with two partitions. Its quorum
+    //    decides the restore first (nothing in the bucket yet); until then topics wait.
+    let c = QuorumCluster::start_with(&settings).await;
+    let decided = |c: &QuorumCluster| {
+        c.broker(1)
+            .services()
+            .cluster
+            .as_ref()
+            .and_then(|q| q.node().ok())
+            .and_then(|n| n.state().restored_from_bucket())
+    };
+    {
+        let c = &c;
+        eventually(
+            "the restore decided",
+            || async move { decided(c).is_some() },
+        )
+        .await;
+    }
+    assert_eq!(decided(&c), Some(true), "an empty bucket restores no topic");
+    let mut t = CreatableTopic::default();
+    t.name = name(REBUILT);
+    t.num_partitions = 2;
+    t.replication_factor = 3;
+    t.configs = [
+        ("remote.storage.enable", "true"),
+        ("local.retention.bytes", "1"),
+        ("internal.segment.bytes", "4096"),
+        ("retention.ms", "-1"),
+        ("max.message.bytes", "500000"),
+    ]
+    .iter()
+    .map(|(k, v)| {
+        let mut x = CreatableTopicConfig::default();
+        x.name = str_bytes(k);
+        x.value = Some(str_bytes(v));
+        x
+    })
+    .collect();
+    let r = create_topics(&mut c.broker(1).client().await, vec![t])
+        .await
+        .remove(0);
+    assert_eq!(r.error_code, 0, "create: {:?}", r.error_message);
+    let leaders = leaders_serving(&c, REBUILT, 2).await;
+    let mut ends = Vec::new();
+    let mut pids = Vec::new();
+    let mut producers = Vec::new();
+    for (index, &leader) in leaders.iter().enumerate() {
+        let mut client = c.broker(leader).client().await;
+        let pid = init_producer_id(&mut client).await;
+        pids.push(pid.0);
+        producers.push(pid);
+        for seq in 0..30 {
+            let batch = idempotent_batch(20, (pid.0, pid.1, seq * 20));
+            let r = produce(&mut client, REBUILT, index as i32, batch).await;
+            assert_eq!(r.error_code, 0, "acks=all produce");
+        }
+        ends.push(600i64);
+    }
+    let group = "rebuilt-group";
+    // A simple commit, retried while the new coordinator loads (COORDINATOR_LOAD_IN_PROGRESS,
+    // NOT_COORDINATOR).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, node) = crate::cluster_coordinators::coordinator(c.broker(1), 0, group).await;
+        let entries = [(0, 123, -1, ""), (1, 456, -1, "")];
+        let errors = crate::groups::commit(
+            &mut c.broker(node).client().await,
+            group,
+            -1,
+            "",
+            REBUILT,
+            &entries,
+        )
+        .await;
+        if errors.iter().all(|&e| e == 0) {
+            break;
+        }
+        assert!(
+            errors.iter().all(|&e| e == 14 || e == 15 || e == 16),
+            "commit: {errors:?}"
+        );
+        assert!(tokio::time::Instant::now() < deadline, "commit: {errors:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(committed_offsets(&c, group, REBUILT).await, vec![123, 456]);
+    let old_id = c.broker(1).broker().topic(REBUILT).expect("topic").id;
+
+    // Everything acknowledged goes to the bucket (what a clean shutdown does), then every
+    // disk and the quorum are lost.
+    for id in 1..=3 {
+        let b = c.broker(id);
+        let t = b.services().tiering.clone().expect("tiering on");
+        t.drain(b.broker()).await;
+    }
+    c.shutdown().await;
+
+    // 2. A new cluster on empty disks, pointed at the same bucket.
+    let started = std::time::Instant::now();
+    let c = QuorumCluster::start_with(&settings).await;
+    let leaders = leaders_serving(&c, REBUILT, 2).await;
+    let rebuilt_in = started.elapsed();
+    let state = c
+        .broker(1)
+        .services()
+        .cluster
+        .as_ref()
+        .expect("cluster")
+        .node()
+        .expect("node")
+        .state();
+    assert_eq!(state.restored_from_bucket(), Some(true));
+    let topic = state.topic_by_name(REBUILT).expect("the topic is back");
+    assert_eq!(
+        uuid::Uuid::from_bytes(*topic.id.as_bytes()),
+        old_id,
+        "same topic id"
+    );
+    assert_eq!(topic.partitions.len(), 2);
+    assert!(topic.partitions.iter().all(|p| p.replicas.len() == 3));
+    assert_eq!(
+        topic.configs.get("max.message.bytes").map(String::as_str),
+        Some("500000")
+    );
+    assert!(
+        topic.partitions.iter().all(|p| p.leader_epoch.0 > 0),
+        "leader epochs above the restored ones"
+    );
+    assert!(
+        state.next_producer_id().0 > *pids.iter().max().unwrap(),
+        "producer ids are never reused"
+    );
+    for (index, &leader) in leaders.iter().enumerate() {
+        let b = c.broker(leader);
+        let mut client = b.client().await;
+        let latest = list_offset(&mut client, REBUILT, index as i32, -1).await;
+        assert_eq!(
+            (latest.error_code, latest.offset),
+            (0, ends[index]),
+            "partition {index} led by {leader}"
+        );
+        assert_eq!(
+            list_offset(&mut client, REBUILT, index as i32, -2)
+                .await
+                .offset,
+            0
+        );
+        assert_eq!(
+            consume_partition(b, REBUILT, index as i32, ends[index]).await,
+            (0..ends[index]).collect::<Vec<_>>(),
+            "partition {index}: every uploaded record once, at its offset"
+        );
+    }
+    // Consumers resume where they committed.
+    assert_eq!(committed_offsets(&c, group, REBUILT).await, vec![123, 456]);
+    // New records follow the restored ones: an old producer's retry of its last batch is a
+    // duplicate (its state came back), a new producer gets a fresh id.
+    for (index, &leader) in leaders.iter().enumerate() {
+        let mut client = c.broker(leader).client().await;
+        let old = producers[index];
+        let retry = idempotent_batch(20, (old.0, old.1, 29 * 20));
+        let r = produce(&mut client, REBUILT, index as i32, retry).await;
+        assert_eq!(
+            (r.error_code, r.base_offset),
+            (0, ends[index] - 20),
+            "duplicate retry"
+        );
+        let pid = init_producer_id(&mut client).await;
+        assert!(!pids.contains(&pid.0), "a fresh producer id");
+        let r = produce(
+            &mut client,
+            REBUILT,
+            index as i32,
+            idempotent_batch(5, (pid.0, pid.1, 0)),
+        )
+        .await;
+        assert_eq!((r.error_code, r.base_offset), (0, ends[index]));
+        assert_eq!(
+            consume_partition(c.broker(leader), REBUILT, index as i32, ends[index] + 5).await,
+            (0..ends[index] + 5).collect::<Vec<_>>()
+        );
+    }
+    eprintln!("rebuilt a 3-node cluster from its bucket in {rebuilt_in:?}");
+    c.shutdown().await;
+}

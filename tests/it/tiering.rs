@@ -468,7 +468,7 @@ async fn invalid_tiering_configs_get_invalid_config() {
 }
 
 #[path = "../support/s3_server.rs"]
-mod s3_server;
+pub(crate) mod s3_server;
 
 use s3_server::{S3Kind, S3Server};
 
