@@ -378,6 +378,18 @@ impl Running {
     pub async fn shutdown(self) -> anyhow::Result<()> {
         tracing::info!("shutting down");
         if let Some(m) = &self.cluster {
+            // Upload what this broker leads while its followers are still in sync (its high
+            // watermark can cover everything rolled); after the controlled shutdown the new
+            // leaders hold it, and the last broker of a stopping cluster may be under
+            // min.insync.replicas, its high watermark stuck.
+            if let Some(t) = &self.services.tiering {
+                if tokio::time::timeout(Duration::from_secs(20), t.drain(&self.broker))
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!("upload to remote storage before the controlled shutdown did not finish within 20s");
+                }
+            }
             m.heartbeats.cancel();
             m.control.controlled_shutdown(CLUSTER_SHUTDOWN_LIMIT).await;
         }

@@ -120,6 +120,9 @@ pub enum RemoteReadError {
     Store(#[from] StoreError),
 }
 
+/// How long a final upload waits for led partitions' high watermarks to cover what it rolled.
+const DRAIN_HIGH_WATERMARK_WAIT: Duration = Duration::from_secs(2);
+
 fn partition_id(topic: &Topic, index: i32) -> PartitionId {
     PartitionId {
         topic: topic.name.clone(),
@@ -463,11 +466,15 @@ impl Tiering {
     }
 
     /// Rolls the active segment of every remote partition and runs one pass, so everything
-    /// acknowledged so far is in the bucket (clean shutdown).
+    /// acknowledged so far is in the bucket (clean shutdown). Only what is below a leader's
+    /// high watermark may be uploaded, so the pass first waits (at most
+    /// [`DRAIN_HIGH_WATERMARK_WAIT`]) until each led partition's high watermark covers what
+    /// was rolled: the followers' next fetch.
     pub async fn drain(self: &Arc<Self>, broker: &Arc<Broker>) {
         let b = broker.clone();
         let rolled = tokio::task::spawn_blocking(move || {
             let now = now_ms();
+            let mut led = Vec::new();
             for t in b.topics() {
                 if !t.config.remote_storage_enable {
                     continue;
@@ -475,14 +482,24 @@ impl Tiering {
                 for p in &t.partitions {
                     if let Err(e) = p.roll(now) {
                         tracing::warn!(topic = %t.name, partition = p.index, error = %e, "cannot roll before the final upload");
+                    } else if p.is_leader() {
+                        led.push((p.clone(), p.offsets().log_end_offset));
                     }
                 }
             }
+            led
         })
         .await;
-        if rolled.is_ok() {
-            self.tick(broker).await;
+        let Ok(led) = rolled else { return };
+        let deadline = Instant::now() + DRAIN_HIGH_WATERMARK_WAIT;
+        while Instant::now() < deadline
+            && led
+                .iter()
+                .any(|(p, end)| p.is_leader() && p.offsets().high_watermark < *end)
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        self.tick(broker).await;
     }
 
     /// Whether the bucket's catalog lists `topic` (this incarnation of it) with partition

@@ -88,9 +88,11 @@ impl<'a> LeadershipView<'a> {
                     isr: state.isr,
                 }
             }
+            // No state from the control plane yet: in cluster mode the partition has no leader
+            // here yet (LEADER_NOT_AVAILABLE); a single node leads all its partitions.
             None => PartitionView {
                 index: p.index,
-                leader: Some(node),
+                leader: self.broker.config.cluster.is_none().then_some(node),
                 leader_epoch: p.leader_epoch().0,
                 replicas: vec![node],
                 isr: vec![node],

@@ -99,7 +99,14 @@ impl Partition {
             leader_epoch: AtomicI32::new(epoch),
             leader_id: AtomicI32::new(local_id),
             checkpointed_high_watermark: AtomicI64::new(-1),
-            role: AtomicU8::new(ROLE_LEADER),
+            // A single node leads its partitions; in cluster mode a partition is nobody's
+            // until the control plane's state is applied (a new partition's log may first be
+            // seeded from the bucket, and must not take appends before).
+            role: AtomicU8::new(if config.cluster.is_some() {
+                ROLE_NONE
+            } else {
+                ROLE_LEADER
+            }),
             replicated: AtomicBool::new(false),
             replica_set: Mutex::new(ReplicaSet::sole_leader(
                 local_id,
