@@ -1167,7 +1167,7 @@ impl Tiering {
     /// bucket before it serves (see [`crate::log::Log::seed_from_remote`]): the remote log's
     /// end, leader epochs and producer state from its last segment, and, for the
     /// coordinators' topics, every segment (checked, staged in `pdir`). `None` when the
-    /// partition has no remote data.
+    /// partition never had remote data.
     pub async fn seed(
         &self,
         topic: &str,
@@ -1185,7 +1185,15 @@ impl Tiering {
         };
         let m = loaded.manifest;
         let Some(last) = m.segments.last() else {
-            return Ok(None);
+            // Remote retention removed every segment: the log still continues at the
+            // manifest's log start, never at offsets handed out before.
+            return Ok((m.log_start_offset > 0).then(|| crate::log::LogSeed {
+                log_start_offset: m.log_start_offset,
+                local_start_offset: m.log_start_offset,
+                epochs: Vec::new(),
+                producer_snapshot: None,
+                segments: None,
+            }));
         };
         let epochs = match last.leader_epoch_checkpoint {
             Some(part) => crate::log::leader_epoch::parse_checkpoint(

@@ -41,19 +41,24 @@ const RETRY_EVERY: Duration = Duration::from_secs(1);
 
 /// Runs until the quorum has decided the restore (or `cancel`).
 pub async fn run(control: Arc<ClusterControl>, tiering: Arc<Tiering>, cancel: CancellationToken) {
-    let mut last_wait = String::new();
+    // Each distinct wait or failure is logged once, not every second.
+    let mut last = String::new();
     loop {
         match try_restore(&control, &tiering).await {
             Ok(Outcome::Decided) => return,
             Ok(Outcome::NotController) => {}
             Ok(Outcome::Waiting(why)) => {
-                if why != last_wait {
+                if why != last {
                     tracing::info!("cluster restore from the bucket: {why}");
-                    last_wait = why;
+                    last = why;
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cluster restore from the bucket failed; will retry")
+                let why = e.to_string();
+                if why != last {
+                    tracing::warn!(error = %why, "cluster restore from the bucket failed; retrying every second");
+                    last = why;
+                }
             }
         }
         tokio::select! {

@@ -449,6 +449,7 @@ async fn every_replica_rehydrates_from_the_shared_bucket() {
 }
 
 const REBUILT: &str = "rebuilt";
+const EMPTIED: &str = "rebuilt-emptied";
 
 /// Every partition of `topic` has a leader serving it (as broker `id`'s image has it).
 async fn leaders_serving(c: &QuorumCluster, topic: &str, partitions: i32) -> Vec<i32> {
@@ -617,10 +618,34 @@ async fn a_cluster_that_lost_every_disk_and_its_quorum_is_rebuilt_from_its_bucke
         x
     })
     .collect();
-    let r = create_topics(&mut c.broker(1).client().await, vec![t])
-        .await
-        .remove(0);
-    assert_eq!(r.error_code, 0, "create: {:?}", r.error_message);
+    let mut emptied = t.clone();
+    emptied.name = name(EMPTIED);
+    emptied.num_partitions = 1;
+    let r = create_topics(&mut c.broker(1).client().await, vec![t, emptied]).await;
+    assert!(r.iter().all(|r| r.error_code == 0), "create: {r:?}");
+    // A topic whose every record was deleted (DeleteRecords, then remote retention): the
+    // bucket keeps only its log start.
+    let (emptied_end, emptied_id) = {
+        let leader = leaders_serving(&c, EMPTIED, 1).await[0];
+        let mut client = c.broker(leader).client().await;
+        for _ in 0..10 {
+            let r = produce(&mut client, EMPTIED, 0, batch(20)).await;
+            assert_eq!(r.error_code, 0);
+        }
+        let mut req = kafka_protocol::messages::DeleteRecordsRequest::default();
+        let mut t = kafka_protocol::messages::delete_records_request::DeleteRecordsTopic::default();
+        t.name = name(EMPTIED);
+        let mut p =
+            kafka_protocol::messages::delete_records_request::DeleteRecordsPartition::default();
+        p.offset = 200;
+        t.partitions = vec![p];
+        req.topics = vec![t];
+        req.timeout_ms = 5000;
+        let resp = client.call(2, &req).await;
+        assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+        let id = c.broker(leader).broker().topic(EMPTIED).expect("topic").id;
+        (200, id)
+    };
     let leaders = leaders_serving(&c, REBUILT, 2).await;
     let mut ends = Vec::new();
     let mut pids = Vec::new();
@@ -672,6 +697,29 @@ async fn a_cluster_that_lost_every_disk_and_its_quorum_is_rebuilt_from_its_bucke
         let b = c.broker(id);
         let t = b.services().tiering.clone().expect("tiering on");
         t.drain(b.broker()).await;
+    }
+    // The emptied topic's manifest keeps only its log start.
+    {
+        let t = c.broker(1).services().tiering.clone().expect("tiering");
+        let store = &t.store;
+        let pid = &strata_tiering::PartitionId {
+            topic: EMPTIED.into(),
+            topic_id: emptied_id,
+            partition: 0,
+        };
+        eventually(
+            "the bucket holds only the emptied topic's log start",
+            || async move {
+                strata_tiering::manifest::load(store, pid)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|v| {
+                        v.manifest.log_start_offset == emptied_end && v.manifest.segments.is_empty()
+                    })
+            },
+        )
+        .await;
     }
     c.shutdown().await;
 
@@ -760,6 +808,19 @@ async fn a_cluster_that_lost_every_disk_and_its_quorum_is_rebuilt_from_its_bucke
             (0..ends[index] + 5).collect::<Vec<_>>()
         );
     }
+    // The emptied topic continues at its log start, never at offsets handed out before.
+    let leader = leaders_serving(&c, EMPTIED, 1).await[0];
+    let mut client = c.broker(leader).client().await;
+    assert_eq!(
+        list_offset(&mut client, EMPTIED, 0, -2).await.offset,
+        emptied_end
+    );
+    assert_eq!(
+        list_offset(&mut client, EMPTIED, 0, -1).await.offset,
+        emptied_end
+    );
+    let r = produce(&mut client, EMPTIED, 0, batch(5)).await;
+    assert_eq!((r.error_code, r.base_offset), (0, emptied_end));
     eprintln!("rebuilt a 3-node cluster from its bucket in {rebuilt_in:?}");
     c.shutdown().await;
 }
