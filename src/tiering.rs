@@ -11,8 +11,18 @@
 //! the manifest, then lets local retention delete what is covered; applies remote retention
 //! (retention.ms / retention.bytes across both tiers, and DeleteRecords) to the manifest and
 //! then the objects. A follower's pass follows the manifest for local retention. Each pass
-//! also keeps the bucket's catalog of topics current so a broker on an empty disk can
-//! restore them. Failed operations are retried with backoff within the pass
+//! also keeps the bucket's catalog of topics current (in cluster mode with the quorum's
+//! producer-id counter and each topic's replication factor) so a single broker on an empty
+//! disk can restore them ([`restore_if_empty`]), and a new cluster can rebuild a lost one
+//! from the bucket alone ([`crate::controller::restore`]; each partition's first leader then
+//! seeds its empty log with [`Tiering::seed`]). What comes back is what the bucket held: the
+//! topics with remote storage (ids, partition counts, replication factors, configs), every
+//! uploaded record at its offset with each partition's log start, producer state and leader
+//! epochs as of its last upload, the producer-id high-water mark, and, with
+//! `strata.remote.internal.topics.enable`, the coordinators' topics (committed offsets,
+//! transaction and share-group state). Records not uploaded yet, topics without remote
+//! storage, and what only the quorum or a broker's disk held (ACLs, credentials, quotas,
+//! dynamic configs) do not. Failed operations are retried with backoff within the pass
 //! ([`strata_tiering::backoff`]); a pass that still fails is retried by the next event or
 //! tick; a fenced one ([`TieringError::Fenced`]) stops.
 //!
