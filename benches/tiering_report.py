@@ -282,13 +282,13 @@ def cmd_table(results_dir):
                      ("warm", "consume MB/s, remote, warm cache")):
         target, ok = "", None
         if k == "cold":
-            target = ">= 0.5x local"
-            ok = ratio(mbps["cold"], mbps["local"])
-            ok = None if ok is None else ok >= 0.5
-        if k == "warm":
             target = ">= 0.9x local"
-            ok = ratio(mbps["warm"], mbps["local"])
+            ok = ratio(mbps["cold"], mbps["local"])
             ok = None if ok is None else ok >= 0.9
+        if k == "warm":
+            target = ">= 1.0x local"
+            ok = ratio(mbps["warm"], mbps["local"])
+            ok = None if ok is None else ok >= 1.0
         x = ratio(mbps[k], mbps["local"])
         cell = f(mbps[k]) + (f" ({x:.2f}x)" if k != "local" and x is not None else "")
         rows.append((label, cell, target, verdict(ok)))
