@@ -11,9 +11,10 @@
 //! Merging rewrites only manifests Strata wrote (their entries keep their snapshot ids and get
 //! explicit sequence numbers, status EXISTING); another engine's manifests are listed as they
 //! are. Data files are never deleted: every snapshot of an export table is an append, so the
-//! current one references every file. An expired snapshot's manifest list is deleted after the
-//! commit that expired it; manifests that only expired snapshots referenced are left (a
-//! reader's orphan-file cleanup removes them).
+//! current one references every file. After the commit that expires a snapshot, its manifest
+//! list is deleted, and so are the manifests Strata wrote that only expired snapshots
+//! referenced (the ones a merge replaced), as Iceberg's `ExpireSnapshots` does
+//! ([`unreferenced_manifests`]).
 
 use serde_json::Value as Json;
 
@@ -217,4 +218,61 @@ pub(super) fn expire(metadata: &mut Json, now: i64) -> Vec<String> {
         .iter()
         .filter_map(|s| s.get("manifest-list")?.as_str().map(str::to_string))
         .collect()
+}
+
+/// The manifests Strata wrote (`<uuid>-m0.avro` in the table's metadata directory) that the
+/// `expired` manifest lists name and no snapshot `metadata` keeps can reach: to delete once
+/// `metadata` is committed. `current` is the manifest list of the new current snapshot.
+///
+/// Snapshots of an export table form one chain in which each manifest list is the previous
+/// one's manifests, merged or not, plus a new one, so a manifest leaves the chain for good
+/// once a merge replaces it: a manifest that a kept snapshot references is referenced by the
+/// oldest kept one. Only that list (and `current`) is read, not every kept one. A list that
+/// cannot be read keeps every manifest: nothing is deleted on a guess.
+pub(super) async fn unreferenced_manifests(
+    target: &Target,
+    topic: &str,
+    metadata: &Json,
+    expired: &[String],
+    current: &[Value],
+) -> Vec<String> {
+    if expired.is_empty() {
+        return Vec::new();
+    }
+    let path = |m: &Value| {
+        m.field("manifest_path")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let mut kept: std::collections::HashSet<String> = current.iter().filter_map(path).collect();
+    let oldest_kept = metadata
+        .get("snapshots")
+        .and_then(Json::as_array)
+        .and_then(|s| {
+            s.iter()
+                .min_by_key(|s| s.get("sequence-number").and_then(Json::as_i64))
+        })
+        .and_then(|s| s.get("manifest-list")?.as_str());
+    if let Some(list) = oldest_kept {
+        match super::previous_manifests(target, topic, list).await {
+            Ok(ms) => kept.extend(ms.iter().filter_map(path)),
+            Err(_) => return Vec::new(),
+        }
+    }
+    let ours = target.location(&super::metadata_rel(topic, ""));
+    let mut doomed = std::collections::BTreeSet::new();
+    for list in expired {
+        let Ok(ms) = super::previous_manifests(target, topic, list).await else {
+            continue;
+        };
+        for m in ms.iter().filter_map(path) {
+            let strata_wrote = m
+                .strip_prefix(ours.as_str())
+                .is_some_and(|name| !name.contains('/') && name.ends_with("-m0.avro"));
+            if strata_wrote && !kept.contains(&m) {
+                doomed.insert(m);
+            }
+        }
+    }
+    doomed.into_iter().collect()
 }

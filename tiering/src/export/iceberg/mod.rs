@@ -780,8 +780,8 @@ pub async fn commit_in(
     )))
 }
 
-/// Deletes the manifest lists of expired snapshots. Best effort: a list left behind is an
-/// orphan, not an error.
+/// Deletes the manifest lists of expired snapshots and the manifests only they referenced.
+/// Best effort: a file left behind is an orphan, not an error.
 async fn delete_lists(target: &Target, topic: &str, lists: &[String]) {
     for list in lists {
         if let Ok(rel) = rel_of(target, list) {
@@ -793,7 +793,8 @@ async fn delete_lists(target: &Target, topic: &str, lists: &[String]) {
 struct Staged {
     metadata: Json,
     snapshot_id: i64,
-    /// Manifest lists of the snapshots this commit expires, to delete once it is committed.
+    /// Manifest lists of the snapshots this commit expires, and the manifests only they
+    /// referenced, to delete once it is committed.
     expired_lists: Vec<String>,
 }
 
@@ -915,7 +916,12 @@ async fn stage_snapshot(
     }
     let previous_location = table.metadata_location(target, topic);
     make_current(&mut metadata, snapshot, &previous_location, now)?;
-    let expired_lists = maintenance::expire(&mut metadata, now);
+    let mut expired_lists = maintenance::expire(&mut metadata, now);
+    let orphans =
+        maintenance::unreferenced_manifests(target, topic, &metadata, &expired_lists, &manifests)
+            .await;
+    // Deleted with the lists, after the commit.
+    expired_lists.extend(orphans);
     Ok(Staged {
         metadata,
         snapshot_id,

@@ -578,3 +578,79 @@ async fn records_stamped_over_many_days_end_a_range_at_the_file_limit_and_commit
         .unwrap();
     assert_eq!(names(out.path()), before);
 }
+
+#[tokio::test]
+async fn expiring_the_snapshots_before_a_merge_deletes_the_manifests_it_replaced() {
+    let log = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let target = dir_target(out.path());
+    let options = options();
+    create_if_absent(&target, "t", &options.convert)
+        .await
+        .unwrap();
+    // Keep only the newest snapshot: every older one expires at the next commit.
+    let meta = out.path().join("topic=t/metadata");
+    let hint = std::fs::read_to_string(meta.join("version-hint.text")).unwrap();
+    let path = meta.join(format!("v{}.metadata.json", hint.trim()));
+    let mut m: Json = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m["properties"]["history.expire.max-snapshot-age-ms"] = Json::from("0");
+    std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+    let manifests_on_disk = || {
+        let mut names: Vec<String> = std::fs::read_dir(&meta)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.ends_with("-m0.avro"))
+            .collect();
+        names.sort();
+        names
+    };
+    let commits = maintenance::MIN_COUNT_TO_MERGE + 3;
+    for i in 0..commits as i64 {
+        let _ = std::fs::remove_file(log.path().join(format!("{:020}.log", 2 * i)));
+        let mut s = spec(2 * i, 0);
+        s.base_ts = MIDNIGHT + 1000 * i;
+        write_segment(log.path(), 2 * i, &[simple(s, 2)]);
+        write_segment(log.path(), 2 * i + 2, &[]);
+        let plan = local_plan(log.path()).await;
+        run_export(&plan, &target, ExportRange::default(), &options)
+            .await
+            .unwrap();
+        let c = commit(&target, "t", &[0], &options.convert).await.unwrap();
+        assert_eq!(c.records, 2, "commit {i}");
+        if (i as usize) < maintenance::MIN_COUNT_TO_MERGE - 1 {
+            // No merge yet: every manifest is still in the current snapshot.
+            assert_eq!(manifests_on_disk().len(), i as usize + 1);
+        }
+    }
+    // Every record is in the table once, and only the current snapshot's manifests remain.
+    let files = table_files(out.path());
+    assert_eq!(files.len(), commits);
+    let table = load(&target, "t").await.unwrap().unwrap();
+    assert_eq!(table.metadata["snapshots"].as_array().unwrap().len(), 1);
+    let list = table.current_snapshot().unwrap()["manifest-list"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut current: Vec<String> = decode_manifest_list(&std::fs::read(&list).unwrap())
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let p = m.field("manifest_path").unwrap().as_str().unwrap();
+            p.rsplit('/').next().unwrap().to_string()
+        })
+        .collect();
+    current.sort();
+    assert!(current.len() <= 4, "{current:?}");
+    assert_eq!(manifests_on_disk(), current, "no manifest left behind");
+    let lists = std::fs::read_dir(&meta)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("snap-")
+        })
+        .count();
+    assert_eq!(lists, 1, "one manifest list: the current snapshot's");
+}
