@@ -227,8 +227,9 @@ pub(super) fn expire(metadata: &mut Json, now: i64) -> Vec<String> {
 /// Snapshots of an export table form one chain in which each manifest list is the previous
 /// one's manifests, merged or not, plus a new one, so a manifest leaves the chain for good
 /// once a merge replaces it: a manifest that a kept snapshot references is referenced by the
-/// oldest kept one. Only that list (and `current`) is read, not every kept one. A list that
-/// cannot be read keeps every manifest: nothing is deleted on a guess.
+/// oldest kept one. Only that list (and `current`) is read, not every kept one. Where that
+/// does not hold (another engine rolled the table back, or added a branch or a tag), or a list
+/// cannot be read, nothing is deleted: an orphan is cheaper than a deleted live manifest.
 pub(super) async fn unreferenced_manifests(
     target: &Target,
     topic: &str,
@@ -236,7 +237,7 @@ pub(super) async fn unreferenced_manifests(
     expired: &[String],
     current: &[Value],
 ) -> Vec<String> {
-    if expired.is_empty() {
+    if expired.is_empty() || !one_chain(metadata) {
         return Vec::new();
     }
     let path = |m: &Value| {
@@ -275,4 +276,32 @@ pub(super) async fn unreferenced_manifests(
         }
     }
     doomed.into_iter().collect()
+}
+
+/// Whether the kept snapshots are one chain ending at the current snapshot: each one's parent
+/// is the one before it (by sequence number), the current one is the newest, and the only
+/// reference is `main`.
+pub(super) fn one_chain(metadata: &Json) -> bool {
+    let only_main = metadata
+        .get("refs")
+        .and_then(Json::as_object)
+        .is_none_or(|r| r.keys().all(|k| k == "main"));
+    let Some(snapshots) = metadata.get("snapshots").and_then(Json::as_array) else {
+        return false;
+    };
+    let mut chain: Vec<(i64, i64, Option<i64>)> = Vec::with_capacity(snapshots.len());
+    for s in snapshots {
+        let (Some(seq), Some(id)) = (
+            s.get("sequence-number").and_then(Json::as_i64),
+            s.get("snapshot-id").and_then(Json::as_i64),
+        ) else {
+            return false;
+        };
+        chain.push((seq, id, s.get("parent-snapshot-id").and_then(Json::as_i64)));
+    }
+    chain.sort_unstable();
+    let current = metadata.get("current-snapshot-id").and_then(Json::as_i64);
+    only_main
+        && chain.last().map(|c| c.1) == current
+        && chain.windows(2).all(|w| w[1].2 == Some(w[0].1))
 }

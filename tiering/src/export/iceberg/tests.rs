@@ -654,3 +654,32 @@ async fn expiring_the_snapshots_before_a_merge_deletes_the_manifests_it_replaced
         .count();
     assert_eq!(lists, 1, "one manifest list: the current snapshot's");
 }
+
+#[test]
+fn manifests_are_only_cleaned_up_on_a_single_chain_of_snapshots() {
+    let snap = |seq: i64, id: i64, parent: Option<i64>| {
+        let mut s = serde_json::json!({"sequence-number": seq, "snapshot-id": id});
+        if let Some(p) = parent {
+            s["parent-snapshot-id"] = Json::from(p);
+        }
+        s
+    };
+    let chain = serde_json::json!({
+        "current-snapshot-id": 3,
+        "refs": {"main": {"snapshot-id": 3, "type": "branch"}},
+        "snapshots": [snap(2, 2, Some(1)), snap(3, 3, Some(2))],
+    });
+    assert!(maintenance::one_chain(&chain));
+    // Rolled back to an older snapshot: the newest is not current.
+    let mut rolled_back = chain.clone();
+    rolled_back["current-snapshot-id"] = Json::from(2);
+    assert!(!maintenance::one_chain(&rolled_back));
+    // A branch or a tag.
+    let mut tagged = chain.clone();
+    tagged["refs"]["audit"] = serde_json::json!({"snapshot-id": 2, "type": "tag"});
+    assert!(!maintenance::one_chain(&tagged));
+    // A snapshot whose parent is not the one before it.
+    let mut forked = chain.clone();
+    forked["snapshots"][1] = snap(3, 3, Some(7));
+    assert!(!maintenance::one_chain(&forked));
+}
