@@ -181,7 +181,8 @@ impl Tiering {
                 store.clone(),
                 config.store.clone(),
                 1,
-            ),
+            )
+            .with_catalog(config.export_catalog.clone()),
         }))
     }
 

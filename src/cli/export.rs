@@ -80,7 +80,10 @@ pub(super) struct ExportArgs {
     /// With --iceberg: commit the table through this Iceberg REST catalog (e.g.
     /// http://127.0.0.1:8181), as table <topic> in --iceberg-namespace. The files stay in
     /// --out; the table is registered with the catalog, then committed through it. A bearer
-    /// token, if the catalog needs one, is read from STRATA_ICEBERG_CATALOG_TOKEN.
+    /// token, if the catalog needs one, is read from STRATA_ICEBERG_CATALOG_TOKEN; OAuth2
+    /// client credentials (`<client_id>:<client_secret>`) from
+    /// STRATA_ICEBERG_CATALOG_CREDENTIAL, exchanged at STRATA_ICEBERG_CATALOG_OAUTH2_SERVER_URI
+    /// (default <URI>/v1/oauth/tokens) with STRATA_ICEBERG_CATALOG_SCOPE (default catalog).
     #[arg(long, requires = "iceberg", value_name = "URI")]
     iceberg_catalog: Option<String>,
     /// The REST catalog namespace of the tables.
@@ -105,14 +108,18 @@ async fn export(config: BrokerConfig, args: ExportArgs) -> anyhow::Result<()> {
     let mut options = export_options(&args, value_schema);
     let partitions: Vec<i32> = sources.partitions.iter().copied().collect();
     let catalog = match &args.iceberg_catalog {
-        Some(uri) => iceberg::Catalog::Rest(
-            iceberg::rest::RestCatalog::connect(
-                uri,
-                &args.iceberg_namespace,
-                std::env::var("STRATA_ICEBERG_CATALOG_TOKEN").ok(),
-            )
-            .await?,
-        ),
+        Some(uri) => {
+            let env = |name: &str| std::env::var(name).ok();
+            let auth = iceberg::rest::CatalogAuth::from_properties(
+                env("STRATA_ICEBERG_CATALOG_TOKEN"),
+                env("STRATA_ICEBERG_CATALOG_CREDENTIAL"),
+                env("STRATA_ICEBERG_CATALOG_OAUTH2_SERVER_URI"),
+                env("STRATA_ICEBERG_CATALOG_SCOPE"),
+            );
+            iceberg::Catalog::Rest(Arc::new(
+                iceberg::rest::RestCatalog::connect(uri, &args.iceberg_namespace, auth).await?,
+            ))
+        }
         None => iceberg::Catalog::Files,
     };
     if args.iceberg {

@@ -569,6 +569,36 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "false",
     },
     BrokerConfigDef {
+        name: "strata.export.iceberg.catalog.uri",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "strata.export.iceberg.catalog.namespace",
+        kind: Kind::String,
+        default: "kafka",
+    },
+    BrokerConfigDef {
+        name: "strata.export.iceberg.catalog.token",
+        kind: Kind::Password,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "strata.export.iceberg.catalog.credential",
+        kind: Kind::Password,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "strata.export.iceberg.catalog.oauth2.server.uri",
+        kind: Kind::String,
+        default: "",
+    },
+    BrokerConfigDef {
+        name: "strata.export.iceberg.catalog.scope",
+        kind: Kind::String,
+        default: "catalog",
+    },
+    BrokerConfigDef {
         name: "group.consumer.heartbeat.interval.ms",
         kind: Kind::Int,
         default: "5000",

@@ -305,6 +305,9 @@ pub struct TieringConfig {
     /// `strata.remote.cluster.restore.enable` (cluster mode): a quorum that holds no topic yet
     /// takes the bucket catalog's topics, once (see `crate::controller::restore`).
     pub cluster_restore: bool,
+    /// `strata.export.iceberg.catalog.*`: the REST catalog continuous Iceberg exports commit
+    /// through (`None`: the filesystem layout next to the files).
+    pub export_catalog: Option<strata_tiering::export::CatalogSettings>,
 }
 
 impl TieringConfig {
@@ -399,6 +402,18 @@ impl TieringConfig {
                 .max(0) as u64,
             internal_topics: bool_of("strata.remote.internal.topics.enable")?,
             cluster_restore: bool_of("strata.remote.cluster.restore.enable")?,
+            export_catalog: opt("strata.export.iceberg.catalog.uri").map(|uri| {
+                strata_tiering::export::CatalogSettings {
+                    uri,
+                    namespace: get("strata.export.iceberg.catalog.namespace"),
+                    auth: strata_tiering::export::iceberg::rest::CatalogAuth::from_properties(
+                        opt("strata.export.iceberg.catalog.token"),
+                        opt("strata.export.iceberg.catalog.credential"),
+                        opt("strata.export.iceberg.catalog.oauth2.server.uri"),
+                        opt("strata.export.iceberg.catalog.scope"),
+                    ),
+                }
+            }),
         })
     }
 }

@@ -442,11 +442,12 @@ def test_continuous_export_commits_each_upload_to_the_table(iceberg_topic, s3_se
     assert duckdb_rows(con, f"s3://{s3_server.bucket}/{prefix}/topic={topic}") == rows
 
 
-@pytest.fixture(scope="module")
-def rest_catalog(tmp_path_factory):
+def _rest_catalog(tmp_path_factory, credential: str | None = None):
     """An Iceberg REST catalog: Iceberg's own RESTCatalogServlet over a JdbcCatalog on SQLite
     (tests/interop/iceberg_rest/RestServer.java, compiled here against the iceberg-rest jar
-    set of scripts/install-test-deps.sh), on a free port. Yields its URI; stopped by pid."""
+    set of scripts/install-test-deps.sh), on a free port; with `credential`
+    (`<client_id>:<secret>`) it requires OAuth2 client credentials. Yields its URI; stopped
+    by pid."""
     from conftest import free_port
     from test_parquet_export import _java_major
     major = _java_major()
@@ -464,15 +465,19 @@ def rest_catalog(tmp_path_factory):
     log = open(work / "server.log", "w")
     proc = subprocess.Popen(["java", "-Xmx256m", "-XX:+UseSerialGC", "-cp",
                              f"{work / 'classes'}:{jars}", "RestServer", str(port),
-                             str(work / "data")], stdout=log, stderr=subprocess.STDOUT)
+                             str(work / "data"), *([credential] if credential else [])],
+                            stdout=log, stderr=subprocess.STDOUT)
     uri = f"http://127.0.0.1:{port}"
     try:
+        import urllib.error
         import urllib.request
         deadline = time.monotonic() + 60
         while True:
             try:
                 with urllib.request.urlopen(f"{uri}/v1/config", timeout=2):
                     break
+            except urllib.error.HTTPError:
+                break  # it answers (401 without a token)
             except OSError:
                 assert proc.poll() is None, (work / "server.log").read_text()[-2000:]
                 assert time.monotonic() < deadline, "the REST catalog did not start in 60s"
@@ -487,9 +492,24 @@ def rest_catalog(tmp_path_factory):
         log.close()
 
 
-def rest_table(uri: str, namespace: str, topic: str):
+@pytest.fixture(scope="module")
+def rest_catalog(tmp_path_factory):
+    yield from _rest_catalog(tmp_path_factory)
+
+
+OAUTH_CREDENTIAL = "strata-exporter:s3cret-for-tests"
+
+
+@pytest.fixture(scope="module")
+def oauth_rest_catalog(tmp_path_factory):
+    """A REST catalog that requires OAuth2 client credentials (OAUTH_CREDENTIAL)."""
+    yield from _rest_catalog(tmp_path_factory, OAUTH_CREDENTIAL)
+
+
+def rest_table(uri: str, namespace: str, topic: str, credential: str | None = None):
     from pyiceberg.catalog.rest import RestCatalog
-    return RestCatalog("strata-test", uri=uri).load_table((namespace, topic))
+    props = {"credential": credential} if credential else {}
+    return RestCatalog("strata-test", uri=uri, **props).load_table((namespace, topic))
 
 
 @pytest.mark.parametrize("crash", [None, "iceberg.manifests_written",
@@ -526,3 +546,77 @@ def test_iceberg_table_committed_through_a_rest_catalog(iceberg_topic, rest_cata
     r = run_export(b, topic, str(out), *args)
     assert "nothing new to commit" in r.stdout, r.stdout
     assert len(rest_table(rest_catalog, namespace, topic).metadata.snapshots) == 1
+
+
+def test_iceberg_export_authenticates_to_the_rest_catalog_with_oauth2_client_credentials(
+        iceberg_topic, oauth_rest_catalog, tmp_path):
+    """A catalog that wants OAuth2 (as Polaris and managed catalogs do): `strata export`
+    exchanges STRATA_ICEBERG_CATALOG_CREDENTIAL for a bearer token and commits; a wrong secret
+    fails with the token endpoint's answer, never the secret; pyiceberg, with the same
+    credential, reads exactly the produced records."""
+    b, topic, produced, _ = iceberg_topic
+    namespace = f"ns_{uuid.uuid4().hex[:6]}"
+    out = tmp_path / "oauth"
+    cmd = [str(_binary()), "export", "--topic", topic, "--out", str(out),
+           "--config", str(b.config_path), "--iceberg", "--iceberg-catalog",
+           oauth_rest_catalog, "--iceberg-namespace", namespace]
+    wrong = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={
+        **os.environ, "STRATA_ICEBERG_CATALOG_CREDENTIAL": "strata-exporter:wrong-secret"})
+    assert wrong.returncode != 0, wrong.stdout
+    assert "OAuth2 token endpoint" in wrong.stderr and "401" in wrong.stderr, wrong.stderr
+    assert "wrong-secret" not in wrong.stderr + wrong.stdout
+    none = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert none.returncode != 0 and "401" in none.stderr, none.stderr
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={
+        **os.environ, "STRATA_ICEBERG_CATALOG_CREDENTIAL": OAUTH_CREDENTIAL})
+    assert r.returncode == 0 and "iceberg: committed" in r.stdout, (r.stdout, r.stderr)
+    t = rest_table(oauth_rest_catalog, namespace, topic, OAUTH_CREDENTIAL)
+    rows = table_rows(t.scan().to_arrow())
+    assert_exactly_produced(rows, produced, "pyiceberg through the OAuth2 REST catalog")
+
+
+def test_continuous_export_commits_through_a_rest_catalog_with_oauth2(
+        broker_factory, oauth_rest_catalog, tmp_path, topic_name):
+    """Continuous export (strata.export.parquet + strata.export.iceberg) with the broker's
+    strata.export.iceberg.catalog.* settings: each upload is committed through the REST
+    catalog, authenticated with OAuth2 client credentials; pyiceberg through the catalog reads
+    exactly the produced records, backfill and later uploads alike."""
+    from confluent_kafka.admin import NewTopic
+    from helpers import admin
+
+    namespace = f"ns_{uuid.uuid4().hex[:6]}"
+    out = tmp_path / "continuous-rest"
+    b = broker_factory(props={
+        "remote.log.storage.system.enable": "true",
+        "remote.log.manager.task.interval.ms": "200",
+        "log.retention.check.interval.ms": "200",
+        "strata.remote.store.url": (tmp_path / "store").resolve().as_uri(),
+        "strata.export.iceberg.catalog.uri": oauth_rest_catalog,
+        "strata.export.iceberg.catalog.namespace": namespace,
+        "strata.export.iceberg.catalog.credential": OAUTH_CREDENTIAL,
+    })
+    config = {"remote.storage.enable": "true", "local.retention.bytes": "1",
+              "internal.segment.bytes": "16384", "retention.ms": "-1",
+              "strata.export.parquet": "true", "strata.export.iceberg": "true",
+              "strata.export.parquet.target": str(out)}
+    f = admin(b.bootstrap).create_topics([NewTopic(topic_name, PARTS, 1, config=config)])
+    f[topic_name].result(timeout=30)
+    produced = Produced()
+    produce(b.bootstrap, topic_name, produced, 0, 400)
+    last = {p: max(o for (q, o) in produced.records if q == p) for p in range(PARTS)}
+    seal_records(b, topic_name, {p: o + 1 for p, o in last.items()})
+
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            t = rest_table(oauth_rest_catalog, namespace, topic_name, OAUTH_CREDENTIAL)
+            rows = table_rows(t.scan().to_arrow()) if t.current_snapshot() else {}
+        except Exception:  # noqa: BLE001 - not registered yet
+            rows = {}
+        if all(k in rows for k in produced.records):
+            break
+        assert time.monotonic() < deadline, (
+            f"{sum(k in rows for k in produced.records)} of {len(produced.records)} records "
+            f"in the table within 90s\n{b.log_tail(30)}")
+        time.sleep(0.5)
+    assert_exactly_produced(rows, produced, "continuous export through the OAuth2 REST catalog")

@@ -11,7 +11,10 @@
 //!
 //! With [`ExportJob::iceberg`] the target's `topic=T` is an Iceberg table
 //! ([`super::iceberg`]): each partition's export is followed by a table commit (one at a time
-//! per table in this process), and the export counts as caught up only once committed.
+//! per table in this process), and the export counts as caught up only once committed. The
+//! table's metadata is kept in the filesystem layout next to the files, or, with
+//! [`ContinuousExporter::with_catalog`], in a REST catalog (connected at the first commit,
+//! and again after a failed connection).
 //!
 //! Lag ([`ContinuousExporter::lag`]): per partition, the remote records not exported yet and
 //! how long the export has been behind the uploads (since the first upload it had not
@@ -90,6 +93,17 @@ pub struct ContinuousExporter {
     pub progress: Arc<Progress>,
     /// Exports that failed (each is retried at the next poke).
     pub errors: Arc<AtomicU64>,
+    /// The REST catalog of the Iceberg tables (`None`: the filesystem layout).
+    catalog_settings: Option<CatalogSettings>,
+    catalog: Arc<tokio::sync::OnceCell<iceberg::Catalog>>,
+}
+
+/// A REST catalog for the continuous export's Iceberg tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogSettings {
+    pub uri: String,
+    pub namespace: String,
+    pub auth: iceberg::rest::CatalogAuth,
 }
 
 impl ContinuousExporter {
@@ -106,7 +120,15 @@ impl ContinuousExporter {
             cancel: CancellationToken::new(),
             progress: Arc::new(Progress::default()),
             errors: Arc::new(AtomicU64::new(0)),
+            catalog_settings: None,
+            catalog: Arc::new(tokio::sync::OnceCell::new()),
         }
+    }
+
+    /// Commits the Iceberg tables through this REST catalog.
+    pub fn with_catalog(mut self, settings: Option<CatalogSettings>) -> Self {
+        self.catalog_settings = settings;
+        self
     }
 
     /// Every partition's lag, by topic and partition.
@@ -187,6 +209,7 @@ impl ContinuousExporter {
                 .or_default()
                 .clone()
         });
+        let (catalog_settings, catalog) = (self.catalog_settings.clone(), self.catalog.clone());
         let (store, running, positions, limit, cancel, progress, errors) = (
             self.store.clone(),
             self.running.clone(),
@@ -219,8 +242,24 @@ impl ContinuousExporter {
                     ..Default::default()
                 };
                 let (topic, p) = (job.id.topic.as_str(), job.id.partition);
+                let catalog = match (&catalog_settings, job.iceberg) {
+                    (Some(c), true) => catalog
+                        .get_or_try_init(|| async {
+                            let r = iceberg::rest::RestCatalog::connect(
+                                &c.uri,
+                                &c.namespace,
+                                c.auth.clone(),
+                            )
+                            .await?;
+                            Ok::<_, super::ExportError>(iceberg::Catalog::Rest(Arc::new(r)))
+                        })
+                        .await?
+                        .clone(),
+                    _ => iceberg::Catalog::Files,
+                };
                 if job.iceberg {
-                    iceberg::prepare(&target, topic, &[p], &mut options.convert).await?;
+                    iceberg::prepare_in(&catalog, &target, topic, &[p], &mut options.convert)
+                        .await?;
                 }
                 let summary = export_partition(
                     Arc::new(plan),
@@ -235,7 +274,8 @@ impl ContinuousExporter {
                 // failed commit is tried again at the next poke.
                 if let Some(lock) = &commit_lock {
                     let _one_at_a_time = lock.lock().await;
-                    iceberg::commit(&target, topic, &[p], &options.convert).await?;
+                    iceberg::commit_in(&catalog, &target, topic, &[p], &options.convert, &|_| {})
+                        .await?;
                 }
                 Ok(summary)
             }

@@ -52,7 +52,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
-pub use continuous::{ContinuousExporter, ExportJob, ExportLag};
+pub use continuous::{CatalogSettings, ContinuousExporter, ExportJob, ExportLag};
 pub use convert::{
     AbortedTxn, AbortedTxns, ConvertOptions, FileSet, IcebergColumns, ParquetFileWriter,
     RecordFilter,

@@ -372,11 +372,12 @@ pub async fn create_if_absent(
 }
 
 /// Where a table's current metadata is kept.
+#[derive(Clone)]
 pub enum Catalog {
     /// The filesystem layout in the target (`version-hint.text`, `v<N>.metadata.json`).
     Files,
     /// A REST catalog, table `topic` in its namespace; the files stay in the target.
-    Rest(rest::RestCatalog),
+    Rest(std::sync::Arc<rest::RestCatalog>),
 }
 
 /// The table of `topic`, from `catalog`.

@@ -10,10 +10,16 @@
 //! two committers one wins and the other gets 409 and commits again on the winner. The
 //! catalog writes the metadata files after that.
 //!
+//! Authentication ([`CatalogAuth`]): none, a bearer token, or OAuth2 client credentials
+//! (Iceberg's `credential=<client_id>:<client_secret>`, what Polaris and most managed catalogs
+//! hand out): a token from the token endpoint (`<uri>/v1/oauth/tokens` unless another is
+//! named), kept until shortly before it expires and fetched again once when the catalog
+//! answers 401.
+//!
 //! Errors: a status other than the ones named here is an [`ExportError::Table`] with the
 //! catalog's message; nothing is retried here (the export is re-run, and resumes).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value as Json};
 
@@ -25,8 +31,77 @@ pub struct RestCatalog {
     /// `<uri>/v1[/<prefix>]`.
     base: String,
     namespace: String,
-    token: Option<String>,
+    auth: CatalogAuth,
+    /// The token from the OAuth2 token endpoint, and when it expires.
+    oauth: tokio::sync::Mutex<Option<(String, Option<Instant>)>>,
 }
+
+/// How Strata authenticates to a REST catalog.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub enum CatalogAuth {
+    #[default]
+    None,
+    /// A bearer token, sent as it is.
+    Token(String),
+    /// OAuth2 client credentials, exchanged at `token_uri` (default `<uri>/v1/oauth/tokens`)
+    /// for a bearer token with `scope` (Iceberg's default: `catalog`).
+    ClientCredentials {
+        client_id: String,
+        client_secret: String,
+        token_uri: Option<String>,
+        scope: String,
+    },
+}
+
+impl std::fmt::Debug for CatalogAuth {
+    // Never prints a secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CatalogAuth::None => f.write_str("None"),
+            CatalogAuth::Token(_) => f.write_str("Token(..)"),
+            CatalogAuth::ClientCredentials {
+                client_id,
+                token_uri,
+                scope,
+                ..
+            } => f
+                .debug_struct("ClientCredentials")
+                .field("client_id", client_id)
+                .field("token_uri", token_uri)
+                .field("scope", scope)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+impl CatalogAuth {
+    /// From Iceberg's catalog properties: `token`, or `credential` (`<client_id>:<secret>`,
+    /// or a secret alone), `oauth2-server-uri` and `scope`. A credential wins over a token.
+    pub fn from_properties(
+        token: Option<String>,
+        credential: Option<String>,
+        oauth2_server_uri: Option<String>,
+        scope: Option<String>,
+    ) -> CatalogAuth {
+        let nonempty = |v: Option<String>| v.filter(|v| !v.is_empty());
+        if let Some(c) = nonempty(credential) {
+            let (client_id, client_secret) = match c.split_once(':') {
+                Some((id, secret)) => (id.to_string(), secret.to_string()),
+                None => (String::new(), c),
+            };
+            return CatalogAuth::ClientCredentials {
+                client_id,
+                client_secret,
+                token_uri: nonempty(oauth2_server_uri),
+                scope: nonempty(scope).unwrap_or_else(|| "catalog".to_string()),
+            };
+        }
+        nonempty(token).map_or(CatalogAuth::None, CatalogAuth::Token)
+    }
+}
+
+/// A token is fetched again this long before it expires.
+const TOKEN_REFRESH_MARGIN: Duration = Duration::from_secs(60);
 
 /// Percent-encodes one path segment (Kafka topic names need none of it, namespaces may).
 fn segment(s: &str) -> String {
@@ -48,7 +123,7 @@ impl RestCatalog {
     pub async fn connect(
         uri: &str,
         namespace: &str,
-        token: Option<String>,
+        auth: CatalogAuth,
     ) -> Result<RestCatalog, ExportError> {
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
@@ -59,7 +134,8 @@ impl RestCatalog {
             client,
             base: format!("{root}/v1"),
             namespace: namespace.to_string(),
-            token,
+            auth,
+            oauth: tokio::sync::Mutex::new(None),
         };
         let (status, config) = catalog.call(reqwest::Method::GET, "config", None).await?;
         if status != 200 {
@@ -81,9 +157,26 @@ impl RestCatalog {
         path: &str,
         body: Option<&Json>,
     ) -> Result<(u16, Json), ExportError> {
+        let token = self.bearer(false).await?;
+        let (status, json) = self.send(&method, path, body, token.as_deref()).await?;
+        if status == 401 && matches!(self.auth, CatalogAuth::ClientCredentials { .. }) {
+            // Revoked or expired early: one new token, one more try.
+            let token = self.bearer(true).await?;
+            return self.send(&method, path, body, token.as_deref()).await;
+        }
+        Ok((status, json))
+    }
+
+    async fn send(
+        &self,
+        method: &reqwest::Method,
+        path: &str,
+        body: Option<&Json>,
+        token: Option<&str>,
+    ) -> Result<(u16, Json), ExportError> {
         let url = format!("{}/{path}", self.base);
         let mut req = self.client.request(method.clone(), &url);
-        if let Some(t) = &self.token {
+        if let Some(t) = token {
             req = req.bearer_auth(t);
         }
         if let Some(b) = body {
@@ -95,19 +188,74 @@ impl RestCatalog {
             .send()
             .await
             .map_err(|e| table_error(format!("{method} {url}: {e}")))?;
-        let status = resp.status().as_u16();
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| table_error(format!("{method} {url}: {e}")))?;
-        let json = if bytes.is_empty() {
-            Json::Null
-        } else {
-            serde_json::from_slice(&bytes).unwrap_or_else(
-                |_| json!({"error": {"message": String::from_utf8_lossy(&bytes).to_string()}}),
-            )
+        read_json(resp, &format!("{method} {url}")).await
+    }
+
+    /// The bearer token to send: the configured one, or one from the OAuth2 token endpoint
+    /// (fetched when there is none, it is about to expire, or `renew`).
+    async fn bearer(&self, renew: bool) -> Result<Option<String>, ExportError> {
+        let CatalogAuth::ClientCredentials {
+            client_id,
+            client_secret,
+            token_uri,
+            scope,
+        } = &self.auth
+        else {
+            return Ok(match &self.auth {
+                CatalogAuth::Token(t) => Some(t.clone()),
+                _ => None,
+            });
         };
-        Ok((status, json))
+        let mut cached = self.oauth.lock().await;
+        if let Some((token, expires)) = cached.as_ref() {
+            let fresh = expires.is_none_or(|e| Instant::now() + TOKEN_REFRESH_MARGIN < e);
+            if fresh && !renew {
+                return Ok(Some(token.clone()));
+            }
+        }
+        let uri = token_uri.clone().unwrap_or_else(|| {
+            // The token endpoint is not under a catalog prefix.
+            let root = self.base.split("/v1").next().unwrap_or(&self.base);
+            format!("{root}/v1/oauth/tokens")
+        });
+        let form = {
+            let mut form = url::form_urlencoded::Serializer::new(String::new());
+            form.append_pair("grant_type", "client_credentials");
+            if !client_id.is_empty() {
+                form.append_pair("client_id", client_id);
+            }
+            form.append_pair("client_secret", client_secret);
+            form.append_pair("scope", scope);
+            form.finish()
+        };
+        let resp = self
+            .client
+            .post(&uri)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form)
+            .send()
+            .await
+            .map_err(|e| table_error(format!("POST {uri}: {e}")))?;
+        let (status, body) = read_json(resp, &format!("POST {uri}")).await?;
+        let token = body.get("access_token").and_then(Json::as_str);
+        let (200, Some(token)) = (status, token) else {
+            // OAuth2 errors are {"error", "error_description"}; never echo the secret.
+            let why = [body.get("error"), body.get("error_description")]
+                .into_iter()
+                .flatten()
+                .filter_map(Json::as_str)
+                .collect::<Vec<_>>()
+                .join(": ");
+            return Err(table_error(format!(
+                "REST catalog: the OAuth2 token endpoint {uri} answered {status}: {why}"
+            )));
+        };
+        let expires = body
+            .get("expires_in")
+            .and_then(Json::as_u64)
+            .map(|s| Instant::now() + Duration::from_secs(s));
+        *cached = Some((token.to_string(), expires));
+        Ok(Some(token.to_string()))
     }
 
     fn table_path(&self, table: &str) -> String {
@@ -179,6 +327,35 @@ impl RestCatalog {
             (status, body) => Err(rest_error(&format!("POST {path}"), status, &body)),
         }
     }
+}
+
+/// The status and the JSON body of a response (a body that is not JSON becomes an error
+/// message; an empty one `null`). Bodies are bounded: a catalog answer is metadata, not data.
+async fn read_json(resp: reqwest::Response, what: &str) -> Result<(u16, Json), ExportError> {
+    const MAX_BODY_BYTES: usize = 64 << 20;
+    let status = resp.status().as_u16();
+    let mut resp = resp;
+    let mut bytes = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| table_error(format!("{what}: {e}")))?
+    {
+        if bytes.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(table_error(format!(
+                "{what}: the answer is larger than {MAX_BODY_BYTES} bytes"
+            )));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    let json = if bytes.is_empty() {
+        Json::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or_else(
+            |_| json!({"error": {"message": String::from_utf8_lossy(&bytes).to_string()}}),
+        )
+    };
+    Ok((status, json))
 }
 
 fn rest_error(what: &str, status: u16, body: &Json) -> ExportError {
@@ -297,6 +474,34 @@ mod tests {
         assert_eq!(u[3]["snapshot-id"], 3);
         assert_eq!(u[4]["snapshot-ids"], json!([1]));
         assert!(updates(&staged, &staged).is_empty());
+    }
+
+    #[test]
+    fn a_credential_is_split_into_client_id_and_secret_and_wins_over_a_token() {
+        let a = CatalogAuth::from_properties(
+            Some("t".into()),
+            Some("strata:s3cr:et".into()),
+            None,
+            None,
+        );
+        assert_eq!(
+            a,
+            CatalogAuth::ClientCredentials {
+                client_id: "strata".into(),
+                client_secret: "s3cr:et".into(),
+                token_uri: None,
+                scope: "catalog".into(),
+            }
+        );
+        assert!(!format!("{a:?}").contains("s3cr"), "Debug hides the secret");
+        assert_eq!(
+            CatalogAuth::from_properties(Some("t".into()), Some(String::new()), None, None),
+            CatalogAuth::Token("t".into())
+        );
+        assert_eq!(
+            CatalogAuth::from_properties(None, None, None, None),
+            CatalogAuth::None
+        );
     }
 
     #[test]
