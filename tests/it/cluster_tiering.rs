@@ -131,6 +131,31 @@ fn assert_manifest_well_formed(m: &PartitionManifest) {
     }
 }
 
+/// A tiered RF=3 topic with 4 KiB segments and a one-byte local retention, plus `extra`
+/// configs.
+fn tiered_rf3_topic(topic: &str, partitions: i32, extra: &[(&str, &str)]) -> CreatableTopic {
+    let mut t = CreatableTopic::default();
+    t.name = name(topic);
+    t.num_partitions = partitions;
+    t.replication_factor = 3;
+    t.configs = [
+        ("remote.storage.enable", "true"),
+        ("local.retention.bytes", "1"),
+        ("internal.segment.bytes", "4096"),
+        ("retention.ms", "-1"),
+    ]
+    .iter()
+    .chain(extra)
+    .map(|(k, v)| {
+        let mut x = CreatableTopicConfig::default();
+        x.name = str_bytes(k);
+        x.value = Some(str_bytes(v));
+        x
+    })
+    .collect();
+    t
+}
+
 /// Three brokers sharing the `file://` bucket under `bucket` (with `extra` settings) and the
 /// tiered RF=3 topic with 4 KiB segments and a one-byte local retention; the leader once it
 /// serves the partition with a full ISR.
@@ -147,24 +172,7 @@ async fn tiered_rf3_cluster(
     ];
     settings.extend_from_slice(extra);
     let c = QuorumCluster::start_with(&settings).await;
-    let mut t = CreatableTopic::default();
-    t.name = name(TOPIC);
-    t.num_partitions = 1;
-    t.replication_factor = 3;
-    t.configs = [
-        ("remote.storage.enable", "true"),
-        ("local.retention.bytes", "1"),
-        ("internal.segment.bytes", "4096"),
-        ("retention.ms", "-1"),
-    ]
-    .iter()
-    .map(|(k, v)| {
-        let mut x = CreatableTopicConfig::default();
-        x.name = str_bytes(k);
-        x.value = Some(str_bytes(v));
-        x
-    })
-    .collect();
+    let t = tiered_rf3_topic(TOPIC, 1, &[]);
     let r = create_topics(&mut c.broker(1).client().await, vec![t])
         .await
         .remove(0);
@@ -626,28 +634,8 @@ async fn a_cluster_that_lost_every_disk_and_its_quorum_is_rebuilt_from_its_bucke
         .await;
     }
     assert_eq!(decided(&c), Some(true), "an empty bucket restores no topic");
-    let mut t = CreatableTopic::default();
-    t.name = name(REBUILT);
-    t.num_partitions = 2;
-    t.replication_factor = 3;
-    t.configs = [
-        ("remote.storage.enable", "true"),
-        ("local.retention.bytes", "1"),
-        ("internal.segment.bytes", "4096"),
-        ("retention.ms", "-1"),
-        ("max.message.bytes", "500000"),
-    ]
-    .iter()
-    .map(|(k, v)| {
-        let mut x = CreatableTopicConfig::default();
-        x.name = str_bytes(k);
-        x.value = Some(str_bytes(v));
-        x
-    })
-    .collect();
-    let mut emptied = t.clone();
-    emptied.name = name(EMPTIED);
-    emptied.num_partitions = 1;
+    let t = tiered_rf3_topic(REBUILT, 2, &[("max.message.bytes", "500000")]);
+    let emptied = tiered_rf3_topic(EMPTIED, 1, &[]);
     let r = create_topics(&mut c.broker(1).client().await, vec![t, emptied]).await;
     assert!(r.iter().all(|r| r.error_code == 0), "create: {r:?}");
     // A topic whose every record was deleted (DeleteRecords, then remote retention): the

@@ -278,6 +278,27 @@ async fn files_of_a_plain_export_are_refused_by_the_commit() {
     assert!(err.contains("field id"), "{err}");
 }
 
+/// Commit `i` of a table committed once per new segment: writes segment `i` (2 records, on
+/// one day) and an empty active one after it into `log`, exports and commits it.
+async fn export_and_commit_segment(
+    log: &Path,
+    target: &Arc<Target>,
+    options: &ExportOptions,
+    i: i64,
+) {
+    let _ = std::fs::remove_file(log.join(format!("{:020}.log", 2 * i)));
+    let mut s = spec(2 * i, 0);
+    s.base_ts = MIDNIGHT + 1000 * i;
+    write_segment(log, 2 * i, &[simple(s, 2)]);
+    write_segment(log, 2 * i + 2, &[]);
+    let plan = local_plan(log).await;
+    run_export(&plan, target, ExportRange::default(), options)
+        .await
+        .unwrap();
+    let c = commit(target, "t", &[0], &options.convert).await.unwrap();
+    assert_eq!(c.records, 2, "commit {i}");
+}
+
 #[tokio::test]
 async fn a_table_committed_often_keeps_few_manifests_and_every_file_once() {
     let log = tempfile::tempdir().unwrap();
@@ -289,18 +310,7 @@ async fn a_table_committed_often_keeps_few_manifests_and_every_file_once() {
         .unwrap();
     let commits = maintenance::MIN_COUNT_TO_MERGE + 5;
     for i in 0..commits as i64 {
-        // One new segment of 2 records per commit (on one day), then an empty active one.
-        let _ = std::fs::remove_file(log.path().join(format!("{:020}.log", 2 * i)));
-        let mut s = spec(2 * i, 0);
-        s.base_ts = MIDNIGHT + 1000 * i;
-        write_segment(log.path(), 2 * i, &[simple(s, 2)]);
-        write_segment(log.path(), 2 * i + 2, &[]);
-        let plan = local_plan(log.path()).await;
-        run_export(&plan, &target, ExportRange::default(), &options)
-            .await
-            .unwrap();
-        let c = commit(&target, "t", &[0], &options.convert).await.unwrap();
-        assert_eq!(c.records, 2, "commit {i}");
+        export_and_commit_segment(log.path(), &target, &options, i).await;
     }
     let files = table_files(out.path());
     assert_eq!(files.len(), commits);
@@ -606,17 +616,7 @@ async fn expiring_the_snapshots_before_a_merge_deletes_the_manifests_it_replaced
     };
     let commits = maintenance::MIN_COUNT_TO_MERGE + 3;
     for i in 0..commits as i64 {
-        let _ = std::fs::remove_file(log.path().join(format!("{:020}.log", 2 * i)));
-        let mut s = spec(2 * i, 0);
-        s.base_ts = MIDNIGHT + 1000 * i;
-        write_segment(log.path(), 2 * i, &[simple(s, 2)]);
-        write_segment(log.path(), 2 * i + 2, &[]);
-        let plan = local_plan(log.path()).await;
-        run_export(&plan, &target, ExportRange::default(), &options)
-            .await
-            .unwrap();
-        let c = commit(&target, "t", &[0], &options.convert).await.unwrap();
-        assert_eq!(c.records, 2, "commit {i}");
+        export_and_commit_segment(log.path(), &target, &options, i).await;
         if (i as usize) < maintenance::MIN_COUNT_TO_MERGE - 1 {
             // No merge yet: every manifest is still in the current snapshot.
             assert_eq!(manifests_on_disk().len(), i as usize + 1);
