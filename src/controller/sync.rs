@@ -282,7 +282,8 @@ fn seed_new_leaders(
             }
         };
         let Some(p) = partition else { continue };
-        if !p.wants_seed() {
+        // A partition this broker already leads has been served from its log as it is.
+        if (p.is_replicated() && p.is_leader()) || !p.wants_seed() {
             continue;
         }
         let dir = p.dir();
