@@ -174,6 +174,29 @@ fn sync_once(
             keys.push((key, p.clone()));
         }
     }
+    // New topics are created with their configs before their partitions are seeded and
+    // led: brokers answer DescribeConfigs from them.
+    let mut new_topics: Vec<&str> = changed
+        .iter()
+        .map(|c| c.topic.as_str())
+        .filter(|t| broker.topic(t).is_none())
+        .collect();
+    new_topics.dedup();
+    for name in new_topics {
+        let Some(record) = state.topic_by_name(name) else {
+            continue;
+        };
+        let created = broker
+            .ensure_topic(name, uuid(record.id), record.partitions.len() as i32)
+            .and_then(|_| {
+                broker
+                    .set_topic_configs_local(name, record.configs.clone())
+                    .map_err(Into::into)
+            });
+        if let Err(e) = created {
+            tracing::error!(topic = %name, error = %e, "cannot create a local topic");
+        }
+    }
     if let Some(t) = tiering {
         seed_new_leaders(broker, control, t, state, &mut changed, &mut keys, applied);
     }
