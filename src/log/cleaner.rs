@@ -102,7 +102,8 @@ fn invalid_data(message: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message.into())
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
+/// Makes renames and removals in `dir` durable.
+pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 

@@ -6,6 +6,7 @@
 use std::fs;
 use std::io;
 
+use super::cleaner::sync_dir;
 use super::producer_state::ProducerStateManager;
 use super::segment::Segment;
 use super::{limits, txn_index, Log};
@@ -242,8 +243,4 @@ impl Log {
         fs::remove_file(&marker)?;
         sync_dir(&self.dir)
     }
-}
-
-fn sync_dir(dir: &std::path::Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
 }

@@ -76,40 +76,9 @@ async fn produce_idempotent(b: &TestBroker, pid: (i64, i16), seq: &mut i32, batc
     }
 }
 
-/// Every record offset a consumer reading from 0 gets from `b`, skipping the records of a
-/// returned batch below the fetch position (as consumers do), until `end`.
+/// Every record offset a consumer reading the test topic from 0 gets from `b`, until `end`.
 async fn consume_from_zero(b: &TestBroker, end: i64) -> Vec<i64> {
-    let mut c = b.client().await;
-    let mut out = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while out.last().map_or(0, |o| o + 1) < end {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "consumer stalled at {:?}",
-            out.last()
-        );
-        let next = out.last().map_or(0, |o| o + 1);
-        let data = fetch(
-            &mut c,
-            TOPIC,
-            0,
-            FetchArgs {
-                offset: next,
-                ..FetchArgs::default()
-            },
-        )
-        .await;
-        assert_eq!(data.error_code, 0, "fetch at {next}");
-        let got: Vec<i64> = record_offsets(&data.records)
-            .into_iter()
-            .filter(|&o| o >= next)
-            .collect();
-        if got.is_empty() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        out.extend(got);
-    }
-    out
+    consume_partition(b, TOPIC, 0, end).await
 }
 
 /// Remote segments are ordered, without gaps, and overlap only where a new leader's first
@@ -498,7 +467,8 @@ async fn leaders_serving(c: &QuorumCluster, topic: &str, partitions: i32) -> Vec
     leaders
 }
 
-/// Every record offset of `topic`-`index` a consumer from offset 0 gets from `b`, up to `end`.
+/// Every record offset of `topic`-`index` a consumer from offset 0 gets from `b`, skipping
+/// the records of a returned batch below the fetch position (as consumers do), until `end`.
 async fn consume_partition(b: &TestBroker, topic: &str, index: i32, end: i64) -> Vec<i64> {
     let mut c = b.client().await;
     let mut out: Vec<i64> = Vec::new();
