@@ -153,6 +153,45 @@ pub fn coordinator_records() -> Vec<Vec<u8>> {
     g.put_i32(3);
     g.put_slice(b"asg");
     out.push(g);
+    // A KIP-848 consumer group's member metadata and current assignment records.
+    {
+        use strata::coordinator::consumer_group::records::{
+            self, CurrentAssignment, MemberMetadata, Value,
+        };
+        use strata::coordinator::offsets_topic::{encode_key, ConsumerKey, RecordKey};
+        let key = |record| {
+            encode_key(&RecordKey::Consumer {
+                group: "g".into(),
+                record,
+            })
+        };
+        let member = Value::Member(MemberMetadata {
+            instance_id: None,
+            rack_id: Some("rack".into()),
+            client_id: "client".into(),
+            client_host: "/127.0.0.1".into(),
+            subscribed_topic_names: vec!["topic".into()],
+            subscribed_topic_regex: Some("top.*".into()),
+            rebalance_timeout_ms: 30_000,
+            server_assignor: Some("uniform".into()),
+        });
+        let current = Value::Current(CurrentAssignment {
+            member_epoch: 3,
+            previous_member_epoch: 2,
+            state: 1,
+            assigned: [(Default::default(), [0, 1].into())].into(),
+            pending_revocation: [(Default::default(), [2].into())].into(),
+        });
+        for (k, v) in [
+            (key(ConsumerKey::Member("m".into())), member),
+            (key(ConsumerKey::Assignment("m".into())), current),
+        ] {
+            let mut seed = vec![8u8, k.len() as u8];
+            seed.extend_from_slice(&k);
+            seed.extend_from_slice(&records::encode_value(&v));
+            out.push(seed);
+        }
+    }
     // __transaction_state key and value.
     let mut tk = vec![3u8];
     tk.put_i16(0);

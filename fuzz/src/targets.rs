@@ -25,7 +25,8 @@ pub enum Target {
     /// then read end to end.
     PartitionDir,
     /// `__consumer_offsets`, `__transaction_state` and `__share_group_state` keys, values and
-    /// batches as replay decodes them (a share snapshot also restored into a share-partition).
+    /// batches as replay decodes them (a share snapshot also restored into a share-partition,
+    /// a consumer group record into a consumer group).
     CoordinatorRecords,
     /// The tiering manifest read back from the bucket.
     Manifest,
@@ -446,7 +447,8 @@ pub fn coordinator_records(data: &[u8]) -> bool {
         return false;
     };
     let b = Bytes::copy_from_slice(rest);
-    match selector % 8 {
+    match selector % 9 {
+        8 => consumer_group_record(&b),
         6 => share::state_record::decode_key(&b).is_ok(),
         7 => match share::state_record::decode_value(&b) {
             // A snapshot restores into a share-partition whatever its ranges say.
@@ -480,6 +482,31 @@ pub fn coordinator_records(data: &[u8]) -> bool {
             true
         }
     }
+}
+
+/// A KIP-848 consumer group record: one byte of key length, the key, the value; restored
+/// into a group as a load would.
+fn consumer_group_record(b: &Bytes) -> bool {
+    use strata::coordinator::consumer_group::{records, ConsumerState};
+    let Some((&len, rest)) = b.split_first() else {
+        return false;
+    };
+    let (key, value) = rest.split_at((len as usize).min(rest.len()));
+    let key = Bytes::copy_from_slice(key);
+    let Ok(offsets_topic::RecordKey::Consumer { group, record }) =
+        offsets_topic::decode_key(key.clone())
+    else {
+        return false;
+    };
+    let ok = records::decode_value(&record, value).is_ok();
+    let image = records::Image::from([(key, Bytes::copy_from_slice(value))]);
+    let state = ConsumerState::restore(
+        &group,
+        image,
+        std::time::Duration::from_secs(45),
+        std::time::Instant::now(),
+    );
+    ok && state.members.len() <= 1
 }
 
 pub fn checkpoints(data: &[u8]) -> bool {

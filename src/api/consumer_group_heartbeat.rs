@@ -159,7 +159,32 @@ impl Api for ConsumerGroupHeartbeat {
     ) -> Outcome {
         let topic_names = || s.broker.topics().iter().map(|t| t.name.clone()).collect();
         let may_describe = |t: &str| ctx.allowed(&s.broker, Op::Describe, Res::Topic, t);
-        Outcome::respond(handle(&s.groups, ctx, r, &topic_names, &may_describe))
+        let group = r.group_id.0.to_string();
+        let response = handle(&s.groups, ctx, r, &topic_names, &may_describe);
+        Outcome::respond(persist(&s.groups, &group, response).await)
+    }
+}
+
+/// Answers a heartbeat only once the group's records hold what it changed (Kafka answers
+/// after its records are committed); the write's error otherwise. The member retries with
+/// the epoch it had, which the group still accepts.
+pub async fn persist(
+    groups: &Arc<GroupCoordinator>,
+    group: &str,
+    response: ConsumerGroupHeartbeatResponse,
+) -> ConsumerGroupHeartbeatResponse {
+    if !groups.consumer_group_needs_write(group) {
+        return response;
+    }
+    let (coordinator, id) = (groups.clone(), group.to_string());
+    let written = tokio::task::spawn_blocking(move || coordinator.write_consumer_group(&id))
+        .await
+        .unwrap_or(Err(ResponseError::UnknownServerError));
+    match written {
+        Ok(()) => response,
+        Err(e) => ConsumerGroupHeartbeatResponse::default()
+            .with_error_code(e.code())
+            .with_member_epoch(-1),
     }
 }
 

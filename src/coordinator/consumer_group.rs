@@ -9,11 +9,14 @@
 //! released. Pure state: the coordinator calls it under its lock with a topic resolver.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
+
+pub mod records;
 
 /// topic id -> partitions
 pub type Assignment = BTreeMap<Uuid, BTreeSet<i32>>;
@@ -57,6 +60,23 @@ pub struct ConsumerState {
     pub assignor: String,
     /// Target assignments computed (for metrics).
     pub rebalances: u64,
+    /// The records last written to `__consumer_offsets` ([`records`]).
+    persisted: records::Image,
+    /// What changed since they were written.
+    touched: Touched,
+    /// The hash of the subscribed topics a load found; the first heartbeat after it compares
+    /// the topics with it instead of with the (unknown) topics of the last assignment.
+    loaded_metadata_hash: Option<i64>,
+    /// Serializes the group's writes, so they reach the log in the order they were taken.
+    pub writer: Arc<Mutex<()>>,
+}
+
+/// The parts of a group changed since its records were last written.
+#[derive(Default)]
+struct Touched {
+    /// The group epoch moved (every member's target may have), or a member was replaced.
+    all: bool,
+    members: BTreeSet<String>,
 }
 
 /// One heartbeat, decoded.
@@ -213,6 +233,7 @@ impl ConsumerState {
             if m.instance_id.is_some() {
                 m.member_epoch = STATIC_LEAVE_EPOCH;
                 m.session_deadline = now + session_timeout;
+                self.touched.members.insert(req.member_id.clone());
                 return Ok(HeartbeatOut {
                     member_id: req.member_id,
                     member_epoch: STATIC_LEAVE_EPOCH,
@@ -238,6 +259,7 @@ impl ConsumerState {
             req.member_id.clone()
         };
         let mut changed = false;
+        self.touched.members.insert(member_id.clone());
         if req.member_epoch == 0 {
             changed |= self.join(&req, &member_id, session_timeout, now)?;
         } else {
@@ -355,6 +377,7 @@ impl ConsumerState {
                     prev.revocation_deadline = None;
                     self.members.insert(member_id.clone(), prev);
                     self.target.insert(member_id.clone(), target);
+                    self.touched.all = true;
                     taken_over = true;
                 }
             }
@@ -412,12 +435,23 @@ impl ConsumerState {
             .collect()
     }
 
-    fn metadata_changed(&self, topics: TopicResolver<'_>) -> bool {
-        self.subscription_metadata(topics) != self.subscription_metadata
+    fn metadata_changed(&mut self, topics: TopicResolver<'_>) -> bool {
+        let current = self.subscription_metadata(topics);
+        if let Some(hash) = self.loaded_metadata_hash.take() {
+            // Loaded: the topics of the last assignment are known by their hash only.
+            if records::metadata_hash(&current) == hash {
+                self.subscription_metadata = current;
+                return false;
+            }
+            return true;
+        }
+        current != self.subscription_metadata
     }
 
     /// A new group epoch and a new target assignment.
     fn bump_and_assign(&mut self, topics: TopicResolver<'_>) {
+        self.touched.all = true;
+        self.loaded_metadata_hash = None;
         self.rebalances += 1;
         self.group_epoch += 1;
         self.subscription_metadata = self.subscription_metadata(topics);

@@ -435,7 +435,9 @@ impl GroupCoordinator {
                 }
             }
         }
+        let mut consumer_images: HashMap<String, consumer_group::records::Image> = HashMap::new();
         for (key, value) in records {
+            let raw_key = key.clone();
             let key = match offsets_topic::decode_key(key) {
                 Ok(k) => k,
                 Err(e) => {
@@ -484,7 +486,32 @@ impl GroupCoordinator {
                         }
                     },
                 },
+                RecordKey::Consumer { group, .. } => {
+                    let image = consumer_images.entry(group).or_default();
+                    match value {
+                        Some(v) => image.insert(raw_key, v),
+                        None => image.remove(&raw_key),
+                    };
+                }
             }
+        }
+        for (group, image) in consumer_images {
+            if image.is_empty() {
+                continue;
+            }
+            let g = group_entry(
+                &mut groups,
+                group.clone(),
+                self.config.initial_rebalance_delay,
+            );
+            if !g.members.is_empty() || g.share.is_some() {
+                tracing::warn!(%group, "consumer group records for a group of another protocol; ignored");
+                continue;
+            }
+            let (session_timeout, _) = self.consumer_timeouts(&group);
+            let state = consumer_group::ConsumerState::restore(&group, image, session_timeout, now);
+            g.protocol_type = Some("consumer".into());
+            g.consumer = Some(state);
         }
         (groups, pending)
     }
@@ -737,6 +764,55 @@ impl GroupCoordinator {
             }
         }
         out
+    }
+
+    /// Whether a consumer-protocol group has changes its records do not hold yet.
+    pub fn consumer_group_needs_write(&self, group_id: &str) -> bool {
+        self.groups()
+            .get(group_id)
+            .and_then(|g| g.consumer.as_ref())
+            .is_some_and(|c| c.needs_write())
+    }
+
+    /// Writes what changed in a consumer-protocol group since its last write (Kafka's
+    /// records, [`consumer_group::records`]) and waits until it is acknowledged; answers the
+    /// write's error otherwise, and the next write takes the changes again. Blocking.
+    pub fn write_consumer_group(&self, group_id: &str) -> Result<(), ResponseError> {
+        let Some(writer) = self
+            .groups()
+            .get(group_id)
+            .and_then(|g| g.consumer.as_ref())
+            .map(|c| c.writer.clone())
+        else {
+            return Ok(());
+        };
+        let _serial = writer.lock().unwrap_or_else(|e| e.into_inner());
+        let changes = {
+            let mut groups = self.groups();
+            match groups.get_mut(group_id).and_then(|g| g.consumer.as_mut()) {
+                Some(c) if Arc::ptr_eq(&c.writer, &writer) => c.take_changes(group_id),
+                _ => return Ok(()),
+            }
+        };
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let records = changes.records.clone();
+        let written = self.fenced_write(group_id, || {
+            self.log.append(group_id, records).map_err(|e| {
+                tracing::warn!(group = group_id, error = %e, "cannot persist consumer group");
+                e.state_error()
+            })
+        });
+        if written.is_err() {
+            let mut groups = self.groups();
+            if let Some(c) = groups.get_mut(group_id).and_then(|g| g.consumer.as_mut()) {
+                if Arc::ptr_eq(&c.writer, &writer) {
+                    c.undo(changes);
+                }
+            }
+        }
+        written
     }
 
     /// Runs `f` on a consumer-protocol group's state.
@@ -1104,15 +1180,22 @@ impl GroupCoordinator {
         if let Err(e) = self.check_coordinator(group_id) {
             return Some(e);
         }
-        let offsets: Vec<(String, i32)> = {
+        let (offsets, consumer_records): (Vec<(String, i32)>, Vec<_>) = {
             let groups = self.groups();
             let Some(g) = groups.get(group_id) else {
                 return Some(ResponseError::GroupIdNotFound);
             };
-            if !g.members.is_empty() || g.share.as_ref().is_some_and(|s| !s.is_empty()) {
+            if !g.members.is_empty()
+                || g.consumer.as_ref().is_some_and(|c| !c.is_empty())
+                || g.share.as_ref().is_some_and(|s| !s.is_empty())
+            {
                 return Some(ResponseError::NonEmptyGroup);
             }
-            g.offsets.keys().cloned().collect()
+            let consumer = g.consumer.as_ref().map(|c| c.tombstones());
+            (
+                g.offsets.keys().cloned().collect(),
+                consumer.unwrap_or_default(),
+            )
         };
         let mut records: Vec<(Bytes, Option<Bytes>)> = offsets
             .into_iter()
@@ -1127,6 +1210,7 @@ impl GroupCoordinator {
                 )
             })
             .collect();
+        records.extend(consumer_records);
         records.push((
             offsets_topic::encode_key(&RecordKey::Group {
                 group: group_id.to_string(),
@@ -1346,6 +1430,7 @@ impl GroupCoordinator {
         let now = Instant::now();
         let now_wall = now_ms();
         let mut persist = Vec::new();
+        let mut consumer_writes = Vec::new();
         let mut expire: Vec<(String, Vec<(String, i32)>)> = Vec::new();
         {
             let mut groups = self.groups();
@@ -1353,6 +1438,9 @@ impl GroupCoordinator {
             for g in groups.values_mut() {
                 if let Some(c) = g.consumer.as_mut() {
                     c.tick(&resolve, now);
+                    if c.needs_write() {
+                        consumer_writes.push(g.id.clone());
+                    }
                     continue;
                 }
                 if let Some(s) = g.share.as_mut() {
@@ -1376,6 +1464,10 @@ impl GroupCoordinator {
         }
         for (id, v) in persist {
             let _ = self.persist_group(&id, Some(v));
+        }
+        for id in consumer_writes {
+            // A failed write is taken again by the next tick or heartbeat.
+            let _ = self.write_consumer_group(&id);
         }
         for (id, keys) in expire {
             tracing::info!(group = %id, offsets = keys.len(), "expiring offsets of an empty group");
@@ -1419,7 +1511,25 @@ impl GroupCoordinator {
             .collect();
         let mut removed = 0;
         for id in &dead {
-            if self.persist_group(id, None).is_ok() {
+            let consumer_records = self
+                .groups()
+                .get(id)
+                .and_then(|g| g.consumer.as_ref())
+                .map(|c| c.tombstones())
+                .unwrap_or_default();
+            let written = if consumer_records.is_empty() {
+                self.persist_group(id, None)
+            } else {
+                let mut records = consumer_records;
+                records.push((
+                    offsets_topic::encode_key(&RecordKey::Group { group: id.clone() }),
+                    None,
+                ));
+                self.fenced_write(id, || {
+                    self.log.append(id, records).map_err(|e| e.state_error())
+                })
+            };
+            if written.is_ok() {
                 let mut groups = self.groups();
                 // Still dead? A member may have joined since the scan.
                 if groups.get(id).is_some_and(|g| {

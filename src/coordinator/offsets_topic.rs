@@ -14,6 +14,28 @@ pub enum RecordKey {
     Group {
         group: String,
     },
+    /// A KIP-848 consumer group's record ([`super::consumer_group::records`]).
+    Consumer {
+        group: String,
+        record: ConsumerKey,
+    },
+}
+
+/// Which record of a consumer group (Kafka's record type).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ConsumerKey {
+    /// 3: ConsumerGroupMetadata.
+    Metadata,
+    /// 5: ConsumerGroupMemberMetadata.
+    Member(String),
+    /// 6: ConsumerGroupTargetAssignmentMetadata.
+    TargetMetadata,
+    /// 7: ConsumerGroupTargetAssignmentMember.
+    TargetMember(String),
+    /// 8: ConsumerGroupCurrentMemberAssignment.
+    Assignment(String),
+    /// 16: ConsumerGroupRegularExpression.
+    Regex(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +146,21 @@ pub fn encode_key(key: &RecordKey) -> Bytes {
             b.put_i16(2);
             put_str(&mut b, group);
         }
+        RecordKey::Consumer { group, record } => {
+            let (kind, second) = match record {
+                ConsumerKey::Metadata => (3, None),
+                ConsumerKey::Member(m) => (5, Some(m)),
+                ConsumerKey::TargetMetadata => (6, None),
+                ConsumerKey::TargetMember(m) => (7, Some(m)),
+                ConsumerKey::Assignment(m) => (8, Some(m)),
+                ConsumerKey::Regex(r) => (16, Some(r)),
+            };
+            b.put_i16(kind);
+            put_str(&mut b, group);
+            if let Some(s) = second {
+                put_str(&mut b, s);
+            }
+        }
     }
     b.freeze()
 }
@@ -138,6 +175,18 @@ pub fn decode_key(mut b: Bytes) -> Result<RecordKey, DecodeError> {
         2 => Ok(RecordKey::Group {
             group: get_str(&mut b)?,
         }),
+        kind @ (3 | 5 | 6 | 7 | 8 | 16) => {
+            let group = get_str(&mut b)?;
+            let record = match kind {
+                3 => ConsumerKey::Metadata,
+                5 => ConsumerKey::Member(get_str(&mut b)?),
+                6 => ConsumerKey::TargetMetadata,
+                7 => ConsumerKey::TargetMember(get_str(&mut b)?),
+                8 => ConsumerKey::Assignment(get_str(&mut b)?),
+                _ => ConsumerKey::Regex(get_str(&mut b)?),
+            };
+            Ok(RecordKey::Consumer { group, record })
+        }
         _ => Err(DecodeError("unknown key version")),
     }
 }
@@ -283,6 +332,20 @@ mod tests {
         };
         assert_eq!(decode_group(encode_group(&g)).unwrap(), g);
         assert!(decode_key(Bytes::from_static(&[0, 9])).is_err());
+        for record in [
+            ConsumerKey::Metadata,
+            ConsumerKey::Member("m".into()),
+            ConsumerKey::TargetMetadata,
+            ConsumerKey::TargetMember("m".into()),
+            ConsumerKey::Assignment("m".into()),
+            ConsumerKey::Regex("o.*".into()),
+        ] {
+            let k = RecordKey::Consumer {
+                group: "g".into(),
+                record,
+            };
+            assert_eq!(decode_key(encode_key(&k)).unwrap(), k);
+        }
     }
 
     #[test]

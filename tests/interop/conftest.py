@@ -20,8 +20,8 @@ Fixtures:
   bucket, for the tiered-storage tests (skips when moto_server is not installed).
 
 Every broker object exposes ``.bootstrap``, ``.start()``, ``.stop()``,
-``.kill9()``, ``.restart()`` and ``.log_tail()``; a Strata broker also
-``.data_dir`` and ``.partition_dir(topic, partition)``. All brokers are stopped
+``.kill9()``, ``.restart()``, ``.log_tail()`` and ``.data_dir`` (its log dir); a
+Strata broker also ``.partition_dir(topic, partition)``. All brokers are stopped
 in finalizers, also when a test fails.
 """
 
@@ -397,6 +397,11 @@ class KafkaBroker(Broker):
     def log_path(self) -> Path:
         # kafka-ref.sh writes <dir>/logs/server.log (log4j) and <dir>/logs/kafka.out (stdout).
         return self.dir / "logs" / "server.log"
+
+    @property
+    def data_dir(self) -> Path:
+        # kafka-ref.sh's log.dirs.
+        return self.dir / "data"
 
     def log_tail(self, lines: int = 60) -> str:
         parts = []

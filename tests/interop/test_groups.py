@@ -752,6 +752,91 @@ def test_kip848_java_consumers_get_server_assignments_and_take_over_after_leave(
     assert_consumed_once_and_committed(b.bootstrap, group, topic_name, (m0, m1, m2), v1 | v2 | v3)
 
 
+def test_kip848_members_keep_their_epochs_and_partitions_across_a_coordinator_crash(
+        broker_factory, topic_name, members):
+    """The coordinator keeps a KIP-848 group in __consumer_offsets (Kafka's records): after the
+    broker is killed with SIGKILL and started again, the Java members go on heartbeating with
+    their epochs and keep their partitions. No partition is lost or revoked, nobody rejoins,
+    and every record is consumed exactly once, with the offsets committed."""
+    _needs_java("java")
+    b = broker_factory(name="kip848-crash", props={
+        "group.initial.rebalance.delay.ms": "0",
+        "group.consumer.heartbeat.interval.ms": "1000",
+        "group.consumer.min.heartbeat.interval.ms": "1000",
+    })
+    create_topic(b.bootstrap, topic_name, partitions=PARTITIONS)
+    group = f"{topic_name}-g"
+    ms = [members("java", b.bootstrap, topic_name, group, name=f"kip848-crash-{i}",
+                  group_protocol="consumer") for i in range(2)]
+    wait_balanced(ms)
+    v1 = produce_phase(b.bootstrap, topic_name, "one", 20)
+    wait_consumed(ms, v1)
+    time.sleep(2)  # a heartbeat or two at the settled epoch
+    held = {m.name: sorted(m.partitions) for m in ms}
+
+    def rebalance_events(m):
+        return {kind: len(m.of(kind)) for kind in ("assigned", "revoked", "lost")}
+
+    before = {m.name: rebalance_events(m) for m in ms}
+
+    b.kill9()
+    b.start()
+    v2 = produce_phase(b.bootstrap, topic_name, "two", 20)
+    wait_consumed(ms, v2, timeout=90)
+    time.sleep(3)  # heartbeats after the restart, which a forgotten member would fail
+    v3 = produce_phase(b.bootstrap, topic_name, "three", 20)
+    wait_consumed(ms, v3)
+    for m in ms:
+        assert rebalance_events(m) == before[m.name], \
+            f"a rebalance after the restart (lost: the member was fenced)\n{m.describe()}"
+        assert sorted(m.partitions) == held[m.name], m.describe()
+    for m in ms:
+        m.close()
+    assert_consumed_once_and_committed(b.bootstrap, group, topic_name, ms, v1 | v2 | v3)
+
+    # Kafka's own DumpLogSegments decodes the group's records in the broker's log: the
+    # closed members' last current-assignment records are tombstones, and before them each
+    # member's records held the partitions it kept across the restart.
+    records = consumer_group_records(b, group)
+    members_seen = {r["key"]["data"].get("memberId") for r in records if r["key"]["type"] == "8"}
+    ids = {m.of("assigned")[-1]["member_id"] for m in ms}
+    assert ids <= members_seen, (ids, members_seen)
+    for m in ms:
+        mid = m.of("assigned")[-1]["member_id"]
+        current = [r for r in records if r["key"]["type"] == "8"
+                   and r["key"]["data"]["memberId"] == mid]
+        assert current[-1]["payload"] is None, "the member left: its record is a tombstone"
+        held_then = [p for tp in current[-2]["payload"]["data"]["assignedPartitions"]
+                     for p in tp["partitions"]]
+        assert sorted(held_then) == held[m.name], current[-2]
+
+
+def consumer_group_records(b, group: str) -> list[dict]:
+    """The KIP-848 records (types 3 to 16) of `group` in the broker's __consumer_offsets
+    segments, as Kafka's DumpLogSegments --offsets-decoder prints them, in log order per
+    partition."""
+    cp, why = _java_classpath("broker")
+    if cp is None:
+        pytest.skip(why)
+    files = sorted(str(f) for f in Path(b.data_dir).glob("__consumer_offsets-*/*.log"))
+    out = subprocess.run([_java_bin(), *JVM_OPTS, "-cp", cp, "org.apache.kafka.tools.DumpLogSegments",
+                          "--offsets-decoder", "--files", ",".join(files)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    records = []
+    for line in out.stdout.splitlines():
+        m = re.search(r" key: (\{.*\}) payload: (.*)$", line)
+        if not m:
+            continue
+        key = json.loads(m.group(1))
+        if key.get("type") in ("0", "1", "2") or key["data"].get("groupId") != group:
+            continue
+        payload = m.group(2).strip()
+        records.append({"key": key, "payload": None if payload in ("", "<DELETE>") else json.loads(payload)})
+    assert records, f"no consumer group record of {group} in {len(files)} segments"
+    return records
+
+
 def test_kip848_regex_subscription_is_resolved_by_the_broker_and_follows_new_topics(
         kip848_broker, topic_name, members):
     """A Java consumer subscribed with a SubscriptionPattern (group.protocol=consumer): the

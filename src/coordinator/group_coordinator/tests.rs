@@ -181,3 +181,239 @@ async fn a_resigned_partition_answers_not_coordinator_and_an_elected_one_loads()
     let got = c.fetch_offsets("g", Some(&[("t".to_string(), 0)]));
     assert_eq!(got[0].1.as_ref().map(|o| o.offset), Some(7));
 }
+
+/// `__consumer_offsets` in memory with a six-partition topic `t` to assign, whose appends
+/// fail while `failing` is set.
+#[derive(Default)]
+struct AssigningLog {
+    log: MemoryLog,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl OffsetsLog for AssigningLog {
+    fn append(
+        &self,
+        group: &str,
+        records: Vec<(Bytes, Option<Bytes>)>,
+    ) -> Result<(), LogWriteError> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(LogWriteError::NotEnoughReplicas);
+        }
+        self.log.append(group, records)
+    }
+
+    fn append_transactional(
+        &self,
+        group: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        records: Vec<(Bytes, Option<Bytes>)>,
+    ) -> Result<i32, LogWriteError> {
+        self.log
+            .append_transactional(group, producer_id, producer_epoch, records)
+    }
+
+    fn replay(&self) -> io::Result<Vec<LogEntry>> {
+        self.log.replay()
+    }
+
+    fn resolve_topic(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
+        (name == "t").then_some((uuid::Uuid::from_u128(1), 6))
+    }
+}
+
+type Assigned = consumer_group::Assignment;
+
+/// What one member knows: its id, epoch and partitions.
+#[derive(Debug, Clone, PartialEq)]
+struct Member {
+    id: String,
+    epoch: i32,
+    owned: Assigned,
+}
+
+/// One heartbeat as the Java client sends it, then the handler's write; the member takes
+/// what the answer says.
+fn beat(c: &GroupCoordinator, m: &mut Member) -> Result<(), ResponseError> {
+    let out = c.consumer_heartbeat(
+        "g",
+        consumer_group::HeartbeatIn {
+            member_id: m.id.clone(),
+            member_epoch: m.epoch,
+            instance_id: None,
+            rack_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            rebalance_timeout: Duration::from_secs(30),
+            subscribed_topics: (m.epoch == 0).then(|| vec!["t".to_string()]),
+            subscribed_regex: None,
+            server_assignor: None,
+            owned: Some(m.owned.clone()),
+        },
+        &|_| Default::default(),
+    );
+    c.write_consumer_group("g")?;
+    let out = out?;
+    m.epoch = out.member_epoch;
+    if let Some(a) = out.assignment {
+        m.owned = a;
+    }
+    Ok(())
+}
+
+fn member(id: &str) -> Member {
+    Member {
+        id: id.into(),
+        epoch: 0,
+        owned: Assigned::new(),
+    }
+}
+
+/// Heartbeats every member until the group is stable.
+fn settle(c: &GroupCoordinator, members: &mut [Member]) {
+    for _ in 0..20 {
+        for m in members.iter_mut() {
+            beat(c, m).unwrap();
+        }
+        if c.with_consumer_group("g", |g| g.state_name()) == Some("Stable") {
+            return;
+        }
+    }
+    panic!("the group did not settle");
+}
+
+fn owned_count(members: &[Member]) -> usize {
+    members
+        .iter()
+        .map(|m| m.owned.values().map(|ps| ps.len()).sum::<usize>())
+        .sum()
+}
+
+fn reloaded(log: &Arc<AssigningLog>) -> GroupCoordinator {
+    let c = GroupCoordinator::new(test_config(), log.clone());
+    c.load().unwrap();
+    c
+}
+
+#[test]
+fn a_consumer_group_taken_over_by_another_coordinator_goes_on_without_a_rejoin() {
+    let log = Arc::new(AssigningLog::default());
+    let first = GroupCoordinator::new(test_config(), log.clone());
+    let mut members = vec![member("a"), member("b")];
+    settle(&first, &mut members);
+    assert_eq!(owned_count(&members), 6);
+    let epoch = first.with_consumer_group("g", |g| g.group_epoch).unwrap();
+
+    // A new coordinator (a restart, a failover) reads the group back: the members'
+    // heartbeats are answered at their epochs, with the partitions they hold, and nothing
+    // is rebalanced.
+    let second = reloaded(&log);
+    let before = members.clone();
+    for m in members.iter_mut() {
+        beat(&second, m).unwrap();
+    }
+    assert_eq!(members, before);
+    let (group_epoch, rebalances, state) = second
+        .with_consumer_group("g", |g| (g.group_epoch, g.rebalances, g.state_name()))
+        .unwrap();
+    assert_eq!((group_epoch, rebalances, state), (epoch, 0, "Stable"));
+
+    // A third member joins: a and b must give partitions up. The coordinator changes in
+    // the middle of that, and the new one carries the revocation on.
+    let mut c_member = member("c");
+    beat(&second, &mut c_member).unwrap();
+    beat(&second, &mut members[0]).unwrap();
+    let revoking = second
+        .with_consumer_group("g", |g| g.members["a"].pending_revocation.clone())
+        .unwrap();
+    assert!(!revoking.is_empty(), "a must revoke partitions");
+    let third = reloaded(&log);
+    assert_eq!(
+        third
+            .with_consumer_group("g", |g| g.members["a"].pending_revocation.clone())
+            .unwrap(),
+        revoking
+    );
+    members.push(c_member);
+    settle(&third, &mut members);
+    assert_eq!(owned_count(&members), 6);
+    assert!(members
+        .iter()
+        .all(|m| m.owned.values().map(|p| p.len()).sum::<usize>() == 2));
+    assert_eq!(third.with_consumer_group("g", |g| g.rebalances), Some(0));
+
+    // c leaves; the next coordinator no longer knows it.
+    let mut leaving = members.pop().unwrap();
+    leaving.epoch = -1;
+    beat(&third, &mut leaving).unwrap();
+    let fourth = reloaded(&log);
+    assert_eq!(
+        fourth.with_consumer_group("g", |g| g.members.keys().cloned().collect::<Vec<_>>()),
+        Some(vec!["a".to_string(), "b".to_string()])
+    );
+    leaving.epoch = 3;
+    assert_eq!(
+        beat(&fourth, &mut leaving),
+        Err(ResponseError::UnknownMemberId)
+    );
+    settle(&fourth, &mut members);
+    assert_eq!(owned_count(&members), 6);
+}
+
+#[test]
+fn a_consumer_group_write_that_fails_is_answered_with_its_error_and_taken_again() {
+    let log = Arc::new(AssigningLog::default());
+    let c = GroupCoordinator::new(test_config(), log.clone());
+    let mut members = vec![member("a")];
+    settle(&c, &mut members);
+
+    log.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut b = member("b");
+    assert_eq!(
+        beat(&c, &mut b),
+        Err(ResponseError::CoordinatorNotAvailable)
+    );
+    assert_eq!(
+        reloaded(&log).with_consumer_group("g", |g| g.members.len()),
+        Some(1),
+        "nothing of the failed write is in the log"
+    );
+
+    // The log is back: a's next heartbeat writes what b's join changed.
+    log.failing
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    beat(&c, &mut members[0]).unwrap();
+    let after = reloaded(&log);
+    let (ids, epoch) = after
+        .with_consumer_group("g", |g| {
+            (g.members.keys().cloned().collect::<Vec<_>>(), g.group_epoch)
+        })
+        .unwrap();
+    assert_eq!(ids, vec!["a".to_string(), "b".to_string()]);
+    assert_eq!(Some(epoch), c.with_consumer_group("g", |g| g.group_epoch));
+}
+
+#[test]
+fn a_deleted_consumer_group_stays_deleted_after_a_reload() {
+    let log = Arc::new(AssigningLog::default());
+    let c = GroupCoordinator::new(test_config(), log.clone());
+    let mut members = vec![member("a")];
+    settle(&c, &mut members);
+    assert_eq!(c.delete_group("g"), Some(ResponseError::NonEmptyGroup));
+    members[0].epoch = -1;
+    beat(&c, &mut members[0]).unwrap();
+    assert_eq!(c.delete_group("g"), None);
+    let after = reloaded(&log);
+    assert!(after.list().is_empty(), "{:?}", after.list());
+    // And every record the group wrote has its tombstone.
+    let mut live = std::collections::BTreeMap::new();
+    for e in log.replay().unwrap() {
+        if let LogEntry::Record { key, value } = e {
+            match value {
+                Some(v) => live.insert(key, v),
+                None => live.remove(&key),
+            };
+        }
+    }
+    assert!(live.is_empty(), "{live:?}");
+}
