@@ -234,7 +234,8 @@ pub async fn start(mut config: BrokerConfig) -> anyhow::Result<Running> {
 }
 
 /// The broker's background services: retention, checkpoints, coordinator and share-lock
-/// timers, tiering, the cleaner, replication, token expiry and time-based flushes.
+/// timers, tiering, the cleaner, replication, token expiry, time-based flushes, and the
+/// replica moves between log dirs a restart interrupted.
 fn spawn_background(
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
@@ -242,6 +243,7 @@ fn spawn_background(
     services: &Arc<Services>,
     tiering: Option<Arc<crate::tiering::Tiering>>,
 ) {
+    broker.resume_log_dir_moves();
     spawn_periodic(
         tasks,
         shutdown,

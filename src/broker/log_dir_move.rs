@@ -18,9 +18,12 @@
 //! Crash consistency: until the first rename of step 3 the old dir is the replica and a
 //! `-future` dir is an unfinished copy; after it, the `-future` dir is a complete copy (it
 //! was fsynced first) and the only one. So at start-up ([`finish_interrupted_moves`]) a
-//! `-future` dir becomes the replica when its partition has no dir, and is deleted
-//! otherwise; `-moved` dirs are deleted. The checkpoints are keyed by partition, not dir,
-//! so either copy finds its recovery point and log start offset.
+//! `-future` dir becomes the replica when its partition has no dir; otherwise the unfinished
+//! copy is deleted and the move starts again once the broker is open, as Kafka resumes its
+//! future replicas after a restart (Strata copies from the start again: what a previous run
+//! copied may predate a truncation or a cleaning it no longer knows of). `-moved` dirs are
+//! deleted. The checkpoints are keyed by partition, not dir, so either copy finds its
+//! recovery point and log start offset.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -45,6 +48,16 @@ pub struct LogDirMoves {
     /// Log dirs asked for partitions this broker has no replica of yet (Kafka's preferred
     /// log dir): a replica created later goes there. In memory, as in Kafka.
     preferred: Mutex<HashMap<(String, i32), PathBuf>>,
+    /// Moves a restart interrupted, to start again once the broker is open.
+    interrupted: Mutex<Vec<Interrupted>>,
+}
+
+/// A move a restart interrupted: the partition and the log dir it was going to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Interrupted {
+    pub topic: String,
+    pub partition: i32,
+    pub to: PathBuf,
 }
 
 /// Partitions moving or about to, with where to; one mover thread works through them (as
@@ -56,6 +69,14 @@ struct Wanted {
 }
 
 impl LogDirMoves {
+    /// The moves of a broker whose start-up found `interrupted` ones.
+    pub(super) fn resuming(interrupted: Vec<Interrupted>) -> Self {
+        LogDirMoves {
+            interrupted: Mutex::new(interrupted),
+            ..Default::default()
+        }
+    }
+
     fn wanted(&self) -> std::sync::MutexGuard<'_, Wanted> {
         self.wanted.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -161,6 +182,31 @@ impl Broker {
             wanted.mover_running = true;
         }
         answer
+    }
+
+    /// Starts again the moves a restart interrupted (once the broker is open). A partition
+    /// gone since, or a log dir no longer configured, is left where it is.
+    pub fn resume_log_dir_moves(self: &Arc<Self>) {
+        let interrupted = std::mem::take(
+            &mut *self
+                .log_dir_moves
+                .interrupted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for m in interrupted {
+            let to = m.to.to_string_lossy().to_string();
+            match self.alter_replica_log_dir(&m.topic, m.partition, &to) {
+                Ok(()) | Err(ResponseError::ReplicaNotAvailable) => {
+                    tracing::info!(topic = %m.topic, partition = m.partition, to = %to,
+                        "resuming a replica move a restart interrupted");
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %m.topic, partition = m.partition, to = %to, error = ?e,
+                        "a replica move a restart interrupted is not resumed");
+                }
+            }
+        }
     }
 
     /// The next move to make: a wanted partition not yet where it is wanted. Forgets the
@@ -335,8 +381,10 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     a == b || canonical(a) == canonical(b)
 }
 
-/// Start-up, before the logs open: finishes moves a crash interrupted (module docs).
-pub(super) fn finish_interrupted_moves(config: &BrokerConfig) {
+/// Start-up, before the logs open: finishes moves a crash interrupted after their copy was
+/// complete, and returns the ones it interrupted before, to start again (module docs).
+pub(super) fn finish_interrupted_moves(config: &BrokerConfig) -> Vec<Interrupted> {
+    let mut interrupted = Vec::new();
     let mut futures = Vec::new();
     for d in &config.log_dirs {
         let Ok(entries) = fs::read_dir(d) else {
@@ -357,8 +405,22 @@ pub(super) fn finish_interrupted_moves(config: &BrokerConfig) {
             .iter()
             .any(|d| d.join(&partition_dir).is_dir());
         if exists {
-            tracing::info!(dir = %future.display(), "deleting an unfinished replica move");
+            tracing::info!(dir = %future.display(), "deleting an unfinished replica move's copy; the move starts again");
             let _ = fs::remove_dir_all(&future);
+            let to = live.parent().map(Path::to_path_buf);
+            let parsed = partition_dir_name_parts(&partition_dir);
+            if let (Some(to), Some((topic, partition))) = (to, parsed) {
+                if !interrupted
+                    .iter()
+                    .any(|m: &Interrupted| m.topic == topic && m.partition == partition)
+                {
+                    interrupted.push(Interrupted {
+                        topic,
+                        partition,
+                        to,
+                    });
+                }
+            }
         } else if let Err(e) = fs::rename(&future, &live) {
             tracing::error!(dir = %future.display(), error = %e, "cannot finish an interrupted replica move");
         } else {
@@ -376,6 +438,14 @@ pub(super) fn finish_interrupted_moves(config: &BrokerConfig) {
             }
         }
     }
+    interrupted
+}
+
+/// `<topic>-<partition>` split.
+fn partition_dir_name_parts(name: &str) -> Option<(String, i32)> {
+    let (topic, partition) = name.rsplit_once('-')?;
+    let partition = partition.parse().ok().filter(|p: &i32| *p >= 0)?;
+    (!topic.is_empty()).then(|| (topic.to_string(), partition))
 }
 
 #[cfg(test)]
@@ -390,5 +460,16 @@ mod tests {
         assert_eq!(segment_base("00000000000000001234.snapshot"), None);
         assert_eq!(segment_base("leader-epoch-checkpoint"), None);
         assert_eq!(segment_base("partition.metadata"), None);
+    }
+
+    #[test]
+    fn partition_dir_names_are_split_at_their_last_dash() {
+        assert_eq!(
+            partition_dir_name_parts("my-topic-12"),
+            Some(("my-topic".to_string(), 12))
+        );
+        assert_eq!(partition_dir_name_parts("topic-x"), None);
+        assert_eq!(partition_dir_name_parts("-3"), None);
+        assert_eq!(partition_dir_name_parts("topic"), None);
     }
 }

@@ -459,7 +459,7 @@ impl Broker {
         }
         let checkpoints = read_checkpoints(&config);
         finish_interrupted_deletions(&config, &mut meta);
-        log_dir_move::finish_interrupted_moves(&config);
+        let interrupted_moves = log_dir_move::finish_interrupted_moves(&config);
         // Next producer id: start a fresh block so ids are never reused after a crash.
         let next_pid = meta.next_producer_id_block.max(0);
         meta.next_producer_id_block = next_pid + PRODUCER_ID_BLOCK;
@@ -507,7 +507,7 @@ impl Broker {
                 config.log_cleaner.clone(),
                 &config.log_dirs,
             ),
-            log_dir_moves: log_dir_move::LogDirMoves::default(),
+            log_dir_moves: log_dir_move::LogDirMoves::resuming(interrupted_moves),
             producer_id_expiration_ms: std::sync::atomic::AtomicI64::new(
                 config.producer_id_expiration_ms,
             ),
