@@ -17,6 +17,7 @@ from conftest import TARGET
 from helpers import QUIET, admin, consume
 from rawkafka import Conn, Reader
 from test_cluster import bootstrap, cluster, wait_until  # noqa: F401 - the fixture
+from test_groups import members  # noqa: F401 - the fixture
 
 pytestmark = [
     pytest.mark.slow,
@@ -183,3 +184,49 @@ def test_transactions_continue_after_kill9_of_the_transaction_coordinator(cluste
     values = sorted(int(r.value) for r in records)
     assert values == list(range(30)) + list(range(2000, 2030)), values
     cluster[victim - 1].start()
+
+
+@pytest.mark.timeout(300)
+def test_kip848_members_go_on_after_kill9_of_their_group_coordinator(cluster, members):
+    """Java consumers of a KIP-848 group (group.protocol=consumer) on a 3-node cluster: the
+    broker that coordinates the group is killed with SIGKILL. The group's state is in its
+    __consumer_offsets partition (replication factor 3), so the next coordinator loads it and
+    the members heartbeat on at their epochs: no partition is lost or revoked, and every
+    record is consumed exactly once with the offsets committed."""
+    import test_groups as tg
+
+    tg._needs_java("java")
+    topic, group = "kip848-failover", "kip848-failover-g"
+    admin(bootstrap(cluster)).create_topics(
+        [NewTopic(topic, num_partitions=tg.PARTITIONS, replication_factor=3,
+                  config={"min.insync.replicas": "2"})], request_timeout=30)[topic].result()
+    servers = bootstrap(cluster)
+    ms = [members("java", servers, topic, group, name=f"failover-{i}", group_protocol="consumer")
+          for i in range(2)]
+    tg.wait_balanced(ms)
+    v1 = tg.produce_phase(servers, topic, "one", 20)
+    tg.wait_consumed(ms, v1)
+    time.sleep(2)
+    held = {m.name: sorted(m.partitions) for m in ms}
+
+    def rebalance_events(m):
+        return {kind: len(m.of(kind)) for kind in ("assigned", "revoked", "lost")}
+
+    before = {m.name: rebalance_events(m) for m in ms}
+    victim = coordinator(cluster, group, KEY_GROUP)
+    cluster[victim - 1].kill9()
+    successor = coordinator(cluster, group, KEY_GROUP, not_node=victim)
+    print(f"group coordinator {victim} killed; {successor} coordinates the group")
+    live = bootstrap([b for b in cluster if b.running])
+    v2 = tg.produce_phase(live, topic, "two", 20)
+    tg.wait_consumed(ms, v2, timeout=120)
+    cluster[victim - 1].start()
+    v3 = tg.produce_phase(servers, topic, "three", 20)
+    tg.wait_consumed(ms, v3, timeout=90)
+    for m in ms:
+        assert rebalance_events(m) == before[m.name], \
+            f"a rebalance after the failover (lost: the member was fenced)\n{m.describe()}"
+        assert sorted(m.partitions) == held[m.name], m.describe()
+    for m in ms:
+        m.close()
+    tg.assert_consumed_once_and_committed(servers, group, topic, ms, v1 | v2 | v3)
