@@ -70,6 +70,14 @@ pub struct ShareService {
     /// The durable state, through the share coordinator of each key.
     pub persister: Persister,
     /// The share-partitions in memory, each at the leader epoch it was read back at.
+    ///
+    /// Locks: this map's lock and a share-partition's are never held together, except to
+    /// `try_lock` a share-partition (clone the `Arc` out, release the map, then lock it). A
+    /// share-partition stays locked through its state write, which waits for
+    /// `__share_group_state`'s replicas, and the timers read this map on the async workers.
+    /// A write that was fenced by a new leader and then forgot its share-partition (taking
+    /// this map) while a fetch held this map waiting for that share-partition deadlocked a
+    /// broker: every async worker ended up waiting for this map.
     partitions: Mutex<HashMap<StateKey, Shared>>,
     /// Held while a share-partition is read back or started (see `share_partition`).
     init: Mutex<()>,
@@ -158,19 +166,20 @@ impl ShareService {
             return Err(ResponseError::NotLeaderOrFollower);
         }
         let leader_epoch = p.leader_epoch().0;
-        let current = |parts: &HashMap<StateKey, Shared>| {
-            parts
-                .get(&key)
-                .filter(|sp| lock(sp).leader_epoch == leader_epoch)
-                .cloned()
+        // The map's lock is never held while a share-partition's is taken (a share-partition
+        // stays locked through its state write, which waits for the state's replicas).
+        let current = || {
+            let sp = lock(&self.partitions).get(&key).cloned()?;
+            let epoch = lock(&sp).leader_epoch;
+            (epoch == leader_epoch).then_some(sp)
         };
-        if let Some(sp) = current(&lock(&self.partitions)) {
+        if let Some(sp) = current() {
             return Ok(sp);
         }
         // One share-partition is read back or started by one thread: two first fetches at
         // once must not both read, or both write a start.
         let _init = lock(&self.init);
-        if let Some(sp) = current(&lock(&self.partitions)) {
+        if let Some(sp) = current() {
             return Ok(sp);
         }
         let offsets = p.offsets();
@@ -397,7 +406,11 @@ impl ShareService {
             let mut sp = lock(&sp);
             if sp.release_member(member, limits(&settings)) {
                 any = true;
-                self.persist_quietly(&key, &mut sp);
+                let fenced = self.persist_quietly(&key, &mut sp);
+                drop(sp);
+                if fenced {
+                    self.forget(&key);
+                }
             }
         }
         if any {
@@ -417,17 +430,21 @@ impl ShareService {
 
     /// Writes a share-partition's state after a change that needs no answer (a release, an
     /// expired lock); a failure only means a record may be delivered once more after a crash.
-    fn persist_quietly(&self, key: &StateKey, sp: &mut SharePartition) {
+    /// Returns whether the write was fenced: the caller then forgets the share-partition,
+    /// once it has released its lock (never taken while the map's is held).
+    #[must_use]
+    fn persist_quietly(&self, key: &StateKey, sp: &mut SharePartition) -> bool {
         sp.snapshot_epoch = sp.snapshot_epoch.wrapping_add(1);
-        if let Err(e) = self.persister.write(key, &state_write(sp)) {
-            tracing::warn!(group = %key.group, topic_id = %key.topic_id, partition = key.partition, error = ?e, "cannot persist released share records");
-            if matches!(
-                e,
-                ResponseError::FencedLeaderEpoch
-                    | ResponseError::FencedStateEpoch
-                    | ResponseError::InvalidRequest
-            ) {
-                self.forget(key);
+        match self.persister.write(key, &state_write(sp)) {
+            Ok(()) => false,
+            Err(e) => {
+                tracing::warn!(group = %key.group, topic_id = %key.topic_id, partition = key.partition, error = ?e, "cannot persist released share records");
+                matches!(
+                    e,
+                    ResponseError::FencedLeaderEpoch
+                        | ResponseError::FencedStateEpoch
+                        | ResponseError::InvalidRequest
+                )
             }
         }
     }
@@ -530,7 +547,11 @@ impl ShareService {
                     .lock_expiries
                     .fetch_add(expired as u64, Ordering::Relaxed);
                 tracing::debug!(group = %key.group, partition = key.partition, "acquisition locks expired");
-                self.persist_quietly(&key, &mut sp);
+                let fenced = self.persist_quietly(&key, &mut sp);
+                drop(sp);
+                if fenced {
+                    self.forget(&key);
+                }
             }
         }
         if any {
@@ -607,16 +628,11 @@ impl ShareService {
     /// The groups with share-partition state on this broker (led here, or kept by its share
     /// coordinator).
     pub fn group_ids(&self) -> Vec<String> {
+        let stored = self.persister.coordinator().keys(None);
         let mut ids: Vec<String> = lock(&self.partitions)
             .keys()
             .map(|k| k.group.clone())
-            .chain(
-                self.persister
-                    .coordinator()
-                    .keys(None)
-                    .into_iter()
-                    .map(|k| k.group),
-            )
+            .chain(stored.into_iter().map(|k| k.group))
             .collect();
         ids.sort();
         ids.dedup();
@@ -639,11 +655,13 @@ impl ShareService {
             })
             .collect();
         // What this broker leads is newer than what its coordinator answered.
-        for (k, sp) in lock(&self.partitions)
+        let held: Vec<(StateKey, Shared)> = lock(&self.partitions)
             .iter()
             .filter(|(k, _)| k.group == group)
-        {
-            let sp = lock(sp);
+            .map(|(k, sp)| (k.clone(), sp.clone()))
+            .collect();
+        for (k, sp) in held {
+            let sp = lock(&sp);
             let done = sp.done_in_flight() as i64;
             out.insert(
                 (k.topic_id, k.partition),
@@ -676,9 +694,8 @@ impl ShareService {
         let offsets = p.offsets();
         let start = offset.clamp(offsets.log_start_offset.0, offsets.log_end_offset.0);
         let stored = self.persister.summary(&key)?.map(|s| s.state_epoch);
-        let held = lock(&self.partitions)
-            .get(&key)
-            .map(|sp| lock(sp).state_epoch);
+        let held = lock(&self.partitions).get(&key).cloned();
+        let held = held.map(|sp| lock(&sp).state_epoch);
         let state_epoch = stored.max(held).unwrap_or(0).wrapping_add(1);
         self.persister.initialize(&key, state_epoch, start)?;
         lock(&self.partitions).remove(&key);
@@ -713,8 +730,9 @@ impl ShareService {
     /// totals of acquisitions, redeliveries, acknowledgements and expired locks.
     pub fn render_metrics(&self, out: &mut String) {
         let (mut partitions, mut in_flight, mut acquired) = (0usize, 0usize, 0usize);
-        for sp in lock(&self.partitions).values() {
-            let sp = lock(sp);
+        let all: Vec<Shared> = lock(&self.partitions).values().cloned().collect();
+        for sp in all {
+            let sp = lock(&sp);
             partitions += 1;
             in_flight += sp.in_flight();
             acquired += sp.acquired_count();
