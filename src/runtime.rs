@@ -301,13 +301,11 @@ fn spawn_background(
         tasks.spawn(async move { t.run(&b, stop).await });
     }
     if broker.config.log_cleaner.enable {
-        for id in 0..broker.config.log_cleaner.threads {
-            tasks.spawn(crate::broker::log_cleaner::run(
-                broker.clone(),
-                id,
-                shutdown.clone(),
-            ));
-        }
+        tasks.spawn(crate::broker::log_cleaner::supervise(
+            broker.clone(),
+            tasks.clone(),
+            shutdown.clone(),
+        ));
     }
     tasks.spawn(crate::replication::run(
         broker.clone(),

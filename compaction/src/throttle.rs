@@ -5,6 +5,7 @@
 //!
 //! Time comes from a [`Clock`] so tests can run it on a manual clock.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,7 +29,8 @@ impl Clock for SystemClock {
 }
 
 pub struct Throttler {
-    bytes_per_second: f64,
+    /// The rate, as `f64` bits: changed at run time ([`Throttler::set_rate`]).
+    bytes_per_second: AtomicU64,
     check_interval: Duration,
     clock: Arc<dyn Clock>,
     window: Mutex<Window>,
@@ -50,7 +52,7 @@ impl Throttler {
     pub fn with_clock(bytes_per_second: f64, clock: Arc<dyn Clock>) -> Self {
         let start = clock.now();
         Throttler {
-            bytes_per_second,
+            bytes_per_second: AtomicU64::new(bytes_per_second.to_bits()),
             check_interval: Self::CHECK_INTERVAL,
             clock,
             window: Mutex::new(Window { start, bytes: 0.0 }),
@@ -62,12 +64,21 @@ impl Throttler {
         Self::new(f64::MAX)
     }
 
+    /// The limit in bytes per second.
+    pub fn rate(&self) -> f64 {
+        f64::from_bits(self.bytes_per_second.load(Ordering::Relaxed))
+    }
+
+    /// A new limit, from the next check on (Kafka's `updateDesiredRatePerSec`).
+    pub fn set_rate(&self, bytes_per_second: f64) {
+        self.bytes_per_second
+            .store(bytes_per_second.to_bits(), Ordering::Relaxed);
+    }
+
     /// Accounts for `bytes` of I/O and sleeps if the shared rate is above the limit.
     pub fn maybe_throttle(&self, bytes: u64) {
-        if self.bytes_per_second.is_nan()
-            || self.bytes_per_second <= 0.0
-            || self.bytes_per_second == f64::MAX
-        {
+        let limit = self.rate();
+        if limit.is_nan() || limit <= 0.0 || limit == f64::MAX {
             return;
         }
         // A poisoned lock only means another task panicked while holding it; the window is
@@ -82,8 +93,8 @@ impl Throttler {
             return;
         }
         let rate = window.bytes / elapsed.as_secs_f64();
-        if rate > self.bytes_per_second {
-            let needed = Duration::from_secs_f64(window.bytes / self.bytes_per_second);
+        if rate > limit {
+            let needed = Duration::from_secs_f64(window.bytes / limit);
             let sleep = needed.saturating_sub(elapsed);
             if !sleep.is_zero() {
                 tracing::trace!(?sleep, rate, "cleaner I/O throttled");
@@ -144,6 +155,25 @@ pub(crate) mod tests {
         clock.advance(Duration::from_millis(400));
         throttler.maybe_throttle(100);
         assert_eq!(*clock.slept.lock().unwrap(), Duration::from_millis(300));
+    }
+
+    #[test]
+    fn a_new_rate_holds_from_the_next_check() {
+        let clock = Arc::new(ManualClock::new());
+        let throttler = Throttler::with_clock(1000.0, clock.clone());
+        throttler.set_rate(2000.0);
+        // 600 bytes in 300 ms is 2000 B/s: exactly the new limit, no sleep.
+        throttler.maybe_throttle(300);
+        clock.advance(Duration::from_millis(300));
+        throttler.maybe_throttle(300);
+        assert_eq!(*clock.slept.lock().unwrap(), Duration::ZERO);
+        // Down to 500 B/s: the same bytes now take 1.2 s.
+        throttler.set_rate(500.0);
+        throttler.maybe_throttle(300);
+        clock.advance(Duration::from_millis(300));
+        throttler.maybe_throttle(300);
+        assert_eq!(*clock.slept.lock().unwrap(), Duration::from_millis(900));
+        assert_eq!(throttler.rate(), 500.0);
     }
 
     #[test]

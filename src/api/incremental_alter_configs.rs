@@ -95,6 +95,19 @@ fn apply_broker(
     }
     dynamic_broker::check(&configs, resource.is_empty())
         .map_err(|e| (ResponseError::InvalidRequest, e))?;
+    if let Some(threads) = configs.get("log.cleaner.threads") {
+        // Kafka's LogCleaner.validateReconfiguration, in Kafka's wrapping of its message.
+        let threads = threads.trim().parse::<i64>().unwrap_or(-1);
+        broker.log_cleaner().check_threads(threads).map_err(|e| {
+            (
+                ResponseError::InvalidRequest,
+                format!(
+                    "Invalid value org.apache.kafka.common.config.ConfigException: {e} for \
+                     configuration Invalid dynamic configuration"
+                ),
+            )
+        })?;
+    }
     for (k, v) in &configs {
         if let Some(d) = topic::TOPIC_CONFIGS.iter().find(|d| d.broker_synonym == k) {
             topic::validate(d.name, v).map_err(|e| {

@@ -2,12 +2,19 @@
 //! `cleanup.policy=compact` (or `compact,delete`), `__consumer_offsets` included, with the
 //! `strata-compaction` crate over the broker's segment files ([`crate::log::cleaner`]).
 //!
-//! Tasks: `log.cleaner.threads` tasks (spawned by [`crate::runtime`], stopped by its shutdown
-//! token). Each loops: on the blocking pool, list the compacted partitions, let the shared
-//! [`CleanerManager`] pick the filthiest one not being cleaned, and run one pass over it with
-//! its own [`Cleaner`] (offset map allocated on first use, then reused); when nothing is
-//! cleanable, sleep `log.cleaner.backoff.ms`. All tasks share one [`Throttler`]
-//! (`log.cleaner.io.max.bytes.per.second`).
+//! Tasks: `log.cleaner.threads` tasks (kept running by [`supervise`], which [`crate::runtime`]
+//! spawns; stopped by its shutdown token). Each loops: on the blocking pool, list the
+//! compacted partitions, let the shared [`CleanerManager`] pick the filthiest one not being
+//! cleaned, and run one pass over it with its own [`Cleaner`] (offset map allocated on first
+//! use, then reused); when nothing is cleanable, sleep `log.cleaner.backoff.ms`. All tasks
+//! share one [`Throttler`] (`log.cleaner.io.max.bytes.per.second`).
+//!
+//! Reconfiguration ([`LogCleaner::reconfigure`], dynamic broker configs, Kafka's
+//! `LogCleaner.reconfigure`): the throttle takes its new rate at its next check; a task
+//! builds a new offset map (`log.cleaner.dedupe.buffer.size` / threads, load factor) before
+//! its next pass and sleeps the new backoff; tasks above a lowered thread count stop after
+//! their pass, and the supervisor starts the ones a raised count wants. Kafka restarts every
+//! cleaner thread instead, which aborts the passes in progress.
 //!
 //! Cancellation: a pass polls the shutdown token and its guard's abort flag (raised by topic
 //! deletion through [`LogCleaner::abort_topic`]) before every batch; committed groups stay,
@@ -26,8 +33,8 @@
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use strata_compaction::{
@@ -51,7 +58,11 @@ pub type PartitionKey = (String, i32);
 
 /// The cleaner state shared by the broker and its cleaner tasks.
 pub struct LogCleaner {
-    config: LogCleanerConfig,
+    config: RwLock<LogCleanerConfig>,
+    /// Raised by every reconfiguration: an offset map sized under an older one is replaced.
+    generation: AtomicU64,
+    /// Wakes the [`supervise`] task after a reconfiguration.
+    reconfigured: tokio::sync::Notify,
     manager: Arc<CleanerManager<PartitionKey>>,
     throttler: Arc<Throttler>,
     /// First dirty offset per partition; the lock also serializes checkpoint writes.
@@ -83,8 +94,67 @@ impl LogCleaner {
             throttler: Arc::new(Throttler::new(config.io_max_bytes_per_second)),
             manager: Arc::new(CleanerManager::new()),
             checkpoints: Mutex::new(checkpoints),
-            config,
+            config: RwLock::new(config),
+            generation: AtomicU64::new(0),
+            reconfigured: tokio::sync::Notify::new(),
         }
+    }
+
+    /// The settings in force now.
+    pub fn config(&self) -> LogCleanerConfig {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// New settings (dynamic broker configs; `enable` is read at start-up only). Returns
+    /// whether anything changed.
+    pub fn reconfigure(&self, new: LogCleanerConfig) -> bool {
+        let mut config = self.config.write().unwrap_or_else(|e| e.into_inner());
+        let new = LogCleanerConfig {
+            enable: config.enable,
+            ..new
+        };
+        if *config == new {
+            return false;
+        }
+        if new.io_max_bytes_per_second != config.io_max_bytes_per_second {
+            self.throttler.set_rate(new.io_max_bytes_per_second);
+        }
+        tracing::info!(
+            threads = new.threads,
+            dedupe_buffer_bytes = new.dedupe_buffer_bytes,
+            load_factor = new.dedupe_buffer_load_factor,
+            io_max_bytes_per_second = new.io_max_bytes_per_second,
+            backoff_ms = new.backoff.as_millis() as u64,
+            "log cleaner reconfigured"
+        );
+        *config = new;
+        drop(config);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.reconfigured.notify_one();
+        true
+    }
+
+    /// Refuses a thread count Kafka refuses: below 1, below half or above double the
+    /// current one (Kafka's `LogCleaner.validateReconfiguration`).
+    pub fn check_threads(&self, threads: i64) -> Result<(), String> {
+        let current = self.config().threads as i64;
+        if threads < 1 {
+            return Err("Log cleaner threads should be at least 1".into());
+        }
+        if threads < current / 2 {
+            return Err(format!(
+                "Log cleaner threads cannot be reduced to less than half the current value {current}"
+            ));
+        }
+        if threads > current * 2 {
+            return Err(format!(
+                "Log cleaner threads cannot be increased to more than double the current value {current}"
+            ));
+        }
+        Ok(())
     }
 
     fn checkpoints(&self) -> std::sync::MutexGuard<'_, HashMap<PartitionKey, i64>> {
@@ -199,7 +269,7 @@ impl LogCleaner {
         let cleaner = match cleaner {
             Some(cleaner) => cleaner,
             None => {
-                let config = self.config.cleaner_config();
+                let config = self.config().cleaner_config();
                 match Cleaner::new(
                     id,
                     config.offset_map_bytes_per_cleaner(),
@@ -325,16 +395,56 @@ impl Drop for CleaningPaused {
     }
 }
 
+/// Keeps `log.cleaner.threads` cleaner tasks running until `shutdown`, starting the ones a
+/// raised thread count wants (checked after each reconfiguration, and every second).
+pub async fn supervise(
+    broker: Arc<Broker>,
+    tasks: tokio_util::task::TaskTracker,
+    shutdown: CancellationToken,
+) {
+    let mut running: Vec<tokio::task::JoinHandle<()>> = Vec::new();
+    loop {
+        let threads = broker.log_cleaner().config().threads;
+        for id in 0..threads {
+            if running.get(id).is_some_and(|h| !h.is_finished()) {
+                continue;
+            }
+            let handle = tasks.spawn(run(broker.clone(), id, shutdown.clone()));
+            if id < running.len() {
+                running[id] = handle;
+            } else {
+                running.push(handle);
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = broker.log_cleaner().reconfigured.notified() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
 /// One cleaner task: passes back to back while there is work, `log.cleaner.backoff.ms` apart
-/// when there is none, until `shutdown`.
+/// when there is none, until `shutdown` or until the thread count falls to `id` or below.
 pub async fn run(broker: Arc<Broker>, id: usize, shutdown: CancellationToken) {
-    let backoff = broker
-        .config
-        .log_cleaner
-        .backoff
-        .max(Duration::from_millis(10));
     let mut cleaner: Option<Cleaner> = None;
+    let mut sized_at = broker.log_cleaner().generation.load(Ordering::SeqCst);
     while !shutdown.is_cancelled() {
+        let config = broker.log_cleaner().config();
+        if id >= config.threads {
+            tracing::info!(
+                cleaner = id,
+                "log cleaner task stopped: fewer threads configured"
+            );
+            break;
+        }
+        let generation = broker.log_cleaner().generation.load(Ordering::SeqCst);
+        if generation != sized_at {
+            // Reconfigured: the next pass builds an offset map of the new size.
+            cleaner = None;
+            sized_at = generation;
+        }
+        let backoff = config.backoff.max(Duration::from_millis(10));
         let b = broker.clone();
         let stop = shutdown.clone();
         let mut mine = cleaner.take();
@@ -358,5 +468,59 @@ pub async fn run(broker: Arc<Broker>, id: usize, shutdown: CancellationToken) {
                 _ = tokio::time::sleep(backoff) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(threads: usize) -> LogCleanerConfig {
+        LogCleanerConfig {
+            enable: true,
+            threads,
+            dedupe_buffer_bytes: 1 << 20,
+            dedupe_buffer_load_factor: 0.9,
+            io_max_bytes_per_second: f64::MAX,
+            backoff: Duration::from_millis(200),
+        }
+    }
+
+    #[test]
+    fn a_reconfiguration_takes_the_new_settings_and_keeps_enable() {
+        let cleaner = LogCleaner::open(config(1), &[]);
+        assert!(!cleaner.reconfigure(config(1)), "nothing changed");
+        assert_eq!(cleaner.generation.load(Ordering::SeqCst), 0);
+        let new = LogCleanerConfig {
+            enable: false,
+            io_max_bytes_per_second: 1024.0,
+            dedupe_buffer_bytes: 2 << 20,
+            ..config(2)
+        };
+        assert!(cleaner.reconfigure(new));
+        let now = cleaner.config();
+        assert!(now.enable, "enable is read at start-up only");
+        assert_eq!((now.threads, now.dedupe_buffer_bytes), (2, 2 << 20));
+        assert_eq!(cleaner.throttler.rate(), 1024.0);
+        assert_eq!(cleaner.generation.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn thread_counts_are_bounded_as_kafka_bounds_them() {
+        let cleaner = LogCleaner::open(config(4), &[]);
+        assert!(cleaner.check_threads(2).is_ok());
+        assert!(cleaner.check_threads(8).is_ok());
+        assert_eq!(
+            cleaner.check_threads(9).unwrap_err(),
+            "Log cleaner threads cannot be increased to more than double the current value 4"
+        );
+        assert_eq!(
+            cleaner.check_threads(1).unwrap_err(),
+            "Log cleaner threads cannot be reduced to less than half the current value 4"
+        );
+        assert_eq!(
+            cleaner.check_threads(0).unwrap_err(),
+            "Log cleaner threads should be at least 1"
+        );
     }
 }

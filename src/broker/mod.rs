@@ -666,6 +666,35 @@ impl Broker {
             Ok(limits) => self.quotas.connections.set_config(limits),
             Err(e) => tracing::warn!(error = %e, "dynamic connection limits not applied"),
         }
+        let float = |key: &str, configured: f64| {
+            dynamic
+                .get(key)
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(configured)
+        };
+        let cleaner = &self.config.log_cleaner;
+        self.log_cleaner
+            .reconfigure(crate::config::LogCleanerConfig {
+                enable: cleaner.enable,
+                threads: long("log.cleaner.threads", cleaner.threads as i64).max(0) as usize,
+                dedupe_buffer_bytes: long(
+                    "log.cleaner.dedupe.buffer.size",
+                    cleaner.dedupe_buffer_bytes as i64,
+                )
+                .max(0) as usize,
+                dedupe_buffer_load_factor: float(
+                    "log.cleaner.io.buffer.load.factor",
+                    cleaner.dedupe_buffer_load_factor,
+                ),
+                io_max_bytes_per_second: float(
+                    "log.cleaner.io.max.bytes.per.second",
+                    cleaner.io_max_bytes_per_second,
+                ),
+                backoff: std::time::Duration::from_millis(
+                    long("log.cleaner.backoff.ms", cleaner.backoff.as_millis() as i64).max(0)
+                        as u64,
+                ),
+            });
         let c = &self.config.replication;
         let throttles = &self.replication.throttles;
         throttles.leader.set_limit(long(

@@ -103,6 +103,13 @@ const LIVE: &[&str] = &[
     "max.connections.per.ip.overrides",
     "max.connection.creation.rate",
     "producer.id.expiration.ms",
+    // Kafka's LogCleaner.RECONFIGURABLE_CONFIGS (io.buffer.size aside: Strata has no such
+    // buffer, so it is stored and described only).
+    "log.cleaner.threads",
+    "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.buffer.load.factor",
+    "log.cleaner.io.max.bytes.per.second",
+    "log.cleaner.backoff.ms",
 ];
 
 /// Kafka's definition of a dynamic broker setting.
@@ -798,6 +805,13 @@ mod tests {
         assert_eq!(treatment("max.connections"), Treatment::Live);
         for k in [
             "log.cleaner.threads",
+            "log.cleaner.io.max.bytes.per.second",
+            "log.cleaner.backoff.ms",
+        ] {
+            assert_eq!(treatment(k), Treatment::Live, "{k}");
+        }
+        assert_eq!(treatment("log.cleaner.io.buffer.size"), Treatment::Ignored);
+        for k in [
             "ssl.client.auth",
             "listener.name.sasl_ssl.ssl.keystore.location",
             "listener.name.sasl_ssl.plain.sasl.jaas.config",

@@ -15,7 +15,8 @@ import time
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
-from helpers import _consumer, create_topic, produce, watermarks
+from conftest import TARGET
+from helpers import _consumer, admin, create_topic, produce, watermarks
 
 pytestmark = pytest.mark.slow
 
@@ -140,3 +141,59 @@ def test_records_without_a_key_are_refused_on_a_compacted_topic(cleaning_broker,
         assert [e.code() for e in errors] == [KafkaError.INVALID_RECORD], errors
         delivered, _ = produce(b, topic, [{"key": b"k", "value": b"v"}])
         assert delivered[0].offset == 0, "the refused record was not appended"
+
+
+def test_the_cleaner_is_reconfigured_at_run_time_within_kafkas_bounds(cleaning_broker,
+                                                                      topic_name):
+    """The cleaner's settings change at run time, as Kafka's LogCleaner is reconfigured:
+    threads within half and double the current count (Kafka's messages otherwise), the I/O
+    throttle, the offset-map memory; the reconfigured cleaner compacts, and every key keeps
+    its newest value. (The throttle checks the rate every 300 ms, as Kafka's does, so a pass
+    this small is never slowed: its effect is not timed here.)"""
+    from test_group_configs import describe, inc_alter
+
+    b = cleaning_broker
+    me = str(next(iter(admin(b.bootstrap).list_topics(timeout=30).brokers)))
+    broker_resource = 4
+    set_op, delete_op = 0, 1
+    keys = ["log.cleaner.threads", "log.cleaner.io.max.bytes.per.second",
+            "log.cleaner.dedupe.buffer.size"]
+    try:
+        assert inc_alter(b.bootstrap, me, [
+            ("log.cleaner.threads", set_op, "2"),
+            ("log.cleaner.io.max.bytes.per.second", set_op, str(256 * 1024)),
+            ("log.cleaner.dedupe.buffer.size", set_op, str(32 * MIB)),
+        ], rtype=broker_resource) == (0, None)
+        # Kafka checks a new count against the one in force: wait until 2 is.
+        deadline = time.monotonic() + 15
+        while describe(b.bootstrap, me, keys=["log.cleaner.threads"],
+                       rtype=broker_resource)[2]["log.cleaner.threads"]["value"] != "2":
+            assert time.monotonic() < deadline, "log.cleaner.threads=2 not applied"
+            time.sleep(0.2)
+        for threads, reason in (
+                ("5", "Log cleaner threads cannot be increased to more than double the current "
+                      "value 2"),
+                ("0", "Log cleaner threads should be at least 1")):
+            err, msg = inc_alter(b.bootstrap, me, [("log.cleaner.threads", set_op, threads)],
+                                 rtype=broker_resource)
+            assert err == 42, (threads, err, msg)
+            if threads == "0" and TARGET == "kafka":
+                # Kafka 4.4 divides by the new count before it checks it.
+                assert msg == "/ by zero"
+                continue
+            assert msg == ("Invalid value org.apache.kafka.common.config.ConfigException: "
+                           f"{reason} for configuration Invalid dynamic configuration")
+
+        create_topic(b.bootstrap, topic_name, partitions=1, config=COMPACTED)
+        expected = produce_updates(b.bootstrap, topic_name, keys=100, rounds=30,
+                                   value_bytes=1024)
+        produced = 100 * 30
+
+        def compacted():
+            got = read_to_end(b.bootstrap, topic_name)
+            return got if len(got) < produced // 2 else None
+
+        got = wait_until(compacted, f"{topic_name} compacted by the reconfigured cleaner")
+        assert newest(got) == expected
+    finally:
+        inc_alter(b.bootstrap, me, [(k, delete_op, None) for k in keys], rtype=broker_resource)

@@ -200,19 +200,19 @@ def test_a_list_setting_takes_append(dbroker):
 
 
 def test_a_setting_strata_reads_at_start_up_is_refused_on_strata_and_applied_on_kafka(dbroker):
-    """The documented difference: Kafka resizes its cleaner threads at once; Strata reads
-    `log.cleaner.threads` only at start-up and says so rather than store a value that does
-    nothing."""
+    """The documented difference: Kafka changes a listener's TLS client authentication at
+    once; Strata reads `ssl.client.auth` only when it opens its listeners and says so rather
+    than store a value that does nothing."""
     me = node_id(dbroker)
-    err, msg = inc_alter(dbroker.bootstrap, me, [("log.cleaner.threads", SET, "2")],
+    err, msg = inc_alter(dbroker.bootstrap, me, [("ssl.client.auth", SET, "none")],
                          rtype=BROKER)
     if TARGET == "kafka":
         assert (err, msg) == (0, None)
-        inc_alter(dbroker.bootstrap, me, [("log.cleaner.threads", DELETE, None)], rtype=BROKER)
+        inc_alter(dbroker.bootstrap, me, [("ssl.client.auth", DELETE, None)], rtype=BROKER)
     else:
         assert (err, msg) == (INVALID_REQUEST, "Strata reads these configs only at start-up: set "
                               "them in the broker's properties and restart it: "
-                              "[log.cleaner.threads]")
+                              "[ssl.client.auth]")
 
 
 def connects(bootstrap: str, source: str) -> socket.socket | None:
