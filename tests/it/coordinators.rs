@@ -395,9 +395,10 @@ async fn a_new_transaction_coordinator_completes_or_aborts_what_its_predecessor_
     c.lead("moved", 1, 3, 0).await;
     let mut c1 = c.client(1).await;
     // "kept" will be committed by its producer through the new coordinator; "left" has a
-    // 1 s timeout and is never ended, so the new coordinator aborts it.
+    // 4 s timeout and is never ended, so the new coordinator aborts it. (With 1 s, a loaded
+    // CI machine let it expire before its own produce, which then got INVALID_PRODUCER_EPOCH.)
     let kept = init_txn(&mut c1, "kept").await;
-    let r = try_init(&mut c1, "left", 1_000, None).await;
+    let r = try_init(&mut c1, "left", 4_000, None).await;
     assert_eq!(r.error_code, NONE, "{r:?}");
     let left = (r.producer_id.0, r.producer_epoch);
     assert_eq!(
