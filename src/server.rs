@@ -69,17 +69,12 @@ pub async fn serve(
 ) {
     let broker = &services.broker;
     let config = &broker.config.listeners[index];
-    let tls = match broker.config.security.tls.get(&config.name) {
-        Some(t) => match security::tls::acceptor(t) {
-            Ok(a) => Some(a),
-            Err(e) => {
-                // Checked at start-up (runtime::start); here only for completeness.
-                tracing::error!(listener = %config.name, error = %e, "cannot serve TLS");
-                return;
-            }
-        },
-        None => None,
-    };
+    let uses_tls = broker.config.security.tls.contains_key(&config.name);
+    if uses_tls && broker.listener_tls.acceptor(&config.name).is_none() {
+        // Checked at start-up (runtime::start); here only for completeness.
+        tracing::error!(listener = %config.name, "cannot serve TLS: its keys did not load");
+        return;
+    }
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -116,7 +111,16 @@ pub async fn serve(
                 let _ = stream.set_nodelay(true);
                 let services = services.clone();
                 let shutdown = shutdown.clone();
-                let tls = tls.clone();
+                // The acceptor in force now: a keystore reloaded at run time serves the
+                // connections accepted after it.
+                let tls = if uses_tls {
+                    match broker.listener_tls.acceptor(&config.name) {
+                        Some(a) => Some(a),
+                        None => continue,
+                    }
+                } else {
+                    None
+                };
                 tracker.spawn(async move {
                     let broker = &services.broker;
                     broker

@@ -95,6 +95,12 @@ fn apply_broker(
     }
     dynamic_broker::check(&configs, resource.is_empty())
         .map_err(|e| (ResponseError::InvalidRequest, e))?;
+    broker.check_listener_tls(resource, &configs).map_err(|e| {
+        (
+            ResponseError::InvalidRequest,
+            format!("Validation of dynamic config update of SSLFactory failed: {e}"),
+        )
+    })?;
     if let Some(threads) = configs.get("log.cleaner.threads") {
         // Kafka's LogCleaner.validateReconfiguration, in Kafka's wrapping of its message.
         let threads = threads.trim().parse::<i64>().unwrap_or(-1);

@@ -227,6 +227,8 @@ pub struct Broker {
     producer_id_expiration_ms: std::sync::atomic::AtomicI64,
     /// Replicas moving between log dirs (AlterReplicaLogDirs).
     pub(crate) log_dir_moves: log_dir_move::LogDirMoves,
+    /// The TLS listeners' acceptors, with the keystores and truststores in force.
+    pub(crate) listener_tls: crate::security::tls::ListenerTls,
     /// Cluster view, partition leadership and ISR proposals; its tasks are spawned by the
     /// runtime.
     replication: replica_manager::ReplicaManager,
@@ -508,6 +510,7 @@ impl Broker {
                 &config.log_dirs,
             ),
             log_dir_moves: log_dir_move::LogDirMoves::resuming(interrupted_moves),
+            listener_tls: crate::security::tls::ListenerTls::new(&config.security.tls),
             producer_id_expiration_ms: std::sync::atomic::AtomicI64::new(
                 config.producer_id_expiration_ms,
             ),
@@ -695,6 +698,7 @@ impl Broker {
                         as u64,
                 ),
             });
+        self.apply_listener_tls(&dynamic);
         let c = &self.config.replication;
         let throttles = &self.replication.throttles;
         throttles.leader.set_limit(long(
@@ -705,6 +709,72 @@ impl Broker {
             "follower.replication.throttled.rate",
             c.follower_throttled_rate,
         ));
+    }
+
+    /// The TLS listeners' keys with the dynamic configs over the properties file's: a
+    /// listener whose keystore or truststore changed serves new connections with it. Keys
+    /// that do not load leave the listener as it was (they were checked when they were set;
+    /// a file may have changed since).
+    fn apply_listener_tls(&self, dynamic: &BTreeMap<String, String>) {
+        let mut merged = self.config.explicit.clone();
+        merged.extend(dynamic.iter().map(|(k, v)| (k.clone(), v.clone())));
+        for listener in self.config.security.tls.keys() {
+            let built = crate::config::security::TlsConfig::build(&merged, listener)
+                .map_err(|e| e.to_string())
+                .and_then(|cfg| {
+                    if self.listener_tls.serves(listener, &cfg) {
+                        return Ok(None);
+                    }
+                    crate::security::tls::acceptor(&cfg)
+                        .map(|a| Some((cfg, a)))
+                        .map_err(|e| format!("{e:#}"))
+                });
+            match built {
+                Ok(None) => {}
+                Ok(Some((cfg, acceptor))) => {
+                    self.listener_tls.install(listener, cfg, acceptor);
+                    tracing::info!(%listener, "listener TLS keys reloaded");
+                }
+                Err(e) => {
+                    tracing::warn!(%listener, error = %e, "listener TLS keys not reloaded")
+                }
+            }
+        }
+    }
+
+    /// Checks the TLS keys the dynamic configs `new` of broker resource `resource` would
+    /// give each listener they name: Kafka's validation of a dynamic SSL update.
+    pub fn check_listener_tls(
+        &self,
+        resource: &str,
+        new: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        let mut dynamic = self
+            .dynamic_configs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        dynamic.insert(resource.to_string(), new.clone());
+        let mut merged = self.config.explicit.clone();
+        for r in [String::new(), self.config.node_id.to_string()] {
+            if let Some(c) = dynamic.get(&r) {
+                merged.extend(c.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+        for listener in self.config.security.tls.keys() {
+            let prefix = format!("listener.name.{}.", listener.to_lowercase());
+            let named = new.keys().any(|k| {
+                k.strip_prefix(&prefix)
+                    .is_some_and(crate::config::dynamic_broker::is_reloadable_tls)
+            });
+            if !named {
+                continue;
+            }
+            let cfg = crate::config::security::TlsConfig::build(&merged, listener)
+                .map_err(|e| e.to_string())?;
+            self.listener_tls.check(listener, &cfg)?;
+        }
+        Ok(())
     }
 
     /// The effective config of a topic with the given overrides.

@@ -71,8 +71,29 @@ pub enum Treatment {
     Ignored,
 }
 
+/// The per-listener TLS settings a listener reloads at run time (Kafka's
+/// `SslConfigs.RECONFIGURABLE_CONFIGS`): its keystore and truststore.
+pub fn is_reloadable_tls(base: &str) -> bool {
+    matches!(
+        base,
+        "ssl.keystore.type"
+            | "ssl.keystore.location"
+            | "ssl.keystore.password"
+            | "ssl.key.password"
+            | "ssl.keystore.certificate.chain"
+            | "ssl.keystore.key"
+            | "ssl.truststore.type"
+            | "ssl.truststore.location"
+            | "ssl.truststore.password"
+            | "ssl.truststore.certificates"
+    )
+}
+
 pub fn treatment(name: &str) -> Treatment {
     if let Some(base) = listener_base(name) {
+        if is_reloadable_tls(base) {
+            return Treatment::Live;
+        }
         // A per-listener setting: Strata reads the ones it uses (TLS files, SASL JAAS
         // configs, ...) when it opens the listener.
         let mechanism = LISTENER_MECHANISM.iter().any(|m| {
@@ -807,13 +828,15 @@ mod tests {
             "log.cleaner.threads",
             "log.cleaner.io.max.bytes.per.second",
             "log.cleaner.backoff.ms",
+            "listener.name.sasl_ssl.ssl.keystore.location",
+            "listener.name.ssl.ssl.truststore.certificates",
         ] {
             assert_eq!(treatment(k), Treatment::Live, "{k}");
         }
         assert_eq!(treatment("log.cleaner.io.buffer.size"), Treatment::Ignored);
         for k in [
             "ssl.client.auth",
-            "listener.name.sasl_ssl.ssl.keystore.location",
+            "listener.name.sasl_ssl.ssl.client.auth",
             "listener.name.sasl_ssl.plain.sasl.jaas.config",
             "listener.name.sasl_ssl.sasl.jaas.config",
             "group.consumer.assignment.interval.ms",

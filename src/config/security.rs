@@ -593,8 +593,8 @@ impl SecurityConfig {
 impl TlsConfig {
     /// The TLS settings of `listener` (a listener-prefixed setting wins over the plain one,
     /// as in Kafka): its PEM keystore, inline or read from `ssl.keystore.location`, its
-    /// truststore and `ssl.client.auth`.
-    fn build(
+    /// truststore and `ssl.client.auth`. Reads the files named.
+    pub fn build(
         explicit: &BTreeMap<String, String>,
         listener: &str,
     ) -> Result<TlsConfig, ConfigError> {

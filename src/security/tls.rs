@@ -5,7 +5,8 @@
 //! ([`connector`]): the same listener's truststore and keystore, with host-name verification
 //! per `ssl.endpoint.identification.algorithm`.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
@@ -154,6 +155,111 @@ impl ServerCertVerifier for ChainOnly {
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.supported_verify_schemes()
     }
+}
+
+/// The TLS listeners' acceptors, replaced when a listener's keystore or truststore is
+/// updated at run time (Kafka's dynamic SSL reconfiguration, KIP-226): a connection takes
+/// the acceptor in force when it is accepted; connections already open keep theirs.
+#[derive(Default)]
+pub struct ListenerTls(RwLock<HashMap<String, (TlsConfig, TlsAcceptor)>>);
+
+impl ListenerTls {
+    /// The acceptors of `listeners` (a listener whose keys do not load is left out: the
+    /// start fails on it when it binds).
+    pub fn new<'a>(listeners: impl IntoIterator<Item = (&'a String, &'a TlsConfig)>) -> Self {
+        let map = listeners
+            .into_iter()
+            .filter_map(|(name, cfg)| Some((name.clone(), (cfg.clone(), acceptor(cfg).ok()?))))
+            .collect();
+        ListenerTls(RwLock::new(map))
+    }
+
+    pub fn acceptor(&self, listener: &str) -> Option<TlsAcceptor> {
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(listener)
+            .map(|(_, a)| a.clone())
+    }
+
+    /// Whether `listener` serves with exactly `cfg` now.
+    pub fn serves(&self, listener: &str, cfg: &TlsConfig) -> bool {
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(listener)
+            .is_some_and(|(current, _)| current == cfg)
+    }
+
+    /// Checks new keys for `listener`: they load, and (Kafka's default,
+    /// `ssl.allow.dn.changes` and `ssl.allow.san.changes` false) the certificate names the
+    /// same subject and alternative names as the one in force.
+    pub fn check(&self, listener: &str, new: &TlsConfig) -> Result<TlsAcceptor, String> {
+        let next = acceptor(new).map_err(|e| format!("{e:#}"))?;
+        let map = self.0.read().unwrap_or_else(|e| e.into_inner());
+        if let Some((current, _)) = map.get(listener) {
+            let (old_dn, old_san) = identity(&current.cert_chain_pem).unwrap_or_default();
+            let (new_dn, new_san) = identity(&new.cert_chain_pem).unwrap_or_default();
+            if old_dn != new_dn {
+                return Err(format!(
+                    "Keystore DistinguishedName does not match: existing={old_dn}, new={new_dn}"
+                ));
+            }
+            if old_san != new_san {
+                return Err("Keystore SubjectAltNames do not match".to_string());
+            }
+        }
+        Ok(next)
+    }
+
+    /// Serves new connections of `listener` with `cfg` from now on.
+    pub fn install(&self, listener: &str, cfg: TlsConfig, acceptor: TlsAcceptor) {
+        self.0
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(listener.to_string(), (cfg, acceptor));
+    }
+}
+
+/// The subject and the raw subjectAltName extension of the first certificate of a PEM chain.
+fn identity(chain_pem: &str) -> Option<(String, Vec<u8>)> {
+    let first = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+        .next()?
+        .ok()?;
+    let dn = subject_dn(first.as_ref())?;
+    Some((dn, subject_alt_names(first.as_ref()).unwrap_or_default()))
+}
+
+/// The value of the subjectAltName extension (2.5.29.17) of a DER certificate.
+fn subject_alt_names(der: &[u8]) -> Option<Vec<u8>> {
+    let (_, cert, _) = tlv(der)?;
+    let (_, tbs, _) = tlv(cert)?;
+    let mut rest = tbs;
+    while !rest.is_empty() {
+        let (tag, contents, after) = tlv(rest)?;
+        rest = after;
+        if tag != 0xa3 {
+            continue;
+        }
+        let (_, extensions, _) = tlv(contents)?;
+        let mut exts = extensions;
+        while !exts.is_empty() {
+            let (_, ext, after) = tlv(exts)?;
+            exts = after;
+            let (_, oid, mut fields) = tlv(ext)?;
+            if oid != [0x55, 0x1d, 0x11] {
+                continue;
+            }
+            loop {
+                let (tag, value, after) = tlv(fields)?;
+                if tag == 0x04 {
+                    return Some(value.to_vec());
+                }
+                fields = after;
+            }
+        }
+    }
+    None
 }
 
 /// Kafka's principal for a client certificate: `User:` and the subject's distinguished name
