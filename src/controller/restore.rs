@@ -36,6 +36,10 @@ use tokio_util::sync::CancellationToken;
 use super::ClusterControl;
 use crate::tiering::Tiering;
 
+/// Manifests read at once while a restore is prepared (each is one GET of a small object:
+/// the time is the store's latency, not its bandwidth).
+const MANIFEST_READS: usize = 16;
+
 /// How often an undecided restore is tried again.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
 
@@ -106,18 +110,25 @@ async fn try_restore(control: &ClusterControl, tiering: &Tiering) -> anyhow::Res
         let count = u32::try_from(entry.partitions).unwrap_or(0);
         let rf = u16::try_from(entry.replication_factor.max(1)).unwrap_or(1);
         let partitions: Vec<PartitionAssignment> = super::admin::place(&state, id, count, rf, 0)?;
-        let mut leader_epochs = Vec::with_capacity(partitions.len());
-        for index in 0..entry.partitions {
-            let pid = PartitionId {
-                topic: name.clone(),
-                topic_id: entry.topic_id,
-                partition: index,
-            };
-            let manifest = strata_tiering::manifest::load(&tiering.store, &pid).await?;
-            leader_epochs.push(LeaderEpoch(
-                manifest.map_or(0, |m| next_leader_epoch(&m.manifest)),
-            ));
-        }
+        // The manifests are read MANIFEST_READS at a time (one GET each, in order).
+        use futures::StreamExt;
+        let leader_epochs: Vec<LeaderEpoch> = futures::stream::iter(0..entry.partitions)
+            .map(|index| {
+                let pid = PartitionId {
+                    topic: name.clone(),
+                    topic_id: entry.topic_id,
+                    partition: index,
+                };
+                async move { strata_tiering::manifest::load(&tiering.store, &pid).await }
+            })
+            .buffered(MANIFEST_READS)
+            .map(|loaded| {
+                loaded.map(|m| LeaderEpoch(m.map_or(0, |m| next_leader_epoch(&m.manifest))))
+            })
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<_, _>>()?;
         topics.push(RestoredTopic {
             name: name.clone(),
             id,

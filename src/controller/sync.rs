@@ -269,6 +269,9 @@ fn sync_once(
     }
 }
 
+/// Seeds whose bucket reads run at once.
+const SEED_READS: usize = 8;
+
 /// Before this broker leads a tiered partition whose local log is empty (a cluster rebuilt
 /// from its bucket, or a leader elected with no data), its log restarts at the remote log's
 /// end with the partition's leader epochs and producer state ([`Tiering::seed`]), so the
@@ -286,6 +289,7 @@ fn seed_new_leaders(
 ) {
     let me = control.broker_id();
     let mut held = Vec::new();
+    let mut wanted = Vec::new();
     for (i, s) in changed.iter().enumerate() {
         if s.leader != Some(me) || s.leader_epoch.0 <= 0 {
             continue;
@@ -309,18 +313,32 @@ fn seed_new_leaders(
         if (p.is_replicated() && p.is_leader()) || !p.wants_seed() {
             continue;
         }
-        let dir = p.dir();
-        let seeded = tokio::runtime::Handle::current()
-            .block_on(tiering.seed(&s.topic, s.topic_id, s.partition, &dir))
-            .and_then(|seed| match seed {
-                Some(seed) => Ok(p.seed_from_remote(&seed)?),
-                None => Ok(false),
-            });
+        wanted.push((i, s, p));
+    }
+    // What each seed needs from the bucket is read SEED_READS partitions at a time (a
+    // rebuilt cluster's leaders all seed at once); each log is then seeded in turn.
+    use futures::StreamExt;
+    let fetched = tokio::runtime::Handle::current().block_on(
+        futures::stream::iter(wanted)
+            .map(|(i, s, p)| async move {
+                let dir = p.dir();
+                let seed = tiering.seed(&s.topic, s.topic_id, s.partition, &dir).await;
+                (i, s, p, seed)
+            })
+            .buffer_unordered(SEED_READS)
+            .collect::<Vec<_>>(),
+    );
+    for (i, s, p, seed) in fetched {
+        let seeded = seed.and_then(|seed| match seed {
+            Some(seed) => Ok(p.seed_from_remote(&seed)?),
+            None => Ok(false),
+        });
         if let Err(e) = seeded {
             tracing::warn!(topic = %s.topic, partition = s.partition, error = %e, "cannot seed the local log from the bucket before leading; will retry");
             held.push(i);
         }
     }
+    held.sort_unstable();
     if !held.is_empty() {
         applied.retry = true;
         for i in held.into_iter().rev() {
