@@ -925,3 +925,95 @@ mod tests {
         assert_eq!(reloaded.start_offsets("g")[&(topic.id, 0)].0, 4);
     }
 }
+
+#[cfg(test)]
+mod lock_order_tests {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    /// A release whose write a newer leader fenced forgets its share-partition while other
+    /// threads read the map (metrics, lookups). Forgetting used to take the map's lock while
+    /// holding the share-partition's, and a reader holding the map waited for that
+    /// share-partition: the broker deadlocked (and, through the timers on the async
+    /// workers, stopped). Both sides run many times here and must finish.
+    #[test]
+    fn a_fenced_release_and_readers_of_the_map_never_deadlock() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = crate::api::test_support::broker_with_acls(dir.path(), &[]);
+        let topic = broker
+            .create_topic("jobs", 1, 1, BTreeMap::new())
+            .expect("topic");
+        let batch = crate::log::batch::build_batch(
+            (0..20).map(|i| (now_ms(), None, Some(Bytes::from(format!("job-{i}"))))),
+            kafka_protocol::records::Compression::None,
+        )
+        .expect("batch");
+        topic.partitions[0].append(&batch).expect("append");
+        topic.partitions[0].maybe_increment_high_watermark(now_ms());
+        let shares = Arc::new(ShareService::open(broker.clone()).unwrap());
+        let mut settings = shares.settings("g");
+        settings.auto_offset_reset = "earliest".into();
+        let records = topic.partitions[0]
+            .read(Offset(0), 1 << 20, Offset(20), true)
+            .unwrap()
+            .unwrap()
+            .read()
+            .unwrap();
+        let key = StateKey {
+            group: "g".into(),
+            topic_id: topic.id,
+            partition: 0,
+        };
+        let leader_epoch = topic.partitions[0].leader_epoch().0;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let readers: Vec<_> = (0..2)
+            .map(|n| {
+                let (shares, stop, topic, settings) = (
+                    shares.clone(),
+                    stop.clone(),
+                    topic.clone(),
+                    settings.clone(),
+                );
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        if n == 0 {
+                            let mut out = String::new();
+                            shares.render_metrics(&mut out);
+                        } else {
+                            let _ = shares.fetch_offset("g", &topic, 0, &settings);
+                        }
+                    }
+                })
+            })
+            .collect();
+        let writer = {
+            let (shares, topic) = (shares.clone(), topic.clone());
+            std::thread::spawn(move || {
+                let member: Arc<str> = Arc::from("m");
+                for round in 0..200 {
+                    let _ = shares.fetch_offset("g", &topic, 0, &settings);
+                    let _ = shares.acquire(
+                        "g", &member, &topic, 0, &records, None, 100, true, &settings,
+                    );
+                    // A newer leader reads the state: this broker's next write is fenced.
+                    let _ = shares.persister.read(&key, leader_epoch + 1 + round);
+                    shares.release_member("g", "m");
+                }
+                let _ = done_tx.send(());
+            })
+        };
+        let finished = done_rx.recv_timeout(std::time::Duration::from_secs(30));
+        stop.store(true, Ordering::Relaxed);
+        assert!(
+            finished.is_ok(),
+            "the releases deadlocked with the map's readers"
+        );
+        writer.join().unwrap();
+        for r in readers {
+            r.join().unwrap();
+        }
+    }
+}
