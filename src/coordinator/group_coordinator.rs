@@ -769,9 +769,9 @@ impl GroupCoordinator {
     /// Whether a consumer-protocol group has changes its records do not hold yet.
     pub fn consumer_group_needs_write(&self, group_id: &str) -> bool {
         self.groups()
-            .get(group_id)
-            .and_then(|g| g.consumer.as_ref())
-            .is_some_and(|c| c.needs_write())
+            .get_mut(group_id)
+            .and_then(|g| g.consumer.as_mut())
+            .is_some_and(|c| c.drop_unchanged(group_id))
     }
 
     /// Writes what changed in a consumer-protocol group since its last write (Kafka's

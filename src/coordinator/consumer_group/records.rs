@@ -476,6 +476,30 @@ impl ConsumerState {
         self.touched.all || !self.touched.members.is_empty()
     }
 
+    /// Forgets the touched members whose records (and the group's) are what was last
+    /// written: a heartbeat that changed nothing durable (most of them) needs no write.
+    /// Returns [`Self::needs_write`] after.
+    pub fn drop_unchanged(&mut self, group: &str) -> bool {
+        if self.touched.all || self.touched.members.is_empty() {
+            return self.needs_write();
+        }
+        let mut records = Vec::new();
+        self.group_records(group, &mut records);
+        for id in &self.touched.members {
+            if !self.members.contains_key(id) {
+                return true;
+            }
+            self.member_records(group, id, &mut records);
+        }
+        if records
+            .iter()
+            .all(|(k, v)| self.persisted.get(k) == Some(v))
+        {
+            self.touched.members.clear();
+        }
+        self.needs_write()
+    }
+
     /// The records that changed since the image, with tombstones for the ones gone; the
     /// image takes them at once (writes of a group are serialized by [`Self::writer`]). Give
     /// them back with [`Self::undo`] if the write fails.

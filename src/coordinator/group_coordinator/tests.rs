@@ -303,6 +303,32 @@ fn a_consumer_group_taken_over_by_another_coordinator_goes_on_without_a_rejoin()
     settle(&first, &mut members);
     assert_eq!(owned_count(&members), 6);
     let epoch = first.with_consumer_group("g", |g| g.group_epoch).unwrap();
+    // A heartbeat that changes nothing durable needs no write.
+    let records = log.replay().unwrap().len();
+    let _ = first.consumer_heartbeat(
+        "g",
+        consumer_group::HeartbeatIn {
+            member_id: members[0].id.clone(),
+            member_epoch: members[0].epoch,
+            instance_id: None,
+            rack_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            rebalance_timeout: Duration::from_secs(30),
+            subscribed_topics: None,
+            subscribed_regex: None,
+            server_assignor: None,
+            owned: Some(members[0].owned.clone()),
+        },
+        &|_| Default::default(),
+    );
+    assert!(!first.consumer_group_needs_write("g"));
+    beat(&first, &mut members[1]).unwrap();
+    assert_eq!(
+        log.replay().unwrap().len(),
+        records,
+        "steady heartbeats write nothing"
+    );
 
     // A new coordinator (a restart, a failover) reads the group back: the members'
     // heartbeats are answered at their epochs, with the partitions they hold, and nothing
