@@ -1438,7 +1438,7 @@ impl GroupCoordinator {
             for g in groups.values_mut() {
                 if let Some(c) = g.consumer.as_mut() {
                     c.tick(&resolve, now);
-                    if c.needs_write() {
+                    if c.drop_unchanged(&g.id) {
                         consumer_writes.push(g.id.clone());
                     }
                     continue;
