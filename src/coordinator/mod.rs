@@ -6,6 +6,7 @@
 //! [`txn::state_log`].
 
 pub mod consumer_group;
+pub mod flexible;
 pub mod group;
 pub mod group_coordinator;
 pub mod internal_topics;

@@ -13,6 +13,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use uuid::Uuid;
 
 use super::partition::{Snapshot, StateBatch};
+use crate::coordinator::flexible::{put_uvarint, ReadError, Reader};
 
 /// Record type 0: a snapshot (Kafka's type 1, an update, is never written here).
 const SNAPSHOT: i16 = 0;
@@ -80,74 +81,25 @@ pub fn encode_value(s: &Snapshot) -> Bytes {
 /// The tag of ShareSnapshotValue's `DeliveryCompleteCount`.
 const DELIVERY_COMPLETE_COUNT_TAG: u64 = 0;
 
-fn put_uvarint(b: &mut BytesMut, mut v: u64) {
-    while v >= 0x80 {
-        b.put_u8((v as u8) | 0x80);
-        v >>= 7;
+impl From<ReadError> for DecodeError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Truncated => DecodeError::Truncated,
+            ReadError::Malformed(m) => DecodeError::Malformed(m),
+        }
     }
-    b.put_u8(v as u8);
 }
 
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        if self.0.len() < n {
-            return Err(DecodeError::Truncated);
+/// A tagged-field section, returning the int32 field `tag` if present.
+fn tagged_i32(r: &mut Reader<'_>, tag: u64) -> Result<Option<i32>, DecodeError> {
+    match r.tagged(tag)? {
+        None => Ok(None),
+        Some(field) => {
+            let bytes: [u8; 4] = field
+                .try_into()
+                .map_err(|_| DecodeError::Malformed("a tagged int32 is not 4 bytes"))?;
+            Ok(Some(i32::from_be_bytes(bytes)))
         }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-    fn i8(&mut self) -> Result<i8, DecodeError> {
-        Ok(self.take(1)?[0] as i8)
-    }
-    fn i16(&mut self) -> Result<i16, DecodeError> {
-        let b = self.take(2)?;
-        Ok(i16::from_be_bytes([b[0], b[1]]))
-    }
-    fn i32(&mut self) -> Result<i32, DecodeError> {
-        let b = self.take(4)?;
-        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn i64(&mut self) -> Result<i64, DecodeError> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.take(8)?);
-        Ok(i64::from_be_bytes(a))
-    }
-    fn uvarint(&mut self) -> Result<u64, DecodeError> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = self.take(1)?[0];
-            v |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(DecodeError::Malformed("varint longer than 10 bytes"))
-    }
-    /// Skips a tagged-field section.
-    fn tagged_fields(&mut self) -> Result<(), DecodeError> {
-        self.tagged_i32(u64::MAX).map(|_| ())
-    }
-
-    /// Reads a tagged-field section, returning the int32 field `tag` if present.
-    fn tagged_i32(&mut self, tag: u64) -> Result<Option<i32>, DecodeError> {
-        let n = self.uvarint()?;
-        let mut found = None;
-        for _ in 0..n {
-            let t = self.uvarint()?;
-            let size = self.uvarint()?;
-            let size = usize::try_from(size).map_err(|_| DecodeError::Truncated)?;
-            let field = self.take(size)?;
-            if t == tag {
-                let bytes: [u8; 4] = field
-                    .try_into()
-                    .map_err(|_| DecodeError::Malformed("a tagged int32 is not 4 bytes"))?;
-                found = Some(i32::from_be_bytes(bytes));
-            }
-        }
-        Ok(found)
     }
 }
 
@@ -195,7 +147,7 @@ pub fn decode_value(bytes: &[u8]) -> Result<Snapshot, DecodeError> {
         return Err(DecodeError::Malformed("null state batches"));
     }
     let n = usize::try_from(n - 1).map_err(|_| DecodeError::Truncated)?;
-    if n > r.0.len() / STATE_BATCH_BYTES {
+    if n > r.remaining() / STATE_BATCH_BYTES {
         return Err(DecodeError::Truncated);
     }
     let mut state_batches = Vec::with_capacity(n);
@@ -204,7 +156,7 @@ pub fn decode_value(bytes: &[u8]) -> Result<Snapshot, DecodeError> {
         let last_offset = r.i64()?;
         let delivery_state = r.i8()?;
         let delivery_count = r.i16()?;
-        r.tagged_fields()?;
+        r.skip_tagged()?;
         if last_offset < first_offset {
             return Err(DecodeError::Malformed("state batch ends before it starts"));
         }
@@ -215,7 +167,7 @@ pub fn decode_value(bytes: &[u8]) -> Result<Snapshot, DecodeError> {
             delivery_count,
         });
     }
-    let delivery_complete_count = r.tagged_i32(DELIVERY_COMPLETE_COUNT_TAG)?.unwrap_or(-1);
+    let delivery_complete_count = tagged_i32(&mut r, DELIVERY_COMPLETE_COUNT_TAG)?.unwrap_or(-1);
     Ok(Snapshot {
         snapshot_epoch,
         state_epoch,

@@ -35,6 +35,7 @@ use indexmap::IndexMap;
 use uuid::Uuid;
 
 use super::{Assignment, ConsumerMember, ConsumerState};
+use crate::coordinator::flexible::{put_uvarint, ReadError, Reader};
 use crate::coordinator::offsets_topic::{self, ConsumerKey, RecordKey};
 
 /// The records a group last wrote: encoded key → encoded value.
@@ -97,14 +98,6 @@ pub enum DecodeError {
 }
 
 // ---- encoding -------------------------------------------------------------------------
-
-fn put_uvarint(b: &mut BytesMut, mut v: u64) {
-    while v >= 0x80 {
-        b.put_u8((v as u8) | 0x80);
-        v >>= 7;
-    }
-    b.put_u8(v as u8);
-}
 
 fn put_str(b: &mut BytesMut, s: &str) {
     put_uvarint(b, s.len() as u64 + 1);
@@ -185,44 +178,26 @@ pub fn encode_value(v: &Value) -> Bytes {
 
 // ---- decoding -------------------------------------------------------------------------
 
-struct Reader<'a>(&'a [u8]);
+impl From<ReadError> for DecodeError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Truncated => DecodeError::Truncated,
+            ReadError::Malformed(m) => DecodeError::Malformed(m),
+        }
+    }
+}
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        if self.0.len() < n {
-            return Err(DecodeError::Truncated);
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-    fn i8(&mut self) -> Result<i8, DecodeError> {
-        Ok(self.take(1)?[0] as i8)
-    }
-    fn i16(&mut self) -> Result<i16, DecodeError> {
-        let b = self.take(2)?;
-        Ok(i16::from_be_bytes([b[0], b[1]]))
-    }
-    fn i32(&mut self) -> Result<i32, DecodeError> {
-        let b = self.take(4)?;
-        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn i64(&mut self) -> Result<i64, DecodeError> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.take(8)?);
-        Ok(i64::from_be_bytes(a))
-    }
-    fn uvarint(&mut self) -> Result<u64, DecodeError> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = self.take(1)?[0];
-            v |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(DecodeError::Malformed("varint longer than 10 bytes"))
-    }
+/// The shapes of these records on top of the shared reader.
+trait RecordReader<'a> {
+    fn compact_len(&mut self, min_item: usize) -> Result<Option<usize>, DecodeError>;
+    fn nullable_str(&mut self) -> Result<Option<String>, DecodeError>;
+    fn str(&mut self) -> Result<String, DecodeError>;
+    fn strs(&mut self) -> Result<Vec<String>, DecodeError>;
+    fn tagged_i64(&mut self, tag: u64) -> Result<Option<i64>, DecodeError>;
+    fn assignment(&mut self) -> Result<Assignment, DecodeError>;
+}
+
+impl<'a> RecordReader<'a> for Reader<'a> {
     /// A compact length (`n + 1`, 0 for null), checked against the bytes left at
     /// `min_item` bytes per item before anything is allocated for it.
     fn compact_len(&mut self, min_item: usize) -> Result<Option<usize>, DecodeError> {
@@ -231,7 +206,7 @@ impl<'a> Reader<'a> {
             return Ok(None);
         }
         let n = usize::try_from(n - 1).map_err(|_| DecodeError::Truncated)?;
-        if n.saturating_mul(min_item.max(1)) > self.0.len() {
+        if n.saturating_mul(min_item.max(1)) > self.remaining() {
             return Err(DecodeError::Truncated);
         }
         Ok(Some(n))
@@ -256,23 +231,15 @@ impl<'a> Reader<'a> {
     }
     /// A tagged-field section; returns the int64 field `tag` if present.
     fn tagged_i64(&mut self, tag: u64) -> Result<Option<i64>, DecodeError> {
-        let n = self.uvarint()?;
-        let mut found = None;
-        for _ in 0..n {
-            let t = self.uvarint()?;
-            let size = usize::try_from(self.uvarint()?).map_err(|_| DecodeError::Truncated)?;
-            let field = self.take(size)?;
-            if t == tag {
+        match self.tagged(tag)? {
+            None => Ok(None),
+            Some(field) => {
                 let bytes: [u8; 8] = field
                     .try_into()
                     .map_err(|_| DecodeError::Malformed("a tagged int64 is not 8 bytes"))?;
-                found = Some(i64::from_be_bytes(bytes));
+                Ok(Some(i64::from_be_bytes(bytes)))
             }
         }
-        Ok(found)
-    }
-    fn skip_tagged(&mut self) -> Result<(), DecodeError> {
-        self.tagged_i64(u64::MAX).map(|_| ())
     }
     /// `[]TopicPartitions` (a topic is at least its id, two lengths: 18 bytes).
     fn assignment(&mut self) -> Result<Assignment, DecodeError> {
