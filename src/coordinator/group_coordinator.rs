@@ -787,7 +787,7 @@ impl GroupCoordinator {
             return Ok(());
         };
         let _serial = writer.lock().unwrap_or_else(|e| e.into_inner());
-        let changes = {
+        let mut changes = {
             let mut groups = self.groups();
             match groups.get_mut(group_id).and_then(|g| g.consumer.as_mut()) {
                 Some(c) if Arc::ptr_eq(&c.writer, &writer) => c.take_changes(group_id),
@@ -797,7 +797,7 @@ impl GroupCoordinator {
         if changes.is_empty() {
             return Ok(());
         }
-        let records = changes.records.clone();
+        let records = std::mem::take(&mut changes.records);
         let written = self.fenced_write(group_id, || {
             self.log.append(group_id, records).map_err(|e| {
                 tracing::warn!(group = group_id, error = %e, "cannot persist consumer group");

@@ -34,7 +34,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use indexmap::IndexMap;
 use uuid::Uuid;
 
-use super::{Assignment, ConsumerMember, ConsumerState};
+use super::{Assignment, ConsumerMember, ConsumerState, Touched};
 use crate::coordinator::flexible::{put_uvarint, ReadError, Reader};
 use crate::coordinator::offsets_topic::{self, ConsumerKey, RecordKey};
 
@@ -443,41 +443,14 @@ impl ConsumerState {
         self.touched.all || !self.touched.members.is_empty()
     }
 
-    /// Forgets the touched members whose records (and the group's) are what was last
-    /// written: a heartbeat that changed nothing durable (most of them) needs no write.
-    /// Returns [`Self::needs_write`] after.
-    pub fn drop_unchanged(&mut self, group: &str) -> bool {
-        if self.touched.all || self.touched.members.is_empty() {
-            return self.needs_write();
-        }
-        let mut records = Vec::new();
-        self.group_records(group, &mut records);
-        for id in &self.touched.members {
-            if !self.members.contains_key(id) {
-                return true;
-            }
-            self.member_records(group, id, &mut records);
-        }
-        if records
-            .iter()
-            .all(|(k, v)| self.persisted.get(k) == Some(v))
-        {
-            self.touched.members.clear();
-        }
-        self.needs_write()
-    }
-
-    /// The records that changed since the image, with tombstones for the ones gone; the
-    /// image takes them at once (writes of a group are serialized by [`Self::writer`]). Give
-    /// them back with [`Self::undo`] if the write fails.
-    pub fn take_changes(&mut self, group: &str) -> Changes {
-        let touched = std::mem::take(&mut self.touched);
+    /// The records `touched` covers as they are now, and the keys written before that are
+    /// gone (a member that left; with `touched.all`, anything not wanted any more).
+    fn wanted(&self, group: &str, touched: &Touched) -> (Vec<(Bytes, Bytes)>, Vec<Bytes>) {
         let mut wanted = Vec::new();
         self.group_records(group, &mut wanted);
-        let mut gone: Vec<Bytes> = Vec::new();
+        let mut gone = Vec::new();
         if touched.all {
-            let ids: Vec<String> = self.members.keys().cloned().collect();
-            for id in &ids {
+            for id in self.members.keys() {
                 self.member_records(group, id, &mut wanted);
             }
             let keep: BTreeSet<&Bytes> = wanted.iter().map(|(k, _)| k).collect();
@@ -491,20 +464,43 @@ impl ConsumerState {
             for id in &touched.members {
                 if self.members.contains_key(id) {
                     self.member_records(group, id, &mut wanted);
-                } else {
-                    gone.extend(
-                        [
-                            ConsumerKey::Member(id.clone()),
-                            ConsumerKey::TargetMember(id.clone()),
-                            ConsumerKey::Assignment(id.clone()),
-                        ]
-                        .map(|k| key(group, k))
-                        .into_iter()
-                        .filter(|k| self.persisted.contains_key(k)),
-                    );
+                    continue;
                 }
+                gone.extend(
+                    [
+                        ConsumerKey::Member(id.clone()),
+                        ConsumerKey::TargetMember(id.clone()),
+                        ConsumerKey::Assignment(id.clone()),
+                    ]
+                    .map(|k| key(group, k))
+                    .into_iter()
+                    .filter(|k| self.persisted.contains_key(k)),
+                );
             }
         }
+        (wanted, gone)
+    }
+
+    /// Forgets what was touched when the records it covers are what was last written: a
+    /// heartbeat that changed nothing durable (most of them) needs no write. Returns
+    /// [`Self::needs_write`] after.
+    pub fn drop_unchanged(&mut self, group: &str) -> bool {
+        if self.touched.all || self.touched.members.is_empty() {
+            return self.needs_write();
+        }
+        let (wanted, gone) = self.wanted(group, &self.touched);
+        if gone.is_empty() && wanted.iter().all(|(k, v)| self.persisted.get(k) == Some(v)) {
+            self.touched = Touched::default();
+        }
+        self.needs_write()
+    }
+
+    /// The records that changed since the image, with tombstones for the ones gone; the
+    /// image takes them at once (writes of a group are serialized by [`Self::writer`]). Give
+    /// them back with [`Self::undo`] if the write fails.
+    pub fn take_changes(&mut self, group: &str) -> Changes {
+        let touched = std::mem::take(&mut self.touched);
+        let (wanted, gone) = self.wanted(group, &touched);
         let mut changes = Changes::default();
         for (k, v) in wanted {
             if self.persisted.get(&k) == Some(&v) {
