@@ -406,11 +406,7 @@ impl ShareService {
             let mut sp = lock(&sp);
             if sp.release_member(member, limits(&settings)) {
                 any = true;
-                let fenced = self.persist_quietly(&key, &mut sp);
-                drop(sp);
-                if fenced {
-                    self.forget(&key);
-                }
+                self.persist_quietly(&key, sp);
             }
         }
         if any {
@@ -430,21 +426,22 @@ impl ShareService {
 
     /// Writes a share-partition's state after a change that needs no answer (a release, an
     /// expired lock); a failure only means a record may be delivered once more after a crash.
-    /// Returns whether the write was fenced: the caller then forgets the share-partition,
-    /// once it has released its lock (never taken while the map's is held).
-    #[must_use]
-    fn persist_quietly(&self, key: &StateKey, sp: &mut SharePartition) -> bool {
+    /// Takes the share-partition's guard and releases it after the write: a fenced write
+    /// then forgets the share-partition, which takes the map's lock (never while a
+    /// share-partition's is held).
+    fn persist_quietly(&self, key: &StateKey, mut sp: std::sync::MutexGuard<'_, SharePartition>) {
         sp.snapshot_epoch = sp.snapshot_epoch.wrapping_add(1);
-        match self.persister.write(key, &state_write(sp)) {
-            Ok(()) => false,
-            Err(e) => {
-                tracing::warn!(group = %key.group, topic_id = %key.topic_id, partition = key.partition, error = ?e, "cannot persist released share records");
-                matches!(
-                    e,
-                    ResponseError::FencedLeaderEpoch
-                        | ResponseError::FencedStateEpoch
-                        | ResponseError::InvalidRequest
-                )
+        let written = self.persister.write(key, &state_write(&sp));
+        drop(sp);
+        if let Err(e) = written {
+            tracing::warn!(group = %key.group, topic_id = %key.topic_id, partition = key.partition, error = ?e, "cannot persist released share records");
+            if matches!(
+                e,
+                ResponseError::FencedLeaderEpoch
+                    | ResponseError::FencedStateEpoch
+                    | ResponseError::InvalidRequest
+            ) {
+                self.forget(key);
             }
         }
     }
@@ -547,11 +544,7 @@ impl ShareService {
                     .lock_expiries
                     .fetch_add(expired as u64, Ordering::Relaxed);
                 tracing::debug!(group = %key.group, partition = key.partition, "acquisition locks expired");
-                let fenced = self.persist_quietly(&key, &mut sp);
-                drop(sp);
-                if fenced {
-                    self.forget(&key);
-                }
+                self.persist_quietly(&key, sp);
             }
         }
         if any {
