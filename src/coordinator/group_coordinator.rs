@@ -1511,24 +1511,23 @@ impl GroupCoordinator {
             .collect();
         let mut removed = 0;
         for id in &dead {
-            let consumer_records = self
+            // The group's tombstone, after those of the consumer-group records it wrote.
+            let mut records = self
                 .groups()
                 .get(id)
                 .and_then(|g| g.consumer.as_ref())
                 .map(|c| c.tombstones())
                 .unwrap_or_default();
-            let written = if consumer_records.is_empty() {
-                self.persist_group(id, None)
-            } else {
-                let mut records = consumer_records;
-                records.push((
-                    offsets_topic::encode_key(&RecordKey::Group { group: id.clone() }),
-                    None,
-                ));
-                self.fenced_write(id, || {
-                    self.log.append(id, records).map_err(|e| e.state_error())
+            records.push((
+                offsets_topic::encode_key(&RecordKey::Group { group: id.clone() }),
+                None,
+            ));
+            let written = self.fenced_write(id, || {
+                self.log.append(id, records).map_err(|e| {
+                    tracing::warn!(group = %id, error = %e, "cannot persist group metadata");
+                    e.state_error()
                 })
-            };
+            });
             if written.is_ok() {
                 let mut groups = self.groups();
                 // Still dead? A member may have joined since the scan.

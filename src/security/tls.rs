@@ -194,8 +194,8 @@ impl ListenerTls {
     /// Checks new keys for `listener`: they load, and (Kafka's default,
     /// `ssl.allow.dn.changes` and `ssl.allow.san.changes` false) the certificate names the
     /// same subject and alternative names as the one in force.
-    pub fn check(&self, listener: &str, new: &TlsConfig) -> Result<TlsAcceptor, String> {
-        let next = acceptor(new).map_err(|e| format!("{e:#}"))?;
+    pub fn check(&self, listener: &str, new: &TlsConfig) -> Result<(), String> {
+        acceptor(new).map_err(|e| format!("{e:#}"))?;
         let map = self.0.read().unwrap_or_else(|e| e.into_inner());
         if let Some((current, _)) = map.get(listener) {
             let (old_dn, old_san) = identity(&current.cert_chain_pem).unwrap_or_default();
@@ -209,7 +209,7 @@ impl ListenerTls {
                 return Err("Keystore SubjectAltNames do not match".to_string());
             }
         }
-        Ok(next)
+        Ok(())
     }
 
     /// Serves new connections of `listener` with `cfg` from now on.
