@@ -111,7 +111,7 @@ async fn try_restore(control: &ClusterControl, tiering: &Tiering) -> anyhow::Res
         let rf = u16::try_from(entry.replication_factor.max(1)).unwrap_or(1);
         let partitions: Vec<PartitionAssignment> = super::admin::place(&state, id, count, rf, 0)?;
         // The manifests are read MANIFEST_READS at a time (one GET each, in order).
-        use futures::StreamExt;
+        use futures::{StreamExt, TryStreamExt};
         let leader_epochs: Vec<LeaderEpoch> = futures::stream::iter(0..entry.partitions)
             .map(|index| {
                 let pid = PartitionId {
@@ -125,10 +125,8 @@ async fn try_restore(control: &ClusterControl, tiering: &Tiering) -> anyhow::Res
             .map(|loaded| {
                 loaded.map(|m| LeaderEpoch(m.map_or(0, |m| next_leader_epoch(&m.manifest))))
             })
-            .collect::<Vec<_>>()
-            .await
-            .into_iter()
-            .collect::<Result<_, _>>()?;
+            .try_collect()
+            .await?;
         topics.push(RestoredTopic {
             name: name.clone(),
             id,
