@@ -609,3 +609,147 @@ async fn a_decision_as_leader_commits_only_on_the_leader_of_its_term() {
         node.shutdown().await.unwrap();
     }
 }
+
+/// Kafka's AddRaftVoter and RemoveRaftVoter through the quorum: a learner becomes a voter,
+/// the leader itself is removed, and the three voters left (two old, one new) keep committing
+/// with the removed node stopped. The refusals carry Kafka's codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn voters_are_added_and_removed_at_run_time_with_kafkas_refusals() {
+    use crate::node::VoterChangeError;
+    use crate::voters::VoterRefusal;
+
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster
+        .agreed_leader(None, Duration::from_secs(15))
+        .await
+        .expect("the voters elect a leader");
+    for id in 1..=3u64 {
+        cluster.nodes[&id]
+            .report_directory_id(Uuid128([id as u8; 16]))
+            .await
+            .unwrap();
+    }
+    cluster.nodes[&leader].propose(put("before")).await.unwrap();
+
+    let learner_dir = tempfile::tempdir().unwrap();
+    let learner = MetadataNode::start(test_config(4, &learner_dir, &cluster.voters))
+        .await
+        .unwrap();
+    assert_eq!(learner.role(), Role::Learner);
+    let follower = *cluster.nodes.keys().find(|id| **id != leader).unwrap();
+    let via = &cluster.nodes[&follower];
+    let learner_addr = learner.addr().to_string();
+    let code = |r: Result<(), VoterChangeError>| r.unwrap_err().kafka_error_code();
+
+    // Before it reports its directory id, and with another one, the learner is not added.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            via.voters().len() == 3
+                && learner.leader().is_some()
+                && learner.state().records(RecordKind::ClientQuota).count() == 1
+        })
+        .await
+    );
+    let short = Duration::from_secs(2);
+    let dir4 = Uuid128([4; 16]);
+    let err = via
+        .add_voter(4, dir4, vec![learner_addr.clone()], short)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, VoterChangeError::Refused(VoterRefusal::TimedOut(m)) if m.contains("not reported")),
+        "{err}"
+    );
+    learner.report_directory_id(dir4).await.unwrap();
+    assert_eq!(
+        code(
+            via.add_voter(4, Uuid128([5; 16]), vec![learner_addr.clone()], short)
+                .await
+        ),
+        7
+    );
+    // A voter already voting; an unknown node; endpoints that do not reach the learner.
+    assert_eq!(
+        code(
+            via.add_voter(1, Uuid128([1; 16]), vec![learner_addr.clone()], short)
+                .await
+        ),
+        126
+    );
+    assert_eq!(
+        code(
+            via.add_voter(9, Uuid128([9; 16]), vec!["127.0.0.1:1".into()], short)
+                .await
+        ),
+        7
+    );
+    assert_eq!(
+        code(
+            via.add_voter(4, dir4, vec!["127.0.0.1:1".into()], short)
+                .await
+        ),
+        42
+    );
+
+    via.add_voter(4, dir4, vec![learner_addr.clone()], Duration::from_secs(10))
+        .await
+        .unwrap();
+    let voters: Vec<u64> = via.voters().iter().map(|(id, _)| *id).collect();
+    assert_eq!(voters, vec![1, 2, 3, 4]);
+    assert_eq!(
+        via.voters().iter().find(|(id, _)| *id == 4).unwrap().1,
+        Some(dir4)
+    );
+
+    // Removal names the directory id; a wrong one, or a node that does not vote, is
+    // VOTER_NOT_FOUND.
+    assert_eq!(code(via.remove_voter(leader, Uuid128([9; 16])).await), 127);
+    assert_eq!(code(via.remove_voter(9, Uuid128::ZERO).await), 127);
+    via.remove_voter(leader, Uuid128([leader as u8; 16]))
+        .await
+        .unwrap();
+    let voters: Vec<u64> = via.voters().iter().map(|(id, _)| *id).collect();
+    assert!(!voters.contains(&leader) && voters.len() == 3, "{voters:?}");
+
+    // The removed leader steps down; with it stopped, the three voters left commit.
+    let removed = cluster.nodes.remove(&leader).unwrap();
+    removed.shutdown().await.unwrap();
+    cluster.nodes.insert(4, learner);
+    let new_leader = cluster
+        .agreed_leader(Some(leader), Duration::from_secs(15))
+        .await
+        .expect("the remaining voters elect a leader");
+    assert_ne!(new_leader, leader);
+    cluster.nodes[&4].propose(put("after")).await.unwrap();
+    for node in cluster.nodes.values() {
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                node.state().records(RecordKind::ClientQuota).count() == 2
+            })
+            .await
+        );
+    }
+    // Down to one voter; the last one cannot be removed.
+    let mut left: Vec<u64> = cluster.nodes[&4]
+        .voters()
+        .iter()
+        .map(|(id, _)| *id)
+        .collect();
+    while left.len() > 1 {
+        let id = left.pop().unwrap();
+        cluster.nodes[&4]
+            .remove_voter(id, Uuid128([id as u8; 16]))
+            .await
+            .unwrap();
+    }
+    let last = left[0];
+    assert_eq!(
+        code(
+            cluster.nodes[&4]
+                .remove_voter(last, Uuid128([last as u8; 16]))
+                .await
+        ),
+        127
+    );
+    cluster.shutdown().await;
+}

@@ -94,6 +94,26 @@ impl Uuid128 {
     pub fn is_zero(&self) -> bool {
         *self == Self::ZERO
     }
+
+    /// Kafka's text for a UUID (`Uuid.toString()`): URL-safe base64 of the 16 bytes, without
+    /// padding; what Kafka's tools print and take.
+    pub fn to_kafka_string(&self) -> String {
+        const ALPHABET: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut out = String::with_capacity(22);
+        for chunk in self.0.chunks(3) {
+            let b = [
+                chunk[0],
+                *chunk.get(1).unwrap_or(&0),
+                *chunk.get(2).unwrap_or(&0),
+            ];
+            let n = ((b[0] as u32) << 16) | ((b[1] as u32) << 8) | b[2] as u32;
+            for i in 0..=chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            }
+        }
+        out
+    }
 }
 
 impl fmt::Display for Uuid128 {

@@ -15,7 +15,10 @@
 //!   metadata RPC listener, parsed by [`MetadataConfig::parse_voters`]) becomes `voters`, and
 //!   the metadata log directory becomes `dir`. With no voters configured the node is a
 //!   single-node quorum that bootstraps itself (zero-config). A broker listed in the voters
-//!   is a voter; any other broker joins as a learner: it follows the log but never votes.
+//!   is a voter; any other broker joins as a learner: it follows the log but never votes,
+//!   until [`MetadataNode::add_voter`] promotes it ([`MetadataNode::remove_voter`] demotes a
+//!   voter). The voters in force are the membership in the log; the config's voters only
+//!   bootstrap the quorum and tell a learner where to ask to join.
 //! - **Every broker** proposes its own `RegisterBroker` at start (getting its broker epoch),
 //!   through [`MetadataNode::propose`], which forwards to the leader when needed, then
 //!   heartbeats with [`MetadataNode::heartbeat`], which the leader keeps in memory
@@ -55,11 +58,10 @@
 //! - [`reassignment`]: partition reassignment (adding/removing replicas, completion).
 //! - [`store`]: the on-disk Raft log and the state machine store with snapshots.
 //! - [`network`]: the TCP transport (Raft RPCs and forwarding to the leader).
+//! - [`voters`]: changing the voters at run time (Kafka's AddRaftVoter, RemoveRaftVoter).
 //! - [`node`]: [`MetadataNode`], which ties them together.
 //!
 //! # Not done yet
-//! - Changing voters at runtime (promoting a learner, removing a voter); voters come from the
-//!   config only.
 //! - TLS and authentication on the metadata RPC listener: bind it to a private network.
 //! - Eligible leader replicas (KIP-966), controlled shutdown and broker unregistration are
 //!   not modelled yet.
@@ -77,18 +79,20 @@ pub mod reassignment;
 pub mod sessions;
 pub mod state;
 pub mod store;
+pub mod voters;
 
 use std::io::Cursor;
 
 pub use command::{ApplyError, Command, CommandResult, Response};
-pub use node::{MetadataConfig, MetadataNode, NodeError, ProposeError, Role};
+pub use node::{MetadataConfig, MetadataNode, NodeError, ProposeError, Role, VoterChangeError};
 pub use state::MetadataState;
 pub use store::MetadataImage;
 
 openraft::declare_raft_types!(
     /// The openraft type configuration of the metadata quorum: node ids are `u64` (a broker's
-    /// `node.id`), nodes are addressed by their metadata RPC address.
+    /// `node.id`), nodes are addressed by their metadata RPC address and carry their directory id.
     pub TypeConfig:
         D = Command,
         R = CommandResult,
+        Node = voters::QuorumNode,
 );

@@ -33,7 +33,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::{BasicNode, ChangeMembers, RPCTypes, Raft, RaftNetwork, RaftNetworkFactory};
+use openraft::{ChangeMembers, RPCTypes, Raft, RaftNetwork, RaftNetworkFactory};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
@@ -43,9 +43,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::command::{Command, CommandResult};
-use crate::ids::{BrokerEpoch, BrokerId};
+use crate::ids::{BrokerEpoch, BrokerId, Uuid128};
 use crate::sessions::{heartbeat_on_leader, Sessions};
 use crate::store::MetadataImage;
+use crate::voters::{
+    add_voter_on_leader, remove_voter_on_leader, set_directory_on_leader, QuorumNode, VoterRefusal,
+};
 use crate::TypeConfig;
 
 /// The largest frame either side accepts.
@@ -69,6 +72,24 @@ pub enum RpcRequest {
     Heartbeat {
         id: BrokerId,
         broker_epoch: BrokerEpoch,
+    },
+    /// AddRaftVoter ([`crate::voters`]); only the leader accepts it.
+    AddVoter {
+        node_id: u64,
+        directory_id: Uuid128,
+        endpoints: Vec<String>,
+        timeout_ms: u64,
+    },
+    /// RemoveRaftVoter ([`crate::voters`]); only the leader accepts it.
+    RemoveVoter {
+        node_id: u64,
+        directory_id: Uuid128,
+        timeout_ms: u64,
+    },
+    /// A node's metadata log dir id ([`crate::voters`]); only the leader accepts it.
+    SetDirectory {
+        node_id: u64,
+        directory_id: Uuid128,
     },
 }
 
@@ -96,6 +117,8 @@ pub enum LeaderReply {
     LearnerAdded { log_index: Option<u64> },
     /// The heartbeat was checked against the leader's state (nothing was written).
     Heartbeat { result: CommandResult },
+    /// A voter change ([`crate::voters`]) committed at the log index, or refused.
+    VotersChanged(Result<u64, VoterRefusal>),
 }
 
 /// Why a node did not execute a leader-only request.
@@ -257,7 +280,7 @@ pub(crate) struct NetworkFactory {
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerNetwork;
 
-    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerNetwork {
+    async fn new_client(&mut self, target: u64, node: &QuorumNode) -> PeerNetwork {
         PeerNetwork {
             node_id: self.node_id,
             target,
@@ -279,7 +302,7 @@ impl PeerNetwork {
         action: RPCTypes,
         request: RpcRequest,
         option: &RPCOption,
-    ) -> Result<RpcResponse, RPCError<u64, BasicNode, RaftError<u64, E>>> {
+    ) -> Result<RpcResponse, RPCError<u64, QuorumNode, RaftError<u64, E>>> {
         let timeout = option.hard_ttl();
         self.client
             .call(&request, timeout)
@@ -299,13 +322,13 @@ impl PeerNetwork {
     fn remote<E: std::error::Error>(
         &self,
         error: RaftError<u64, E>,
-    ) -> RPCError<u64, BasicNode, RaftError<u64, E>> {
+    ) -> RPCError<u64, QuorumNode, RaftError<u64, E>> {
         RPCError::RemoteError(RemoteError::new(self.target, error))
     }
 
     fn unexpected<E: std::error::Error>(
         what: &'static str,
-    ) -> RPCError<u64, BasicNode, RaftError<u64, E>> {
+    ) -> RPCError<u64, QuorumNode, RaftError<u64, E>> {
         RPCError::Network(NetworkError::new(&RpcError::UnexpectedResponse(what)))
     }
 }
@@ -315,7 +338,7 @@ impl RaftNetwork<TypeConfig> for PeerNetwork {
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, QuorumNode, RaftError<u64>>> {
         let request = RpcRequest::AppendEntries(rpc);
         match self.call(RPCTypes::AppendEntries, request, &option).await? {
             RpcResponse::AppendEntries(result) => result.map_err(|e| self.remote(e)),
@@ -329,7 +352,7 @@ impl RaftNetwork<TypeConfig> for PeerNetwork {
         option: RPCOption,
     ) -> Result<
         InstallSnapshotResponse<u64>,
-        RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>,
+        RPCError<u64, QuorumNode, RaftError<u64, InstallSnapshotError>>,
     > {
         let request = RpcRequest::InstallSnapshot(rpc);
         match self
@@ -345,7 +368,7 @@ impl RaftNetwork<TypeConfig> for PeerNetwork {
         &mut self,
         rpc: VoteRequest<u64>,
         option: RPCOption,
-    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+    ) -> Result<VoteResponse<u64>, RPCError<u64, QuorumNode, RaftError<u64>>> {
         let request = RpcRequest::Vote(rpc);
         match self.call(RPCTypes::Vote, request, &option).await? {
             RpcResponse::Vote(result) => result.map_err(|e| self.remote(e)),
@@ -356,7 +379,9 @@ impl RaftNetwork<TypeConfig> for PeerNetwork {
 
 // ----- leader-only requests, served locally or for other nodes -----
 
-fn leader_error(error: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> LeaderError {
+pub(crate) fn leader_error(
+    error: RaftError<u64, ClientWriteError<u64, QuorumNode>>,
+) -> LeaderError {
     match error {
         RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => LeaderError::NotLeader {
             leader_id: forward.leader_id,
@@ -398,7 +423,10 @@ pub(crate) async fn add_learner_on_leader(
             membership.voter_ids().any(|id| id == node_id),
         )
     };
-    let node = BasicNode::new(&addr);
+    let node = QuorumNode {
+        addr: addr.clone(),
+        directory_id: known.as_ref().and_then(|n| n.directory_id),
+    };
     let response = match known {
         Some(existing) if existing == node => {
             return Ok(LeaderReply::LearnerAdded { log_index: None });
@@ -519,6 +547,38 @@ async fn handle(server: &Server, request: RpcRequest) -> RpcResponse {
             id,
             broker_epoch,
         )),
+        RpcRequest::AddVoter {
+            node_id,
+            directory_id,
+            endpoints,
+            timeout_ms,
+        } => RpcResponse::Leader(
+            add_voter_on_leader(
+                raft,
+                node_id,
+                directory_id,
+                endpoints,
+                Duration::from_millis(timeout_ms),
+            )
+            .await,
+        ),
+        RpcRequest::RemoveVoter {
+            node_id,
+            directory_id,
+            timeout_ms,
+        } => RpcResponse::Leader(
+            remove_voter_on_leader(
+                raft,
+                node_id,
+                directory_id,
+                Duration::from_millis(timeout_ms),
+            )
+            .await,
+        ),
+        RpcRequest::SetDirectory {
+            node_id,
+            directory_id,
+        } => RpcResponse::Leader(set_directory_on_leader(raft, node_id, directory_id).await),
     }
 }
 

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{InitializeError, RaftError};
-use openraft::{BasicNode, Raft, RaftMetrics, SnapshotPolicy};
+use openraft::{Raft, RaftMetrics, SnapshotPolicy};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::command::{kafka_codes, ApplyError, Command, Response};
-use crate::ids::{BrokerEpoch, BrokerId};
+use crate::ids::{BrokerEpoch, BrokerId, Uuid128};
 use crate::network::{
     add_learner_on_leader, propose_on_leader, serve, LeaderError, LeaderReply, NetworkFactory,
     RpcClient, RpcError, RpcRequest, RpcResponse, Server,
@@ -42,6 +42,9 @@ use crate::network::{
 use crate::sessions::{heartbeat_on_leader, Sessions};
 use crate::state::MetadataState;
 use crate::store::{LogStore, LogStoreOptions, MetadataImage, StateMachineStore, StoreError};
+use crate::voters::{
+    add_voter_on_leader, remove_voter_on_leader, set_directory_on_leader, QuorumNode, VoterRefusal,
+};
 use crate::TypeConfig;
 
 /// How a node takes part in the quorum, derived from its config.
@@ -249,6 +252,26 @@ impl ProposeError {
     }
 }
 
+/// Why a voter change did not happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VoterChangeError {
+    /// The leader checked the change and refused it.
+    #[error("{0}")]
+    Refused(VoterRefusal),
+    /// The leader could not be reached or did not answer.
+    #[error("{0}")]
+    Quorum(ProposeError),
+}
+
+impl VoterChangeError {
+    pub fn kafka_error_code(&self) -> i16 {
+        match self {
+            VoterChangeError::Refused(refusal) => refusal.kafka_error_code(),
+            VoterChangeError::Quorum(error) => error.kafka_error_code(),
+        }
+    }
+}
+
 /// Exponential backoff that honours cancellation: the one retry helper of this crate.
 pub(crate) struct Backoff {
     next: Duration,
@@ -290,11 +313,53 @@ enum LeaderOp {
         id: BrokerId,
         broker_epoch: BrokerEpoch,
     },
+    AddVoter {
+        node_id: u64,
+        directory_id: Uuid128,
+        endpoints: Vec<String>,
+        timeout: Duration,
+    },
+    RemoveVoter {
+        node_id: u64,
+        directory_id: Uuid128,
+        timeout: Duration,
+    },
+    SetDirectory {
+        node_id: u64,
+        directory_id: Uuid128,
+    },
 }
 
 impl LeaderOp {
     fn request(&self) -> RpcRequest {
         match self {
+            LeaderOp::AddVoter {
+                node_id,
+                directory_id,
+                endpoints,
+                timeout,
+            } => RpcRequest::AddVoter {
+                node_id: *node_id,
+                directory_id: *directory_id,
+                endpoints: endpoints.clone(),
+                timeout_ms: timeout.as_millis() as u64,
+            },
+            LeaderOp::RemoveVoter {
+                node_id,
+                directory_id,
+                timeout,
+            } => RpcRequest::RemoveVoter {
+                node_id: *node_id,
+                directory_id: *directory_id,
+                timeout_ms: timeout.as_millis() as u64,
+            },
+            LeaderOp::SetDirectory {
+                node_id,
+                directory_id,
+            } => RpcRequest::SetDirectory {
+                node_id: *node_id,
+                directory_id: *directory_id,
+            },
             LeaderOp::Propose(command) => RpcRequest::Propose(command.clone()),
             LeaderOp::AddLearner { node_id, addr } => RpcRequest::AddLearner {
                 node_id: *node_id,
@@ -311,6 +376,17 @@ impl LeaderOp {
     /// earlier attempt, and over a kept connection.
     fn is_idempotent(&self) -> bool {
         matches!(self, LeaderOp::Heartbeat { .. })
+    }
+
+    /// How long the leader may take to answer: a voter change waits for its new voter to
+    /// catch up and for the change to commit.
+    fn leader_time(&self) -> Option<Duration> {
+        match self {
+            LeaderOp::AddVoter { timeout, .. } | LeaderOp::RemoveVoter { timeout, .. } => {
+                Some(*timeout)
+            }
+            _ => None,
+        }
     }
 }
 
@@ -345,6 +421,30 @@ impl Quorum {
             LeaderOp::Heartbeat { id, broker_epoch } => {
                 heartbeat_on_leader(&self.raft, &self.images, &self.sessions, *id, *broker_epoch)
             }
+            LeaderOp::AddVoter {
+                node_id,
+                directory_id,
+                endpoints,
+                timeout,
+            } => {
+                add_voter_on_leader(
+                    &self.raft,
+                    *node_id,
+                    *directory_id,
+                    endpoints.clone(),
+                    *timeout,
+                )
+                .await
+            }
+            LeaderOp::RemoveVoter {
+                node_id,
+                directory_id,
+                timeout,
+            } => remove_voter_on_leader(&self.raft, *node_id, *directory_id, *timeout).await,
+            LeaderOp::SetDirectory {
+                node_id,
+                directory_id,
+            } => set_directory_on_leader(&self.raft, *node_id, *directory_id).await,
         }
     }
 
@@ -397,8 +497,9 @@ impl Quorum {
         deadline: Instant,
     ) -> Result<Forwarded, ProposeError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let timeout = self
-            .rpc_timeout
+        let timeout = op
+            .leader_time()
+            .map_or(self.rpc_timeout, |t| t + self.rpc_timeout)
             .min(remaining)
             .max(Duration::from_millis(1));
         if op.is_idempotent() {
@@ -595,14 +696,14 @@ impl MetadataNode {
 
         let bootstrap = match role {
             Role::SingleNode => {
-                node.initialize(BTreeMap::from([(config.node_id, BasicNode::new(&addr))]))
+                node.initialize(BTreeMap::from([(config.node_id, QuorumNode::new(&addr))]))
                     .await
             }
             Role::Voter => {
                 let voters = config
                     .voters
                     .iter()
-                    .map(|(id, addr)| (*id, BasicNode::new(addr)))
+                    .map(|(id, addr)| (*id, QuorumNode::new(addr)))
                     .collect();
                 node.initialize(voters).await
             }
@@ -628,7 +729,7 @@ impl MetadataNode {
         Ok(node)
     }
 
-    async fn initialize(&self, members: BTreeMap<u64, BasicNode>) -> Result<(), NodeError> {
+    async fn initialize(&self, members: BTreeMap<u64, QuorumNode>) -> Result<(), NodeError> {
         let raft = &self.quorum.raft;
         let initialized = raft
             .is_initialized()
@@ -757,6 +858,78 @@ impl MetadataNode {
         Ok(())
     }
 
+    /// Kafka's AddRaftVoter: promotes learner `node_id`, whose metadata log dir has
+    /// `directory_id`, to voter once it has caught up, within `timeout` ([`crate::voters`]).
+    /// `endpoints` (`host:port`) must include where the learner serves the quorum.
+    pub async fn add_voter(
+        &self,
+        node_id: u64,
+        directory_id: Uuid128,
+        endpoints: Vec<String>,
+        timeout: Duration,
+    ) -> Result<(), VoterChangeError> {
+        let op = LeaderOp::AddVoter {
+            node_id,
+            directory_id,
+            endpoints,
+            timeout,
+        };
+        self.change_voters(op, timeout).await
+    }
+
+    /// Kafka's RemoveRaftVoter: demotes voter `node_id` with `directory_id` (zero for a voter
+    /// whose directory id is not known) to learner ([`crate::voters`]).
+    pub async fn remove_voter(
+        &self,
+        node_id: u64,
+        directory_id: Uuid128,
+    ) -> Result<(), VoterChangeError> {
+        let op = LeaderOp::RemoveVoter {
+            node_id,
+            directory_id,
+            timeout: self.propose_timeout,
+        };
+        self.change_voters(op, self.propose_timeout).await
+    }
+
+    /// Records this node's metadata log dir id in the membership (what Kafka's controllers
+    /// send UpdateRaftVoter for). One attempt, bounded by the propose timeout; the caller
+    /// retries a [`VoterChangeError::Quorum`] error.
+    pub async fn report_directory_id(&self, directory_id: Uuid128) -> Result<(), VoterChangeError> {
+        let op = LeaderOp::SetDirectory {
+            node_id: self.node_id,
+            directory_id,
+        };
+        self.change_voters(op, self.propose_timeout).await
+    }
+
+    async fn change_voters(&self, op: LeaderOp, timeout: Duration) -> Result<(), VoterChangeError> {
+        // Time to find the leader, then the leader's own bound.
+        let deadline = Instant::now() + timeout + self.quorum.rpc_timeout;
+        match self.quorum.execute(&op, deadline).await {
+            Ok(LeaderReply::VotersChanged(Ok(index))) => {
+                self.wait_applied(index, deadline).await;
+                Ok(())
+            }
+            Ok(LeaderReply::VotersChanged(Err(refusal))) => Err(VoterChangeError::Refused(refusal)),
+            Ok(other) => Err(VoterChangeError::Quorum(ProposeError::OutcomeUnknown(
+                format!("the leader answered a voter change with {other:?}"),
+            ))),
+            Err(error) => Err(VoterChangeError::Quorum(error)),
+        }
+    }
+
+    /// The voters in force (committed or not), with their directory ids once known.
+    pub fn voters(&self) -> Vec<(u64, Option<Uuid128>)> {
+        let metrics = self.quorum.raft.metrics();
+        let metrics = metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        membership
+            .voter_ids()
+            .map(|id| (id, membership.get_node(&id).and_then(|n| n.directory_id)))
+            .collect()
+    }
+
     async fn wait_applied(&self, index: u64, deadline: Instant) {
         let mut images = self.images.clone();
         let reached = tokio::time::timeout_at(
@@ -827,7 +1000,7 @@ impl MetadataNode {
     }
 
     /// Raft metrics (leader, term, log and applied indexes, membership, replication).
-    pub fn metrics(&self) -> watch::Receiver<RaftMetrics<u64, BasicNode>> {
+    pub fn metrics(&self) -> watch::Receiver<RaftMetrics<u64, QuorumNode>> {
         self.quorum.raft.metrics()
     }
 

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use openraft::storage::RaftStateMachine;
 use openraft::{
-    BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, Snapshot, SnapshotMeta,
-    StorageError, StorageIOError, StoredMembership,
+    Entry, EntryPayload, LogId, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageError,
+    StorageIOError, StoredMembership,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -18,6 +18,7 @@ use super::file::{encode_frame, io_error, read_frame, read_if_exists, write_atom
 use super::{blocking, storage_error, StoreError};
 use crate::command::{CommandResult, Response};
 use crate::state::MetadataState;
+use crate::voters::QuorumNode;
 use crate::TypeConfig;
 
 const SNAPSHOT_FILE: &str = "snapshot.bin";
@@ -49,13 +50,13 @@ struct SnapshotBodyRef<'a> {
 /// A snapshot held in memory (and in `snapshot.bin`).
 #[derive(Clone)]
 struct StoredSnapshot {
-    meta: SnapshotMeta<u64, BasicNode>,
+    meta: SnapshotMeta<u64, QuorumNode>,
     data: Arc<Vec<u8>>,
 }
 
 struct Applied {
     last_applied: Option<LogId<u64>>,
-    last_membership: StoredMembership<u64, BasicNode>,
+    last_membership: StoredMembership<u64, QuorumNode>,
     state: Arc<MetadataState>,
 }
 
@@ -188,7 +189,7 @@ fn load_snapshot(
     let Frame::Complete { payload: data, .. } = read_frame(&bytes, end) else {
         return Err(corrupt("unreadable snapshot data".into()));
     };
-    let meta: SnapshotMeta<u64, BasicNode> =
+    let meta: SnapshotMeta<u64, QuorumNode> =
         serde_json::from_slice(meta).map_err(|e| corrupt(format!("snapshot meta: {e}")))?;
     let state = decode_state(data).map_err(corrupt)?;
     Ok(Some((
@@ -273,7 +274,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 
     async fn applied_state(
         &mut self,
-    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), StorageError<u64>> {
+    ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, QuorumNode>), StorageError<u64>> {
         let applied = lock(&self.shared.applied);
         Ok((applied.last_applied, applied.last_membership.clone()))
     }
@@ -325,7 +326,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta<u64, BasicNode>,
+        meta: &SnapshotMeta<u64, QuorumNode>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<u64>> {
         let data = snapshot.into_inner();
