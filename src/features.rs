@@ -7,9 +7,12 @@
 //! (`group.version` 1), share groups (`share.version` 2; Kafka gates nothing on level 2 beyond
 //! level 1, which enables share groups) and KIP-890's transaction version 2 (the producer
 //! epoch is bumped at every transaction end, and writes add their partitions to the
-//! transaction). Streams groups, eligible leader replicas and a dynamic metadata quorum are
-//! not built, so those features support level 0 only. Kafka's `metadata.version` describes Kafka's own
-//! metadata log records, which Strata does not have; it is not listed.
+//! transaction), and a dynamic metadata quorum (`kraft.version` 1, as a Kafka 4.4 quorum
+//! formatted with `--standalone` has: AddRaftVoter and RemoveRaftVoter are served; at level 0
+//! they are refused as Kafka refuses them for a static quorum). Streams groups and eligible
+//! leader replicas are not built, so those features support level 0 only. Kafka's
+//! `metadata.version` describes Kafka's own metadata log records, which Strata does not have;
+//! it is not listed.
 //!
 //! The levels set are durable: on a single node in the broker's catalog file, in a cluster
 //! as one metadata record every broker applies (see [`crate::controller::sync`]). The epoch
@@ -46,8 +49,8 @@ pub const FEATURES: &[Feature] = &[
     Feature {
         name: "kraft.version",
         min: 0,
-        max: 0,
-        default: 0,
+        max: 1,
+        default: 1,
     },
     Feature {
         name: "share.version",

@@ -511,6 +511,8 @@ mod tests {
             (ApiKey::ElectLeaders, 0, 2),
             (ApiKey::DescribeCluster, 0, 2),
             (ApiKey::DescribeQuorum, 0, 2),
+            (ApiKey::AddRaftVoter, 0, 1),
+            (ApiKey::RemoveRaftVoter, 0, 0),
             (ApiKey::UpdateFeatures, 0, 2),
             (ApiKey::DescribeTopicPartitions, 0, 0),
             (ApiKey::FindCoordinator, 0, 6),

@@ -88,6 +88,12 @@ async fn join_cluster(
         tokio::task::spawn_blocking(move || b.adopt_cluster_id(&cluster_id))
             .await
             .context("cluster id task")??;
+        if let Some(id) = broker.metadata_directory_id() {
+            services.spawn(control.clone().report_directory_id(
+                strata_metadata::ids::Uuid128::from_bytes(*id.as_bytes()),
+                shutdown.clone(),
+            ));
+        }
         broker.set_quorum(Arc::new(control.clone()));
         broker.set_isr_change_sink(Arc::new(QuorumIsrSink {
             control: control.clone(),

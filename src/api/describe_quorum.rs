@@ -69,11 +69,12 @@ pub async fn handle(
     }
     let Some(control) = cluster else {
         let id = broker.config.node_id;
+        let directory = broker.metadata_directory_id().unwrap_or_default();
         let partition = PartitionData::default()
             .with_leader_id(id.into())
             .with_leader_epoch(0)
             .with_high_watermark(-1)
-            .with_current_voters(vec![replica(id, -1)]);
+            .with_current_voters(vec![replica(id, -1).with_replica_directory_id(directory)]);
         return answer(partition, Vec::new());
     };
     let Ok(node) = control.node() else {
@@ -132,13 +133,20 @@ pub async fn handle(
             .and_then(|r| r.get(&id).copied().flatten())
             .map_or(-1, |log_id| log_id.index as i64 + 1)
     };
+    // Kafka's ZERO_UUID for a directory id not reported yet.
+    let directory = |id: u64| {
+        membership
+            .get_node(&id)
+            .and_then(|n| n.directory_id)
+            .map_or(uuid::Uuid::nil(), |d| uuid::Uuid::from_bytes(*d.as_bytes()))
+    };
     let voters: Vec<ReplicaState> = membership
         .voter_ids()
-        .map(|id| replica(id as i32, matched(id)))
+        .map(|id| replica(id as i32, matched(id)).with_replica_directory_id(directory(id)))
         .collect();
     let observers: Vec<ReplicaState> = membership
         .learner_ids()
-        .map(|id| replica(id as i32, matched(id)))
+        .map(|id| replica(id as i32, matched(id)).with_replica_directory_id(directory(id)))
         .collect();
     let nodes: Vec<Node> = membership
         .nodes()

@@ -53,6 +53,7 @@ pub mod offset_delete;
 pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod raft_voters;
 pub mod sasl;
 pub mod scram_credentials;
 pub mod share_acknowledge;
@@ -175,6 +176,8 @@ apis! {
     elect_leaders::ElectLeaders,
     describe_cluster::DescribeCluster,
     describe_quorum::DescribeQuorum,
+    raft_voters::AddRaftVoter,
+    raft_voters::RemoveRaftVoter,
     update_features::UpdateFeatures,
     describe_topic_partitions::DescribeTopicPartitions,
     find_coordinator::FindCoordinator,

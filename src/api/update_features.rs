@@ -76,6 +76,10 @@ fn refusal(
         ));
     }
     let finalized = current.level(name);
+    // Voters added at level 1 have no place in a static quorum: Kafka never lowers it.
+    if name == "kraft.version" && level < finalized {
+        return Some("Can't downgrade the version of this feature.".into());
+    }
     if level < finalized && upgrade_type == UPGRADE {
         return Some(
             "Can't downgrade the version of this feature without setting the upgrade type to \
@@ -283,6 +287,8 @@ mod tests {
             (&[("foo.version", 1, UPGRADE)], "Local controller 1 does not support this feature."),
             (&[("group.version", 1, 0)], "does not support the given upgrade type"),
             (&[("group.version", 1, UPGRADE), ("foo.version", 1, UPGRADE)], "feature foo.version"),
+            (&[("kraft.version", 0, SAFE_DOWNGRADE)], "Can't downgrade the version of this feature."),
+            (&[("kraft.version", 0, UNSAFE_DOWNGRADE)], "Can't downgrade the version of this feature."),
         ];
         for &(updates, expected) in cases {
             for version in 1..=2 {
@@ -314,6 +320,7 @@ mod tests {
             levels(&defaults),
             [
                 ("group.version".to_string(), 1, 1),
+                ("kraft.version".to_string(), 1, 1),
                 ("share.version".to_string(), 2, 2),
                 ("transaction.version".to_string(), 2, 2)
             ]
@@ -324,6 +331,7 @@ mod tests {
             levels(&off),
             [
                 ("group.version".to_string(), 1, 1),
+                ("kraft.version".to_string(), 1, 1),
                 ("share.version".to_string(), 2, 2)
             ]
         );

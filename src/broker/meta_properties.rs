@@ -236,11 +236,47 @@ impl Broker {
         for d in &self.config.log_dirs {
             write(d, quorum, self.config.node_id)?;
         }
+        if let Some(dir) = self.explicit_metadata_log_dir() {
+            // Kafka formats `metadata.log.dir` too; `kafka-metadata-quorum add-controller`
+            // reads the directory id there.
+            check_cluster_id(std::slice::from_ref(&dir), quorum)?;
+            fs::create_dir_all(&dir).map_err(|source| ClusterIdError::Io {
+                op: "create",
+                path: dir.clone(),
+                source,
+            })?;
+            write(&dir, quorum, self.config.node_id)?;
+        }
         self.save_metadata().map_err(|source| ClusterIdError::Io {
             op: "write",
             path: self.config.log_dirs[0].join(METADATA_FILE),
             source,
         })
+    }
+}
+
+impl Broker {
+    /// `metadata.log.dir` when it is set apart from the log dirs.
+    fn explicit_metadata_log_dir(&self) -> Option<PathBuf> {
+        let cluster = self.config.cluster.as_ref()?;
+        let default = self.config.log_dirs[0].join("__cluster_metadata");
+        (cluster.metadata_log_dir != default).then(|| cluster.metadata_log_dir.clone())
+    }
+
+    /// The `directory.id` of the metadata log dir, as `kafka-metadata-quorum add-controller`
+    /// reads it: from `metadata.log.dir`'s `meta.properties` when that is set, else from the
+    /// first log dir's. `None` before the cluster id is adopted (the file is written then).
+    pub fn metadata_directory_id(&self) -> Option<Uuid> {
+        let dir = self
+            .explicit_metadata_log_dir()
+            .unwrap_or_else(|| self.config.log_dirs[0].clone());
+        let text = read(&dir).ok().flatten()?.directory_id?;
+        let bytes = base64::Engine::decode(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            text.as_bytes(),
+        )
+        .ok()?;
+        Uuid::from_slice(&bytes).ok()
     }
 }
 

@@ -157,22 +157,7 @@ pub(super) fn write_partition_metadata(dir: &Path, id: Uuid) -> io::Result<()> {
 
 /// Kafka's textual topic id (URL-safe base64 of the 16 bytes, no padding).
 pub fn kafka_uuid_string(id: Uuid) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let bytes = id.as_bytes();
-    let mut out = String::with_capacity(22);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = ((b[0] as u32) << 16) | ((b[1] as u32) << 8) | b[2] as u32;
-        let chars = chunk.len() + 1;
-        for i in 0..chars {
-            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-        }
-    }
-    out
+    strata_metadata::ids::Uuid128::from_bytes(*id.as_bytes()).to_kafka_string()
 }
 
 impl Broker {

@@ -62,8 +62,10 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use strata_metadata::command::{ElectionType, Endpoint};
 use strata_metadata::ids::{BrokerEpoch, BrokerId, PartitionEpoch, Uuid128};
+use strata_metadata::voters::VoterRefusal;
 use strata_metadata::{
     placement, ApplyError, Command, MetadataConfig, MetadataNode, ProposeError, Response,
+    VoterChangeError,
 };
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -737,6 +739,47 @@ impl ClusterControl {
     }
 
     /// Stops the metadata node (the last step of a broker's shutdown).
+    /// Reports this node's metadata log dir id to the quorum's leader until it has it, the
+    /// leader refuses it for good, or `cancel` fires. The node handle is not held between
+    /// attempts, so shutdown never waits for this.
+    pub async fn report_directory_id(
+        self: Arc<Self>,
+        directory_id: Uuid128,
+        cancel: CancellationToken,
+    ) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let Ok(node) = self.node() else { return };
+            let result = tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = node.report_directory_id(directory_id) => r,
+            };
+            drop(node);
+            match result {
+                Ok(()) => {
+                    tracing::info!(%directory_id, "the metadata quorum has this node's directory id");
+                    return;
+                }
+                // Another voter change in flight: try again.
+                Err(VoterChangeError::Refused(VoterRefusal::TimedOut(reason))) => {
+                    tracing::debug!(%reason, "the directory id waits for another voter change");
+                }
+                Err(VoterChangeError::Refused(refusal)) => {
+                    tracing::warn!(%refusal, "the metadata quorum refused this node's directory id");
+                    return;
+                }
+                Err(VoterChangeError::Quorum(error)) => {
+                    tracing::debug!(%error, "cannot report the directory id yet; retrying");
+                }
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+
     pub async fn shutdown(&self, limit: Duration) {
         let Some(mut node) = self.node.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return;

@@ -25,8 +25,6 @@ KAFKA_4_4 = {
 
 # APIs Kafka 4.4 advertises and Strata does not serve (README: "Not served").
 NOT_SERVED = {
-    80: "AddRaftVoter",
-    81: "RemoveRaftVoter",
     88: "StreamsGroupHeartbeat",
     89: "StreamsGroupDescribe",
     93: "StreamsGroupTopologyDescriptionUpdate",

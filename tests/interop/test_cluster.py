@@ -35,15 +35,17 @@ TOPIC = "cluster-kill9"
 KILL_CYCLES = 5
 
 
-def start_cluster(broker_factory, n=3, net=None, listeners=None, **props):
-    """`n` brokers, all voters, started together (registration needs a quorum), on
+def start_cluster(broker_factory, n=3, net=None, listeners=None, voters=None, **props):
+    """`n` brokers, the first `voters` of them (default: all) voters and the others
+    observers, started together (registration needs a quorum), on
     127.0.0.1 or, with `net`, each in its own network namespace. `listeners(b, rpc_port)`
     sets a broker's listeners (default: PLAINTEXT plus the CONTROLLER listener). Yields
     them; on the way out every paused broker gets SIGCONT and every cut link is restored
     before all stop."""
     rpc_ports = [free_port() for _ in range(n)]
     peer_hosts = [net.peer_host(i) if net else "127.0.0.1" for i in range(n)]
-    voters = ",".join(f"{i + 1}@{peer_hosts[i]}:{p}" for i, p in enumerate(rpc_ports))
+    voters = ",".join(f"{i + 1}@{peer_hosts[i]}:{p}"
+                      for i, p in enumerate(rpc_ports[:voters or n]))
     brokers = []
     for i in range(n):
         b = broker_factory({

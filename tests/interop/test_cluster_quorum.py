@@ -4,6 +4,7 @@ its epoch and the three voters, before and after the active controller is killed
 
 Strata only (three-process quorum; the reference Kafka script runs a single node)."""
 
+import re
 import subprocess
 import time
 
@@ -12,7 +13,7 @@ import rawkafka
 import pytest
 
 from conftest import TARGET
-from test_cluster import bootstrap, cluster, wait_until  # noqa: F401 - the fixture
+from test_cluster import bootstrap, cluster, start_cluster, wait_until  # noqa: F401 - the fixture
 
 pytestmark = [
     pytest.mark.slow,
@@ -138,3 +139,128 @@ def test_kafka_cluster_tool_unregisters_a_dead_broker_which_registers_again_when
     assert "Broker ID 9 is not currently registered" in bad.stdout + bad.stderr
     cluster[2].start()
     wait_until("broker 3 registers again", lambda: listed()[0] == {1, 2, 3}, timeout=60)
+
+
+def quorum_tool(brokers, tmp_path, *args, config=None):
+    """kafka-metadata-quorum against the running brokers -> (exit status, stdout+stderr)."""
+    cp, why = java_apps.classpath("tools")
+    assert cp is not None, why
+    live = [b for b in brokers if b.running]
+    cmd = [java_apps._java_bin(), *java_apps.JVM_OPTS, "-cp", cp, QUORUM_TOOL,
+           "--bootstrap-server", bootstrap(live)]
+    if config is not None:
+        cmd += ["--command-config", str(config)]
+    out = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=180,
+                         stdin=subprocess.DEVNULL)
+    return out.returncode, out.stdout + out.stderr
+
+
+def replication(brokers, tmp_path) -> dict[int, tuple[str, str]]:
+    """`describe --replication`: node id -> (directory id, Leader/Follower/Observer)."""
+    code, text = quorum_tool(brokers, tmp_path, "describe", "--replication")
+    assert code == 0, text
+    rows = {}
+    for line in text.splitlines():
+        cols = line.split()
+        if len(cols) >= 7 and cols[0].isdigit():
+            rows[int(cols[0])] = (cols[1], cols[-1])
+    return rows
+
+
+@pytest.fixture
+def three_voters_and_an_observer(broker_factory):
+    """Four brokers; 1-3 vote, 4 observes (it is not in controller.quorum.voters)."""
+    yield from start_cluster(broker_factory, 4, voters=3, **{"process.roles": "broker,controller"})
+
+
+@pytest.mark.timeout(420)
+def test_a_voter_is_replaced_under_load_with_kafkas_quorum_tool(three_voters_and_an_observer,
+                                                                 tmp_path):
+    """KIP-853 on a running cluster: `kafka-metadata-quorum add-controller` promotes observer
+    4 (the tool reads its config file and directory id), `remove-controller` removes the
+    quorum's leader by the directory id `describe --replication` lists, and the removed node
+    is killed. Meanwhile an idempotent acks=all producer runs: every acknowledged record is
+    there once, in order; the new quorum commits metadata, and keeps its voters across a
+    kill -9 and restart of the new voter."""
+    from confluent_kafka.admin import NewTopic
+    from test_cluster import NumberedProducer, partition_state
+    from helpers import admin, consume
+
+    _, why = java_apps.classpath("tools")
+    if why:
+        pytest.skip(f"kafka-metadata-quorum needs the kafka-tools jars: {why}")
+    nodes = three_voters_and_an_observer
+    topic = "cluster-kill9"
+    a = admin(bootstrap(nodes))
+    a.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3,
+                              config={"min.insync.replicas": "2"})])[topic].result(timeout=30)
+    wait_until("a leader and a full ISR", lambda: len(partition_state(nodes)[1]) == 3)
+    p = NumberedProducer(bootstrap(nodes))
+    p.thread.start()
+    try:
+        wait_until("acknowledged records", lambda: len(p.acked) > 100, timeout=60)
+        # Each node reports its directory id once it has written its meta.properties.
+        rows = {}
+
+        def every_directory_id():
+            rows.update(replication(nodes, tmp_path))
+            return len(rows) == 4 and all(d != "AAAAAAAAAAAAAAAAAAAAAA" for d, _ in rows.values())
+
+        wait_until("every node's directory id", every_directory_id, timeout=60)
+        assert rows[4][1] == "Observer", rows
+        assert {rows[i][1] for i in (1, 2, 3)} <= {"Leader", "Follower"}, rows
+
+        code, text = quorum_tool(nodes, tmp_path, "add-controller", config=nodes[3].config_path)
+        assert code == 0, text
+        assert f"Added controller 4 with directory id {rows[4][0]}" in text, text
+        wait_until("4 votes", lambda: replication(nodes, tmp_path)[4][1] in ("Leader", "Follower"))
+        code, text = quorum_tool(nodes, tmp_path, "add-controller", config=nodes[3].config_path)
+        assert code != 0 and "DuplicateVoterException" in text, text
+
+        status = quorum_status(nodes, tmp_path)
+        leader = int(status["LeaderId"])
+        assert leader in (1, 2, 3), status
+        code, text = quorum_tool(nodes, tmp_path, "remove-controller", "--controller-id",
+                                 str(leader), "--controller-directory-id", rows[4][0])
+        assert code != 0 and "VoterNotFoundException" in text, text
+        code, text = quorum_tool(nodes, tmp_path, "remove-controller", "--controller-id",
+                                 str(leader), "--controller-directory-id", rows[leader][0])
+        assert code == 0, text
+        nodes[leader - 1].kill9()
+        killed_at = time.monotonic()
+        voters = {1, 2, 3, 4} - {leader}
+
+        def new_quorum():
+            s = quorum_status(nodes, tmp_path)
+            found = {int(v) for v in re.findall(r'"id": (\d+)', s["CurrentVoters"])}
+            return found == voters and int(s["LeaderId"]) in voters
+
+        wait_until("the three voters left lead the quorum", new_quorum, timeout=60)
+        wait_until("acks after the kill", lambda: p.first_ack_after(killed_at) is not None,
+                   timeout=60)
+        # The new quorum commits metadata.
+        a = admin(bootstrap([b for b in nodes if b.running]))
+        a.create_topics([NewTopic("after-replace", num_partitions=1,
+                                  replication_factor=3)])["after-replace"].result(timeout=30)
+
+        # The new voter keeps its vote across a crash: it is not in the config's voters.
+        nodes[3].kill9()
+        nodes[3].start()
+        wait_until("4 is a voter again after its restart", new_quorum, timeout=60)
+        a.create_topics([NewTopic("after-restart", num_partitions=1,
+                                  replication_factor=2)])["after-restart"].result(timeout=30)
+        time.sleep(1.0)
+    finally:
+        p.stop.set()
+        p.thread.join(150)
+
+    print(f"added voter 4, removed and killed the quorum leader {leader}; "
+          f"{p.sent} records produced meanwhile")
+    assert not p.errors, f"delivery errors: {p.errors[:5]}"
+    assert sorted(p.acked) == list(range(p.sent))
+    offsets = [p.acked[n][0] for n in range(p.sent)]
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+    live = [b for b in nodes if b.running]
+    records = consume(bootstrap(live), topic, p.sent, timeout=60)
+    assert [int(r.value) for r in records] == list(range(p.sent))
+    assert [r.offset for r in records] == offsets

@@ -1605,7 +1605,8 @@ impl ApiKey {
             ApiKey::ShareGroupDescribe => VersionRange { min: 1, max: 1 },
             ApiKey::ShareFetch => VersionRange { min: 1, max: 2 }, // Strata patch
             ApiKey::ShareAcknowledge => VersionRange { min: 1, max: 2 }, // Strata patch
-            ApiKey::AddRaftVoter => VersionRange { min: 0, max: 0 },
+            // Strata patch: v1 (KIP-1186).
+            ApiKey::AddRaftVoter => VersionRange { min: 0, max: 1 },
             ApiKey::RemoveRaftVoter => VersionRange { min: 0, max: 0 },
             ApiKey::UpdateRaftVoter => VersionRange { min: 0, max: 0 },
             ApiKey::InitializeShareGroupState => VersionRange { min: 0, max: 0 },

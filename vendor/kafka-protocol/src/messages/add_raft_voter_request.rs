@@ -46,11 +46,22 @@ pub struct AddRaftVoterRequest {
     /// Supported API versions: 0
     pub listeners: Vec<Listener>,
 
+    /// Whether the leader answers once the new voter set is committed (true) or appended
+    /// (false); v0 is always true (Strata patch).
+    ///
+    /// Supported API versions: 1+
+    pub ack_when_committed: bool,
+
     /// Other tagged fields
     pub unknown_tagged_fields: BTreeMap<i32, Bytes>,
 }
 
 impl AddRaftVoterRequest {
+    /// Sets `ack_when_committed` to the passed value (Strata patch).
+    pub fn with_ack_when_committed(mut self, value: bool) -> Self {
+        self.ack_when_committed = value;
+        self
+    }
     /// Sets `cluster_id` to the passed value.
     ///
     /// The cluster id.
@@ -111,7 +122,8 @@ impl AddRaftVoterRequest {
 #[cfg(feature = "client")]
 impl Encodable for AddRaftVoterRequest {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 0 {
+        // Strata patch: v1 (KIP-1186).
+        if !(0..=1).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         types::CompactString.encode(buf, &self.cluster_id)?;
@@ -119,6 +131,11 @@ impl Encodable for AddRaftVoterRequest {
         types::Int32.encode(buf, &self.voter_id)?;
         types::Uuid.encode(buf, &self.voter_directory_id)?;
         types::CompactArray(types::Struct { version }).encode(buf, &self.listeners)?;
+        if version >= 1 {
+            types::Boolean.encode(buf, &self.ack_when_committed)?;
+        } else if !self.ack_when_committed {
+            bail!("A field is set that is not available on the selected protocol version");
+        }
         let num_tagged_fields = self.unknown_tagged_fields.len();
         if num_tagged_fields > std::u32::MAX as usize {
             bail!(
@@ -139,6 +156,9 @@ impl Encodable for AddRaftVoterRequest {
         total_size += types::Uuid.compute_size(&self.voter_directory_id)?;
         total_size +=
             types::CompactArray(types::Struct { version }).compute_size(&self.listeners)?;
+        if version >= 1 {
+            total_size += types::Boolean.compute_size(&self.ack_when_committed)?;
+        }
         let num_tagged_fields = self.unknown_tagged_fields.len();
         if num_tagged_fields > std::u32::MAX as usize {
             bail!(
@@ -156,7 +176,8 @@ impl Encodable for AddRaftVoterRequest {
 #[cfg(feature = "broker")]
 impl Decodable for AddRaftVoterRequest {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 0 {
+        // Strata patch: v1 (KIP-1186).
+        if !(0..=1).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         let cluster_id = types::CompactString.decode(buf)?;
@@ -164,6 +185,11 @@ impl Decodable for AddRaftVoterRequest {
         let voter_id = types::Int32.decode(buf)?;
         let voter_directory_id = types::Uuid.decode(buf)?;
         let listeners = types::CompactArray(types::Struct { version }).decode(buf)?;
+        let ack_when_committed = if version >= 1 {
+            types::Boolean.decode(buf)?
+        } else {
+            true
+        };
         let mut unknown_tagged_fields = BTreeMap::new();
         let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
         for _ in 0..num_tagged_fields {
@@ -178,6 +204,7 @@ impl Decodable for AddRaftVoterRequest {
             voter_id,
             voter_directory_id,
             listeners,
+            ack_when_committed,
             unknown_tagged_fields,
         })
     }
@@ -191,13 +218,14 @@ impl Default for AddRaftVoterRequest {
             voter_id: 0,
             voter_directory_id: Uuid::nil(),
             listeners: Default::default(),
+            ack_when_committed: true,
             unknown_tagged_fields: BTreeMap::new(),
         }
     }
 }
 
 impl Message for AddRaftVoterRequest {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 0 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
@@ -267,7 +295,8 @@ impl Listener {
 #[cfg(feature = "client")]
 impl Encodable for Listener {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version != 0 {
+        // Strata patch: v1 (KIP-1186).
+        if !(0..=1).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         types::CompactString.encode(buf, &self.name)?;
@@ -307,7 +336,8 @@ impl Encodable for Listener {
 #[cfg(feature = "broker")]
 impl Decodable for Listener {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version != 0 {
+        // Strata patch: v1 (KIP-1186).
+        if !(0..=1).contains(&version) {
             bail!("specified version not supported by this message type");
         }
         let name = types::CompactString.decode(buf)?;
@@ -342,7 +372,7 @@ impl Default for Listener {
 }
 
 impl Message for Listener {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 0 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 1 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
