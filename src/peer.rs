@@ -2,8 +2,10 @@
 //! request at a time: the replica fetcher's Fetch and ListOffsets, and (through [`PeerPool`])
 //! the coordinators' WriteTxnMarkers and transaction verifications.
 //!
-//! Security follows the inter-broker listener ([`PeerSecurity`], built once at start-up):
-//! TLS with that listener's truststore (and its keystore as client certificate), then SASL
+//! Security follows the inter-broker listener ([`PeerSecurity`], built at start-up): TLS
+//! with that listener's truststore (and its keystore as client certificate; both follow the
+//! listener's keys when they are reloaded at run time, for connections opened from then
+//! on), then SASL
 //! (SaslHandshake v1 + SaslAuthenticate v2) with this broker's own credentials for
 //! `sasl.mechanism.inter.broker.protocol`. When the peer answers a session lifetime
 //! (`connections.max.reauth.ms`, KIP-368), the connection re-authenticates in place before a
@@ -30,6 +32,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use crate::config::security::{InterBrokerTls, TlsConfig};
 use crate::config::{InterBrokerSecurity, SaslCredentials};
 use crate::security::scram;
 
@@ -66,14 +69,16 @@ impl PeerError {
 
 /// How this broker connects to other brokers: the client side of the inter-broker listener.
 pub struct PeerSecurity {
-    tls: Option<TlsConnector>,
+    /// The TLS settings in force and their connector; replaced when the inter-broker
+    /// listener's keys are reloaded ([`PeerSecurity::reload_tls`]).
+    tls: std::sync::RwLock<Option<(InterBrokerTls, TlsConnector)>>,
     sasl: Option<SaslCredentials>,
 }
 
 impl std::fmt::Debug for PeerSecurity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PeerSecurity")
-            .field("tls", &self.tls.is_some())
+            .field("tls", &self.connector().is_some())
             .field("sasl", &self.sasl.as_ref().map(|s| &s.mechanism))
             .finish()
     }
@@ -83,24 +88,60 @@ impl PeerSecurity {
     /// Plaintext, unauthenticated.
     pub fn plaintext() -> PeerSecurity {
         PeerSecurity {
-            tls: None,
+            tls: std::sync::RwLock::new(None),
             sasl: None,
         }
     }
 
     /// From the validated inter-broker settings; fails on unusable TLS keys (at start-up).
     pub fn new(cfg: &InterBrokerSecurity) -> anyhow::Result<PeerSecurity> {
-        let tls =
-            match &cfg.tls {
-                Some(t) => Some(crate::security::tls::connector(t).map_err(|e| {
+        let tls = match &cfg.tls {
+            Some(t) => Some((
+                t.clone(),
+                crate::security::tls::connector(t).map_err(|e| {
                     anyhow::anyhow!("inter-broker listener {}: {e:#}", cfg.listener)
-                })?),
-                None => None,
-            };
+                })?,
+            )),
+            None => None,
+        };
         Ok(PeerSecurity {
-            tls,
+            tls: std::sync::RwLock::new(tls),
             sasl: cfg.sasl.clone(),
         })
+    }
+
+    fn connector(&self) -> Option<TlsConnector> {
+        self.tls
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|(_, c)| c.clone())
+    }
+
+    /// The inter-broker listener's keys were reloaded as `listener`: connections opened from
+    /// now on present its new keystore and trust its new truststore (open ones keep theirs,
+    /// as Kafka's do). Returns whether anything changed; keys that do not load change
+    /// nothing. Without TLS towards peers there is nothing to reload.
+    pub fn reload_tls(&self, listener: &TlsConfig) -> anyhow::Result<bool> {
+        let mut tls = self.tls.write().unwrap_or_else(|e| e.into_inner());
+        let Some((current, _)) = tls.as_ref() else {
+            return Ok(false);
+        };
+        let Some(truststore_pem) = listener.truststore_pem.clone() else {
+            anyhow::bail!("the inter-broker listener has no truststore to verify peers with");
+        };
+        let next = InterBrokerTls {
+            cert_chain_pem: Some(listener.cert_chain_pem.clone()),
+            key_pem: Some(listener.key_pem.clone()),
+            truststore_pem,
+            verify_hostname: current.verify_hostname,
+        };
+        if *current == next {
+            return Ok(false);
+        }
+        let connector = crate::security::tls::connector(&next)?;
+        *tls = Some((next, connector));
+        Ok(true)
     }
 }
 
@@ -147,7 +188,7 @@ impl PeerConnection {
             Err(source) => return Err(PeerError::Connect { addr, source }),
         };
         let _ = tcp.set_nodelay(true);
-        let stream: Box<dyn PeerIo> = match &security.tls {
+        let stream: Box<dyn PeerIo> = match security.connector() {
             None => Box::new(tcp),
             Some(connector) => {
                 let name = ServerName::try_from(host.to_string()).map_err(|e| {
@@ -368,6 +409,11 @@ impl PeerPool {
         }
     }
 
+    /// The inter-broker security new connections use.
+    pub fn security(&self) -> &PeerSecurity {
+        &self.security
+    }
+
     /// A dedicated connection with the inter-broker security (replica fetchers keep one per
     /// leader).
     pub async fn connect(
@@ -421,5 +467,78 @@ impl PeerPool {
             }
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::security::ClientAuth;
+
+    fn certs(file: &str) -> String {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/certs");
+        std::fs::read_to_string(dir.join(file)).unwrap()
+    }
+
+    fn listener(keystore: &str, truststore: &str) -> TlsConfig {
+        let pem = certs(keystore);
+        TlsConfig {
+            cert_chain_pem: pem.clone(),
+            key_pem: pem,
+            truststore_pem: Some(certs(truststore)),
+            client_auth: ClientAuth::Required,
+        }
+    }
+
+    fn security(keystore: &str, truststore: &str) -> PeerSecurity {
+        let pem = certs(keystore);
+        let tls = InterBrokerTls {
+            cert_chain_pem: Some(pem.clone()),
+            key_pem: Some(pem),
+            truststore_pem: certs(truststore),
+            verify_hostname: true,
+        };
+        PeerSecurity {
+            tls: std::sync::RwLock::new(Some((
+                tls.clone(),
+                crate::security::tls::connector(&tls).unwrap(),
+            ))),
+            sasl: None,
+        }
+    }
+
+    fn in_force(s: &PeerSecurity) -> InterBrokerTls {
+        s.tls.read().unwrap().as_ref().unwrap().0.clone()
+    }
+
+    #[test]
+    fn the_listeners_reloaded_keys_become_the_client_side_and_bad_ones_change_nothing() {
+        let s = security("broker.pem", "ca.pem");
+        assert!(!s.reload_tls(&listener("broker.pem", "ca.pem")).unwrap());
+        // A new keystore and truststore: both are what new connections use.
+        assert!(s
+            .reload_tls(&listener("other-host.pem", "untrusted-ca.pem"))
+            .unwrap());
+        let now = in_force(&s);
+        assert_eq!(
+            now.cert_chain_pem.as_deref(),
+            Some(certs("other-host.pem").as_str())
+        );
+        assert_eq!(now.truststore_pem, certs("untrusted-ca.pem"));
+        assert!(
+            now.verify_hostname,
+            "the host name check is not a listener setting"
+        );
+        // Keys that do not load, or no truststore: the keys in force stay.
+        let mut broken = listener("broker.pem", "ca.pem");
+        broken.truststore_pem = Some("not a certificate".into());
+        assert!(s.reload_tls(&broken).is_err());
+        broken.truststore_pem = None;
+        assert!(s.reload_tls(&broken).is_err());
+        assert!(in_force(&s) == now);
+        // A broker without TLS towards its peers has nothing to reload.
+        assert!(!PeerSecurity::plaintext()
+            .reload_tls(&listener("broker.pem", "ca.pem"))
+            .unwrap());
     }
 }

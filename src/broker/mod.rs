@@ -732,6 +732,21 @@ impl Broker {
             match built {
                 Ok(None) => {}
                 Ok(Some((cfg, acceptor))) => {
+                    if *listener == self.config.replication.inter_broker.listener {
+                        // The same keys are this broker's side of its connections to peers.
+                        match self.replication().peers.security().reload_tls(&cfg) {
+                            Ok(true) => tracing::info!(
+                                %listener,
+                                "inter-broker client TLS keys reloaded"
+                            ),
+                            Ok(false) => {}
+                            Err(e) => tracing::warn!(
+                                %listener,
+                                error = %format!("{e:#}"),
+                                "inter-broker client TLS keys not reloaded"
+                            ),
+                        }
+                    }
                     self.listener_tls.install(listener, cfg, acceptor);
                     tracing::info!(%listener, "listener TLS keys reloaded");
                 }

@@ -142,3 +142,98 @@ def test_replication_and_transactions_run_over_a_sasl_ssl_inter_broker_listener(
     for part in range(3):
         got = read_all(conf, part, committed=True, expect=101)
         assert got[-1] == f"tx{part}".encode(), got[-3:]
+
+
+@pytest.mark.timeout(300)
+def test_the_inter_broker_client_certificate_follows_a_keystore_reloaded_at_run_time(
+        broker_factory, tmp_path):
+    """Certificate rotation on a running cluster whose inter-broker listener is SSL with
+    ssl.client.auth=required, every broker trusting an old and a new CA: each broker's
+    keystore is replaced by one from the new CA, then every truststore by the new CA alone,
+    through dynamic broker configs. Broker 3 is then killed and started again, and a topic
+    it leads needs its followers to connect to it afresh: they must present their new
+    certificates, the only ones it trusts, for acks=all with min.insync.replicas=3 to
+    succeed."""
+    pytest.importorskip("cryptography")
+    from test_group_configs import inc_alter
+    from test_tls_reload import BROKER, SET, _issue
+
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    old_ca, old_keystore = _issue(tmp_path / "old", "Old CA")
+    new_ca, new_keystore = _issue(tmp_path / "new", "New CA")
+    trust = tmp_path / "trust.pem"
+    trust.write_bytes(old_ca.read_bytes() + new_ca.read_bytes())
+    keystores = {i: tmp_path / f"node{i}.pem" for i in (1, 2, 3)}
+    for i, path in keystores.items():
+        path.write_bytes(old_keystore(f"old-{i}.pem")[0].read_bytes())
+
+    def listeners(b, rpc_port):
+        b.ssl_port = free_port()
+        advertised = f"PLAINTEXT://127.0.0.1:{b.port},SSL://127.0.0.1:{b.ssl_port}"
+        b.props["listeners"] = f"{advertised},CONTROLLER://127.0.0.1:{rpc_port}"
+        b.props["advertised.listeners"] = advertised
+        b.props["listener.name.ssl.ssl.keystore.location"] = str(keystores[int(b.props["node.id"])])
+
+    gen = start_cluster(broker_factory, 3, listeners=listeners, **{
+        "inter.broker.listener.name": "SSL",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,CONTROLLER:PLAINTEXT",
+        "listener.name.ssl.ssl.keystore.type": "PEM",
+        "listener.name.ssl.ssl.truststore.type": "PEM",
+        "listener.name.ssl.ssl.truststore.location": str(trust),
+        "listener.name.ssl.ssl.client.auth": "required",
+    })
+    brokers = next(gen)
+    try:
+        servers = ",".join(b.bootstrap for b in brokers)
+        a = admin(servers)
+
+        def create_and_fill(topic, leader):
+            others = [i for i in (1, 2, 3) if i != leader]
+            a.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1,
+                                      replica_assignment=[[leader, *others]],
+                                      config={"min.insync.replicas": "3"})])[topic].result(30)
+
+            def in_sync():
+                p = a.list_topics(topic, timeout=10).topics[topic].partitions[0]
+                return p.leader == leader and sorted(p.isrs) == [1, 2, 3]
+            wait_until(f"{topic} led by {leader} with a full ISR", in_sync)
+            p = Producer({"bootstrap.servers": servers, "acks": "all",
+                          "enable.idempotence": True, "message.timeout.ms": 30000, **QUIET})
+            errors = []
+            for i in range(100):
+                p.produce(topic, value=b"%d" % i, on_delivery=lambda e, _m: e and errors.append(e))
+            assert p.flush(60) == 0 and errors == [], errors
+
+        create_and_fill("before-rotation", 1)
+        # Every keystore from the new CA (same subject and names), reloaded in place.
+        for i, path in keystores.items():
+            path.write_bytes(new_keystore(f"new-{i}.pem")[0].read_bytes())
+            assert inc_alter(brokers[i - 1].bootstrap, str(i), [(
+                "listener.name.ssl.ssl.keystore.location", SET, str(path))], rtype=BROKER) == (0, None)
+        # Then only the new CA is trusted.
+        trust.write_bytes(new_ca.read_bytes())
+        for i in (1, 2, 3):
+            assert inc_alter(brokers[i - 1].bootstrap, str(i), [(
+                "listener.name.ssl.ssl.truststore.location", SET, str(trust))],
+                rtype=BROKER) == (0, None)
+        time.sleep(2)
+        # Connections to broker 3 are opened afresh: only new client certificates pass.
+        brokers[2].kill9()
+        brokers[2].start()
+        create_and_fill("after-rotation", 3)
+        got = []
+        c = Consumer({"bootstrap.servers": servers, "group.id": "rotation-check",
+                      "auto.offset.reset": "earliest", **QUIET})
+        try:
+            c.assign([TopicPartition("after-rotation", 0, 0)])
+            deadline = time.monotonic() + 60
+            while len(got) < 100 and time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is not None and m.error() is None:
+                    got.append(int(m.value()))
+        finally:
+            c.close()
+        assert got == list(range(100))
+    finally:
+        gen.close()

@@ -30,7 +30,7 @@ pytest.importorskip("cryptography", reason="the `cryptography` package generates
                     "test certificates (pip install -r tests/interop/requirements.txt)")
 
 
-def _issue(d: Path):
+def _issue(d: Path, ca_name: str = "Reload CA"):
     """A CA and a function that writes a server keystore (key + chain) signed by it."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -44,7 +44,7 @@ def _issue(d: Path):
                           x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    ca = (x509.CertificateBuilder().subject_name(name("Reload CA")).issuer_name(name("Reload CA"))
+    ca = (x509.CertificateBuilder().subject_name(name(ca_name)).issuer_name(name(ca_name))
           .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
           .not_valid_before(now - datetime.timedelta(hours=1))
           .not_valid_after(now + datetime.timedelta(days=2))
@@ -56,7 +56,7 @@ def _issue(d: Path):
     def keystore(file: str, cn: str = "localhost") -> tuple[Path, int]:
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         serial = x509.random_serial_number()
-        cert = (x509.CertificateBuilder().subject_name(name(cn)).issuer_name(name("Reload CA"))
+        cert = (x509.CertificateBuilder().subject_name(name(cn)).issuer_name(name(ca_name))
                 .public_key(key.public_key()).serial_number(serial)
                 .not_valid_before(now - datetime.timedelta(hours=1))
                 .not_valid_after(now + datetime.timedelta(days=2))
