@@ -290,6 +290,13 @@ fn spawn_background(
         |c| c.needs_tick(),
         |c| c.tick(),
     );
+    tasks.spawn(
+        services
+            .shares
+            .dead_letters
+            .clone()
+            .run(broker.clone(), shutdown.clone()),
+    );
     // Acquisition locks of share groups' records expire on this timer.
     spawn_periodic_when(
         tasks,

@@ -245,9 +245,8 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
         default: "86400000",
         validate: at_least!(0),
     },
-    // Kafka's share groups write records past their delivery limit to a dead-letter topic
-    // with this set (KIP-1191); Strata's archive them without writing them anywhere, so the
-    // setting is checked and described only.
+    // A share group's dead-letter topic must have this set (KIP-1191, see
+    // `share::dead_letter`).
     TopicConfigDef {
         name: "errors.deadletterqueue.group.enable",
         broker_synonym: "",

@@ -28,6 +28,7 @@
 //! only a single node guarantees.
 
 pub mod coordinator;
+pub mod dead_letter;
 pub mod partition;
 pub mod persister;
 pub mod session;
@@ -85,6 +86,8 @@ pub struct ShareService {
     /// Woken when records become available again (released, expired), for waiting fetches.
     pub available: tokio::sync::Notify,
     counters: Counters,
+    /// Copies of archived records for groups with a dead-letter topic.
+    pub dead_letters: Arc<dead_letter::DeadLetters>,
 }
 
 /// Totals since start-up, for /metrics.
@@ -133,6 +136,7 @@ impl ShareService {
             sessions: Mutex::new(ShareSessions::new(SHARE_SESSIONS)),
             available: tokio::sync::Notify::new(),
             counters: Counters::default(),
+            dead_letters: Arc::default(),
         }))
     }
 
@@ -384,8 +388,10 @@ impl ShareService {
             .fetch_add(n.max(0) as u64, Ordering::Relaxed);
         let released =
             next.next_fetch_offset(limits(&settings)) != sp.next_fetch_offset(limits(&settings));
+        let dead = next.take_dead_letters();
         *sp = next;
         drop(sp);
+        self.dead_letters.enqueue(group, topic.id, partition, dead);
         if released {
             self.available.notify_waiters();
         }
@@ -431,8 +437,13 @@ impl ShareService {
     /// share-partition's is held).
     fn persist_quietly(&self, key: &StateKey, mut sp: std::sync::MutexGuard<'_, SharePartition>) {
         sp.snapshot_epoch = sp.snapshot_epoch.wrapping_add(1);
+        let dead = sp.take_dead_letters();
         let written = self.persister.write(key, &state_write(&sp));
         drop(sp);
+        if written.is_ok() {
+            self.dead_letters
+                .enqueue(&key.group, key.topic_id, key.partition, dead);
+        }
         if let Err(e) = written {
             tracing::warn!(group = %key.group, topic_id = %key.topic_id, partition = key.partition, error = ?e, "cannot persist released share records");
             if matches!(
@@ -731,7 +742,7 @@ impl ShareService {
             acquired += sp.acquired_count();
         }
         let c = &self.counters;
-        let rows: [(&str, &str, &str, u64); 7] = [
+        let rows: [(&str, &str, &str, u64); 9] = [
             (
                 "strata_share_partitions",
                 "gauge",
@@ -773,6 +784,18 @@ impl ShareService {
                 "counter",
                 "Acquisition locks that expired before an acknowledgement.",
                 c.lock_expiries.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_share_dead_letters_total",
+                "counter",
+                "Archived records copied to their group's dead-letter topic.",
+                self.dead_letters.written.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_share_dead_letter_failures_total",
+                "counter",
+                "Copies to a dead-letter topic dropped (queue full) or not written.",
+                self.dead_letters.failed.load(Ordering::Relaxed),
             ),
         ];
         for (name, kind, help, value) in rows {

@@ -127,6 +127,18 @@ pub struct Acquired {
     pub delivery_count: i16,
 }
 
+/// Records archived by a member's rejection or at the delivery count limit: what a share
+/// group with a dead-letter topic copies there (see [`super::dead_letter`]). Offsets
+/// `[first_offset, last_offset]`, each delivered `delivery_count` times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub delivery_count: i16,
+    /// Rejected by the member; else released or timed out at the limit.
+    pub rejected: bool,
+}
+
 /// Why an acknowledgement was refused (nothing of its batch was applied).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AckError {
@@ -157,6 +169,9 @@ pub struct SharePartition {
     pub leader_epoch: i32,
     pub snapshot_epoch: i32,
     create_timestamp: i64,
+    /// Archived since [`take_dead_letters`](Self::take_dead_letters) last ran; never
+    /// persisted (Kafka's dead-letter copy is not atomic with the state either).
+    dead_letters: Vec<DeadLetter>,
 }
 
 impl SharePartition {
@@ -170,6 +185,30 @@ impl SharePartition {
             leader_epoch,
             snapshot_epoch: 0,
             create_timestamp: now_ms,
+            dead_letters: Vec::new(),
+        }
+    }
+
+    /// The records archived by rejection or at the delivery count limit since the last call.
+    pub fn take_dead_letters(&mut self) -> Vec<DeadLetter> {
+        std::mem::take(&mut self.dead_letters)
+    }
+
+    fn dead_letter(&mut self, offset: i64, delivery_count: i16, rejected: bool) {
+        match self.dead_letters.last_mut() {
+            Some(d)
+                if d.last_offset + 1 == offset
+                    && d.delivery_count == delivery_count
+                    && d.rejected == rejected =>
+            {
+                d.last_offset = offset;
+            }
+            _ => self.dead_letters.push(DeadLetter {
+                first_offset: offset,
+                last_offset: offset,
+                delivery_count,
+                rejected,
+            }),
         }
     }
 
@@ -185,6 +224,7 @@ impl SharePartition {
             leader_epoch: s.leader_epoch,
             snapshot_epoch: s.snapshot_epoch,
             create_timestamp: s.create_timestamp,
+            dead_letters: Vec::new(),
         };
         let mut batches = s.state_batches.clone();
         batches.sort_by_key(|b| b.first_offset);
@@ -398,6 +438,11 @@ impl SharePartition {
                 }
                 _ => RecordState::Archived,
             };
+            // A gap (type 0) names an offset with no record: nothing to copy.
+            if matches!(t, ACK_RELEASE | ACK_REJECT) && slot.state == RecordState::Archived {
+                let count = slot.delivery_count;
+                self.dead_letter(first_offset + k as i64, count, t == ACK_REJECT);
+            }
         }
         self.advance_start();
         Ok(())
@@ -426,11 +471,13 @@ impl SharePartition {
 
     fn release_where(&mut self, limits: Limits, pick: impl Fn(&Slot) -> bool) -> bool {
         let mut any = false;
-        for slot in self.slots.iter_mut() {
+        let mut archived = Vec::new();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
             if slot.state == RecordState::Acquired && pick(slot) {
                 slot.state = if slot.delivery_count < limits.delivery_count_limit {
                     RecordState::Available
                 } else {
+                    archived.push((self.start_offset + i as i64, slot.delivery_count));
                     RecordState::Archived
                 };
                 slot.owner = None;
@@ -438,6 +485,9 @@ impl SharePartition {
                 self.acquired -= 1;
                 any = true;
             }
+        }
+        for (offset, count) in archived {
+            self.dead_letter(offset, count, false);
         }
         self.advance_start();
         any
@@ -574,6 +624,45 @@ mod tests {
             .unwrap();
         assert_eq!(p.start_offset(), 5);
         assert_eq!(p.in_flight(), 0);
+    }
+
+    #[test]
+    fn rejected_records_and_those_archived_at_the_limit_are_dead_letters() {
+        let dead = |first, last, delivery_count, rejected| DeadLetter {
+            first_offset: first,
+            last_offset: last,
+            delivery_count,
+            rejected,
+        };
+        let mut p = SharePartition::new(0, 0, 0);
+        let a = member("a");
+        p.acquire(&a, &[data(0, 5)], 100, false, LIMITS, later());
+        // Accepted, released below the limit and gaps are not dead letters.
+        p.acknowledge("a", 0, 5, &[1, 3, 3, 2, 0, 3], LIMITS, None)
+            .unwrap();
+        assert_eq!(
+            p.take_dead_letters(),
+            vec![dead(1, 2, 1, true), dead(5, 5, 1, true)]
+        );
+        assert!(p.take_dead_letters().is_empty(), "taken once");
+        // Offset 3 released twice more reaches the limit; a lock expiry archives 6 at it.
+        for _ in 0..2 {
+            p.acquire(&a, &[data(3, 3)], 100, false, LIMITS, later());
+            p.acknowledge("a", 3, 3, &[ACK_RELEASE], LIMITS, None)
+                .unwrap();
+        }
+        assert_eq!(p.take_dead_letters(), vec![dead(3, 3, 3, false)]);
+        for _ in 0..3 {
+            p.acquire(&a, &[data(6, 7)], 100, false, LIMITS, later());
+            assert!(p.expire_locks(Instant::now() + Duration::from_secs(60), LIMITS));
+        }
+        assert_eq!(p.take_dead_letters(), vec![dead(6, 7, 3, false)]);
+        // A refused acknowledgement archives nothing.
+        p.acquire(&a, &[data(8, 8)], 100, false, LIMITS, later());
+        assert!(p
+            .acknowledge("b", 8, 8, &[ACK_REJECT], LIMITS, None)
+            .is_err());
+        assert!(p.take_dead_letters().is_empty());
     }
 
     #[test]

@@ -21,7 +21,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from helpers import QUIET, create_topic, produce
+from helpers import QUIET, consume, create_topic, produce
 from java_apps import JavaProcess, skip_reason
 from rawkafka import Conn, Reader, encode_compact_string as cs, encode_uvarint as uv
 
@@ -475,3 +475,115 @@ def test_share_fetch_session_epochs_get_kafkas_errors(broker):
         assert _share_fetch(conn, group, "", 0) == (INVALID_REQUEST, 0)
         assert _share_fetch(conn, group, None, 0) == (INVALID_REQUEST, 0)
         assert _share_fetch(conn, None, member, 0) == (INVALID_REQUEST, 0)
+
+
+def test_rejected_records_and_those_past_the_limit_are_copied_to_the_dead_letter_topic(
+        broker, topic_name, apps):
+    """KIP-1191: a group naming a dead-letter topic (with errors.deadletterqueue.group.enable)
+    gets one record there for each record its members reject or release at the delivery count
+    limit, with Kafka's __dlq.errors.* headers; with copy.record.enable the key and value
+    too. A group whose topic is not enabled for it, or whose topic breaks the broker's `dlq.`
+    prefix, gets none."""
+    n = 30
+    create_topic(broker.bootstrap, topic_name, partitions=1)
+    rejects = f"dlq.{topic_name}-rejects"
+    limits = f"dlq.{topic_name}-limits"
+    disabled = f"dlq.{topic_name}-disabled"
+    for name, enable in ((rejects, "true"), (limits, "true"), (disabled, "false")):
+        create_topic(broker.bootstrap, name, partitions=1,
+                     config={"errors.deadletterqueue.group.enable": enable})
+    produce_numbered(broker.bootstrap, topic_name, 0, n)
+
+    g_rejects = share_group(broker.bootstrap)
+    set_group_configs(broker.bootstrap, g_rejects, {
+        "errors.deadletterqueue.topic.name": rejects,
+        "errors.deadletterqueue.copy.record.enable": "true"})
+    g_limits = share_group(broker.bootstrap, share_delivery_count_limit=2)
+    set_group_configs(broker.bootstrap, g_limits, {"errors.deadletterqueue.topic.name": limits})
+    g_disabled = share_group(broker.bootstrap)
+    set_group_configs(broker.bootstrap, g_disabled,
+                      {"errors.deadletterqueue.topic.name": disabled})
+
+    # offset % 3 == 2 rejected by the first group's member; the second releases everything.
+    a = apps(broker.bootstrap, g_rejects, topic_name, "mixed", "mixed")
+    b = apps(broker.bootstrap, g_limits, topic_name, "release", "releaser")
+    c = apps(broker.bootstrap, g_disabled, topic_name, "mixed", "disabled")
+    a.wait_until(lambda: len(a.records()) >= n + n // 3, JOIN_S, "every delivery")
+    b.wait_until(lambda: len(b.records()) >= 2 * n, JOIN_S, "two deliveries of each record")
+    c.wait_until(lambda: len(c.records()) >= n + n // 3, JOIN_S, "every delivery")
+    for app in (a, b, c):
+        app.close()
+
+    def headers(r):
+        return {k: (v.decode() if v is not None else None) for k, v in r.headers}
+
+    def by_offset(records):
+        # Kafka writes each acknowledgement's copies on its own: their order may differ.
+        return sorted(records, key=lambda r: int(headers(r)["__dlq.errors.offset"]))
+
+    rejected = by_offset(consume(broker.bootstrap, rejects, n // 3, timeout=60))
+    assert [headers(r) for r in rejected] == [{
+        "__dlq.errors.topic": topic_name, "__dlq.errors.partition": "0",
+        "__dlq.errors.offset": str(off), "__dlq.errors.group": g_rejects,
+        "__dlq.errors.delivery.count": "1",
+        "__dlq.errors.message": "Offset rejected by client."} for off in range(2, n, 3)]
+    assert [(r.key, r.value) for r in rejected] == \
+        [(b"k%d" % off, b"v%d" % off) for off in range(2, n, 3)]
+
+    archived = by_offset(consume(broker.bootstrap, limits, n, timeout=60))
+    assert [headers(r) for r in archived] == [{
+        "__dlq.errors.topic": topic_name, "__dlq.errors.partition": "0",
+        "__dlq.errors.offset": str(off), "__dlq.errors.group": g_limits,
+        "__dlq.errors.delivery.count": "2",
+        "__dlq.errors.message": "Offset delivery count exceeded the threshold."}
+        for off in range(n)]
+    assert all(r.key is None and r.value is None for r in archived), "copy.record is off"
+
+    time.sleep(2)
+    from helpers import watermarks
+    assert watermarks(broker.bootstrap, disabled, 0)[1] == 0, "not enabled for groups"
+
+
+def test_a_missing_dead_letter_topic_is_created_only_when_the_broker_allows_it(
+        broker, topic_name, apps):
+    """errors.deadletterqueue.auto.create.topics.enable (a cluster-wide dynamic broker
+    config, false by default): off, a group naming a missing dead-letter topic gets no copy
+    and no topic; on, the topic is created with errors.deadletterqueue.group.enable=true and
+    receives the copies."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+    from helpers import admin
+    from test_group_configs import inc_alter
+
+    BROKER, SET, DELETE = 4, 0, 1
+    n = 9
+    create_topic(broker.bootstrap, topic_name, partitions=1)
+    produce_numbered(broker.bootstrap, topic_name, 0, n)
+    missing = f"dlq.{topic_name}-missing"
+    created = f"dlq.{topic_name}-created"
+
+    def run(dlq):
+        group = share_group(broker.bootstrap)
+        set_group_configs(broker.bootstrap, group, {"errors.deadletterqueue.topic.name": dlq})
+        a = apps(broker.bootstrap, group, topic_name, "mixed", f"mixed-{dlq[-7:]}")
+        a.wait_until(lambda: len(a.records()) >= n + n // 3, JOIN_S, "every delivery")
+        a.close()
+        return group
+
+    run(missing)
+    time.sleep(2)
+    assert missing not in admin(broker.bootstrap).list_topics(timeout=10).topics
+
+    auto = "errors.deadletterqueue.auto.create.topics.enable"
+    assert inc_alter(broker.bootstrap, "", [(auto, SET, "true")], rtype=BROKER) == (0, None)
+    try:
+        group = run(created)
+        copies = consume(broker.bootstrap, created, n // 3, timeout=60)
+        # Kafka writes each acknowledgement's copies on its own: their order may differ.
+        assert sorted(int(dict(r.headers)["__dlq.errors.offset"]) for r in copies) == \
+            list(range(2, n, 3))
+        assert {dict(r.headers)["__dlq.errors.group"] for r in copies} == {group.encode()}
+        res = ConfigResource(ResourceType.TOPIC, created)
+        configs = admin(broker.bootstrap).describe_configs([res])[res].result(timeout=30)
+        assert configs["errors.deadletterqueue.group.enable"].value == "true"
+    finally:
+        assert inc_alter(broker.bootstrap, "", [(auto, DELETE, "")], rtype=BROKER) == (0, None)
