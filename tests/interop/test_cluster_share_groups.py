@@ -183,3 +183,38 @@ def test_share_group_offsets_are_described_reset_and_deleted_after_a_coordinator
     assert delete_groups(coord.bootstrap, 3, [group]) == {group: (NONE, None)}
     assert share_group_describe(coord.bootstrap, [group])[group][0] == GROUP_ID_NOT_FOUND
     assert describe_offsets(coord.bootstrap, 1, group, None) == (NONE, None, {})
+
+
+@pytest.mark.timeout(300)
+def test_dead_letter_copies_reach_a_topic_led_by_another_broker(cluster, tmp_path):
+    """A share group's dead-letter topic whose partition another broker leads: the source
+    partition's leader (broker 1) produces the copies to it over the inter-broker listener,
+    acks=all on three replicas."""
+    from helpers import consume
+    from test_share_groups import set_group_configs
+
+    n = 30
+    source, dlq = "cluster-share-source", "dlq.cluster-share"
+    a = admin(bootstrap(cluster))
+    for name, assignment, config in (
+            (source, [[1, 2, 3]], {}),
+            (dlq, [[2, 3, 1]], {"errors.deadletterqueue.group.enable": "true"})):
+        topic = NewTopic(name, num_partitions=1, replication_factor=-1,
+                         replica_assignment=assignment, config=config)
+        a.create_topics([topic], request_timeout=30)[name].result()
+    wait_until("both topics fully replicated", lambda: fully_replicated(cluster, [source, dlq]))
+    servers = bootstrap(cluster)
+    produce_numbered(servers, source, 0, n, acks="all")
+    group = share_group(cluster[0].bootstrap)
+    set_group_configs(cluster[0].bootstrap, group, {
+        "errors.deadletterqueue.topic.name": dlq,
+        "errors.deadletterqueue.copy.record.enable": "true"})
+    app = ShareApp(tmp_path, servers, group, source, "mixed", "mixed")
+    app.wait_until(lambda: len(app.records()) >= n + n // 3, JOIN_S, "every delivery")
+    stop_app(app)
+    want = [(b"k%d" % off, b"v%d" % off, str(off).encode()) for off in range(2, n, 3)]
+    copies = consume(servers, dlq, n // 3, timeout=60)
+    got = sorted(((r.key, r.value, dict(r.headers)["__dlq.errors.offset"]) for r in copies),
+                 key=lambda t: int(t[2]))
+    assert got == want
+    assert fully_replicated(cluster, [dlq])
