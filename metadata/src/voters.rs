@@ -245,13 +245,25 @@ pub(crate) async fn add_voter_on_leader(
             "Aborted add voter operation for {key} since it is lagging behind"
         )));
     }
-    let change =
-        raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([node_id])), false);
-    match tokio::time::timeout_at(deadline, change).await {
+    let change = ChangeMembers::AddVoterIds(BTreeSet::from([node_id]));
+    commit(raft, change, false, deadline, format!("Adding {key}")).await
+}
+
+/// Runs a membership change until it commits or `deadline` passes (then it may still).
+async fn commit(
+    raft: &Raft<TypeConfig>,
+    change: ChangeMembers<u64, QuorumNode>,
+    retain: bool,
+    deadline: Instant,
+    what: String,
+) -> Result<LeaderReply, LeaderError> {
+    let started = Instant::now();
+    match tokio::time::timeout_at(deadline, raft.change_membership(change, retain)).await {
         Ok(Ok(response)) => Ok(LeaderReply::VotersChanged(Ok(response.log_id.index))),
         Ok(Err(error)) => change_failed(error),
         Err(_) => refused(VoterRefusal::TimedOut(format!(
-            "Adding {key} was not committed within {timeout:?}; it may still be"
+            "{what} was not committed within {:?}; it may still be",
+            started.elapsed()
         ))),
     }
 }
@@ -280,15 +292,9 @@ pub(crate) async fn remove_voter_on_leader(
         )));
     }
     // Kept as a learner: the node goes on following the log (its broker keeps serving).
-    let change =
-        raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([node_id])), true);
-    match tokio::time::timeout(timeout, change).await {
-        Ok(Ok(response)) => Ok(LeaderReply::VotersChanged(Ok(response.log_id.index))),
-        Ok(Err(error)) => change_failed(error),
-        Err(_) => refused(VoterRefusal::TimedOut(format!(
-            "Removing {key} was not committed within {timeout:?}; it may still be"
-        ))),
-    }
+    let change = ChangeMembers::RemoveVoters(BTreeSet::from([node_id]));
+    let deadline = Instant::now() + timeout;
+    commit(raft, change, true, deadline, format!("Removing {key}")).await
 }
 
 /// Records the directory id node `node_id` reported. A voter already known with another
@@ -325,14 +331,11 @@ pub(crate) async fn set_directory_on_leader(
         addr: node.addr,
         directory_id: Some(directory_id),
     };
-    let change = raft.change_membership(
-        ChangeMembers::SetNodes([(node_id, updated)].into_iter().collect()),
-        true,
-    );
-    match change.await {
-        Ok(response) => Ok(LeaderReply::VotersChanged(Ok(response.log_id.index))),
-        Err(error) => change_failed(error),
-    }
+    let change = ChangeMembers::SetNodes([(node_id, updated)].into_iter().collect());
+    // The caller's own deadline is shorter; this only bounds a leader cut off from its quorum.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let what = format!("The directory id of node {node_id}");
+    commit(raft, change, true, deadline, what).await
 }
 
 /// Whether `host:port` names the same listener as `addr`: the same port, and the same host
