@@ -43,9 +43,12 @@ pub enum Target {
     /// A remote segment downloaded for rehydration (its `.log`, and a `.txnindex` when the
     /// first byte is odd), checked, indexed and put in front of a real log, then read.
     RehydratedSegment,
+    /// Frames read by the metadata quorum's RPC listener (Raft messages, forwarded proposals,
+    /// learner joins, heartbeats and voter changes), decoded one after another.
+    MetadataRpc,
 }
 
-pub const ALL: [Target; 9] = [
+pub const ALL: [Target; 10] = [
     Target::Request,
     Target::RecordBatch,
     Target::PartitionDir,
@@ -55,6 +58,7 @@ pub const ALL: [Target; 9] = [
     Target::MetadataLog,
     Target::IcebergMetadata,
     Target::RehydratedSegment,
+    Target::MetadataRpc,
 ];
 
 impl Target {
@@ -69,6 +73,7 @@ impl Target {
             Target::MetadataLog => "metadata_log",
             Target::IcebergMetadata => "iceberg_metadata",
             Target::RehydratedSegment => "rehydrated_segment",
+            Target::MetadataRpc => "metadata_rpc",
         }
     }
 
@@ -104,6 +109,7 @@ impl Target {
                 .into_iter()
                 .map(|b| rehydrated_segment_seed(&b))
                 .collect(),
+            Target::MetadataRpc => metadata_rpc_seeds(),
         }
     }
 
@@ -118,6 +124,7 @@ impl Target {
             Target::MetadataLog => metadata_log(data),
             Target::IcebergMetadata => iceberg_metadata(data),
             Target::RehydratedSegment => rehydrated_segment(data),
+            Target::MetadataRpc => metadata_rpc(data),
         }
     }
 }
@@ -539,7 +546,7 @@ pub fn metadata_log_seed() -> Vec<u8> {
         entry(1, r#""Blank""#),
         entry(
             2,
-            r#"{"Membership":{"configs":[[1,2,3]],"nodes":{"1":{},"2":{},"3":{}}}}"#,
+            r#"{"Membership":{"configs":[[1,2,3]],"nodes":{"1":{"addr":"127.0.0.1:1"},"2":{"addr":"127.0.0.1:2","directory_id":"02020202020202020202020202020202"},"3":{"addr":"127.0.0.1:3"}}}}"#,
         ),
         entry(3, r#""Blank""#),
     ];
@@ -571,9 +578,64 @@ fn frame_entries(mut data: &[u8]) -> Vec<u8> {
     out
 }
 
-pub fn metadata_log(data: &[u8]) -> bool {
+/// The runtime the metadata targets run their async decoders on.
+fn runtime() -> &'static tokio::runtime::Runtime {
     use std::sync::OnceLock;
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    })
+}
+
+/// One frame of each leader-only request a node forwards.
+pub fn metadata_rpc_seeds() -> Vec<Vec<u8>> {
+    use strata_metadata::ids::{BrokerEpoch, BrokerId, Uuid128};
+    use strata_metadata::network::{encode_request, RpcRequest};
+    let requests = [
+        RpcRequest::AddLearner {
+            node_id: 4,
+            addr: "127.0.0.1:9093".into(),
+        },
+        RpcRequest::Heartbeat {
+            id: BrokerId(2),
+            broker_epoch: BrokerEpoch(7),
+        },
+        RpcRequest::AddVoter {
+            node_id: 4,
+            directory_id: Uuid128([4; 16]),
+            endpoints: vec!["127.0.0.1:9093".into()],
+            timeout_ms: 30_000,
+        },
+        RpcRequest::RemoveVoter {
+            node_id: 1,
+            directory_id: Uuid128([1; 16]),
+            timeout_ms: 30_000,
+        },
+        RpcRequest::SetDirectory {
+            node_id: 2,
+            directory_id: Uuid128([2; 16]),
+        },
+        RpcRequest::Propose(strata_metadata::Command::SetClusterId {
+            cluster_id: "fuzz".into(),
+        }),
+    ];
+    let frames: Vec<Vec<u8>> = requests
+        .iter()
+        .map(|r| runtime().block_on(encode_request(r)))
+        .collect();
+    let mut seeds = frames.clone();
+    seeds.push(frames.concat());
+    seeds
+}
+
+pub fn metadata_rpc(data: &[u8]) -> bool {
+    runtime().block_on(strata_metadata::network::decode_requests(data)) > 0
+}
+
+pub fn metadata_log(data: &[u8]) -> bool {
     let Some((&flags, rest)) = data.split_first() else {
         return false;
     };
@@ -593,13 +655,7 @@ pub fn metadata_log(data: &[u8]) -> bool {
         };
         let _ = std::fs::write(dir.join(name), body);
     }
-    let runtime = RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a tokio runtime")
-    });
-    runtime.block_on(async {
+    runtime().block_on(async {
         strata_metadata::store::LogStore::open(&dir, Default::default())
             .await
             .is_ok()

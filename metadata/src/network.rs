@@ -5,7 +5,8 @@
 //! Wire format: each message is one frame, a 4-byte big-endian length followed by that many
 //! bytes of JSON ([`RpcRequest`] one way, [`RpcResponse`] the other). A connection carries one
 //! request at a time; openraft keeps one connection per replication target. Frames above
-//! [`MAX_FRAME_BYTES`] are refused before anything is allocated.
+//! [`MAX_FRAME_BYTES`] are refused before anything is allocated, and a frame's memory grows
+//! with the bytes that arrive, not with the length it claims.
 //!
 //! Bad input: an undecodable request gets [`RpcResponse::BadRequest`] and the connection is
 //! closed; an oversized or truncated frame closes the connection. The server keeps serving
@@ -189,6 +190,9 @@ async fn write_message<W: AsyncWrite + Unpin, T: Serialize>(
 }
 
 /// Reads one message; `Ok(None)` when the peer closed the connection between frames.
+///
+/// The body grows as its bytes arrive: a length alone (4 bytes claiming 64 MiB, from anyone
+/// who can reach the port) reserves at most [`FRAME_RESERVE`].
 async fn read_message<R: AsyncRead + Unpin, T: DeserializeOwned>(
     reader: &mut R,
 ) -> Result<Option<T>, RpcError> {
@@ -202,11 +206,41 @@ async fn read_message<R: AsyncRead + Unpin, T: DeserializeOwned>(
     if len > MAX_FRAME_BYTES {
         return Err(RpcError::FrameTooLarge { len });
     }
-    let mut body = vec![0u8; len];
-    reader.read_exact(&mut body).await?;
+    let mut body = Vec::with_capacity(len.min(FRAME_RESERVE));
+    let read = (&mut *reader)
+        .take(len as u64)
+        .read_to_end(&mut body)
+        .await?;
+    if read < len {
+        return Err(RpcError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+    }
     serde_json::from_slice(&body)
         .map(Some)
         .map_err(RpcError::Decode)
+}
+
+/// What a frame's length reserves before its bytes arrive.
+const FRAME_RESERVE: usize = 64 * 1024;
+
+/// Decodes the requests of a byte stream as the RPC server does (for the fuzz target): how
+/// many decoded before the first error or the end.
+#[doc(hidden)]
+pub async fn decode_requests(mut data: &[u8]) -> usize {
+    let mut decoded = 0;
+    while let Ok(Some(_)) = read_message::<_, RpcRequest>(&mut data).await {
+        decoded += 1;
+    }
+    decoded
+}
+
+/// One request as a frame, as a node sends it (for the fuzz target's seeds).
+#[doc(hidden)]
+pub async fn encode_request(request: &RpcRequest) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_message(&mut out, request)
+        .await
+        .expect("a request encodes into memory");
+    out
 }
 
 // ----- client -----
@@ -602,6 +636,22 @@ mod tests {
             .await
             .unwrap()
             .is_none());
+    }
+
+    #[tokio::test]
+    async fn a_length_without_its_bytes_reserves_little_and_is_an_error() {
+        let mut frame = (MAX_FRAME_BYTES as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(b"{}");
+        let err = read_message::<_, RpcRequest>(&mut &frame[..])
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RpcError::Io(_)), "{err}");
+        let one = encode_request(&RpcRequest::SetDirectory {
+            node_id: 2,
+            directory_id: Uuid128([2; 16]),
+        })
+        .await;
+        assert_eq!(decode_requests(&[one.clone(), one].concat()).await, 2);
     }
 
     #[tokio::test]
