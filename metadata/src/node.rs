@@ -63,8 +63,13 @@ pub struct MetadataConfig {
     /// This node's id (the broker's `node.id`).
     pub node_id: u64,
     /// The voters and their metadata RPC addresses (Kafka's `controller.quorum.voters`).
-    /// Empty: a single self-bootstrapping node. A node not listed here joins as a learner.
+    /// Empty, with no bootstrap servers either: a single self-bootstrapping node. A node not
+    /// listed here joins as a learner.
     pub voters: BTreeMap<u64, String>,
+    /// Where a learner asks to join besides the voters (Kafka's
+    /// `controller.quorum.bootstrap.servers`, `host:port`). Set without voters: the node joins
+    /// an existing quorum as a learner; only `voters` start a new one.
+    pub bootstrap_servers: Vec<String>,
     /// Where the metadata RPC listener binds.
     pub listen_addr: SocketAddr,
     /// The address peers reach this node at, when it is not a voter (voters are reached at
@@ -95,6 +100,7 @@ impl MetadataConfig {
         MetadataConfig {
             node_id,
             voters: BTreeMap::new(),
+            bootstrap_servers: Vec::new(),
             listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             advertised_addr: None,
             dir: dir.into(),
@@ -159,7 +165,7 @@ impl MetadataConfig {
         if let Some((id, _)) = self.voters.iter().find(|(_, addr)| addr.trim().is_empty()) {
             return invalid(format!("voter {id} has an empty address"));
         }
-        Ok(if self.voters.is_empty() {
+        Ok(if self.voters.is_empty() && self.bootstrap_servers.is_empty() {
             Role::SingleNode
         } else if self.voters.contains_key(&self.node_id) {
             Role::Voter
@@ -709,7 +715,14 @@ impl MetadataNode {
             }
             Role::Learner => {
                 let quorum = node.quorum.clone();
-                let voters: Vec<String> = config.voters.values().cloned().collect();
+                let mut voters: Vec<String> = config.voters.values().cloned().collect();
+                voters.extend(
+                    config
+                        .bootstrap_servers
+                        .iter()
+                        .filter(|s| !config.voters.values().any(|v| v == *s))
+                        .cloned(),
+                );
                 let node_id = config.node_id;
                 node.tracker
                     .spawn(async move { join_as_learner(quorum, node_id, addr, voters).await });

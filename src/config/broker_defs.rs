@@ -50,6 +50,11 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "",
     },
     BrokerConfigDef {
+        name: "controller.quorum.bootstrap.servers",
+        kind: Kind::List,
+        default: "",
+    },
+    BrokerConfigDef {
         name: "broker.session.timeout.ms",
         kind: Kind::Long,
         default: "9000",
@@ -701,7 +706,6 @@ pub(super) const SECRET_KEYS: &[&str] = &["delegation.token.secret.key"];
 
 /// Kafka settings Strata reads but does not need (KRaft roles, thread pools, buffer sizes).
 pub(super) const IGNORED_KAFKA_KEYS: &[&str] = &[
-    "controller.quorum.bootstrap.servers",
     "num.network.threads",
     "num.io.threads",
     "socket.send.buffer.bytes",

@@ -146,6 +146,9 @@ pub struct BrokerConfig {
 pub struct ClusterConfig {
     /// `controller.quorum.voters`: voter id to its metadata RPC address (`host:port`).
     pub voters: BTreeMap<u64, String>,
+    /// `controller.quorum.bootstrap.servers` (`host:port,...`): where a node that is not
+    /// among the voters asks to join the quorum, besides the voters.
+    pub bootstrap_servers: Vec<String>,
     /// Where the metadata RPC binds: the `controller.listener.names` listener, else this
     /// node's voter entry.
     pub rpc_bind: SocketAddr,
@@ -661,6 +664,20 @@ fn parse_listener(key: &str, spec: &str) -> Result<(String, String, u16), Config
     Ok((name.trim().to_string(), host, port))
 }
 
+/// `controller.quorum.bootstrap.servers`: `host:port` entries, comma-separated.
+fn parse_bootstrap_servers(text: &str) -> Result<Vec<String>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|entry| match entry.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                Ok(entry.to_string())
+            }
+            _ => Err(format!("{entry} is not host:port")),
+        })
+        .collect()
+}
+
 /// `cluster.id`: empty for none; else what the metadata quorum accepts as a cluster id.
 fn cluster_id_setting(text: &str) -> Result<Option<String>, ConfigError> {
     let text = text.trim();
@@ -687,7 +704,10 @@ impl ClusterConfig {
         let text = get("controller.quorum.voters");
         let voters = strata_metadata::MetadataConfig::parse_voters(&text)
             .map_err(|e| invalid("controller.quorum.voters", &text, e))?;
-        if voters.is_empty() {
+        let bootstrap_text = get("controller.quorum.bootstrap.servers");
+        let bootstrap_servers = parse_bootstrap_servers(&bootstrap_text)
+            .map_err(|e| invalid("controller.quorum.bootstrap.servers", &bootstrap_text, e))?;
+        if voters.is_empty() && bootstrap_servers.is_empty() {
             return Ok(None);
         }
         let roles = get("process.roles");
@@ -772,6 +792,7 @@ impl ClusterConfig {
         };
         Ok(Some(ClusterConfig {
             voters,
+            bootstrap_servers,
             rpc_bind,
             rpc_advertised: advertised,
             metadata_log_dir,

@@ -5,6 +5,33 @@ fn props(s: &str) -> BTreeMap<String, String> {
 }
 
 #[test]
+fn bootstrap_servers_alone_make_a_node_that_joins_an_existing_quorum() {
+    let c = BrokerConfig::build(&[props(
+        "node.id=4
+listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093
+\
+         controller.listener.names=CONTROLLER
+\
+         controller.quorum.bootstrap.servers=10.0.0.1:9093, 10.0.0.2:9093
+",
+    )])
+    .unwrap();
+    let cluster = c.cluster.expect("cluster mode");
+    assert!(cluster.voters.is_empty());
+    assert_eq!(cluster.bootstrap_servers, ["10.0.0.1:9093", "10.0.0.2:9093"]);
+    assert_eq!(cluster.rpc_advertised, "127.0.0.1:9093");
+    for bad in [
+        "node.id=4\ncontroller.listener.names=CONTROLLER\n\
+         listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093\n\
+         controller.quorum.bootstrap.servers=10.0.0.1\n",
+        // A joining node needs a controller listener to be reached at.
+        "node.id=4\ncontroller.quorum.bootstrap.servers=10.0.0.1:9093\n",
+    ] {
+        assert!(BrokerConfig::build(&[props(bad)]).is_err(), "{bad}");
+    }
+}
+
+#[test]
 fn cluster_mode_needs_voters_and_binds_the_controller_listener() {
     let c = BrokerConfig::build(&[]).unwrap();
     assert!(c.cluster.is_none(), "no voters: single node");

@@ -165,6 +165,7 @@ impl ClusterControl {
     ) -> anyhow::Result<Arc<ClusterControl>> {
         let mut meta = MetadataConfig::new(config.node_id as u64, &cluster.metadata_log_dir);
         meta.voters = cluster.voters.clone();
+        meta.bootstrap_servers = cluster.bootstrap_servers.clone();
         meta.listen_addr = cluster.rpc_bind;
         meta.advertised_addr = Some(cluster.rpc_advertised.clone());
         let node = MetadataNode::start(meta).await?;

@@ -169,8 +169,18 @@ def replication(brokers, tmp_path) -> dict[int, tuple[str, str]]:
 
 @pytest.fixture
 def three_voters_and_an_observer(broker_factory):
-    """Four brokers; 1-3 vote, 4 observes (it is not in controller.quorum.voters)."""
-    yield from start_cluster(broker_factory, 4, voters=3, **{"process.roles": "broker,controller"})
+    """Four brokers; 1-3 vote, 4 observes: as a Kafka 4.4 controller added to a running
+    quorum, it names the quorum with controller.quorum.bootstrap.servers, not the voters."""
+    def listeners(b, rpc_port):
+        b.props["listeners"] = (f"PLAINTEXT://127.0.0.1:{b.port},"
+                                f"CONTROLLER://127.0.0.1:{rpc_port}")
+        if b.props["node.id"] == "4":
+            voters = b.props.pop("controller.quorum.voters")
+            b.props["controller.quorum.bootstrap.servers"] = ",".join(
+                v.split("@", 1)[1] for v in voters.split(","))
+
+    yield from start_cluster(broker_factory, 4, voters=3, listeners=listeners,
+                             **{"process.roles": "broker,controller"})
 
 
 @pytest.mark.timeout(420)
