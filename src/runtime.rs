@@ -89,10 +89,14 @@ async fn join_cluster(
             .await
             .context("cluster id task")??;
         if let Some(id) = broker.metadata_directory_id() {
-            services.spawn(control.clone().report_directory_id(
-                strata_metadata::ids::Uuid128::from_bytes(*id.as_bytes()),
-                shutdown.clone(),
-            ));
+            let id = strata_metadata::ids::Uuid128::from_bytes(*id.as_bytes());
+            let (control, stop, auto_join) = (control.clone(), shutdown.clone(), cluster.auto_join);
+            services.spawn(async move {
+                control.clone().report_directory_id(id, stop.clone()).await;
+                if auto_join {
+                    control.join_as_voter(id, stop).await;
+                }
+            });
         }
         broker.set_quorum(Arc::new(control.clone()));
         broker.set_isr_change_sink(Arc::new(QuorumIsrSink {

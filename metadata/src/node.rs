@@ -165,13 +165,15 @@ impl MetadataConfig {
         if let Some((id, _)) = self.voters.iter().find(|(_, addr)| addr.trim().is_empty()) {
             return invalid(format!("voter {id} has an empty address"));
         }
-        Ok(if self.voters.is_empty() && self.bootstrap_servers.is_empty() {
-            Role::SingleNode
-        } else if self.voters.contains_key(&self.node_id) {
-            Role::Voter
-        } else {
-            Role::Learner
-        })
+        Ok(
+            if self.voters.is_empty() && self.bootstrap_servers.is_empty() {
+                Role::SingleNode
+            } else if self.voters.contains_key(&self.node_id) {
+                Role::Voter
+            } else {
+                Role::Learner
+            },
+        )
     }
 
     fn raft_config(&self) -> Result<openraft::Config, NodeError> {

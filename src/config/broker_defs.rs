@@ -55,6 +55,11 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "",
     },
     BrokerConfigDef {
+        name: "controller.quorum.auto.join.enable",
+        kind: Kind::Boolean,
+        default: "false",
+    },
+    BrokerConfigDef {
         name: "broker.session.timeout.ms",
         kind: Kind::Long,
         default: "9000",

@@ -149,6 +149,8 @@ pub struct ClusterConfig {
     /// `controller.quorum.bootstrap.servers` (`host:port,...`): where a node that is not
     /// among the voters asks to join the quorum, besides the voters.
     pub bootstrap_servers: Vec<String>,
+    /// `controller.quorum.auto.join.enable` (KIP-1186): an observer adds itself as a voter.
+    pub auto_join: bool,
     /// Where the metadata RPC binds: the `controller.listener.names` listener, else this
     /// node's voter entry.
     pub rpc_bind: SocketAddr,
@@ -784,6 +786,14 @@ impl ClusterConfig {
         })?;
         let leader_imbalance_check_interval =
             rebalance.then(|| std::time::Duration::from_secs(check_seconds as u64));
+        let auto_join =
+            value::parse_bool(&get("controller.quorum.auto.join.enable")).map_err(|e| {
+                invalid(
+                    "controller.quorum.auto.join.enable",
+                    &get("controller.quorum.auto.join.enable"),
+                    e,
+                )
+            })?;
         let dir = get("metadata.log.dir");
         let metadata_log_dir = if dir.is_empty() {
             log_dirs[0].join("__cluster_metadata")
@@ -793,6 +803,7 @@ impl ClusterConfig {
         Ok(Some(ClusterConfig {
             voters,
             bootstrap_servers,
+            auto_join,
             rpc_bind,
             rpc_advertised: advertised,
             metadata_log_dir,

@@ -18,7 +18,10 @@ listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093
     .unwrap();
     let cluster = c.cluster.expect("cluster mode");
     assert!(cluster.voters.is_empty());
-    assert_eq!(cluster.bootstrap_servers, ["10.0.0.1:9093", "10.0.0.2:9093"]);
+    assert_eq!(
+        cluster.bootstrap_servers,
+        ["10.0.0.1:9093", "10.0.0.2:9093"]
+    );
     assert_eq!(cluster.rpc_advertised, "127.0.0.1:9093");
     for bad in [
         "node.id=4\ncontroller.listener.names=CONTROLLER\n\

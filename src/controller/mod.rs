@@ -781,6 +781,38 @@ impl ClusterControl {
         }
     }
 
+    /// `controller.quorum.auto.join.enable` (KIP-1186): while this node is not a voter, it
+    /// asks the leader to add it (as AddRaftVoter would) once it has caught up, until it is
+    /// one or `cancel` fires. Run after its directory id is reported.
+    pub async fn join_as_voter(self: Arc<Self>, directory_id: Uuid128, cancel: CancellationToken) {
+        let me = self.broker_id.0 as u64;
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            let Ok(node) = self.node() else { return };
+            if node.voters().iter().any(|(id, _)| *id == me) {
+                return;
+            }
+            let addr = node.addr().to_string();
+            let result = tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = node.add_voter(me, directory_id, vec![addr], Duration::from_secs(30)) => r,
+            };
+            drop(node);
+            match result {
+                Ok(()) | Err(VoterChangeError::Refused(VoterRefusal::Duplicate(_))) => {
+                    tracing::info!("this node joined the metadata quorum's voters");
+                    return;
+                }
+                Err(e) => tracing::info!(error = %e, "cannot join the voters yet; retrying"),
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(10));
+        }
+    }
+
     pub async fn shutdown(&self, limit: Duration) {
         let Some(mut node) = self.node.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return;

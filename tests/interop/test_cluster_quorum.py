@@ -167,10 +167,10 @@ def replication(brokers, tmp_path) -> dict[int, tuple[str, str]]:
     return rows
 
 
-@pytest.fixture
-def three_voters_and_an_observer(broker_factory):
+def with_a_joining_fourth_node(broker_factory, **fourth):
     """Four brokers; 1-3 vote, 4 observes: as a Kafka 4.4 controller added to a running
-    quorum, it names the quorum with controller.quorum.bootstrap.servers, not the voters."""
+    quorum, it names the quorum with controller.quorum.bootstrap.servers, not the voters,
+    and takes the extra settings `fourth`."""
     def listeners(b, rpc_port):
         b.props["listeners"] = (f"PLAINTEXT://127.0.0.1:{b.port},"
                                 f"CONTROLLER://127.0.0.1:{rpc_port}")
@@ -178,9 +178,43 @@ def three_voters_and_an_observer(broker_factory):
             voters = b.props.pop("controller.quorum.voters")
             b.props["controller.quorum.bootstrap.servers"] = ",".join(
                 v.split("@", 1)[1] for v in voters.split(","))
+            b.props.update(fourth)
 
     yield from start_cluster(broker_factory, 4, voters=3, listeners=listeners,
                              **{"process.roles": "broker,controller"})
+
+
+@pytest.fixture
+def three_voters_and_an_observer(broker_factory):
+    yield from with_a_joining_fourth_node(broker_factory)
+
+
+@pytest.mark.timeout(300)
+def test_an_observer_with_auto_join_becomes_a_voter_by_itself(broker_factory, tmp_path):
+    """controller.quorum.auto.join.enable=true (KIP-1186): the fourth node adds itself to the
+    voters once it has caught up, with no add-controller; the four voters commit metadata."""
+    from confluent_kafka.admin import NewTopic
+    from helpers import admin
+
+    _, why = java_apps.classpath("tools")
+    if why:
+        pytest.skip(f"kafka-metadata-quorum needs the kafka-tools jars: {why}")
+    gen = with_a_joining_fourth_node(broker_factory,
+                                     **{"controller.quorum.auto.join.enable": "true"})
+    nodes = next(gen)
+    try:
+        def voters():
+            s = quorum_status(nodes, tmp_path)
+            return {int(v) for v in re.findall(r'"id": (\d+)', s["CurrentVoters"])}
+
+        wait_until("node 4 among the voters", lambda: voters() == {1, 2, 3, 4}, timeout=90)
+        rows = replication(nodes, tmp_path)
+        assert all(rows[i][1] in ("Leader", "Follower") for i in (1, 2, 3, 4)), rows
+        a = admin(bootstrap(nodes))
+        a.create_topics([NewTopic("after-auto-join", num_partitions=1,
+                                  replication_factor=3)])["after-auto-join"].result(timeout=30)
+    finally:
+        gen.close()
 
 
 @pytest.mark.timeout(420)
