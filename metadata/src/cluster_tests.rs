@@ -753,3 +753,63 @@ async fn voters_are_added_and_removed_at_run_time_with_kafkas_refusals() {
     );
     cluster.shutdown().await;
 }
+
+/// The usual replacement of a dead voter: with voter `dead` stopped for good, a learner is
+/// added and the dead voter removed; the quorum commits throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_voter_is_replaced_while_it_is_down() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster
+        .agreed_leader(None, Duration::from_secs(15))
+        .await
+        .expect("the voters elect a leader");
+    for id in 1..=3u64 {
+        cluster.nodes[&id]
+            .report_directory_id(Uuid128([id as u8; 16]))
+            .await
+            .unwrap();
+    }
+    let dead = *cluster.nodes.keys().find(|id| **id != leader).unwrap();
+    cluster
+        .nodes
+        .remove(&dead)
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+    cluster.nodes[&leader]
+        .propose(put("one down"))
+        .await
+        .unwrap();
+
+    let learner_dir = tempfile::tempdir().unwrap();
+    let learner = MetadataNode::start(test_config(4, &learner_dir, &cluster.voters))
+        .await
+        .unwrap();
+    learner.report_directory_id(Uuid128([4; 16])).await.unwrap();
+    let addr = learner.addr().to_string();
+    learner
+        .add_voter(4, Uuid128([4; 16]), vec![addr], Duration::from_secs(10))
+        .await
+        .unwrap();
+    learner
+        .remove_voter(dead, Uuid128([dead as u8; 16]))
+        .await
+        .unwrap();
+    let mut voters: Vec<u64> = learner.voters().iter().map(|(id, _)| *id).collect();
+    voters.sort();
+    let mut want: Vec<u64> = [1, 2, 3, 4].into_iter().filter(|id| *id != dead).collect();
+    want.sort();
+    assert_eq!(voters, want);
+    learner.propose(put("replaced")).await.unwrap();
+    cluster.nodes.insert(4, learner);
+    for node in cluster.nodes.values() {
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                node.state().records(RecordKind::ClientQuota).count() == 2
+            })
+            .await
+        );
+    }
+    cluster.shutdown().await;
+}
