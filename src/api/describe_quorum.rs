@@ -69,7 +69,11 @@ pub async fn handle(
     }
     let Some(control) = cluster else {
         let id = broker.config.node_id;
-        let directory = broker.metadata_directory_id().unwrap_or_default();
+        // v2 carries directory ids; earlier versions cannot encode one.
+        let directory = broker
+            .metadata_directory_id()
+            .filter(|_| version >= 2)
+            .unwrap_or_default();
         let partition = PartitionData::default()
             .with_leader_id(id.into())
             .with_leader_epoch(0)
@@ -133,11 +137,13 @@ pub async fn handle(
             .and_then(|r| r.get(&id).copied().flatten())
             .map_or(-1, |log_id| log_id.index as i64 + 1)
     };
-    // Kafka's ZERO_UUID for a directory id not reported yet.
+    // Kafka's ZERO_UUID for a directory id not reported yet; v2 carries directory ids,
+    // earlier versions cannot encode one.
     let directory = |id: u64| {
         membership
             .get_node(&id)
             .and_then(|n| n.directory_id)
+            .filter(|_| version >= 2)
             .map_or(uuid::Uuid::nil(), |d| uuid::Uuid::from_bytes(*d.as_bytes()))
     };
     let voters: Vec<ReplicaState> = membership

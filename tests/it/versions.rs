@@ -598,6 +598,23 @@ async fn request_for(api: ApiKey, v: i16, ctx: &mut Ctx, c: &mut Client) -> Requ
             r.into()
         }
         ApiKey::ListPartitionReassignments => ListPartitionReassignmentsRequest::default().into(),
+        // Another node, not an observer of a single node's quorum: REQUEST_TIMED_OUT.
+        ApiKey::AddRaftVoter => AddRaftVoterRequest::default()
+            .with_cluster_id(None)
+            .with_timeout_ms(1000)
+            .with_voter_id(999)
+            .with_voter_directory_id(uuid::Uuid::from_bytes([9; 16]))
+            .with_listeners(vec![add_raft_voter_request::Listener::default()
+                .with_name(str_bytes("CONTROLLER"))
+                .with_host(str_bytes("127.0.0.1"))
+                .with_port(1)])
+            .into(),
+        // Not a voter of a single node's quorum: VOTER_NOT_FOUND.
+        ApiKey::RemoveRaftVoter => RemoveRaftVoterRequest::default()
+            .with_cluster_id(None)
+            .with_voter_id(999)
+            .with_voter_directory_id(uuid::Uuid::from_bytes([9; 16]))
+            .into(),
         // Another broker's id: a single node answers BROKER_ID_NOT_REGISTERED.
         ApiKey::UnregisterBroker => UnregisterBrokerRequest::default()
             .with_broker_id(BrokerId(999))
@@ -900,6 +917,8 @@ fn error_codes(resp: &ResponseKind) -> Vec<i16> {
             .collect(),
         ResponseKind::ListPartitionReassignments(r) => vec![r.error_code],
         ResponseKind::UnregisterBroker(r) => vec![r.error_code],
+        ResponseKind::AddRaftVoter(r) => vec![r.error_code],
+        ResponseKind::RemoveRaftVoter(r) => vec![r.error_code],
         ResponseKind::ListConfigResources(r) => vec![r.error_code],
         ResponseKind::UpdateFeatures(r) => std::iter::once(r.error_code)
             .chain(r.results.iter().map(|x| x.error_code))
@@ -1044,6 +1063,10 @@ async fn every_advertised_api_version_answers_with_a_decodable_response() {
                 }
             } else if api == ApiKey::UnregisterBroker {
                 assert_eq!(codes, vec![102], "{api:?} v{v}: {resp:?}");
+            } else if api == ApiKey::AddRaftVoter {
+                assert_eq!(codes, vec![7], "{api:?} v{v}: {resp:?}");
+            } else if api == ApiKey::RemoveRaftVoter {
+                assert_eq!(codes, vec![127], "{api:?} v{v}: {resp:?}");
             } else if matches!(api, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
                 // On a PLAINTEXT listener Kafka answers ILLEGAL_SASL_STATE.
                 assert_eq!(codes, vec![34], "{api:?} v{v}: {resp:?}");
