@@ -294,13 +294,11 @@ fn spawn_background(
         |c| c.needs_tick(),
         |c| c.tick(),
     );
-    tasks.spawn(
-        services
-            .shares
-            .dead_letters
-            .clone()
-            .run(broker.clone(), shutdown.clone()),
-    );
+    tasks.spawn(services.shares.dead_letters.clone().run(
+        broker.clone(),
+        tiering.clone(),
+        shutdown.clone(),
+    ));
     // Acquisition locks of share groups' records expire on this timer.
     spawn_periodic_when(
         tasks,

@@ -10,8 +10,9 @@
 //!   `__dlq.errors.message` ("Offset rejected by client." or "Offset delivery count exceeded
 //!   the threshold.");
 //! - the source record's key and value when the group sets
-//!   `errors.deadletterqueue.copy.record.enable` (from the local log; a record no longer there
-//!   gets the headers only, as Kafka's does when it cannot read it);
+//!   `errors.deadletterqueue.copy.record.enable` (from the local log, else from remote
+//!   storage as Kafka's `ShareGroupDLQRecordFetcher` reads it; a record found in neither gets
+//!   the headers only, as Kafka's does when it cannot read it);
 //! - the time of the copy as its timestamp, in one uncompressed batch per partition and
 //!   round, to partition `source partition % dead-letter partitions`.
 //!
@@ -47,6 +48,7 @@ use uuid::Uuid;
 
 use super::partition::DeadLetter;
 use crate::broker::Broker;
+use crate::tiering::Tiering;
 
 pub const TOPIC_NAME: &str = "errors.deadletterqueue.topic.name";
 pub const COPY_RECORD: &str = "errors.deadletterqueue.copy.record.enable";
@@ -129,8 +131,14 @@ impl DeadLetters {
         }
     }
 
-    /// Produces the queued copies until `shutdown`.
-    pub async fn run(self: Arc<Self>, broker: Arc<Broker>, shutdown: CancellationToken) {
+    /// Produces the queued copies until `shutdown`; source records that left the local log
+    /// are read from `tiering`.
+    pub async fn run(
+        self: Arc<Self>,
+        broker: Arc<Broker>,
+        tiering: Option<Arc<Tiering>>,
+        shutdown: CancellationToken,
+    ) {
         let Some(mut rx) = self.rx.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return;
         };
@@ -140,7 +148,7 @@ impl DeadLetters {
                 job = rx.recv() => match job { Some(job) => job, None => return },
             };
             let (group, partition) = (job.group.clone(), job.partition);
-            match deliver(&broker, job).await {
+            match deliver(&broker, tiering.as_deref(), job).await {
                 Ok(0) => {}
                 Ok(n) => {
                     self.written.fetch_add(n as u64, Ordering::Relaxed);
@@ -277,48 +285,71 @@ async fn topic(broker: &Arc<Broker>, group: &str, name: &str) -> Result<i32, Str
     ))
 }
 
-/// The source records `[first, last]` of the local log, by offset (what is still there).
-fn source_records(
-    broker: &Broker,
+/// Key and value of source records, by offset.
+type Copies = std::collections::HashMap<i64, (Option<Bytes>, Option<Bytes>)>;
+
+/// The source records `[first, last]` still in the local log or in remote storage.
+async fn source_records(
+    broker: &Arc<Broker>,
+    tiering: Option<&Tiering>,
     topic: &str,
     partition: i32,
     first: i64,
     last: i64,
-) -> std::collections::HashMap<i64, (Option<Bytes>, Option<Bytes>)> {
-    let mut out = std::collections::HashMap::new();
-    let Some(p) = broker.partition(topic, partition) else {
+) -> Copies {
+    let mut out = Copies::new();
+    let Some(t) = broker.topic(topic) else {
         return out;
     };
     let mut next = first;
     while next <= last {
-        let slice = match p.read(
-            crate::broker::Offset(next),
-            READ_BYTES,
-            crate::broker::Offset(i64::MAX),
-            true,
-        ) {
-            Ok(Some(slice)) => slice,
-            _ => break,
-        };
-        let Ok(mut bytes) = slice.read() else { break };
-        let Ok(batches) = RecordBatchDecoder::decode_all(&mut bytes) else {
-            break;
+        let (b, name) = (broker.clone(), topic.to_string());
+        let local = tokio::task::spawn_blocking(move || {
+            let p = b.partition(&name, partition)?;
+            let slice = p
+                .read(
+                    crate::broker::Offset(next),
+                    READ_BYTES,
+                    crate::broker::Offset(i64::MAX),
+                    true,
+                )
+                .ok()??;
+            slice.read().ok()
+        })
+        .await
+        .ok()
+        .flatten();
+        let bytes = match (local, tiering) {
+            (Some(bytes), _) => bytes,
+            (None, Some(tiering)) => {
+                match tiering.read(&t, partition, next, READ_BYTES, true).await {
+                    Ok(bytes) => bytes,
+                    Err(_) => break,
+                }
+            }
+            (None, None) => break,
         };
         let before = next;
-        for record in batches.iter().flat_map(|b| b.records.iter()) {
-            if record.control {
-                continue;
-            }
-            if (first..=last).contains(&record.offset) {
-                out.insert(record.offset, (record.key.clone(), record.value.clone()));
-            }
-            next = next.max(record.offset + 1);
-        }
+        decode_into(bytes, first, last, &mut next, &mut out);
         if next == before {
             break;
         }
     }
     out
+}
+
+/// Adds the data records of `bytes` (whole batches) in `[first, last]` to `out`; `next`
+/// moves past every record seen.
+fn decode_into(mut bytes: Bytes, first: i64, last: i64, next: &mut i64, out: &mut Copies) {
+    let Ok(batches) = RecordBatchDecoder::decode_all(&mut bytes) else {
+        return;
+    };
+    for record in batches.iter().flat_map(|b| b.records.iter()) {
+        *next = (*next).max(record.offset + 1);
+        if !record.control && (first..=last).contains(&record.offset) {
+            out.insert(record.offset, (record.key.clone(), record.value.clone()));
+        }
+    }
 }
 
 fn header(v: impl ToString) -> Option<Bytes> {
@@ -336,13 +367,7 @@ struct Letter<'a> {
 
 impl Letter<'_> {
     /// The records for offsets `[first, last]`, with the copies found, stamped `now`.
-    fn records(
-        &self,
-        first: i64,
-        last: i64,
-        copies: &std::collections::HashMap<i64, (Option<Bytes>, Option<Bytes>)>,
-        now: i64,
-    ) -> Vec<Record> {
+    fn records(&self, first: i64, last: i64, copies: &Copies, now: i64) -> Vec<Record> {
         (first..=last)
             .map(|offset| {
                 let (key, value) = copies.get(&offset).cloned().unwrap_or((None, None));
@@ -398,7 +423,11 @@ fn encode(records: &[Record]) -> Result<Bytes, String> {
     Ok(buf.freeze())
 }
 
-async fn deliver(broker: &Arc<Broker>, job: Job) -> Result<usize, String> {
+async fn deliver(
+    broker: &Arc<Broker>,
+    tiering: Option<&Tiering>,
+    job: Job,
+) -> Result<usize, String> {
     let Some(target) = target(broker, &job.group)? else {
         return Ok(0);
     };
@@ -419,13 +448,9 @@ async fn deliver(broker: &Arc<Broker>, job: Job) -> Result<usize, String> {
                 .last_offset
                 .min(first.saturating_add(BATCH_RECORDS as i64 - 1));
             let copies = if target.copy_record {
-                let (b, s) = (broker.clone(), source.clone());
-                let p = job.partition;
-                tokio::task::spawn_blocking(move || source_records(&b, &s, p, first, last))
-                    .await
-                    .unwrap_or_default()
+                source_records(broker, tiering, &source, job.partition, first, last).await
             } else {
-                Default::default()
+                Copies::new()
             };
             let letter = Letter {
                 source: &source,

@@ -21,6 +21,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
+from conftest import TARGET
 from helpers import QUIET, consume, create_topic, produce
 from java_apps import JavaProcess, skip_reason
 from rawkafka import Conn, Reader, encode_compact_string as cs, encode_uvarint as uv
@@ -587,3 +588,41 @@ def test_a_missing_dead_letter_topic_is_created_only_when_the_broker_allows_it(
         assert configs["errors.deadletterqueue.group.enable"].value == "true"
     finally:
         assert inc_alter(broker.bootstrap, "", [(auto, DELETE, "")], rtype=BROKER) == (0, None)
+
+
+@pytest.mark.skipif(TARGET == "kafka", reason="the reference Kafka broker has no remote "
+                    "storage plugin configured")
+def test_a_dead_letter_copy_reads_a_source_record_that_is_only_in_remote_storage(
+        broker_factory, topic_name, apps, tmp_path):
+    """copy.record.enable on a tiered topic whose early segments left the local disk: the
+    dead-letter copies carry the key and value read back from remote storage, as Kafka's
+    ShareGroupDLQRecordFetcher reads them."""
+    from test_tiering import (PRODUCE_CONF, REMOTE_TOPIC_CONFIG, file_store_props,
+                              local_log_start, tiered_broker_props)
+
+    b = broker_factory(tiered_broker_props(file_store_props(tmp_path / "store")))
+    n = 240
+    create_topic(b.bootstrap, topic_name, partitions=1, config=REMOTE_TOPIC_CONFIG)
+    dlq = f"dlq.{topic_name}"
+    create_topic(b.bootstrap, dlq, partitions=1,
+                 config={"errors.deadletterqueue.group.enable": "true"})
+    # ~1 KiB values that do not compress: 64 KiB segments hold about 60 records each.
+    import random
+    values = [b"v%d:" % i + random.Random(i).randbytes(1000) for i in range(n)]
+    produce(b.bootstrap, topic_name, [{"key": b"k%d" % i, "value": values[i], "partition": 0}
+                                      for i in range(n)], conf=PRODUCE_CONF)
+    deadline = time.monotonic() + 60
+    while (local_log_start(b, topic_name, 0) or 0) < n // 2:
+        assert time.monotonic() < deadline, f"local log start {local_log_start(b, topic_name, 0)}"
+        time.sleep(0.2)
+    group = share_group(b.bootstrap)
+    set_group_configs(b.bootstrap, group, {
+        "errors.deadletterqueue.topic.name": dlq,
+        "errors.deadletterqueue.copy.record.enable": "true"})
+    a = apps(b.bootstrap, group, topic_name, "mixed", "mixed")
+    a.wait_until(lambda: len(a.records()) >= n + n // 3, JOIN_S, "every delivery")
+    a.close()
+    copies = sorted(consume(b.bootstrap, dlq, n // 3, timeout=60),
+                    key=lambda r: int(dict(r.headers)["__dlq.errors.offset"]))
+    assert [(r.key, r.value) for r in copies] == \
+        [(b"k%d" % i, values[i]) for i in range(2, n, 3)]
