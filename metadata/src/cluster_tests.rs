@@ -73,6 +73,22 @@ fn put(key: &str) -> Command {
     }
 }
 
+/// Reports `node`'s directory id, retrying while the leader has a change in flight (right
+/// after an election its first membership entry may not be applied yet), as brokers do.
+async fn report_directory(node: &MetadataNode, id: Uuid128) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match node.report_directory_id(id).await {
+            Ok(()) => return,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("directory id not reported yet: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("directory id of node {} not reported: {e}", node.node_id()),
+        }
+    }
+}
+
 /// Voters 1..=n, each with its own directory and pre-bound port.
 struct Cluster {
     dirs: BTreeMap<u64, TempDir>,
@@ -624,10 +640,7 @@ async fn voters_are_added_and_removed_at_run_time_with_kafkas_refusals() {
         .await
         .expect("the voters elect a leader");
     for id in 1..=3u64 {
-        cluster.nodes[&id]
-            .report_directory_id(Uuid128([id as u8; 16]))
-            .await
-            .unwrap();
+        report_directory(&cluster.nodes[&id], Uuid128([id as u8; 16])).await;
     }
     cluster.nodes[&leader].propose(put("before")).await.unwrap();
 
@@ -660,7 +673,7 @@ async fn voters_are_added_and_removed_at_run_time_with_kafkas_refusals() {
         matches!(&err, VoterChangeError::Refused(VoterRefusal::TimedOut(m)) if m.contains("not reported")),
         "{err}"
     );
-    learner.report_directory_id(dir4).await.unwrap();
+    report_directory(&learner, dir4).await;
     assert_eq!(
         code(
             via.add_voter(4, Uuid128([5; 16]), vec![learner_addr.clone()], short)
@@ -764,10 +777,7 @@ async fn a_dead_voter_is_replaced_while_it_is_down() {
         .await
         .expect("the voters elect a leader");
     for id in 1..=3u64 {
-        cluster.nodes[&id]
-            .report_directory_id(Uuid128([id as u8; 16]))
-            .await
-            .unwrap();
+        report_directory(&cluster.nodes[&id], Uuid128([id as u8; 16])).await;
     }
     let dead = *cluster.nodes.keys().find(|id| **id != leader).unwrap();
     cluster
@@ -786,7 +796,7 @@ async fn a_dead_voter_is_replaced_while_it_is_down() {
     let learner = MetadataNode::start(test_config(4, &learner_dir, &cluster.voters))
         .await
         .unwrap();
-    learner.report_directory_id(Uuid128([4; 16])).await.unwrap();
+    report_directory(&learner, Uuid128([4; 16])).await;
     let addr = learner.addr().to_string();
     learner
         .add_voter(4, Uuid128([4; 16]), vec![addr], Duration::from_secs(10))
@@ -811,5 +821,76 @@ async fn a_dead_voter_is_replaced_while_it_is_down() {
             .await
         );
     }
+    cluster.shutdown().await;
+}
+
+/// The leader dies while a voter is being added: the survivors elect a leader and the
+/// membership is either the old voters or the new ones, never a joint configuration left
+/// behind; the change, asked again, ends with the learner voting and the quorum committing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voter_change_survives_the_death_of_its_leader_mid_change() {
+    use crate::node::VoterChangeError;
+    use crate::voters::VoterRefusal;
+
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster
+        .agreed_leader(None, Duration::from_secs(15))
+        .await
+        .expect("the voters elect a leader");
+    for id in 1..=3u64 {
+        report_directory(&cluster.nodes[&id], Uuid128([id as u8; 16])).await;
+    }
+    let learner_dir = tempfile::tempdir().unwrap();
+    let learner = MetadataNode::start(test_config(4, &learner_dir, &cluster.voters))
+        .await
+        .unwrap();
+    report_directory(&learner, Uuid128([4; 16])).await;
+    let addr = learner.addr().to_string();
+    let dying = cluster.nodes.remove(&leader).unwrap();
+    let follower = cluster.nodes.values().next().unwrap();
+    // The change reaches the leader through a follower; the leader stops while it is under
+    // way.
+    let (started, ()) = tokio::join!(
+        follower.add_voter(
+            4,
+            Uuid128([4; 16]),
+            vec![addr.clone()],
+            Duration::from_secs(5)
+        ),
+        async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            dying.shutdown().await.unwrap();
+        }
+    );
+    eprintln!("add_voter during the leader's shutdown: {started:?}");
+    cluster.nodes.insert(4, learner);
+    let new_leader = cluster
+        .agreed_leader(Some(leader), Duration::from_secs(20))
+        .await
+        .expect("the survivors elect a leader");
+    let voters_now = |node: &MetadataNode| {
+        let mut v: Vec<u64> = node.voters().iter().map(|(id, _)| *id).collect();
+        v.sort();
+        v
+    };
+    let before = voters_now(&cluster.nodes[&new_leader]);
+    assert!(
+        before == vec![1, 2, 3] || before == vec![1, 2, 3, 4],
+        "not a joint or partial configuration: {before:?}"
+    );
+    // Asked again (as the client would after REQUEST_TIMED_OUT): done or a duplicate.
+    let again = cluster.nodes[&4]
+        .add_voter(4, Uuid128([4; 16]), vec![addr], Duration::from_secs(10))
+        .await;
+    assert!(
+        matches!(
+            again,
+            Ok(()) | Err(VoterChangeError::Refused(VoterRefusal::Duplicate(_)))
+        ),
+        "{again:?}"
+    );
+    assert_eq!(voters_now(&cluster.nodes[&4]), vec![1, 2, 3, 4]);
+    // Three of the four voters are running: they commit.
+    cluster.nodes[&4].propose(put("after")).await.unwrap();
     cluster.shutdown().await;
 }

@@ -126,22 +126,49 @@ fn leading(raft: &Raft<TypeConfig>) -> Result<Metrics, LeaderError> {
     })
 }
 
-/// Kafka answers a change while the previous one is uncommitted with REQUEST_TIMED_OUT. The
-/// effective membership is committed once applied; a joint configuration is a change in
-/// flight.
-fn settled(metrics: &Metrics) -> Result<(), VoterRefusal> {
+/// This leader's view once no voter change is in flight. Kafka answers a change while the
+/// previous one is uncommitted with REQUEST_TIMED_OUT; so does this (the effective membership
+/// is committed once applied). A committed joint configuration is a change a previous leader
+/// left half done (it stopped between joint consensus's two steps): openraft leaves finishing
+/// it to the application, so it is finished here, toward its new voters, before anything
+/// else. Without that no voter change would ever be accepted again.
+async fn settled(
+    raft: &Raft<TypeConfig>,
+    deadline: Instant,
+) -> Result<Metrics, Result<LeaderReply, LeaderError>> {
+    let metrics = leading(raft).map_err(Err)?;
     let stored = &metrics.membership_config;
     let applied = metrics.last_applied.map(|l| l.index);
-    let committed = stored.log_id().map(|l| l.index) <= applied;
-    if committed && stored.membership().get_joint_config().len() == 1 {
-        return Ok(());
+    if stored.log_id().map(|l| l.index) > applied {
+        return Err(refused(VoterRefusal::TimedOut(format!(
+            "Request timed out waiting for voters to commit the latest voter change at {:?} \
+             with HWM {}",
+            stored.log_id().map(|l| l.index),
+            applied.map_or(-1, |i| i as i64 + 1)
+        ))));
     }
-    Err(VoterRefusal::TimedOut(format!(
-        "Request timed out waiting for voters to commit the latest voter change at {:?} with \
-         HWM {}",
-        stored.log_id().map(|l| l.index),
-        applied.map_or(-1, |i| i as i64 + 1)
-    )))
+    let joint = stored.membership().get_joint_config();
+    if joint.len() == 1 {
+        return Ok(metrics);
+    }
+    let goal = joint.last().cloned().unwrap_or_default();
+    tracing::info!(
+        ?goal,
+        "finishing a voter change a previous leader left half done"
+    );
+    let finish = ChangeMembers::ReplaceAllVoters(goal);
+    match commit(
+        raft,
+        finish,
+        true,
+        deadline,
+        "The unfinished voter change".into(),
+    )
+    .await
+    {
+        Ok(LeaderReply::VotersChanged(Ok(_))) => leading(raft).map_err(Err),
+        other => Err(other),
+    }
 }
 
 fn voter_keys(metrics: &Metrics) -> String {
@@ -184,10 +211,10 @@ pub(crate) async fn add_voter_on_leader(
 ) -> Result<LeaderReply, LeaderError> {
     let deadline = Instant::now() + timeout;
     let key = Key(node_id, Some(directory_id));
-    let metrics = leading(raft)?;
-    if let Err(refusal) = settled(&metrics) {
-        return refused(refusal);
-    }
+    let metrics = match settled(raft, deadline).await {
+        Ok(metrics) => metrics,
+        Err(answer) => return answer,
+    };
     let membership = metrics.membership_config.membership();
     if membership.voter_ids().any(|id| id == node_id) {
         return refused(VoterRefusal::Duplicate(format!(
@@ -283,10 +310,11 @@ pub(crate) async fn remove_voter_on_leader(
 ) -> Result<LeaderReply, LeaderError> {
     let wanted = (!directory_id.is_zero()).then_some(directory_id);
     let key = Key(node_id, wanted);
-    let metrics = leading(raft)?;
-    if let Err(refusal) = settled(&metrics) {
-        return refused(refusal);
-    }
+    let deadline = Instant::now() + timeout;
+    let metrics = match settled(raft, deadline).await {
+        Ok(metrics) => metrics,
+        Err(answer) => return answer,
+    };
     let membership = metrics.membership_config.membership();
     let is_voter = membership.voter_ids().any(|id| id == node_id)
         && membership.get_node(&node_id).map(|n| n.directory_id) == Some(wanted);
@@ -298,7 +326,6 @@ pub(crate) async fn remove_voter_on_leader(
     }
     // Kept as a learner: the node goes on following the log (its broker keeps serving).
     let change = ChangeMembers::RemoveVoters(BTreeSet::from([node_id]));
-    let deadline = Instant::now() + timeout;
     commit(raft, change, true, deadline, format!("Removing {key}")).await
 }
 
@@ -310,7 +337,12 @@ pub(crate) async fn set_directory_on_leader(
     node_id: u64,
     directory_id: Uuid128,
 ) -> Result<LeaderReply, LeaderError> {
-    let metrics = leading(raft)?;
+    // The caller's own deadline is shorter; this only bounds a leader cut off from its quorum.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let metrics = match settled(raft, deadline).await {
+        Ok(metrics) => metrics,
+        Err(answer) => return answer,
+    };
     let membership = metrics.membership_config.membership();
     let Some(node) = membership.get_node(&node_id).cloned() else {
         return refused(VoterRefusal::NotFound(format!(
@@ -337,8 +369,6 @@ pub(crate) async fn set_directory_on_leader(
         directory_id: Some(directory_id),
     };
     let change = ChangeMembers::SetNodes([(node_id, updated)].into_iter().collect());
-    // The caller's own deadline is shorter; this only bounds a leader cut off from its quorum.
-    let deadline = Instant::now() + Duration::from_secs(60);
     let what = format!("The directory id of node {node_id}");
     commit(raft, change, true, deadline, what).await
 }
