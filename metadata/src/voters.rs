@@ -100,6 +100,10 @@ impl VoterRefusal {
 
 type Metrics = RaftMetrics<u64, QuorumNode>;
 
+/// How long a change waits for the leader to apply the latest voter change before it is
+/// refused as one in flight.
+const APPLY_WAIT: Duration = Duration::from_secs(2);
+
 /// The endpoints of an AddRaftVoter request compared with the observer's address.
 const MAX_ENDPOINTS: usize = 16;
 
@@ -136,7 +140,18 @@ async fn settled(
     raft: &Raft<TypeConfig>,
     deadline: Instant,
 ) -> Result<Metrics, Result<LeaderReply, LeaderError>> {
-    let metrics = leading(raft).map_err(Err)?;
+    let mut metrics = leading(raft).map_err(Err)?;
+    // A leader just elected applies the entries of its term first: give it a moment rather
+    // than refuse a change that would be accepted a few milliseconds later.
+    let pending = |m: &Metrics| {
+        m.membership_config.log_id().map(|l| l.index) > m.last_applied.map(|l| l.index)
+    };
+    if pending(&metrics) {
+        let mut watch = raft.metrics();
+        let wait = deadline.min(Instant::now() + APPLY_WAIT);
+        let _ = tokio::time::timeout_at(wait, watch.wait_for(|m| !pending(m))).await;
+        metrics = leading(raft).map_err(Err)?;
+    }
     let stored = &metrics.membership_config;
     let applied = metrics.last_applied.map(|l| l.index);
     if stored.log_id().map(|l| l.index) > applied {
