@@ -71,6 +71,8 @@ const ATTEMPTS: u32 = 5;
 const PRODUCE_VERSION: i16 = 9;
 const CREATE_TOPICS_VERSION: i16 = 5;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a created dead-letter topic may take to reach this broker's metadata.
+const TOPIC_WAIT: Duration = Duration::from_secs(10);
 
 /// Archived records of one share-partition to copy.
 #[derive(Debug)]
@@ -277,8 +279,12 @@ async fn topic(broker: &Arc<Broker>, group: &str, name: &str) -> Result<i32, Str
             }
             Some(e) => return Err(format!("cannot create DLQ topic {name}: {e:?}")),
         }
-        // The broker learns the new topic from the metadata it applies.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The broker learns the new topic from the metadata it applies (in a cluster, once
+        // the controller's record reaches it).
+        let appear = tokio::time::Instant::now() + TOPIC_WAIT;
+        while broker.topic(name).is_none() && tokio::time::Instant::now() < appear {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     Err(format!(
         "DLQ topic {name} for share group {group} did not appear"
