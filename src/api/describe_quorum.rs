@@ -70,10 +70,11 @@ pub async fn handle(
     let Some(control) = cluster else {
         let id = broker.config.node_id;
         // v2 carries directory ids; earlier versions cannot encode one.
-        let directory = broker
-            .metadata_directory_id()
-            .filter(|_| version >= 2)
-            .unwrap_or_default();
+        let directory = match version >= 2 {
+            true => broker.metadata_directory_id_off_worker().await,
+            false => None,
+        }
+        .unwrap_or_default();
         let partition = PartitionData::default()
             .with_leader_id(id.into())
             .with_leader_epoch(0)

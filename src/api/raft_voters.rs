@@ -43,10 +43,6 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 
 type Failure = (i16, String);
 
-fn code_of(e: ResponseError) -> i16 {
-    e.code()
-}
-
 fn uuid128(id: uuid::Uuid) -> Uuid128 {
     Uuid128::from_bytes(*id.as_bytes())
 }
@@ -56,7 +52,7 @@ fn precheck(s: &Services, cluster_id: Option<&StrBytes>, verb: &str) -> Result<(
     if let Some(asked) = cluster_id {
         if s.broker.cluster_id() != Some(asked.as_str()) {
             return Err((
-                code_of(ResponseError::InconsistentClusterId),
+                ResponseError::InconsistentClusterId.code(),
                 format!(
                     "The cluster id {} in the request does not match this cluster's {}",
                     asked.as_str(),
@@ -68,7 +64,7 @@ fn precheck(s: &Services, cluster_id: Option<&StrBytes>, verb: &str) -> Result<(
     let level = s.broker.features.level(KRAFT_VERSION);
     if level < 1 {
         return Err((
-            code_of(ResponseError::UnsupportedVersion),
+            ResponseError::UnsupportedVersion.code(),
             format!("Cluster doesn't support {verb} voter because the {KRAFT_VERSION} feature is {level}"),
         ));
     }
@@ -79,10 +75,11 @@ fn changed(result: Result<(), VoterChangeError>) -> Result<(), Failure> {
     result.map_err(|e| (e.kafka_error_code(), e.to_string()))
 }
 
-fn single_node_key(s: &Services) -> String {
+async fn single_node_key(s: &Services) -> String {
     let id = s
         .broker
-        .metadata_directory_id()
+        .metadata_directory_id_off_worker()
+        .await
         .map(|d| uuid128(d).to_kafka_string())
         .unwrap_or_else(|| "<none>".into());
     format!(
@@ -100,13 +97,13 @@ async fn add(s: &Services, r: &AddRaftVoterRequest) -> Result<(), Failure> {
     );
     if r.voter_directory_id.is_nil() {
         return Err((
-            code_of(ResponseError::InvalidRequest),
+            ResponseError::InvalidRequest.code(),
             "Add voter request didn't include a valid directory id".into(),
         ));
     }
     if r.listeners.is_empty() {
         return Err((
-            code_of(ResponseError::InvalidRequest),
+            ResponseError::InvalidRequest.code(),
             format!("Add voter request for {key} didn't include any endpoint"),
         ));
     }
@@ -114,7 +111,7 @@ async fn add(s: &Services, r: &AddRaftVoterRequest) -> Result<(), Failure> {
         let refusal = if r.voter_id == s.broker.config.node_id {
             VoterRefusal::Duplicate(format!(
                 "The voter id for {key} is already part of the set of voters {}.",
-                single_node_key(s)
+                single_node_key(s).await
             ))
         } else {
             VoterRefusal::TimedOut(format!(
@@ -126,7 +123,7 @@ async fn add(s: &Services, r: &AddRaftVoterRequest) -> Result<(), Failure> {
     };
     let Ok(voter_id) = u64::try_from(r.voter_id) else {
         return Err((
-            code_of(ResponseError::InvalidRequest),
+            ResponseError::InvalidRequest.code(),
             format!("Invalid voter id {}", r.voter_id),
         ));
     };
@@ -145,7 +142,7 @@ async fn add(s: &Services, r: &AddRaftVoterRequest) -> Result<(), Failure> {
     let timeout = Duration::from_millis(r.timeout_ms.max(0) as u64).clamp(MIN_TIMEOUT, MAX_TIMEOUT);
     let node = cluster
         .node()
-        .map_err(|e| (code_of(ResponseError::NotController), e.to_string()))?;
+        .map_err(|e| (ResponseError::NotController.code(), e.to_string()))?;
     changed(
         node.add_voter(voter_id, uuid128(r.voter_directory_id), endpoints, timeout)
             .await,
@@ -162,19 +159,19 @@ async fn remove(s: &Services, r: &RemoveRaftVoterRequest) -> Result<(), Failure>
     let Some(cluster) = &s.cluster else {
         let refusal = VoterRefusal::NotFound(format!(
             "Cannot remove voter {key} from the set of voters {}",
-            single_node_key(s)
+            single_node_key(s).await
         ));
         return Err((refusal.kafka_error_code(), refusal.to_string()));
     };
     let Ok(voter_id) = u64::try_from(r.voter_id) else {
         return Err((
-            code_of(ResponseError::VoterNotFound),
+            ResponseError::VoterNotFound.code(),
             format!("Cannot remove voter {key}: not a valid voter id"),
         ));
     };
     let node = cluster
         .node()
-        .map_err(|e| (code_of(ResponseError::NotController), e.to_string()))?;
+        .map_err(|e| (ResponseError::NotController.code(), e.to_string()))?;
     changed(
         node.remove_voter(voter_id, uuid128(r.voter_directory_id))
             .await,

@@ -267,6 +267,20 @@ impl Broker {
     /// reads it: from `metadata.log.dir`'s `meta.properties` when that is set, else from the
     /// first log dir's. `None` before the cluster id is adopted (the file is written then).
     pub fn metadata_directory_id(&self) -> Option<Uuid> {
+        self.read_metadata_directory_id()
+    }
+
+    /// [`Broker::metadata_directory_id`] for an async worker: the file is read on the blocking
+    /// pool.
+    pub async fn metadata_directory_id_off_worker(self: &Arc<Self>) -> Option<Uuid> {
+        let broker = self.clone();
+        tokio::task::spawn_blocking(move || broker.read_metadata_directory_id())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    fn read_metadata_directory_id(&self) -> Option<Uuid> {
         let dir = self
             .explicit_metadata_log_dir()
             .unwrap_or_else(|| self.config.log_dirs[0].clone());
