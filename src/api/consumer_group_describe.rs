@@ -76,6 +76,8 @@ pub fn handle(
                                     .collect(),
                             )
                             .with_subscribed_topic_regex(m.subscribed_regex.as_deref().map(s))
+                            // v1: 0 for a member of the classic protocol, 1 otherwise.
+                            .with_member_type(if m.classic.is_some() { 0 } else { 1 })
                             .with_assignment(assignment(broker, &m.assigned))
                             .with_target_assignment(assignment(
                                 broker,

@@ -614,6 +614,11 @@ pub static BROKER_CONFIGS: &[BrokerConfigDef] = &[
         default: "5000",
     },
     BrokerConfigDef {
+        name: "group.consumer.migration.policy",
+        kind: Kind::String,
+        default: "bidirectional",
+    },
+    BrokerConfigDef {
         name: "inter.broker.listener.name",
         kind: Kind::String,
         default: "",

@@ -126,6 +126,10 @@ pub struct BrokerConfig {
     pub group_max_session_timeout_ms: u64,
     pub group_consumer_session_timeout_ms: u64,
     pub group_consumer_heartbeat_interval_ms: u64,
+    /// `group.consumer.migration.policy`: the conversions between the classic and the
+    /// consumer protocol a group may go through.
+    pub group_consumer_migration_policy:
+        crate::coordinator::consumer_group::classic::MigrationPolicy,
     pub tiering: TieringConfig,
     pub log_cleaner: LogCleanerConfig,
     /// `quota.window.num` samples of `quota.window.size.seconds` for client quotas.
@@ -938,6 +942,17 @@ impl BrokerConfig {
             group_max_session_timeout_ms: positive("group.max.session.timeout.ms")?,
             group_consumer_session_timeout_ms: positive("group.consumer.session.timeout.ms")?,
             group_consumer_heartbeat_interval_ms: positive("group.consumer.heartbeat.interval.ms")?,
+            group_consumer_migration_policy: {
+                let k = "group.consumer.migration.policy";
+                crate::coordinator::consumer_group::classic::MigrationPolicy::parse(&get(k))
+                    .ok_or_else(|| {
+                        invalid(
+                            k,
+                            &get(k),
+                            "must be one of disabled, upgrade, downgrade, bidirectional",
+                        )
+                    })?
+            },
             tiering,
             log_cleaner,
             quota_sample,

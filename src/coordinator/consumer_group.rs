@@ -16,6 +16,7 @@ use indexmap::IndexMap;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
+pub mod classic;
 pub mod records;
 
 /// topic id -> partitions
@@ -47,6 +48,9 @@ pub struct ConsumerMember {
     pub session_deadline: Instant,
     /// The assignment last sent, to answer `null` (unchanged) otherwise.
     last_sent: Option<Assignment>,
+    /// Set for a member of the classic protocol (JoinGroup, SyncGroup, Heartbeat) inside
+    /// the group ([`classic`]).
+    pub classic: Option<classic::ClassicMember>,
 }
 
 #[derive(Default)]
@@ -69,6 +73,11 @@ pub struct ConsumerState {
     loaded_metadata_hash: Option<i64>,
     /// Serializes the group's writes, so they reach the log in the order they were taken.
     pub writer: Arc<Mutex<()>>,
+    /// The group was converted from a classic group whose record its next write deletes.
+    pub(crate) replaces_classic: bool,
+    /// A consumer-protocol member left and every member left speaks the classic protocol:
+    /// the coordinator converts the group back to a classic group ([`classic`]).
+    pub(crate) downgrade_due: bool,
 }
 
 /// The parts of a group changed since its records were last written.
@@ -247,6 +256,7 @@ impl ConsumerState {
             }
             self.target.remove(&req.member_id);
             self.bump_and_assign(topics);
+            self.note_departure(true);
             return Ok(HeartbeatOut {
                 member_id: req.member_id,
                 member_epoch: req.member_epoch,
@@ -355,10 +365,12 @@ impl ConsumerState {
                 })
                 .map(|m| m.member_id.clone());
             if let Some(old) = old {
+                // A classic member is replaced at once, as Kafka does when a static member
+                // restarts with the consumer protocol (a rolling upgrade).
                 let released = self
                     .members
                     .get(&old)
-                    .is_some_and(|m| m.member_epoch == STATIC_LEAVE_EPOCH);
+                    .is_some_and(|m| m.member_epoch == STATIC_LEAVE_EPOCH || m.classic.is_some());
                 if !released {
                     // The previous incarnation is still a live member.
                     return Err(ResponseError::UnreleasedInstanceId);
@@ -375,6 +387,7 @@ impl ConsumerState {
                     prev.last_sent = None;
                     prev.pending_revocation.clear();
                     prev.revocation_deadline = None;
+                    prev.classic = None;
                     self.members.insert(member_id.clone(), prev);
                     self.target.insert(member_id.clone(), target);
                     self.touched.all = true;
@@ -415,6 +428,7 @@ impl ConsumerState {
                         revocation_deadline: None,
                         session_deadline: now + session_timeout,
                         last_sent: None,
+                        classic: None,
                     },
                 );
                 true
@@ -602,19 +616,25 @@ impl ConsumerState {
             .members
             .values()
             .filter(|m| {
-                m.session_deadline <= now || m.revocation_deadline.is_some_and(|d| d <= now)
+                m.session_deadline <= now
+                    || m.revocation_deadline.is_some_and(|d| d <= now)
+                    || m.classic.as_ref().is_some_and(|c| c.expired(now))
             })
             .map(|m| m.member_id.clone())
             .collect();
         if expired.is_empty() {
             return false;
         }
+        let mut consumer_left = false;
         for id in &expired {
             tracing::info!(member = %id, "consumer group member expired");
-            self.members.shift_remove(id);
+            if let Some(m) = self.members.shift_remove(id) {
+                consumer_left |= m.classic.is_none();
+            }
             self.target.remove(id);
         }
         self.bump_and_assign(topics);
+        self.note_departure(consumer_left);
         true
     }
 

@@ -143,6 +143,12 @@ pub struct Group {
     pub share: Option<super::share_group::ShareState>,
     /// Rebalances completed (for metrics).
     pub rebalances: u64,
+    /// Records a conversion between the protocols left for the group's next write, ahead
+    /// of anything else it writes (the old protocol's tombstones, the new one's records).
+    pub unwritten: Vec<(Bytes, Option<Bytes>)>,
+    /// The converted consumer group's writer: the conversion's records wait for its last
+    /// write, so they land after it.
+    pub unwritten_after: Option<std::sync::Arc<std::sync::Mutex<()>>>,
     /// When PreparingRebalance: join completes when all members joined and `join_not_before`
     /// has passed, or at `rebalance_deadline`.
     join_not_before: Instant,
@@ -185,6 +191,8 @@ impl Group {
             consumer: None,
             share: None,
             rebalances: 0,
+            unwritten: Vec::new(),
+            unwritten_after: None,
             join_not_before: now,
             rebalance_deadline: now,
             initial_delay,
@@ -222,8 +230,20 @@ impl Group {
             .unwrap_or(Duration::ZERO)
     }
 
+    /// Forgets the classic protocol's membership (the group moves to the consumer protocol,
+    /// or its record was deleted); offsets stay.
+    pub(crate) fn clear_classic(&mut self) {
+        self.members.clear();
+        self.static_members.clear();
+        self.pending_members.clear();
+        self.leader = None;
+        self.protocol_name = None;
+        self.state = GroupState::Empty;
+        self.initial_join = false;
+    }
+
     /// Moves to PreparingRebalance (from any state but Dead/PreparingRebalance).
-    fn prepare_rebalance(&mut self, now: Instant, now_ms: i64) {
+    pub(crate) fn prepare_rebalance(&mut self, now: Instant, now_ms: i64) {
         if self.state == GroupState::PreparingRebalance || self.state == GroupState::Dead {
             return;
         }
@@ -592,7 +612,7 @@ impl Group {
 
     /// Kafka's vote: among protocols every member supports, each member votes for its most
     /// preferred; the most votes win (ties to the first candidate in the leader's order).
-    fn select_protocol(&self) -> Option<String> {
+    pub(crate) fn select_protocol(&self) -> Option<String> {
         let first = self.members.values().next()?;
         let candidates: Vec<&String> = first
             .protocols
@@ -830,9 +850,13 @@ impl Group {
             if generation < 0 && member_id.is_empty() {
                 return Some(ResponseError::UnknownMemberId);
             }
-            return match c.member_epoch(member_id) {
+            return match c.members.get(member_id) {
                 None => Some(ResponseError::UnknownMemberId),
-                Some(e) if e != generation => Some(ResponseError::StaleMemberEpoch),
+                // A classic member's epoch is its generation (Kafka's `validateMemberEpoch`).
+                Some(m) if m.member_epoch != generation && m.classic.is_some() => {
+                    Some(ResponseError::IllegalGeneration)
+                }
+                Some(m) if m.member_epoch != generation => Some(ResponseError::StaleMemberEpoch),
                 Some(_) => None,
             };
         }

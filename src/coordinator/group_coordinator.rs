@@ -72,6 +72,8 @@ pub trait OffsetsLog: Send + Sync {
     }
     /// A topic's id and partition count (for server-side assignment).
     fn resolve_topic(&self, name: &str) -> Option<(uuid::Uuid, i32)>;
+    /// A topic's name by id (to encode a classic member's assignment).
+    fn topic_name(&self, id: &uuid::Uuid) -> Option<String>;
 }
 
 /// Why a coordinator's append was not acknowledged.
@@ -153,6 +155,8 @@ pub struct GroupConfig {
     /// KIP-848 groups: `group.consumer.session.timeout.ms` / `heartbeat.interval.ms`.
     pub consumer_session_timeout: Duration,
     pub consumer_heartbeat_interval: Duration,
+    /// `group.consumer.migration.policy`: which conversions between the protocols run.
+    pub migration: consumer_group::classic::MigrationPolicy,
 }
 
 /// A KIP-848 group's own session timeout and heartbeat interval: its GROUP configs
@@ -470,7 +474,16 @@ impl GroupCoordinator {
                 },
                 RecordKey::Group { group } => match value {
                     None => {
-                        groups.remove(&group);
+                        // The classic group is gone; its offsets are their own records (a
+                        // conversion to the consumer protocol keeps them).
+                        if let Some(g) = groups.get_mut(&group) {
+                            if g.offsets.is_empty() {
+                                groups.remove(&group);
+                            } else {
+                                g.clear_classic();
+                                g.protocol_type = None;
+                            }
+                        }
                     }
                     Some(v) => match offsets_topic::decode_group(v) {
                         Ok(v) => {
@@ -579,6 +592,19 @@ impl GroupCoordinator {
         let wait = req.rebalance_timeout.max(req.session_timeout) + Duration::from_secs(5);
         let member_id = req.member_id.clone();
         let static_rejoin = member_id.is_empty() && req.group_instance_id.is_some();
+        if self.drop_empty_consumer_group(group_id) {
+            if let Err(e) = self.write_group_off_worker(group_id).await {
+                return JoinResult::error(e, &member_id);
+            }
+        }
+        // A consumer group with members takes classic members itself.
+        let taken = self
+            .groups()
+            .get_mut(group_id)
+            .and_then(|g| self.classic_join_to_consumer_group(g, &req));
+        if let Some(joined) = taken {
+            return self.answer_classic_join(group_id, joined).await;
+        }
         let (tx, rx) = oneshot::channel();
         let persist = {
             let mut groups = self.groups();
@@ -591,7 +617,11 @@ impl GroupCoordinator {
                 group_id.to_string(),
                 self.config.initial_rebalance_delay,
             );
-            if g.consumer.as_ref().is_some_and(|c| !c.is_empty()) || g.share.is_some() {
+            if g.share.is_some() {
+                return JoinResult::error(ResponseError::InconsistentGroupProtocol, &member_id);
+            }
+            if g.consumer.is_some() {
+                // Emptied and taken by a consumer-protocol member meanwhile.
                 return JoinResult::error(ResponseError::InconsistentGroupProtocol, &member_id);
             }
             match g.join(req, tx, Instant::now(), now_ms()) {
@@ -648,6 +678,18 @@ impl GroupCoordinator {
             let Some(g) = groups.get_mut(group_id) else {
                 return SyncResult::error(ResponseError::UnknownMemberId);
             };
+            if let Some(result) = self.classic_sync_to_consumer_group(
+                g,
+                member_id,
+                group_instance_id,
+                generation,
+                protocol_type,
+                protocol_name,
+            ) {
+                tracing::debug!(group = group_id, member = member_id, generation,
+                    error = ?result.error, "SyncGroup answered by the consumer group");
+                return result;
+            }
             let wait = g
                 .members
                 .get(member_id)
@@ -724,7 +766,12 @@ impl GroupCoordinator {
             return Some(e);
         }
         let error = match self.groups().get_mut(group_id) {
-            Some(g) => g.heartbeat(member_id, group_instance_id, generation, Instant::now()),
+            Some(g) => match g.consumer.as_mut().filter(|c| !c.is_empty()) {
+                Some(c) => {
+                    c.classic_heartbeat(member_id, group_instance_id, generation, Instant::now())
+                }
+                None => g.heartbeat(member_id, group_instance_id, generation, Instant::now()),
+            },
             None => Some(ResponseError::UnknownMemberId),
         };
         tracing::debug!(
@@ -749,6 +796,13 @@ impl GroupCoordinator {
             let Some(g) = groups.get_mut(group_id) else {
                 return Ok(vec![Some(ResponseError::UnknownMemberId); identities.len()]);
             };
+            if let Some(c) = g.consumer.as_mut().filter(|c| !c.is_empty()) {
+                let resolve = |name: &str| self.log.resolve_topic(name);
+                let results = c.classic_leave(identities, &resolve);
+                drop(groups);
+                self.write_consumer_group(group_id)?;
+                return Ok(results);
+            }
             let before = (g.state, g.generation);
             let results: Vec<_> = identities
                 .iter()
@@ -863,10 +917,15 @@ impl GroupCoordinator {
                 Some(g) => {
                     if let Some(c) = g.consumer.as_ref().filter(|c| !c.is_empty()) {
                         if !member_id.is_empty() {
-                            match c.member_epoch(member_id) {
+                            match c.members.get(member_id) {
                                 None => return Err(ResponseError::UnknownMemberId),
-                                Some(e) if generation >= 0 && e != generation => {
-                                    return Err(ResponseError::StaleMemberEpoch)
+                                Some(m) if generation >= 0 && m.member_epoch != generation => {
+                                    // A classic member's epoch is its generation.
+                                    return Err(if m.classic.is_some() {
+                                        ResponseError::IllegalGeneration
+                                    } else {
+                                        ResponseError::StaleMemberEpoch
+                                    });
                                 }
                                 Some(_) => {}
                             }
@@ -1288,18 +1347,19 @@ impl GroupCoordinator {
         }
         let now_wall = now_ms();
         let retention = self.config.offsets_retention.as_millis() as i64;
-        self.groups()
-            .values()
-            .any(|g| match (&g.consumer, &g.share) {
-                (Some(c), _) => !c.members.is_empty(),
-                (_, Some(s)) => !s.members.is_empty(),
-                (None, None) => {
-                    !g.members.is_empty()
-                        || !g.pending_members.is_empty()
-                        || g.state != GroupState::Empty
-                        || (!g.offsets.is_empty() && now_wall - g.state_since_ms > retention)
+        self.groups().values().any(|g| {
+            !g.unwritten.is_empty()
+                || match (&g.consumer, &g.share) {
+                    (Some(c), _) => !c.members.is_empty(),
+                    (_, Some(s)) => !s.members.is_empty(),
+                    (None, None) => {
+                        !g.members.is_empty()
+                            || !g.pending_members.is_empty()
+                            || g.state != GroupState::Empty
+                            || (!g.offsets.is_empty() && now_wall - g.state_since_ms > retention)
+                    }
                 }
-            })
+        })
     }
 
     pub fn tick(&self) {
@@ -1316,10 +1376,14 @@ impl GroupCoordinator {
             for g in groups.values_mut() {
                 if let Some(c) = g.consumer.as_mut() {
                     c.tick(&resolve, now);
-                    if c.drop_unchanged(&g.id) {
+                    let downgraded = self.maybe_downgrade(g, true);
+                    if downgraded || g.consumer.as_mut().is_some_and(|c| c.drop_unchanged(&g.id)) {
                         consumer_writes.push(g.id.clone());
                     }
                     continue;
+                }
+                if !g.unwritten.is_empty() {
+                    consumer_writes.push(g.id.clone());
                 }
                 if let Some(s) = g.share.as_mut() {
                     s.tick(&resolve, now);
@@ -1466,6 +1530,7 @@ fn subscription_topics(meta: &Bytes) -> Vec<String> {
 }
 
 mod consumer;
+mod mixed;
 mod reports;
 mod share;
 #[cfg(test)]

@@ -40,6 +40,7 @@ impl GroupCoordinator {
                 consumer_heartbeat_interval: Duration::from_millis(
                     c.group_consumer_heartbeat_interval_ms,
                 ),
+                migration: c.group_consumer_migration_policy,
             },
             Arc::new(log),
             Arc::new(Ownership::new(c.cluster.is_some())),
@@ -287,6 +288,10 @@ impl OffsetsLog for BrokerOffsetsLog {
     fn resolve_topic(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
         let t = self.broker.topic(name)?;
         Some((t.id, t.partitions.len() as i32))
+    }
+
+    fn topic_name(&self, id: &uuid::Uuid) -> Option<String> {
+        self.broker.topic_by_id(id).map(|t| t.name.clone())
     }
 
     fn replay(&self) -> io::Result<Vec<LogEntry>> {

@@ -57,6 +57,10 @@ impl OffsetsLog for MemoryLog {
     fn resolve_topic(&self, _name: &str) -> Option<(uuid::Uuid, i32)> {
         None
     }
+
+    fn topic_name(&self, _id: &uuid::Uuid) -> Option<String> {
+        None
+    }
 }
 
 /// A group coordinator config with no initial rebalance delay and wide session bounds.
@@ -69,5 +73,6 @@ pub(crate) fn test_config() -> GroupConfig {
         offset_metadata_max_bytes: 4096,
         consumer_session_timeout: Duration::from_secs(45),
         consumer_heartbeat_interval: Duration::from_secs(5),
+        migration: Default::default(),
     }
 }

@@ -916,3 +916,67 @@ def test_kip848_librdkafka_regex_subscription_is_resolved_by_the_broker(kip848_b
     assert sorted(seen) == sorted(expected), "each matching record exactly once"
     assert assignment == [(f"{base}-a", 0), (f"{base}-a", 1),
                           (f"{base}-c", 0), (f"{base}-c", 1), (f"{base}-c", 2)]
+
+
+def group_type(bootstrap: str, group: str) -> str:
+    """The group's type as ListGroups reports it: "consumer" or "classic"."""
+    a = admin(bootstrap)  # kept alive until the answer arrives
+    listed = a.list_consumer_groups(request_timeout=30).result(timeout=60)
+    types = {g.group_id: g.type for g in listed.valid}
+    assert group in types, f"{group} is not listed: {listed.valid} {listed.errors}"
+    return str(types[group]).rsplit(".", 1)[-1].lower()
+
+
+def test_kip848_a_rolling_upgrade_and_downgrade_between_the_protocols_consumes_each_record_once(
+        kip848_broker, topic_name, members):
+    """Java consumers restarted one by one from group.protocol=classic to consumer and back,
+    as operators roll a client upgrade: the group is converted to a consumer group when the
+    first member of the new protocol joins and back to a classic group when the last one
+    leaves. Meanwhile classic members and members of the consumer protocol share the
+    partitions of one group; every record is consumed exactly once and the committed
+    offsets carry over every conversion."""
+    _needs_java("java")
+    b = kip848_broker
+    create_topic(b.bootstrap, topic_name, partitions=PARTITIONS)
+    group = f"{topic_name}-g"
+    everyone = []
+
+    def start(name: str, protocol: str) -> Member:
+        m = members("java", b.bootstrap, topic_name, group, name=name, group_protocol=protocol)
+        everyone.append(m)
+        return m
+
+    values: set[str] = set()
+
+    def phase(name: str, ms: list[Member]) -> None:
+        wait_balanced(ms, timeout=90)
+        v = produce_phase(b.bootstrap, topic_name, name, 12)
+        wait_consumed(ms, v, timeout=90)
+        values.update(v)
+
+    a, c = start("classic-a", "classic"), start("classic-c", "classic")
+    phase("classic", [a, c])
+    assert group_type(b.bootstrap, group) == "classic"
+
+    # Upgrade: a restarts with the consumer protocol; c stays classic in the same group.
+    a.close()
+    a2 = start("consumer-a", "consumer")
+    phase("mixed-up", [a2, c])
+    assert group_type(b.bootstrap, group) == "consumer"
+    c.close()
+    c2 = start("consumer-c", "consumer")
+    phase("upgraded", [a2, c2])
+
+    # Downgrade: back to classic one by one; the group is classic again once the last
+    # member of the consumer protocol has left.
+    a2.close()
+    a3 = start("classic-a2", "classic")
+    phase("mixed-down", [a3, c2])
+    assert group_type(b.bootstrap, group) == "consumer"
+    c2.close()
+    c3 = start("classic-c2", "classic")
+    phase("downgraded", [a3, c3])
+    assert group_type(b.bootstrap, group) == "classic"
+    for m in (a3, c3):
+        m.close()
+    assert_consumed_once_and_committed(b.bootstrap, group, topic_name, everyone, values)

@@ -57,6 +57,16 @@ pub struct MemberMetadata {
     pub subscribed_topic_regex: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub server_assignor: Option<String>,
+    /// Tag 0: set for a member that speaks the classic protocol inside the group.
+    pub classic: Option<ClassicMetadata>,
+}
+
+/// Type 5's `ClassicMemberMetadata`: what a classic member joined with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassicMetadata {
+    pub session_timeout_ms: i32,
+    /// (protocol name, its metadata), in the member's order of preference.
+    pub protocols: Vec<(String, Bytes)>,
 }
 
 /// Type 8: where a member stands in its reconciliation.
@@ -156,6 +166,26 @@ pub fn encode_value(v: &Value) -> Bytes {
             put_nullable_str(&mut b, m.subscribed_topic_regex.as_deref());
             b.put_i32(m.rebalance_timeout_ms);
             put_nullable_str(&mut b, m.server_assignor.as_deref());
+            if let Some(c) = &m.classic {
+                // Tagged field 0: ClassicMemberMetadata, a nullable struct (a varint 1 before
+                // it says it is not null).
+                let mut field = BytesMut::new();
+                put_uvarint(&mut field, 1);
+                field.put_i32(c.session_timeout_ms);
+                put_uvarint(&mut field, c.protocols.len() as u64 + 1);
+                for (name, metadata) in &c.protocols {
+                    put_str(&mut field, name);
+                    put_uvarint(&mut field, metadata.len() as u64 + 1);
+                    field.put_slice(metadata);
+                    put_uvarint(&mut field, 0);
+                }
+                put_uvarint(&mut field, 0);
+                put_uvarint(&mut b, 1);
+                put_uvarint(&mut b, 0);
+                put_uvarint(&mut b, field.len() as u64);
+                b.put_slice(&field);
+                return b.freeze();
+            }
         }
         Value::TargetEpoch(epoch) => b.put_i32(*epoch),
         Value::Target(a) => put_assignment(&mut b, a),
@@ -286,16 +316,21 @@ pub fn decode_value(key: &ConsumerKey, bytes: &[u8]) -> Result<Value, DecodeErro
                 metadata_hash,
             });
         }
-        ConsumerKey::Member(_) => Value::Member(MemberMetadata {
-            instance_id: r.nullable_str()?,
-            rack_id: r.nullable_str()?,
-            client_id: r.str()?,
-            client_host: r.str()?,
-            subscribed_topic_names: r.strs()?,
-            subscribed_topic_regex: r.nullable_str()?,
-            rebalance_timeout_ms: r.i32()?,
-            server_assignor: r.nullable_str()?,
-        }),
+        ConsumerKey::Member(_) => {
+            let mut m = MemberMetadata {
+                instance_id: r.nullable_str()?,
+                rack_id: r.nullable_str()?,
+                client_id: r.str()?,
+                client_host: r.str()?,
+                subscribed_topic_names: r.strs()?,
+                subscribed_topic_regex: r.nullable_str()?,
+                rebalance_timeout_ms: r.i32()?,
+                server_assignor: r.nullable_str()?,
+                classic: None,
+            };
+            m.classic = r.tagged(0)?.map(classic_metadata).transpose()?.flatten();
+            return Ok(Value::Member(m));
+        }
         ConsumerKey::TargetMetadata => Value::TargetEpoch(r.i32()?),
         ConsumerKey::TargetMember(_) => Value::Target(r.assignment()?),
         ConsumerKey::Assignment(_) => Value::Current(CurrentAssignment {
@@ -314,6 +349,35 @@ pub fn decode_value(key: &ConsumerKey, bytes: &[u8]) -> Result<Value, DecodeErro
     };
     r.skip_tagged()?;
     Ok(value)
+}
+
+/// Type 5's tag 0 (`ClassicMemberMetadata`): a varint marker (0 for null, as Kafka's
+/// generated readers take it), then the struct with its own tagged fields.
+fn classic_metadata(bytes: &[u8]) -> Result<Option<ClassicMetadata>, DecodeError> {
+    let mut r = Reader(bytes);
+    if r.uvarint()? == 0 {
+        return Ok(None);
+    }
+    let session_timeout_ms = r.i32()?;
+    // A protocol is at least two lengths and a tag count: 3 bytes.
+    let n = r
+        .compact_len(3)?
+        .ok_or(DecodeError::Malformed("null protocols"))?;
+    let mut protocols = Vec::with_capacity(n);
+    for _ in 0..n {
+        let name = r.str()?;
+        let len = r
+            .compact_len(1)?
+            .ok_or(DecodeError::Malformed("null protocol metadata"))?;
+        let metadata = Bytes::copy_from_slice(r.take(len)?);
+        r.skip_tagged()?;
+        protocols.push((name, metadata));
+    }
+    r.skip_tagged()?;
+    Ok(Some(ClassicMetadata {
+        session_timeout_ms,
+        protocols,
+    }))
 }
 
 // ---- the group's records ------------------------------------------------------------------
@@ -348,6 +412,8 @@ fn key(group: &str, record: ConsumerKey) -> Bytes {
 pub struct Changes {
     pub records: Vec<(Bytes, Option<Bytes>)>,
     undo: Vec<(Bytes, Option<Bytes>)>,
+    /// The records start with the tombstone of the classic group this one replaced.
+    replaces_classic: bool,
 }
 
 impl Changes {
@@ -379,6 +445,10 @@ impl ConsumerMember {
             subscribed_topic_regex: self.subscribed_regex.clone(),
             rebalance_timeout_ms: self.rebalance_timeout.as_millis().min(i32::MAX as u128) as i32,
             server_assignor: self.server_assignor.clone(),
+            classic: self.classic.as_ref().map(|c| ClassicMetadata {
+                session_timeout_ms: c.session_timeout.as_millis().min(i32::MAX as u128) as i32,
+                protocols: c.protocols.clone(),
+            }),
         }
     }
 }
@@ -440,7 +510,7 @@ impl ConsumerState {
 
     /// Whether a change is waiting to be written.
     pub fn needs_write(&self) -> bool {
-        self.touched.all || !self.touched.members.is_empty()
+        self.replaces_classic || self.touched.all || !self.touched.members.is_empty()
     }
 
     /// The records `touched` covers as they are now, and the keys written before that are
@@ -485,7 +555,7 @@ impl ConsumerState {
     /// heartbeat that changed nothing durable (most of them) needs no write. Returns
     /// [`Self::needs_write`] after.
     pub fn drop_unchanged(&mut self, group: &str) -> bool {
-        if self.touched.all || self.touched.members.is_empty() {
+        if self.replaces_classic || self.touched.all || self.touched.members.is_empty() {
             return self.needs_write();
         }
         let (wanted, gone) = self.wanted(group, &self.touched);
@@ -502,6 +572,16 @@ impl ConsumerState {
         let touched = std::mem::take(&mut self.touched);
         let (wanted, gone) = self.wanted(group, &touched);
         let mut changes = Changes::default();
+        if std::mem::take(&mut self.replaces_classic) {
+            // The classic group's record goes first, so a load never sees both protocols.
+            changes.replaces_classic = true;
+            changes.records.push((
+                offsets_topic::encode_key(&RecordKey::Group {
+                    group: group.to_string(),
+                }),
+                None,
+            ));
+        }
         for (k, v) in wanted {
             if self.persisted.get(&k) == Some(&v) {
                 continue;
@@ -521,6 +601,7 @@ impl ConsumerState {
     /// A write of `changes` failed: the image goes back to what it was, and the next write
     /// compares every record.
     pub fn undo(&mut self, changes: Changes) {
+        self.replaces_classic |= changes.replaces_classic;
         for (k, before) in changes.undo.into_iter().rev() {
             match before {
                 Some(v) => self.persisted.insert(k, v),
@@ -601,6 +682,17 @@ impl ConsumerState {
                 None => (0, -1, Assignment::new(), Assignment::new()),
             };
             let rebalance_timeout = Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64);
+            // A classic member keeps the session it joined with.
+            let classic = m.classic.map(|c| super::classic::ClassicMember {
+                session_timeout: Duration::from_millis(c.session_timeout_ms.max(0) as u64),
+                protocols: c.protocols,
+                join_deadline: None,
+                sync_deadline: None,
+            });
+            let session = classic
+                .as_ref()
+                .map(|c| c.session_timeout)
+                .unwrap_or(session_timeout);
             let regex_topics = m
                 .subscribed_topic_regex
                 .as_ref()
@@ -626,8 +718,9 @@ impl ConsumerState {
                         .then(|| now + rebalance_timeout),
                     assigned,
                     pending_revocation,
-                    session_deadline: now + session_timeout,
+                    session_deadline: now + session,
                     last_sent: None,
+                    classic,
                 },
             );
         }
@@ -676,6 +769,27 @@ mod tests {
                     subscribed_topic_regex: Some("o.*".into()),
                     rebalance_timeout_ms: 30_000,
                     server_assignor: Some("uniform".into()),
+                    classic: None,
+                }),
+            ),
+            (
+                ConsumerKey::Member("k".into()),
+                Value::Member(MemberMetadata {
+                    instance_id: None,
+                    rack_id: Some("r1".into()),
+                    client_id: "classic".into(),
+                    client_host: "/127.0.0.1".into(),
+                    subscribed_topic_names: vec!["a".into()],
+                    subscribed_topic_regex: None,
+                    rebalance_timeout_ms: 60_000,
+                    server_assignor: None,
+                    classic: Some(ClassicMetadata {
+                        session_timeout_ms: 10_000,
+                        protocols: vec![
+                            ("cooperative-sticky".into(), Bytes::from_static(&[0, 3, 1])),
+                            ("range".into(), Bytes::new()),
+                        ],
+                    }),
                 }),
             ),
             (ConsumerKey::TargetMetadata, Value::TargetEpoch(6)),

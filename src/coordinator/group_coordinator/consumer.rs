@@ -35,12 +35,7 @@ impl GroupCoordinator {
             return Err(ResponseError::GroupIdNotFound);
         }
         if g.consumer.is_none() {
-            if !g.members.is_empty() {
-                // A classic group with members: the protocols do not mix.
-                return Err(ResponseError::GroupIdNotFound);
-            }
-            g.consumer = Some(consumer_group::ConsumerState::new());
-            g.protocol_type = Some("consumer".into());
+            self.become_consumer_group(g, req.member_epoch)?;
         }
         let c = g.consumer.as_mut().ok_or(ResponseError::GroupIdNotFound)?;
         let (session_timeout, _) = self.consumer_timeouts(group_id);
@@ -54,10 +49,13 @@ impl GroupCoordinator {
             String::new()
         };
         let out = c.heartbeat(req, &resolve, regex_topics, session_timeout, Instant::now());
+        let group_epoch = c.group_epoch;
+        // The last member of the consumer protocol left a group of classic members.
+        self.maybe_downgrade(g, true);
         if debug {
             match &out {
                 Ok(o) => {
-                    tracing::debug!(group = group_id, %member, epoch, %owned, new_epoch = o.member_epoch, assignment = ?o.assignment, group_epoch = c.group_epoch, "consumer heartbeat")
+                    tracing::debug!(group = group_id, %member, epoch, %owned, new_epoch = o.member_epoch, assignment = ?o.assignment, group_epoch, "consumer heartbeat")
                 }
                 Err(e) => {
                     tracing::debug!(group = group_id, %member, epoch, %owned, error = ?e, "consumer heartbeat refused")
@@ -67,18 +65,23 @@ impl GroupCoordinator {
         out
     }
 
-    /// Whether a consumer-protocol group has changes its records do not hold yet.
+    /// Whether a consumer-protocol group has changes its records do not hold yet (or a
+    /// converted group its conversion).
     pub fn consumer_group_needs_write(&self, group_id: &str) -> bool {
-        self.groups()
-            .get_mut(group_id)
-            .and_then(|g| g.consumer.as_mut())
-            .is_some_and(|c| c.drop_unchanged(group_id))
+        self.groups().get_mut(group_id).is_some_and(|g| {
+            !g.unwritten.is_empty()
+                || g.consumer
+                    .as_mut()
+                    .is_some_and(|c| c.drop_unchanged(group_id))
+        })
     }
 
     /// Writes what changed in a consumer-protocol group since its last write (Kafka's
     /// records, [`consumer_group::records`]) and waits until it is acknowledged; answers the
     /// write's error otherwise, and the next write takes the changes again. Blocking.
     pub fn write_consumer_group(&self, group_id: &str) -> Result<(), ResponseError> {
+        // A conversion between the protocols goes first.
+        self.write_unwritten(group_id)?;
         let Some(writer) = self
             .groups()
             .get(group_id)

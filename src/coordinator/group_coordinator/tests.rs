@@ -220,6 +220,10 @@ impl OffsetsLog for AssigningLog {
     fn resolve_topic(&self, name: &str) -> Option<(uuid::Uuid, i32)> {
         (name == "t").then_some((uuid::Uuid::from_u128(1), 6))
     }
+
+    fn topic_name(&self, id: &uuid::Uuid) -> Option<String> {
+        (*id == uuid::Uuid::from_u128(1)).then(|| "t".to_string())
+    }
 }
 
 type Assigned = consumer_group::Assignment;
@@ -442,4 +446,379 @@ fn a_deleted_consumer_group_stays_deleted_after_a_reload() {
         }
     }
     assert!(live.is_empty(), "{live:?}");
+}
+
+/// Mixed groups: classic members and members of the consumer protocol in one group, and the
+/// conversions between the protocols, driven as the Java client drives them.
+mod mixed {
+    use super::*;
+    use crate::coordinator::consumer_group::classic;
+
+    const T: uuid::Uuid = uuid::Uuid::from_u128(1);
+
+    fn join_request(id: &str, owned: &[i32]) -> JoinRequest {
+        JoinRequest {
+            member_id: id.into(),
+            group_instance_id: None,
+            client_id: "java".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout: Duration::from_secs(10),
+            rebalance_timeout: Duration::from_secs(30),
+            protocol_type: "consumer".into(),
+            protocols: vec![(
+                "cooperative-sticky".into(),
+                classic::encode_subscription(&["t"], &[("t", owned)], 1),
+            )],
+            require_known_member_id: false,
+        }
+    }
+
+    fn partitions(assignment: &Bytes) -> Vec<i32> {
+        let mut ps: Vec<i32> = classic::decode_assignment(assignment)
+            .expect("an assignment")
+            .into_iter()
+            .flat_map(|(t, ps)| {
+                assert_eq!(t, "t");
+                ps
+            })
+            .collect();
+        ps.sort();
+        ps
+    }
+
+    /// A classic member inside a consumer group: joins with what it owns, syncs, and
+    /// reports the generation and partitions it got.
+    async fn rejoin(c: &Arc<GroupCoordinator>, id: &str, owned: &[i32]) -> (i32, Vec<i32>) {
+        let joined = c.join("g", join_request(id, owned)).await;
+        assert_eq!(joined.error, None, "{id} joins");
+        assert_eq!(joined.member_id, id);
+        assert!(
+            joined.members.is_empty() && joined.leader.is_empty(),
+            "no leader"
+        );
+        let synced = c
+            .sync(
+                "g",
+                id,
+                None,
+                joined.generation,
+                Some("consumer"),
+                Some("cooperative-sticky"),
+                Vec::new(),
+            )
+            .await;
+        assert_eq!(synced.error, None, "{id} syncs");
+        (joined.generation, partitions(&synced.assignment))
+    }
+
+    /// Two classic members, t-0..2 and t-3..5, at generation 1.
+    async fn classic_group(c: &Arc<GroupCoordinator>) -> [(String, i32, Vec<i32>); 2] {
+        let joins: Vec<_> = (0..2)
+            .map(|_| {
+                let c = c.clone();
+                tokio::spawn(async move { c.join("g", join_request("", &[])).await })
+            })
+            .collect();
+        let mut done = Vec::new();
+        for j in joins {
+            while !j.is_finished() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let c = c.clone();
+                tokio::task::spawn_blocking(move || c.tick()).await.unwrap();
+            }
+            done.push(j.await.unwrap());
+        }
+        let leader = done
+            .iter()
+            .find(|j| j.leader == j.member_id)
+            .unwrap()
+            .clone();
+        let follower = done
+            .iter()
+            .find(|j| j.leader != j.member_id)
+            .unwrap()
+            .clone();
+        assert_eq!(leader.generation, 1);
+        let plan = |ps: &[i32]| {
+            classic::encode_assignment(
+                &[(T, ps.iter().copied().collect())].into(),
+                &|_| Some("t".into()),
+                1,
+            )
+        };
+        let waiting = {
+            let c = c.clone();
+            let id = follower.member_id.clone();
+            tokio::spawn(async move { c.sync("g", &id, None, 1, None, None, Vec::new()).await })
+        };
+        let led = c
+            .sync(
+                "g",
+                &leader.member_id,
+                None,
+                1,
+                None,
+                None,
+                vec![
+                    (leader.member_id.clone(), plan(&[0, 1, 2])),
+                    (follower.member_id.clone(), plan(&[3, 4, 5])),
+                ],
+            )
+            .await;
+        assert_eq!(partitions(&led.assignment), [0, 1, 2]);
+        assert_eq!(partitions(&waiting.await.unwrap().assignment), [3, 4, 5]);
+        [
+            (leader.member_id, 1, vec![0, 1, 2]),
+            (follower.member_id, 1, vec![3, 4, 5]),
+        ]
+    }
+
+    fn commit(
+        c: &GroupCoordinator,
+        id: &str,
+        generation: i32,
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        c.commit_offsets(
+            "g",
+            id,
+            None,
+            generation,
+            vec![("t".into(), 0, 10, -1, None)],
+            ResponseError::IllegalGeneration,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_classic_group_is_upgraded_member_by_member_and_downgraded_when_the_last_new_member_leaves(
+    ) {
+        let log = Arc::new(AssigningLog::default());
+        let c = Arc::new(GroupCoordinator::new(test_config(), log.clone()));
+        let [(a, _, _), (b, _, _)] = classic_group(&c).await;
+        assert_eq!(commit(&c, &a, 1), Ok(vec![None]));
+
+        // A member of the consumer protocol joins: the group is converted at generation 1,
+        // each classic member holding what it held.
+        let mut n = member("n");
+        beat(&c, &mut n).unwrap();
+        let (epoch, classic_members, held) = c
+            .with_consumer_group("g", |g| {
+                (
+                    g.group_epoch,
+                    g.members.values().filter(|m| m.classic.is_some()).count(),
+                    g.members[&a].assigned.clone(),
+                )
+            })
+            .expect("a consumer group");
+        assert_eq!((epoch, classic_members), (2, 2));
+        assert_eq!(held, [(T, [0, 1, 2].into())].into());
+        assert!(
+            n.owned.is_empty(),
+            "the new member waits for released partitions"
+        );
+        // The classic group's record is deleted before the consumer group's are written.
+        let records = log.replay().unwrap();
+        let first_consumer = records
+            .iter()
+            .position(|e| matches!(e, LogEntry::Record { key, .. } if matches!(offsets_topic::decode_key(key.clone()), Ok(RecordKey::Consumer { .. }))))
+            .unwrap();
+        assert!(
+            matches!(&records[first_consumer - 1], LogEntry::Record { key, value: None }
+            if matches!(offsets_topic::decode_key(key.clone()), Ok(RecordKey::Group { group }) if group == "g"))
+        );
+
+        // The classic members are told to rejoin; each gives up a partition, then comes back
+        // at the new epoch.
+        assert_eq!(
+            c.heartbeat("g", &a, None, 1),
+            Some(ResponseError::RebalanceInProgress)
+        );
+        let mut owned = std::collections::BTreeMap::new();
+        for (id, held) in [(&a, vec![0, 1, 2]), (&b, vec![3, 4, 5])] {
+            let (generation, kept) = rejoin(&c, id, &held).await;
+            assert_eq!((generation, kept.len()), (1, 2), "{id} revokes one first");
+            assert_eq!(
+                c.heartbeat("g", id, None, 1),
+                Some(ResponseError::RebalanceInProgress)
+            );
+            assert_eq!(
+                commit(&c, id, 1),
+                Ok(vec![None]),
+                "commits at its generation"
+            );
+            let (generation, now) = rejoin(&c, id, &kept).await;
+            assert_eq!((generation, &now), (2, &kept));
+            assert_eq!(c.heartbeat("g", id, None, 2), None);
+            assert_eq!(commit(&c, id, 1), Err(ResponseError::IllegalGeneration));
+            owned.insert(id.clone(), now);
+        }
+        beat(&c, &mut n).unwrap();
+        assert_eq!(n.owned[&T].len(), 2);
+        let mut all: Vec<i32> = owned.values().flatten().copied().collect();
+        all.extend(n.owned[&T].iter());
+        all.sort();
+        assert_eq!(all, [0, 1, 2, 3, 4, 5], "every partition once");
+        assert_eq!(
+            c.with_consumer_group("g", |g| g.state_name()),
+            Some("Stable")
+        );
+
+        // Another coordinator reads the mixed group back: the classic members keep their
+        // sessions, protocols and generations.
+        let second = Arc::new(reloaded(&log));
+        assert_eq!(second.heartbeat("g", &a, None, 2), None);
+        let (generation, again) = rejoin(&second, &a, &owned[&a]).await;
+        assert_eq!((generation, &again), (2, &owned[&a]));
+
+        // The last member of the consumer protocol leaves: the group is classic again at
+        // the group epoch, and rebalances.
+        let mut leaving = n.clone();
+        leaving.epoch = -1;
+        let _ = second.consumer_heartbeat(
+            "g",
+            consumer_group::HeartbeatIn {
+                member_id: leaving.id.clone(),
+                member_epoch: -1,
+                instance_id: None,
+                rack_id: None,
+                client_id: "c".into(),
+                client_host: "/127.0.0.1".into(),
+                rebalance_timeout: Duration::from_secs(30),
+                subscribed_topics: None,
+                subscribed_regex: None,
+                server_assignor: None,
+                owned: None,
+            },
+            &|_| Default::default(),
+        );
+        second.write_consumer_group("g").unwrap();
+        assert!(second.with_consumer_group("g", |_| ()).is_none());
+        let d = second.describe("g").unwrap();
+        assert_eq!(
+            (d.state, d.protocol_type.as_str()),
+            ("PreparingRebalance", "consumer")
+        );
+        assert_eq!(d.members.len(), 2);
+        assert_eq!(
+            second.heartbeat("g", &a, None, 3),
+            Some(ResponseError::RebalanceInProgress)
+        );
+        // Read back, it is a classic group with the offsets committed all along.
+        let third = reloaded(&log);
+        assert!(third.with_consumer_group("g", |_| ()).is_none());
+        let d = third.describe("g").unwrap();
+        assert_eq!((d.members.len(), d.protocol_type.as_str()), (2, "consumer"));
+        assert_eq!(
+            third.fetch_offsets("g", Some(&[("t".into(), 0)]))[0]
+                .1
+                .as_ref()
+                .map(|o| o.offset),
+            Some(10)
+        );
+    }
+
+    #[tokio::test]
+    async fn classic_calls_to_a_consumer_group_get_kafkas_errors() {
+        let log = Arc::new(AssigningLog::default());
+        let c = Arc::new(GroupCoordinator::new(test_config(), log.clone()));
+        let mut n = member("n");
+        beat(&c, &mut n).unwrap();
+        // Another protocol type, or metadata that is not a subscription.
+        let mut other = join_request("", &[]);
+        other.protocol_type = "connect".into();
+        assert_eq!(
+            c.join("g", other).await.error,
+            Some(ResponseError::InconsistentGroupProtocol)
+        );
+        let mut garbage = join_request("", &[]);
+        garbage.protocols[0].1 = Bytes::from_static(&[0xff]);
+        assert_eq!(
+            c.join("g", garbage).await.error,
+            Some(ResponseError::InconsistentGroupProtocol)
+        );
+        // JoinGroup v4+: a new dynamic member gets an id first.
+        let mut first = join_request("", &[]);
+        first.require_known_member_id = true;
+        let asked = c.join("g", first).await;
+        assert_eq!(asked.error, Some(ResponseError::MemberIdRequired));
+        let (generation, _) = rejoin(&c, &asked.member_id, &[]).await;
+        // Kafka's checks on the other calls.
+        let sync = |id: &str, generation: i32, name: Option<&'static str>| {
+            let c = c.clone();
+            let id = id.to_string();
+            async move {
+                c.sync(
+                    "g",
+                    &id,
+                    None,
+                    generation,
+                    Some("consumer"),
+                    name,
+                    Vec::new(),
+                )
+                .await
+                .error
+            }
+        };
+        assert_eq!(
+            sync(&asked.member_id, generation + 5, None).await,
+            Some(ResponseError::IllegalGeneration)
+        );
+        assert_eq!(
+            sync(&asked.member_id, generation, Some("range")).await,
+            Some(ResponseError::InconsistentGroupProtocol)
+        );
+        assert_eq!(
+            sync("nobody", generation, None).await,
+            Some(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(
+            sync("n", n.epoch, None).await,
+            Some(ResponseError::UnknownMemberId),
+            "not a classic member"
+        );
+        assert_eq!(
+            c.heartbeat("g", &asked.member_id, None, generation + 1),
+            Some(ResponseError::IllegalGeneration)
+        );
+        assert_eq!(
+            c.leave(
+                "g",
+                &[
+                    ("n".into(), None),
+                    ("x".into(), None),
+                    (asked.member_id.clone(), None)
+                ]
+            )
+            .unwrap(),
+            vec![
+                Some(ResponseError::UnknownMemberId),
+                Some(ResponseError::UnknownMemberId),
+                None
+            ]
+        );
+        assert_eq!(c.with_consumer_group("g", |g| g.members.len()), Some(1));
+    }
+
+    #[tokio::test]
+    async fn a_classic_member_that_does_not_rejoin_or_sync_in_time_is_removed() {
+        let log = Arc::new(AssigningLog::default());
+        let c = Arc::new(GroupCoordinator::new(test_config(), log.clone()));
+        let mut n = member("n");
+        beat(&c, &mut n).unwrap();
+        let mut req = join_request("", &[]);
+        req.rebalance_timeout = Duration::from_millis(50);
+        let joined = c.join("g", req).await;
+        assert_eq!(joined.error, None);
+        // No SyncGroup within the rebalance timeout.
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        let ticker = c.clone();
+        tokio::task::spawn_blocking(move || ticker.tick())
+            .await
+            .unwrap();
+        assert_eq!(c.with_consumer_group("g", |g| g.members.len()), Some(1));
+        assert_eq!(
+            c.heartbeat("g", &joined.member_id, None, joined.generation),
+            Some(ResponseError::UnknownMemberId)
+        );
+    }
 }
