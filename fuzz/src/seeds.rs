@@ -155,9 +155,26 @@ pub fn coordinator_records() -> Vec<Vec<u8>> {
     out.push(g);
     // A KIP-848 consumer group's member metadata and current assignment records.
     {
+        use strata::coordinator::consumer_group::classic;
         use strata::coordinator::consumer_group::records::{
             self, CurrentAssignment, MemberMetadata, Value,
         };
+        for version in [0, 1, 3] {
+            let mut seed = vec![9u8];
+            seed.extend_from_slice(&classic::encode_subscription(
+                &["a", "b"],
+                &[("a", &[0, 2])],
+                version,
+            ));
+            out.push(seed);
+            let mut seed = vec![10u8];
+            seed.extend_from_slice(&classic::encode_assignment(
+                &[(Default::default(), [0, 1].into())].into(),
+                &|_| Some("a".into()),
+                version,
+            ));
+            out.push(seed);
+        }
         use strata::coordinator::offsets_topic::{encode_key, ConsumerKey, RecordKey};
         let key = |record| {
             encode_key(&RecordKey::Consumer {
@@ -174,6 +191,25 @@ pub fn coordinator_records() -> Vec<Vec<u8>> {
             subscribed_topic_regex: Some("top.*".into()),
             rebalance_timeout_ms: 30_000,
             server_assignor: Some("uniform".into()),
+            classic: None,
+        });
+        // A classic member inside the group (tag 0: ClassicMemberMetadata).
+        let classic_member = Value::Member(MemberMetadata {
+            instance_id: Some("instance".into()),
+            rack_id: None,
+            client_id: "client".into(),
+            client_host: "/127.0.0.1".into(),
+            subscribed_topic_names: vec!["topic".into()],
+            subscribed_topic_regex: None,
+            rebalance_timeout_ms: 30_000,
+            server_assignor: None,
+            classic: Some(records::ClassicMetadata {
+                session_timeout_ms: 10_000,
+                protocols: vec![(
+                    "cooperative-sticky".into(),
+                    classic::encode_subscription(&["topic"], &[("topic", &[0, 1])], 3),
+                )],
+            }),
         });
         let current = Value::Current(CurrentAssignment {
             member_epoch: 3,
@@ -184,6 +220,7 @@ pub fn coordinator_records() -> Vec<Vec<u8>> {
         });
         for (k, v) in [
             (key(ConsumerKey::Member("m".into())), member),
+            (key(ConsumerKey::Member("c".into())), classic_member),
             (key(ConsumerKey::Assignment("m".into())), current),
         ] {
             let mut seed = vec![8u8, k.len() as u8];

@@ -454,8 +454,12 @@ pub fn coordinator_records(data: &[u8]) -> bool {
         return false;
     };
     let b = Bytes::copy_from_slice(rest);
-    match selector % 9 {
+    match selector % 11 {
         8 => consumer_group_record(&b),
+        // A classic member's subscription and assignment (JoinGroup and SyncGroup bytes, and
+        // a classic group's record when the group is converted).
+        9 => strata::coordinator::consumer_group::classic::decode_subscription(&b).is_some(),
+        10 => strata::coordinator::consumer_group::classic::decode_assignment(&b).is_some(),
         6 => share::state_record::decode_key(&b).is_ok(),
         7 => match share::state_record::decode_value(&b) {
             // A snapshot restores into a share-partition whatever its ranges say.
