@@ -980,3 +980,19 @@ def test_kip848_a_rolling_upgrade_and_downgrade_between_the_protocols_consumes_e
     for m in (a3, c3):
         m.close()
     assert_consumed_once_and_committed(b.bootstrap, group, topic_name, everyone, values)
+
+    # Kafka's DumpLogSegments reads the classic members' records of the mixed group: the
+    # member records (type 5) carry their session timeout and protocols, and the group's
+    # records end in tombstones when it became classic again.
+    records = consumer_group_records(b, group)
+    classic_meta = [r["payload"]["data"]["classicMemberMetadata"] for r in records
+                    if r["key"]["type"] == "5" and r["payload"] is not None
+                    and r["payload"]["data"].get("classicMemberMetadata")]
+    assert classic_meta, "no member record with ClassicMemberMetadata"
+    for meta in classic_meta:
+        assert meta["sessionTimeoutMs"] > 0, meta
+        assert "range" in {p["name"] for p in meta["supportedProtocols"]}, meta
+    last = {}
+    for r in records:
+        last[json.dumps(r["key"], sort_keys=True)] = r["payload"]
+    assert all(v is None for v in last.values()), "the consumer group's records are deleted"
