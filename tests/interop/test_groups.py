@@ -996,3 +996,38 @@ def test_kip848_a_rolling_upgrade_and_downgrade_between_the_protocols_consumes_e
     for r in records:
         last[json.dumps(r["key"], sort_keys=True)] = r["payload"]
     assert all(v is None for v in last.values()), "the consumer group's records are deleted"
+
+
+def test_kip848_a_mixed_group_survives_a_coordinator_crash(broker_factory, topic_name, members):
+    """A group with a classic member and a member of the consumer protocol, its broker killed
+    with SIGKILL and started again: the group comes back from __consumer_offsets with both
+    members (the classic one with its session and protocols), both go on consuming, and every
+    record is consumed exactly once with the offsets committed."""
+    _needs_java("java")
+    b = broker_factory(name="kip848-mixed-crash", props={
+        "group.initial.rebalance.delay.ms": "0",
+        "group.consumer.heartbeat.interval.ms": "1000",
+        "group.consumer.min.heartbeat.interval.ms": "1000",
+    })
+    create_topic(b.bootstrap, topic_name, partitions=PARTITIONS)
+    group = f"{topic_name}-g"
+    old = members("java", b.bootstrap, topic_name, group, name="mixed-classic",
+                  group_protocol="classic")
+    wait_balanced([old])
+    new = members("java", b.bootstrap, topic_name, group, name="mixed-consumer",
+                  group_protocol="consumer")
+    ms = [old, new]
+    wait_balanced(ms, timeout=90)
+    v1 = produce_phase(b.bootstrap, topic_name, "one", 20)
+    wait_consumed(ms, v1)
+    b.kill9()
+    b.start()
+    v2 = produce_phase(b.bootstrap, topic_name, "two", 20)
+    wait_consumed(ms, v2, timeout=90)
+    assert group_type(b.bootstrap, group) == "consumer"
+    v3 = produce_phase(b.bootstrap, topic_name, "three", 20)
+    wait_consumed(ms, v3)
+    wait_balanced(ms, timeout=90)
+    for m in ms:
+        m.close()
+    assert_consumed_once_and_committed(b.bootstrap, group, topic_name, ms, v1 | v2 | v3)
