@@ -40,8 +40,9 @@
 #
 # Environment:
 #   STRATA_BIN            Strata binary (default ${CARGO_TARGET_DIR:-target}/release/strata)
-#   BENCH_STORE           s3 (moto_server, default), s3s (s3s-fs from install-test-deps.sh) or
-#                         file
+#   BENCH_STORE           s3 (moto_server, default), s3s (s3s-fs from install-test-deps.sh),
+#                         seaweedfs (SeaweedFS, built once by scripts/build-seaweedfs.sh from
+#                         the Go module proxy; behaves like S3 under load) or file
 #   BENCH_RECORDS         records per topic (default 1048576: 1 GiB with 1 KiB records)
 #   BENCH_RECORD_SIZE     bytes per record (default 1024)
 #   BENCH_PARTITIONS      partitions per topic (default 1)
@@ -58,6 +59,8 @@
 #   BENCH_START_TIMEOUT   seconds to wait for the broker / moto to become ready (default 60)
 #   BENCH_UPLOAD_TIMEOUT  seconds to wait for the uploads (default 1800)
 #   BENCH_TOOL_HEAP       heap of the perf tool JVMs (default -Xmx512m)
+#   BENCH_PERF=1          record a CPU profile of the broker during each consume with perf
+#                         (<work>/perf-<phase>.data)
 set -euo pipefail
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/common.sh"
@@ -65,7 +68,7 @@ ROOT="$STRATA_REPO_ROOT"
 
 case "${1:-}" in
   "") ;;
-  -h|--help) sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,62p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: $0   (configured through environment variables; see $0 --help)" >&2; exit 2 ;;
 esac
 
@@ -84,7 +87,8 @@ for v in RECORDS RECORD_SIZE PARTITIONS SEGMENT_BYTES START_TIMEOUT UPLOAD_TIMEO
   [[ "${!v}" =~ ^[0-9]+$ ]] || strata_die "$v must be a positive integer, got '${!v}'"
 done
 ((SEGMENT_BYTES >= 1048576)) || strata_die "BENCH_SEGMENT_BYTES must be at least 1 MiB (segment.bytes' minimum)"
-[[ "$STORE" == s3 || "$STORE" == s3s || "$STORE" == file ]] || strata_die "BENCH_STORE must be s3, s3s or file, got '$STORE'"
+[[ "$STORE" == s3 || "$STORE" == s3s || "$STORE" == seaweedfs || "$STORE" == file ]] \
+  || strata_die "BENCH_STORE must be s3, s3s, seaweedfs or file, got '$STORE'"
 [[ -x "$STRATA_BIN" ]] || strata_die "no Strata binary at $STRATA_BIN (set STRATA_BIN or run 'cargo build --release')"
 
 if [[ -n "${BENCH_DIR:-}" ]]; then
@@ -189,6 +193,24 @@ start_moto() {
     bash -c 'cd "$1" && exec "$2" -H 127.0.0.1 -p "$3"' _ "$WORK/moto" "$moto" "$PORT_S3"
 }
 
+# SeaweedFS (scripts/build-seaweedfs.sh builds it once): master, volume server, filer and
+# S3 gateway in one process, every port free and on 127.0.0.1, data under $WORK/weed. No
+# identities are configured, so it takes Strata's signed requests without checking them.
+start_seaweedfs() {
+  local bin
+  bin="${STRATA_WEED:-$("$ROOT/scripts/build-seaweedfs.sh")}"
+  [[ -x "$bin" ]] || strata_die "weed not found at $bin"
+  mkdir -p "$WORK/weed"
+  local master volume filer
+  master="$(strata_free_port)" volume="$(strata_free_port)" filer="$(strata_free_port)"
+  start_s3_server seaweedfs "$WORK/weed.log" "$bin" server -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+    -dir="$WORK/weed" -master.port="$master" -master.port.grpc="$(strata_free_port)" \
+    -volume.port="$volume" -volume.port.grpc="$(strata_free_port)" \
+    -filer.port="$filer" -filer.port.grpc="$(strata_free_port)" \
+    -s3 -s3.port="$PORT_S3" -s3.port.grpc="$(strata_free_port)" \
+    -master.volumeSizeLimitMB=1024 -volume.max=0
+}
+
 start_s3s() {
   local bin="${STRATA_S3S_FS:-$STRATA_CACHE/s3s-fs/bin/s3s-fs}"
   [[ -x "$bin" ]] || strata_die "s3s-fs not found at $bin; run scripts/install-test-deps.sh"
@@ -202,6 +224,8 @@ if [[ $STORE == s3 ]]; then
   start_moto
 elif [[ $STORE == s3s ]]; then
   start_s3s
+elif [[ $STORE == seaweedfs ]]; then
+  start_seaweedfs
 else
   mkdir -p "$WORK/objects"
   STORE_PROPS="strata.remote.store.url=file://$WORK/objects"
@@ -286,12 +310,21 @@ produce() {
 }
 
 consume() {
-  local phase="$1" topic="$2"
+  local phase="$1" topic="$2" perf_pid=""
+  if [[ -n "${BENCH_PERF:-}" ]] && command -v perf >/dev/null; then
+    # A CPU profile of the broker during this read (perf report -i <file>).
+    perf record -F 499 -g -p "$BROKER_PID" -o "$WORK/perf-$phase.data" >/dev/null 2>&1 &
+    perf_pid=$!
+  fi
   if ! run_tool "$WORK/consumer-$phase.out" "${JAVA_TOOL[@]}" -cp "$TOOLS_CP" \
       org.apache.kafka.tools.ConsumerPerformance --bootstrap-server "$BOOTSTRAP" --topic "$topic" \
       "$NUM_OPT" "$((RECORDS))" --timeout 60000 --group "bench-$phase-$$" "${CONSUMER_ARGS[@]}"; then
     tail -n 20 "$WORK/consumer-$phase.out" >&2
     strata_die "ConsumerPerformance ($phase) failed on $topic"
+  fi
+  if [[ -n "$perf_pid" ]]; then
+    kill -INT "$perf_pid" 2>/dev/null || true
+    wait "$perf_pid" 2>/dev/null || true
   fi
   grep -A1 'MB.sec' "$WORK/consumer-$phase.out" | tail -n 1 || true
 }
