@@ -208,6 +208,7 @@ start_seaweedfs() {
     -volume.port="$volume" -volume.port.grpc="$(strata_free_port)" \
     -filer.port="$filer" -filer.port.grpc="$(strata_free_port)" \
     -s3 -s3.port="$PORT_S3" -s3.port.grpc="$(strata_free_port)" \
+    -s3.port.iceberg="$(strata_free_port)" -s3.port.lance="$(strata_free_port)" \
     -master.volumeSizeLimitMB=1024 -volume.max=0
 }
 
