@@ -9,11 +9,14 @@
 //!
 //! The tiers: a chunk fetched from the store goes to memory; memory writes it to the disk
 //! tier when it evicts it (foyer's `WriteOnEviction`). A chunk found on disk is served from
-//! there and kept in memory only as a low-priority, memory-only copy: it is evicted before
-//! any chunk fetched from the store and never written to disk again. Promoting disk hits as
-//! ordinary entries (foyer's `get_or_fetch`) made every disk hit evict a fetched chunk and
-//! write it out, so a second read of a topic larger than memory rewrote the disk tier as it
-//! went (227 MiB written to read 512 MiB, 41% of the broker's CPU in `pwrite`).
+//! there and kept in a small memory cache of its own (an eighth of the memory budget, at
+//! least the read-ahead window), so the next reads of the chunk and the read-ahead find it
+//! without touching the chunks fetched from the store, and it is never written to disk
+//! again. Promoting disk hits into the main memory tier (foyer's `get_or_fetch`) made every
+//! disk hit evict a fetched chunk and write it out, so a second read of a topic larger than
+//! memory rewrote the disk tier as it went (227 MiB written to read 512 MiB, 41% of the
+//! broker's CPU in `pwrite`); as low-priority entries of the main tier they were evicted
+//! before they were read (a shard's low-priority pool is smaller than a chunk).
 //!
 //! The disk tier is read and written with direct I/O where the filesystem allows it: it is a
 //! cache of its own and should not copy every chunk through the page cache too (the copy was
@@ -26,8 +29,8 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use foyer::{
-    BlockEngineConfig, DeviceBuilder, FsDeviceBuilder, Hint, HybridCache, HybridCacheBuilder,
-    HybridCachePolicy, HybridCacheProperties, Load, Location,
+    BlockEngineConfig, Cache, CacheBuilder, DeviceBuilder, FsDeviceBuilder, HybridCache,
+    HybridCacheBuilder, HybridCachePolicy, Load,
 };
 use tokio::sync::Semaphore;
 
@@ -114,6 +117,8 @@ pub struct ReadMetrics {
 pub struct RemoteReader {
     store: Arc<RemoteStore>,
     cache: HybridCache<String, Bytes>,
+    /// Chunks read from the disk tier (see the module docs).
+    from_disk: Cache<String, Bytes>,
     chunk_size: u64,
     readahead: usize,
     gets: Arc<Semaphore>,
@@ -136,13 +141,28 @@ impl RemoteReader {
         cfg: &CacheConfig,
     ) -> Result<RemoteReader, StoreError> {
         let chunk_size = cfg.chunk_size.clamp(64 << 10, 64 << 20);
+        let weigh = |k: &String, v: &Bytes| k.len() + v.len() + 64;
+        // The disk hits' share of the memory budget: an eighth, at least the read-ahead
+        // window and the chunk being read, at most half.
+        let memory = cfg.memory_bytes.max(2 * chunk_size);
+        let from_disk_bytes = if cfg.disk_bytes > 0 {
+            (memory / 8)
+                .max((cfg.readahead_chunks + 2) * chunk_size)
+                .min(memory / 2)
+        } else {
+            0
+        };
+        let from_disk = CacheBuilder::new(from_disk_bytes.max(1))
+            .with_shards(1)
+            .with_weighter(weigh)
+            .build();
         let builder = HybridCacheBuilder::new()
             .with_name("strata-remote")
             // Chunks go to disk when memory evicts them. (WriteOnInsertion re-enqueues a disk
             // write on every lookup, memory hits included, which floods the disk tier.)
             .with_policy(HybridCachePolicy::WriteOnEviction)
-            .memory(cfg.memory_bytes.max(chunk_size))
-            .with_weighter(|k: &String, v: &Bytes| k.len() + v.len() + 64)
+            .memory(memory - from_disk_bytes)
+            .with_weighter(weigh)
             .storage();
         let cache = if cfg.disk_bytes > 0 {
             std::fs::create_dir_all(&cfg.disk_dir).map_err(|e| {
@@ -166,6 +186,7 @@ impl RemoteReader {
         Ok(RemoteReader {
             store,
             cache,
+            from_disk,
             chunk_size: chunk_size as u64,
             readahead: cfg.readahead_chunks,
             gets: Arc::new(Semaphore::new(cfg.max_concurrent_gets.max(1))),
@@ -191,28 +212,36 @@ impl RemoteReader {
     }
 
     /// A chunk from memory or the disk tier, without going to the store; a disk hit is kept
-    /// in memory as a low-priority copy that is never written back (see the module docs).
-    async fn cached(cache: &HybridCache<String, Bytes>, cache_key: &str) -> Option<Bytes> {
+    /// in `from_disk`, not in the main memory tier (see the module docs).
+    async fn cached(
+        cache: &HybridCache<String, Bytes>,
+        from_disk: &Cache<String, Bytes>,
+        cache_key: &str,
+    ) -> Option<Bytes> {
         if let Some(e) = cache.memory().get(cache_key) {
+            return Some(e.value().clone());
+        }
+        if let Some(e) = from_disk.get(cache_key) {
             return Some(e.value().clone());
         }
         if !cache.is_hybrid() || !cache.storage().may_contains(cache_key) {
             return None;
         }
-        let value = match cache.storage().load(cache_key).await {
-            Ok(Load::Entry { value, .. }) => value,
-            Ok(Load::Piece { piece, .. }) => piece.value().clone(),
-            // A miss, a throttled load or an unreadable entry: the store has it.
-            _ => return None,
-        };
-        cache.memory().insert_with_properties(
-            cache_key.to_string(),
-            value.clone(),
-            HybridCacheProperties::default()
-                .with_hint(Hint::Low)
-                .with_location(Location::InMem),
-        );
-        Some(value)
+        // Concurrent readers of one chunk (the reader and its read-ahead) share one load.
+        let storage = cache.storage().clone();
+        let key = cache_key.to_string();
+        let loaded = from_disk
+            .get_or_fetch(cache_key, move || async move {
+                match storage.load(&key).await {
+                    Ok(Load::Entry { value, .. }) => Ok(value),
+                    Ok(Load::Piece { piece, .. }) => Ok(piece.value().clone()),
+                    // A miss, a throttled load or an unreadable entry: the store has it.
+                    Ok(_) => Err(anyhow::anyhow!("{key} is not in the disk tier")),
+                    Err(e) => Err(anyhow::anyhow!("{key}: {e}")),
+                }
+            })
+            .await;
+        loaded.ok().map(|e| e.value().clone())
     }
 
     /// Reads one chunk of a bundle through the cache.
@@ -223,7 +252,7 @@ impl RemoteReader {
         index: u64,
     ) -> Result<Bytes, StoreError> {
         let cache_key = format!("{}@{index}", seg.key);
-        if let Some(value) = Self::cached(&self.cache, &cache_key).await {
+        if let Some(value) = Self::cached(&self.cache, &self.from_disk, &cache_key).await {
             self.metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(value);
         }
@@ -485,14 +514,14 @@ impl RemoteReader {
         let last = ((seg.log.end - 1) / self.chunk_size).min(first + self.readahead as u64);
         for i in first..=last {
             let cache_key = format!("{}@{i}", seg.key);
-            if self.cache.memory().contains(&cache_key) {
+            if self.cache.memory().contains(&cache_key) || self.from_disk.contains(&cache_key) {
                 continue;
             }
             if self.cache.is_hybrid() && self.cache.storage().may_contains(&cache_key) {
                 // On disk: bring it into memory ahead of the reader.
-                let cache = self.cache.clone();
+                let (cache, from_disk) = (self.cache.clone(), self.from_disk.clone());
                 tokio::spawn(async move {
-                    let _ = Self::cached(&cache, &cache_key).await;
+                    let _ = Self::cached(&cache, &from_disk, &cache_key).await;
                 });
                 continue;
             }
