@@ -250,7 +250,14 @@ impl RemoteStore {
             if bucket.is_empty() {
                 return Err(StoreError::Config(format!("no bucket in '{url}'")));
             }
+            // Objects are declared binary (manifests JSON): S3-compatible servers that compress
+            // what they cannot type (SeaweedFS sniffs and gzips it) would otherwise spend their
+            // reads decompressing segment bundles.
+            let client = object_store::ClientOptions::new()
+                .with_default_content_type("application/octet-stream")
+                .with_content_type_for_suffix("json", "application/json");
             let mut b = AmazonS3Builder::from_env()
+                .with_client_options(client)
                 .with_bucket_name(bucket)
                 .with_retry(object_store::RetryConfig {
                     max_retries: cfg.max_retries,
