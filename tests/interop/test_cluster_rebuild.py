@@ -129,9 +129,13 @@ def test_a_cluster_that_lost_every_disk_and_its_quorum_comes_back_from_its_bucke
         a = admin(servers)
 
         def restored():
-            t = a.list_topics(timeout=10).topics.get(topic_name)
-            return t is not None and len(t.partitions) == PARTS and all(
-                p.leader >= 0 for p in t.partitions.values())
+            # Every broker's metadata, not one's: a client may bootstrap from any of them.
+            for b in brokers:
+                t = admin(b.bootstrap).list_topics(timeout=10).topics.get(topic_name)
+                if t is None or len(t.partitions) != PARTS or not all(
+                        p.leader >= 0 for p in t.partitions.values()):
+                    return False
+            return True
 
         wait_until("the topic restored with a leader per partition", restored, timeout=90)
         print(f"rebuilt the cluster in {time.monotonic() - started:.1f} s "
