@@ -246,7 +246,7 @@ def test_bucket_holds_segments_and_a_manifest_per_partition_under_the_prefix(
     if s3_server.client is not None:
         for k in mine:
             ct = s3_server.client.head_object(Bucket=s3_server.bucket, Key=k)["ContentType"]
-            want = "application/json" if k.endswith(".json") else "application/octet-stream"
+            want = "application/json" if k.endswith(".json") else "binary/octet-stream"
             assert ct == want, (k, ct)
     # Whatever the broker deleted from the bucket so far (e.g. replaced manifests, cleaned
     # orphans), the first record of every partition is still readable.
