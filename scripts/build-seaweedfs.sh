@@ -43,7 +43,10 @@ if [[ "$(printf '%s\n%s\n' "$GO_NEEDED" "$(go_version "$GO")" | sort -V | head -
   mod="golang.org/toolchain@v0.0.1-$GO_TOOLCHAIN.linux-$arch"
   dir="$(cd /tmp && GOFLAGS=-modcacherw "$GO" mod download -json "$mod" \
     | sed -n -E 's/^[[:space:]]*"Dir": "(.*)",?$/\1/p')"
-  [[ -x "$dir/bin/go" ]] || strata_die "no go binary in $mod ($dir)"
+  [[ -f "$dir/bin/go" ]] || strata_die "no go binary in $mod ($dir)"
+  # Module zips keep no file modes: mark the toolchain's programs executable, as the go
+  # command does when GOTOOLCHAIN fetches a toolchain.
+  chmod -R u+x "$dir/bin" "$dir/pkg/tool"
   GO="$dir/bin/go"
 fi
 
