@@ -127,6 +127,15 @@ impl ConsumerMember {
         self.regex_topics.contains(topic) || self.subscribed_topics.iter().any(|t| t == topic)
     }
 
+    /// What the member says it owns: once none of the partitions it had to give up is among
+    /// them, they are released.
+    fn note_owned(&mut self, owned: &Assignment) {
+        if !intersects(owned, &self.pending_revocation) {
+            self.pending_revocation.clear();
+            self.revocation_deadline = None;
+        }
+    }
+
     fn topic_names(&self) -> impl Iterator<Item = &String> {
         self.subscribed_topics
             .iter()
@@ -316,11 +325,7 @@ impl ConsumerState {
             }
         }
         if let Some(owned) = &req.owned {
-            // Released what it had to give up?
-            if !intersects(owned, &m.pending_revocation) {
-                m.pending_revocation.clear();
-                m.revocation_deadline = None;
-            }
+            m.note_owned(owned);
         }
         if changed || self.metadata_changed(topics) {
             self.bump_and_assign(topics);

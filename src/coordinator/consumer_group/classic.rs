@@ -38,7 +38,7 @@ use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::{intersects, subtract, Assignment, ConsumerMember, ConsumerState, TopicResolver};
-use crate::coordinator::group::{Group, GroupState, Member};
+use crate::coordinator::group::{Group, GroupState, JoinRequest, Member};
 use crate::coordinator::offsets_topic::{self, RecordKey};
 
 /// The protocol type of consumers (the only one a consumer group takes members of).
@@ -202,20 +202,6 @@ fn by_id(parts: &[(String, Vec<i32>)], topics: TopicResolver<'_>) -> Assignment 
     a
 }
 
-/// A JoinGroup to a consumer group, decoded.
-pub struct ClassicJoin {
-    pub member_id: String,
-    pub instance_id: Option<String>,
-    pub client_id: String,
-    pub client_host: String,
-    pub session_timeout: Duration,
-    pub rebalance_timeout: Duration,
-    pub protocol_type: String,
-    pub protocols: Vec<(String, Bytes)>,
-    /// JoinGroup v4+: a new dynamic member must first get an id (MEMBER_ID_REQUIRED).
-    pub require_known_member_id: bool,
-}
-
 /// The answer to a JoinGroup the consumer group took.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClassicJoined {
@@ -272,7 +258,7 @@ impl ConsumerState {
     /// `classicGroupJoinToConsumerGroup`). Errors carry the member id to answer with.
     pub fn classic_join(
         &mut self,
-        req: ClassicJoin,
+        req: &JoinRequest,
         topics: TopicResolver<'_>,
         now: Instant,
     ) -> Result<ClassicJoined, (ResponseError, String)> {
@@ -286,13 +272,13 @@ impl ConsumerState {
         if !self.supports_classic(&req.protocol_type, &req.protocols) {
             return Err(fail(ResponseError::InconsistentGroupProtocol));
         }
-        if req.require_known_member_id && unknown && req.instance_id.is_none() {
+        if req.require_known_member_id && unknown && req.group_instance_id.is_none() {
             return Err(fail(ResponseError::MemberIdRequired));
         }
         let subscription = decode_subscription(&req.protocols[0].1)
             .ok_or_else(|| fail(ResponseError::InconsistentGroupProtocol))?;
         let mut changed = false;
-        match &req.instance_id {
+        match &req.group_instance_id {
             Some(instance) => {
                 let existing = self
                     .members
@@ -332,7 +318,7 @@ impl ConsumerState {
             // A member of the consumer protocol cannot join through JoinGroup.
             return Err(fail(ResponseError::UnknownMemberId));
         }
-        m.instance_id = req.instance_id.clone();
+        m.instance_id = req.group_instance_id.clone();
         if subscription.rack_id.is_some() {
             m.rack_id = subscription.rack_id.clone();
         }
@@ -346,20 +332,16 @@ impl ConsumerState {
             m.subscribed_topics = subscription.topics.clone();
             changed = true;
         }
-        m.client_id = req.client_id;
-        m.client_host = req.client_host;
+        m.client_id = req.client_id.clone();
+        m.client_host = req.client_host.clone();
         m.classic = Some(ClassicMember {
             session_timeout: req.session_timeout,
-            protocols: req.protocols,
+            protocols: req.protocols.clone(),
             join_deadline: None,
             sync_deadline: Some(now + m.rebalance_timeout),
         });
         m.session_deadline = now + req.session_timeout;
-        let owned = by_id(&subscription.owned, topics);
-        if !intersects(&owned, &m.pending_revocation) {
-            m.pending_revocation.clear();
-            m.revocation_deadline = None;
-        }
+        m.note_owned(&by_id(&subscription.owned, topics));
         self.touched.members.insert(member_id.clone());
         if changed || self.metadata_changed(topics) {
             self.bump_and_assign(topics);
@@ -575,11 +557,6 @@ impl ConsumerState {
         self.downgrade_due = consumer_left
             && !self.members.is_empty()
             && self.members.values().all(|m| m.classic.is_some());
-    }
-
-    /// Whether any member speaks the classic protocol (a mixed group).
-    pub fn has_classic_members(&self) -> bool {
-        self.members.values().any(|m| m.classic.is_some())
     }
 }
 

@@ -72,21 +72,7 @@ impl GroupCoordinator {
     ) -> Option<Result<classic::ClassicJoined, (ResponseError, String)>> {
         let c = g.consumer.as_mut().filter(|c| !c.is_empty())?;
         let resolve = |name: &str| self.log.resolve_topic(name);
-        let joined = c.classic_join(
-            classic::ClassicJoin {
-                member_id: req.member_id.clone(),
-                instance_id: req.group_instance_id.clone(),
-                client_id: req.client_id.clone(),
-                client_host: req.client_host.clone(),
-                session_timeout: req.session_timeout,
-                rebalance_timeout: req.rebalance_timeout,
-                protocol_type: req.protocol_type.clone(),
-                protocols: req.protocols.clone(),
-                require_known_member_id: req.require_known_member_id,
-            },
-            &resolve,
-            Instant::now(),
-        );
+        let joined = c.classic_join(req, &resolve, Instant::now());
         if joined.is_ok() {
             // A static classic member replaced the last consumer-protocol member.
             self.maybe_downgrade(g, false);
