@@ -1190,7 +1190,10 @@ impl GroupCoordinator {
                     .flat_map(|m| {
                         m.protocols
                             .iter()
-                            .flat_map(|(_, meta)| subscription_topics(meta))
+                            .filter_map(|(_, meta)| {
+                                consumer_group::classic::decode_subscription(meta)
+                            })
+                            .flat_map(|s| s.topics)
                     })
                     .collect()
             } else {
@@ -1512,21 +1515,6 @@ fn take_pending(
         pending.remove(&producer_id);
     }
     out
-}
-
-/// Topics of a consumer-protocol subscription (ConsumerProtocolSubscription), best effort.
-fn subscription_topics(meta: &Bytes) -> Vec<String> {
-    use kafka_protocol::messages::ConsumerProtocolSubscription;
-    use kafka_protocol::protocol::Decodable;
-    let mut b = meta.clone();
-    if b.len() < 2 {
-        return Vec::new();
-    }
-    let version = i16::from_be_bytes([b[0], b[1]]);
-    let _ = bytes::Buf::get_i16(&mut b);
-    ConsumerProtocolSubscription::decode(&mut b, version.clamp(0, 3))
-        .map(|s| s.topics.into_iter().map(|t| t.to_string()).collect())
-        .unwrap_or_default()
 }
 
 mod consumer;
