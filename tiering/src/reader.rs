@@ -675,17 +675,48 @@ mod tests {
         (files, all)
     }
 
-    async fn check_reads(disk: bool, multipart: bool) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(RemoteStore::in_memory());
+    /// A segment of `batches` fake batches (see [`write_segment`]) uploaded to `store`.
+    async fn uploaded(
+        store: &RemoteStore,
+        dir: &std::path::Path,
+        (base, batches, per_batch): (i64, usize, i64),
+        opts: UploadOptions,
+    ) -> (SegmentFiles, Vec<(i64, Vec<u8>)>, RemoteSegment) {
         let id = PartitionId {
             topic: "t".into(),
             topic_id: uuid::Uuid::new_v4(),
             partition: 0,
         };
-        // 200 batches of ~10 KB: crosses many 64 KiB chunks.
-        let (files, batches) = write_segment(dir.path(), 100, 200, 7, 10_000);
+        let (files, written) = write_segment(dir, base, batches, per_batch, 10_000);
         let parts = upload::prepare(&files).unwrap();
+        let seg = upload::upload(store, &id, &files, parts, 3, opts, 0)
+            .await
+            .unwrap();
+        (files, written, seg)
+    }
+
+    /// A reader over `store` with 64 KiB chunks, two read ahead.
+    async fn reader(
+        store: &Arc<RemoteStore>,
+        dir: &std::path::Path,
+        memory_bytes: usize,
+        disk_bytes: u64,
+    ) -> RemoteReader {
+        let cfg = CacheConfig {
+            memory_bytes,
+            disk_bytes,
+            disk_dir: dir.join("cache"),
+            chunk_size: 64 << 10,
+            readahead_chunks: 2,
+            max_concurrent_gets: 4,
+            max_bytes_per_second: None,
+        };
+        RemoteReader::new(store.clone(), &cfg).await.unwrap()
+    }
+
+    async fn check_reads(disk: bool, multipart: bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(RemoteStore::in_memory());
         let opts = if multipart {
             UploadOptions {
                 multipart_threshold: 1,
@@ -694,24 +725,11 @@ mod tests {
         } else {
             UploadOptions::default()
         };
-        let seg = upload::upload(&store, &id, &files, parts, 3, opts, 0)
-            .await
-            .unwrap();
+        // 200 batches of ~10 KB: crosses many 64 KiB chunks.
+        let (files, batches, seg) = uploaded(&store, dir.path(), (100, 200, 7), opts).await;
         assert_eq!(seg.producer_snapshot.map(|p| p.len()), Some(4));
-        let reader = RemoteReader::new(
-            store.clone(),
-            &CacheConfig {
-                memory_bytes: 256 << 10,
-                disk_bytes: if disk { 64 << 20 } else { 0 },
-                disk_dir: dir.path().join("cache"),
-                chunk_size: 64 << 10,
-                readahead_chunks: 2,
-                max_concurrent_gets: 4,
-                max_bytes_per_second: None,
-            },
-        )
-        .await
-        .unwrap();
+        let disk_bytes = if disk { 64 << 20 } else { 0 };
+        let reader = reader(&store, dir.path(), 256 << 10, disk_bytes).await;
         for (k, (offset, bytes)) in batches.iter().enumerate() {
             for target in [*offset, offset + 3] {
                 // One batch when max_bytes is small (min_one), else as many as fit.
@@ -795,31 +813,10 @@ mod tests {
         const MEMORY: usize = 4 << 20;
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(RemoteStore::in_memory());
-        let id = PartitionId {
-            topic: "t".into(),
-            topic_id: uuid::Uuid::new_v4(),
-            partition: 0,
-        };
         // ~16 MiB: 250 chunks of 64 KiB, four times what memory holds.
-        let (files, batches) = write_segment(dir.path(), 0, 1600, 5, 10_000);
-        let parts = upload::prepare(&files).unwrap();
-        let seg = upload::upload(&store, &id, &files, parts, 3, UploadOptions::default(), 0)
-            .await
-            .unwrap();
-        let reader = RemoteReader::new(
-            store.clone(),
-            &CacheConfig {
-                memory_bytes: MEMORY,
-                disk_bytes: 64 << 20,
-                disk_dir: dir.path().join("cache"),
-                chunk_size: 64 << 10,
-                readahead_chunks: 2,
-                max_concurrent_gets: 4,
-                max_bytes_per_second: None,
-            },
-        )
-        .await
-        .unwrap();
+        let (files, batches, seg) =
+            uploaded(&store, dir.path(), (0, 1600, 5), UploadOptions::default()).await;
+        let reader = reader(&store, dir.path(), MEMORY, 64 << 20).await;
         let read_all = || async {
             let mut offset = 0;
             while offset < files.next_offset {

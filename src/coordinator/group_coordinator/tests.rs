@@ -236,26 +236,28 @@ struct Member {
     owned: Assigned,
 }
 
+/// The heartbeat the Java client sends for what `m` knows: its subscription only when it
+/// (re)joins, and the partitions it owns.
+fn heartbeat_of(m: &Member) -> consumer_group::HeartbeatIn {
+    consumer_group::HeartbeatIn {
+        member_id: m.id.clone(),
+        member_epoch: m.epoch,
+        instance_id: None,
+        rack_id: None,
+        client_id: "c".into(),
+        client_host: "/127.0.0.1".into(),
+        rebalance_timeout: Duration::from_secs(30),
+        subscribed_topics: (m.epoch == 0).then(|| vec!["t".to_string()]),
+        subscribed_regex: None,
+        server_assignor: None,
+        owned: Some(m.owned.clone()),
+    }
+}
+
 /// One heartbeat as the Java client sends it, then the handler's write; the member takes
 /// what the answer says.
 fn beat(c: &GroupCoordinator, m: &mut Member) -> Result<(), ResponseError> {
-    let out = c.consumer_heartbeat(
-        "g",
-        consumer_group::HeartbeatIn {
-            member_id: m.id.clone(),
-            member_epoch: m.epoch,
-            instance_id: None,
-            rack_id: None,
-            client_id: "c".into(),
-            client_host: "/127.0.0.1".into(),
-            rebalance_timeout: Duration::from_secs(30),
-            subscribed_topics: (m.epoch == 0).then(|| vec!["t".to_string()]),
-            subscribed_regex: None,
-            server_assignor: None,
-            owned: Some(m.owned.clone()),
-        },
-        &|_| Default::default(),
-    );
+    let out = c.consumer_heartbeat("g", heartbeat_of(m), &|_| Default::default());
     c.write_consumer_group("g")?;
     let out = out?;
     m.epoch = out.member_epoch;
@@ -309,23 +311,7 @@ fn a_consumer_group_taken_over_by_another_coordinator_goes_on_without_a_rejoin()
     let epoch = first.with_consumer_group("g", |g| g.group_epoch).unwrap();
     // A heartbeat that changes nothing durable needs no write.
     let records = log.replay().unwrap().len();
-    let _ = first.consumer_heartbeat(
-        "g",
-        consumer_group::HeartbeatIn {
-            member_id: members[0].id.clone(),
-            member_epoch: members[0].epoch,
-            instance_id: None,
-            rack_id: None,
-            client_id: "c".into(),
-            client_host: "/127.0.0.1".into(),
-            rebalance_timeout: Duration::from_secs(30),
-            subscribed_topics: None,
-            subscribed_regex: None,
-            server_assignor: None,
-            owned: Some(members[0].owned.clone()),
-        },
-        &|_| Default::default(),
-    );
+    let _ = first.consumer_heartbeat("g", heartbeat_of(&members[0]), &|_| Default::default());
     assert!(!first.consumer_group_needs_write("g"));
     beat(&first, &mut members[1]).unwrap();
     assert_eq!(
@@ -671,25 +657,12 @@ mod mixed {
 
         // The last member of the consumer protocol leaves: the group is classic again at
         // the group epoch, and rebalances.
-        let mut leaving = n.clone();
-        leaving.epoch = -1;
-        let _ = second.consumer_heartbeat(
-            "g",
-            consumer_group::HeartbeatIn {
-                member_id: leaving.id.clone(),
-                member_epoch: -1,
-                instance_id: None,
-                rack_id: None,
-                client_id: "c".into(),
-                client_host: "/127.0.0.1".into(),
-                rebalance_timeout: Duration::from_secs(30),
-                subscribed_topics: None,
-                subscribed_regex: None,
-                server_assignor: None,
-                owned: None,
-            },
-            &|_| Default::default(),
-        );
+        let leave = consumer_group::HeartbeatIn {
+            member_epoch: -1,
+            owned: None,
+            ..heartbeat_of(&n)
+        };
+        let _ = second.consumer_heartbeat("g", leave, &|_| Default::default());
         second.write_consumer_group("g").unwrap();
         assert!(second.with_consumer_group("g", |_| ()).is_none());
         let d = second.describe("g").unwrap();
