@@ -772,6 +772,65 @@ mod mixed {
         assert_eq!(c.with_consumer_group("g", |g| g.members.len()), Some(1));
     }
 
+    /// The downgrade is a durable step: while its write fails, the log still holds the
+    /// mixed consumer group (a coordinator that takes over serves the classic members from
+    /// it), and the timer writes the conversion once the log is back.
+    #[tokio::test]
+    async fn a_downgrade_whose_write_fails_is_written_by_the_timer_and_never_half_applied() {
+        let log = Arc::new(AssigningLog::default());
+        let c = Arc::new(GroupCoordinator::new(test_config(), log.clone()));
+        let [(a, _, _), (b, _, _)] = classic_group(&c).await;
+        let mut n = member("n");
+        beat(&c, &mut n).unwrap();
+        let mut generation = 0;
+        for (id, held) in [(&a, vec![0, 1, 2]), (&b, vec![3, 4, 5])] {
+            let (_, kept) = rejoin(&c, id, &held).await;
+            generation = rejoin(&c, id, &kept).await.0;
+        }
+
+        log.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+        let leave = consumer_group::HeartbeatIn {
+            member_epoch: -1,
+            owned: None,
+            ..heartbeat_of(&n)
+        };
+        let _ = c.consumer_heartbeat("g", leave, &|_| Default::default());
+        assert_eq!(
+            c.write_consumer_group("g"),
+            Err(ResponseError::CoordinatorNotAvailable)
+        );
+        assert!(c.consumer_group_needs_write("g"), "the conversion waits");
+        let taken_over = Arc::new(reloaded(&log));
+        assert_eq!(
+            taken_over.with_consumer_group("g", |g| g
+                .members
+                .values()
+                .filter(|m| m.classic.is_some())
+                .count()),
+            Some(2),
+            "the log still holds the mixed group"
+        );
+        assert_eq!(
+            taken_over.heartbeat("g", &a, None, generation),
+            None,
+            "its classic members are served at their generation"
+        );
+
+        log.failing
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        let ticker = c.clone();
+        tokio::task::spawn_blocking(move || ticker.tick())
+            .await
+            .unwrap();
+        assert!(!c.consumer_group_needs_write("g"));
+        let after = reloaded(&log);
+        assert!(
+            after.with_consumer_group("g", |_| ()).is_none(),
+            "a classic group"
+        );
+        assert_eq!(after.describe("g").map(|d| d.members.len()), Some(2));
+    }
+
     #[tokio::test]
     async fn a_classic_member_that_does_not_rejoin_or_sync_in_time_is_removed() {
         let log = Arc::new(AssigningLog::default());
