@@ -130,9 +130,9 @@ fn version_of(bytes: &[u8]) -> Option<i16> {
 
 /// Decodes a ConsumerProtocolSubscription (version prefix, then the message); `None` when
 /// the bytes are not one.
-pub fn decode_subscription(bytes: &[u8]) -> Option<Subscription> {
+pub fn decode_subscription(bytes: &Bytes) -> Option<Subscription> {
     let version = version_of(bytes)?;
-    let mut b = Bytes::copy_from_slice(&bytes[2..]);
+    let mut b = bytes.slice(2..);
     let s = ConsumerProtocolSubscription::decode(&mut b, version).ok()?;
     Some(Subscription {
         topics: s.topics.into_iter().map(|t| t.to_string()).collect(),
@@ -147,12 +147,12 @@ pub fn decode_subscription(bytes: &[u8]) -> Option<Subscription> {
 
 /// Decodes a ConsumerProtocolAssignment into (topic, partitions); `None` when the bytes are
 /// not one. Empty bytes are an empty assignment (a member that was never synced).
-pub fn decode_assignment(bytes: &[u8]) -> Option<Vec<(String, Vec<i32>)>> {
+pub fn decode_assignment(bytes: &Bytes) -> Option<Vec<(String, Vec<i32>)>> {
     if bytes.is_empty() {
         return Some(Vec::new());
     }
     let version = version_of(bytes)?;
-    let mut b = Bytes::copy_from_slice(&bytes[2..]);
+    let mut b = bytes.slice(2..);
     let a = ConsumerProtocolAssignment::decode(&mut b, version).ok()?;
     Some(
         a.assigned_partitions
@@ -628,12 +628,10 @@ pub fn upgrade(g: &mut Group, topics: TopicResolver<'_>, now: Instant) -> Result
     c.replaces_classic = true;
     for (id, m) in g.members.iter_mut() {
         if let Some(tx) = m.awaiting_join.take() {
-            let mut r = crate::coordinator::group::JoinResult::error(
+            let _ = tx.send(crate::coordinator::group::JoinResult::error(
                 ResponseError::RebalanceInProgress,
                 id,
-            );
-            r.member_id = id.clone();
-            let _ = tx.send(r);
+            ));
         }
         if let Some(tx) = m.awaiting_sync.take() {
             let _ = tx.send(crate::coordinator::group::SyncResult::error(
