@@ -381,21 +381,12 @@ impl ConsumerState {
                     return Err(ResponseError::UnreleasedInstanceId);
                 }
                 // Take over its place: same assignment and target, no new group epoch.
-                if let Some(mut prev) = self.members.shift_remove(&old) {
-                    let target = self.target.remove(&old).unwrap_or_default();
-                    prev.member_id = member_id.clone();
-                    prev.member_epoch = self.assignment_epoch;
-                    prev.previous_member_epoch = -1;
-                    prev.client_id = req.client_id.clone();
-                    prev.client_host = req.client_host.clone();
-                    prev.session_deadline = now + session_timeout;
-                    prev.last_sent = None;
-                    prev.pending_revocation.clear();
-                    prev.revocation_deadline = None;
-                    prev.classic = None;
-                    self.members.insert(member_id.clone(), prev);
-                    self.target.insert(member_id.clone(), target);
-                    self.touched.all = true;
+                let epochs = (self.assignment_epoch, -1);
+                if let Some(m) = self.take_over(&old, &member_id, epochs) {
+                    m.client_id = req.client_id.clone();
+                    m.client_host = req.client_host.clone();
+                    m.session_deadline = now + session_timeout;
+                    m.classic = None;
                     taken_over = true;
                 }
             }
@@ -440,6 +431,29 @@ impl ConsumerState {
             }
         };
         Ok(changed)
+    }
+
+    /// Moves member `old`'s place, assignment and target to `new`, a static member's new
+    /// incarnation, at `(member epoch, previous epoch)`; it releases nothing it was giving
+    /// up (the old process is gone) and gets its assignment in full. `None` without `old`.
+    fn take_over(
+        &mut self,
+        old: &str,
+        new: &str,
+        (epoch, previous): (i32, i32),
+    ) -> Option<&mut ConsumerMember> {
+        let mut m = self.members.shift_remove(old)?;
+        let target = self.target.remove(old).unwrap_or_default();
+        m.member_id = new.to_string();
+        m.member_epoch = epoch;
+        m.previous_member_epoch = previous;
+        m.last_sent = None;
+        m.pending_revocation.clear();
+        m.revocation_deadline = None;
+        self.target.insert(new.to_string(), target);
+        self.touched.all = true;
+        self.members.insert(new.to_string(), m);
+        self.members.get_mut(new)
     }
 
     fn subscription_metadata(&self, topics: TopicResolver<'_>) -> Vec<(String, Uuid, i32)> {

@@ -400,27 +400,17 @@ impl ConsumerState {
     /// incarnation joining through JoinGroup) at epoch 0. Returns whether `old` spoke the
     /// consumer protocol.
     fn replace_member(&mut self, old: &str, new: &str, now: Instant) -> bool {
-        let Some(mut m) = self.members.shift_remove(old) else {
+        let Some(m) = self.take_over(old, new, (0, 0)) else {
             return false;
         };
-        let was_consumer = m.classic.is_none();
-        let target = self.target.remove(old).unwrap_or_default();
-        m.member_id = new.to_string();
-        m.member_epoch = 0;
-        m.previous_member_epoch = 0;
-        m.last_sent = None;
-        m.pending_revocation.clear();
-        m.revocation_deadline = None;
         m.session_deadline = now;
+        let was_consumer = m.classic.is_none();
         m.classic.get_or_insert(ClassicMember {
             session_timeout: Duration::ZERO,
             protocols: Vec::new(),
             join_deadline: None,
             sync_deadline: None,
         });
-        self.members.insert(new.to_string(), m);
-        self.target.insert(new.to_string(), target);
-        self.touched.all = true;
         was_consumer
     }
 

@@ -831,6 +831,44 @@ mod mixed {
         assert_eq!(after.describe("g").map(|d| d.members.len()), Some(2));
     }
 
+    /// A static classic member restarted (new process, no member id) takes its previous
+    /// incarnation's place and partitions without a new group epoch; the old member id is
+    /// fenced by its instance id.
+    #[tokio::test]
+    async fn a_restarted_static_classic_member_takes_over_its_place() {
+        let log = Arc::new(AssigningLog::default());
+        let c = Arc::new(GroupCoordinator::new(test_config(), log.clone()));
+        let mut n = member("n");
+        beat(&c, &mut n).unwrap();
+        let static_join = || JoinRequest {
+            group_instance_id: Some("i1".into()),
+            ..join_request("", &[])
+        };
+        let first = c.join("g", static_join()).await;
+        assert_eq!(first.error, None);
+        let held = c
+            .with_consumer_group("g", |g| g.target[&first.member_id].clone())
+            .unwrap();
+        let epoch = c.with_consumer_group("g", |g| g.group_epoch).unwrap();
+        let again = c.join("g", static_join()).await;
+        assert_eq!(again.error, None);
+        assert_ne!(again.member_id, first.member_id);
+        let (members, target, now_epoch) = c
+            .with_consumer_group("g", |g| {
+                (
+                    g.members.len(),
+                    g.target[&again.member_id].clone(),
+                    g.group_epoch,
+                )
+            })
+            .unwrap();
+        assert_eq!((members, &target, now_epoch), (2, &held, epoch));
+        assert_eq!(
+            c.heartbeat("g", &first.member_id, Some("i1"), first.generation),
+            Some(ResponseError::FencedInstanceId)
+        );
+    }
+
     #[tokio::test]
     async fn a_classic_member_that_does_not_rejoin_or_sync_in_time_is_removed() {
         let log = Arc::new(AssigningLog::default());
