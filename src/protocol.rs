@@ -146,7 +146,9 @@ impl Chunk {
 /// its length and address.
 #[derive(Default)]
 pub struct FileRecords {
-    entries: Vec<(Bytes, FileSlice)>,
+    /// Each stand-in with the pieces it stands for, in order (file ranges, or bytes in
+    /// memory held by reference).
+    entries: Vec<(Bytes, Vec<Chunk>)>,
     /// Bytes of the stand-in region this response's stand-ins use.
     used: usize,
 }
@@ -162,18 +164,25 @@ impl FileRecords {
     /// smaller than [`SpliceBuf::MIN_SPLICE`] (the encoder would copy the stand-in's zeros)
     /// or the response's stand-ins already span the region.
     pub fn stand_in(&mut self, slice: FileSlice) -> Option<Bytes> {
-        if slice.len < SpliceBuf::MIN_SPLICE {
+        self.stand_in_pieces(vec![Chunk::File(slice)])
+    }
+
+    /// A stand-in for a record set made of `pieces` (a remote read: ranges of cache files
+    /// and bytes in memory), or `None` (copy the pieces instead) as for [`Self::stand_in`].
+    pub fn stand_in_pieces(&mut self, pieces: Vec<Chunk>) -> Option<Bytes> {
+        let len: usize = pieces.iter().map(Chunk::len).sum();
+        if len < SpliceBuf::MIN_SPLICE {
             return None;
         }
-        let end = self.used.checked_add(slice.len)?;
+        let end = self.used.checked_add(len)?;
         let region: &'static [u8] = &STAND_INS;
         let stand_in = Bytes::from_static(region.get(self.used..end)?);
         self.used = end;
-        self.entries.push((stand_in.clone(), slice));
+        self.entries.push((stand_in.clone(), pieces));
         Some(stand_in)
     }
 
-    fn file_of(&self, records: &Bytes) -> Option<&FileSlice> {
+    fn pieces_of(&self, records: &Bytes) -> Option<&Vec<Chunk>> {
         self.entries
             .iter()
             .find(|(b, _)| b.as_ptr() == records.as_ptr() && b.len() == records.len())
@@ -204,7 +213,7 @@ pub fn encode_response(
 
 /// The record sets of a fetch response, to be spliced rather than copied: each with its file
 /// range when `files` has a stand-in for it.
-fn records_of(body: &ResponseKind, files: &FileRecords) -> Vec<(Bytes, Option<FileSlice>)> {
+fn records_of(body: &ResponseKind, files: &FileRecords) -> Vec<(Bytes, Option<Vec<Chunk>>)> {
     match body {
         ResponseKind::Fetch(f) => f
             .responses
@@ -212,7 +221,7 @@ fn records_of(body: &ResponseKind, files: &FileRecords) -> Vec<(Bytes, Option<Fi
             .flat_map(|t| t.partitions.iter().filter_map(|p| p.records.clone()))
             .filter(|r| r.len() >= SpliceBuf::MIN_SPLICE)
             .map(|r| {
-                let file = files.file_of(&r).cloned();
+                let file = files.pieces_of(&r).cloned();
                 (r, file)
             })
             .collect(),
@@ -249,14 +258,14 @@ pub struct SpliceBuf {
     head: BytesMut,
     chunks: Vec<Chunk>,
     flushed: usize,
-    splice: Vec<(Bytes, Option<FileSlice>)>,
+    splice: Vec<(Bytes, Option<Vec<Chunk>>)>,
 }
 
 impl SpliceBuf {
     /// Record sets smaller than this are cheaper to copy than to send as their own chunk.
     pub const MIN_SPLICE: usize = 4096;
 
-    pub fn new(splice: Vec<(Bytes, Option<FileSlice>)>) -> Self {
+    pub fn new(splice: Vec<(Bytes, Option<Vec<Chunk>>)>) -> Self {
         SpliceBuf {
             head: BytesMut::with_capacity(256),
             chunks: Vec::new(),
@@ -305,10 +314,10 @@ unsafe impl BufMut for SpliceBuf {
             {
                 self.flush_head();
                 self.flushed += b.len();
-                self.chunks.push(match file {
-                    Some(f) => Chunk::File(f),
-                    None => Chunk::Bytes(b),
-                });
+                match file {
+                    Some(pieces) => self.chunks.extend(pieces),
+                    None => self.chunks.push(Chunk::Bytes(b)),
+                }
                 return;
             }
         }
@@ -433,7 +442,26 @@ mod tests {
             ..slice.clone()
         };
         assert!(files.stand_in(too_small).is_none(), "would be copied");
-        let partitions = |file_records: Bytes| {
+        // A remote read: the end of one cache file, bytes in memory, the start of another.
+        let middle = Bytes::from(vec![9u8; 3_000]);
+        let pieces = vec![
+            Chunk::File(FileSlice {
+                position: 8_000,
+                len: 2_000,
+                ..slice.clone()
+            }),
+            Chunk::Bytes(middle.clone()),
+            Chunk::File(FileSlice {
+                position: 0,
+                len: 4_000,
+                ..slice.clone()
+            }),
+        ];
+        let remote_stand_in = files.stand_in_pieces(pieces).unwrap();
+        let mut remote_content = content[8_000..].to_vec();
+        remote_content.extend_from_slice(&middle);
+        remote_content.extend_from_slice(&content[..4_000]);
+        let partitions = |file_records: Bytes, remote: Bytes| {
             FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
                 .with_partitions(vec![
                     PartitionData::default()
@@ -445,10 +473,16 @@ mod tests {
                     PartitionData::default()
                         .with_partition_index(2)
                         .with_records(Some(file_records)),
+                    PartitionData::default()
+                        .with_partition_index(3)
+                        .with_records(Some(remote)),
                 ])])
         };
-        let body = partitions(stand_in);
-        let real = partitions(Bytes::copy_from_slice(&content[500..9_500]));
+        let body = partitions(stand_in, remote_stand_in);
+        let real = partitions(
+            Bytes::copy_from_slice(&content[500..9_500]),
+            Bytes::from(remote_content),
+        );
         for version in [4i16, 12, 16] {
             let kind = ResponseKind::Fetch(body.clone());
             let chunks = encode_response(ApiKey::Fetch, version, 9, &kind, &files).unwrap();
@@ -463,7 +497,7 @@ mod tests {
                     .iter()
                     .filter(|c| matches!(c, Chunk::File(_)))
                     .count(),
-                1
+                3
             );
             let joined: Vec<u8> = chunks
                 .iter()

@@ -442,7 +442,6 @@ impl Running {
             {
                 tracing::warn!("Parquet export did not stop within 10s");
             }
-            t.reader.close().await;
         }
         let b = self.broker.clone();
         tokio::task::spawn_blocking(move || b.close())

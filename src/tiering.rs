@@ -72,7 +72,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -674,7 +674,7 @@ impl Tiering {
         offset: i64,
         max_bytes: usize,
         min_one: bool,
-    ) -> Result<Bytes, RemoteReadError> {
+    ) -> Result<strata_tiering::RemoteRecords, RemoteReadError> {
         self.metrics.remote_fetches.fetch_add(1, Ordering::Relaxed);
         let tp = self.partition(topic, index).await?;
         let manifest = tp.manifest();
@@ -876,6 +876,36 @@ impl Tiering {
                 0,
             ),
         ];
+        let disk = self.reader.disk_tier().map(|d| &d.metrics);
+        let disk_counter = |f: fn(&strata_tiering::disk_tier::DiskTierMetrics) -> &AtomicU64| {
+            disk.map_or(0, |m| f(m).load(Ordering::Relaxed))
+        };
+        let disk_counters = [
+            (
+                "strata_remote_cache_disk_written_bytes_total",
+                "Bytes written to the remote read cache's disk tier.",
+                disk_counter(|m| &m.bytes_written),
+            ),
+            (
+                "strata_remote_cache_disk_evictions_total",
+                "Chunk files evicted from the disk tier (least recently used first).",
+                disk_counter(|m| &m.files_evicted),
+            ),
+            (
+                "strata_remote_cache_disk_write_errors_total",
+                "Chunks the disk tier could not write (kept in memory instead).",
+                disk_counter(|m| &m.write_errors),
+            ),
+            (
+                "strata_remote_cache_disk_rejected_total",
+                "Chunk files found damaged (short, bad CRC) and deleted.",
+                disk_counter(|m| &m.files_rejected),
+            ),
+        ];
+        for (name, help, v) in disk_counters {
+            write_counter(out, name, help, v);
+        }
+        let _ = writeln!(out, "# HELP strata_remote_cache_disk_bytes Bytes in the remote read cache's disk tier.\n# TYPE strata_remote_cache_disk_bytes gauge\nstrata_remote_cache_disk_bytes {}", disk_counter(|m| &m.bytes));
         for (name, help, v) in counters {
             if name == "strata_remote_read_seconds_total" {
                 let secs = r.read_micros_total.load(Ordering::Relaxed) as f64 / 1e6;

@@ -156,7 +156,7 @@ pub async fn handle(
         );
     }
     if let (Some((slot, r)), Some(tiering)) = (remote, tiering) {
-        bytes += read_remote(tiering, &broker.metrics, &mut topics, slot, r).await;
+        bytes += read_remote(tiering, &broker.metrics, &mut topics, slot, r, &mut files).await;
     }
     broker
         .metrics
@@ -293,6 +293,7 @@ async fn read_remote(
     topics: &mut [FetchableTopicResponse],
     (topic_slot, partition_slot): (usize, usize),
     r: RemoteRead,
+    files: &mut FileRecords,
 ) -> usize {
     let Some(slot) = topics
         .get_mut(topic_slot)
@@ -353,7 +354,15 @@ async fn read_remote(
                         .collect(),
                 );
             }
-            slot.records = Some(records);
+            match remote_records(records, files) {
+                Ok(records) => slot.records = Some(records),
+                Err(e) => {
+                    tracing::warn!(topic = %r.topic.name, partition = r.partition, error = %e, "remote cache file unreadable");
+                    slot.error_code = ResponseError::KafkaStorageError.code();
+                    metrics.record_error(1, slot.error_code);
+                    return 0;
+                }
+            }
             n
         }
         Ok(Err(crate::tiering::RemoteReadError::OutOfRange(_))) => {
@@ -368,6 +377,35 @@ async fn read_remote(
             0
         }
         Err(_) => 0,
+    }
+}
+
+/// The records of a remote read for the response: bytes in memory as they are; ranges of the
+/// remote cache's files (and the pieces around them) behind a stand-in, sent from the page
+/// cache as local segments are.
+fn remote_records(
+    records: strata_tiering::RemoteRecords,
+    files: &mut FileRecords,
+) -> std::io::Result<Bytes> {
+    use strata_tiering::Piece;
+    if let [Piece::Memory(b)] = &records.pieces[..] {
+        return Ok(b.clone());
+    }
+    let pieces = records
+        .pieces
+        .iter()
+        .map(|p| match p {
+            Piece::Memory(b) => Chunk::Bytes(b.clone()),
+            Piece::File(f) => Chunk::File(crate::log::segment::FileSlice {
+                file: f.file.clone(),
+                position: f.position,
+                len: f.len,
+            }),
+        })
+        .collect();
+    match files.stand_in_pieces(pieces) {
+        Some(stand_in) => Ok(stand_in),
+        None => records.into_bytes(),
     }
 }
 

@@ -508,6 +508,12 @@ async fn remote(
                 tracing::warn!(error = %other, "remote share fetch failed");
                 ResponseError::KafkaStorageError
             }
+        })?
+        // Share fetches look into the batches they hand out: the bytes, not file ranges.
+        .into_bytes()
+        .map_err(|e| {
+            tracing::warn!(error = %e, "remote cache file unreadable");
+            ResponseError::KafkaStorageError
         })?;
     if !read_committed {
         return Ok((bytes, None));

@@ -62,7 +62,6 @@ async fn tier(config: BrokerConfig, command: TierCommand) -> anyhow::Result<()> 
             }
             let tiering = strata::tiering::Tiering::open(&config.tiering).await?;
             let n = strata::tiering::restore_if_empty(&tiering, &config).await?;
-            tiering.reader.close().await;
             println!(
                 "restored {n} topic(s) into {}",
                 config.log_dirs[0].display()

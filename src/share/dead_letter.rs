@@ -329,7 +329,10 @@ async fn source_records(
             (Some(bytes), _) => bytes,
             (None, Some(tiering)) => {
                 match tiering.read(&t, partition, next, READ_BYTES, true).await {
-                    Ok(bytes) => bytes,
+                    Ok(records) => match records.into_bytes() {
+                        Ok(bytes) => bytes,
+                        Err(_) => break,
+                    },
                     Err(_) => break,
                 }
             }

@@ -32,6 +32,7 @@
 
 pub mod backoff;
 pub mod catalog;
+pub mod disk_tier;
 pub mod error;
 pub mod export;
 pub mod local_log;
@@ -48,7 +49,7 @@ pub use error::TieringError;
 pub use local_log::{LocalLog, ReplicaRole};
 pub use manifest::{PartitionId, PartitionManifest, RemoteSegment};
 pub use partition::{RetentionInput, RetentionOutcome, TieredPartition};
-pub use reader::{CacheConfig, RemoteReader};
+pub use reader::{CacheConfig, Piece, RemoteReader, RemoteRecords};
 pub use store::{RemoteStore, StoreConfig, StoreError};
 pub use upload::{SegmentFiles, UploadOptions};
 pub use upload_queue::{Event, PartitionWorker, TieringMetrics};

@@ -1,4 +1,4 @@
-//! Remote reads through a foyer hybrid cache (memory + a disk directory).
+//! Remote reads through a memory cache and a disk tier of chunk files.
 //!
 //! A segment bundle is read in fixed-size chunks (`chunk_size`, aligned to the bundle), each
 //! cached under `<object key>@<chunk>`. A fetch looks up the segment's offset index (cached
@@ -7,61 +7,29 @@
 //! `readahead_chunks` chunks are fetched in the background, so a sequential consumer finds
 //! them cached. Concurrent misses on one chunk share a single GET (foyer deduplicates).
 //!
-//! The tiers: a chunk fetched from the store goes to memory; memory writes it to the disk
-//! tier when it evicts it (foyer's `WriteOnEviction`). A chunk found on disk is served from
-//! there and kept in a small memory cache of its own (an eighth of the memory budget, at
-//! least the read-ahead window), so the next reads of the chunk and the read-ahead find it
-//! without touching the chunks fetched from the store, and it is never written to disk
-//! again. Promoting disk hits into the main memory tier (foyer's `get_or_fetch`) made every
-//! disk hit evict a fetched chunk and write it out, so a second read of a topic larger than
-//! memory rewrote the disk tier as it went (227 MiB written to read 512 MiB, 41% of the
-//! broker's CPU in `pwrite`); as low-priority entries of the main tier they were evicted
-//! before they were read (a shard's low-priority pool is smaller than a chunk).
+//! The tiers: without a disk tier, chunks are kept in memory (least recently used out). With
+//! one ([`crate::disk_tier`]), a chunk fetched from the store is written to its own file and
+//! then leaves memory: the page cache is the disk tier's memory, and a read of a cached chunk
+//! answers with the file range itself, which the broker sends with `sendfile` as it sends
+//! local segments (no copy through the broker, no checksum pass). Memory then holds the
+//! index parts and the chunks on their way to disk. A chunk the disk tier cannot take (a
+//! full disk) stays in memory.
 //!
-//! The disk tier is read and written with direct I/O where the filesystem allows it: it is a
-//! cache of its own and should not copy every chunk through the page cache too (the copy was
-//! most of a cold read's CPU); a filesystem without `O_DIRECT` (tmpfs) gets buffered I/O.
+//! Earlier the disk tier was foyer's block engine: each disk hit read 4 MiB with direct I/O
+//! into a fresh buffer, checksummed and copied it, and reading a topic a second time cost the
+//! broker a third of a core at 200 MB/s, which on a small machine its consumers were missing.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
-use foyer::{
-    BlockEngineConfig, Cache, CacheBuilder, DeviceBuilder, FsDeviceBuilder, HybridCache,
-    HybridCacheBuilder, HybridCachePolicy, Load,
-};
+use bytes::Bytes;
+use foyer::{Cache, CacheBuilder};
 use tokio::sync::Semaphore;
 
+use crate::disk_tier::{DiskTier, FileRange};
 use crate::manifest::{Part, RemoteSegment};
 use crate::store::{RemoteStore, StoreError};
-
-/// Whether files in `dir` can be opened with `O_DIRECT` (not on tmpfs, for one).
-fn direct_io_works(dir: &std::path::Path) -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        let probe = dir.join(".strata-direct-io-probe");
-        let works = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(&probe)
-            .is_ok();
-        let _ = std::fs::remove_file(&probe);
-        if !works {
-            tracing::info!(dir = %dir.display(), "the remote cache's disk tier uses buffered I/O: the filesystem refuses O_DIRECT");
-        }
-        works
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = dir;
-        false
-    }
-}
 
 /// Batch header fields the reader needs (RecordBatch v2).
 const HEADER_LEN: usize = 61;
@@ -73,7 +41,7 @@ pub struct CacheConfig {
     pub memory_bytes: usize,
     /// 0 disables the disk tier.
     pub disk_bytes: u64,
-    pub disk_dir: PathBuf,
+    pub disk_dir: std::path::PathBuf,
     pub chunk_size: usize,
     pub readahead_chunks: usize,
     /// GETs in flight at once for remote reads (across all partitions).
@@ -114,11 +82,170 @@ pub struct ReadMetrics {
     pub read_micros_total: AtomicU64,
 }
 
+/// Bytes of a bundle: in memory, or a range of a disk-tier file.
+#[derive(Debug, Clone)]
+pub enum Piece {
+    Memory(Bytes),
+    File(FileRange),
+}
+
+impl Piece {
+    pub fn len(&self) -> usize {
+        match self {
+            Piece::Memory(b) => b.len(),
+            Piece::File(f) => f.len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn slice(&self, from: usize, to: usize) -> Piece {
+        match self {
+            Piece::Memory(b) => Piece::Memory(b.slice(from..to)),
+            Piece::File(f) => Piece::File(f.slice(from, to)),
+        }
+    }
+
+    /// Copies `out.len()` bytes from `at` into `out`.
+    fn copy_to(&self, at: usize, out: &mut [u8]) -> std::io::Result<()> {
+        match self {
+            Piece::Memory(b) => {
+                out.copy_from_slice(&b[at..at + out.len()]);
+                Ok(())
+            }
+            Piece::File(f) => {
+                use std::os::unix::fs::FileExt;
+                f.file.read_exact_at(out, f.position + at as u64)
+            }
+        }
+    }
+}
+
+/// Whole record batches read from remote storage, as consecutive pieces.
+#[derive(Debug, Clone, Default)]
+pub struct RemoteRecords {
+    pub pieces: Vec<Piece>,
+}
+
+impl RemoteRecords {
+    pub fn len(&self) -> usize {
+        self.pieces.iter().map(Piece::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The records in one buffer (a copy, unless they are one piece in memory).
+    pub fn into_bytes(self) -> std::io::Result<Bytes> {
+        if let [Piece::Memory(b)] = &self.pieces[..] {
+            return Ok(b.clone());
+        }
+        let mut out = vec![0u8; self.len()];
+        let mut at = 0;
+        for p in &self.pieces {
+            p.copy_to(0, &mut out[at..at + p.len()])?;
+            at += p.len();
+        }
+        Ok(Bytes::from(out))
+    }
+}
+
+/// The chunks covering a byte range of a bundle: chunk `first + i` is `chunks[i]`.
+struct Window {
+    chunk_size: u64,
+    first: u64,
+    chunks: Vec<Piece>,
+}
+
+impl Window {
+    fn covers(&self, start: u64, end: u64) -> bool {
+        let base = self.first * self.chunk_size;
+        let last_end = base
+            + (self.chunks.len() as u64).saturating_sub(1) * self.chunk_size
+            + self.chunks.last().map_or(0, |c| c.len() as u64);
+        start >= base && end <= last_end
+    }
+
+    /// `[start, end)` as pieces of the chunks; the window covers it.
+    fn pieces(&self, start: u64, end: u64) -> Vec<Piece> {
+        let mut out = Vec::new();
+        let mut pos = start;
+        while pos < end {
+            let i = pos / self.chunk_size;
+            let c = &self.chunks[(i - self.first) as usize];
+            let c_start = i * self.chunk_size;
+            let to = (end - c_start).min(c.len() as u64);
+            out.push(c.slice((pos - c_start) as usize, to as usize));
+            pos = c_start + to;
+        }
+        out
+    }
+
+    /// Copies `out.len()` bytes from `pos` on; the window covers them.
+    fn copy_to(&self, pos: u64, out: &mut [u8]) -> std::io::Result<()> {
+        let mut done = 0;
+        while done < out.len() {
+            let at = pos + done as u64;
+            let i = at / self.chunk_size;
+            let c = &self.chunks[(i - self.first) as usize];
+            let off = (at - i * self.chunk_size) as usize;
+            let n = (c.len() - off).min(out.len() - done);
+            c.copy_to(off, &mut out[done..done + n])?;
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+/// Reads batch headers out of a window: small batches' headers a block at a time, large
+/// batches' one by one, so scanning neither copies the records nor makes a call per small
+/// batch.
+struct HeaderScan {
+    buf: Vec<u8>,
+    /// Bundle position of `buf[0]`.
+    at: u64,
+    /// Size of the last batch read, to choose the next read's length.
+    last_size: u64,
+}
+
+impl HeaderScan {
+    const BLOCK: u64 = 8 << 10;
+
+    fn new() -> HeaderScan {
+        HeaderScan {
+            buf: Vec::new(),
+            at: 0,
+            last_size: 0,
+        }
+    }
+
+    /// The header at `pos`; `limit` bounds what may be read (the window's end).
+    fn header(&mut self, w: &Window, pos: u64, limit: u64) -> std::io::Result<[u8; HEADER_LEN]> {
+        let have = pos >= self.at && pos + HEADER_LEN as u64 <= self.at + self.buf.len() as u64;
+        if !have {
+            let len = if self.last_size < Self::BLOCK / 4 {
+                Self::BLOCK.min(limit - pos).max(HEADER_LEN as u64)
+            } else {
+                HEADER_LEN as u64
+            };
+            self.buf.resize(len as usize, 0);
+            w.copy_to(pos, &mut self.buf)?;
+            self.at = pos;
+        }
+        let from = (pos - self.at) as usize;
+        let mut h = [0u8; HEADER_LEN];
+        h.copy_from_slice(&self.buf[from..from + HEADER_LEN]);
+        Ok(h)
+    }
+}
+
 pub struct RemoteReader {
     store: Arc<RemoteStore>,
-    cache: HybridCache<String, Bytes>,
-    /// Chunks read from the disk tier (see the module docs).
-    from_disk: Cache<String, Bytes>,
+    memory: Cache<String, Bytes>,
+    disk: Option<Arc<DiskTier>>,
     chunk_size: u64,
     readahead: usize,
     gets: Arc<Semaphore>,
@@ -135,58 +262,36 @@ struct BatchPos {
     size: u64,
 }
 
+fn io_error(key: &str, e: std::io::Error) -> StoreError {
+    StoreError::Request(format!("remote cache read of {key}: {e}"))
+}
+
 impl RemoteReader {
     pub async fn new(
         store: Arc<RemoteStore>,
         cfg: &CacheConfig,
     ) -> Result<RemoteReader, StoreError> {
         let chunk_size = cfg.chunk_size.clamp(64 << 10, 64 << 20);
-        let weigh = |k: &String, v: &Bytes| k.len() + v.len() + 64;
-        // The disk hits' share of the memory budget: an eighth, at least the read-ahead
-        // window and the chunk being read, at most half.
-        let memory = cfg.memory_bytes.max(2 * chunk_size);
-        let from_disk_bytes = if cfg.disk_bytes > 0 {
-            (memory / 8)
-                .max((cfg.readahead_chunks + 2) * chunk_size)
-                .min(memory / 2)
-        } else {
-            0
-        };
-        let from_disk = CacheBuilder::new(from_disk_bytes.max(1))
-            .with_shards(1)
-            .with_weighter(weigh)
-            .build();
-        let builder = HybridCacheBuilder::new()
+        let memory = CacheBuilder::new(cfg.memory_bytes.max(2 * chunk_size))
             .with_name("strata-remote")
-            // Chunks go to disk when memory evicts them. (WriteOnInsertion re-enqueues a disk
-            // write on every lookup, memory hits included, which floods the disk tier.)
-            .with_policy(HybridCachePolicy::WriteOnEviction)
-            .memory(memory - from_disk_bytes)
-            .with_weighter(weigh)
-            .storage();
-        let cache = if cfg.disk_bytes > 0 {
-            std::fs::create_dir_all(&cfg.disk_dir).map_err(|e| {
-                StoreError::Config(format!("cache dir {}: {e}", cfg.disk_dir.display()))
-            })?;
-            let device = FsDeviceBuilder::new(&cfg.disk_dir)
-                .with_capacity(cfg.disk_bytes as usize)
-                .with_direct(direct_io_works(&cfg.disk_dir))
-                .build()
-                .map_err(|e| StoreError::Config(format!("cache device: {e}")))?;
-            // A block must hold the largest entry: a chunk or a whole offset/time index.
-            let block = (chunk_size + (1 << 20)).max(16 << 20);
-            builder
-                .with_engine_config(BlockEngineConfig::new(device).with_block_size(block))
-                .build()
+            .with_weighter(|k: &String, v: &Bytes| k.len() + v.len() + 64)
+            .build();
+        let disk = if cfg.disk_bytes > 0 {
+            let (dir, capacity) = (cfg.disk_dir.clone(), cfg.disk_bytes);
+            let tier = tokio::task::spawn_blocking(move || DiskTier::open(&dir, capacity))
                 .await
+                .map_err(|e| StoreError::Config(format!("cache dir: {e}")))?
+                .map_err(|e| {
+                    StoreError::Config(format!("cache dir {}: {e}", cfg.disk_dir.display()))
+                })?;
+            Some(Arc::new(tier))
         } else {
-            builder.build().await
-        }
-        .map_err(|e| StoreError::Config(format!("cache: {e}")))?;
+            None
+        };
         Ok(RemoteReader {
             store,
-            cache,
-            from_disk,
+            memory,
+            disk,
             chunk_size: chunk_size as u64,
             readahead: cfg.readahead_chunks,
             gets: Arc::new(Semaphore::new(cfg.max_concurrent_gets.max(1))),
@@ -207,41 +312,65 @@ impl RemoteReader {
         &self.store
     }
 
-    pub async fn close(&self) {
-        let _ = self.cache.close().await;
+    /// The disk tier, when there is one (its metrics).
+    pub fn disk_tier(&self) -> Option<&Arc<DiskTier>> {
+        self.disk.as_ref()
     }
 
-    /// A chunk from memory or the disk tier, without going to the store; a disk hit is kept
-    /// in `from_disk`, not in the main memory tier (see the module docs).
-    async fn cached(
-        cache: &HybridCache<String, Bytes>,
-        from_disk: &Cache<String, Bytes>,
-        cache_key: &str,
-    ) -> Option<Bytes> {
-        if let Some(e) = cache.memory().get(cache_key) {
-            return Some(e.value().clone());
-        }
-        if let Some(e) = from_disk.get(cache_key) {
-            return Some(e.value().clone());
-        }
-        if !cache.is_hybrid() || !cache.storage().may_contains(cache_key) {
-            return None;
-        }
-        // Concurrent readers of one chunk (the reader and its read-ahead) share one load.
-        let storage = cache.storage().clone();
-        let key = cache_key.to_string();
-        let loaded = from_disk
-            .get_or_fetch(cache_key, move || async move {
-                match storage.load(&key).await {
-                    Ok(Load::Entry { value, .. }) => Ok(value),
-                    Ok(Load::Piece { piece, .. }) => Ok(piece.value().clone()),
-                    // A miss, a throttled load or an unreadable entry: the store has it.
-                    Ok(_) => Err(anyhow::anyhow!("{key} is not in the disk tier")),
-                    Err(e) => Err(anyhow::anyhow!("{key}: {e}")),
+    /// The bytes of chunk `index` (`[start, end)` of the bundle) from the store, through the
+    /// memory cache (which joins concurrent misses into one GET); with a disk tier, written
+    /// to it and then dropped from memory.
+    fn fetch(
+        &self,
+        topic: &str,
+        seg: &RemoteSegment,
+        cache_key: String,
+        (start, end): (u64, u64),
+        missed: Option<Arc<std::sync::atomic::AtomicBool>>,
+    ) -> impl std::future::Future<Output = Result<Bytes, StoreError>> + Send + 'static {
+        let store = self.store.clone();
+        let gets = self.gets.clone();
+        let key = seg.key.clone();
+        let topic = topic.to_string();
+        let metrics = self.metrics.clone();
+        let rate = self.rate.clone();
+        let disk = self.disk.clone();
+        let memory = self.memory.clone();
+        let chunk_key = cache_key.clone();
+        let fetched = memory.get_or_fetch(&cache_key, move || async move {
+            if let Some(m) = missed {
+                m.store(true, Ordering::Relaxed);
+            }
+            metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
+            let bytes = {
+                let _permit = gets.acquire_owned().await;
+                if let Some(r) = rate {
+                    r.take(end - start).await;
                 }
-            })
-            .await;
-        loaded.ok().map(|e| e.value().clone())
+                store.get_range(&topic, &key, start..end).await?
+            };
+            if let Some(disk) = disk {
+                let (b, k) = (bytes.clone(), chunk_key.clone());
+                let written = tokio::task::spawn_blocking(move || disk.put(&k, &b)).await;
+                if let Ok(Err(e)) = written {
+                    tracing::warn!(chunk = %chunk_key, error = %e, "remote cache: chunk not written to disk, kept in memory");
+                }
+            }
+            Ok::<_, StoreError>(bytes)
+        });
+        let disk = self.disk.clone();
+        let what = seg.key.clone();
+        async move {
+            let entry = fetched
+                .await
+                .map_err(|e| StoreError::Request(format!("remote read of {what}: {e}")))?;
+            let bytes = entry.value().clone();
+            drop(entry);
+            if disk.is_some_and(|d| d.contains(&cache_key)) {
+                memory.remove(&cache_key);
+            }
+            Ok(bytes)
+        }
     }
 
     /// Reads one chunk of a bundle through the cache.
@@ -250,46 +379,75 @@ impl RemoteReader {
         topic: &str,
         seg: &RemoteSegment,
         index: u64,
-    ) -> Result<Bytes, StoreError> {
-        let cache_key = format!("{}@{index}", seg.key);
-        if let Some(value) = Self::cached(&self.cache, &self.from_disk, &cache_key).await {
-            self.metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(value);
-        }
+    ) -> Result<Piece, StoreError> {
         let object_size = seg.object_size();
         let start = index * self.chunk_size;
         let end = (start + self.chunk_size).min(object_size);
         if start >= end {
-            return Ok(Bytes::new());
+            return Ok(Piece::Memory(Bytes::new()));
         }
-        let store = self.store.clone();
-        let gets = self.gets.clone();
-        let key = seg.key.clone();
-        let topic = topic.to_string();
-        let metrics = self.metrics.clone();
-        let missed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let missed2 = missed.clone();
-        let rate = self.rate.clone();
-        let entry = self
-            .cache
-            .get_or_fetch(&cache_key, move || async move {
-                missed2.store(true, Ordering::Relaxed);
-                metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
-                let _permit = gets.acquire_owned().await;
-                if let Some(r) = rate {
-                    r.take(end - start).await;
+        let cache_key = format!("{}@{index}", seg.key);
+        if let Some(e) = self.memory.get(&cache_key) {
+            self.metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(Piece::Memory(e.value().clone()));
+        }
+        if let Some(disk) = &self.disk {
+            if disk.contains(&cache_key) {
+                let (d, k) = (disk.clone(), cache_key.clone());
+                let found = tokio::task::spawn_blocking(move || d.get(&k, end - start))
+                    .await
+                    .ok()
+                    .flatten();
+                if let Some(f) = found {
+                    self.metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Piece::File(f));
                 }
-                store.get_range(&topic, &key, start..end).await
-            })
-            .await
-            .map_err(|e| StoreError::Request(format!("remote read of {}: {e}", seg.key)))?;
+            }
+        }
+        let missed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let bytes = self
+            .fetch(topic, seg, cache_key, (start, end), Some(missed.clone()))
+            .await?;
         if !missed.load(Ordering::Relaxed) {
             self.metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(entry.value().clone())
+        Ok(Piece::Memory(bytes))
     }
 
-    /// Reads bytes `[start, end)` of a bundle, fetching the chunks in parallel.
+    /// The chunks covering bytes `[start, end)` of a bundle, read in parallel.
+    async fn window(
+        &self,
+        topic: &str,
+        seg: &RemoteSegment,
+        start: u64,
+        end: u64,
+    ) -> Result<Window, StoreError> {
+        let first = start / self.chunk_size;
+        let last = (end.max(start + 1) - 1) / self.chunk_size;
+        let chunks =
+            futures::future::try_join_all((first..=last).map(|i| self.chunk(topic, seg, i)))
+                .await?;
+        let w = Window {
+            chunk_size: self.chunk_size,
+            first,
+            chunks,
+        };
+        let short = w
+            .chunks
+            .iter()
+            .rev()
+            .skip(1)
+            .any(|c| c.len() as u64 != self.chunk_size);
+        if short || !w.covers(start, end) {
+            return Err(StoreError::Request(format!(
+                "{} is shorter than its manifest entry",
+                seg.key
+            )));
+        }
+        Ok(w)
+    }
+
+    /// Bytes `[start, end)` of a bundle in one buffer.
     async fn range(
         &self,
         topic: &str,
@@ -300,46 +458,15 @@ impl RemoteReader {
         if start >= end {
             return Ok(Bytes::new());
         }
-        let first = start / self.chunk_size;
-        let last = (end - 1) / self.chunk_size;
-        let chunks =
-            futures::future::try_join_all((first..=last).map(|i| self.chunk(topic, seg, i)))
-                .await?;
-        let base = first * self.chunk_size;
-        if chunks.len() == 1 {
-            let c = &chunks[0];
-            let (a, b) = ((start - base) as usize, (end - base) as usize);
-            if b > c.len() {
-                return Err(StoreError::Request(format!(
-                    "{} is shorter than its manifest entry",
-                    seg.key
-                )));
-            }
-            return Ok(c.slice(a..b));
+        let w = self.window(topic, seg, start, end).await?;
+        RemoteRecords {
+            pieces: w.pieces(start, end),
         }
-        let mut out = BytesMut::with_capacity((end - start) as usize);
-        for (i, c) in chunks.iter().enumerate() {
-            let c_start = base + i as u64 * self.chunk_size;
-            let a = start.saturating_sub(c_start) as usize;
-            let b = ((end - c_start) as usize).min(c.len());
-            if a > b {
-                return Err(StoreError::Request(format!(
-                    "{} is shorter than its manifest entry",
-                    seg.key
-                )));
-            }
-            out.extend_from_slice(&c[a..b]);
-        }
-        if out.len() as u64 != end - start {
-            return Err(StoreError::Request(format!(
-                "{} is shorter than its manifest entry",
-                seg.key
-            )));
-        }
-        Ok(out.freeze())
+        .into_bytes()
+        .map_err(|e| io_error(&seg.key, e))
     }
 
-    /// A whole index part, cached as one entry.
+    /// A whole index part, cached in memory as one entry.
     async fn index(
         &self,
         topic: &str,
@@ -356,7 +483,7 @@ impl RemoteReader {
         let topic = topic.to_string();
         let gets = self.gets.clone();
         let entry = self
-            .cache
+            .memory
             .get_or_fetch(&cache_key, move || async move {
                 let _permit = gets.acquire_owned().await;
                 store.get_range(&topic, &key, part.range()).await
@@ -402,8 +529,9 @@ impl RemoteReader {
     /// the first batch alone is larger. Empty when `offset` is past the segment.
     ///
     /// Reads one window of chunks (the fetch budget plus some slack for the scan from the
-    /// index entry), parses the batch headers in memory, and slices whole batches out of it;
-    /// the cache is consulted once per chunk, not once per batch.
+    /// index entry), reads the batch headers out of it, and answers with the pieces of the
+    /// chunks that hold the batches: slices of chunks in memory, ranges of disk-tier files.
+    /// The cache is consulted once per chunk, not once per batch, and no record is copied.
     pub async fn read(
         &self,
         topic: &str,
@@ -411,7 +539,7 @@ impl RemoteReader {
         offset: i64,
         max_bytes: usize,
         min_one: bool,
-    ) -> Result<Bytes, StoreError> {
+    ) -> Result<RemoteRecords, StoreError> {
         const SCAN_SLACK: u64 = 64 << 10;
         let started = Instant::now();
         let index = self.index(topic, seg, seg.offset_index, "oidx").await?;
@@ -446,23 +574,27 @@ impl RemoteReader {
         // (start, end) of the batches to return, as positions in the log part.
         let mut first: Option<u64> = None;
         let mut end = 0u64;
+        let mut headers = HeaderScan::new();
+        let mut last_window = None;
         'windows: loop {
             if scan + HEADER_LEN as u64 > log_end {
                 break;
             }
             let window_end = (scan + budget.max(HEADER_LEN as u64) + SCAN_SLACK).min(log_end);
-            let buf = self.range(topic, seg, scan, window_end).await?;
-            let mut at = 0usize;
-            while at + HEADER_LEN <= buf.len() {
-                let h = &buf[at..];
+            let window = self.window(topic, seg, scan, window_end).await?;
+            let mut pos = scan;
+            while pos + HEADER_LEN as u64 <= window_end {
+                let h = headers
+                    .header(&window, pos, window_end)
+                    .map_err(|e| io_error(&seg.key, e))?;
                 let base_offset = i64::from_be_bytes(h[0..8].try_into().unwrap_or_default());
                 let length = i32::from_be_bytes(h[8..12].try_into().unwrap_or_default());
                 let last_delta = i32::from_be_bytes(h[23..27].try_into().unwrap_or_default());
-                let pos = scan + at as u64;
                 if length < (HEADER_LEN - 12) as i32 || pos + 12 + length as u64 > log_end {
                     return Err(corrupt(pos));
                 }
                 let size = 12 + length as u64;
+                headers.last_size = size;
                 match first {
                     None if base_offset + i64::from(last_delta) < offset => {}
                     None => {
@@ -480,23 +612,33 @@ impl RemoteReader {
                     }
                 }
                 if first.is_some_and(|f| end - f >= budget) {
+                    last_window = Some(window);
                     break 'windows;
                 }
-                at += size as usize;
+                pos += size;
             }
-            if first.is_some() && (end > window_end || window_end == log_end || at < buf.len()) {
+            let used_up =
+                first.is_some() && (end > window_end || window_end == log_end || pos < window_end);
+            last_window = Some(window);
+            if used_up {
                 // The window is used up: the batches found so far are the answer.
                 break;
             }
-            scan += at as u64;
-            if window_end == log_end && at >= buf.len() {
+            scan = pos;
+            if window_end == log_end && pos >= window_end {
                 break;
             }
         }
         let Some(first) = first else {
-            return Ok(Bytes::new());
+            return Ok(RemoteRecords::default());
         };
-        let out = self.range(topic, seg, first, end).await?;
+        let window = match last_window {
+            Some(w) if w.covers(first, end) => w,
+            _ => self.window(topic, seg, first, end).await?,
+        };
+        let out = RemoteRecords {
+            pieces: window.pieces(first, end),
+        };
         self.prefetch(topic, seg, end);
         self.metrics.reads.fetch_add(1, Ordering::Relaxed);
         self.metrics
@@ -505,7 +647,8 @@ impl RemoteReader {
         Ok(out)
     }
 
-    /// Starts background reads of the chunks after `position` (read-ahead).
+    /// Starts background reads of the chunks after `position` (read-ahead) that are neither
+    /// in memory nor on disk.
     fn prefetch(&self, topic: &str, seg: &RemoteSegment, position: u64) {
         if self.readahead == 0 || position >= seg.log.end {
             return;
@@ -514,33 +657,14 @@ impl RemoteReader {
         let last = ((seg.log.end - 1) / self.chunk_size).min(first + self.readahead as u64);
         for i in first..=last {
             let cache_key = format!("{}@{i}", seg.key);
-            if self.cache.memory().contains(&cache_key) || self.from_disk.contains(&cache_key) {
-                continue;
-            }
-            if self.cache.is_hybrid() && self.cache.storage().may_contains(&cache_key) {
-                // On disk: bring it into memory ahead of the reader.
-                let (cache, from_disk) = (self.cache.clone(), self.from_disk.clone());
-                tokio::spawn(async move {
-                    let _ = Self::cached(&cache, &from_disk, &cache_key).await;
-                });
+            if self.memory.contains(&cache_key)
+                || self.disk.as_ref().is_some_and(|d| d.contains(&cache_key))
+            {
                 continue;
             }
             let start = i * self.chunk_size;
             let end = (start + self.chunk_size).min(seg.object_size());
-            let store = self.store.clone();
-            let key = seg.key.clone();
-            let topic = topic.to_string();
-            let gets = self.gets.clone();
-            let metrics = self.metrics.clone();
-            let rate = self.rate.clone();
-            let fut = self.cache.get_or_fetch(&cache_key, move || async move {
-                metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
-                let _permit = gets.acquire_owned().await;
-                if let Some(r) = rate {
-                    r.take(end - start).await;
-                }
-                store.get_range(&topic, &key, start..end).await
-            });
+            let fut = self.fetch(topic, seg, cache_key, (start, end), None);
             tokio::spawn(async move {
                 let _ = fut.await;
             });
@@ -733,9 +857,9 @@ mod tests {
         for (k, (offset, bytes)) in batches.iter().enumerate() {
             for target in [*offset, offset + 3] {
                 // One batch when max_bytes is small (min_one), else as many as fit.
-                let got = reader.read("t", &seg, target, 1, true).await.unwrap();
+                let got = read_bytes(&reader, &seg, target, 1, true).await;
                 assert_eq!(&got[..], &bytes[..], "batch at {offset}");
-                let got = reader.read("t", &seg, target, 35_000, false).await.unwrap();
+                let got = read_bytes(&reader, &seg, target, 35_000, false).await;
                 let want: Vec<u8> = batches[k..]
                     .iter()
                     .take(3)
@@ -775,7 +899,6 @@ mod tests {
             .is_none());
         let m = &reader.metrics;
         assert!(m.chunk_hits.load(Ordering::Relaxed) > m.chunk_misses.load(Ordering::Relaxed));
-        reader.close().await;
     }
 
     /// In paused time: the clock moves only when every task waits, so the elapsed times are
@@ -805,11 +928,10 @@ mod tests {
     }
 
     /// Reading a segment larger than memory again and again: after the first pass nothing
-    /// is fetched from the store, and once the disk tier holds what memory evicted, reading
-    /// it again writes nothing to disk (a disk hit never pushes a fetched chunk out to be
-    /// written, nor is written back itself).
+    /// is fetched from the store or written to disk again, memory holds no chunk, and the
+    /// answers are ranges of the disk tier's files (sent with `sendfile`), not copies.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn rereading_more_than_memory_holds_neither_fetches_nor_rewrites_the_disk_tier() {
+    async fn rereading_more_than_memory_is_served_from_disk_tier_files() {
         const MEMORY: usize = 4 << 20;
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(RemoteStore::in_memory());
@@ -817,48 +939,105 @@ mod tests {
         let (files, batches, seg) =
             uploaded(&store, dir.path(), (0, 1600, 5), UploadOptions::default()).await;
         let reader = reader(&store, dir.path(), MEMORY, 64 << 20).await;
+        let disk = reader.disk_tier().unwrap().clone();
+        // Every answer's batches, checked against what was written; counts the answers'
+        // pieces that were file ranges.
         let read_all = || async {
-            let mut offset = 0;
+            let (mut offset, mut file_pieces, mut pieces) = (0, 0, 0);
             while offset < files.next_offset {
                 let got = reader.read("t", &seg, offset, 100_000, true).await.unwrap();
                 assert!(!got.is_empty(), "a batch at {offset}");
-                let k = (offset / 5) as usize;
-                assert_eq!(&got[..batches[k].1.len()], &batches[k].1[..]);
+                pieces += got.pieces.len();
+                file_pieces += got
+                    .pieces
+                    .iter()
+                    .filter(|p| matches!(p, Piece::File(_)))
+                    .count();
+                let got = got.into_bytes().unwrap();
                 let mut at = 0;
                 while at < got.len() {
                     let len = i32::from_be_bytes(got[at + 8..at + 12].try_into().unwrap());
+                    let k = (offset / 5) as usize;
+                    assert_eq!(&got[at..at + 12 + len as usize], &batches[k].1[..]);
                     at += 12 + len as usize;
                     offset += 5;
                 }
             }
+            (file_pieces, pieces)
         };
         let settled = || async {
-            // Read-ahead tasks and the disk tier's writes finish.
+            // Read-ahead tasks finish.
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            reader.cache.storage().wait().await;
-            reader.cache.statistics().disk_write_bytes()
+            disk.metrics.bytes_written.load(Ordering::Relaxed)
         };
         read_all().await;
         let fetched = reader.metrics.chunk_misses.load(Ordering::Relaxed);
         let written = settled().await;
-        assert!(written > 0, "memory evicted chunks to disk");
+        assert!(
+            written >= seg.log.end,
+            "every chunk went to disk: {written}"
+        );
         for _ in 0..3 {
-            read_all().await;
+            let (file_pieces, pieces) = read_all().await;
+            assert_eq!(
+                file_pieces, pieces,
+                "every answer is a range of a chunk file"
+            );
         }
         assert_eq!(
             reader.metrics.chunk_misses.load(Ordering::Relaxed),
             fetched,
-            "reading again fetches nothing: every chunk is in memory or on disk"
+            "reading again fetches nothing"
         );
-        // Only fetched chunks that memory had already set aside for eviction go to disk (a
-        // tenth of memory): disk hits neither push the other fetched chunks out nor are
-        // written back. Promoting disk hits as ordinary entries wrote all of memory.
-        let rewritten = settled().await - written;
+        assert_eq!(settled().await, written, "nor writes anything to disk");
         assert!(
-            rewritten < MEMORY / 4,
-            "{rewritten} bytes written to disk by three more reads of the same data"
+            reader.memory.usage() < 4 * (64 << 10),
+            "memory holds the index, not the chunks on disk: {} bytes",
+            reader.memory.usage()
         );
-        reader.close().await;
+    }
+
+    /// A disk tier that cannot take chunks (its directory gone, as a full or failed disk
+    /// would refuse them): reads are answered from memory, and the failures are counted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failing_disk_tier_leaves_reads_to_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(RemoteStore::in_memory());
+        let (files, batches, seg) =
+            uploaded(&store, dir.path(), (0, 100, 5), UploadOptions::default()).await;
+        let reader = reader(&store, dir.path(), 16 << 20, 64 << 20).await;
+        std::fs::remove_dir_all(dir.path().join("cache")).unwrap();
+        for pass in 0..2 {
+            let mut offset = 0;
+            while offset < files.next_offset {
+                let got = read_bytes(&reader, &seg, offset, 100_000, true).await;
+                let k = (offset / 5) as usize;
+                assert_eq!(&got[..batches[k].1.len()], &batches[k].1[..], "pass {pass}");
+                offset += 5 * (got.len() / batches[k].1.len()) as i64;
+            }
+        }
+        let disk = reader.disk_tier().unwrap();
+        assert!(disk.metrics.write_errors.load(Ordering::Relaxed) > 0);
+        let misses = reader.metrics.chunk_misses.load(Ordering::Relaxed);
+        assert!(
+            misses <= (seg.object_size() / (64 << 10) + 1),
+            "the second pass was served from memory: {misses} GETs"
+        );
+    }
+
+    async fn read_bytes(
+        reader: &RemoteReader,
+        seg: &RemoteSegment,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+    ) -> Bytes {
+        reader
+            .read("t", seg, offset, max_bytes, min_one)
+            .await
+            .unwrap()
+            .into_bytes()
+            .unwrap()
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -867,7 +1046,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn reads_whole_batches_across_chunks_hybrid_cache_multipart() {
+    async fn reads_whole_batches_across_chunks_disk_tier_multipart() {
         check_reads(true, true).await;
     }
 }
