@@ -14,7 +14,7 @@ fn init_tracing() {
         tracing_subscriber::EnvFilter::new(
             // openraft::replication logs every failed RPC to an unreachable voter at ERROR
             // (twice a second while a node is down); the controller logs what needs a person.
-            "info,foyer=warn,foyer_common=warn,foyer_memory=warn,foyer_storage=warn,\
+            "info,foyer_common=warn,foyer_memory=warn,\
              openraft=warn,openraft::replication=off",
         )
     });

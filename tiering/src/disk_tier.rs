@@ -10,11 +10,9 @@
 //! a file that fails is deleted and the chunk fetched again. Files written by this process
 //! are trusted (they are read back from the page cache).
 //!
-//! Why files and not a block engine: a chunk read from the page cache goes to the socket
-//! without passing through the broker's memory, so reading old data a second time costs the
-//! broker what reading local data costs. A block engine (foyer's) reads each 4 MiB chunk into
-//! a fresh buffer with direct I/O, checksums it and copies it out again: a third of a core at
-//! 200 MB/s, taken from the consumers on the same machine.
+//! Why files: a chunk read from the page cache goes to the socket without passing through the
+//! broker's memory, so reading old data a second time costs the broker what reading local
+//! data costs (see the reader's module docs for what a block engine costs instead).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -137,8 +135,8 @@ impl DiskTier {
                 if name.ends_with(TMP_SUFFIX) {
                     let _ = std::fs::remove_file(&path);
                 }
-                // The block files of the foyer disk engine earlier versions used are of no
-                // use now; anything else is not ours.
+                // A foyer block engine's files (a cache directory used by an older Strata)
+                // are of no use; anything else is not ours.
                 if name.starts_with("foyer-storage-direct-fs-") {
                     let _ = std::fs::remove_file(&path);
                 }

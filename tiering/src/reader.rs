@@ -15,16 +15,17 @@
 //! index parts and the chunks on their way to disk. A chunk the disk tier cannot take (a
 //! full disk) stays in memory.
 //!
-//! Earlier the disk tier was foyer's block engine: each disk hit read 4 MiB with direct I/O
-//! into a fresh buffer, checksummed and copied it, and reading a topic a second time cost the
-//! broker a third of a core at 200 MB/s, which on a small machine its consumers were missing.
+//! Why not a block engine (foyer's hybrid cache) for the disk tier: it reads each 4 MiB disk
+//! hit into a fresh buffer with direct I/O, checksums and copies it; measured, reading a
+//! topic a second time that way cost the broker a third of a core at 200 MB/s, which on a
+//! small machine its consumers were missing.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use foyer::{Cache, CacheBuilder};
+use foyer_memory::{Cache, CacheBuilder};
 use tokio::sync::Semaphore;
 
 use crate::disk_tier::{DiskTier, FileRange};
