@@ -897,6 +897,11 @@ impl Tiering {
                 disk_counter(|m| &m.write_errors),
             ),
             (
+                "strata_remote_cache_disk_skipped_total",
+                "Chunks not written to the disk tier to keep its file system's free share.",
+                disk_counter(|m| &m.skipped_for_space),
+            ),
+            (
                 "strata_remote_cache_disk_rejected_total",
                 "Chunk files found damaged (short, bad CRC) and deleted.",
                 disk_counter(|m| &m.files_rejected),

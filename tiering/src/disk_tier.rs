@@ -10,6 +10,11 @@
 //! a file that fails is deleted and the chunk fetched again. Files written by this process
 //! are trusted (they are read back from the page cache).
 //!
+//! The tier never takes the last of its file system: a write that would leave less than
+//! [`MIN_FREE_PERCENT`] of it free first evicts the tier's own files to make room, and is
+//! skipped when that is not enough. By default the cache shares its disk with the log, whose
+//! appends come first.
+//!
 //! Why files: a chunk read from the page cache goes to the socket without passing through the
 //! broker's memory, so reading old data a second time costs the broker what reading local
 //! data costs (see the reader's module docs for what a block engine costs instead).
@@ -27,6 +32,10 @@ const MAGIC: &[u8; 4] = b"SCF1";
 const FIXED_HEADER: usize = 4 + 4 + 4 + 2;
 const TMP_SUFFIX: &str = ".tmp";
 const FILE_SUFFIX: &str = ".chunk";
+
+/// The share of its file system the tier leaves free (the broker's rehydration keeps the
+/// same).
+pub const MIN_FREE_PERCENT: u64 = 10;
 
 /// A chunk's bytes in a cache file.
 #[derive(Debug, Clone)]
@@ -61,6 +70,8 @@ pub struct DiskTierMetrics {
     /// Files found unreadable, short or with a bad CRC (deleted).
     pub files_rejected: AtomicU64,
     pub write_errors: AtomicU64,
+    /// Chunks not written because the file system was short of free space.
+    pub skipped_for_space: AtomicU64,
     pub bytes: AtomicU64,
 }
 
@@ -111,6 +122,9 @@ fn file_size(key: &str, len: u64) -> u64 {
 pub struct DiskTier {
     dir: PathBuf,
     capacity: u64,
+    min_free_percent: u64,
+    /// The file system's (total, free) bytes: [`free_space`] (tests measure their own).
+    space: Box<dyn Fn(&Path) -> Option<(u64, u64)> + Send + Sync>,
     state: Mutex<State>,
     pub metrics: DiskTierMetrics,
 }
@@ -123,6 +137,8 @@ impl DiskTier {
         let tier = DiskTier {
             dir: dir.to_path_buf(),
             capacity,
+            min_free_percent: MIN_FREE_PERCENT,
+            space: Box::new(free_space),
             state: Mutex::new(State::default()),
             metrics: DiskTierMetrics::default(),
         };
@@ -292,14 +308,38 @@ impl DiskTier {
         {
             return Ok(());
         }
-        let seq = {
+        let (seq, evict) = {
             let mut st = self.lock();
             if st.entries.contains_key(key) {
                 return Ok(());
             }
+            // What the file system lacks to keep its free share after this file: the tier
+            // gives back that much of its own first.
+            let short = match (self.space)(&self.dir) {
+                Some((total, free)) => {
+                    (total / 100 * self.min_free_percent + size).saturating_sub(free)
+                }
+                None => 0,
+            };
+            if short > st.used {
+                self.metrics
+                    .skipped_for_space
+                    .fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            let evict = if short > 0 {
+                // Down to `used - short`.
+                let keep = st.used - short;
+                self.evict_locked(&mut st, self.capacity.saturating_sub(keep))
+            } else {
+                Vec::new()
+            };
             st.next_name += 1;
-            st.next_name - 1
+            (st.next_name - 1, evict)
         };
+        for name in evict {
+            let _ = std::fs::remove_file(self.dir.join(name));
+        }
         let name = format!("{seq:016x}{FILE_SUFFIX}");
         let tmp = self.dir.join(format!("{seq:016x}{TMP_SUFFIX}"));
         let written = (|| {
@@ -348,6 +388,26 @@ impl DiskTier {
             .fetch_add(size, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// The total and free bytes (for an unprivileged writer) of the file system holding `dir`.
+fn free_space(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut s = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a valid NUL-terminated string and `s` is written by statvfs before
+    // it is read (only on success).
+    let s = unsafe {
+        if libc::statvfs(path.as_ptr(), s.as_mut_ptr()) != 0 {
+            return None;
+        }
+        s.assume_init()
+    };
+    let block = s.f_frsize as u64;
+    Some((
+        (s.f_blocks as u64).saturating_mul(block),
+        (s.f_bavail as u64).saturating_mul(block),
+    ))
 }
 
 /// The key and payload length in a chunk file's header, `None` when it is not one whole
@@ -495,6 +555,36 @@ mod tests {
         assert_eq!(tier.get("b", 5_000).unwrap().read().unwrap(), b);
         let files = std::fs::read_dir(dir.path()).unwrap().count();
         assert_eq!(files, 3, "a, b and notes.txt");
+    }
+
+    /// A file system short of free space: the tier gives back its own least recently used
+    /// files to make room, and takes nothing when its own files are not enough.
+    #[test]
+    fn a_disk_short_of_free_space_gets_the_cache_files_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tier = DiskTier::open(dir.path(), 1 << 20).unwrap();
+        for (i, k) in ["a", "b", "c"].iter().enumerate() {
+            tier.put(k, &payload(10_000, i as u8)).unwrap();
+        }
+        let one = file_size("a", 10_000);
+        // 10% of 1 MB must stay free and 100,000 bytes + one file are: exactly room for
+        // one more.
+        tier.space = Box::new(move |_| Some((1_000_000, 100_000 + one)));
+        tier.put("d", &payload(10_000, 3)).unwrap();
+        assert!(["a", "b", "c", "d"].iter().all(|k| tier.contains(k)));
+        // Now one and a half files short: the two oldest go, then the write.
+        tier.space = Box::new(move |_| Some((1_000_000, 100_000 - one / 2)));
+        tier.put("e", &payload(10_000, 4)).unwrap();
+        assert!(!tier.contains("a") && !tier.contains("b"));
+        assert!(["c", "d", "e"].iter().all(|k| tier.contains(k)));
+        // Short of more than the tier holds: nothing is written, nothing is evicted in vain.
+        tier.space = Box::new(move |_| Some((1_000_000, 0)));
+        tier.put("f", &payload(10_000, 5)).unwrap();
+        assert!(!tier.contains("f"));
+        assert!(["c", "d", "e"].iter().all(|k| tier.contains(k)));
+        assert_eq!(tier.metrics.skipped_for_space.load(Ordering::Relaxed), 1);
+        let files = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(files, 3);
     }
 
     #[test]
