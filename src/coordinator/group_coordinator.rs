@@ -1042,11 +1042,18 @@ impl GroupCoordinator {
         let subscribed_topics: Vec<String> = {
             let groups = self.groups();
             let g = groups.get(group_id).ok_or(ResponseError::GroupIdNotFound)?;
-            if g.protocol_type.as_deref() != Some("consumer") && !g.members.is_empty() {
+            if let Some(c) = &g.consumer {
+                // A consumer-protocol group (Kafka's ConsumerGroup.isSubscribedToTopic): the
+                // topics its members subscribe to, by name or through their regexes.
+                let topics = c
+                    .members
+                    .values()
+                    .flat_map(|m| m.subscribed_topics.iter().chain(m.regex_topics.iter()));
+                topics.cloned().collect()
+            } else if g.protocol_type.as_deref() != Some("consumer") && !g.members.is_empty() {
                 // Kafka can only tell which topics a consumer-protocol group uses.
                 return Err(ResponseError::NonEmptyGroup);
-            }
-            if !g.members.is_empty() {
+            } else if !g.members.is_empty() {
                 g.members
                     .values()
                     .flat_map(|m| {

@@ -434,6 +434,42 @@ fn a_deleted_consumer_group_stays_deleted_after_a_reload() {
     assert!(live.is_empty(), "{live:?}");
 }
 
+/// OffsetDelete on a consumer-protocol group (Kafka's ConsumerGroup.isSubscribedToTopic):
+/// offsets of a topic a member subscribes to stay (GROUP_SUBSCRIBED_TO_TOPIC), others go.
+#[test]
+fn offset_delete_keeps_the_topics_a_consumer_group_subscribes_to() {
+    let log = Arc::new(AssigningLog::default());
+    let c = GroupCoordinator::new(test_config(), log.clone());
+    let mut members = vec![member("a")];
+    settle(&c, &mut members);
+    let m = &members[0];
+    let offsets = vec![
+        ("t".to_string(), 0, 10, -1, None),
+        ("other".to_string(), 0, 20, -1, None),
+    ];
+    let unknown = ResponseError::GroupIdNotFound;
+    let committed = c.commit_offsets("g", &m.id, None, m.epoch, offsets, unknown);
+    assert_eq!(committed, Ok(vec![None, None]));
+    let parts = [("t".to_string(), 0), ("other".to_string(), 0)];
+    assert_eq!(
+        c.delete_offsets("g", &parts),
+        Ok(vec![Some(ResponseError::GroupSubscribedToTopic), None])
+    );
+    let left = c.fetch_offsets("g", Some(&parts));
+    let left: Vec<_> = left
+        .iter()
+        .map(|(_, o)| o.as_ref().map(|o| o.offset))
+        .collect();
+    assert_eq!(left, [Some(10), None]);
+    // Once the member leaves, nothing is subscribed: the rest goes too.
+    members[0].epoch = -1;
+    beat(&c, &mut members[0]).unwrap();
+    assert_eq!(c.delete_offsets("g", &parts[..1]), Ok(vec![None]));
+    let after = reloaded(&log);
+    let left = after.fetch_offsets("g", Some(&parts));
+    assert!(left.iter().all(|(_, o)| o.is_none()), "{left:?}");
+}
+
 /// Mixed groups: classic members and members of the consumer protocol in one group, and the
 /// conversions between the protocols, driven as the Java client drives them.
 mod mixed {
