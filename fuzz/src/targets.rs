@@ -46,9 +46,12 @@ pub enum Target {
     /// Frames read by the metadata quorum's RPC listener (Raft messages, forwarded proposals,
     /// learner joins, heartbeats and voter changes), decoded one after another.
     MetadataRpc,
+    /// The remote read cache's disk tier directory (chunk files, possibly damaged by a
+    /// crash), opened as at start-up, then every chunk it indexed read as a fetch would.
+    RemoteCacheDir,
 }
 
-pub const ALL: [Target; 10] = [
+pub const ALL: [Target; 11] = [
     Target::Request,
     Target::RecordBatch,
     Target::PartitionDir,
@@ -59,6 +62,7 @@ pub const ALL: [Target; 10] = [
     Target::IcebergMetadata,
     Target::RehydratedSegment,
     Target::MetadataRpc,
+    Target::RemoteCacheDir,
 ];
 
 impl Target {
@@ -74,6 +78,7 @@ impl Target {
             Target::IcebergMetadata => "iceberg_metadata",
             Target::RehydratedSegment => "rehydrated_segment",
             Target::MetadataRpc => "metadata_rpc",
+            Target::RemoteCacheDir => "remote_cache_dir",
         }
     }
 
@@ -110,6 +115,7 @@ impl Target {
                 .map(|b| rehydrated_segment_seed(&b))
                 .collect(),
             Target::MetadataRpc => metadata_rpc_seeds(),
+            Target::RemoteCacheDir => vec![remote_cache_dir_seed()],
         }
     }
 
@@ -125,6 +131,7 @@ impl Target {
             Target::IcebergMetadata => iceberg_metadata(data),
             Target::RehydratedSegment => rehydrated_segment(data),
             Target::MetadataRpc => metadata_rpc(data),
+            Target::RemoteCacheDir => remote_cache_dir(data),
         }
     }
 }
@@ -282,6 +289,51 @@ pub fn partition_dir(data: &[u8]) -> bool {
     read_everything(&log);
     let _ = log.close(NOW_MS);
     true
+}
+
+/// Two chunk files as the disk tier writes them, in [`encode_dir`]'s form.
+pub fn remote_cache_dir_seed() -> Vec<u8> {
+    use strata_tiering::disk_tier::DiskTier;
+    let tmp = scratch_dir();
+    let tier = DiskTier::open(tmp.path(), 1 << 20).expect("a cache dir");
+    tier.put("t/0/00000000000000000000-0.bundle@0", &[7u8; 300])
+        .expect("a chunk file");
+    tier.put("t/0/00000000000000000000-0.bundle@1", b"tail")
+        .expect("a chunk file");
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(tmp.path())
+        .expect("the cache dir")
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            Some((name, std::fs::read(e.path()).ok()?))
+        })
+        .collect();
+    files.sort();
+    encode_dir(&files)
+}
+
+/// Opens a disk tier over the files and reads every chunk it indexed, as fetches would: a
+/// damaged file is refused (and deleted), never served.
+pub fn remote_cache_dir(data: &[u8]) -> bool {
+    use strata_tiering::disk_tier::DiskTier;
+    let tmp = scratch_dir();
+    for (name, body) in decode_dir(data) {
+        if plain_file_name(&name) {
+            let _ = std::fs::write(tmp.path().join(name), body);
+        }
+    }
+    let Ok(tier) = DiskTier::open(tmp.path(), 1 << 20) else {
+        return false;
+    };
+    let mut served = false;
+    for (key, len) in tier.entries() {
+        if let Some(range) = tier.get(&key, len) {
+            let bytes = range.read().expect("a served chunk is readable");
+            assert_eq!(bytes.len() as u64, len);
+            served = true;
+        }
+    }
+    served
 }
 
 /// Input of [`rehydrated_segment`]: flags (bit 0: a `.txnindex` follows the log, after a u16

@@ -158,7 +158,9 @@ impl DiskTier {
                 }
                 continue;
             };
-            let seq = u64::from_str_radix(stem, 16).ok();
+            // Names are sequence numbers this process continues from: one near the top of
+            // the range (not ours) must not make them wrap onto files in use.
+            let seq = u64::from_str_radix(stem, 16).ok().filter(|&n| n < 1 << 62);
             let modified = entry
                 .metadata()
                 .and_then(|m| m.modified())
@@ -223,6 +225,12 @@ impl DiskTier {
             }
         }
         names
+    }
+
+    /// The chunks indexed, with their lengths.
+    pub fn entries(&self) -> Vec<(String, u64)> {
+        let st = self.lock();
+        st.entries.iter().map(|(k, e)| (k.clone(), e.len)).collect()
     }
 
     pub fn contains(&self, key: &str) -> bool {
