@@ -233,6 +233,12 @@ impl DiskTier {
         st.entries.iter().map(|(k, e)| (k.clone(), e.len)).collect()
     }
 
+    /// Whether the tier has `key` (`None`: no), and whether its file still needs the check a
+    /// file found at start gets (a whole read: do it off the async threads).
+    pub fn lookup(&self, key: &str) -> Option<bool> {
+        self.lock().entries.get(key).map(|e| !e.verified)
+    }
+
     pub fn contains(&self, key: &str) -> bool {
         self.lock().entries.contains_key(key)
     }

@@ -163,11 +163,14 @@ struct Window {
 
 impl Window {
     fn covers(&self, start: u64, end: u64) -> bool {
+        start >= self.first * self.chunk_size && end <= self.end()
+    }
+
+    /// The bundle position after the window's last byte.
+    fn end(&self) -> u64 {
         let base = self.first * self.chunk_size;
-        let last_end = base
-            + (self.chunks.len() as u64).saturating_sub(1) * self.chunk_size
-            + self.chunks.last().map_or(0, |c| c.len() as u64);
-        start >= base && end <= last_end
+        base + (self.chunks.len() as u64).saturating_sub(1) * self.chunk_size
+            + self.chunks.last().map_or(0, |c| c.len() as u64)
     }
 
     /// `[start, end)` as pieces of the chunks; the window covers it.
@@ -393,12 +396,18 @@ impl RemoteReader {
             return Ok(Piece::Memory(e.value().clone()));
         }
         if let Some(disk) = &self.disk {
-            if disk.contains(&cache_key) {
-                let (d, k) = (disk.clone(), cache_key.clone());
-                let found = tokio::task::spawn_blocking(move || d.get(&k, end - start))
-                    .await
-                    .ok()
-                    .flatten();
+            if let Some(needs_check) = disk.lookup(&cache_key) {
+                // A file this process wrote is opened in place (an `open` of a cached
+                // inode); one found at start is read whole for its CRC first.
+                let found = if needs_check {
+                    let (d, k) = (disk.clone(), cache_key.clone());
+                    tokio::task::spawn_blocking(move || d.get(&k, end - start))
+                        .await
+                        .ok()
+                        .flatten()
+                } else {
+                    disk.get(&cache_key, end - start)
+                };
                 if let Some(f) = found {
                     self.metrics.chunk_hits.fetch_add(1, Ordering::Relaxed);
                     return Ok(Piece::File(f));
@@ -529,10 +538,11 @@ impl RemoteReader {
     /// Whole batches from the one holding `offset`, at most `max_bytes` unless `min_one` and
     /// the first batch alone is larger. Empty when `offset` is past the segment.
     ///
-    /// Reads one window of chunks (the fetch budget plus some slack for the scan from the
-    /// index entry), reads the batch headers out of it, and answers with the pieces of the
-    /// chunks that hold the batches: slices of chunks in memory, ranges of disk-tier files.
-    /// The cache is consulted once per chunk, not once per batch, and no record is copied.
+    /// As a local segment read: the offset index gives the position to scan from for the
+    /// first batch and then the last batch start within the budget (every entry is a batch
+    /// start), so only the batches past the last entry have their headers read. The chunks
+    /// of the budget are read in parallel, and the answer is pieces of them: slices of chunks
+    /// in memory, ranges of disk-tier files. No record is copied.
     pub async fn read(
         &self,
         topic: &str,
@@ -544,26 +554,31 @@ impl RemoteReader {
         const SCAN_SLACK: u64 = 64 << 10;
         let started = Instant::now();
         let index = self.index(topic, seg, seg.offset_index, "oidx").await?;
-        let relative = offset.saturating_sub(seg.base_offset);
-        let entries = index.len() / OFFSET_ENTRY;
-        // Largest entry whose relative offset is <= the target.
-        let (mut lo, mut hi) = (0usize, entries);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let e = &index[mid * OFFSET_ENTRY..];
+        let entry = |i: usize| {
+            let e = &index[i * OFFSET_ENTRY..(i + 1) * OFFSET_ENTRY];
             let rel = u32::from_be_bytes(e[0..4].try_into().unwrap_or_default()) as i64;
-            if rel <= relative {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        let mut scan = if lo == 0 {
-            0
-        } else {
-            let e = &index[(lo - 1) * OFFSET_ENTRY..];
-            u32::from_be_bytes(e[4..8].try_into().unwrap_or_default()) as u64
+            let pos = u32::from_be_bytes(e[4..8].try_into().unwrap_or_default()) as u64;
+            (rel, pos)
         };
+        let entries = index.len() / OFFSET_ENTRY;
+        // The last entry whose relative offset is <= the target.
+        let relative = offset.saturating_sub(seg.base_offset);
+        // The number of leading entries for which `pred` holds (they are sorted by both
+        // offset and position).
+        let count = |pred: &dyn Fn((i64, u64)) -> bool| {
+            let (mut lo, mut hi) = (0usize, entries);
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                if pred(entry(mid)) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo
+        };
+        let at = count(&|(rel, _)| rel <= relative);
+        let mut pos = if at == 0 { 0 } else { entry(at - 1).1 };
         let log_end = seg.log.end;
         let budget = max_bytes as u64;
         let corrupt = |at: u64| {
@@ -572,68 +587,60 @@ impl RemoteReader {
                 seg.key
             ))
         };
-        // (start, end) of the batches to return, as positions in the log part.
-        let mut first: Option<u64> = None;
-        let mut end = 0u64;
+        let mut window: Option<Window> = None;
         let mut headers = HeaderScan::new();
-        let mut last_window = None;
-        'windows: loop {
-            if scan + HEADER_LEN as u64 > log_end {
-                break;
+        // The size of the batch at `pos` and its last offset, reading the chunks from `pos`
+        // to the end of the budget when the window does not hold its header.
+        let mut header = async |pos: u64, window: &mut Option<Window>| {
+            let h_end = pos + HEADER_LEN as u64;
+            if !window.as_ref().is_some_and(|w| w.covers(pos, h_end)) {
+                let end = (pos + budget + SCAN_SLACK).clamp(h_end, log_end);
+                *window = Some(self.window(topic, seg, pos, end).await?);
             }
-            let window_end = (scan + budget.max(HEADER_LEN as u64) + SCAN_SLACK).min(log_end);
-            let window = self.window(topic, seg, scan, window_end).await?;
-            let mut pos = scan;
-            while pos + HEADER_LEN as u64 <= window_end {
-                let h = headers
-                    .header(&window, pos, window_end)
-                    .map_err(|e| io_error(&seg.key, e))?;
-                let base_offset = i64::from_be_bytes(h[0..8].try_into().unwrap_or_default());
-                let length = i32::from_be_bytes(h[8..12].try_into().unwrap_or_default());
-                let last_delta = i32::from_be_bytes(h[23..27].try_into().unwrap_or_default());
-                if length < (HEADER_LEN - 12) as i32 || pos + 12 + length as u64 > log_end {
-                    return Err(corrupt(pos));
-                }
-                let size = 12 + length as u64;
-                headers.last_size = size;
-                match first {
-                    None if base_offset + i64::from(last_delta) < offset => {}
-                    None => {
-                        if size > budget && !min_one {
-                            break 'windows;
-                        }
-                        first = Some(pos);
-                        end = pos + size;
-                    }
-                    Some(f) => {
-                        if pos + size - f > budget {
-                            break 'windows;
-                        }
-                        end = pos + size;
-                    }
-                }
-                if first.is_some_and(|f| end - f >= budget) {
-                    last_window = Some(window);
-                    break 'windows;
-                }
-                pos += size;
+            let w = window.as_ref().expect("a window");
+            let h = headers
+                .header(w, pos, w.end().min(log_end))
+                .map_err(|e| io_error(&seg.key, e))?;
+            let base_offset = i64::from_be_bytes(h[0..8].try_into().unwrap_or_default());
+            let length = i32::from_be_bytes(h[8..12].try_into().unwrap_or_default());
+            let last_delta = i32::from_be_bytes(h[23..27].try_into().unwrap_or_default());
+            if length < (HEADER_LEN - 12) as i32 || pos + 12 + length as u64 > log_end {
+                return Err(corrupt(pos));
             }
-            let used_up =
-                first.is_some() && (end > window_end || window_end == log_end || pos < window_end);
-            last_window = Some(window);
-            if used_up {
-                // The window is used up: the batches found so far are the answer.
-                break;
-            }
-            scan = pos;
-            if window_end == log_end && pos >= window_end {
-                break;
-            }
-        }
-        let Some(first) = first else {
-            return Ok(RemoteRecords::default());
+            let size = 12 + length as u64;
+            headers.last_size = size;
+            Ok::<_, StoreError>((size, base_offset + i64::from(last_delta)))
         };
-        let window = match last_window {
+        // The first batch: the one holding `offset`.
+        let (first, first_size) = loop {
+            if pos + HEADER_LEN as u64 > log_end {
+                return Ok(RemoteRecords::default());
+            }
+            let (size, last_offset) = header(pos, &mut window).await?;
+            if last_offset >= offset {
+                break (pos, size);
+            }
+            pos += size;
+        };
+        if first_size > budget && !min_one {
+            return Ok(RemoteRecords::default());
+        }
+        // Up to the last indexed batch start within the budget, then whole batches while
+        // they fit.
+        let allowed = (first + budget).min(log_end);
+        let last_start = count(&|(_, p)| p <= allowed);
+        let mut end = first + first_size;
+        if last_start > 0 {
+            end = end.max(entry(last_start - 1).1.min(allowed));
+        }
+        while end + HEADER_LEN as u64 <= log_end {
+            let (size, _) = header(end, &mut window).await?;
+            if end + size - first > budget {
+                break;
+            }
+            end += size;
+        }
+        let window = match window {
             Some(w) if w.covers(first, end) => w,
             _ => self.window(topic, seg, first, end).await?,
         };
