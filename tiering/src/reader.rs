@@ -341,7 +341,7 @@ impl RemoteReader {
         let disk = self.disk.clone();
         let memory = self.memory.clone();
         let chunk_key = cache_key.clone();
-        let fetched = memory.get_or_fetch(&cache_key, move || async move {
+        let fetched = self.memory.get_or_fetch(&cache_key, move || async move {
             if let Some(m) = missed {
                 m.store(true, Ordering::Relaxed);
             }
@@ -354,15 +354,23 @@ impl RemoteReader {
                 store.get_range(&topic, &key, start..end).await?
             };
             if let Some(disk) = disk {
-                let (b, k) = (bytes.clone(), chunk_key.clone());
-                let written = tokio::task::spawn_blocking(move || disk.put(&k, &b)).await;
-                if let Ok(Err(e)) = written {
-                    tracing::warn!(chunk = %chunk_key, error = %e, "remote cache: chunk not written to disk, kept in memory");
-                }
+                // Written behind the readers' backs: they have the bytes now. Whichever of
+                // this write and the memory cache's insert finishes last drops the chunk
+                // from memory (here, or the caller below).
+                let b = bytes.clone();
+                tokio::task::spawn_blocking(move || match disk.put(&chunk_key, &b) {
+                    Ok(()) if disk.contains(&chunk_key) => {
+                        memory.remove(&chunk_key);
+                    }
+                    Ok(()) => {}
+                    Err(e) => {
+                        tracing::warn!(chunk = %chunk_key, error = %e, "remote cache: chunk not written to disk, kept in memory");
+                    }
+                });
             }
             Ok::<_, StoreError>(bytes)
         });
-        let disk = self.disk.clone();
+        let (disk, memory) = (self.disk.clone(), self.memory.clone());
         let what = seg.key.clone();
         async move {
             let entry = fetched
