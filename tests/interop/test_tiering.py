@@ -397,3 +397,69 @@ def test_rehydration_brings_remote_segments_back_when_local_retention_is_raised(
     got = [g for g in got if not g.value.startswith(b"filler:")]
     assert_every_record_once_in_order(delivered, got, "confluent-kafka after rehydration")
     assert metric("strata_remote_fetches_total") == fetches, "a read went to the bucket"
+
+
+def test_remote_reads_over_tls_and_plaintext_are_served_from_the_disk_tier_files(
+        broker_factory, tmp_path, topic_name):
+    """Remote reads answered from the read cache's disk tier (ranges of its chunk files, sent
+    with sendfile on PLAINTEXT and through the encrypter on SSL), with 64 KiB chunks so an
+    answer spans several files: confluent-kafka over SSL reads every record once, in order,
+    with a cold cache (the chunks reach the disk tier) and again from the disk tier alone (no
+    GET), and so does a PLAINTEXT consumer."""
+    import urllib.request
+
+    from conftest import free_port
+    from test_security import _make_certs
+
+    pytest.importorskip("cryptography", reason="the test certificates need `cryptography`")
+    (tmp_path / "certs").mkdir()
+    certs = _make_certs(tmp_path / "certs")
+    b = broker_factory(start=False, name="tls-tiered")
+    ssl_port = free_port()
+    listeners = f"PLAINTEXT://127.0.0.1:{b.port},SSL://127.0.0.1:{ssl_port}"
+    b.props.update({
+        **tiered_broker_props(file_store_props(tmp_path / "store")),
+        "listeners": listeners,
+        "advertised.listeners": listeners,
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(certs.server),
+        "strata.remote.chunk.bytes": "65536",
+    })
+    b.start()
+    n = 6_000
+    create_topic(b.bootstrap, topic_name, partitions=1, config=REMOTE_TOPIC_CONFIG)
+    delivered, _ = produce(b.bootstrap, topic_name, keyed_records(n, seed=11), conf=PRODUCE_CONF)
+    last = {0: delivered[-1].offset}
+    fillers = seal_records(b, topic_name, last)
+    wait_until_remote_only(b, topic_name, last)
+
+    def metric(name: str) -> float:
+        url = f"http://{b.host}:{b.admin_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text = resp.read().decode()
+        m = re.search(rf"^{name} ([0-9.e+]+)$", text, re.MULTILINE)
+        assert m, f"no {name} in /metrics"
+        return float(m.group(1))
+
+    tls = {"security.protocol": "SSL", "ssl.ca.location": str(certs.ca),
+           "max.partition.fetch.bytes": 300_000}
+
+    def read(bootstrap: str, conf: dict | None, what: str) -> None:
+        got = consume(bootstrap, topic_name, n + fillers, conf=conf, timeout=CONSUME_TIMEOUT_S)
+        got = [g for g in got if not g.value.startswith(b"filler:")]
+        assert_every_record_once_in_order(delivered, got, what)
+
+    read(f"127.0.0.1:{ssl_port}", tls, "SSL, cold cache")
+    # The fetched chunks went to the disk tier (written behind the readers).
+    deadline = time.monotonic() + 10
+    while metric("strata_remote_cache_disk_bytes") == 0:
+        assert time.monotonic() < deadline, "nothing reached the disk tier"
+        time.sleep(0.1)
+    assert metric("strata_remote_cache_disk_write_errors_total") == 0
+    time.sleep(0.5)
+    gets = metric("strata_remote_cache_misses_total")
+    read(f"127.0.0.1:{ssl_port}", tls, "SSL, from the disk tier")
+    read(b.bootstrap, {"max.partition.fetch.bytes": 300_000}, "PLAINTEXT, from the disk tier")
+    assert metric("strata_remote_cache_misses_total") == gets, "a read went to the bucket"
+    assert metric("strata_remote_fetch_errors_total") == 0
