@@ -29,7 +29,9 @@
 #      ConsumerPerformance reads it from offset 0 with a new group (now from local disk)
 #   7. print a table: upload MB/s, consume MB/s, requests per GiB uploaded / read (deltas of
 #      strata_remote_requests_total{topic="bench-tiered"}), peak RSS next to the cache sizes,
-#      with the targets set for tiered reads.
+#      with the targets set for tiered reads, and who used the CPU during each read (the
+#      machine's busy time from /proc/stat, the broker's and the store's from /proc/<pid>/stat;
+#      the rest is the consumer and the kernel).
 # All three consumes use Kafka's ConsumerPerformance (from the Java classpath, as
 # benches/compare.sh) with the same settings; MB/s is its MB.sec (record bytes / wall time,
 # group join included) and fetch-only MB/s its fetch.MB.sec.
@@ -342,6 +344,20 @@ sample_rss() {
 status_kib() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$BROKER_PID/status"; }
 # Bytes the broker has written to storage (its remote cache's disk tier, during remote reads).
 write_bytes() { awk '$1 == "write_bytes:" {print $2}' "/proc/$BROKER_PID/io"; }
+# CPU time so far, in clock ticks: the whole machine's busy time, the broker's and the
+# object store's (0 for the filesystem store), then the time of day; for who used the cores
+# during each read.
+proc_ticks() {
+  if [[ -n "$1" && -r "/proc/$1/stat" ]]; then
+    sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
+  else
+    echo 0
+  fi
+}
+cpu_ticks() {
+  printf '%s,%s,%s,%s\n' "$(awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat)" \
+    "$(proc_ticks "$BROKER_PID")" "$(proc_ticks "$MOTO_PID")" "$(date +%s.%N)"
+}
 
 start_broker
 record tiered_topic "$TIERED_TOPIC"
@@ -375,7 +391,9 @@ echo "uploaded in ${UPLOAD_SECONDS}s"
 # ------------------------------------------------------------------ local read
 echo
 echo "=== consume $LOCAL_TOPIC (local disk) ==="
+record cpu_local_start "$(cpu_ticks)"
 consume local "$LOCAL_TOPIC"
+record cpu_local_end "$(cpu_ticks)"
 
 # ------------------------------------------------------------------ remote reads
 echo
@@ -400,13 +418,17 @@ echo
 echo "=== consume $TIERED_TOPIC (remote, cold cache) ==="
 snapshot cold-start
 record write_bytes_cold_start "$(write_bytes)"
+record cpu_cold_start "$(cpu_ticks)"
 consume cold "$TIERED_TOPIC"
+record cpu_cold_end "$(cpu_ticks)"
 snapshot cold-end
 record write_bytes_cold_end "$(write_bytes)"
 echo
 echo "=== consume $TIERED_TOPIC (remote, warm cache) ==="
 snapshot warm-start
+record cpu_warm_start "$(cpu_ticks)"
 consume warm "$TIERED_TOPIC"
+record cpu_warm_end "$(cpu_ticks)"
 snapshot warm-end
 record write_bytes_warm_end "$(write_bytes)"
 kill "$SAMPLER_PID" 2>/dev/null || true

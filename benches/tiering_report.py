@@ -179,6 +179,26 @@ def read_kv(path):
     return out
 
 
+def cpu_rows(r, rows):
+    """Cores used during each read (cpu_<phase>_start/end: machine busy, broker and store
+    ticks, time of day)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    for phase, label in (("local", "local"), ("cold", "remote, cold"), ("warm", "remote, warm")):
+        start, end = r.get(f"cpu_{phase}_start"), r.get(f"cpu_{phase}_end")
+        if not start or not end:
+            continue
+        a, b = start.split(","), end.split(",")
+        seconds = float(b[3]) - float(a[3])
+        if seconds <= 0:
+            continue
+        busy, broker, store = (int(y) - int(x) for x, y in zip(a[:3], b[:3]))
+        cores = lambda ticks: ticks / hz / seconds
+        rest = cores(busy) - cores(broker) - cores(store)
+        rows.append((f"cores used, {label} read: all / broker / store / rest",
+                     f"{cores(busy):.2f} / {cores(broker):.2f} / {cores(store):.2f} / {rest:.2f}",
+                     "", ""))
+
+
 def fnum(v):
     """A number, also a size such as 256MiB or 1GB; None if it is not one."""
     if v is None:
@@ -331,6 +351,7 @@ def cmd_table(results_dir):
     if None not in (w0, w1, w2):
         rows.append(("broker disk writes (cache disk tier) cold / warm, MiB",
                      f"{(w1 - w0) / MIB:.0f} / {(w2 - w1) / MIB:.0f}", "", ""))
+    cpu_rows(r, rows)
     mem = fnum(r.get("cache_memory_bytes"))
     disk = fnum(r.get("cache_disk_bytes"))
     rss = fnum(r.get("rss_peak_kib"))
