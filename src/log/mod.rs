@@ -296,21 +296,10 @@ pub const REPAIR_BACKOFF_MS: i64 = 1_000;
 /// `FileStore.getTotalSpace` / `getUsableSpace`: usable is what an unprivileged writer may
 /// still use).
 pub fn disk_space(dir: &Path) -> Option<(i64, i64)> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    let mut s = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: `path` is a valid NUL-terminated string and `s` is written by statvfs before
-    // it is read (only on success).
-    let s = unsafe {
-        if libc::statvfs(path.as_ptr(), s.as_mut_ptr()) != 0 {
-            return None;
-        }
-        s.assume_init()
-    };
-    let block = s.f_frsize as i64;
+    let (total, usable) = strata_tiering::disk_tier::free_space(dir)?;
     Some((
-        (s.f_blocks as i64).saturating_mul(block),
-        (s.f_bavail as i64).saturating_mul(block),
+        i64::try_from(total).unwrap_or(i64::MAX),
+        i64::try_from(usable).unwrap_or(i64::MAX),
     ))
 }
 

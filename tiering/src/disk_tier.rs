@@ -404,8 +404,9 @@ impl DiskTier {
     }
 }
 
-/// The total and free bytes (for an unprivileged writer) of the file system holding `dir`.
-fn free_space(dir: &Path) -> Option<(u64, u64)> {
+/// The total and free bytes (for an unprivileged writer) of the file system holding `dir`
+/// (Kafka's `FileStore.getTotalSpace` / `getUsableSpace`). The broker's log uses it too.
+pub fn free_space(dir: &Path) -> Option<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     let mut s = std::mem::MaybeUninit::<libc::statvfs>::uninit();
