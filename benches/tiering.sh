@@ -382,7 +382,8 @@ echo "=== upload: $SEALED sealed segments ($((SEALED_BYTES >> 20)) MiB; active: 
 ((SEALED > 0)) || strata_die "no sealed segment: produce more than BENCH_SEGMENT_BYTES per partition"
 snapshot upload-start
 "${HELPER[@]}" alter-topic "$BOOTSTRAP" "$TIERED_TOPIC" remote.storage.enable=true
-UPLOAD_SECONDS="$("${HELPER[@]}" wait-upload "$METRICS_URL" "$TIERED_TOPIC" "$SEALED" "$ACTIVE_BYTES" "$UPLOAD_TIMEOUT")" \
+UPLOAD_SECONDS="$("${HELPER[@]}" wait-upload "$METRICS_URL" "$TIERED_TOPIC" "$SEALED" "$ACTIVE_BYTES" "$UPLOAD_TIMEOUT" \
+  "$WORK/metrics-upload-start.prom")" \
   || strata_die "uploads did not finish (see $WORK/strata.log)"
 snapshot upload-end
 record upload_seconds "$UPLOAD_SECONDS"

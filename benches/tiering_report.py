@@ -12,7 +12,7 @@ standard library only.
       save the broker's /metrics text to FILE
   tiering_report.py segments DATA_DIR TOPIC PARTITIONS
       -> "sealed_segments sealed_bytes active_bytes" from the partition directories
-  tiering_report.py wait-upload URL TOPIC SEGMENTS ACTIVE_BYTES TIMEOUT_S
+  tiering_report.py wait-upload URL TOPIC SEGMENTS ACTIVE_BYTES TIMEOUT_S BEFORE
       poll /metrics every 50 ms until SEGMENTS more segments are uploaded than at the start
       and the topic's strata_remote_upload_lag_bytes is at most ACTIVE_BYTES (only the
       active segment is left); prints the seconds it took
@@ -134,10 +134,14 @@ def cmd_segments(data_dir, topic, partitions):
     print(*segments(data_dir, topic, partitions))
 
 
-def cmd_wait_upload(url, topic, want_segments, active_bytes, timeout_s):
+def cmd_wait_upload(url, topic, want_segments, active_bytes, timeout_s, before):
+    """Seconds until want_segments more segments than in the snapshot `before` (taken before
+    the uploads were enabled: a fast store uploads the first one before this starts) are
+    uploaded and only the active segment lags."""
     want_segments, active_bytes, timeout_s = int(want_segments), int(active_bytes), float(timeout_s)
     start = time.monotonic()
-    base = value(parse_metrics(fetch_metrics(url)), "strata_remote_segments_uploaded_total")
+    with open(before) as f:
+        base = value(parse_metrics(f.read()), "strata_remote_segments_uploaded_total")
     while True:
         m = parse_metrics(fetch_metrics(url))
         done = value(m, "strata_remote_segments_uploaded_total") - base
@@ -386,7 +390,7 @@ COMMANDS = {
     "alter-topic": (cmd_alter_topic, -3),
     "snapshot": (cmd_snapshot, 2),
     "segments": (cmd_segments, 3),
-    "wait-upload": (cmd_wait_upload, 5),
+    "wait-upload": (cmd_wait_upload, 6),
     "wait-rehydrated": (cmd_wait_rehydrated, 5),
     "table": (cmd_table, 1),
 }
