@@ -902,6 +902,11 @@ impl Tiering {
                 disk_counter(|m| &m.skipped_for_space),
             ),
             (
+                "strata_remote_cache_disk_unwritten_total",
+                "Chunks fetched but not written to the disk tier: evicted from memory before the background writer reached them (a machine too busy to fill the cache).",
+                disk_counter(|m| &m.unwritten),
+            ),
+            (
                 "strata_remote_cache_disk_rejected_total",
                 "Chunk files found damaged (short, bad CRC) and deleted.",
                 disk_counter(|m| &m.files_rejected),

@@ -72,6 +72,9 @@ pub struct DiskTierMetrics {
     pub write_errors: AtomicU64,
     /// Chunks not written because the file system was short of free space.
     pub skipped_for_space: AtomicU64,
+    /// Chunks fetched but never written: memory evicted them before the background writer
+    /// reached them, or its queue was full (a machine too busy to fill the cache).
+    pub unwritten: AtomicU64,
     pub bytes: AtomicU64,
 }
 

@@ -246,10 +246,89 @@ impl HeaderScan {
     }
 }
 
+/// Moves fetched chunks from memory to the disk tier, one at a time, on a thread of its own.
+///
+/// Filling the cache is background work: the readers already have the bytes. One thread
+/// bounds it to one core however many partitions are read cold at once, and it takes each
+/// chunk from the memory cache when it gets to it, so the chunks waiting for a slow disk are
+/// bounded by the memory cache rather than piling up in write tasks. A chunk evicted from
+/// memory first is counted (`unwritten`) and fetched again if it is read again.
+///
+/// It runs at normal priority. Measured: in the idle scheduling class the cold read was no
+/// faster (a chunk file's cost is the page-cache copy, paid whatever the class), and on a
+/// busy machine the writer starved, so nothing reached the disk tier.
+struct ChunkWriter {
+    queue: std::sync::mpsc::SyncSender<String>,
+    disk: Arc<DiskTier>,
+    /// Chunks queued and not yet written or dropped.
+    pending: Arc<AtomicU64>,
+}
+
+impl ChunkWriter {
+    /// Chunk keys waiting (a key is small; the chunks themselves stay in the memory cache).
+    const QUEUE: usize = 4096;
+
+    fn start(disk: Arc<DiskTier>, memory: Cache<String, Bytes>) -> std::io::Result<ChunkWriter> {
+        let (queue, keys) = std::sync::mpsc::sync_channel::<String>(Self::QUEUE);
+        let pending = Arc::new(AtomicU64::new(0));
+        let (tier, left) = (disk.clone(), pending.clone());
+        std::thread::Builder::new()
+            .name("strata-cache-writer".into())
+            .spawn(move || {
+                // Ends when the reader (the queue's sender) is dropped.
+                while let Ok(key) = keys.recv() {
+                    Self::write(&tier, &memory, &key);
+                    left.fetch_sub(1, Ordering::Release);
+                }
+            })?;
+        Ok(ChunkWriter {
+            queue,
+            disk,
+            pending,
+        })
+    }
+
+    fn write(tier: &DiskTier, memory: &Cache<String, Bytes>, key: &str) {
+        let Some(entry) = memory.get(key) else {
+            if !tier.contains(key) {
+                tier.metrics.unwritten.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        };
+        let bytes = entry.value().clone();
+        drop(entry);
+        match tier.put(key, &bytes) {
+            Ok(()) if tier.contains(key) => {
+                memory.remove(key);
+            }
+            // Skipped to keep the file system's free share: it stays in memory.
+            Ok(()) => {}
+            Err(e) => {
+                tracing::warn!(chunk = %key, error = %e, "remote cache: chunk not written to disk, kept in memory");
+            }
+        }
+    }
+
+    fn enqueue(&self, key: String) {
+        self.pending.fetch_add(1, Ordering::Acquire);
+        if self.queue.try_send(key).is_err() {
+            self.pending.fetch_sub(1, Ordering::Release);
+            self.disk.metrics.unwritten.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether every chunk queued so far has been written or dropped.
+    #[cfg(test)]
+    fn idle(&self) -> bool {
+        self.pending.load(Ordering::Acquire) == 0
+    }
+}
+
 pub struct RemoteReader {
     store: Arc<RemoteStore>,
     memory: Cache<String, Bytes>,
     disk: Option<Arc<DiskTier>>,
+    writer: Option<Arc<ChunkWriter>>,
     chunk_size: u64,
     readahead: usize,
     gets: Arc<Semaphore>,
@@ -292,10 +371,18 @@ impl RemoteReader {
         } else {
             None
         };
+        let writer = match &disk {
+            Some(d) => Some(Arc::new(
+                ChunkWriter::start(d.clone(), memory.clone())
+                    .map_err(|e| StoreError::Config(format!("cache writer thread: {e}")))?,
+            )),
+            None => None,
+        };
         Ok(RemoteReader {
             store,
             memory,
             disk,
+            writer,
             chunk_size: chunk_size as u64,
             readahead: cfg.readahead_chunks,
             gets: Arc::new(Semaphore::new(cfg.max_concurrent_gets.max(1))),
@@ -321,9 +408,17 @@ impl RemoteReader {
         self.disk.as_ref()
     }
 
+    /// Waits until the chunks queued for the disk tier so far are written (or dropped).
+    #[cfg(test)]
+    async fn writes_done(&self) {
+        while self.writer.as_ref().is_some_and(|w| !w.idle()) {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
     /// The bytes of chunk `index` (`[start, end)` of the bundle) from the store, through the
-    /// memory cache (which joins concurrent misses into one GET); with a disk tier, written
-    /// to it and then dropped from memory.
+    /// memory cache (which joins concurrent misses into one GET); with a disk tier, queued
+    /// for the background writer, which moves it to a file.
     fn fetch(
         &self,
         topic: &str,
@@ -338,39 +433,22 @@ impl RemoteReader {
         let topic = topic.to_string();
         let metrics = self.metrics.clone();
         let rate = self.rate.clone();
-        let disk = self.disk.clone();
-        let memory = self.memory.clone();
-        let chunk_key = cache_key.clone();
+        // Set by the one call of those sharing the GET that ran it.
+        let fetched_here = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ran = fetched_here.clone();
         let fetched = self.memory.get_or_fetch(&cache_key, move || async move {
+            ran.store(true, Ordering::Relaxed);
             if let Some(m) = missed {
                 m.store(true, Ordering::Relaxed);
             }
             metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
-            let bytes = {
-                let _permit = gets.acquire_owned().await;
-                if let Some(r) = rate {
-                    r.take(end - start).await;
-                }
-                store.get_range(&topic, &key, start..end).await?
-            };
-            if let Some(disk) = disk {
-                // Written behind the readers' backs: they have the bytes now. Whichever of
-                // this write and the memory cache's insert finishes last drops the chunk
-                // from memory (here, or the caller below).
-                let b = bytes.clone();
-                tokio::task::spawn_blocking(move || match disk.put(&chunk_key, &b) {
-                    Ok(()) if disk.contains(&chunk_key) => {
-                        memory.remove(&chunk_key);
-                    }
-                    Ok(()) => {}
-                    Err(e) => {
-                        tracing::warn!(chunk = %chunk_key, error = %e, "remote cache: chunk not written to disk, kept in memory");
-                    }
-                });
+            let _permit = gets.acquire_owned().await;
+            if let Some(r) = rate {
+                r.take(end - start).await;
             }
-            Ok::<_, StoreError>(bytes)
+            store.get_range(&topic, &key, start..end).await
         });
-        let (disk, memory) = (self.disk.clone(), self.memory.clone());
+        let writer = self.writer.clone();
         let what = seg.key.clone();
         async move {
             let entry = fetched
@@ -378,8 +456,9 @@ impl RemoteReader {
                 .map_err(|e| StoreError::Request(format!("remote read of {what}: {e}")))?;
             let bytes = entry.value().clone();
             drop(entry);
-            if disk.is_some_and(|d| d.contains(&cache_key)) {
-                memory.remove(&cache_key);
+            if let Some(w) = writer.filter(|_| fetched_here.load(Ordering::Relaxed)) {
+                // In memory now, where the writer takes it from.
+                w.enqueue(cache_key);
             }
             Ok(bytes)
         }
@@ -958,10 +1037,16 @@ mod tests {
         let disk = reader.disk_tier().unwrap().clone();
         // Every answer's batches, checked against what was written; counts the answers'
         // pieces that were file ranges.
-        let read_all = || async {
+        // `pace`: wait for the chunk writer after each read, so that memory (a sixteenth of
+        // the segment) does not evict a chunk before it is written.
+        let (reader, seg, files, batches) = (&reader, &seg, &files, &batches);
+        let read_all = |pace: bool| async move {
             let (mut offset, mut file_pieces, mut pieces) = (0, 0, 0);
             while offset < files.next_offset {
-                let got = reader.read("t", &seg, offset, 100_000, true).await.unwrap();
+                let got = reader.read("t", seg, offset, 100_000, true).await.unwrap();
+                if pace {
+                    reader.writes_done().await;
+                }
                 assert!(!got.is_empty(), "a batch at {offset}");
                 pieces += got.pieces.len();
                 file_pieces += got
@@ -982,19 +1067,21 @@ mod tests {
             (file_pieces, pieces)
         };
         let settled = || async {
-            // Read-ahead tasks finish.
+            // Read-ahead tasks finish, then the writer.
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            reader.writes_done().await;
             disk.metrics.bytes_written.load(Ordering::Relaxed)
         };
-        read_all().await;
+        read_all(true).await;
         let fetched = reader.metrics.chunk_misses.load(Ordering::Relaxed);
         let written = settled().await;
         assert!(
             written >= seg.log.end,
             "every chunk went to disk: {written}"
         );
+        assert_eq!(disk.metrics.unwritten.load(Ordering::Relaxed), 0);
         for _ in 0..3 {
-            let (file_pieces, pieces) = read_all().await;
+            let (file_pieces, pieces) = read_all(false).await;
             assert_eq!(
                 file_pieces, pieces,
                 "every answer is a range of a chunk file"
@@ -1011,6 +1098,32 @@ mod tests {
             "memory holds the index, not the chunks on disk: {} bytes",
             reader.memory.usage()
         );
+    }
+
+    /// The chunk writer moves a chunk from memory to a file, and counts one that memory
+    /// evicted before it got to it instead of writing anything.
+    #[test]
+    fn the_chunk_writer_moves_chunks_from_memory_and_counts_those_it_missed() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = Arc::new(DiskTier::open(dir.path(), 64 << 20).unwrap());
+        let memory: Cache<String, Bytes> = CacheBuilder::new(16 << 20).build();
+        let writer = ChunkWriter::start(disk.clone(), memory.clone()).unwrap();
+        let payload = Bytes::from(vec![7u8; 100_000]);
+        memory.insert("seg@0".to_string(), payload.clone());
+        writer.enqueue("seg@0".to_string());
+        // Evicted (here: removed) before the writer reached it.
+        writer.enqueue("seg@1".to_string());
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while !writer.idle() {
+            assert!(Instant::now() < deadline, "the writer finishes");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let file = disk.get("seg@0", payload.len() as u64).expect("written");
+        assert_eq!(file.read().unwrap(), payload.to_vec());
+        assert!(memory.get("seg@0").is_none(), "and dropped from memory");
+        assert!(!disk.contains("seg@1"));
+        assert_eq!(disk.metrics.unwritten.load(Ordering::Relaxed), 1);
+        assert_eq!(disk.metrics.files_written.load(Ordering::Relaxed), 1);
     }
 
     /// A disk tier that cannot take chunks (its directory gone, as a full or failed disk
@@ -1032,6 +1145,7 @@ mod tests {
                 offset += 5 * (got.len() / batches[k].1.len()) as i64;
             }
         }
+        reader.writes_done().await;
         let disk = reader.disk_tier().unwrap();
         assert!(disk.metrics.write_errors.load(Ordering::Relaxed) > 0);
         let misses = reader.metrics.chunk_misses.load(Ordering::Relaxed);
