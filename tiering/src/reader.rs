@@ -246,17 +246,21 @@ impl HeaderScan {
     }
 }
 
-/// Moves fetched chunks from memory to the disk tier, one at a time, on a thread of its own.
+/// Moves fetched chunks from memory to the disk tier, on threads of their own.
 ///
-/// Filling the cache is background work: the readers already have the bytes. One thread
-/// bounds it to one core however many partitions are read cold at once, and it takes each
-/// chunk from the memory cache when it gets to it, so the chunks waiting for a slow disk are
-/// bounded by the memory cache rather than piling up in write tasks. A chunk evicted from
-/// memory first is counted (`unwritten`) and fetched again if it is read again.
+/// Filling the cache is background work: the readers already have the bytes. A fixed set of
+/// writers (one per core, at most [`ChunkWriter::THREADS`]) bounds it however many partitions
+/// are read cold at once, and a writer takes each chunk from the memory cache when it gets to
+/// it, so the chunks waiting for a slow disk are bounded by the memory cache rather than
+/// piling up in write tasks. A chunk evicted from memory first is counted (`unwritten`) and
+/// fetched again if it is read again.
 ///
-/// It runs at normal priority. Measured: in the idle scheduling class the cold read was no
-/// faster (a chunk file's cost is the page-cache copy, paid whatever the class), and on a
-/// busy machine the writer starved, so nothing reached the disk tier.
+/// Why more than one: writing a chunk file into page-cache pages the machine has not used
+/// lately waits on the memory system more than on the core (on a VM that returns freed
+/// memory to its host, 0.4 GiB/s for such pages against 2-8 GiB/s for recycled ones), and
+/// measured, a single writer fell behind a cold read and let chunks go unwritten. Why normal
+/// priority: in the idle scheduling class the cold read was no faster, and on a busy machine
+/// the writers starved, so nothing reached the disk tier.
 struct ChunkWriter {
     queue: std::sync::mpsc::SyncSender<String>,
     disk: Arc<DiskTier>,
@@ -267,20 +271,29 @@ struct ChunkWriter {
 impl ChunkWriter {
     /// Chunk keys waiting (a key is small; the chunks themselves stay in the memory cache).
     const QUEUE: usize = 4096;
+    /// Writer threads at most.
+    const THREADS: usize = 4;
 
     fn start(disk: Arc<DiskTier>, memory: Cache<String, Bytes>) -> std::io::Result<ChunkWriter> {
         let (queue, keys) = std::sync::mpsc::sync_channel::<String>(Self::QUEUE);
+        let keys = Arc::new(std::sync::Mutex::new(keys));
         let pending = Arc::new(AtomicU64::new(0));
-        let (tier, left) = (disk.clone(), pending.clone());
-        std::thread::Builder::new()
-            .name("strata-cache-writer".into())
-            .spawn(move || {
-                // Ends when the reader (the queue's sender) is dropped.
-                while let Ok(key) = keys.recv() {
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, Self::THREADS);
+        for _ in 0..threads {
+            let (tier, left, keys, memory) =
+                (disk.clone(), pending.clone(), keys.clone(), memory.clone());
+            std::thread::Builder::new()
+                .name("strata-cache-writer".into())
+                .spawn(move || loop {
+                    // Ends when the reader (the queue's sender) is dropped.
+                    let next = keys.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    let Ok(key) = next else { return };
                     Self::write(&tier, &memory, &key);
                     left.fetch_sub(1, Ordering::Release);
-                }
-            })?;
+                })?;
+        }
         Ok(ChunkWriter {
             queue,
             disk,
