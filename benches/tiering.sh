@@ -63,6 +63,10 @@
 #   BENCH_TOOL_HEAP       heap of the perf tool JVMs (default -Xmx512m)
 #   BENCH_PERF=1          record a CPU profile of the broker during each consume with perf
 #                         (<work>/perf-<phase>.data)
+#   BENCH_ROUNDS          rounds of reads (default 1): each further round reads the local
+#                         topic, restarts the broker with an empty cache and reads the tiered
+#                         topic cold and warm again; the table adds each round's rates and
+#                         the median ratios, which single runs on a small machine need
 set -euo pipefail
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/common.sh"
@@ -70,7 +74,7 @@ ROOT="$STRATA_REPO_ROOT"
 
 case "${1:-}" in
   "") ;;
-  -h|--help) sed -n '2,62p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,69p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: $0   (configured through environment variables; see $0 --help)" >&2; exit 2 ;;
 esac
 
@@ -78,6 +82,8 @@ STORE="${BENCH_STORE:-s3}"
 RECORDS="${BENCH_RECORDS:-1048576}"
 RECORD_SIZE="${BENCH_RECORD_SIZE:-1024}"
 PARTITIONS="${BENCH_PARTITIONS:-1}"
+ROUNDS="${BENCH_ROUNDS:-1}"
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || strata_die "BENCH_ROUNDS must be a positive integer"
 SEGMENT_BYTES="${BENCH_SEGMENT_BYTES:-134217728}"
 COMPRESSION="${BENCH_COMPRESSION:-none}"
 START_TIMEOUT="${BENCH_START_TIMEOUT:-60}"
@@ -397,18 +403,23 @@ consume local "$LOCAL_TOPIC"
 record cpu_local_end "$(cpu_ticks)"
 
 # ------------------------------------------------------------------ remote reads
-echo
-echo "=== restart with an empty cache dir ==="
-stop_broker
-rm -rf "$WORK/cache"
-mkdir -p "$WORK/cache"
-start_broker
-# Shutdown uploaded the active segment; local retention may still be deleting local copies.
-for ((i = 0; i < 300; i++)); do
-  LEFT_ALL="$(find "$WORK/data" -path "*/$TIERED_TOPIC-*" -name '*.log' -printf '%s\n' | awk '{s += $1} END {print s + 0}')"
-  ((LEFT_ALL == 0)) && break
-  sleep 0.2
-done
+# Restarts the broker with an empty cache dir and waits until the tiered topic has no local
+# bytes left (shutdown uploaded the active segment; local retention may still be deleting
+# local copies). Sets LEFT_ALL.
+restart_with_empty_cache() {
+  echo
+  echo "=== restart with an empty cache dir ==="
+  stop_broker
+  rm -rf "$WORK/cache"
+  mkdir -p "$WORK/cache"
+  start_broker
+  for ((i = 0; i < 300; i++)); do
+    LEFT_ALL="$(find "$WORK/data" -path "*/$TIERED_TOPIC-*" -name '*.log' -printf '%s\n' | awk '{s += $1} END {print s + 0}')"
+    ((LEFT_ALL == 0)) && break
+    sleep 0.2
+  done
+}
+restart_with_empty_cache
 echo "local bytes of $TIERED_TOPIC left: $LEFT_ALL (0 = every record is read from remote storage)"
 record tiered_local_bytes_at_cold_read "$LEFT_ALL"
 record rss_anon_before_kib "$(status_kib RssAnon)"
@@ -438,6 +449,17 @@ SAMPLER_PID=""
 record rss_peak_kib "$(awk '$1 > m {m = $1} END {print m + 0}' "$WORK/rss.samples")"
 record rss_anon_peak_kib "$(awk '$2 > m {m = $2} END {print m + 0}' "$WORK/rss.samples")"
 record vm_hwm_kib "$(status_kib VmHWM)"
+
+# ------------------------------------------------------------------ further rounds
+for ((round = 2; round <= ROUNDS; round++)); do
+  echo
+  echo "=== round $round of $ROUNDS: consume $LOCAL_TOPIC, then $TIERED_TOPIC cold and warm ==="
+  consume "local-$round" "$LOCAL_TOPIC"
+  restart_with_empty_cache
+  consume "cold-$round" "$TIERED_TOPIC"
+  consume "warm-$round" "$TIERED_TOPIC"
+done
+record rounds "$ROUNDS"
 
 # ------------------------------------------------------------------ rehydration
 echo

@@ -22,6 +22,7 @@ standard library only.
 import json
 import os
 import re
+import statistics
 import sys
 import time
 import urllib.request
@@ -323,6 +324,26 @@ def cmd_table(results_dir):
         cell = f(mbps[k]) + (f" ({x:.2f}x)" if k != "local" and x is not None else "")
         rows.append((label, cell, target, verdict(ok)))
         rows.append((f"  fetch-only MB/s / records", f"{f(fmbps[k])} / {f(recs[k], '{:.0f}')}", "", ""))
+    rounds = int(fnum(r.get("rounds")) or 1)
+    if rounds > 1:
+        # Each round's cold and warm rates against its own local read, then the medians.
+        cold_x, warm_x = [], []
+        for i in range(1, rounds + 1):
+            sfx = "" if i == 1 else f"-{i}"
+            l, c, w = (fnum(consumer_result(os.path.join(results_dir, f"consumer-{k}{sfx}.out"))
+                            .get("MB.sec")) for k in ("local", "cold", "warm"))
+            cx, wx = ratio(c, l), ratio(w, l)
+            if cx is not None and wx is not None:
+                cold_x.append(cx)
+                warm_x.append(wx)
+            rows.append((f"  round {i}: consume MB/s local / cold / warm",
+                         f"{f(l)} / {f(c)} ({f(cx, '{:.2f}')}x) / {f(w)} ({f(wx, '{:.2f}')}x)",
+                         "", ""))
+        if cold_x:
+            mc, mw = statistics.median(cold_x), statistics.median(warm_x)
+            rows.append((f"median of {len(cold_x)} rounds: cold / warm x local",
+                         f"{mc:.2f}x / {mw:.2f}x", ">= 0.9x / >= 1.0x",
+                         verdict(mc >= 0.9 and mw >= 1.0)))
     r0, r1 = snap("rehydrate-start"), snap("rehydrate-end")
     re_bytes = (value(r1, "strata_remote_rehydrated_bytes_total")
                 - value(r0, "strata_remote_rehydrated_bytes_total"))
