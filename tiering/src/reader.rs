@@ -358,6 +358,33 @@ struct BatchPos {
     size: u64,
 }
 
+impl BatchPos {
+    /// The batch whose header `h` is, at `position` of a log part ending at `log_end`;
+    /// `None` when its length is too short for a header or runs past the end.
+    fn parse(h: &[u8; HEADER_LEN], position: u64, log_end: u64) -> Option<BatchPos> {
+        let base_offset = i64::from_be_bytes(h[0..8].try_into().unwrap_or_default());
+        let length = i32::from_be_bytes(h[8..12].try_into().unwrap_or_default());
+        let last_delta = i32::from_be_bytes(h[23..27].try_into().unwrap_or_default());
+        let max_timestamp = i64::from_be_bytes(h[35..43].try_into().unwrap_or_default());
+        if length < (HEADER_LEN - 12) as i32 || position + 12 + length as u64 > log_end {
+            return None;
+        }
+        Some(BatchPos {
+            position,
+            last_offset: base_offset + i64::from(last_delta),
+            max_timestamp,
+            size: 12 + length as u64,
+        })
+    }
+}
+
+fn corrupt_header(position: u64, seg: &RemoteSegment) -> StoreError {
+    StoreError::Request(format!(
+        "corrupt batch header at position {position} of {}",
+        seg.key
+    ))
+}
+
 fn io_error(key: &str, e: std::io::Error) -> StoreError {
     StoreError::Request(format!("remote cache read of {key}: {e}"))
 }
@@ -617,22 +644,12 @@ impl RemoteReader {
         let h = self
             .range(topic, seg, position, position + HEADER_LEN as u64)
             .await?;
-        let base_offset = i64::from_be_bytes(h[0..8].try_into().unwrap_or_default());
-        let length = i32::from_be_bytes(h[8..12].try_into().unwrap_or_default());
-        let last_delta = i32::from_be_bytes(h[23..27].try_into().unwrap_or_default());
-        let max_timestamp = i64::from_be_bytes(h[35..43].try_into().unwrap_or_default());
-        if length < (HEADER_LEN - 12) as i32 || position + 12 + length as u64 > log_end {
-            return Err(StoreError::Request(format!(
-                "corrupt batch header at position {position} of {}",
-                seg.key
-            )));
-        }
-        Ok(Some(BatchPos {
-            position,
-            last_offset: base_offset + i64::from(last_delta),
-            max_timestamp,
-            size: 12 + length as u64,
-        }))
+        let h: &[u8; HEADER_LEN] = h[..]
+            .try_into()
+            .map_err(|_| corrupt_header(position, seg))?;
+        BatchPos::parse(h, position, log_end)
+            .map(Some)
+            .ok_or_else(|| corrupt_header(position, seg))
     }
 
     /// Whole batches from the one holding `offset`, at most `max_bytes` unless `min_one` and
@@ -681,12 +698,6 @@ impl RemoteReader {
         let mut pos = if at == 0 { 0 } else { entry(at - 1).1 };
         let log_end = seg.log.end;
         let budget = max_bytes as u64;
-        let corrupt = |at: u64| {
-            StoreError::Request(format!(
-                "corrupt batch header at position {at} of {}",
-                seg.key
-            ))
-        };
         let mut window: Option<Window> = None;
         let mut headers = HeaderScan::new();
         // The size of the batch at `pos` and its last offset, reading the chunks from `pos`
@@ -701,15 +712,9 @@ impl RemoteReader {
             let h = headers
                 .header(w, pos, w.end().min(log_end))
                 .map_err(|e| io_error(&seg.key, e))?;
-            let base_offset = i64::from_be_bytes(h[0..8].try_into().unwrap_or_default());
-            let length = i32::from_be_bytes(h[8..12].try_into().unwrap_or_default());
-            let last_delta = i32::from_be_bytes(h[23..27].try_into().unwrap_or_default());
-            if length < (HEADER_LEN - 12) as i32 || pos + 12 + length as u64 > log_end {
-                return Err(corrupt(pos));
-            }
-            let size = 12 + length as u64;
-            headers.last_size = size;
-            Ok::<_, StoreError>((size, base_offset + i64::from(last_delta)))
+            let b = BatchPos::parse(&h, pos, log_end).ok_or_else(|| corrupt_header(pos, seg))?;
+            headers.last_size = b.size;
+            Ok::<_, StoreError>((b.size, b.last_offset))
         };
         // The first batch: the one holding `offset`.
         let (first, first_size) = loop {
