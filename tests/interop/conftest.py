@@ -296,6 +296,16 @@ class StrataBroker(Broker):
     def log_path(self) -> Path:
         return self.workdir / "strata.log"
 
+    def metric(self, name: str, labels: str = "") -> float:
+        """One series' value on the broker's admin ``/metrics`` (``labels`` as written there,
+        e.g. ``'{topic="t",partition="0"}'``; empty for an unlabelled metric)."""
+        url = f"http://{self.host}:{self.admin_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text = resp.read().decode()
+        m = re.search(rf"^{re.escape(name + labels)} ([0-9.e+-]+)$", text, re.MULTILINE)
+        assert m, f"no {name}{labels} in {url}"
+        return float(m.group(1))
+
     def partition_dir(self, topic: str, partition: int) -> Path:
         """The partition's directory in the (single) log dir: ``<data>/<topic>-<partition>``."""
         return self.data_dir / f"{topic}-{partition}"

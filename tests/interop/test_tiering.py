@@ -18,7 +18,6 @@ import os
 import random
 import re
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -134,16 +133,6 @@ def seal_records(broker, topic: str, last_offsets: dict[int, int]) -> int:
             raise AssertionError(f"{topic}-{p}: no new segment after {fillers} fillers: "
                                  f"{local_segment_bases(broker, topic, p)}")
     return fillers
-
-
-def metric(broker, name: str) -> float:
-    """An unlabelled value on the broker's /metrics."""
-    url = f"http://{broker.host}:{broker.admin_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        text = resp.read().decode()
-    m = re.search(rf"^{name} ([0-9.e+]+)$", text, re.MULTILINE)
-    assert m, f"no {name} in /metrics"
-    return float(m.group(1))
 
 
 def by_partition(delivered) -> dict[int, list]:
@@ -373,7 +362,7 @@ def test_rehydration_brings_remote_segments_back_when_local_retention_is_raised(
     fillers = seal_records(b, topic_name, last)
     wait_until_remote_only(b, topic_name, last)
 
-    rehydrated_before = metric(b, "strata_remote_segments_rehydrated_total")
+    rehydrated_before = b.metric("strata_remote_segments_rehydrated_total")
     r = subprocess.run([_java_bin(), *JVM_OPTS, "-cp", cp, "org.apache.kafka.tools.ConfigCommand",
                         "--bootstrap-server", b.bootstrap, "--alter", "--entity-type", "topics",
                         "--entity-name", topic_name, "--add-config",
@@ -386,19 +375,19 @@ def test_rehydration_brings_remote_segments_back_when_local_retention_is_raised(
             f"local log starts {[local_log_start(b, topic_name, p) for p in range(PARTS)]}\n"
             f"{b.log_tail(40)}")
         time.sleep(0.2)
-    rehydrated = metric(b, "strata_remote_segments_rehydrated_total") - rehydrated_before
+    rehydrated = b.metric("strata_remote_segments_rehydrated_total") - rehydrated_before
     assert rehydrated >= PARTS, rehydrated
-    assert metric(b, "strata_remote_rehydration_failures_total") == 0
+    assert b.metric("strata_remote_rehydration_failures_total") == 0
     for p in range(PARTS):
         names = os.listdir(b.partition_dir(topic_name, p))
         assert not [x for x in names if x.endswith(".tmp")], names
 
-    fetches = metric(b, "strata_remote_fetches_total")
+    fetches = b.metric("strata_remote_fetches_total")
     got = consume(b.bootstrap, topic_name, n + fillers, partitions=range(PARTS),
                   timeout=CONSUME_TIMEOUT_S)
     got = [g for g in got if not g.value.startswith(b"filler:")]
     assert_every_record_once_in_order(delivered, got, "confluent-kafka after rehydration")
-    assert metric(b, "strata_remote_fetches_total") == fetches, "a read went to the bucket"
+    assert b.metric("strata_remote_fetches_total") == fetches, "a read went to the bucket"
 
 
 def test_remote_reads_over_tls_and_plaintext_are_served_from_the_disk_tier_files(
@@ -445,13 +434,13 @@ def test_remote_reads_over_tls_and_plaintext_are_served_from_the_disk_tier_files
     read(f"127.0.0.1:{ssl_port}", tls, "SSL, cold cache")
     # The fetched chunks went to the disk tier (written behind the readers).
     deadline = time.monotonic() + 10
-    while metric(b, "strata_remote_cache_disk_bytes") == 0:
+    while b.metric("strata_remote_cache_disk_bytes") == 0:
         assert time.monotonic() < deadline, "nothing reached the disk tier"
         time.sleep(0.1)
-    assert metric(b, "strata_remote_cache_disk_write_errors_total") == 0
+    assert b.metric("strata_remote_cache_disk_write_errors_total") == 0
     time.sleep(0.5)
-    gets = metric(b, "strata_remote_cache_misses_total")
+    gets = b.metric("strata_remote_cache_misses_total")
     read(f"127.0.0.1:{ssl_port}", tls, "SSL, from the disk tier")
     read(b.bootstrap, {"max.partition.fetch.bytes": 300_000}, "PLAINTEXT, from the disk tier")
-    assert metric(b, "strata_remote_cache_misses_total") == gets, "a read went to the bucket"
-    assert metric(b, "strata_remote_fetch_errors_total") == 0
+    assert b.metric("strata_remote_cache_misses_total") == gets, "a read went to the bucket"
+    assert b.metric("strata_remote_fetch_errors_total") == 0
