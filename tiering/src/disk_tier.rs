@@ -122,12 +122,15 @@ fn file_size(key: &str, len: u64) -> u64 {
     (FIXED_HEADER + key.len()) as u64 + len
 }
 
+/// A file system's (total, free) bytes for a path in it.
+type SpaceOf = Box<dyn Fn(&Path) -> Option<(u64, u64)> + Send + Sync>;
+
 pub struct DiskTier {
     dir: PathBuf,
     capacity: u64,
     min_free_percent: u64,
     /// The file system's (total, free) bytes: [`free_space`] (tests measure their own).
-    space: Box<dyn Fn(&Path) -> Option<(u64, u64)> + Send + Sync>,
+    space: SpaceOf,
     state: Mutex<State>,
     pub metrics: DiskTierMetrics,
 }

@@ -490,7 +490,10 @@ impl RemoteReader {
         });
         let writer = self.writer.clone();
         let what = seg.key.clone();
-        async move {
+        // A task of its own, so that the chunk is queued for the writer even when the read
+        // that started the GET is dropped before it completes (a fetch that ran out of its
+        // wait): the cache inserts it regardless.
+        let done = tokio::spawn(async move {
             let entry = fetched
                 .await
                 .map_err(|e| StoreError::Request(format!("remote read of {what}: {e}")))?;
@@ -501,6 +504,10 @@ impl RemoteReader {
                 w.enqueue(cache_key);
             }
             Ok(bytes)
+        });
+        async move {
+            done.await
+                .map_err(|e| StoreError::Request(format!("remote read task: {e}")))?
         }
     }
 
@@ -1142,6 +1149,43 @@ mod tests {
         assert!(!disk.contains("seg@1"));
         assert_eq!(disk.metrics.unwritten.load(Ordering::Relaxed), 1);
         assert_eq!(disk.metrics.files_written.load(Ordering::Relaxed), 1);
+    }
+
+    /// A read dropped while its GET is in flight (a fetch that ran out of its wait): the
+    /// chunk still reaches the disk tier, as if the read had waited.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_chunk_whose_read_was_dropped_still_reaches_the_disk_tier() {
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(RemoteStore::in_memory());
+        let (_, batches, seg) =
+            uploaded(&store, dir.path(), (0, 100, 5), UploadOptions::default()).await;
+        let reader = reader(&store, dir.path(), 16 << 20, 64 << 20).await;
+        // The index GET ends at 1 s, the chunk's at 2 s; the read is dropped in between.
+        store.faults.set_latency(Duration::from_secs(1));
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(1500),
+            reader.read("t", &seg, 0, 1000, true),
+        )
+        .await;
+        assert!(
+            dropped.is_err(),
+            "the read was dropped during the chunk's GET"
+        );
+        store.faults.set_latency(Duration::ZERO);
+        let disk = reader.disk_tier().unwrap();
+        let key = format!("{}@0", seg.key);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !disk.contains(&key) {
+            assert!(Instant::now() < deadline, "the chunk was never written");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(disk.metrics.unwritten.load(Ordering::Relaxed), 0);
+        // And the next read of it is a hit on its file, with no second GET.
+        let misses = reader.metrics.chunk_misses.load(Ordering::Relaxed);
+        let got = read_bytes(&reader, &seg, 0, 1, true).await;
+        assert_eq!(&got[..], &batches[0].1[..]);
+        assert_eq!(reader.metrics.chunk_misses.load(Ordering::Relaxed), misses);
     }
 
     /// A disk tier that cannot take chunks (its directory gone, as a full or failed disk
