@@ -31,7 +31,8 @@
 #      strata_remote_requests_total{topic="bench-tiered"}), peak RSS next to the cache sizes,
 #      with the targets set for tiered reads, and who used the CPU during each read (the
 #      machine's busy time from /proc/stat, the broker's and the store's from /proc/<pid>/stat;
-#      the rest is the consumer and the kernel).
+#      the rest is the consumer and the kernel) and how long some task waited for a core
+#      (/proc/pressure/cpu)
 # All three consumes use Kafka's ConsumerPerformance (from the Java classpath, as
 # benches/compare.sh) with the same settings; MB/s is its MB.sec (record bytes / wall time,
 # group join included) and fetch-only MB/s its fetch.MB.sec.
@@ -74,7 +75,7 @@ ROOT="$STRATA_REPO_ROOT"
 
 case "${1:-}" in
   "") ;;
-  -h|--help) sed -n '2,69p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,70p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: $0   (configured through environment variables; see $0 --help)" >&2; exit 2 ;;
 esac
 
@@ -351,8 +352,9 @@ status_kib() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$BROKER_PID/status"; }
 # Bytes the broker has written to storage (its remote cache's disk tier, during remote reads).
 write_bytes() { awk '$1 == "write_bytes:" {print $2}' "/proc/$BROKER_PID/io"; }
 # CPU time so far, in clock ticks: the whole machine's busy time, the broker's and the
-# object store's (0 for the filesystem store), then the time of day; for who used the cores
-# during each read.
+# object store's (0 for the filesystem store), then the time of day, then the microseconds
+# some task has waited for a core (/proc/pressure/cpu; empty without PSI); for who used the
+# cores during each read and how much they queued for them.
 proc_ticks() {
   if [[ -n "$1" && -r "/proc/$1/stat" ]]; then
     sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
@@ -361,8 +363,9 @@ proc_ticks() {
   fi
 }
 cpu_ticks() {
-  printf '%s,%s,%s,%s\n' "$(awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat)" \
-    "$(proc_ticks "$BROKER_PID")" "$(proc_ticks "$MOTO_PID")" "$(date +%s.%N)"
+  printf '%s,%s,%s,%s,%s\n' "$(awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat)" \
+    "$(proc_ticks "$BROKER_PID")" "$(proc_ticks "$MOTO_PID")" "$(date +%s.%N)" \
+    "$(sed -n 's/^some .*total=//p' /proc/pressure/cpu 2>/dev/null)"
 }
 
 start_broker

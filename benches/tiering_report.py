@@ -186,7 +186,7 @@ def read_kv(path):
 
 def cpu_rows(r, rows):
     """Cores used during each read (cpu_<phase>_start/end: machine busy, broker and store
-    ticks, time of day)."""
+    ticks, time of day, and PSI's microseconds with some task waiting for a core)."""
     hz = os.sysconf("SC_CLK_TCK")
     for phase, label in (("local", "local"), ("cold", "remote, cold"), ("warm", "remote, warm")):
         start, end = r.get(f"cpu_{phase}_start"), r.get(f"cpu_{phase}_end")
@@ -202,6 +202,10 @@ def cpu_rows(r, rows):
         rows.append((f"cores used, {label} read: all / broker / store / rest",
                      f"{cores(busy):.2f} / {cores(broker):.2f} / {cores(store):.2f} / {rest:.2f}",
                      "", ""))
+        if len(a) > 4 and len(b) > 4 and a[4] and b[4]:
+            waited = (int(b[4]) - int(a[4])) / 1e6
+            rows.append((f"some task waiting for a core, {label} read",
+                         f"{100 * waited / seconds:.0f}% of the read ({waited:.2f} s)", "", ""))
 
 
 def fnum(v):
