@@ -686,7 +686,15 @@ impl Tiering {
                 manifest.segment_after(offset)
             })
             .ok_or(RemoteReadError::OutOfRange(offset))?;
+        // Read-ahead may go on into the next remote segment, not into one read locally.
+        let local_start = topic
+            .partitions
+            .get(index as usize)
+            .map(|p| p.local_start_offset().0);
         loop {
+            let next = manifest
+                .segment_after(seg.base_offset)
+                .filter(|n| local_start.is_some_and(|l| n.base_offset < l));
             let result = self
                 .reader
                 .read(
@@ -695,6 +703,7 @@ impl Tiering {
                     offset.max(seg.base_offset),
                     max_bytes,
                     min_one,
+                    next,
                 )
                 .await;
             match result {

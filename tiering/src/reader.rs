@@ -610,31 +610,36 @@ impl RemoteReader {
         .map_err(|e| io_error(&seg.key, e))
     }
 
-    /// A whole index part, cached in memory as one entry.
-    async fn index(
+    /// A whole index part, cached in memory as one entry. The GET starts when this is called
+    /// (the cache runs it in a task of its own), not when the answer is awaited.
+    fn index(
         &self,
         topic: &str,
         seg: &RemoteSegment,
         part: Part,
         tag: &str,
-    ) -> Result<Bytes, StoreError> {
-        if part.is_empty() {
-            return Ok(Bytes::new());
+    ) -> impl std::future::Future<Output = Result<Bytes, StoreError>> + Send + 'static {
+        let fetched = (!part.is_empty()).then(|| {
+            let store = self.store.clone();
+            let key = seg.key.clone();
+            let topic = topic.to_string();
+            let gets = self.gets.clone();
+            self.memory
+                .get_or_fetch(&format!("{}#{tag}", seg.key), move || async move {
+                    let _permit = gets.acquire_owned().await;
+                    store.get_range(&topic, &key, part.range()).await
+                })
+        });
+        let what = seg.key.clone();
+        async move {
+            let Some(fetched) = fetched else {
+                return Ok(Bytes::new());
+            };
+            let entry = fetched
+                .await
+                .map_err(|e| StoreError::Request(format!("remote index of {what}: {e}")))?;
+            Ok(entry.value().clone())
         }
-        let cache_key = format!("{}#{tag}", seg.key);
-        let store = self.store.clone();
-        let key = seg.key.clone();
-        let topic = topic.to_string();
-        let gets = self.gets.clone();
-        let entry = self
-            .memory
-            .get_or_fetch(&cache_key, move || async move {
-                let _permit = gets.acquire_owned().await;
-                store.get_range(&topic, &key, part.range()).await
-            })
-            .await
-            .map_err(|e| StoreError::Request(format!("remote index of {}: {e}", seg.key)))?;
-        Ok(entry.value().clone())
     }
 
     /// The header of the batch at `position` of the segment's log part.
@@ -660,7 +665,9 @@ impl RemoteReader {
     }
 
     /// Whole batches from the one holding `offset`, at most `max_bytes` unless `min_one` and
-    /// the first batch alone is larger. Empty when `offset` is past the segment.
+    /// the first batch alone is larger. Empty when `offset` is past the segment. `next` is the
+    /// segment after this one, if any: read-ahead that runs past this segment's end goes on
+    /// into it, so a sequential consumer does not wait for a GET at each segment boundary.
     ///
     /// As a local segment read: the offset index gives the position to scan from for the
     /// first batch and then the last batch start within the budget (every entry is a batch
@@ -674,6 +681,7 @@ impl RemoteReader {
         offset: i64,
         max_bytes: usize,
         min_one: bool,
+        next: Option<&RemoteSegment>,
     ) -> Result<RemoteRecords, StoreError> {
         const SCAN_SLACK: u64 = 64 << 10;
         let started = Instant::now();
@@ -759,7 +767,7 @@ impl RemoteReader {
         let out = RemoteRecords {
             pieces: window.pieces(first, end),
         };
-        self.prefetch(topic, seg, end);
+        self.prefetch(topic, seg, end, next);
         self.metrics.reads.fetch_add(1, Ordering::Relaxed);
         self.metrics
             .read_micros_total
@@ -767,15 +775,48 @@ impl RemoteReader {
         Ok(out)
     }
 
-    /// Starts background reads of the chunks after `position` (read-ahead) that are neither
-    /// in memory nor on disk.
-    fn prefetch(&self, topic: &str, seg: &RemoteSegment, position: u64) {
-        if self.readahead == 0 || position >= seg.log.end {
+    /// Starts background reads of the `readahead` chunks after `position` (read-ahead) that
+    /// are neither in memory nor on disk; those past the end of `seg`'s log come from the start
+    /// of `next`'s, with its offset index. Each read runs in a task of its own (see
+    /// [`Self::fetch`]), so nothing here is awaited.
+    fn prefetch(
+        &self,
+        topic: &str,
+        seg: &RemoteSegment,
+        position: u64,
+        next: Option<&RemoteSegment>,
+    ) {
+        if self.readahead == 0 {
             return;
         }
-        let first = position / self.chunk_size;
-        let last = ((seg.log.end - 1) / self.chunk_size).min(first + self.readahead as u64);
-        for i in first..=last {
+        let mut left = self.readahead as u64 + 1;
+        if position < seg.log.end {
+            let first = position / self.chunk_size;
+            let last = ((seg.log.end - 1) / self.chunk_size).min(first + self.readahead as u64);
+            self.prefetch_chunks(topic, seg, first..=last);
+            left -= last - first + 1;
+        }
+        let Some(next) = next.filter(|n| left > 0 && n.log.end > 0) else {
+            return;
+        };
+        if !next.offset_index.is_empty() {
+            let key = format!("{}#oidx", next.key);
+            if !self.memory.contains(&key) {
+                // The cache runs the GET in a task of its own; the wait is not needed.
+                drop(self.index(topic, next, next.offset_index, "oidx"));
+            }
+        }
+        let last = ((next.log.end - 1) / self.chunk_size).min(left - 1);
+        self.prefetch_chunks(topic, next, 0..=last);
+    }
+
+    fn prefetch_chunks(
+        &self,
+        topic: &str,
+        seg: &RemoteSegment,
+        chunks: std::ops::RangeInclusive<u64>,
+    ) {
+        for i in chunks {
             let cache_key = format!("{}@{i}", seg.key);
             if self.memory.contains(&cache_key)
                 || self.disk.as_ref().is_some_and(|d| d.contains(&cache_key))
@@ -784,10 +825,8 @@ impl RemoteReader {
             }
             let start = i * self.chunk_size;
             let end = (start + self.chunk_size).min(seg.object_size());
-            let fut = self.fetch(topic, seg, cache_key, (start, end), None);
-            tokio::spawn(async move {
-                let _ = fut.await;
-            });
+            // The GET and the queueing for the disk tier run in their own task.
+            drop(self.fetch(topic, seg, cache_key, (start, end), None));
         }
     }
 
@@ -990,13 +1029,13 @@ mod tests {
             }
         }
         assert!(reader
-            .read("t", &seg, files.next_offset, 1000, true)
+            .read("t", &seg, files.next_offset, 1000, true, None)
             .await
             .unwrap()
             .is_empty());
         assert!(
             reader
-                .read("t", &seg, 150, 1000, false)
+                .read("t", &seg, 150, 1000, false, None)
                 .await
                 .unwrap()
                 .is_empty(),
@@ -1068,7 +1107,10 @@ mod tests {
         let read_all = |pace: bool| async move {
             let (mut offset, mut file_pieces, mut pieces) = (0, 0, 0);
             while offset < files.next_offset {
-                let got = reader.read("t", seg, offset, 100_000, true).await.unwrap();
+                let got = reader
+                    .read("t", seg, offset, 100_000, true, None)
+                    .await
+                    .unwrap();
                 if pace {
                     reader.writes_done().await;
                 }
@@ -1151,6 +1193,65 @@ mod tests {
         assert_eq!(disk.metrics.files_written.load(Ordering::Relaxed), 1);
     }
 
+    /// Reading the end of a segment reads ahead into the start of the next one (its offset
+    /// index and first chunks), so the first read there needs no GET of its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn read_ahead_runs_on_into_the_next_segment() {
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(RemoteStore::in_memory());
+        let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::create_dir_all(&a_dir).unwrap();
+        std::fs::create_dir_all(&b_dir).unwrap();
+        let (a_files, _, a) = uploaded(&store, &a_dir, (0, 100, 5), UploadOptions::default()).await;
+        let (_, b_batches, b) = uploaded(
+            &store,
+            &b_dir,
+            (a_files.next_offset, 100, 5),
+            UploadOptions::default(),
+        )
+        .await;
+        // Two chunks of read-ahead, memory only.
+        let reader = reader(&store, dir.path(), 16 << 20, 0).await;
+        let last = reader
+            .read("t", &a, a_files.next_offset - 1, 1, true, Some(&b))
+            .await
+            .unwrap();
+        assert!(!last.is_empty());
+        let wanted = [
+            format!("{}#oidx", b.key),
+            format!("{}@0", b.key),
+            format!("{}@1", b.key),
+            format!("{}@2", b.key),
+        ];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !wanted.iter().all(|k| reader.memory.contains(k)) {
+            assert!(
+                Instant::now() < deadline,
+                "the next segment was not read ahead"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The chunk holding the position (b's first) and two more, as within a segment.
+        assert!(
+            !reader.memory.contains(&format!("{}@3", b.key)),
+            "only two chunks ahead"
+        );
+        let requests = store.metrics.total_requests();
+        let got = reader
+            .read("t", &b, b.base_offset, 1, true, None)
+            .await
+            .unwrap()
+            .into_bytes()
+            .unwrap();
+        assert_eq!(&got[..], &b_batches[0].1[..]);
+        assert_eq!(
+            store.metrics.total_requests(),
+            requests,
+            "no GET of its own"
+        );
+    }
+
     /// A read dropped while its GET is in flight (a fetch that ran out of its wait): the
     /// chunk still reaches the disk tier, as if the read had waited.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1165,7 +1266,7 @@ mod tests {
         store.faults.set_latency(Duration::from_secs(1));
         let dropped = tokio::time::timeout(
             Duration::from_millis(1500),
-            reader.read("t", &seg, 0, 1000, true),
+            reader.read("t", &seg, 0, 1000, true, None),
         )
         .await;
         assert!(
@@ -1225,7 +1326,7 @@ mod tests {
         min_one: bool,
     ) -> Bytes {
         reader
-            .read("t", seg, offset, max_bytes, min_one)
+            .read("t", seg, offset, max_bytes, min_one, None)
             .await
             .unwrap()
             .into_bytes()
