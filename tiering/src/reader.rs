@@ -1282,11 +1282,14 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(disk.metrics.unwritten.load(Ordering::Relaxed), 0);
-        // And the next read of it is a hit on its file, with no second GET.
-        let misses = reader.metrics.chunk_misses.load(Ordering::Relaxed);
-        let got = read_bytes(&reader, &seg, 0, 1, true).await;
-        assert_eq!(&got[..], &batches[0].1[..]);
-        assert_eq!(reader.metrics.chunk_misses.load(Ordering::Relaxed), misses);
+        // And the next read of it is answered from its file, not by a second GET (which
+        // would answer from memory).
+        let got = reader.read("t", &seg, 0, 1, true, None).await.unwrap();
+        assert!(
+            got.pieces.iter().all(|p| matches!(p, Piece::File(_))),
+            "answered from the chunk's file"
+        );
+        assert_eq!(&got.into_bytes().unwrap()[..], &batches[0].1[..]);
     }
 
     /// A disk tier that cannot take chunks (its directory gone, as a full or failed disk
