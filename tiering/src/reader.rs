@@ -799,13 +799,8 @@ impl RemoteReader {
         let Some(next) = next.filter(|n| left > 0 && n.log.end > 0) else {
             return;
         };
-        if !next.offset_index.is_empty() {
-            let key = format!("{}#oidx", next.key);
-            if !self.memory.contains(&key) {
-                // The cache runs the GET in a task of its own; the wait is not needed.
-                drop(self.index(topic, next, next.offset_index, "oidx"));
-            }
-        }
+        // A hit, or a GET the cache runs in a task of its own: the answer is not needed.
+        drop(self.index(topic, next, next.offset_index, "oidx"));
         let last = ((next.log.end - 1) / self.chunk_size).min(left - 1);
         self.prefetch_chunks(topic, next, 0..=last);
     }
@@ -1193,11 +1188,19 @@ mod tests {
         assert_eq!(disk.metrics.files_written.load(Ordering::Relaxed), 1);
     }
 
+    /// Waits until `done` holds, failing after 20 s with `what` (work of background tasks).
+    async fn eventually(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + std::time::Duration::from_secs(20);
+        while !done() {
+            assert!(Instant::now() < deadline, "not so after 20 s: {what}");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
     /// Reading the end of a segment reads ahead into the start of the next one (its offset
     /// index and first chunks), so the first read there needs no GET of its own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn read_ahead_runs_on_into_the_next_segment() {
-        use std::time::Duration;
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(RemoteStore::in_memory());
         let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
@@ -1224,14 +1227,10 @@ mod tests {
             format!("{}@1", b.key),
             format!("{}@2", b.key),
         ];
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !wanted.iter().all(|k| reader.memory.contains(k)) {
-            assert!(
-                Instant::now() < deadline,
-                "the next segment was not read ahead"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        eventually("the next segment was read ahead", || {
+            wanted.iter().all(|k| reader.memory.contains(k))
+        })
+        .await;
         // The chunk holding the position (b's first) and two more, as within a segment.
         assert!(
             !reader.memory.contains(&format!("{}@3", b.key)),
@@ -1276,11 +1275,7 @@ mod tests {
         store.faults.set_latency(Duration::ZERO);
         let disk = reader.disk_tier().unwrap();
         let key = format!("{}@0", seg.key);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !disk.contains(&key) {
-            assert!(Instant::now() < deadline, "the chunk was never written");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually("the chunk was written", || disk.contains(&key)).await;
         assert_eq!(disk.metrics.unwritten.load(Ordering::Relaxed), 0);
         // And the next read of it is answered from its file, not by a second GET (which
         // would answer from memory).
