@@ -78,8 +78,10 @@ async fn raising_local_retention_brings_every_remote_segment_back() {
     assert_eq!(m.segments_rehydrated.load(Relaxed), 0);
 
     set(&mut c, REHYDRATE, "true").await;
-    wait_until("every segment back on disk", || {
+    // The oldest segment's file is in place a moment before its download is counted.
+    wait_until("every segment back on disk and counted", || {
         local_segments(&root).first() == Some(&0)
+            && m.segments_rehydrated.load(Relaxed) as usize >= remote
     })
     .await;
     assert_eq!(m.segments_rehydrated.load(Relaxed) as usize, remote);
