@@ -277,6 +277,7 @@ def cmd_table(results_dir):
             "downloaded": d("strata_remote_downloaded_bytes_total"),
             "hits": d("strata_remote_cache_hits_total"),
             "misses": d("strata_remote_cache_misses_total"),
+            "readahead_gets": d("strata_remote_readahead_gets_total"),
             "fetches": d("strata_remote_fetches_total"),
             "fetch_errors": d("strata_remote_fetch_errors_total"),
             "read_s": d("strata_remote_read_seconds_total"),
@@ -372,8 +373,9 @@ def cmd_table(results_dir):
                      f"{ph['downloaded'] / MIB:.0f} MiB downloaded", "", ""))
         lookups = ph["hits"] + ph["misses"]
         mean_ms = ph["read_s"] / ph["reads"] * 1000 if ph["reads"] else None
-        rows.append((f"  chunk cache hit ratio / remote fetches / mean read ms",
-                     f"{f(ph['hits'] / lookups if lookups else None, '{:.2f}')} / {ph['fetches']:.0f} / {f(mean_ms, '{:.2f}')}",
+        rows.append((f"  reads' chunk hit ratio / read-ahead GETs / remote fetches / mean read ms",
+                     f"{f(ph['hits'] / lookups if lookups else None, '{:.2f}')} / {ph['readahead_gets']:.0f}"
+                     f" / {ph['fetches']:.0f} / {f(mean_ms, '{:.2f}')}",
                      "", ""))
     w0, w1, w2 = (fnum(r.get(k)) for k in ("write_bytes_cold_start", "write_bytes_cold_end",
                                             "write_bytes_warm_end"))

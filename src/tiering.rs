@@ -871,13 +871,18 @@ impl Tiering {
             ),
             (
                 "strata_remote_cache_hits_total",
-                "Remote chunk reads served by the cache.",
+                "Remote chunk reads served by the cache (or by a GET already in flight).",
                 r.chunk_hits.load(Ordering::Relaxed),
             ),
             (
                 "strata_remote_cache_misses_total",
-                "Remote chunk reads that went to the object store.",
+                "Remote chunk reads that went to the object store themselves.",
                 r.chunk_misses.load(Ordering::Relaxed),
+            ),
+            (
+                "strata_remote_readahead_gets_total",
+                "Chunk GETs started by read-ahead, before any read asked for the chunk.",
+                r.readahead_gets.load(Ordering::Relaxed),
             ),
             (
                 "strata_remote_read_seconds_total",

@@ -77,10 +77,21 @@ impl RateLimit {
 
 #[derive(Debug, Default)]
 pub struct ReadMetrics {
+    /// Chunks a read found cached, or being fetched by a GET it did not start.
     pub chunk_hits: AtomicU64,
+    /// Chunks a read had to GET itself.
     pub chunk_misses: AtomicU64,
+    /// Chunk GETs started by read-ahead, ahead of any read.
+    pub readahead_gets: AtomicU64,
     pub reads: AtomicU64,
     pub read_micros_total: AtomicU64,
+}
+
+impl ReadMetrics {
+    /// Chunk GETs of reads and of read-ahead together.
+    pub fn chunk_gets(&self) -> u64 {
+        self.chunk_misses.load(Ordering::Relaxed) + self.readahead_gets.load(Ordering::Relaxed)
+    }
 }
 
 /// Bytes of a bundle: in memory, or a range of a disk-tier file.
@@ -478,10 +489,15 @@ impl RemoteReader {
         let ran = fetched_here.clone();
         let fetched = self.memory.get_or_fetch(&cache_key, move || async move {
             ran.store(true, Ordering::Relaxed);
-            if let Some(m) = missed {
-                m.store(true, Ordering::Relaxed);
+            match missed {
+                Some(m) => {
+                    m.store(true, Ordering::Relaxed);
+                    metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
+                }
+                None => {
+                    metrics.readahead_gets.fetch_add(1, Ordering::Relaxed);
+                }
             }
-            metrics.chunk_misses.fetch_add(1, Ordering::Relaxed);
             let _permit = gets.acquire_owned().await;
             if let Some(r) = rate {
                 r.take(end - start).await;
@@ -1135,7 +1151,7 @@ mod tests {
             disk.metrics.bytes_written.load(Ordering::Relaxed)
         };
         read_all(true).await;
-        let fetched = reader.metrics.chunk_misses.load(Ordering::Relaxed);
+        let fetched = reader.metrics.chunk_gets();
         let written = settled().await;
         assert!(
             written >= seg.log.end,
@@ -1150,7 +1166,7 @@ mod tests {
             );
         }
         assert_eq!(
-            reader.metrics.chunk_misses.load(Ordering::Relaxed),
+            reader.metrics.chunk_gets(),
             fetched,
             "reading again fetches nothing"
         );
@@ -1251,6 +1267,34 @@ mod tests {
         );
     }
 
+    /// A sequential read counts apart what it fetched itself and what read-ahead fetched for
+    /// it: only the first read's chunks are its own misses; every other chunk was read ahead,
+    /// once, and the reads that found it count as hits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sequential_read_misses_only_its_first_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(RemoteStore::in_memory());
+        let (files, batches, seg) =
+            uploaded(&store, dir.path(), (0, 100, 5), UploadOptions::default()).await;
+        let chunks = seg.log.end.div_ceil(64 << 10);
+        assert!(chunks >= 4, "{chunks} chunks");
+        let reader = reader(&store, dir.path(), 16 << 20, 0).await;
+        let mut offset = 0;
+        while offset < files.next_offset {
+            let got = read_bytes(&reader, &seg, offset, 20_000, true).await;
+            let k = (offset / 5) as usize;
+            assert_eq!(&got[..batches[k].1.len()], &batches[k].1[..]);
+            offset += 5 * (got.len() / batches[k].1.len()) as i64;
+        }
+        let m = &reader.metrics;
+        eventually("every chunk fetched", || m.chunk_gets() == chunks).await;
+        // The first read's window (its 20,000 bytes and 64 KiB to scan headers in) spans
+        // chunks 0 and 1.
+        assert_eq!(m.chunk_misses.load(Ordering::Relaxed), 2);
+        assert_eq!(m.readahead_gets.load(Ordering::Relaxed), chunks - 2);
+        assert!(m.chunk_hits.load(Ordering::Relaxed) >= chunks - 2);
+    }
+
     /// A read dropped while its GET is in flight (a fetch that ran out of its wait): the
     /// chunk still reaches the disk tier, as if the read had waited.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1309,7 +1353,7 @@ mod tests {
         reader.writes_done().await;
         let disk = reader.disk_tier().unwrap();
         assert!(disk.metrics.write_errors.load(Ordering::Relaxed) > 0);
-        let misses = reader.metrics.chunk_misses.load(Ordering::Relaxed);
+        let misses = reader.metrics.chunk_gets();
         assert!(
             misses <= (seg.object_size() / (64 << 10) + 1),
             "the second pass was served from memory: {misses} GETs"
