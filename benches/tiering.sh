@@ -119,14 +119,19 @@ cleanup() {
   trap - EXIT INT TERM
   if [[ -n "$SAMPLER_PID" ]]; then kill "$SAMPLER_PID" 2>/dev/null || true; wait "$SAMPLER_PID" 2>/dev/null || true; fi
   if [[ -n "$TOOL_PID" ]]; then strata_stop_pid "$TOOL_PID" 5 || true; fi
-  stop_broker || true
+  # (Defined further down: an early failure gets here before it exists.)
+  if declare -F stop_broker >/dev/null; then stop_broker || true; fi
   if [[ -n "$MOTO_PID" ]]; then
     strata_stop_pid "$MOTO_PID" 10 || true
     wait "$MOTO_PID" 2>/dev/null || true
   fi
-  if [[ "${BENCH_KEEP_DATA:-0}" != 1 ]]; then rm -rf "$WORK/data" "$WORK/cache" "$WORK/objects"; fi
+  if [[ "${BENCH_KEEP_DATA:-0}" != 1 ]]; then rm -rf "${STATE_DIRS[@]}"; fi
   exit "$rc"
 }
+# The broker's and the store's data: a run starts without them (a BENCH_DIR used before, or
+# a run killed before its cleanup, left its bucket and topics there).
+STATE_DIRS=("$WORK/data" "$WORK/cache" "$WORK/objects" "$WORK/weed" "$WORK/s3s")
+rm -rf "${STATE_DIRS[@]}"
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
