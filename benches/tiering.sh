@@ -58,7 +58,7 @@
 #                         e.g. strata.remote.chunk.bytes=8388608
 #   BENCH_DIR             work dir (default: a new /tmp/strata-tiering.XXXXXX); the metrics
 #                         snapshots, tool output and logs stay there
-#   BENCH_KEEP_DATA=1     keep the broker's data and cache dirs
+#   BENCH_KEEP_DATA=1     keep the broker's data and cache dirs and the store's data
 #   BENCH_START_TIMEOUT   seconds to wait for the broker / moto to become ready (default 60)
 #   BENCH_UPLOAD_TIMEOUT  seconds to wait for the uploads (default 1800)
 #   BENCH_TOOL_HEAP       heap of the perf tool JVMs (default -Xmx512m)
