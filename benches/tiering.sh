@@ -5,8 +5,9 @@
 # moto_server from the test venv on a free 127.0.0.1 port with a fresh bucket (created with
 # boto3), s3s-fs with BENCH_STORE=s3s (an S3 server over a directory that checks SigV4 and
 # serves ranged GETs from the file, as S3 does; moto copies the whole object on every ranged
-# GET, so remote-read figures against moto say nothing about S3), or the local filesystem
-# store with BENCH_STORE=file.
+# GET, so remote-read figures against moto say nothing about S3), the local filesystem
+# store with BENCH_STORE=file, or an S3 bucket elsewhere with BENCH_STORE=external (S3 itself,
+# or a server on another host: then the store's work is not on this machine's cores).
 #   1. start the store and the broker (tiering task every 200 ms, cache in <work>/cache)
 #   2. create two topics with the same settings, segment.bytes=BENCH_SEGMENT_BYTES:
 #      bench-local (no remote storage) and bench-tiered (local.retention.bytes=0, created with
@@ -40,12 +41,26 @@
 #   benches/tiering.sh                                        # ~1 GiB, moto S3
 #   BENCH_RECORDS=524288 benches/tiering.sh                   # 512 MiB
 #   BENCH_STORE=file BENCH_RECORDS=524288 benches/tiering.sh  # filesystem store
+#   BENCH_STORE=seaweedfs BENCH_STORE_CPUS=2,3 BENCH_CPUS=0,1 benches/tiering.sh
+#                                                             # store on cores of its own
+#   BENCH_STORE=external BENCH_S3_BUCKET=my-bucket AWS_ACCESS_KEY_ID=... \
+#     AWS_SECRET_ACCESS_KEY=... benches/tiering.sh            # S3 itself
 #
 # Environment:
 #   STRATA_BIN            Strata binary (default ${CARGO_TARGET_DIR:-target}/release/strata)
 #   BENCH_STORE           s3 (moto_server, default), s3s (s3s-fs from install-test-deps.sh),
 #                         seaweedfs (SeaweedFS, built once by scripts/build-seaweedfs.sh from
-#                         the Go module proxy; behaves like S3 under load) or file
+#                         the Go module proxy; behaves like S3 under load), file, or
+#                         external (an existing bucket, not started here: see BENCH_S3_*)
+#   BENCH_S3_BUCKET       external store: the bucket (must exist); the run writes under a
+#                         prefix of its own, strata-bench-<time>-<pid>, and deletes it at exit
+#   BENCH_S3_ENDPOINT     external store: endpoint URL (default: AWS S3 of BENCH_S3_REGION)
+#   BENCH_S3_REGION       external store: region (default us-east-1)
+#   BENCH_S3_PATH_STYLE   external store: true/false (default true with an endpoint, else
+#                         false); credentials come from AWS_ACCESS_KEY_ID / _SECRET_ACCESS_KEY
+#                         (and AWS_SESSION_TOKEN), read by the broker and by boto3
+#   BENCH_STORE_CPUS      CPU list (taskset -c) for the store started here
+#   BENCH_CPUS            CPU list (taskset -c) for the broker and the Kafka tools
 #   BENCH_RECORDS         records per topic (default 1048576: 1 GiB with 1 KiB records)
 #   BENCH_RECORD_SIZE     bytes per record (default 1024)
 #   BENCH_PARTITIONS      partitions per topic (default 1)
@@ -75,7 +90,7 @@ ROOT="$STRATA_REPO_ROOT"
 
 case "${1:-}" in
   "") ;;
-  -h|--help) sed -n '2,70p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: $0   (configured through environment variables; see $0 --help)" >&2; exit 2 ;;
 esac
 
@@ -96,8 +111,26 @@ for v in RECORDS RECORD_SIZE PARTITIONS SEGMENT_BYTES START_TIMEOUT UPLOAD_TIMEO
   [[ "${!v}" =~ ^[0-9]+$ ]] || strata_die "$v must be a positive integer, got '${!v}'"
 done
 ((SEGMENT_BYTES >= 1048576)) || strata_die "BENCH_SEGMENT_BYTES must be at least 1 MiB (segment.bytes' minimum)"
-[[ "$STORE" == s3 || "$STORE" == s3s || "$STORE" == seaweedfs || "$STORE" == file ]] \
-  || strata_die "BENCH_STORE must be s3, s3s, seaweedfs or file, got '$STORE'"
+[[ "$STORE" =~ ^(s3|s3s|seaweedfs|file|external)$ ]] \
+  || strata_die "BENCH_STORE must be s3, s3s, seaweedfs, file or external, got '$STORE'"
+# Pinning: the store on cores of its own shows the read as it is when the store runs
+# elsewhere (S3 itself), which two shared cores cannot.
+PIN_STORE=() PIN=()
+if [[ -n "${BENCH_STORE_CPUS:-}" ]]; then
+  taskset -c "$BENCH_STORE_CPUS" true 2>/dev/null || strata_die "BENCH_STORE_CPUS: not a CPU list taskset takes: '$BENCH_STORE_CPUS'"
+  PIN_STORE=(taskset -c "$BENCH_STORE_CPUS")
+fi
+if [[ -n "${BENCH_CPUS:-}" ]]; then
+  taskset -c "$BENCH_CPUS" true 2>/dev/null || strata_die "BENCH_CPUS: not a CPU list taskset takes: '$BENCH_CPUS'"
+  PIN=(taskset -c "$BENCH_CPUS")
+fi
+EXTERNAL_PREFIX=""
+if [[ $STORE == external ]]; then
+  [[ -n "${BENCH_S3_BUCKET:-}" ]] || strata_die "BENCH_STORE=external needs BENCH_S3_BUCKET (an existing bucket)"
+  [[ -n "${AWS_ACCESS_KEY_ID:-}" && -n "${AWS_SECRET_ACCESS_KEY:-}" ]] \
+    || strata_die "BENCH_STORE=external needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+  EXTERNAL_PREFIX="strata-bench-$(date +%Y%m%d%H%M%S)-$$"
+fi
 [[ -x "$STRATA_BIN" ]] || strata_die "no Strata binary at $STRATA_BIN (set STRATA_BIN or run 'cargo build --release')"
 
 if [[ -n "${BENCH_DIR:-}" ]]; then
@@ -125,7 +158,14 @@ cleanup() {
     strata_stop_pid "$MOTO_PID" 10 || true
     wait "$MOTO_PID" 2>/dev/null || true
   fi
-  if [[ "${BENCH_KEEP_DATA:-0}" != 1 ]]; then rm -rf "${STATE_DIRS[@]}"; fi
+  if [[ "${BENCH_KEEP_DATA:-0}" != 1 ]]; then
+    rm -rf "${STATE_DIRS[@]}"
+    if [[ -n "$EXTERNAL_PREFIX" && -n "${HELPER[*]:-}" ]]; then
+      "${HELPER[@]}" delete-prefix "${BENCH_S3_ENDPOINT:-}" "${BENCH_S3_REGION:-us-east-1}" \
+        "$BENCH_S3_BUCKET" "$EXTERNAL_PREFIX/" \
+        || strata_log "could not delete s3://$BENCH_S3_BUCKET/$EXTERNAL_PREFIX/"
+    fi
+  fi
   exit "$rc"
 }
 # The broker's and the store's data: a run starts without them (a BENCH_DIR used before, or
@@ -155,7 +195,7 @@ record() { printf '%s=%s\n' "$1" "$2" >>"$RESULTS"; }
 TOOLS_CP="$("$ROOT/scripts/java-classpath.sh" tools)"
 JAVA="$(strata_java)"
 read -r -a TOOL_HEAP_ARGS <<<"$TOOL_HEAP"
-JAVA_TOOL=("$JAVA" "${TOOL_HEAP_ARGS[@]}" -Dorg.slf4j.simpleLogger.defaultLogLevel=warn)
+JAVA_TOOL=("${PIN[@]}" "$JAVA" "${TOOL_HEAP_ARGS[@]}" -Dorg.slf4j.simpleLogger.defaultLogLevel=warn)
 PY="$STRATA_VENV/bin/python"
 [[ -x "$PY" ]] || strata_die "no Python venv at $STRATA_VENV; run scripts/install-test-deps.sh"
 HELPER=("$PY" "$ROOT/benches/tiering_report.py")
@@ -183,7 +223,8 @@ start_s3_server() {
   local name="$1" log="$2" start=$SECONDS
   shift 2
   strata_log "starting $name on 127.0.0.1:$PORT_S3"
-  "$@" >"$log" 2>&1 </dev/null &
+  # (taskset execs the server: the pid is the server's.)
+  "${PIN_STORE[@]}" "$@" >"$log" 2>&1 </dev/null &
   MOTO_PID=$!
   until curl -s -o /dev/null -m 1 "http://127.0.0.1:$PORT_S3/"; do
     strata_alive "$MOTO_PID" || { tail -n 20 "$log" >&2; strata_die "$name exited during startup"; }
@@ -241,6 +282,17 @@ elif [[ $STORE == s3s ]]; then
   start_s3s
 elif [[ $STORE == seaweedfs ]]; then
   start_seaweedfs
+elif [[ $STORE == external ]]; then
+  # The broker reads the credentials from the environment, as any AWS client does.
+  STORE_PROPS="strata.remote.store.url=s3://$BENCH_S3_BUCKET/$EXTERNAL_PREFIX
+strata.remote.store.region=${BENCH_S3_REGION:-us-east-1}"
+  PATH_STYLE=false
+  if [[ -n "${BENCH_S3_ENDPOINT:-}" ]]; then
+    STORE_PROPS+=$'\n'"strata.remote.store.endpoint=$BENCH_S3_ENDPOINT"
+    PATH_STYLE=true
+  fi
+  STORE_PROPS+=$'\n'"strata.remote.store.path.style=${BENCH_S3_PATH_STYLE:-$PATH_STYLE}"
+  strata_log "external store: s3://$BENCH_S3_BUCKET/$EXTERNAL_PREFIX/ at ${BENCH_S3_ENDPOINT:-AWS S3}"
 else
   mkdir -p "$WORK/objects"
   STORE_PROPS="strata.remote.store.url=file://$WORK/objects"
@@ -275,7 +327,7 @@ fi
 start_broker() {
   local start=$SECONDS code
   strata_log "starting Strata on $BOOTSTRAP (admin :$ADMIN_PORT): $STRATA_BIN serve --config $CONFIG"
-  "$STRATA_BIN" serve --config "$CONFIG" >>"$WORK/strata.log" 2>&1 </dev/null &
+  "${PIN[@]}" "$STRATA_BIN" serve --config "$CONFIG" >>"$WORK/strata.log" 2>&1 </dev/null &
   BROKER_PID=$!
   while :; do
     if ! strata_alive "$BROKER_PID"; then

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Helpers for benches/tiering.sh. Run with the test venv's Python ($STRATA_VENV/bin/python):
-`bucket` needs boto3, `create-topic` / `alter-topic` need confluent-kafka; the rest is
-standard library only.
+`bucket` and `delete-prefix` need boto3, `create-topic` / `alter-topic` need
+confluent-kafka; the rest is standard library only.
 
   tiering_report.py bucket ENDPOINT BUCKET
       create BUCKET on an S3-compatible server (any credentials; moto does not check them)
+  tiering_report.py delete-prefix ENDPOINT REGION BUCKET PREFIX
+      delete every object under PREFIX (ENDPOINT empty: AWS S3; credentials from the
+      environment); prints how many
   tiering_report.py create-topic BOOTSTRAP TOPIC PARTITIONS [k=v ...]
   tiering_report.py alter-topic BOOTSTRAP TOPIC k=v [k=v ...]
       IncrementalAlterConfigs SET on a topic
@@ -80,6 +83,23 @@ def cmd_bucket(endpoint, bucket):
         aws_access_key_id="strata-bench", aws_secret_access_key="strata-bench",
         config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3}))
     client.create_bucket(Bucket=bucket)
+
+
+def cmd_delete_prefix(endpoint, region, bucket, prefix):
+    import boto3
+    from botocore.config import Config
+    style = "path" if endpoint else "auto"
+    client = boto3.client("s3", endpoint_url=endpoint or None, region_name=region,
+                          config=Config(s3={"addressing_style": style}, retries={"max_attempts": 3}))
+    deleted = 0
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        for i in range(0, len(keys), 1000):
+            r = client.delete_objects(Bucket=bucket, Delete={"Objects": keys[i:i + 1000], "Quiet": True})
+            if r.get("Errors"):
+                sys.exit(f"delete-prefix: {len(r['Errors'])} objects not deleted, first: {r['Errors'][0]}")
+            deleted += len(keys[i:i + 1000])
+    print(f"deleted {deleted} objects under s3://{bucket}/{prefix}")
 
 
 def kv(pairs):
@@ -413,6 +433,7 @@ def cmd_table(results_dir):
 
 COMMANDS = {
     "bucket": (cmd_bucket, 2),
+    "delete-prefix": (cmd_delete_prefix, 4),
     "create-topic": (cmd_create_topic, -3),
     "alter-topic": (cmd_alter_topic, -3),
     "snapshot": (cmd_snapshot, 2),
