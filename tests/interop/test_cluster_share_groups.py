@@ -57,6 +57,24 @@ def confirmed_accepts(apps_):
     return out
 
 
+def unaccepted(apps_, n):
+    """What a wait for every accept found: the offsets never confirmed, how often each was
+    delivered (its highest delivery count), the failed acknowledgements by error, and each
+    member's history."""
+    confirmed = confirmed_accepts(apps_)
+    missing = sorted(set(range(n)) - set(confirmed))
+    deliveries = {}
+    for a in apps_:
+        for r in a.records():
+            deliveries[r["offset"]] = max(deliveries.get(r["offset"], 0), r["delivery_count"])
+    errors = collections.Counter(e["error"] for a in apps_ for e in a.events("ack_result")
+                                 if e.get("error") is not None)
+    sample = [(o, deliveries.get(o)) for o in missing[:10]]
+    return (f"{len(confirmed)} of {n} confirmed; never: {len(missing)}, e.g. (offset, highest "
+            f"delivery count) {sample}; failed acknowledgements by error: {dict(errors)}\n"
+            + "\n".join(a.history() for a in apps_))
+
+
 def stop_app(app, timeout=60):
     """Close a member without asserting it saw no error (failovers surface as retriable
     poll or commit errors in the client)."""
@@ -98,7 +116,10 @@ def test_share_consumers_lose_and_double_nothing_while_every_broker_is_killed_in
             victim.start()
             wait_until("all replicas back in sync",
                        lambda: fully_replicated(cluster, [TOPIC, SHARE_STATE_TOPIC]), timeout=90)
-        wait_until("every record accepted", lambda: accepted() >= n, timeout=180)
+        try:
+            wait_until("every record accepted", lambda: accepted() >= n, timeout=180)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {unaccepted(members, n)}") from None
         time.sleep(2.0)  # a redelivery of a confirmed record would show up now
     finally:
         for m in members:
