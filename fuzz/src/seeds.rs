@@ -299,6 +299,33 @@ fn put_str(b: &mut Vec<u8>, s: &str) {
 }
 
 /// Manifests as the tiering service writes them: empty, and with two segments.
+/// Cluster catalogs as the tiering service writes them: one topic, and two with configs.
+pub fn catalogs() -> Vec<Vec<u8>> {
+    let topic = |id: &str, partitions: i32, rf: i16, configs: &str| {
+        format!(
+            r#"{{"topic_id":"{id}","partitions":{partitions},"replication_factor":{rf},"configs":{{{configs}}}}}"#
+        )
+    };
+    vec![
+        format!(
+            r#"{{"format":1,"version":3,"topics":{{"orders":{}}},"producer_id_block_end":2000}}"#,
+            topic("7f0b2b4e-3c1d-4f6a-9a7e-2d7b1f0c9e11", 6, 3, r#""remote.storage.enable":"true""#)
+        )
+        .into_bytes(),
+        format!(
+            r#"{{"format":1,"version":9,"topics":{{"__consumer_offsets":{},"a.b_c-d":{}}},"producer_id_block_end":0}}"#,
+            topic("0b6f7d38-55a4-4c36-8a55-0e6b3b7c2d01", 50, 3, r#""cleanup.policy":"compact""#),
+            topic(
+                "a1c9f1d2-0e1f-4a6b-b7d5-4f0c6a2e9b33",
+                1,
+                1,
+                r#""remote.storage.enable":"true","local.retention.ms":"60000""#
+            )
+        )
+        .into_bytes(),
+    ]
+}
+
 pub fn manifests() -> Vec<Vec<u8>> {
     let segment = |key: &str, base: i64, next: i64| {
         format!(

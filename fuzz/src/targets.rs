@@ -49,9 +49,12 @@ pub enum Target {
     /// The remote read cache's disk tier directory (chunk files, possibly damaged by a
     /// crash), opened as at start-up, then every chunk it indexed read as a fetch would.
     RemoteCacheDir,
+    /// The bucket's cluster catalog as a restore reads it, then every topic's replicas placed
+    /// on three brokers as the restore plans them.
+    Catalog,
 }
 
-pub const ALL: [Target; 11] = [
+pub const ALL: [Target; 12] = [
     Target::Request,
     Target::RecordBatch,
     Target::PartitionDir,
@@ -63,6 +66,7 @@ pub const ALL: [Target; 11] = [
     Target::RehydratedSegment,
     Target::MetadataRpc,
     Target::RemoteCacheDir,
+    Target::Catalog,
 ];
 
 impl Target {
@@ -79,6 +83,7 @@ impl Target {
             Target::RehydratedSegment => "rehydrated_segment",
             Target::MetadataRpc => "metadata_rpc",
             Target::RemoteCacheDir => "remote_cache_dir",
+            Target::Catalog => "catalog",
         }
     }
 
@@ -116,6 +121,7 @@ impl Target {
                 .collect(),
             Target::MetadataRpc => metadata_rpc_seeds(),
             Target::RemoteCacheDir => vec![remote_cache_dir_seed()],
+            Target::Catalog => seeds::catalogs(),
         }
     }
 
@@ -132,8 +138,40 @@ impl Target {
             Target::RehydratedSegment => rehydrated_segment(data),
             Target::MetadataRpc => metadata_rpc(data),
             Target::RemoteCacheDir => remote_cache_dir(data),
+            Target::Catalog => catalog(data),
         }
     }
+}
+
+pub fn catalog(data: &[u8]) -> bool {
+    use strata_metadata::ids::{BrokerId, Uuid128};
+    use strata_metadata::placement::{place_replicas, BrokerCandidate, PlacementSeed};
+    use strata_tiering::catalog::{Catalog, MAX_CATALOG_PARTITIONS};
+    let Ok(c) = Catalog::decode(data) else {
+        return false;
+    };
+    let brokers: Vec<BrokerCandidate> = (1..=3)
+        .map(|id| BrokerCandidate {
+            id: BrokerId(id),
+            rack: None,
+        })
+        .collect();
+    let mut planned = 0u64;
+    for (name, t) in &c.topics {
+        // Each name becomes a directory `<name>-<partition>` under a log directory.
+        let dir = std::path::Path::new("/log").join(format!("{name}-0"));
+        assert_eq!(dir.parent(), Some(std::path::Path::new("/log")), "{name:?}");
+        let id = Uuid128::from_bytes(*t.topic_id.as_bytes());
+        let rf = u16::try_from(t.replication_factor).expect("decode checks the factor");
+        let count = u32::try_from(t.partitions).expect("decode checks the count");
+        if let Ok(placed) = place_replicas(&brokers, count, rf, 0, PlacementSeed::from_topic_id(id))
+        {
+            assert_eq!(placed.len(), count as usize);
+        }
+        planned += u64::from(count);
+    }
+    assert!(planned <= MAX_CATALOG_PARTITIONS);
+    true
 }
 
 pub fn iceberg_metadata(data: &[u8]) -> bool {

@@ -42,7 +42,7 @@ pub struct TestBroker {
     pub admin_addr: SocketAddr,
 }
 
-fn config_for(dir: &Path, extra: &[(String, String)]) -> BrokerConfig {
+pub fn config_for(dir: &Path, extra: &[(String, String)]) -> BrokerConfig {
     let mut m = BTreeMap::new();
     m.insert(
         "listeners".to_string(),

@@ -353,6 +353,60 @@ async fn restore_from_the_bucket_after_a_clean_shutdown_keeps_every_record() {
     b.shutdown().await;
 }
 
+/// A catalog naming a topic that would lead out of the log directory (a damaged or hostile
+/// bucket) is refused before anything is written: the broker does not start, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_refuses_a_catalog_whose_topic_name_leads_out_of_the_log_directory() {
+    let b = TestBroker::start_with(&tiered_broker_settings()).await;
+    let mut c = b.client().await;
+    create_tiered_topic(&mut c).await;
+    produce_batches(&mut c, 10).await;
+    let objects = tempfile::tempdir().unwrap();
+    b.shutdown_keep_dir(|dir| {
+        std::fs::rename(dir.join("objects"), objects.path().join("objects")).unwrap();
+    })
+    .await;
+    let catalog = objects.path().join("objects/_strata/catalog.json");
+    let json = std::fs::read_to_string(&catalog).unwrap();
+    let renamed = json.replace(&format!("\"{TOPIC}\""), "\"../../escaped\"");
+    assert_ne!(json, renamed, "the catalog names {TOPIC}: {json}");
+    std::fs::write(&catalog, renamed).unwrap();
+
+    let data = tempfile::tempdir().unwrap();
+    let logs = data.path().join("a/b/logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let url = format!("file://{}", objects.path().join("objects").display());
+    let mut settings: Vec<(String, String)> = tiered_broker_settings()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    settings.push(("strata.remote.store.url".into(), url));
+    let Err(e) = strata::runtime::start(config_for(&logs, &settings)).await else {
+        panic!("a broker started from a catalog naming ../../escaped");
+    };
+    let why = format!("{e:#}");
+    assert!(
+        why.contains("corrupt catalog: \"../../escaped\" is not a legal topic name"),
+        "{why}"
+    );
+    let mut found = Vec::new();
+    let mut dirs = vec![data.path().to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_name().to_string_lossy().contains("escaped") {
+                found.push(e.path());
+            }
+            if e.path().is_dir() {
+                dirs.push(e.path());
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "written from the catalog's name: {found:?}"
+    );
+}
+
 /// With `strata.remote.internal.topics.enable` the coordinators' topics are tiered: a broker
 /// restored from the bucket alone knows the committed offsets of a group and the
 /// transactional producer (InitProducerId gives it its producer id back with a newer epoch,
