@@ -152,7 +152,7 @@ pub(super) fn write_partition_metadata(dir: &Path, id: Uuid) -> io::Result<()> {
     let text = format!("version: 0\ntopic_id: {}\n", kafka_uuid_string(id));
     let tmp = dir.join("partition.metadata.tmp");
     fs::write(&tmp, text)?;
-    fs::rename(tmp, dir.join("partition.metadata"))
+    crate::log::io_fault::rename(&tmp, &dir.join("partition.metadata"))
 }
 
 /// Kafka's textual topic id (URL-safe base64 of the 16 bytes, no padding).

@@ -594,6 +594,9 @@ impl Broker {
                 return d.join(name);
             }
         }
+        if let [only] = &self.config.log_dirs[..] {
+            return only.join(name);
+        }
         // New partition: where AlterReplicaLogDirs asked for it, else the dir hosting the
         // fewest partitions.
         if let Some(d) = self.log_dir_moves.preferred_dir(topic, partition) {
@@ -1077,7 +1080,25 @@ impl Broker {
         let config = self.topic_config(&configs);
         let mut parts = Vec::with_capacity(partitions as usize);
         for p in 0..partitions {
-            parts.push(Arc::new(self.open_new_partition(name, p, id, &config)?));
+            match self.open_new_partition(name, p, id, &config) {
+                Ok(part) => parts.push(Arc::new(part)),
+                Err(e) => {
+                    // Nothing of a topic that was not created stays on disk (the failure is
+                    // often the file-descriptor or disk limit, which its dirs would hold on to).
+                    let mut dirs: Vec<PathBuf> = parts
+                        .iter()
+                        .map(|part| part.with_log(|l| l.dir().to_path_buf()))
+                        .collect();
+                    dirs.push(self.find_or_place_partition_dir(name, p));
+                    drop(parts);
+                    for d in dirs.iter().filter(|d| d.exists()) {
+                        if let Err(e) = fs::remove_dir_all(d) {
+                            tracing::warn!(dir = %d.display(), error = %e, "cannot remove a partition dir of a topic whose creation failed");
+                        }
+                    }
+                    return Err(e.into());
+                }
+            }
         }
         let topic = Arc::new(Topic {
             name: name.to_string(),

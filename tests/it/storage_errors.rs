@@ -1,7 +1,7 @@
 //! Storage errors injected with `strata::log::io_fault` into an in-process broker (faults are
 //! scoped to the broker's own data dir): a partition whose failed append cannot be rolled back
 //! goes offline and comes back at the acknowledged end; DeleteTopics completes or leaves the
-//! topic as it was.
+//! topic as it was; a CreateTopics that fails part-way leaves nothing on disk.
 
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{DeleteTopicsRequest, MetadataRequest, MetadataResponse};
@@ -187,5 +187,55 @@ async fn a_topic_deletion_whose_catalog_rewrite_fails_is_completed_by_the_next_s
     create_topic(&mut c, "doomed", 1).await;
     assert_eq!(produce(&mut c, "doomed", 0, batch(1)).await.base_offset, 0);
     drop(c);
+    b.shutdown().await;
+}
+
+/// A topic whose creation fails part-way (the fourth partition's metadata file cannot be
+/// renamed into place, as when the process is out of file descriptors) leaves none of its
+/// partition directories behind, and is created whole once the fault is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_whose_creation_fails_part_way_leaves_no_partition_dirs() {
+    let b = TestBroker::start().await;
+    let mut c = b.client().await;
+    let partition_dirs = |dir: &std::path::Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with("halfway-"))
+            .collect();
+        v.sort();
+        v
+    };
+    let fault = inject(
+        Fault::new(b.dir.path(), Op::Rename)
+            .on_files_ending_with("partition.metadata.tmp")
+            .after(3)
+            .errno(24),
+    );
+    let r = create_topic_with(&mut c, "halfway", 8, &[]).await;
+    assert_eq!(
+        r.error_code, 56,
+        "KAFKA_STORAGE_ERROR: {:?}",
+        r.error_message
+    );
+    assert!(
+        r.error_message
+            .as_deref()
+            .unwrap_or("")
+            .contains("os error 24"),
+        "{:?}",
+        r.error_message
+    );
+    assert_eq!(partition_dirs(b.dir.path()), Vec::<String>::new());
+    drop(fault);
+    assert_eq!(partitions_listed(&mut c, "halfway").await, None);
+
+    let r = create_topic_with(&mut c, "halfway", 8, &[]).await;
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    assert_eq!(partition_dirs(b.dir.path()).len(), 8);
+    for p in 0..8 {
+        assert_eq!(produce(&mut c, "halfway", p, batch(1)).await.error_code, 0);
+    }
     b.shutdown().await;
 }
