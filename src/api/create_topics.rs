@@ -44,6 +44,22 @@ fn create(
     req: CreateTopicsRequest,
     version: i16,
 ) -> Vec<CreatableTopicResult> {
+    if requested_partitions(&req, broker.config.num_partitions) > MAX_PARTITIONS_PER_REQUEST {
+        return req
+            .topics
+            .iter()
+            .map(|t| {
+                CreatableTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_error_code(ResponseError::PolicyViolation.code())
+                    .with_error_message(Some(StrBytes::from_static_str(
+                        "Excessively large number of partitions per request.",
+                    )))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+            })
+            .collect();
+    }
     let mut counts: HashMap<String, usize> = HashMap::new();
     for t in &req.topics {
         *counts.entry(t.name.0.to_string()).or_default() += 1;
@@ -147,6 +163,27 @@ fn create(
         }
     }
     out
+}
+
+/// The most partitions one CreateTopics request may create, all topics together: Kafka's
+/// controller refuses more (`MAX_RECORDS_PER_USER_OP`) before it looks at anything else.
+pub const MAX_PARTITIONS_PER_REQUEST: u64 = 10_000;
+
+/// The partitions a request asks for, counted as Kafka's controller counts them: explicit
+/// assignments, else the count (-1: the broker's default; zero or negative: none).
+fn requested_partitions(req: &CreateTopicsRequest, default_partitions: i32) -> u64 {
+    req.topics
+        .iter()
+        .map(|t| {
+            if !t.assignments.is_empty() {
+                t.assignments.len() as u64
+            } else if t.num_partitions == -1 {
+                u64::try_from(default_partitions).unwrap_or(0)
+            } else {
+                u64::try_from(t.num_partitions).unwrap_or(0)
+            }
+        })
+        .sum()
 }
 
 /// CreateTopics: CREATE on the cluster or on each topic.

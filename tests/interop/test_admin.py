@@ -104,6 +104,31 @@ def test_validate_only_create_does_not_create_the_topic(broker, topic_name):
     assert not topic_exists(broker.bootstrap, topic_name)
 
 
+def test_more_than_10000_partitions_in_one_request_fail_with_policy_violation(broker, topic_name):
+    # Kafka's controller counts every topic's partitions (-1: num.partitions) and refuses the
+    # whole request past 10,000, before it creates anything.
+    names = [f"{topic_name}-a", f"{topic_name}-b", f"{topic_name}-c"]
+    fs = _create(broker.bootstrap,
+                 NewTopic(names[0], num_partitions=6000, replication_factor=1),
+                 NewTopic(names[1], num_partitions=3999, replication_factor=1),
+                 NewTopic(names[2], num_partitions=-1, replication_factor=-1))  # 2
+    for name in names:
+        with pytest.raises(KafkaException) as ei:
+            fs[name].result(timeout=TIMEOUT)
+        err = ei.value.args[0]
+        assert err.code() == KafkaError.POLICY_VIOLATION, (name, err)
+        assert "Excessively large number of partitions per request." in err.str(), (name, err)
+    for name in names:
+        assert not topic_exists(broker.bootstrap, name)
+    # Fewer pass (validated only: nothing is created).
+    fs = _create(broker.bootstrap,
+                 NewTopic(names[0], num_partitions=3000, replication_factor=1),
+                 NewTopic(names[1], num_partitions=2000, replication_factor=1),
+                 validate_only=True)
+    for name in names[:2]:
+        assert fs[name].result(timeout=TIMEOUT) is None
+
+
 def test_describe_topics_reports_partitions_and_leader(broker, topic_name):
     from confluent_kafka import TopicCollection
 
