@@ -163,6 +163,21 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
     Ok(())
 }
 
+/// The most partitions a topic may have, through CreateTopics or CreatePartitions: each
+/// costs directories, file descriptors and metadata on every replica, and no request may size
+/// that work by a count alone.
+pub const MAX_TOPIC_PARTITIONS: i32 = 100_000;
+
+/// Refuses a partition count above [`MAX_TOPIC_PARTITIONS`].
+pub fn check_partition_count(count: i32) -> Result<(), TopicError> {
+    if count > MAX_TOPIC_PARTITIONS {
+        return Err(TopicError::InvalidPartitions(format!(
+            "Number of partitions {count} is too large (at most {MAX_TOPIC_PARTITIONS})."
+        )));
+    }
+    Ok(())
+}
+
 pub struct Topic {
     pub name: String,
     pub id: Uuid,
@@ -1030,11 +1045,7 @@ impl Broker {
                 "Number of partitions must be larger than 0.".into(),
             ));
         }
-        if partitions > 100_000 {
-            return Err(TopicError::InvalidPartitions(format!(
-                "Number of partitions {partitions} is too large."
-            )));
-        }
+        check_partition_count(partitions)?;
         if replication_factor < 1 {
             return Err(TopicError::InvalidReplicationFactor(
                 "Replication factor must be larger than 0.".into(),
@@ -1078,28 +1089,7 @@ impl Broker {
         self.check_new_topic(name, partitions, replication_factor, &configs)?;
         let id = Uuid::new_v4();
         let config = self.topic_config(&configs);
-        let mut parts = Vec::with_capacity(partitions as usize);
-        for p in 0..partitions {
-            match self.open_new_partition(name, p, id, &config) {
-                Ok(part) => parts.push(Arc::new(part)),
-                Err(e) => {
-                    // Nothing of a topic that was not created stays on disk (the failure is
-                    // often the file-descriptor or disk limit, which its dirs would hold on to).
-                    let mut dirs: Vec<PathBuf> = parts
-                        .iter()
-                        .map(|part| part.with_log(|l| l.dir().to_path_buf()))
-                        .collect();
-                    dirs.push(self.find_or_place_partition_dir(name, p));
-                    drop(parts);
-                    for d in dirs.iter().filter(|d| d.exists()) {
-                        if let Err(e) = fs::remove_dir_all(d) {
-                            tracing::warn!(dir = %d.display(), error = %e, "cannot remove a partition dir of a topic whose creation failed");
-                        }
-                    }
-                    return Err(e.into());
-                }
-            }
-        }
+        let parts = self.open_new_partitions(name, 0..partitions, id, &config)?;
         let topic = Arc::new(Topic {
             name: name.to_string(),
             id,
@@ -1115,6 +1105,40 @@ impl Broker {
         self.save_metadata()?;
         tracing::info!(topic = name, partitions, "created topic");
         Ok(topic)
+    }
+
+    /// Opens the new partitions `indexes` of a topic, all or none: when one fails, those
+    /// opened so far are closed and their directories removed, so nothing of partitions that
+    /// were not created stays on disk (the failure is often the file-descriptor or disk limit,
+    /// which their directories would hold on to).
+    fn open_new_partitions(
+        &self,
+        topic: &str,
+        indexes: std::ops::Range<i32>,
+        id: Uuid,
+        config: &TopicConfig,
+    ) -> io::Result<Vec<Arc<Partition>>> {
+        let mut parts = Vec::with_capacity(indexes.len());
+        for p in indexes {
+            match self.open_new_partition(topic, p, id, config) {
+                Ok(part) => parts.push(Arc::new(part)),
+                Err(e) => {
+                    let mut dirs: Vec<PathBuf> = parts
+                        .iter()
+                        .map(|part| part.with_log(|l| l.dir().to_path_buf()))
+                        .collect();
+                    dirs.push(self.find_or_place_partition_dir(topic, p));
+                    drop(parts);
+                    for d in dirs.iter().filter(|d| d.exists()) {
+                        if let Err(e) = fs::remove_dir_all(d) {
+                            tracing::warn!(dir = %d.display(), error = %e, "cannot remove the dir of a partition whose creation failed");
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(parts)
     }
 
     fn open_new_partition(
@@ -1266,18 +1290,12 @@ impl Broker {
                 "Topic already has {current} partitions."
             )));
         }
+        check_partition_count(count)?;
         if validate_only {
             return Ok(());
         }
         let mut parts = topic.partitions.clone();
-        for p in current..count {
-            parts.push(Arc::new(self.open_new_partition(
-                name,
-                p,
-                topic.id,
-                &topic.config,
-            )?));
-        }
+        parts.extend(self.open_new_partitions(name, current..count, topic.id, &topic.config)?);
         self.replace_topic(Topic {
             name: topic.name.clone(),
             id: topic.id,

@@ -288,6 +288,8 @@ pub fn create_partitions(
             "Topic already has {current} partitions."
         )));
     }
+    // Before placement, which sizes its work by the count.
+    crate::broker::check_partition_count(count)?;
     let replication_factor = topic
         .partitions
         .first()

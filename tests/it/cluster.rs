@@ -326,6 +326,23 @@ async fn quorum_replicates_a_topic_and_moves_leadership_off_a_stopped_broker() {
         })
         .await;
     }
+    // A count no controller should size its placement by, validated or not.
+    for validate_only in [true, false] {
+        let mut t = CreatePartitionsTopic::default();
+        t.name = name("assigned");
+        t.count = i32::MAX;
+        let mut req = CreatePartitionsRequest::default();
+        req.topics = vec![t];
+        req.timeout_ms = 10_000;
+        req.validate_only = validate_only;
+        let r = c.broker(2).client().await.call(3, &req).await;
+        assert_eq!(
+            r.results[0].error_code,
+            ResponseError::InvalidPartitions.code(),
+            "{:?}",
+            r.results[0].error_message
+        );
+    }
     let b2 = c.broker(2).broker().clone();
     tokio::task::spawn_blocking(move || b2.delete_topic("assigned"))
         .await

@@ -158,6 +158,39 @@ async fn create_partitions_grows_a_topic_and_refuses_to_shrink_it() {
     assert_eq!(produce(&mut c, "grow", 2, batch(1)).await.error_code, 0);
     let resp = c.call(3, &req(2)).await;
     assert_eq!(resp.results[0].error_code, 37, "INVALID_PARTITIONS");
+    // A count no broker should size its work by is refused before anything is opened.
+    let started = std::time::Instant::now();
+    let resp = c.call(3, &req(i32::MAX)).await;
+    assert_eq!(resp.results[0].error_code, 37, "INVALID_PARTITIONS");
+    assert!(
+        resp.results[0]
+            .error_message
+            .as_deref()
+            .is_some_and(|m| m.contains("at most 100000")),
+        "{:?}",
+        resp.results[0].error_message
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // Growing fails part-way (the fifth new partition's metadata file): the topic keeps its
+    // three partitions and no directory of the others stays.
+    let fault = strata::log::io_fault::inject(
+        strata::log::io_fault::Fault::new(b.dir.path(), strata::log::io_fault::Op::Rename)
+            .on_files_ending_with("partition.metadata.tmp")
+            .after(4)
+            .errno(24),
+    );
+    let resp = c.call(3, &req(10)).await;
+    assert_eq!(resp.results[0].error_code, 56, "KAFKA_STORAGE_ERROR");
+    drop(fault);
+    let mut dirs: Vec<String> = std::fs::read_dir(b.dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("grow-"))
+        .collect();
+    dirs.sort();
+    assert_eq!(dirs, ["grow-0", "grow-1", "grow-2"]);
+    assert_eq!(produce(&mut c, "grow", 3, batch(1)).await.error_code, 3);
     drop(c);
     let b = b.restart().await;
     let mut c = b.client().await;
