@@ -5,7 +5,9 @@
 #   benches/fuzz.sh net     [--seconds N] [--connections C]
 #                                           # netfuzz against a release broker, prints figures
 #   benches/fuzz.sh campaign [--seconds N] [--targets "request record_batch ..."]
-#                                           # libFuzzer on each target (N s each, 600), then
+#                                           # libFuzzer on each target (all of
+#                                           # strata_fuzz::targets::ALL by default; N s each,
+#                                           # 600), then
 #                                           # netfuzz; prints inputs, inputs/s, crashes, peak RSS
 #
 # The in-process smoke of every target runs with `cargo test -p strata-fuzz` (STRATA_FUZZ_SECS
@@ -18,7 +20,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/common.sh"
 cd "$STRATA_REPO_ROOT"
 
 mode="${1:-smoke}"; shift || true
-seconds=""; connections=16; targets="request record_batch partition_dir coordinator_records manifest checkpoints"
+seconds=""; connections=16
+# Every target's name, from Target::name() (so a new target is fuzzed without editing this).
+targets=$(sed -n 's/^ *Target::[A-Za-z]* => "\([a-z_]*\)",$/\1/p' fuzz/src/targets.rs | tr '\n' ' ')
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
@@ -89,6 +93,7 @@ case "$mode" in
       CARGO_TARGET_DIR="$fuzz_target_dir" \
       cargo build --locked --release -p strata-fuzz --features libfuzzer --bin strata-libfuzzer \
         --target "$host"   # with --target, RUSTFLAGS skip build scripts and proc macros
+    [[ -n "${targets// /}" ]] || strata_die "no fuzz targets found in fuzz/src/targets.rs"
     corpus_root="$STRATA_CACHE/fuzz-corpus"
     total=0; crashes=0
     for t in $targets; do
