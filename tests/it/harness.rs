@@ -212,6 +212,18 @@ impl TestBroker {
     }
 }
 
+/// The names of the entries of `dir` that start with `prefix`, sorted (partition directories
+/// of a topic, and what its deletion renamed them to).
+pub fn entries_starting_with(dir: &Path, prefix: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    v.sort();
+    v
+}
+
 pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

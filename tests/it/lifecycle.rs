@@ -182,14 +182,10 @@ async fn create_partitions_grows_a_topic_and_refuses_to_shrink_it() {
     let resp = c.call(3, &req(10)).await;
     assert_eq!(resp.results[0].error_code, 56, "KAFKA_STORAGE_ERROR");
     drop(fault);
-    let mut dirs: Vec<String> = std::fs::read_dir(b.dir.path())
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .filter(|n| n.starts_with("grow-"))
-        .collect();
-    dirs.sort();
-    assert_eq!(dirs, ["grow-0", "grow-1", "grow-2"]);
+    assert_eq!(
+        entries_starting_with(b.dir.path(), "grow-"),
+        ["grow-0", "grow-1", "grow-2"]
+    );
     assert_eq!(produce(&mut c, "grow", 3, batch(1)).await.error_code, 3);
     drop(c);
     let b = b.restart().await;

@@ -83,13 +83,7 @@ async fn delete_topic(c: &mut Client, topic: &str) -> i16 {
 }
 
 fn dir_names(dir: &std::path::Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-        .filter(|n| n.starts_with("doomed"))
-        .collect();
-    v.sort();
-    v
+    entries_starting_with(dir, "doomed")
 }
 
 async fn check_whole(c: &mut Client, when: &str) {
@@ -197,16 +191,7 @@ async fn a_topic_deletion_whose_catalog_rewrite_fails_is_completed_by_the_next_s
 async fn a_topic_whose_creation_fails_part_way_leaves_no_partition_dirs() {
     let b = TestBroker::start().await;
     let mut c = b.client().await;
-    let partition_dirs = |dir: &std::path::Path| -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().to_string())
-            .filter(|n| n.starts_with("halfway-"))
-            .collect();
-        v.sort();
-        v
-    };
+    let partition_dirs = |dir: &std::path::Path| entries_starting_with(dir, "halfway-");
     let fault = inject(
         Fault::new(b.dir.path(), Op::Rename)
             .on_files_ending_with("partition.metadata.tmp")
