@@ -74,6 +74,7 @@ pub mod replica_manager;
 pub mod replica_set;
 mod security;
 mod tiered;
+mod topic_rules;
 
 pub use append::{AppendParams, AppendResult, AppendTopic, Blocking, PartitionAppend};
 pub use delegation_tokens::{TokenChange, TokenWriteError};
@@ -90,6 +91,7 @@ pub use partition::{FollowerFetchError, Partition, PartitionOffsets, Role};
 pub use quorum::MetadataQuorum;
 pub use security::SecurityRecords;
 pub use strata_metadata::ids::{LeaderEpoch, ProducerId};
+pub use topic_rules::{check_partition_count, validate_topic_name, MAX_TOPIC_PARTITIONS};
 
 const METADATA_FILE: &str = "strata-metadata.toml";
 const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
@@ -133,49 +135,6 @@ pub fn is_internal_topic(name: &str) -> bool {
         name,
         "__consumer_offsets" | "__transaction_state" | "__share_group_state"
     )
-}
-
-/// Kafka's topic name rules.
-pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
-    if name.is_empty() {
-        return Err(TopicError::InvalidName(
-            "Topic name is illegal, it can't be empty".into(),
-        ));
-    }
-    if name == "." || name == ".." {
-        return Err(TopicError::InvalidName(
-            "Topic name cannot be \".\" or \"..\"".into(),
-        ));
-    }
-    if name.len() > 249 {
-        return Err(TopicError::InvalidName(format!(
-            "Topic name is illegal, it can't be longer than 249 characters, topic name: {name}"
-        )));
-    }
-    if !name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-')
-    {
-        return Err(TopicError::InvalidName(format!(
-            "Topic name {name} is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
-        )));
-    }
-    Ok(())
-}
-
-/// The most partitions a topic may have, through CreateTopics or CreatePartitions: each
-/// costs directories, file descriptors and metadata on every replica, and no request may size
-/// that work by a count alone.
-pub const MAX_TOPIC_PARTITIONS: i32 = 100_000;
-
-/// Refuses a partition count above [`MAX_TOPIC_PARTITIONS`].
-pub fn check_partition_count(count: i32) -> Result<(), TopicError> {
-    if count > MAX_TOPIC_PARTITIONS {
-        return Err(TopicError::InvalidPartitions(format!(
-            "Number of partitions {count} is too large (at most {MAX_TOPIC_PARTITIONS})."
-        )));
-    }
-    Ok(())
 }
 
 pub struct Topic {
